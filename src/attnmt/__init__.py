@@ -1,0 +1,1 @@
+"""attnmt: neural machine translation built around attention."""

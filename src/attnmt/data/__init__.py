@@ -1,0 +1,1 @@
+"""Data: parallel corpora, subword models and batches."""
