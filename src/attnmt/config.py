@@ -1,0 +1,172 @@
+"""Experiment configuration: one YAML file, validated field by field.
+
+Every section is a pydantic model that forbids unknown keys, so a typo such as
+``atention: bahdanau`` is an error naming the field instead of a silent default.
+Relative paths in the file are resolved against the folder of the config file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from attnmt.errors import AttnmtError
+
+ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "location")
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CorpusFiles(Section):
+    """Either two line-aligned files (``src``, ``tgt``) or one TSV file (``tsv``)."""
+
+    src: Path | None = None
+    tgt: Path | None = None
+    tsv: Path | None = None
+    src_column: int = 0
+    tgt_column: int = 1
+
+    @model_validator(mode="after")
+    def one_form(self):
+        if self.tsv is None and (self.src is None or self.tgt is None):
+            raise ValueError("give either 'src' and 'tgt' files or one 'tsv' file")
+        if self.tsv is not None and (self.src is not None or self.tgt is not None):
+            raise ValueError("give either 'src' and 'tgt' files or one 'tsv' file, not both")
+        return self
+
+    def as_spec(self) -> dict:
+        if self.tsv is not None:
+            return {"tsv": self.tsv, "src_column": self.src_column, "tgt_column": self.tgt_column}
+        return {"src": self.src, "tgt": self.tgt}
+
+
+class SubwordConfig(Section):
+    type: Literal["bpe", "unigram", "char"] = "bpe"
+    vocab_size: int = Field(8000, gt=4)
+    joint: bool = True
+    character_coverage: float = Field(1.0, gt=0, le=1)
+    max_sentences: int = Field(1_000_000, gt=0)  # sentences sampled to train sentencepiece
+
+
+class DataConfig(Section):
+    train: CorpusFiles
+    dev: CorpusFiles | None = None
+    subwords: SubwordConfig = SubwordConfig()
+    max_length: int = Field(100, gt=0)  # pairs with more subwords on either side are dropped
+    batch_size: int = Field(64, gt=0)  # sentences per batch ...
+    batch_tokens: int | None = Field(None, gt=0)  # ... or a budget of (padded) tokens per batch
+    bucket_batches: int = Field(100, gt=0)  # batches per pool sorted by length
+
+
+class ModelConfig(Section):
+    rnn_type: Literal["gru", "lstm"] = "gru"
+    embedding_size: int = Field(256, gt=0)
+    encoder_hidden: int = Field(256, gt=0)  # per direction
+    encoder_layers: int = Field(1, gt=0)
+    bidirectional: bool = True
+    decoder_hidden: int = Field(512, gt=0)
+    decoder_layers: int = Field(1, gt=0)
+    attention: Literal[ATTENTIONS] = "bahdanau"
+    attention_size: int = Field(512, gt=0)  # hidden size of the additive/concat scorers
+    input_feeding: bool = True  # Luong: feed the previous attentional vector to the RNN
+    location_channels: int = Field(10, gt=0)  # location attention: conv filters ...
+    location_kernel: int = Field(31, gt=0)  # ... and their width (odd)
+    dropout: float = Field(0.3, ge=0, lt=1)
+    tie_embeddings: bool = False  # target embeddings = output projection
+    init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
+
+
+class TrainingConfig(Section):
+    seed: int = 42
+    threads: int | None = Field(None, gt=0)
+    learning_rate: float = Field(5e-4, gt=0)
+    clip_grad_norm: float | None = Field(1.0, gt=0)
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
+    lr_decay_factor: float = Field(0.5, gt=0, le=1)  # on plateau of the validation metric
+    lr_decay_patience: int = Field(2, ge=0)  # validations without improvement before decay
+    min_learning_rate: float = Field(1e-6, ge=0)
+    early_stopping_patience: int | None = Field(8, gt=0)  # validations; None = never stop early
+    early_stopping_metric: Literal["bleu", "loss"] = "bleu"
+    max_steps: int | None = Field(None, gt=0)
+    max_epochs: int | None = Field(None, gt=0)
+    max_minutes: float | None = Field(None, gt=0)
+    validate_every: int = Field(500, gt=0)
+    checkpoint_every: int | None = Field(None, gt=0)  # default: at each validation
+    log_every: int = Field(50, gt=0)
+    dev_beam: int = Field(1, gt=0)  # beam for dev BLEU (1 = greedy, fast)
+
+    @model_validator(mode="after")
+    def has_a_limit(self):
+        if self.max_steps is None and self.max_epochs is None and self.max_minutes is None:
+            raise ValueError("set at least one of max_steps, max_epochs, max_minutes")
+        return self
+
+
+class DecodingConfig(Section):
+    beam: int = Field(5, gt=0)
+    length_penalty: float = Field(1.0, ge=0)  # alpha of Wu et al. (2016); 0 = none
+    max_length_ratio: float = Field(1.5, gt=0)  # output at most ratio * source length + offset
+    max_length_offset: int = Field(10, ge=0)
+    batch_size: int = Field(64, gt=0)
+
+
+class Config(Section):
+    experiment_dir: Path
+    data: DataConfig
+    model: ModelConfig = ModelConfig()
+    training: TrainingConfig
+    decoding: DecodingConfig = DecodingConfig()
+
+
+def _resolve_paths(config: Config, base: Path) -> Config:
+    def resolve(p: Path | None) -> Path | None:
+        return None if p is None else (p if p.is_absolute() else (base / p).resolve())
+
+    config.experiment_dir = resolve(config.experiment_dir)
+    for files in (config.data.train, config.data.dev):
+        if files is not None:
+            files.src, files.tgt, files.tsv = resolve(files.src), resolve(files.tgt), resolve(files.tsv)
+    return config
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for e in error.errors():
+        where = ".".join(str(part) for part in e["loc"]) or "(top level)"
+        message = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
+
+
+def config_from_dict(raw: dict, base: Path, source: str = "config") -> Config:
+    if not isinstance(raw, dict):
+        raise AttnmtError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as e:
+        raise AttnmtError(f"{source}: invalid configuration\n{_describe(e)}") from None
+    return _resolve_paths(config, base)
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AttnmtError(f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise AttnmtError(f"{path}: cannot read config: {e}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise AttnmtError(f"{path}: not valid YAML: {e}") from None
+    return config_from_dict(raw, path.resolve().parent, source=str(path))
+
+
+def config_to_yaml(config: Config) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

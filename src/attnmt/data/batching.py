@@ -1,0 +1,86 @@
+"""Batches of similar length under a size budget, in a seeded, reproducible order.
+
+Sorting the whole corpus by length would make every epoch the same; shuffling alone
+would pad a lot. So each epoch shuffles, cuts the corpus into pools of many batches,
+sorts each pool by length, cuts it into batches, and shuffles the batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnmt.data.subwords import BOS, EOS, PAD
+
+
+@dataclass
+class Batch:
+    src: Tensor  # (B,S) source ids, padded with PAD
+    src_lengths: Tensor  # (B,)
+    tgt_in: Tensor | None = None  # (B,T) BOS y_1 ... y_n
+    tgt_out: Tensor | None = None  # (B,T) y_1 ... y_n EOS
+    indices: list[int] | None = None  # positions of these examples in the corpus
+
+    @property
+    def target_tokens(self) -> int:
+        return int((self.tgt_out != PAD).sum())
+
+
+def pad(sequences: list[list[int]]) -> tuple[Tensor, Tensor]:
+    lengths = torch.tensor([len(s) for s in sequences])
+    out = torch.full((len(sequences), int(lengths.max())), PAD, dtype=torch.long)
+    for i, s in enumerate(sequences):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out, lengths
+
+
+def make_batch(src: list[list[int]], tgt: list[list[int]] | None = None,
+               indices: list[int] | None = None) -> Batch:
+    """Source sequences end with EOS; target sequences get BOS (input) and EOS (output)."""
+    src_ids, src_lengths = pad([s + [EOS] for s in src])
+    if tgt is None:
+        return Batch(src_ids, src_lengths, indices=indices)
+    tgt_in, _ = pad([[BOS] + t for t in tgt])
+    tgt_out, _ = pad([t + [EOS] for t in tgt])
+    return Batch(src_ids, src_lengths, tgt_in, tgt_out, indices)
+
+
+def split_by_budget(order: list[int], sizes: list[int], batch_size: int,
+                    batch_tokens: int | None) -> list[list[int]]:
+    """Consecutive runs of ``order``: at most batch_size sentences, or, with a token budget,
+    at most batch_tokens padded tokens (longest member times count)."""
+    batches, current, longest = [], [], 0
+    for i in order:
+        new_longest = max(longest, sizes[i])
+        full = (len(current) + 1) * new_longest > batch_tokens if batch_tokens else len(current) == batch_size
+        if current and full:
+            batches.append(current)
+            current, new_longest = [], sizes[i]
+        current.append(i)
+        longest = new_longest
+    if current:
+        batches.append(current)
+    return batches
+
+
+def epoch_batches(sizes: list[int], batch_size: int, batch_tokens: int | None, pool_batches: int,
+                  seed: int, epoch: int) -> list[list[int]]:
+    """The batches of one epoch, as lists of example indices; a function of (seed, epoch) only,
+    so resuming at batch k of epoch e replays exactly the same order."""
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    order = torch.randperm(len(sizes), generator=generator).tolist()
+    pool = pool_batches * (batch_size if batch_tokens is None else max(1, batch_tokens // max(sizes)))
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start:start + pool], key=lambda i: sizes[i])
+        batches += split_by_budget(chunk, sizes, batch_size, batch_tokens)
+    shuffled = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in shuffled]
+
+
+def inference_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices sorted by length (less padding) and cut into batches; callers restore the order."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]

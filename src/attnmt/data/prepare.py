@@ -1,0 +1,64 @@
+"""From corpus files to encoded sentence pairs: read, train or load subwords, encode, filter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from attnmt.config import Config, CorpusFiles, config_to_yaml
+from attnmt.data.corpus import read_corpus
+from attnmt.data.subwords import Subwords, load_subwords, subword_paths, train_subwords
+
+
+@dataclass
+class EncodedCorpus:
+    sources: list[str]  # raw text, for BLEU against references
+    targets: list[str]
+    src_ids: list[list[int]]
+    tgt_ids: list[list[int]]
+
+    def __len__(self):
+        return len(self.src_ids)
+
+    def sizes(self) -> list[int]:
+        """Padded length that a pair occupies in a batch (+1 for BOS/EOS)."""
+        return [max(len(s), len(t)) + 1 for s, t in zip(self.src_ids, self.tgt_ids)]
+
+
+def prepare(config: Config, log: Callable[[str], None] = print, force: bool = False):
+    """Trains the subword model(s) on the training corpus (unless present) and writes
+    the config into the experiment folder, which then holds everything to translate."""
+    folder = config.experiment_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+    src_path, tgt_path = subword_paths(folder, config.data.subwords.joint)
+    if src_path.is_file() and tgt_path.is_file() and not force:
+        log(f"subword model(s) already in {src_path.parent}")
+        return load_subwords(folder, config.data.subwords.joint)
+    corpus = read_corpus(config.data.train.as_spec())
+    _report_dropped(config.data.train, corpus.dropped_empty, 0, log)
+    sub = config.data.subwords
+    log(f"training {'joint' if sub.joint else 'separate'} {sub.type} subwords "
+        f"({sub.vocab_size}) on {len(corpus.sources)} pairs")
+    return train_subwords(corpus.sources, corpus.targets, sub, folder, config.training.seed)
+
+
+def encode_corpus(files: CorpusFiles, src_sw: Subwords, tgt_sw: Subwords, max_length: int | None,
+                  log: Callable[[str], None] = print) -> EncodedCorpus:
+    corpus = read_corpus(files.as_spec())
+    data = EncodedCorpus(corpus.sources, corpus.targets, src_sw.encode(corpus.sources),
+                         tgt_sw.encode(corpus.targets))
+    if max_length is None:
+        return data
+    keep = [i for i in range(len(data)) if max(len(data.src_ids[i]), len(data.tgt_ids[i])) <= max_length]
+    _report_dropped(files, corpus.dropped_empty, len(data) - len(keep), log, max_length)
+    return EncodedCorpus(*([column[i] for i in keep] for column in
+                           (data.sources, data.targets, data.src_ids, data.tgt_ids)))
+
+
+def _report_dropped(files: CorpusFiles, empty: int, long: int, log, max_length: int | None = None):
+    name = files.tsv or files.src
+    if empty:
+        log(f"{name}: dropped {empty} pair(s) with an empty side")
+    if long:
+        log(f"{name}: dropped {long} pair(s) longer than {max_length} subwords")

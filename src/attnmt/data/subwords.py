@@ -1,0 +1,91 @@
+"""Subword vocabularies with sentencepiece, stored in the experiment folder.
+
+Every model attnmt trains uses the same special ids (pad 0, unk 1, bos 2, eos 3), so
+token ids mean the same thing in the model, the batches and the decoder.
+A joint vocabulary is one model ``spm/joint.model`` for both sides; separate ones are
+``spm/src.model`` and ``spm/tgt.model``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import sentencepiece as spm
+
+from attnmt.config import SubwordConfig
+from attnmt.errors import AttnmtError
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+class Subwords:
+    """One sentencepiece model: text <-> ids, and the pieces for display."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(path))
+        except (OSError, RuntimeError) as e:
+            raise AttnmtError(f"{path}: not a valid sentencepiece model ({e})") from None
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts, out_type=int)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.sp.decode(ids)
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        return [self.sp.id_to_piece(i) for i in ids]
+
+
+def subword_paths(folder: Path, joint: bool) -> tuple[Path, Path]:
+    folder = Path(folder) / "spm"
+    if joint:
+        return folder / "joint.model", folder / "joint.model"
+    return folder / "src.model", folder / "tgt.model"
+
+
+def train_subwords(sources: list[str], targets: list[str], config: SubwordConfig, folder: Path,
+                   seed: int = 0) -> tuple[Subwords, Subwords]:
+    """Trains the sentencepiece model(s) on the training corpus and stores them in ``folder/spm``."""
+    src_path, tgt_path = subword_paths(folder, config.joint)
+    src_path.parent.mkdir(parents=True, exist_ok=True)
+    if config.joint:
+        _train_one(sources + targets, config, src_path, seed)
+    else:
+        _train_one(sources, config, src_path, seed)
+        _train_one(targets, config, tgt_path, seed)
+    return Subwords(src_path), Subwords(tgt_path)
+
+
+def load_subwords(folder: Path, joint: bool) -> tuple[Subwords, Subwords]:
+    src_path, tgt_path = subword_paths(folder, joint)
+    for path in (src_path, tgt_path):
+        if not path.is_file():
+            raise AttnmtError(f"{path}: no subword model; run 'attnmt prepare' first")
+    return Subwords(src_path), Subwords(tgt_path)
+
+
+def _train_one(texts: list[str], config: SubwordConfig, path: Path, seed: int):
+    if len(texts) > config.max_sentences:  # sample here, with our seed, so the result is reproducible
+        texts = random.Random(seed).sample(texts, config.max_sentences)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        prefix = os.path.join(tmp, "model")
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts), model_prefix=prefix, model_type=config.type,
+                vocab_size=config.vocab_size, hard_vocab_limit=False,
+                character_coverage=config.character_coverage,
+                pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+                num_threads=os.cpu_count() or 1, minloglevel=2,
+                max_sentence_length=1 << 16,
+            )
+        except RuntimeError as e:
+            raise AttnmtError(f"training the subword model failed: {e}") from None
+        os.replace(prefix + ".model", path)  # atomic: a half-written model is never left behind

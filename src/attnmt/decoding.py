@@ -1,0 +1,160 @@
+"""Decoding: greedy and batched beam search over a batch of source sentences.
+
+Both return, for each sentence, hypotheses with their token ids (ending in EOS when the
+model produced it), score and attention matrix (one row per output token, one column
+per source token). Scores are log-probabilities divided by the length penalty of
+Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6) ** alpha, so greedy and beam scores compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnmt.data.subwords import BOS, EOS
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # output ids, EOS included when produced
+    score: float  # log_prob / length penalty
+    log_prob: float
+    attention: Tensor | None  # (len(tokens), source length incl. EOS), None without attention
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_output_lengths(src_lengths: Tensor, ratio: float, offset: int) -> list[int]:
+    return [max(1, int(ratio * n + offset)) for n in src_lengths.tolist()]
+
+
+def _hypothesis(tokens: list[int], log_prob: float, attention: Tensor | None, alpha: float,
+                src_length: int) -> Hypothesis:
+    if attention is not None:
+        attention = attention[: len(tokens), :src_length].clone()
+    return Hypothesis(tokens, log_prob / length_penalty(len(tokens), alpha), log_prob, attention)
+
+
+@torch.inference_mode()
+def greedy_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
+                  alpha: float = 1.0) -> list[list[Hypothesis]]:
+    """At each step take the most probable token; stop at EOS or the length limit."""
+    batch = src.size(0)
+    memory = model.encode(src, src_lengths)
+    state = model.init_state(memory)
+    prev = torch.full((batch,), BOS, dtype=torch.long)
+    limits = torch.tensor(max_lengths)
+    done = torch.zeros(batch, dtype=torch.bool)
+    log_probs = torch.zeros(batch)
+    steps, weights = [], []
+    for t in range(max(max_lengths)):
+        step_log_probs, state, step_weights = model.decode_step(prev, state, memory)
+        best, prev = step_log_probs.max(dim=-1)
+        log_probs += best.masked_fill(done, 0.0)
+        steps.append(prev.masked_fill(done, EOS))
+        if step_weights is not None:
+            weights.append(step_weights)
+        done |= (prev == EOS) | (limits <= t + 1)
+        if bool(done.all()):
+            break
+    tokens = torch.stack(steps, dim=1).tolist()
+    attention = torch.stack(weights, dim=1) if weights else None
+    results = []
+    for i in range(batch):
+        seq = tokens[i][: _length_with_eos(tokens[i], max_lengths[i])]
+        matrix = None if attention is None else attention[i]
+        results.append([_hypothesis(seq, float(log_probs[i]), matrix, alpha, int(src_lengths[i]))])
+    return results
+
+
+def _length_with_eos(tokens: list[int], limit: int) -> int:
+    return min(tokens.index(EOS) + 1 if EOS in tokens else len(tokens), limit)
+
+
+@torch.inference_mode()
+def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
+                n_best: int = 1, alpha: float = 1.0) -> list[list[Hypothesis]]:
+    """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
+
+    A hypothesis that ends in EOS leaves the beam for the finished list of its sentence; a
+    sentence is done when it has ``beam`` finished hypotheses or reaches its length limit,
+    and its rows then leave the batch, so later steps only compute what is still open.
+    """
+    if n_best > beam:
+        raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
+    batch, k = src.size(0), beam
+    memory = model.encode(src, src_lengths)
+    state = model.init_state(memory)
+    rows = torch.arange(batch).repeat_interleave(k)
+    memory, state = memory.select(rows), state.select(rows)
+    scores = torch.full((batch, k), float("-inf"))
+    scores[:, 0] = 0.0  # all beams start identical: keep one, or the top-k would be k copies
+    tokens = torch.full((batch * k, 1), BOS, dtype=torch.long)
+    attention = torch.zeros(batch * k, 0, src.size(1)) if model.attention is not None else None
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    active = torch.arange(batch)  # sentence id of each group of k rows
+    src_lengths_list = src_lengths.tolist()
+
+    def finish(sentence: int, row: int, token: int | None, log_prob: float, weights: Tensor | None):
+        seq = tokens[row, 1:].tolist() + ([token] if token is not None else [])
+        rows_attention = None
+        if attention is not None:
+            rows_attention = attention[row] if weights is None else torch.cat([attention[row], weights[None]])
+        finished[sentence].append(_hypothesis(seq, log_prob, rows_attention, alpha,
+                                              src_lengths_list[sentence]))
+
+    for t in range(max(max_lengths)):
+        log_probs, state, weights = model.decode_step(tokens[:, -1], state, memory)
+        n, vocab = active.numel(), log_probs.size(-1)
+        candidates = (scores.view(-1, 1) + log_probs).view(n, k * vocab)
+        top_scores, top_ids = candidates.topk(2 * k, dim=1)  # 2k: at most k of them end in EOS
+        origin, next_token = top_ids // vocab, top_ids % vocab
+        is_eos = next_token == EOS
+
+        # EOS among the best k candidates: finished hypotheses.
+        for g, j in (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist():
+            row = g * k + int(origin[g, j])
+            finish(int(active[g]), row, EOS, float(top_scores[g, j]),
+                   None if weights is None else weights[row])
+
+        # The best k candidates that do not end in EOS stay alive.
+        alive = ~is_eos & (torch.cumsum((~is_eos).long(), dim=1) <= k)
+        origin = origin[alive].view(n, k)
+        source_rows = (torch.arange(n).unsqueeze(1) * k + origin).view(-1)
+        scores = top_scores[alive].view(n, k)
+        tokens = torch.cat([tokens[source_rows], next_token[alive].view(-1, 1)], dim=1)
+        state = state.select(source_rows)
+        if attention is not None:
+            attention = torch.cat([attention[source_rows], weights[source_rows].unsqueeze(1)], dim=1)
+
+        # Sentences at their length limit finish with their live hypotheses.
+        done = []
+        for g, sentence in enumerate(active.tolist()):
+            if len(finished[sentence]) < k and t + 1 >= max_lengths[sentence]:
+                for j in range(k):
+                    if scores[g, j] > float("-inf"):
+                        finish(sentence, g * k + j, None, float(scores[g, j]), None)
+            done.append(len(finished[sentence]) >= k or t + 1 >= max_lengths[sentence])
+        keep = ~torch.tensor(done)
+        if not bool(keep.any()):
+            break
+        if not bool(keep.all()):  # drop finished sentences from the batch
+            rows = (torch.nonzero(keep).view(-1, 1) * k + torch.arange(k)).view(-1)
+            active, scores, tokens = active[keep], scores[keep], tokens[rows]
+            memory, state = memory.select(rows), state.select(rows)
+            if attention is not None:
+                attention = attention[rows]
+
+    return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
+
+
+def decode(model, src: Tensor, src_lengths: Tensor, beam: int = 1, n_best: int = 1,
+           alpha: float = 1.0, max_length_ratio: float = 1.5, max_length_offset: int = 10):
+    max_lengths = max_output_lengths(src_lengths, max_length_ratio, max_length_offset)
+    if beam == 1 and n_best == 1:
+        return greedy_search(model, src, src_lengths, max_lengths, alpha)
+    return beam_search(model, src, src_lengths, max_lengths, beam, n_best, alpha)

@@ -1,0 +1,207 @@
+"""Translation quality evaluation: corpus BLEU and chrF, plus BLEU by sentence length.
+
+All scoring is delegated to sacrebleu, run on *detokenized* text, so numbers are
+comparable with published sacreBLEU results and each score carries sacrebleu's
+signature (tokenizer, casing, smoothing, version) for reproducibility.
+
+The length breakdown groups sentences by the number of whitespace-separated words
+in the *source* and computes corpus BLEU inside each group, the view used by
+Bahdanau et al. (2014), Fig. 2, to show how attention helps on long sentences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from sacrebleu.metrics import BLEU, CHRF
+
+from attnmt.errors import AttnmtError
+
+__all__ = [
+    "Score",
+    "Bucket",
+    "corpus_scores",
+    "bleu_by_length",
+    "evaluation_report",
+    "format_report",
+]
+
+
+@dataclass
+class Score:
+    """One metric result."""
+
+    name: str  # "BLEU" or "chrF"
+    score: float
+    signature: str  # sacrebleu signature, e.g. "nrefs:1|case:mixed|...|version:2.6.0"
+    detail: str  # sacrebleu's formatted line, e.g. "BLEU = 35.1 67.0/42.1/... (BP = ...)"
+
+
+@dataclass
+class Bucket:
+    """Sentences whose source length (in words) lies in [low, high)."""
+
+    low: int
+    high: int | None  # None: open-ended last bucket
+    sentences: int
+    bleu: float | None  # None when the bucket is empty
+
+
+def _check_parallel(**named: Sequence[str]) -> int:
+    """Check that the named lists are non-empty and equally long; return the length."""
+    counts = {name: len(items) for name, items in named.items()}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{n} {name}" for name, n in counts.items())
+        raise AttnmtError(f"cannot score: line counts differ ({listed})")
+    n = next(iter(counts.values()))
+    if n == 0:
+        raise AttnmtError("cannot score: no sentences given")
+    return n
+
+
+def corpus_scores(
+    hypotheses: list[str],
+    references: list[str],
+    tokenize: str = "13a",
+    lowercase: bool = False,
+) -> dict[str, Score]:
+    """Corpus-level sacreBLEU and chrF of detokenized hypotheses against one reference each.
+
+    Returns {"bleu": Score, "chrf": Score}. Raises AttnmtError if the lists are
+    empty or differ in length.
+    """
+    _check_parallel(hypotheses=hypotheses, references=references)
+    refs = [list(references)]  # sacrebleu takes a list of reference streams
+
+    results = {}
+    for key, name, metric in (
+        ("bleu", "BLEU", BLEU(tokenize=tokenize, lowercase=lowercase)),
+        ("chrf", "chrF", CHRF(lowercase=lowercase)),
+    ):
+        result = metric.corpus_score(list(hypotheses), refs)
+        results[key] = Score(
+            name=name,
+            score=float(result.score),
+            signature=str(metric.get_signature()),
+            detail=str(result),
+        )
+    return results
+
+
+def _bucket_edges(width: int, max_low: int) -> list[tuple[int, int | None]]:
+    """[0, w), [w, 2w), ... up to max_low, then the open bucket [max_low, inf)."""
+    if width <= 0:
+        raise AttnmtError(f"bucket width must be positive, got {width}")
+    if max_low < 0:
+        raise AttnmtError(f"max_low must be non-negative, got {max_low}")
+    edges: list[tuple[int, int | None]] = [
+        (low, min(low + width, max_low)) for low in range(0, max_low, width)
+    ]
+    edges.append((max_low, None))
+    return edges
+
+
+def bleu_by_length(
+    sources: list[str],
+    hypotheses: list[str],
+    references: list[str],
+    width: int = 10,
+    max_low: int = 50,
+    *,
+    tokenize: str = "13a",
+    lowercase: bool = False,
+) -> list[Bucket]:
+    """Corpus BLEU per source-length bucket; empty buckets are kept with bleu=None."""
+    _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
+    edges = _bucket_edges(width, max_low)
+
+    # Sentence indices per bucket, by whitespace word count of the source.
+    members: list[list[int]] = [[] for _ in edges]
+    for i, src in enumerate(sources):
+        n_words = len(src.split())
+        for b, (low, high) in enumerate(edges):
+            if n_words >= low and (high is None or n_words < high):
+                members[b].append(i)
+                break
+
+    buckets = []
+    for (low, high), idx in zip(edges, members):
+        bleu = None
+        if idx:
+            metric = BLEU(tokenize=tokenize, lowercase=lowercase)
+            result = metric.corpus_score(
+                [hypotheses[i] for i in idx], [[references[i] for i in idx]]
+            )
+            bleu = float(result.score)
+        buckets.append(Bucket(low=low, high=high, sentences=len(idx), bleu=bleu))
+    return buckets
+
+
+def evaluation_report(
+    sources: list[str],
+    hypotheses: list[str],
+    references: list[str],
+    **kw: Any,
+) -> dict:
+    """JSON-serialisable summary: BLEU, chrF, sentence count and BLEU by length.
+
+    Keyword arguments: tokenize, lowercase (all metrics); width, max_low (buckets).
+    """
+    unknown = set(kw) - {"tokenize", "lowercase", "width", "max_low"}
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    metric_kw = {k: kw[k] for k in ("tokenize", "lowercase") if k in kw}
+    bucket_kw = {k: kw[k] for k in ("width", "max_low") if k in kw}
+
+    n = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
+    scores = corpus_scores(hypotheses, references, **metric_kw)
+    buckets = bleu_by_length(sources, hypotheses, references, **bucket_kw, **metric_kw)
+
+    report: dict[str, Any] = {
+        key: {"score": s.score, "signature": s.signature, "detail": s.detail}
+        for key, s in scores.items()
+    }
+    report["sentences"] = n
+    report["by_length"] = [asdict(b) for b in buckets]
+    return report
+
+
+def _bucket_label(low: int, high: int | None) -> str:
+    if high is None:
+        return f"{low}+"
+    return f"{low}-{high - 1}"  # high is exclusive
+
+
+def format_report(report: dict) -> str:
+    """Render an evaluation_report() dict as plain text with an aligned length table."""
+    lines = [
+        f"BLEU {report['bleu']['score']:.2f}  ({report['bleu']['signature']})",
+        f"chrF {report['chrf']['score']:.2f}  ({report['chrf']['signature']})",
+        f"sentences: {report['sentences']}",
+        "",
+    ]
+
+    header = ("source words", "sentences", "BLEU")
+    rows = [
+        (
+            _bucket_label(b["low"], b["high"]),
+            str(b["sentences"]),
+            "-" if b["bleu"] is None else f"{b['bleu']:.2f}",
+        )
+        for b in report["by_length"]
+    ]
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(3)]
+
+    def fmt(row: tuple[str, str, str], header: bool = False) -> str:
+        # Header and labels left-aligned, numbers right-aligned.
+        cells = [row[0].ljust(widths[0])] + [
+            cell.ljust(w) if header else cell.rjust(w)
+            for cell, w in zip(row[1:], widths[1:])
+        ]
+        return " | ".join(cells).rstrip()
+
+    lines.append(fmt(header, header=True))
+    lines.append("-+-".join("-" * w for w in widths))
+    lines.extend(fmt(r) for r in rows)
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""Attention: score every encoder state h_j against a decoder state s, softmax, weighted sum.
+
+    e_j  = score(s, h_j)                  one number per source position
+    a    = softmax(e)  over real (non-padding) positions
+    c    = sum_j a_j h_j                  the context vector
+
+The variants differ only in ``score``. Queries have shape (batch, steps, query_size), so
+one call scores a single decoder step (steps = 1) or every step at once when the
+decoder states are known in advance (Luong attention without input feeding).
+``keys`` are what ``project_keys`` makes of the encoder states, once per sentence.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor, nn
+
+
+class Attention(nn.Module, ABC):
+    #: True when the query is the previous decoder state s_{t-1} (Bahdanau, location);
+    #: False when it is the current state s_t (Luong).
+    query_is_previous_state = False
+
+    def project_keys(self, memory: Tensor) -> Tensor:
+        """Work that depends on the source only, done once per sentence."""
+        return memory
+
+    @abstractmethod
+    def score(self, query: Tensor, keys: Tensor, prev_weights: Tensor | None) -> Tensor:
+        """Scores e (B,T,S) of each query against each source position."""
+
+    def forward(self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor,
+                prev_weights: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """query (B,T,Q), memory (B,S,M), mask (B,S) True at real tokens -> context (B,T,M), weights (B,T,S)."""
+        scores = self.score(query, keys, prev_weights)
+        scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        context = torch.bmm(weights, memory)
+        return context, weights
+
+
+class BahdanauAttention(Attention):
+    """Additive attention (Bahdanau et al., 2014): e_j = v^T tanh(W_s s_{t-1} + W_h h_j)."""
+
+    query_is_previous_state = True
+
+    def __init__(self, query_size: int, memory_size: int, hidden_size: int):
+        super().__init__()
+        self.W_s = nn.Linear(query_size, hidden_size, bias=False)
+        self.W_h = nn.Linear(memory_size, hidden_size, bias=True)
+        self.v = nn.Linear(hidden_size, 1, bias=False)
+
+    def project_keys(self, memory):
+        return self.W_h(memory)  # W_h h_j for all j, once per sentence
+
+    def score(self, query, keys, prev_weights):
+        return self.v(torch.tanh(self.W_s(query).unsqueeze(2) + keys.unsqueeze(1))).squeeze(-1)
+
+
+class LuongDotAttention(Attention):
+    """Luong et al. (2015), dot: e_j = s_t^T h_j (needs equal sizes)."""
+
+    def score(self, query, keys, prev_weights):
+        return torch.bmm(query, keys.transpose(1, 2))
+
+
+class LuongGeneralAttention(Attention):
+    """Luong et al. (2015), general: e_j = s_t^T W h_j; W h_j is computed once per sentence."""
+
+    def __init__(self, query_size: int, memory_size: int):
+        super().__init__()
+        self.W = nn.Linear(memory_size, query_size, bias=False)
+
+    def project_keys(self, memory):
+        return self.W(memory)
+
+    def score(self, query, keys, prev_weights):
+        return torch.bmm(query, keys.transpose(1, 2))
+
+
+class LuongConcatAttention(BahdanauAttention):
+    """Luong et al. (2015), concat: e_j = v^T tanh(W [s_t; h_j]).
+
+    W [s; h] = W_s s + W_h h: the additive score, but of the current decoder state s_t.
+    """
+
+    query_is_previous_state = False
+
+
+class LocationAttention(Attention):
+    """Location-aware (hybrid) attention, Chorowski et al. (2015):
+
+        f   = F * a_{t-1}                                   convolution of the previous weights
+        e_j = w^T tanh(W s_{t-1} + V h_j + U f_j + b)
+    """
+
+    query_is_previous_state = True
+
+    def __init__(self, query_size: int, memory_size: int, hidden_size: int, channels: int, kernel: int):
+        super().__init__()
+        if kernel % 2 == 0:
+            raise ValueError("location_kernel must be odd so the convolution keeps the source length")
+        self.F = nn.Conv1d(1, channels, kernel, padding=kernel // 2, bias=False)
+        self.W = nn.Linear(query_size, hidden_size, bias=False)
+        self.V = nn.Linear(memory_size, hidden_size, bias=True)  # carries the bias b
+        self.U = nn.Linear(channels, hidden_size, bias=False)
+        self.w = nn.Linear(hidden_size, 1, bias=False)
+
+    def project_keys(self, memory):
+        return self.V(memory)
+
+    def score(self, query, keys, prev_weights):
+        if query.size(1) != 1:
+            raise ValueError("location attention scores one decoder step at a time")
+        f = self.F(prev_weights).transpose(1, 2)  # (B,1,S) -> (B,S,channels)
+        energy = self.W(query) + keys + self.U(f)  # (B,1,H) broadcasts over (B,S,H)
+        return self.w(torch.tanh(energy)).squeeze(-1).unsqueeze(1)
+
+
+def build_attention(name: str, query_size: int, memory_size: int, hidden_size: int,
+                    location_channels: int = 10, location_kernel: int = 31) -> Attention | None:
+    """The attention named in the config; None for 'none' (fixed context, no attention)."""
+    if name == "none":
+        return None
+    if name == "bahdanau":
+        return BahdanauAttention(query_size, memory_size, hidden_size)
+    if name == "luong-dot":
+        if query_size != memory_size:
+            raise ValueError(f"luong-dot needs decoder size ({query_size}) = encoder output size ({memory_size})")
+        return LuongDotAttention()
+    if name == "luong-general":
+        return LuongGeneralAttention(query_size, memory_size)
+    if name == "luong-concat":
+        return LuongConcatAttention(query_size, memory_size, hidden_size)
+    if name == "location":
+        return LocationAttention(query_size, memory_size, hidden_size, location_channels, location_kernel)
+    raise ValueError(f"unknown attention {name!r}; choose one of none, bahdanau, luong-dot, "
+                     "luong-general, luong-concat, location")
+
+
+__all__ = ["Attention", "BahdanauAttention", "LuongDotAttention", "LuongGeneralAttention",
+           "LuongConcatAttention", "LocationAttention", "build_attention"]
