@@ -99,6 +99,7 @@ class TrainingConfig(Section):
     checkpoint_every: int | None = Field(None, gt=0)  # default: at each validation
     log_every: int = Field(50, gt=0)
     dev_beam: int = Field(1, gt=0)  # beam for dev BLEU (1 = greedy, fast)
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast matrix products, fp32 master weights
 
     @model_validator(mode="after")
     def has_a_limit(self):

@@ -63,7 +63,7 @@ class Trainer:
         self.dev_data = (encode_corpus(config.data.dev, self.src_sw, self.tgt_sw, None, log)
                          if config.data.dev else None)
         self.model = build_model(config.model, len(self.src_sw), len(self.tgt_sw))
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.learning_rate)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.learning_rate, fused=True)
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             self.optimizer, mode="max" if tc.early_stopping_metric == "bleu" else "min",
             factor=tc.lr_decay_factor, patience=tc.lr_decay_patience, min_lr=tc.min_learning_rate)
@@ -167,9 +167,10 @@ class Trainer:
         """One update; returns the summed loss and the number of target tokens."""
         tc = self.config.training
         self.model.train()
-        logits, _ = self.model(batch.src, batch.src_lengths, batch.tgt_in)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.precision == "bf16"):
+            logits, _ = self.model(batch.src, batch.src_lengths, batch.tgt_in)
         tokens = batch.target_tokens
-        loss = sequence_loss(logits, batch.tgt_out, tc.label_smoothing)
+        loss = sequence_loss(logits.float(), batch.tgt_out, tc.label_smoothing)
         self.optimizer.zero_grad(set_to_none=True)
         (loss / tokens).backward()  # mean over tokens: the step size does not depend on batch shape
         if tc.clip_grad_norm:

@@ -42,12 +42,14 @@ def read_lines(path: PathLike) -> list[str]:
     when a sentence contains characters such as U+2028 that
     `str.splitlines` would treat as line breaks.
     """
-    data = _read_bytes(path)
+    return split_lines(_read_bytes(path), path)
+
+
+def split_lines(data: bytes, name: PathLike) -> list[str]:
+    """The lines of file contents ``data`` (plain or gzip); ``name`` appears in errors."""
     if data.startswith(_GZIP_MAGIC):
-        data = _gunzip(data, path)
-    text = _decode(data, path)
-    if text.startswith(_BOM):
-        text = text[len(_BOM):]
+        data = _gunzip(data, name)
+    text = _decode(data, name).removeprefix(_BOM)
     if not text:
         return []
     lines = text.split("\n")

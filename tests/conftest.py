@@ -1,0 +1,50 @@
+"""Shared helpers: toy experiments built through the real pipeline (TSV -> subwords -> model)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnmt.config import config_from_dict
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+ALPHABET = "abcdefghij"
+
+
+def random_strings(n: int, low: int, high: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(low, high))) for _ in range(n)]
+
+
+def write_tsv(path: Path, pairs) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    return path
+
+
+def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=None, data=None, decoding=None):
+    """A config for a character-level toy task, with small sizes unless overridden."""
+    raw = {
+        "experiment_dir": str(folder / "exp"),
+        "data": {"train": {"tsv": str(write_tsv(folder / "train.tsv", train_pairs))},
+                 "subwords": {"type": "char", "vocab_size": 40, "joint": True},
+                 "batch_size": 32, "max_length": 100, **(data or {})},
+        "model": {"embedding_size": 32, "encoder_hidden": 32, "decoder_hidden": 64, "attention_size": 32,
+                  "dropout": 0.0, **(model or {})},
+        "training": {"max_steps": 20, "validate_every": 10, "log_every": 5, "learning_rate": 0.005,
+                     "early_stopping_patience": None, "threads": 2, **(training or {})},
+        "decoding": {"beam": 3, "batch_size": 16, **(decoding or {})},
+    }
+    if dev_pairs is not None:
+        raw["data"]["dev"] = {"tsv": str(write_tsv(folder / "dev.tsv", dev_pairs))}
+    return config_from_dict(raw, folder)
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.manual_seed(0)
+    yield
