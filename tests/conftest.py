@@ -48,3 +48,22 @@ def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=N
 def _deterministic():
     torch.manual_seed(0)
     yield
+
+
+def reverse(s: str) -> str:
+    return s[::-1]
+
+
+@pytest.fixture(scope="session")
+def reverse_model(tmp_path_factory):
+    """A small Bahdanau model trained to reverse strings (about 20 s); shared by several tests."""
+    from attnmt.api import load
+    from attnmt.training import train
+
+    folder = tmp_path_factory.mktemp("reverse")
+    train_src, dev_src = random_strings(4000, 3, 8, seed=1), random_strings(200, 3, 8, seed=2)
+    config = toy_config(folder, [(s, reverse(s)) for s in train_src], [(s, reverse(s)) for s in dev_src],
+                        model={"attention": "bahdanau"}, training={"max_steps": 400, "validate_every": 400})
+    torch.manual_seed(0)
+    train(config, log=lambda m: None, progress=False)
+    return load(config.experiment_dir), dev_src

@@ -1,0 +1,99 @@
+"""Greedy and beam search: agreement, ordering of scores, n-best lists, length limits."""
+
+import pytest
+import torch
+
+from attnmt.config import ModelConfig
+from attnmt.data.batching import make_batch
+from attnmt.decoding import beam_search, greedy_search, length_penalty, max_output_lengths
+from attnmt.models import EOS, build_model
+
+from conftest import reverse
+
+
+def untrained(attention):
+    config = ModelConfig(attention=attention, embedding_size=16, encoder_hidden=8, decoder_hidden=16,
+                         attention_size=8, dropout=0.0, location_kernel=3)
+    return build_model(config, 20, 20).eval()
+
+
+def random_batch(n=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return make_batch([torch.randint(4, 20, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g).tolist()
+                       for _ in range(n)])
+
+
+@pytest.mark.parametrize("attention", ["none", "bahdanau", "luong-general", "location"])
+def test_beam_of_one_equals_greedy(attention):
+    model = untrained(attention)
+    batch = random_batch()
+    limits = max_output_lengths(batch.src_lengths, 1.5, 5)
+    greedy = greedy_search(model, batch.src, batch.src_lengths, limits)
+    beam = beam_search(model, batch.src, batch.src_lengths, limits, beam=1)
+    for g, b in zip(greedy, beam):
+        assert g[0].tokens == b[0].tokens
+        assert g[0].score == pytest.approx(b[0].score, abs=1e-4)
+        if g[0].attention is not None:
+            torch.testing.assert_close(g[0].attention, b[0].attention)
+
+
+def test_outputs_respect_length_limits_and_end_in_eos_otherwise():
+    model = untrained("bahdanau")
+    batch = random_batch()
+    limits = [1, 2, 3, 4, 5]
+    for hyps in (greedy_search(model, batch.src, batch.src_lengths, limits),
+                 beam_search(model, batch.src, batch.src_lengths, limits, beam=3, n_best=3)):
+        for limit, sentence in zip(limits, hyps):
+            for h in sentence:
+                assert len(h.tokens) <= limit
+                assert EOS not in h.tokens[:-1]
+
+
+def test_beam_search_on_trained_model_never_scores_below_greedy(reverse_model):
+    model, sources = reverse_model
+    greedy = model.translate(sources[:60], beam=1)
+    beam = model.translate(sources[:60], beam=5)
+    for g, b in zip(greedy, beam):
+        assert b.score >= g.score - 1e-4
+
+
+def test_nbest_lists_are_sorted_distinct_and_carry_attention(reverse_model):
+    model, sources = reverse_model
+    for t in model.translate(sources[:10], beam=4, n_best=4):
+        scores = [c.score for c in t.candidates]
+        assert len(t.candidates) == 4 and scores == sorted(scores, reverse=True)
+        assert len({tuple(c.tokens) for c in t.candidates}) == 4
+        for c in t.candidates:
+            assert c.attention.shape == (len(c.tokens), len(t.source_tokens))
+            torch.testing.assert_close(torch.from_numpy(c.attention).sum(-1), torch.ones(len(c.tokens)))
+
+
+def test_api_returns_text_tokens_score_attention_in_input_order(reverse_model):
+    model, _ = reverse_model
+    inputs = ["abc", "", "hgfedcb", "  ", "ja"]
+    results = model.translate(inputs, beam=3)
+    assert [r.source for r in results] == inputs
+    assert results[1].text == "" and results[3].text == ""
+    assert results[0].text == reverse("abc") and results[2].text == reverse("hgfedcb")
+    first = results[0]
+    assert first.tokens[-1] == "</s>" and first.source_tokens[-1] == "</s>"
+    assert first.score < 0
+    # The reversal is visible in the attention: output character k looks at input character n-1-k.
+    letters = [i for i, p in enumerate(first.source_tokens) if p.strip("▁") in "abc" and p.strip("▁")]
+    for k, piece in enumerate(p for p in first.tokens if p.strip("▁")):
+        if piece != "</s>":
+            assert first.attention[first.tokens.index(piece)].argmax() == letters[len(letters) - 1 - k]
+
+
+def test_translate_rejects_bad_arguments(reverse_model):
+    model, _ = reverse_model
+    with pytest.raises(TypeError):
+        model.translate("abc")
+    with pytest.raises(ValueError):
+        model.translate(["abc"], beam=2, n_best=3)
+
+
+def test_length_penalty_is_wu_et_al():
+    assert length_penalty(1, 1.0) == 1.0
+    assert length_penalty(7, 0.6) == pytest.approx((12 / 6) ** 0.6)
+    assert length_penalty(10, 0.0) == 1.0

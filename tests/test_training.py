@@ -1,0 +1,99 @@
+"""Training loop: resume equals an uninterrupted run, checkpoints and logs, early stopping, refusals."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnmt.errors import AttnmtError
+from attnmt.training import Trainer, train
+
+from conftest import random_strings, reverse, toy_config
+
+PAIRS = [(s, reverse(s)) for s in random_strings(300, 3, 8, seed=5)]
+DEV = [(s, reverse(s)) for s in random_strings(30, 3, 8, seed=6)]
+
+
+def config_for(folder, **training):
+    return toy_config(folder, PAIRS, DEV, model={"dropout": 0.2},
+                      training={"validate_every": 7, "log_every": 3, **training})
+
+
+def weights(folder, name="last.safetensors"):
+    return {k: v for k, v in load_file(str(folder / name)).items() if k.startswith("model.")}
+
+
+def test_resume_equals_uninterrupted_run(tmp_path):
+    # 14 steps straight, against 7 steps + resume to 14 (an epoch is 10 batches: resuming mid-epoch).
+    straight = config_for(tmp_path / "straight", max_steps=14)
+    train(straight, log=lambda m: None, progress=False)
+
+    interrupted = config_for(tmp_path / "resumed", max_steps=7)
+    train(interrupted, log=lambda m: None, progress=False)
+    resumed = config_for(tmp_path / "resumed", max_steps=14)
+    state = Trainer(resumed, log=lambda m: None, progress=False).train(resume=True)
+
+    assert state.step == 14 and state.epoch == 1 and state.batch_in_epoch == 4
+    a, b = weights(straight.experiment_dir), weights(resumed.experiment_dir)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_experiment_folder_holds_checkpoints_and_metrics(tmp_path):
+    config = config_for(tmp_path, max_steps=14)
+    train(config, log=lambda m: None, progress=False)
+    folder = config.experiment_dir
+    for name in ("config.yaml", "spm/joint.model", "best.safetensors", "last.safetensors", "metrics.jsonl"):
+        assert (folder / name).is_file(), name
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if r["type"] == "train"]
+    valid_records = [r for r in records if r["type"] == "valid"]
+    assert [r["step"] for r in train_records] == [3, 6, 9, 12]
+    assert [r["step"] for r in valid_records] == [7, 14]
+    for r in valid_records:
+        assert {"loss", "perplexity", "bleu", "lr", "best"} <= r.keys()
+        assert r["perplexity"] == pytest.approx(2.718281828 ** r["loss"], rel=1e-6)
+    assert all(r["tokens_per_s"] > 0 for r in train_records)
+    # No pickle anywhere: checkpoints are safetensors.
+    assert not list(folder.rglob("*.pt")) and not list(folder.rglob("*.pkl"))
+
+
+def test_training_again_into_a_trained_folder_is_refused_and_keeps_it(tmp_path):
+    config = config_for(tmp_path, max_steps=3)
+    train(config, log=lambda m: None, progress=False)
+    before = (config.experiment_dir / "last.safetensors").read_bytes()
+    with pytest.raises(AttnmtError, match="--resume"):
+        train(config, log=lambda m: None, progress=False)
+    assert (config.experiment_dir / "last.safetensors").read_bytes() == before
+
+
+def test_early_stopping_and_learning_rate_decay(tmp_path):
+    # With a learning rate this small nothing improves after the first validation.
+    config = config_for(tmp_path, max_steps=200, validate_every=2, learning_rate=1e-7,
+                        early_stopping_patience=3, lr_decay_patience=0, early_stopping_metric="bleu",
+                        min_learning_rate=0.0)
+    state = train(config, log=lambda m: None, progress=False)
+    assert state.stopped_early and state.step < 200
+    records = [json.loads(x) for x in (config.experiment_dir / "metrics.jsonl").read_text().splitlines()]
+    lrs = [r["lr"] for r in records if r["type"] == "valid"]
+    assert lrs[-1] < lrs[0]
+
+
+def test_bf16_training_runs_and_learns(tmp_path):
+    config = config_for(tmp_path, max_steps=20, precision="bf16", validate_every=20)
+    trainer = Trainer(config, log=lambda m: None, progress=False)
+    batches = trainer._epoch_batches(0)
+    first_loss, tokens = trainer.train_step(trainer._batch(trainer.train_data, batches[0]))
+    for indices in batches[1:] * 2:
+        trainer.train_step(trainer._batch(trainer.train_data, indices))
+    last_loss, last_tokens = trainer.train_step(trainer._batch(trainer.train_data, batches[0]))
+    assert last_loss / last_tokens < first_loss / tokens
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # fp32 master weights
+
+
+def test_time_limit_stops_training(tmp_path):
+    config = config_for(tmp_path, max_minutes=0.001, validate_every=1000)
+    state = train(config, log=lambda m: None, progress=False)
+    assert 1 <= state.step < 50
