@@ -38,7 +38,9 @@ class TrainerState:
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of this epoch already trained on
-    seconds: float = 0.0  # training time so far, across resumes
+    seconds: float = 0.0  # wall-clock time of the training loop (validation included), across resumes
+    sentences: int = 0  # sentence pairs trained on, across resumes
+    target_tokens: int = 0  # target tokens (with EOS) trained on
     best_score: float | None = None
     bad_validations: int = 0  # since the last improvement (early stopping)
     stopped_early: bool = False
@@ -98,15 +100,16 @@ class Trainer:
         bar = tqdm(total=self._total_steps(), initial=self.state.step, disable=not self.progress,
                    unit="step", dynamic_ncols=True)
         window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
+        seconds_before, loop_start = self.state.seconds, time.perf_counter()
         while not self._should_stop():
             batches = self._epoch_batches(self.state.epoch)
             while self.state.batch_in_epoch < len(batches) and not self._should_stop():
                 indices = batches[self.state.batch_in_epoch]
-                started = time.perf_counter()
                 loss, tokens = self.train_step(self._batch(self.train_data, indices))
-                self.state.seconds += time.perf_counter() - started
                 self.state.batch_in_epoch += 1
                 self.state.step += 1
+                self.state.sentences += len(indices)
+                self.state.target_tokens += tokens
                 window_tokens += tokens
                 window_loss += loss
                 bar.update(1)
@@ -114,10 +117,11 @@ class Trainer:
                     speed = window_tokens / (time.perf_counter() - window_start)
                     record = {"loss": window_loss / window_tokens, "tokens_per_s": speed,
                               "lr": self.optimizer.param_groups[0]["lr"]}
-                    bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{speed:.0f}")
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{speed:.0f}", **self._time_left())
                     self._write_metrics("train", record)
                     window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
                 self._periodic(bar)
+                self.state.seconds = seconds_before + time.perf_counter() - loop_start
             if self.state.batch_in_epoch >= len(batches):
                 self.state.epoch += 1
                 self.state.batch_in_epoch = 0
@@ -138,6 +142,13 @@ class Trainer:
                 self.save_checkpoint()
         if tc.checkpoint_every and self.state.step % tc.checkpoint_every == 0:
             self.save_checkpoint()
+
+    def _time_left(self) -> dict:
+        """With a time budget the bar cannot know the number of steps: show the time left instead."""
+        if self.config.training.max_minutes is None:
+            return {}
+        left = max(0, int(60 * self.config.training.max_minutes - self.state.seconds))
+        return {"left": f"{left // 60}:{left % 60:02d}"}
 
     def _total_steps(self) -> int | None:
         tc = self.config.training
