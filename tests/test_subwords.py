@@ -101,9 +101,9 @@ def test_training_is_reproducible(tmp_path):
 def test_load_subwords_gives_the_trained_models(tmp_path):
     trained = train(tmp_path, joint=False)
     loaded = load_subwords(tmp_path, joint=False)
-    for t, l in zip(trained, loaded):
-        assert t.path == l.path and len(t) == len(l)
-        assert t.encode(HELD_OUT_SRC) == l.encode(HELD_OUT_SRC)
+    for t, u in zip(trained, loaded):
+        assert t.path == u.path and len(t) == len(u)
+        assert t.encode(HELD_OUT_SRC) == u.encode(HELD_OUT_SRC)
 
 
 def test_subword_paths():

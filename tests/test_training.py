@@ -97,3 +97,15 @@ def test_time_limit_stops_training(tmp_path):
     config = config_for(tmp_path, max_minutes=0.001, validate_every=1000)
     state = train(config, log=lambda m: None, progress=False)
     assert 1 <= state.step < 50
+
+
+def test_prepare_refuses_subwords_trained_with_other_settings(tmp_path):
+    from attnmt.data.prepare import prepare
+
+    prepare(config_for(tmp_path, max_steps=1), log=lambda m: None)
+    changed = toy_config(tmp_path, PAIRS, DEV, data={"subwords": {"type": "bpe", "vocab_size": 30}},
+                         training={"max_steps": 1})
+    with pytest.raises(AttnmtError, match="--force"):
+        prepare(changed, log=lambda m: None)
+    prepare(changed, log=lambda m: None, force=True)  # retrains
+    assert "bpe" in (changed.experiment_dir / "spm" / "settings.yaml").read_text()

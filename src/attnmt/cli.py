@@ -19,7 +19,19 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def _open_output(path: str | None):
-    return sys.stdout if path is None or path == "-" else open(path, "w", encoding="utf-8")
+    if path is None or path == "-":
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as e:
+        raise AttnmtError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _write_text(path: str, text: str):
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise AttnmtError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def cmd_prepare(args):
@@ -51,10 +63,12 @@ def _positive(text: str) -> int:
 def cmd_translate(args):
     from attnmt.api import load
 
-    if args.beam is not None and args.n_best > args.beam:
-        raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed --beam ({args.beam})")
 
     model = load(args.model_dir, args.checkpoint)
+    beam = args.beam or model.config.decoding.beam
+    if args.n_best > beam:
+        raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
+                          "config); give a larger --beam")
     lines = _read_input(args.input)
     translations = model.translate(lines, beam=args.beam, n_best=args.n_best, batch_size=args.batch_size)
     out = _open_output(args.output)
@@ -84,9 +98,9 @@ def cmd_evaluate(args):
     report = evaluation_report(sources, hypotheses, references)
     report["beam"] = args.beam or model.config.decoding.beam
     if args.hypotheses:
-        Path(args.hypotheses).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        _write_text(args.hypotheses, "".join(h + "\n" for h in hypotheses))
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        _write_text(args.json, json.dumps(report, indent=2) + "\n")
     print(format_report(report))
 
 

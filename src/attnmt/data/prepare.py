@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import yaml
+
 from attnmt.config import Config, CorpusFiles, config_to_yaml
 from attnmt.data.corpus import read_corpus
 from attnmt.data.subwords import Subwords, load_subwords, subword_paths, train_subwords
+from attnmt.errors import AttnmtError
 
 
 @dataclass
@@ -26,21 +29,28 @@ class EncodedCorpus:
 
 
 def prepare(config: Config, log: Callable[[str], None] = print, force: bool = False):
-    """Trains the subword model(s) on the training corpus (unless present) and writes
-    the config into the experiment folder, which then holds everything to translate."""
+    """Trains the subword model(s) on the training corpus (unless present) and writes the
+    config into the experiment folder, which then holds everything needed to translate."""
     folder = config.experiment_dir
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+    settings = folder / "spm" / "settings.yaml"
+    wanted = config.data.subwords.model_dump(mode="json")
     src_path, tgt_path = subword_paths(folder, config.data.subwords.joint)
     if src_path.is_file() and tgt_path.is_file() and not force:
+        stored = yaml.safe_load(settings.read_text(encoding="utf-8")) if settings.is_file() else None
+        if stored != wanted:
+            raise AttnmtError(f"{src_path.parent} holds subwords trained with other settings ({stored}); "
+                              "use 'attnmt prepare --force' to retrain them, or another experiment_dir")
         log(f"subword model(s) already in {src_path.parent}")
-        return load_subwords(folder, config.data.subwords.joint)
-    corpus = read_corpus(config.data.train.as_spec())
-    _report_dropped(config.data.train, corpus.dropped_empty, 0, log)
-    sub = config.data.subwords
-    log(f"training {'joint' if sub.joint else 'separate'} {sub.type} subwords "
-        f"({sub.vocab_size}) on {len(corpus.sources)} pairs")
-    return train_subwords(corpus.sources, corpus.targets, sub, folder, config.training.seed)
+        subwords = load_subwords(folder, config.data.subwords.joint)
+    else:
+        corpus = read_corpus(config.data.train.as_spec())
+        sub = config.data.subwords
+        log(f"training {'joint' if sub.joint else 'separate'} {sub.type} subwords "
+            f"({sub.vocab_size}) on {len(corpus.sources)} pairs")
+        subwords = train_subwords(corpus.sources, corpus.targets, sub, folder, config.training.seed)
+        settings.write_text(yaml.safe_dump(wanted), encoding="utf-8")
+    (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+    return subwords
 
 
 def encode_corpus(files: CorpusFiles, src_sw: Subwords, tgt_sw: Subwords, max_length: int | None,
@@ -49,9 +59,13 @@ def encode_corpus(files: CorpusFiles, src_sw: Subwords, tgt_sw: Subwords, max_le
     data = EncodedCorpus(corpus.sources, corpus.targets, src_sw.encode(corpus.sources),
                          tgt_sw.encode(corpus.targets))
     if max_length is None:
+        _report_dropped(files, corpus.dropped_empty, 0, log)
         return data
     keep = [i for i in range(len(data)) if max(len(data.src_ids[i]), len(data.tgt_ids[i])) <= max_length]
     _report_dropped(files, corpus.dropped_empty, len(data) - len(keep), log, max_length)
+    if not keep:
+        raise AttnmtError(f"{files.tsv or files.src}: no sentence pair is at most {max_length} subwords "
+                          "long on both sides; raise data.max_length")
     return EncodedCorpus(*([column[i] for i in keep] for column in
                            (data.sources, data.targets, data.src_ids, data.tgt_ids)))
 
