@@ -119,3 +119,12 @@ def test_tied_embeddings_share_the_output_matrix():
     assert model.generator.weight is model.tgt_embed.weight
     with pytest.raises(AttnmtError, match="tie_embeddings"):
         build_model(ModelConfig(embedding_size=16, decoder_hidden=32, tie_embeddings=True), 20, 20)
+
+
+def test_logits_of_kept_positions_equal_the_full_output():
+    model = make_model("bahdanau")
+    src, lengths, tgt = padded_batch()
+    keep = torch.rand(tgt.shape) > 0.3
+    full, _ = model(src, lengths, tgt)
+    kept, _ = model(src, lengths, tgt, keep=keep)
+    torch.testing.assert_close(kept, full[keep])

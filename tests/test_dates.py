@@ -248,7 +248,7 @@ def test_write_corpus(tmp_path):
         lines = raw.decode("utf-8").split("\n")[:-1]
         rows = [line.split("\t") for line in lines]
         assert all(len(row) == 2 for row in rows), name
-        for source, target in rows:
+        for _source, target in rows:
             assert datetime.date.fromisoformat(target).isoformat() == target
         split[name] = rows
     assert len(split["train"]) == 10000

@@ -105,6 +105,13 @@ class Translator:
                                          [self._candidate(h) for h in hypotheses])
         return results
 
+    def trace(self, text: str, top_k: int = 5):
+        """Greedy translation of one sentence with every quantity of every decoder step
+        (scores, weights, context, state, top-k next tokens): see attnmt.trace."""
+        from attnmt.trace import trace
+
+        return trace(self, text, top_k)
+
     def _candidate(self, hypothesis) -> Candidate:
         attention = None if hypothesis.attention is None else hypothesis.attention.numpy()
         return Candidate(self.tgt_subwords.decode(hypothesis.tokens), self.tgt_subwords.pieces(hypothesis.tokens),

@@ -46,10 +46,11 @@ class TrainerState:
     stopped_early: bool = False
 
 
-def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+def sequence_loss(model: Seq2Seq, batch: Batch, label_smoothing: float = 0.0) -> torch.Tensor:
     """Cross-entropy summed over the real (non-padding) target tokens."""
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=PAD,
-                           label_smoothing=label_smoothing, reduction="sum")
+    real = batch.tgt_out != PAD
+    logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, keep=real)
+    return F.cross_entropy(logits.float(), batch.tgt_out[real], label_smoothing=label_smoothing, reduction="sum")
 
 
 class Trainer:
@@ -179,9 +180,8 @@ class Trainer:
         tc = self.config.training
         self.model.train()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.precision == "bf16"):
-            logits, _ = self.model(batch.src, batch.src_lengths, batch.tgt_in)
+            loss = sequence_loss(self.model, batch, tc.label_smoothing)
         tokens = batch.target_tokens
-        loss = sequence_loss(logits.float(), batch.tgt_out, tc.label_smoothing)
         self.optimizer.zero_grad(set_to_none=True)
         (loss / tokens).backward()  # mean over tokens: the step size does not depend on batch shape
         if tc.clip_grad_norm:
@@ -236,8 +236,7 @@ def evaluate_loss(model: Seq2Seq, data: EncodedCorpus, batch_size: int) -> dict:
     total, tokens = 0.0, 0
     for indices in inference_batches(data.sizes(), batch_size):
         batch = Trainer._batch(data, indices)
-        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
-        total += float(sequence_loss(logits, batch.tgt_out))
+        total += float(sequence_loss(model, batch))
         tokens += batch.target_tokens
     loss = total / max(tokens, 1)
     return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}

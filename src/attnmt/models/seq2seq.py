@@ -66,11 +66,17 @@ class Seq2Seq(nn.Module):
         logits = self.generator(self.output_dropout(attentional))
         return torch.log_softmax(logits, dim=-1), state, weights
 
-    def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor):
-        """Teacher forcing: tgt_in (B,T) starts with BOS -> logits (B,T,V), weights (B,T,S) or None."""
+    def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, keep: Tensor | None = None):
+        """Teacher forcing: tgt_in (B,T) starts with BOS -> logits (B,T,V), weights (B,T,S) or None.
+
+        With a mask ``keep`` (B,T), logits are computed only where it is True, as (N,V): the
+        output layer is the largest product of a step, and padding positions need none of it.
+        """
         memory = self.encode(src, lengths)
         embedded = self.output_dropout(self.tgt_embed(tgt_in))
         attentional, weights = self.decoder(embedded, self.init_state(memory), memory)
+        if keep is not None:
+            attentional = attentional[keep]
         return self.generator(self.output_dropout(attentional)), weights
 
 

@@ -1,0 +1,92 @@
+"""Look inside one greedy translation: every quantity of every decoder step.
+
+For each step t the trace holds what the papers draw: the scores e_j of each encoder state,
+the softmax weights a_j, the context vector c_t = sum_j a_j h_j, the decoder state, and the
+most probable next tokens. It is computed from the same modules as ``translate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from attnmt.data.batching import make_batch
+from attnmt.data.subwords import BOS, EOS
+
+
+@dataclass
+class StepTrace:
+    token: str  # the token chosen at this step (greedy)
+    token_id: int
+    probability: float
+    scores: np.ndarray | None  # (S,) attention scores e_j before the softmax; None without attention
+    weights: np.ndarray | None  # (S,) softmax weights a_j
+    context: np.ndarray  # (M,) context vector c_t
+    state: np.ndarray  # (H,) decoder state s_t (top layer)
+    top_k: list[tuple[str, float]] = field(default_factory=list)  # next-token candidates and probabilities
+
+
+@dataclass
+class DecodingTrace:
+    source: str
+    source_tokens: list[str]  # subword pieces, ending in "</s>"
+    encoder_states: np.ndarray  # (S, M): one row per source token
+    steps: list[StepTrace]
+    text: str  # the greedy translation
+
+    @property
+    def tokens(self) -> list[str]:
+        return [s.token for s in self.steps]
+
+    @property
+    def attention(self) -> np.ndarray | None:
+        if not self.steps or self.steps[0].weights is None:
+            return None
+        return np.stack([s.weights for s in self.steps])
+
+
+@torch.inference_mode()
+def trace(translator, text: str, top_k: int = 5, max_length: int | None = None) -> DecodingTrace:
+    """Greedy decoding of one sentence, recording each step."""
+    model = translator.model
+    model.eval()
+    src_ids = translator.src_subwords.encode([text])[0]
+    batch = make_batch([src_ids])
+    memory = model.encode(batch.src, batch.src_lengths)
+    state = model.init_state(memory)
+    attention = model.attention
+    dc = translator.config.decoding
+    limit = max_length or int(dc.max_length_ratio * batch.src.size(1) + dc.max_length_offset)
+    prev = torch.tensor([BOS])
+    steps = []
+    for _ in range(limit):
+        previous_state = state
+        log_probs, state, weights = model.decode_step(prev, state, memory)
+        probs = log_probs.exp()[0]
+        best = int(probs.argmax())
+        scores = None
+        if attention is not None:
+            # The query is s_{t-1} for Bahdanau and location attention, s_t for Luong's.
+            query_state = previous_state if attention.query_is_previous_state else state
+            scores = attention.score(query_state.hidden[-1].unsqueeze(1), memory.keys,
+                                     previous_state.weights.unsqueeze(1))[0, 0]
+        if weights is None:
+            context = memory.final[0]
+        else:
+            context = weights[0] @ memory.states[0]
+        top = probs.topk(min(top_k, probs.numel()))
+        steps.append(StepTrace(
+            token=translator.tgt_subwords.pieces([best])[0], token_id=best, probability=float(probs[best]),
+            scores=None if scores is None else scores.numpy().copy(),
+            weights=None if weights is None else weights[0].numpy().copy(),
+            context=context.numpy().copy(), state=state.hidden[-1, 0].numpy().copy(),
+            top_k=[(translator.tgt_subwords.pieces([int(i)])[0], float(p)) for p, i in zip(top.values, top.indices)],
+        ))
+        if best == EOS:
+            break
+        prev = torch.tensor([best])
+    ids = [s.token_id for s in steps]
+    return DecodingTrace(text, translator.src_subwords.pieces(src_ids + [EOS]), memory.states[0].numpy().copy(),
+                         steps, translator.tgt_subwords.decode(ids))

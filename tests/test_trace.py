@@ -1,0 +1,21 @@
+"""The step-by-step trace agrees with translate and with the attention equations."""
+
+import numpy as np
+import pytest
+
+
+@pytest.mark.parametrize("text", ["abcdef", "jihgfedcba"])
+def test_trace_matches_greedy_translation_and_equations(reverse_model, text):
+    model, _ = reverse_model
+    traced = model.trace(text, top_k=3)
+    [greedy] = model.translate([text], beam=1)
+    assert traced.text == greedy.text and traced.tokens == greedy.tokens
+    np.testing.assert_allclose(traced.attention, greedy.attention, atol=1e-6)
+    assert traced.encoder_states.shape[0] == len(traced.source_tokens)
+    for step in traced.steps:
+        softmax = np.exp(step.scores - step.scores.max())
+        np.testing.assert_allclose(step.weights, softmax / softmax.sum(), atol=1e-5)  # a = softmax(e)
+        np.testing.assert_allclose(step.context, step.weights @ traced.encoder_states, atol=1e-5)  # c = sum a h
+        assert step.top_k[0][0] == step.token and len(step.top_k) == 3
+        assert step.top_k[0][1] == pytest.approx(step.probability)
+        assert [p for _, p in step.top_k] == sorted((p for _, p in step.top_k), reverse=True)
