@@ -97,3 +97,30 @@ def test_length_penalty_is_wu_et_al():
     assert length_penalty(1, 1.0) == 1.0
     assert length_penalty(7, 0.6) == pytest.approx((12 / 6) ** 0.6)
     assert length_penalty(10, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("beam", [2, 4])
+def test_beam_tree_records_kept_pruned_and_finished_candidates(reverse_model, beam):
+    model, _ = reverse_model
+    translation, nodes = model.beam_tree("abcdefg", beam=beam)
+    assert nodes[0]["status"] == "root" and nodes[0]["parent"] is None
+    ids = {n["id"] for n in nodes}
+    assert all(n["parent"] in ids for n in nodes[1:])
+    by_step = {}
+    for n in nodes[1:]:
+        by_step.setdefault(n["step"], []).append(n)
+        parent = nodes[n["parent"]]
+        assert parent["status"] in ("root", "kept") and parent["step"] == n["step"] - 1
+        assert n["log_prob"] <= parent["log_prob"] + 1e-6  # log-probabilities only go down
+    for step, group in by_step.items():
+        assert sum(n["status"] == "kept" for n in group) <= beam
+        assert len(group) <= 2 * beam
+    finished = [n for n in nodes if n["status"] == "finished"]
+    assert finished and all(n["token"] == "</s>" for n in finished)
+    # The best translation is a path of kept nodes ending in a finished node.
+    best = max(finished, key=lambda n: n["log_prob"] / ((5 + n["step"]) / 6) ** 1.0)
+    path, node = [], best
+    while node["parent"] is not None:
+        path.append(node["token"])
+        node = nodes[node["parent"]]
+    assert list(reversed(path)) == translation.tokens

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,7 @@ from attnmt.checkpoint import load_weights
 from attnmt.config import Config, load_config
 from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.subwords import EOS, load_subwords
-from attnmt.decoding import decode
+from attnmt.decoding import BeamRecorder, beam_search, decode, max_output_lengths
 from attnmt.errors import AttnmtError
 from attnmt.models import build_model
 
@@ -104,6 +104,24 @@ class Translator:
                 results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
                                          [self._candidate(h) for h in hypotheses])
         return results
+
+    def beam_tree(self, text: str, beam: int | None = None) -> tuple[Translation, list[dict]]:
+        """Beam search on one sentence, with its search tree: every candidate looked at, as
+        {"id", "parent", "token", "log_prob", "step", "status"}; status is "root", "kept",
+        "finished" (ended in EOS) or "pruned" (fell out of the beam)."""
+        dc = self.config.decoding
+        beam = dc.beam if beam is None else beam
+        src_ids = self.src_subwords.encode([text])[0]
+        batch = make_batch([src_ids])
+        recorder = BeamRecorder(1, beam)
+        with torch.inference_mode():
+            limits = max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset)
+            [hypotheses] = beam_search(self.model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
+                                       alpha=dc.length_penalty, record=recorder)
+        translation = Translation(text, self.src_subwords.pieces(src_ids + [EOS]),
+                                  [self._candidate(h) for h in hypotheses])
+        nodes = [{**asdict(node), "token": self.tgt_subwords.pieces([node.token])[0]} for node in recorder.trees[0]]
+        return translation, nodes
 
     def trace(self, text: str, top_k: int = 5):
         """Greedy translation of one sentence with every quantity of every decoder step

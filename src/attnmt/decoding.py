@@ -24,6 +24,47 @@ class Hypothesis:
     attention: Tensor | None  # (len(tokens), source length incl. EOS), None without attention
 
 
+@dataclass
+class BeamNode:
+    """One candidate that beam search looked at: the tree of a sentence is the list of them."""
+
+    id: int
+    parent: int | None
+    token: int
+    log_prob: float  # of the whole prefix
+    step: int
+    status: str  # "root", "kept" (stays in the beam), "finished" (ended in EOS), "pruned"
+
+
+class BeamRecorder:
+    """Records the search tree of each sentence; pass one to ``beam_search(record=...)``."""
+
+    def __init__(self, batch: int, beam: int):
+        self.trees = [[BeamNode(0, None, BOS, 0.0, 0, "root")] for _ in range(batch)]
+        self.row_node = torch.zeros(batch * beam, dtype=torch.long)  # tree node of each live row
+        self.beam = beam
+
+    def step(self, t: int, active: Tensor, origin: Tensor, token: Tensor, score: Tensor, finished: Tensor,
+             alive: Tensor):
+        k = self.beam
+        row_node = torch.zeros(alive.size(0) * k, dtype=torch.long)
+        for g, sentence in enumerate(active.tolist()):
+            tree, rank = self.trees[sentence], 0
+            for j in range(origin.size(1)):
+                if score[g, j] == float("-inf"):
+                    continue
+                status = "finished" if finished[g, j] else "kept" if alive[g, j] else "pruned"
+                parent = int(self.row_node[g * k + origin[g, j]])
+                tree.append(BeamNode(len(tree), parent, int(token[g, j]), float(score[g, j]), t + 1, status))
+                if status == "kept":
+                    row_node[g * k + rank] = len(tree) - 1
+                    rank += 1
+        self.row_node = row_node
+
+    def keep_rows(self, rows: Tensor):
+        self.row_node = self.row_node[rows]
+
+
 def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
@@ -77,12 +118,13 @@ def _length_with_eos(tokens: list[int], limit: int) -> int:
 
 @torch.inference_mode()
 def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
-                n_best: int = 1, alpha: float = 1.0) -> list[list[Hypothesis]]:
+                n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
     A hypothesis that ends in EOS leaves the beam for the finished list of its sentence; a
     sentence is done when it has ``beam`` finished hypotheses or reaches its length limit,
     and its rows then leave the batch, so later steps only compute what is still open.
+    With ``record``, every candidate considered is added to the sentence's search tree.
     """
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
@@ -116,13 +158,16 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
         is_eos = next_token == EOS
 
         # EOS among the best k candidates: finished hypotheses.
-        for g, j in (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist():
+        ends = is_eos & (top_scores > float("-inf")) & (torch.arange(2 * k) < k)
+        for g, j in ends.nonzero().tolist():
             row = g * k + int(origin[g, j])
             finish(int(active[g]), row, EOS, float(top_scores[g, j]),
                    None if weights is None else weights[row])
 
         # The best k candidates that do not end in EOS stay alive.
         alive = ~is_eos & (torch.cumsum((~is_eos).long(), dim=1) <= k)
+        if record is not None:
+            record.step(t, active, origin, next_token, top_scores, ends, alive)
         origin = origin[alive].view(n, k)
         source_rows = (torch.arange(n).unsqueeze(1) * k + origin).view(-1)
         scores = top_scores[alive].view(n, k)
@@ -146,6 +191,8 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
             rows = (torch.nonzero(keep).view(-1, 1) * k + torch.arange(k)).view(-1)
             active, scores, tokens = active[keep], scores[keep], tokens[rows]
             memory, state = memory.select(rows), state.select(rows)
+            if record is not None:
+                record.keep_rows(rows)
             if attention is not None:
                 attention = attention[rows]
 

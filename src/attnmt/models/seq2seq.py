@@ -64,6 +64,7 @@ class Seq2Seq(nn.Module):
         embedded = self.output_dropout(self.tgt_embed(prev_tokens))
         attentional, state, weights = self.decoder.step(embedded, state, memory)
         logits = self.generator(self.output_dropout(attentional))
+        logits[:, PAD] = logits[:, BOS] = float("-inf")  # never produced: not words of a translation
         return torch.log_softmax(logits, dim=-1), state, weights
 
     def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, keep: Tensor | None = None):
