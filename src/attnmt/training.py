@@ -121,7 +121,8 @@ class Trainer:
                     bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{speed:.0f}", **self._time_left())
                     self._write_metrics("train", record)
                     window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
-                self._periodic(bar)
+                if self._periodic(bar):  # validation time is not training speed
+                    window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
                 self.state.seconds = seconds_before + time.perf_counter() - loop_start
             if self.state.batch_in_epoch >= len(batches):
                 self.state.epoch += 1
@@ -134,15 +135,17 @@ class Trainer:
             save_model(self.model, self.folder / "best.safetensors", {"step": self.state.step})
         return self.state
 
-    def _periodic(self, bar):
-        tc = self.config.training
-        if self.state.step % tc.validate_every == 0:
+    def _periodic(self, bar) -> bool:
+        """Validation and checkpoints when their step comes; True if anything ran."""
+        tc, step = self.config.training, self.state.step
+        validate = step % tc.validate_every == 0
+        checkpoint = step % tc.checkpoint_every == 0 if tc.checkpoint_every else validate
+        if validate:
             bar.clear()
             self.validate()
-            if tc.checkpoint_every is None:
-                self.save_checkpoint()
-        if tc.checkpoint_every and self.state.step % tc.checkpoint_every == 0:
+        if checkpoint:
             self.save_checkpoint()
+        return validate or checkpoint
 
     def _time_left(self) -> dict:
         """With a time budget the bar cannot know the number of steps: show the time left instead."""
