@@ -5,7 +5,7 @@ import torch
 
 from attnmt.config import ATTENTIONS, ModelConfig
 from attnmt.errors import AttnmtError
-from attnmt.models import EOS, PAD, build_model
+from attnmt.models import BOS, EOS, PAD, build_model
 from attnmt.models.attention import BahdanauAttention, LocationAttention, LuongDotAttention, build_attention
 
 WITH_WEIGHTS = [a for a in ATTENTIONS if a != "none"]
@@ -69,6 +69,7 @@ def test_stepwise_decoding_equals_teacher_forced_forward(attention):
     model = make_model(attention, input_feeding=False)
     src, lengths, tgt = padded_batch()
     logits, weights = model(src, lengths, tgt)
+    logits[:, :, [PAD, BOS]] = float("-inf")  # decoding never produces these
     memory = model.encode(src, lengths)
     state = model.init_state(memory)
     for t in range(tgt.size(1)):

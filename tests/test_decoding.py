@@ -112,7 +112,7 @@ def test_beam_tree_records_kept_pruned_and_finished_candidates(reverse_model, be
         parent = nodes[n["parent"]]
         assert parent["status"] in ("root", "kept") and parent["step"] == n["step"] - 1
         assert n["log_prob"] <= parent["log_prob"] + 1e-6  # log-probabilities only go down
-    for step, group in by_step.items():
+    for group in by_step.values():
         assert sum(n["status"] == "kept" for n in group) <= beam
         assert len(group) <= 2 * beam
     finished = [n for n in nodes if n["status"] == "finished"]

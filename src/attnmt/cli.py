@@ -110,6 +110,128 @@ def cmd_quickstart(args):
     run_quickstart(Path(args.dir), steps=args.steps, attention=args.attention, log=_log)
 
 
+def cmd_align(args):
+    from attnmt.align import align, format_pharaoh
+    from attnmt.api import load
+    from attnmt.data.corpus import read_lines
+
+    sources, targets = read_lines(args.src), read_lines(args.tgt)
+    if len(sources) != len(targets):
+        raise AttnmtError(f"line counts differ: {args.src} has {len(sources)} lines, "
+                          f"{args.tgt} has {len(targets)}")
+    model = load(args.model_dir, args.checkpoint)
+    links = align(model, sources, targets, batch_size=args.batch_size, method=args.method,
+                  threshold=args.threshold)
+    out = _open_output(args.output)
+    try:
+        for pair_links in links:
+            out.write(format_pharaoh(pair_links) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+def cmd_align_score(args):
+    from attnmt.align import score_files
+
+    scores = score_files(args.gold, args.hyp, one_based=args.one_based)
+    if args.json == "-":
+        print(json.dumps(scores, indent=2))
+        return
+    if args.json:
+        _write_text(args.json, json.dumps(scores, indent=2) + "\n")
+    print(f"AER        {scores['aer']:.4f}\nprecision  {scores['precision']:.4f}\n"
+          f"recall     {scores['recall']:.4f}\nsentences  {scores['sentences']}")
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 65535, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def cmd_serve(args):
+    import uvicorn
+
+    from attnmt.serve import ServerLimits, create_app, is_loopback, url_of
+
+    limits = ServerLimits(max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
+                          max_chars=args.max_chars, max_beam=args.max_beam, timeout=args.timeout)
+    app = create_app([Path(d) for d in args.model_dir], limits)
+    if not is_loopback(args.host):
+        _log(f"warning: listening on {args.host}, reachable from other machines; the server has no "
+             "authentication and no TLS: expose it only behind a reverse proxy")
+    url = url_of(args.host, args.port)
+    print(f"attnmt: serving {', '.join(app.state.models)} at {url} (API documentation: {url}docs)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+def cmd_plot(args):
+    """Figures of one sentence (heatmap, encoder states, decoder steps, GIF) and/or training curves.
+    Every figure is built (and every argument checked) before the first file is written."""
+    from functools import partial
+
+    from attnmt.viz import figures
+    from attnmt.viz.notebook import show
+
+    steps = []
+    for number, path in args.step or []:
+        try:
+            steps.append((int(number), path))
+        except ValueError:
+            raise AttnmtError(f"--step {number} {path}: the step must be a whole number (counting from 0)") from None
+    if not args.fps > 0 or args.dims < 0:
+        raise AttnmtError("--fps must be positive and --dims at least 0")
+    sentence_figures = args.out or args.states or steps or args.gif
+    if args.sentence is None and (sentence_figures or not args.curves):
+        raise AttnmtError("give a sentence to draw (attnmt plot MODEL_DIR \"sentence\" ...), "
+                          "or --curves FILE for the training curves")
+    for path, suffixes in [(args.out, (".png", ".svg", ".html")), (args.states, (".png", ".svg")),
+                           (args.curves, (".png", ".svg")), (args.gif, (".gif",))] + \
+            [(path, (".png", ".svg")) for _, path in steps]:
+        if path and Path(path).suffix.lower() not in suffixes:
+            raise AttnmtError(f"{path}: the file name must end in {' or '.join(suffixes)}")
+    writers = []  # each writes one file and returns its path
+    if args.curves:
+        writers.append(partial(figures.save, figures.training_curves(args.model_dir), args.curves))
+    if args.sentence is not None:
+        from attnmt.api import load
+
+        if not args.sentence.strip():
+            raise AttnmtError("the sentence is empty")
+        model = load(args.model_dir, args.checkpoint)
+        out = args.out or (None if sentence_figures else "attention.png")
+        if out:
+            [translation] = model.translate([args.sentence], beam=args.beam)
+            title = f"{args.sentence}  \u2192  {translation.text}"
+            if Path(out).suffix.lower() == ".html":
+                writers.append(partial(show(translation, merge_words=args.merge_words, title=title).save, out))
+            else:
+                fig = figures.attention_heatmap(translation, title=title, merge_words=args.merge_words)
+                writers.append(partial(figures.save, fig, out))
+        if args.states or steps or args.gif:
+            trace = model.trace(args.sentence, top_k=args.top_k)
+            if args.states:
+                fig = figures.encoder_states_figure(trace, max_dims=args.dims or None)
+                writers.append(partial(figures.save, fig, args.states))
+            for number, path in steps:
+                writers.append(partial(figures.save, figures.decoder_step_figure(trace, number), path))
+            if args.gif:
+                if trace.attention is None:
+                    raise AttnmtError("no attention to animate: the model has attention 'none'")
+                writers.append(partial(figures.decoding_animation, trace, args.gif, fps=args.fps))
+    for write in writers:
+        print(write(), flush=True)
+
+
 def _log(message: str):
     print(message, file=sys.stderr, flush=True)
 
@@ -155,6 +277,61 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=_positive, default=500, help="training steps")
     p.add_argument("--attention", default="bahdanau", help="attention variant")
     p.set_defaults(func=cmd_quickstart)
+
+    p = sub.add_parser("align", help="word alignments from the attention of forced decoding (Pharaoh format)")
+    p.add_argument("model_dir", help="folder of a trained model (its experiment_dir)")
+    p.add_argument("--src", required=True, help="source sentences")
+    p.add_argument("--tgt", required=True, help="their translations, line by line")
+    p.add_argument("-o", "--output", help="output file; default stdout")
+    p.add_argument("--batch-size", type=_positive, default=32, help="sentence pairs per batch")
+    p.add_argument("--checkpoint", choices=["best", "last"], default="best")
+    p.add_argument("--method", choices=["argmax", "threshold"], default="argmax",
+                   help="argmax: each target word to its most attended source word; "
+                        "threshold: every link with weight >= --threshold")
+    p.add_argument("--threshold", type=float, default=0.5, help="for --method threshold")
+    p.set_defaults(func=cmd_align)
+
+    p = sub.add_parser("align-score", help="AER, precision and recall of word alignments against a gold file")
+    p.add_argument("--gold", required=True, help="gold alignments: i-j sure, i?j or ipj possible links")
+    p.add_argument("--hyp", required=True, help="hypothesis alignments (Pharaoh, 0-based)")
+    p.add_argument("--one-based", action="store_true", help="the gold file counts words from 1")
+    p.add_argument("--json", nargs="?", const="-",
+                   help="print the scores as JSON (or, with a file name, also write them there)")
+    p.set_defaults(func=cmd_align_score)
+
+    p = sub.add_parser("serve", help="HTTP API: translate, trace and list models (loopback by default)")
+    p.add_argument("model_dir", nargs="+", help="trained model folder(s); the folder name is the model name")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_port, default=8000)
+    p.add_argument("--max-body-bytes", type=_positive, default=1_000_000, help="larger request bodies get 413")
+    p.add_argument("--max-sentences", type=_positive, default=64, help="texts per /translate request")
+    p.add_argument("--max-chars", type=_positive, default=1000, help="characters per text")
+    p.add_argument("--max-beam", type=_positive, default=16, help="largest beam (and n_best) a request may ask")
+    p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds per request; 503 beyond")
+    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
+    p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("plot", help="draw attention (heatmap, encoder states, decoder steps, GIF) or training "
+                                    "curves as PNG/SVG files")
+    p.add_argument("model_dir", help="folder of a trained model; for --curves alone also a metrics.jsonl file")
+    p.add_argument("sentence", nargs="?", help="source sentence to translate and draw")
+    p.add_argument("--out", metavar="FILE", help="attention heatmap (.png, .svg or .html; default "
+                                                 "attention.png when no other figure is asked for)")
+    p.add_argument("--merge-words", action="store_true",
+                   help="heatmap of words instead of subword pieces (source pieces summed, target averaged)")
+    p.add_argument("--beam", type=_positive, default=None, help="beam size of the heatmap's translation "
+                                                                 "(default: config); the other figures are greedy")
+    p.add_argument("--checkpoint", choices=["best", "last"], default="best")
+    p.add_argument("--states", metavar="FILE", help="encoder states and context vectors (.png or .svg)")
+    p.add_argument("--dims", type=int, default=32,
+                   help="dimensions drawn by --states: the N that vary most (0 = all; default 32)")
+    p.add_argument("--step", nargs=2, action="append", metavar=("K", "FILE"),
+                   help="decoder step K (counting from 0) in detail (.png or .svg); may be repeated")
+    p.add_argument("--top-k", type=_positive, default=5, help="next-token candidates shown by --step")
+    p.add_argument("--gif", metavar="FILE", help="animation of the decoding, one frame per step (.gif)")
+    p.add_argument("--fps", type=float, default=1.0, help="frames per second of --gif")
+    p.add_argument("--curves", metavar="FILE",
+                   help="training curves (loss, perplexity, BLEU) from MODEL_DIR/metrics.jsonl (.png or .svg)")
+    p.set_defaults(func=cmd_plot)
     return parser
 
 

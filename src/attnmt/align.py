@@ -1,0 +1,254 @@
+"""Word alignments from attention, and their evaluation against gold alignments.
+
+Forced decoding runs the model with teacher forcing on a given translation and keeps the
+attention weights of every target piece over the source pieces. Merging pieces into words and
+taking, for every target word, the source word it attends to most gives a word alignment, written
+in the Pharaoh format ("i-j" pairs, i the source word, j the target word, 0-based), which is
+scored against a gold alignment with sure and possible links by the alignment error rate
+(AER, Och & Ney 2003).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from attnmt.data.batching import inference_batches, make_batch
+from attnmt.data.corpus import read_lines
+from attnmt.data.subwords import EOS
+from attnmt.errors import AttnmtError
+from attnmt.viz.words import merge_pieces, word_spans
+
+EOS_PIECE = "</s>"
+
+Link = tuple[int, int]  # (source word index i, target word index j), 0-based
+
+# ---------------------------------------------------------------- forced attention
+
+
+def force_attention(translator, sources: list[str], targets: list[str], batch_size: int = 32) -> list[np.ndarray]:
+    """Attention of the model while it is forced to produce each given target.
+
+    Returns, per pair, an array (target pieces + EOS) x (source pieces + EOS) whose rows are the
+    attention weights of each output step; rows sum to 1. Pairs are batched by length; the output
+    is in input order. An empty side is just EOS (a matrix with one row or one column).
+    """
+    if isinstance(sources, str) or isinstance(targets, str):
+        raise TypeError("force_attention() takes lists of strings")
+    if len(sources) != len(targets):
+        raise AttnmtError(f"numbers of sentences differ: {len(sources)} sources, {len(targets)} targets")
+    model = translator.model
+    if model.attention is None:
+        raise AttnmtError(f"the model in {translator.folder} has attention 'none': it has no attention "
+                          "weights to align with")
+    src_ids = translator.src_subwords.encode(list(sources))
+    tgt_ids = translator.tgt_subwords.encode(list(targets))
+    results: list[np.ndarray | None] = [None] * len(sources)
+    was_training = model.training
+    model.eval()
+    try:
+        lengths = [len(s) + len(t) for s, t in zip(src_ids, tgt_ids)]
+        for indices in inference_batches(lengths, batch_size):
+            batch = make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices])
+            # An all-False mask skips the output layer: only the weights are wanted.
+            skip = torch.zeros(batch.tgt_in.shape, dtype=torch.bool)
+            with torch.inference_mode():
+                _, weights = model(batch.src, batch.src_lengths, batch.tgt_in, keep=skip)
+            weights = weights.float().numpy()
+            for row, i in enumerate(indices):
+                results[i] = weights[row, : len(tgt_ids[i]) + 1, : len(src_ids[i]) + 1].copy()
+    finally:
+        model.train(was_training)
+    return results
+
+
+def piece_lists(translator, sources: list[str], targets: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """The pieces of every source and target, each ending in "</s>" (the axes of force_attention)."""
+    def pieces(subwords, texts):
+        return [subwords.pieces(ids + [EOS]) for ids in subwords.encode(list(texts))]
+
+    return pieces(translator.src_subwords, sources), pieces(translator.tgt_subwords, targets)
+
+
+# ---------------------------------------------------------------- pieces -> words
+
+
+def _without_eos(pieces: list[str]) -> list[str]:
+    return pieces[:-1] if pieces and pieces[-1] == EOS_PIECE else pieces
+
+
+def word_matrix(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str]) -> np.ndarray:
+    """Piece attention (len(tgt_pieces), len(src_pieces)) -> word attention (target words, source words).
+
+    The "</s>" row and column are dropped, then pieces are merged as in the figures
+    (attnmt.viz.words.merge_pieces): a source word gets the sum of the weights of its pieces,
+    a target word the mean over its pieces.
+    """
+    matrix = np.asarray(matrix)
+    if matrix.shape != (len(tgt_pieces), len(src_pieces)):
+        raise ValueError(f"attention matrix of shape {matrix.shape} does not match "
+                         f"{len(tgt_pieces)} target and {len(src_pieces)} source pieces")
+    src, tgt = _without_eos(src_pieces), _without_eos(tgt_pieces)
+    return merge_pieces(src, tgt, matrix[: len(tgt), : len(src)])[2]
+
+
+def drop_eos(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str]) -> np.ndarray:
+    """The piece matrix without the "</s>" row and column (for alignments between pieces)."""
+    return np.asarray(matrix)[: len(_without_eos(tgt_pieces)), : len(_without_eos(src_pieces))]
+
+
+# ---------------------------------------------------------------- attention -> links
+
+
+def alignments_from_attention(matrix_words: np.ndarray, method: str = "argmax",
+                              threshold: float = 0.5) -> list[Link]:
+    """Links (i, j), i a source index (column), j a target index (row), both 0-based, sorted.
+
+    "argmax": every target word links to the source word it attends to most.
+    "threshold": every (i, j) whose weight is at least ``threshold`` (none, one or several per target word).
+    """
+    matrix = np.asarray(matrix_words)
+    if matrix.ndim != 2:
+        raise ValueError(f"expected a 2-d matrix (target x source), got shape {matrix.shape}")
+    if method == "argmax":
+        if matrix.shape[1] == 0:
+            return []
+        return sorted((int(i), j) for j, i in enumerate(matrix.argmax(axis=1)))
+    if method == "threshold":
+        if not 0 < threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+        rows, cols = np.nonzero(matrix >= threshold)
+        return sorted((int(i), int(j)) for j, i in zip(rows, cols))
+    raise ValueError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
+
+
+def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str = "argmax",
+          threshold: float = 0.5, words: bool = True) -> list[list[Link]]:
+    """Word alignments of sentence pairs from forced attention (one list of links per pair).
+
+    With ``words=False`` the indices are those of the subword pieces (without "</s>"), unmerged.
+    With words, the word indices are those of the whitespace-separated tokens of each text;
+    a text whose pieces do not give the same number of words is an error.
+    """
+    if method not in ("argmax", "threshold"):
+        raise AttnmtError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
+    if method == "threshold" and not 0 < threshold <= 1:
+        raise AttnmtError(f"the alignment threshold must be in (0, 1], got {threshold}")
+    matrices = force_attention(translator, sources, targets, batch_size)
+    src_pieces, tgt_pieces = piece_lists(translator, sources, targets)
+    result = []
+    for k, (matrix, sp, tp) in enumerate(zip(matrices, src_pieces, tgt_pieces)):
+        if words:
+            for side, text, pieces in (("source", sources[k], sp), ("target", targets[k], tp)):
+                if len(word_spans(_without_eos(pieces))) != len(text.split()):
+                    raise AttnmtError(
+                        f"sentence pair {k + 1}: the {side} has {len(text.split())} whitespace-separated words "
+                        f"but its subword pieces make {len(word_spans(_without_eos(pieces)))}, so word indices "
+                        "would not match the text")
+            matrix = word_matrix(matrix, sp, tp)
+        else:
+            matrix = drop_eos(matrix, sp, tp)
+        result.append(alignments_from_attention(matrix, method, threshold))
+    return result
+
+
+# ---------------------------------------------------------------- Pharaoh format
+
+
+def format_pharaoh(links) -> str:
+    """"i-j" pairs separated by spaces, sorted (by source index, then target index)."""
+    return " ".join(f"{i}-{j}" for i, j in sorted(set(links)))
+
+
+_LINK = re.compile(r"(\d+)([-?p])(\d+)")
+
+
+def parse_pharaoh(line: str, one_based: bool = False, allow_possible: bool = True,
+                  where: str = "") -> tuple[set[Link], set[Link]]:
+    """One line -> (sure links, possible links); possible includes sure.
+
+    "i-j" is a sure link, "i?j" and "ipj" possible ones. ``where`` (e.g. "file: line 3")
+    prefixes error messages.
+    """
+    sure, possible = set(), set()
+    prefix = f"{where}: " if where else ""
+    for token in line.split():
+        match = _LINK.fullmatch(token)
+        if match is None:
+            expected = "i-j (sure) or i?j / ipj (possible)" if allow_possible else "i-j"
+            raise AttnmtError(f"{prefix}malformed alignment link {token!r}; expected {expected} "
+                              "with non-negative integers i (source) and j (target)")
+        i, kind, j = int(match[1]), match[2], int(match[3])
+        if kind != "-" and not allow_possible:
+            raise AttnmtError(f"{prefix}possible link {token!r} in a hypothesis; a hypothesis has "
+                              "only links i-j")
+        if one_based:
+            if i == 0 or j == 0:
+                raise AttnmtError(f"{prefix}link {token!r} has index 0, but the file is read as "
+                                  "1-based (--one-based)")
+            i, j = i - 1, j - 1
+        possible.add((i, j))
+        if kind == "-":
+            sure.add((i, j))
+    return sure, possible
+
+
+def read_gold(path, one_based: bool = False) -> tuple[list[set[Link]], list[set[Link]]]:
+    """A gold alignment file -> (sure links, possible links) per line; possible includes sure."""
+    sure, possible = [], []
+    for line_no, line in enumerate(read_lines(path), start=1):
+        s, p = parse_pharaoh(line, one_based, where=f"{path}: line {line_no}")
+        sure.append(s)
+        possible.append(p)
+    return sure, possible
+
+
+def read_hypotheses(path, one_based: bool = False) -> list[set[Link]]:
+    """A hypothesis alignment file (Pharaoh, "i-j" links only) -> links per line."""
+    return [parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {line_no}")[0]
+            for line_no, line in enumerate(read_lines(path), start=1)]
+
+
+# ---------------------------------------------------------------- scores
+
+
+def alignment_scores(hyps, gold_sure, gold_possible) -> dict:
+    """Precision, recall and AER over the whole corpus (Och & Ney 2003), A the hypothesis links,
+    S the sure and P the possible gold links (S is taken as part of P):
+
+        precision = |A ∩ P| / |A|      recall = |A ∩ S| / |S|
+        AER = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
+
+    Counts are summed over all sentences before dividing. Precision is 0 without any hypothesis link.
+    """
+    if not len(hyps) == len(gold_sure) == len(gold_possible):
+        raise AttnmtError(f"numbers of sentences differ: the hypothesis has {len(hyps)}, the gold "
+                          f"alignment {len(gold_sure)}")
+    a = s = a_and_s = a_and_p = 0
+    for hyp, sure, possible in zip(hyps, gold_sure, gold_possible):
+        hyp, sure = set(hyp), set(sure)
+        possible = set(possible) | sure
+        a += len(hyp)
+        s += len(sure)
+        a_and_s += len(hyp & sure)
+        a_and_p += len(hyp & possible)
+    if s == 0:
+        raise AttnmtError("the gold alignment has no sure links: recall and AER are undefined")
+    return {
+        "aer": (a + s - a_and_s - a_and_p) / (a + s),  # = 1 - (|A∩S| + |A∩P|) / (|A| + |S|)
+        "precision": a_and_p / a if a else 0.0,
+        "recall": a_and_s / s,
+        "sentences": len(hyps),
+    }
+
+
+def score_files(gold_path, hyp_path, one_based: bool = False) -> dict:
+    """alignment_scores of a hypothesis file against a gold file; line counts must match."""
+    sure, possible = read_gold(gold_path, one_based)
+    hyps = read_hypotheses(hyp_path)
+    if len(hyps) != len(sure):
+        raise AttnmtError(f"line counts differ: {gold_path} has {len(sure)} lines, "
+                          f"{hyp_path} has {len(hyps)}")
+    return alignment_scores(hyps, sure, possible)

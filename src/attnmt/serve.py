@@ -1,0 +1,469 @@
+"""HTTP API over trained models: translate, trace the decoder, list models.
+
+    >>> from attnmt.serve import create_app
+    >>> app = create_app([Path("runs/quickstart/model")])   # then: uvicorn.run(app)
+
+Every request body is a pydantic model that forbids unknown fields and carries the server
+limits (sentences per request, characters per sentence, beam size), so the OpenAPI schema at
+``/docs`` shows them. Errors are JSON objects whose ``detail`` is a readable string:
+422 invalid request, 404 unknown model, 413 body too large, 503 over the time limit.
+``/beam`` returns the search tree recorded by ``attnmt.decoding.BeamRecorder``.
+Decoding runs in a worker thread, one request at a time per model (a lock per model).
+
+The command ``attnmt serve MODEL_DIR ...`` binds to 127.0.0.1 by default; see docs/http-api.md.
+"""
+
+# No ``from __future__ import annotations`` here: FastAPI must see the request models, which are
+# built inside create_app (they carry its limits), as objects rather than strings.
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+import anyio
+import anyio.to_thread
+import numpy as np
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
+
+from attnmt.errors import AttnmtError
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one request may ask for. Checked before any decoding."""
+
+    max_body_bytes: int = 1_000_000  # request body (413 above)
+    max_sentences: int = 64  # texts in one /translate request
+    max_chars: int = 1000  # characters per text
+    max_beam: int = 16  # beam size (and n_best) of /translate
+    max_top_k: int = 50  # top_k of /trace
+    timeout: float = 30.0  # seconds for one request, waiting for the model included (503 above)
+
+    def __post_init__(self):
+        for name in ("max_body_bytes", "max_sentences", "max_chars", "max_beam", "max_top_k"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise AttnmtError(f"server limit {name} must be a positive integer, got {value!r}")
+        if not self.timeout > 0:
+            raise AttnmtError(f"server limit timeout must be positive, got {self.timeout!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Response models (fixed). Request models depend on the limits: see _request_models.
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorResponse(Strict):
+    detail: str = Field(description="what is wrong, readable")
+    errors: Optional[list[dict[str, Any]]] = Field(
+        None, description="422 only: one entry per invalid field, with loc, msg and type")
+
+
+class HealthResponse(Strict):
+    status: Literal["ok"]
+    models: list[str]
+
+
+class ModelInfo(Strict):
+    name: str = Field(description="the model folder's name; the `model` of requests")
+    attention: str = Field(description="none | bahdanau | luong-dot | luong-general | luong-concat | location")
+    rnn_type: str
+    input_feeding: bool
+    decoder_hidden: int
+    beam: int = Field(description="default beam size of /translate for this model")
+    path: str
+
+
+class CandidateOut(Strict):
+    text: str
+    tokens: list[str] = Field(description="output subword pieces, ending in '</s>' when the model produced it")
+    score: float = Field(description="log-probability / length penalty")
+    attention: Optional[list[list[float]]] = Field(
+        description="len(tokens) x len(source_tokens), rows sum to 1; null without attention or when not asked")
+
+
+class TranslationOut(Strict):
+    source: str
+    source_tokens: list[str] = Field(description="source subword pieces, ending in '</s>'")
+    candidates: list[CandidateOut] = Field(description="n-best list, best first")
+
+
+class TranslateResponse(Strict):
+    model: str
+    translations: list[TranslationOut] = Field(description="one per input text, in order")
+
+
+class StepOut(Strict):
+    token: str = Field(description="the token chosen at this step (greedy)")
+    probability: float
+    scores: Optional[list[float]] = Field(description="attention scores e_j before the softmax (one per source token)")
+    weights: Optional[list[float]] = Field(description="attention weights a_j = softmax(e)_j")
+    context: list[float] = Field(description="context vector c_t = sum_j a_j h_j")
+    state: list[float] = Field(description="decoder state s_t (top layer)")
+    top_k: list[tuple[str, float]] = Field(description="most probable next tokens with their probabilities")
+
+
+class TraceResponse(Strict):
+    model: str
+    source: str
+    source_tokens: list[str]
+    text: str = Field(description="the greedy translation")
+    tokens: list[str]
+    encoder_states: list[list[float]] = Field(description="one row h_j per source token")
+    steps: list[StepOut]
+
+
+class BeamNodeOut(Strict):
+    id: int = Field(description="index of the node in `nodes`")
+    parent: Optional[int] = Field(description="id of the node it extends; null for the root")
+    token: str = Field(description="the subword piece this candidate appends ('<s>' for the root)")
+    log_prob: float = Field(description="log-probability of the whole prefix")
+    step: int = Field(description="output position: 0 for the root, 1 for the first token")
+    status: Literal["root", "kept", "finished", "pruned"] = Field(
+        description="kept: stayed in the beam; finished: ended in '</s>'; pruned: fell out of the beam")
+
+
+class BeamResponse(Strict):
+    model: str
+    source_tokens: list[str]
+    nodes: list[BeamNodeOut] = Field(description="every candidate the beam search looked at, the root first")
+    translation: TranslationOut = Field(description="the final hypotheses, best first (up to beam of them)")
+
+
+def _beam_tree(translator, text: str, beam: int):
+    """Beam search over one sentence, recording its search tree: (Translation, nodes)."""
+    from attnmt.api import Translation
+    from attnmt.data.batching import make_batch
+    from attnmt.data.subwords import EOS
+    from attnmt.decoding import BeamRecorder, beam_search, max_output_lengths
+
+    dc = translator.config.decoding
+    src_ids = translator.src_subwords.encode([text])[0]
+    batch = make_batch([src_ids])
+    recorder = BeamRecorder(1, beam)
+    [hypotheses] = beam_search(translator.model, batch.src, batch.src_lengths,
+                               max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset),
+                               beam=beam, n_best=beam, alpha=dc.length_penalty, record=recorder)
+    translation = Translation(text, translator.src_subwords.pieces(src_ids + [EOS]),
+                              [translator._candidate(h) for h in hypotheses])
+    [tree] = recorder.trees
+    pieces = translator.tgt_subwords.pieces([n.token for n in tree])
+    nodes = [BeamNodeOut(id=n.id, parent=n.parent, token=piece, log_prob=n.log_prob, step=n.step, status=n.status)
+             for n, piece in zip(tree, pieces)]
+    return translation, nodes
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("text must not be empty or only whitespace")
+    return text
+
+
+def _text_kind(value: Any) -> Optional[str]:
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "list"
+    return None
+
+
+def _request_models(limits: ServerLimits):
+    """The request bodies, with the limits as Field constraints (so /docs shows them)."""
+    Sentence = Annotated[str, Field(min_length=1, max_length=limits.max_chars, strict=True),
+                         AfterValidator(_not_blank)]
+    ModelName = Optional[str]
+    model_field = Field(None, description="model name (see /models); default: the first model")
+
+    class TranslateRequest(Strict):
+        text: Annotated[
+            Union[Annotated[Sentence, Tag("text")],
+                  Annotated[list[Sentence], Field(min_length=1, max_length=limits.max_sentences), Tag("list")]],
+            Discriminator(_text_kind, custom_error_type="text_type",
+                          custom_error_message="text must be a string or a list of strings"),
+        ] = Field(description=f"one sentence, or a list of 1 to {limits.max_sentences} sentences; "
+                              f"each 1 to {limits.max_chars} characters, not only whitespace")
+        model: ModelName = model_field
+        beam: Optional[int] = Field(None, ge=1, le=limits.max_beam, strict=True,
+                                    description="beam size (1 = greedy); default: the model's")
+        n_best: int = Field(1, ge=1, le=limits.max_beam, strict=True,
+                            description="candidates per sentence, at most beam")
+        attention: bool = Field(True, strict=True, description="include the attention matrices")
+
+    class TraceRequest(Strict):
+        text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
+        model: ModelName = model_field
+        top_k: int = Field(5, ge=1, le=limits.max_top_k, strict=True, description="next-token candidates per step")
+
+    class BeamRequest(Strict):
+        text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
+        model: ModelName = model_field
+        beam: int = Field(5, ge=1, le=limits.max_beam, strict=True, description="beam size")
+
+    return TranslateRequest, TraceRequest, BeamRequest
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    translator: Any  # attnmt.api.Translator
+    lock: threading.Lock
+
+    def info(self) -> ModelInfo:
+        config = self.translator.config
+        return ModelInfo(name=self.name, attention=config.model.attention, rnn_type=config.model.rnn_type,
+                         input_feeding=config.model.input_feeding, decoder_hidden=config.model.decoder_hidden,
+                         beam=config.decoding.beam, path=str(self.translator.folder.resolve()))
+
+
+class RequestTimeout(Exception):
+    pass
+
+
+class BodyLimitMiddleware:
+    """413 for a request body over ``max_bytes``: by its Content-Length, and by the bytes actually
+    received (a chunked body has no Content-Length, and a client may lie). The body is read here
+    and replayed to the application."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = JSONResponse(status_code=413, content={
+            "detail": f"request body too large: the limit is {self.max_bytes} bytes"})
+        for key, value in scope["headers"]:
+            if key.lower() == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await JSONResponse(status_code=400, content={"detail": "invalid Content-Length header"})(
+                        scope, receive, send)
+                    return
+                if declared > self.max_bytes:
+                    await too_large(scope, receive, send)
+                    return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                await too_large(scope, receive, send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _translation_out(t, attention: bool) -> TranslationOut:
+    return TranslationOut(source=t.source, source_tokens=t.source_tokens, candidates=[
+        CandidateOut(text=c.text, tokens=c.tokens, score=c.score,
+                     attention=_floats(c.attention) if attention else None)
+        for c in t.candidates])
+
+
+def _floats(array: Optional[np.ndarray]):
+    return None if array is None else np.asarray(array, dtype=np.float64).tolist()
+
+
+PLACEHOLDER_HTML = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>attnmt</title></head>
+<body style="font-family: sans-serif; max-width: 40em; margin: 2em auto">
+<h1>attnmt</h1>
+<p>The HTTP API is running. Models: {models}.</p>
+<p>Endpoints: <code>GET /health</code>, <code>GET /models</code>, <code>POST /translate</code>,
+<code>POST /trace</code>, <code>POST /beam</code>. Interactive documentation: <a href="docs">/docs</a>.</p>
+</body></html>
+"""
+
+
+def create_app(model_dirs: list[Path], limits: Optional[ServerLimits] = None) -> FastAPI:
+    """An application serving the models of ``model_dirs`` (trained model folders), named after
+    their folders; the first is the default. Raises AttnmtError for a bad folder or a name used twice."""
+    from attnmt.api import load
+
+    limits = limits or ServerLimits()
+    if not model_dirs:
+        raise AttnmtError("no model folder given")
+    models: dict[str, LoadedModel] = {}
+    for folder in model_dirs:
+        folder = Path(folder)
+        name = folder.resolve().name
+        if name in models:
+            raise AttnmtError(f"two model folders are named '{name}' ({models[name].translator.folder} and "
+                              f"{folder}); model names are folder names, so rename or copy one of them")
+        models[name] = LoadedModel(name, load(folder), threading.Lock())
+    default = next(iter(models))
+
+    TranslateRequest, TraceRequest, BeamRequest = _request_models(limits)
+
+    def errors(*codes: int) -> dict:
+        return {code: {"model": ErrorResponse} for code in (404, 413, 422, 503, *codes)}
+
+    app = FastAPI(title="attnmt", version=_version(),
+                  description="Neural machine translation with attention: translations with their "
+                              "attention matrices, and every quantity of every decoder step.")
+    app.state.models = models
+    app.state.limits = limits
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError):
+        problems = [{"loc": [str(p) for p in e.get("loc", ())], "msg": _message(e), "type": e.get("type", "")}
+                    for e in exc.errors()]
+        detail = "; ".join(p["msg"] if p["msg"].startswith("the body ") else f"{_where(p['loc'])}: {p['msg']}"
+                           for p in problems) or "invalid request"
+        return JSONResponse(status_code=422, content={"detail": detail, "errors": problems})
+
+    def get_model(name: Optional[str]) -> LoadedModel:
+        name = default if name is None else name
+        if name not in models:
+            raise HTTPException(404, f"unknown model '{name}'; available: {', '.join(models)}")
+        return models[name]
+
+    async def run(model: LoadedModel, fn, *args):
+        """Runs fn(*args) in a worker thread holding the model's lock; 503 past the time limit
+        (waiting for the lock included). A computation past the limit finishes in its thread, its
+        result discarded; the lock keeps the model to one computation at a time meanwhile."""
+        deadline = time.monotonic() + limits.timeout
+
+        def work():
+            if not model.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise RequestTimeout
+            try:
+                if time.monotonic() > deadline:
+                    raise RequestTimeout
+                return fn(*args)
+            finally:
+                model.lock.release()
+
+        try:
+            with anyio.fail_after(limits.timeout):
+                return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except (TimeoutError, RequestTimeout):
+            raise HTTPException(503, f"the request took longer than the limit of {limits.timeout:g} s "
+                                     "(model busy or input too long); try again or send less") from None
+
+    @app.get("/health", response_model=HealthResponse)
+    def health():
+        return HealthResponse(status="ok", models=list(models))
+
+    @app.get("/models", response_model=list[ModelInfo])
+    def list_models():
+        return [m.info() for m in models.values()]
+
+    @app.post("/translate", response_model=TranslateResponse, responses=errors())
+    async def translate(body: TranslateRequest):
+        model = get_model(body.model)
+        texts = [body.text] if isinstance(body.text, str) else list(body.text)
+        beam = body.beam if body.beam is not None else min(model.translator.config.decoding.beam, limits.max_beam)
+        if body.n_best > beam:
+            raise HTTPException(422, f"n_best ({body.n_best}) cannot exceed the beam size ({beam})")
+        results = await run(model, model.translator.translate, texts, beam, body.n_best)
+        return TranslateResponse(model=model.name, translations=[_translation_out(t, body.attention) for t in results])
+
+    @app.post("/trace", response_model=TraceResponse, responses=errors())
+    async def trace(body: TraceRequest):
+        model = get_model(body.model)
+        result = await run(model, model.translator.trace, body.text, body.top_k)
+        return TraceResponse(
+            model=model.name, source=result.source, source_tokens=result.source_tokens, text=result.text,
+            tokens=result.tokens, encoder_states=_floats(result.encoder_states),
+            steps=[StepOut(token=s.token, probability=s.probability, scores=_floats(s.scores),
+                           weights=_floats(s.weights), context=_floats(s.context), state=_floats(s.state),
+                           top_k=[(token, float(p)) for token, p in s.top_k])
+                   for s in result.steps])
+
+    @app.post("/beam", response_model=BeamResponse, responses=errors())
+    async def beam_tree(body: BeamRequest):
+        """The beam search tree of one sentence: every candidate looked at, kept, finished or pruned."""
+        model = get_model(body.model)
+        translation, nodes = await run(model, _beam_tree, model.translator, body.text, body.beam)
+        return BeamResponse(model=model.name, source_tokens=translation.source_tokens, nodes=nodes,
+                            translation=_translation_out(translation, True))
+
+    if STATIC_DIR.is_dir():
+        app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def index():
+        page = STATIC_DIR / "index.html"
+        if page.is_file():
+            return FileResponse(page, media_type="text/html")
+        return HTMLResponse(PLACEHOLDER_HTML.format(models=", ".join(models)))
+
+    return app
+
+
+def _message(error: dict) -> str:
+    kind, loc = error.get("type", ""), tuple(error.get("loc", ()))
+    if kind == "json_invalid":
+        return f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'decode error')})"
+    if loc == ("body",) and kind in ("model_attributes_type", "dict_type", "model_type"):
+        return "the body must be a JSON object, sent with Content-Type: application/json"
+    return str(error.get("msg", "")).removeprefix("Value error, ")
+
+
+def _where(loc: list[str]) -> str:
+    """'text[2]' for ['body', 'text', 'list', '2']: the field as the client wrote it."""
+    parts = loc[1:] if loc and loc[0] in ("body", "query", "path") else loc
+    out = ""
+    for i, part in enumerate(parts):
+        if i == 1 and parts[0] == "text" and part in ("text", "list"):
+            continue  # the tag of the text union
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out or "body"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("attnmt")
+    except Exception:  # noqa: BLE001 - not installed: no version
+        return "0"
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def url_of(host: str, port: int) -> str:
+    host = host.strip("[]")
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"

@@ -1,0 +1,33 @@
+"""Pictures of attention: matplotlib figures, HTML for notebooks, subword-to-word merging.
+
+    import attnmt, attnmt.viz as viz
+    model = attnmt.load("runs/quickstart")
+    [t] = model.translate(["le 14 juillet 1989"])
+    viz.save(viz.attention_heatmap(t), "heat.png")
+    trace = model.trace("le 14 juillet 1989")
+    viz.save(viz.decoder_step_figure(trace, 3), "step3.svg")
+    viz.decoding_animation(trace, "decoding.gif")
+    viz.show(t)                                   # inline in Jupyter
+
+See docs/visualization.md.
+"""
+
+from attnmt.viz.figures import (
+    attention_heatmap,
+    decoder_step_figure,
+    decoding_animation,
+    encoder_states_figure,
+    read_metrics,
+    save,
+    select_dimensions,
+    training_curves,
+)
+from attnmt.viz.notebook import HTMLView, heatmap_html, show, show_step, step_html
+from attnmt.viz.words import merge_pieces, word_spans
+
+__all__ = [
+    "attention_heatmap", "encoder_states_figure", "decoder_step_figure", "decoding_animation",
+    "training_curves", "read_metrics", "select_dimensions", "save",
+    "heatmap_html", "step_html", "show", "show_step", "HTMLView",
+    "merge_pieces", "word_spans",
+]

@@ -1,0 +1,440 @@
+"""Matplotlib figures of attention: heatmaps, encoder states, one decoder step, an animated GIF of
+the decoding, and training curves.
+
+Every function returns a ``matplotlib.figure.Figure`` drawn on the Agg canvas, without pyplot, so
+nothing depends on (or changes) the global backend; ``save(fig, "x.png")`` writes PNG or SVG.
+Figures grow with the number of tokens and shrink their fonts, so sentences of 50 and more tokens
+keep one readable label per token.
+
+Token labels are shown as they are, "▁" (the sentencepiece start-of-word mark) included;
+``space_marker=""`` strips it, ``space_marker="␣"`` (or any string) replaces it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.animation import FuncAnimation, PillowWriter
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
+
+from attnmt.errors import AttnmtError
+from attnmt.viz.words import SPECIAL_TOKENS, WORD_START, merge_pieces
+
+__all__ = ["attention_heatmap", "encoder_states_figure", "decoder_step_figure", "decoding_animation",
+           "training_curves", "save", "read_metrics", "select_dimensions"]
+
+HIGHLIGHT = "#d62728"
+BAR = "#4c72b0"
+MUTED = "#9aa5b8"
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _labels(tokens, space_marker: str | None) -> list[str]:
+    tokens = [str(t) for t in tokens]
+    if space_marker is None:
+        return tokens
+    return [t.replace(WORD_START, space_marker) or space_marker or WORD_START for t in tokens]
+
+
+def _font_size(n: int) -> float:
+    """Tick-label font size for n labels along one axis."""
+    for limit, size in ((20, 10), (35, 9), (50, 8), (80, 7)):
+        if n <= limit:
+            return size
+    return 6
+
+
+def _cell(n: int) -> float:
+    """Inches per heatmap cell: 0.3 up to 60 tokens, then smaller (down to 0.12) to stay printable."""
+    return 0.3 if n <= 60 else max(0.12, 18.0 / n)
+
+
+def _rotation(labels: list[str]) -> int:
+    if all(len(label) <= 2 or label in SPECIAL_TOKENS for label in labels) and len(labels) <= 40:
+        return 0
+    return 60 if len(labels) <= 25 else 90
+
+
+def _set_xlabels(ax, labels: list[str], top: bool):
+    size, rotation = _font_size(len(labels)), _rotation(labels)
+    if rotation == 0:
+        ax.set_xticks(range(len(labels)), labels=labels, fontsize=size, parse_math=False)
+    elif top:
+        ax.set_xticks(range(len(labels)), labels=labels, fontsize=size, rotation=rotation, ha="left",
+                      va="center", rotation_mode="anchor", parse_math=False)
+    else:
+        ax.set_xticks(range(len(labels)), labels=labels, fontsize=size, rotation=rotation, ha="right",
+                      va="center", rotation_mode="anchor", parse_math=False)
+
+
+def _set_ylabels(ax, labels: list[str]):
+    ax.set_yticks(range(len(labels)), labels=labels, fontsize=_font_size(len(labels)), parse_math=False)
+
+
+def _cell_grid(ax, rows: int, columns: int):
+    """Thin white lines between cells, so that neighbouring cells of equal colour stay countable."""
+    ax.set_xticks(np.arange(-0.5, columns, 1), minor=True)
+    ax.set_yticks(np.arange(-0.5, rows, 1), minor=True)
+    ax.grid(which="minor", color="white", linewidth=0.6)
+    ax.tick_params(which="minor", length=0)
+
+
+def _unpack(source_tokens, target_tokens, attention):
+    """Accepts (source_tokens, target_tokens, attention) or a Translation / DecodingTrace alone."""
+    if target_tokens is None and attention is None and hasattr(source_tokens, "source_tokens"):
+        obj = source_tokens
+        source_tokens, target_tokens, attention = obj.source_tokens, obj.tokens, obj.attention
+    if target_tokens is None:
+        raise TypeError("give source_tokens, target_tokens and attention, or a Translation or DecodingTrace")
+    if attention is None:
+        raise AttnmtError("no attention to draw: the model has attention 'none' (the context is the final "
+                          "encoder state at every step)")
+    matrix = np.asarray(attention, dtype=np.float64)
+    source_tokens, target_tokens = list(source_tokens), list(target_tokens)
+    if matrix.ndim != 2 or matrix.shape != (len(target_tokens), len(source_tokens)):
+        raise ValueError(f"attention has shape {matrix.shape}, expected (len(target_tokens), "
+                         f"len(source_tokens)) = ({len(target_tokens)}, {len(source_tokens)})")
+    if matrix.size == 0:
+        raise AttnmtError("nothing to draw: the translation or its source is empty")
+    return source_tokens, target_tokens, matrix
+
+
+def _check_step(trace, step: int):
+    n = len(trace.steps)
+    if not isinstance(step, (int, np.integer)) or not 0 <= step < n:
+        raise AttnmtError(f"step {step} does not exist: the translation has {n} steps, numbered 0 to {n - 1}")
+    return trace.steps[step]
+
+
+def select_dimensions(states: np.ndarray, max_dims: int | None) -> np.ndarray:
+    """Indices of the dimensions drawn for ``states`` (rows x dims): all of them when ``max_dims`` is
+    None or not smaller than the width, otherwise the ``max_dims`` dimensions whose values vary most
+    across the rows (the most informative ones), in their original order."""
+    states = np.asarray(states)
+    width = states.shape[1]
+    if max_dims is None or max_dims >= width:
+        return np.arange(width)
+    if max_dims < 1:
+        raise ValueError(f"max_dims must be at least 1, got {max_dims}")
+    variance = states.var(axis=0) if states.shape[0] > 1 else np.abs(states[0])
+    return np.sort(np.argsort(-variance, kind="stable")[:max_dims])
+
+
+def _dimension_ticks(ax, dims: np.ndarray):
+    step = max(1, math.ceil(len(dims) / 40))
+    positions = np.arange(0, len(dims), step)
+    ax.set_xticks(positions, labels=[str(int(dims[i])) for i in positions],
+                  fontsize=_font_size(len(positions)), rotation=90 if len(positions) > 20 else 0)
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: str | None = None,
+                      merge_words: bool = False, *, space_marker: str | None = None, cmap: str = "Blues",
+                      values: bool = False) -> Figure:
+    """The attention matrix as a heatmap: source tokens across the top (x), target tokens down (y),
+    one cell per (target, source) pair, weights 0 (white) to 1 (dark), with a colour bar.
+
+    Takes the tokens and the matrix (len(target_tokens) x len(source_tokens)), or a Translation or
+    DecodingTrace alone: ``attention_heatmap(t)``. ``merge_words`` merges subword pieces into words
+    (source columns summed, target rows averaged: see ``attnmt.viz.words``). ``values`` writes each
+    weight in its cell.
+    """
+    source_tokens, target_tokens, matrix = _unpack(source_tokens, target_tokens, attention)
+    if merge_words:
+        source_tokens, target_tokens, matrix = merge_pieces(source_tokens, target_tokens, matrix)
+    xs, ys = _labels(source_tokens, space_marker), _labels(target_tokens, space_marker)
+    n_src, n_tgt = len(xs), len(ys)
+    cell = _cell(max(n_src, n_tgt))
+    longest_x = max(len(x) for x in xs) if _rotation(xs) else 1
+    longest_y = max(len(y) for y in ys)
+    width = n_src * cell + 0.09 * longest_y + 1.6
+    height = n_tgt * cell + 0.08 * longest_x + (1.0 if title else 0.7)
+    fig = _figure(max(width, 3.5), max(height, 2.5))
+    ax = fig.add_subplot()
+    ax.set_label("attention")
+    image = ax.imshow(matrix, cmap=cmap, vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    _set_xlabels(ax, xs, top=True)
+    _set_ylabels(ax, ys)
+    _cell_grid(ax, n_tgt, n_src)
+    ax.tick_params(which="major", length=2)
+    unit = "word" if merge_words else "token"
+    ax.set_xlabel(f"source {unit}s", fontsize=9)
+    ax.set_ylabel(f"target {unit}s", fontsize=9)
+    if values:
+        for i in range(n_tgt):
+            for j in range(n_src):
+                ax.text(j, i, f"{matrix[i, j]:.2f}".lstrip("0"), ha="center", va="center",
+                        fontsize=max(5, _font_size(max(n_src, n_tgt)) - 3),
+                        color="white" if matrix[i, j] > 0.55 else "black")
+    bar = fig.colorbar(image, ax=ax, shrink=min(1.0, max(0.45, 4 / max(n_tgt * cell, 1e-9))), aspect=25, pad=0.02)
+    bar.set_label("attention weight" + (" (word)" if merge_words else ""), fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    if title:
+        fig.suptitle(title, fontsize=11, parse_math=False)
+    return fig
+
+
+def encoder_states_figure(trace, max_dims: int | None = 32, *, space_marker: str | None = None,
+                          cmap: str = "RdBu_r") -> Figure:
+    """The encoder states h_j (one row of coloured cells per source token) above the context vector
+    c_t of every decoding step (one row per output token), on one symmetric colour scale.
+
+    With ``max_dims`` (default 32) only that many dimensions are drawn: those whose values vary most
+    across the source tokens, kept in their original order and labelled with their index below each
+    panel (the context vectors live in the same space, c_t = sum_j a_j h_j, and show the same
+    dimensions). ``max_dims=None`` draws all of them.
+    """
+    states = np.asarray(trace.encoder_states, dtype=np.float64)
+    contexts = np.stack([np.asarray(s.context, dtype=np.float64) for s in trace.steps]) if trace.steps \
+        else np.zeros((0, states.shape[1]))
+    dims = select_dimensions(states, max_dims)
+    shown_states, shown_contexts = states[:, dims], contexts[:, dims]
+    limit = float(max(np.abs(shown_states).max(initial=0.0), np.abs(shown_contexts).max(initial=0.0))) or 1.0
+    sources, targets = _labels(trace.source_tokens, space_marker), _labels(trace.tokens, space_marker)
+    rows = len(sources) + len(targets)
+    row = 0.28 if rows <= 60 else max(0.12, 17.0 / rows)
+    column = min(0.22, 18.0 / len(dims))
+    label_width = 0.09 * max((len(t) for t in sources + targets), default=1)
+    fig = _figure(max(5.0, len(dims) * column + label_width + 1.8), max(3.0, rows * row + 2.2))
+    panels = [(shown_states, sources, f"encoder states h_j ({len(dims)} of {states.shape[1]} dimensions)",
+               "encoder_states", "source tokens")]
+    if len(targets):
+        panels.append((shown_contexts, targets, "context vectors c_t = \u03a3_j a_tj h_j (one per step)",
+                       "contexts", "output tokens"))
+    axes = fig.subplots(len(panels), 1, squeeze=False,
+                        gridspec_kw={"height_ratios": [max(1, len(p[1])) for p in panels]})[:, 0]
+    image = None
+    for ax, (matrix, labels, title, name, ylabel) in zip(axes, panels):
+        ax.set_label(name)
+        image = ax.imshow(matrix, cmap=cmap, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
+        _set_ylabels(ax, labels)
+        _dimension_ticks(ax, dims)
+        ax.set_title(title, fontsize=10, parse_math=False)
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.set_xlabel("dimension", fontsize=8)
+    bar = fig.colorbar(image, ax=list(axes), shrink=0.8, aspect=30, pad=0.02)
+    bar.set_label("value", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    return fig
+
+
+def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) -> Figure:
+    """One decoder step (numbered from 0) in detail: the scores e_j of every source token, their
+    softmax weights a_j, the context vector c_t as a row of cells, and the top-k next tokens with
+    their probabilities (the chosen one in red).
+
+    The axes are labelled "scores", "weights", "context" and "top_k" (``ax.get_label()``).
+    """
+    st = _check_step(trace, step)
+    sources = _labels(trace.source_tokens, space_marker)
+    n = len(sources)
+    top_k = list(st.top_k)
+    width = max(7.0, n * _cell(n) + 2.5)
+    height_top_k = max(1.2, 0.3 * len(top_k) + 0.6)
+    fig = _figure(width, 2.4 + 2.4 + 1.0 + height_top_k + 0.8)
+    ax_scores, ax_weights, ax_context, ax_top = fig.subplots(
+        4, 1, gridspec_kw={"height_ratios": [2.4, 2.4, 0.8, height_top_k]})
+    for ax, name in zip((ax_scores, ax_weights, ax_context, ax_top), ("scores", "weights", "context", "top_k")):
+        ax.set_label(name)
+
+    token = _labels([st.token], space_marker)[0]
+    fig.suptitle(f"step {step}: output \u201c{token}\u201d (p = {st.probability:.3f})", fontsize=11,
+                 parse_math=False)
+    if st.weights is None:
+        for ax in (ax_scores, ax_weights):
+            ax.text(0.5, 0.5, "no attention: the context is the final encoder state at every step",
+                    ha="center", va="center", transform=ax.transAxes, fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+    else:
+        weights = np.asarray(st.weights, dtype=np.float64)
+        best = int(weights.argmax())
+        colours = [HIGHLIGHT if j == best else BAR for j in range(n)]
+        if st.scores is not None:
+            scores = np.asarray(st.scores, dtype=np.float64)
+            ax_scores.bar(range(n), scores, color=colours, width=0.8)
+            ax_scores.axhline(0, color="black", linewidth=0.6)
+        ax_scores.set_ylabel("score e_j", fontsize=9)
+        ax_scores.set_title("attention scores (before the softmax)", fontsize=10)
+        ax_weights.bar(range(n), weights, color=colours, width=0.8)
+        ax_weights.set_ylim(0, max(float(weights.max()) * 1.15, 0.05))
+        ax_weights.set_ylabel("weight a_j", fontsize=9)
+        ax_weights.set_title("attention weights a_j = softmax(e)_j", fontsize=10)
+        if n <= 30:
+            for j, w in enumerate(weights):
+                ax_weights.text(j, w, f"{w:.2f}", ha="center", va="bottom", fontsize=7)
+        for ax in (ax_scores, ax_weights):
+            ax.set_xlim(-0.6, n - 0.4)
+            _set_xlabels(ax, sources, top=False)
+            ax.tick_params(axis="y", labelsize=8)
+
+    context = np.asarray(st.context, dtype=np.float64)
+    limit = float(np.abs(context).max(initial=0.0)) or 1.0
+    image = ax_context.imshow(context[None, :], cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto",
+                              interpolation="nearest")
+    ax_context.set_yticks([])
+    ax_context.set_title(f"context vector c_t ({context.size} dimensions)", fontsize=10)
+    ax_context.tick_params(axis="x", labelsize=7)
+    ax_context.xaxis.set_major_locator(MaxNLocator(integer=True))
+    bar = fig.colorbar(image, ax=ax_context, aspect=8, pad=0.01)
+    bar.ax.tick_params(labelsize=6)
+
+    if top_k:
+        names = _labels([t for t, _ in top_k], space_marker)
+        probabilities = [p for _, p in top_k]
+        colours = [HIGHLIGHT if t == st.token else MUTED for t, _ in top_k]
+        ax_top.barh(range(len(top_k)), probabilities, color=colours, height=0.7)
+        ax_top.set_yticks(range(len(top_k)), labels=names, fontsize=9, parse_math=False)
+        ax_top.invert_yaxis()
+        ax_top.set_xlim(0, 1.12)
+        for i, p in enumerate(probabilities):
+            ax_top.text(p + 0.01, i, f"{p:.3f}", va="center", fontsize=8)
+    ax_top.set_title(f"top {len(top_k)} next tokens", fontsize=10)
+    ax_top.set_xlabel("probability", fontsize=9)
+    ax_top.tick_params(axis="x", labelsize=8)
+    return fig
+
+
+def decoding_animation(trace, path, fps: float = 1, *, space_marker: str | None = None,
+                       cmap: str = "Blues", dpi: int = 120) -> Path:
+    """Writes an animated GIF of the decoding: one frame per step, the heatmap filling row by row,
+    the current row framed in red. Returns the path."""
+    path = Path(path)
+    if path.suffix.lower() != ".gif":
+        raise AttnmtError(f"{path}: the animation is written as a GIF, give a file name ending in .gif")
+    if not fps or fps <= 0:
+        raise ValueError(f"fps must be positive, got {fps}")
+    source_tokens, target_tokens, matrix = _unpack(trace.source_tokens, trace.tokens, trace.attention)
+    xs, ys = _labels(source_tokens, space_marker), _labels(target_tokens, space_marker)
+    n_src, n_tgt = len(xs), len(ys)
+    cell = _cell(max(n_src, n_tgt))
+    longest_x = max(len(x) for x in xs) if _rotation(xs) else 1
+    fig = _figure(max(n_src * cell + 0.09 * max(len(y) for y in ys) + 1.6, 4.0),
+                  max(n_tgt * cell + 0.08 * longest_x + 1.1, 3.0))
+    ax = fig.add_subplot()
+    shown = np.full(matrix.shape, np.nan)
+    colours = colormaps[cmap].with_extremes(bad="white")
+    image = ax.imshow(shown, cmap=colours, vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+    ax.xaxis.tick_top()
+    _set_xlabels(ax, xs, top=True)
+    _set_ylabels(ax, ys)
+    _cell_grid(ax, n_tgt, n_src)
+    ax.set_xlim(-0.5, n_src - 0.5)
+    ax.set_ylim(n_tgt - 0.5, -0.5)
+    frame = Rectangle((-0.5, -0.5), n_src, 1, fill=False, edgecolor=HIGHLIGHT, linewidth=2, zorder=5)
+    ax.add_patch(frame)
+    fig.colorbar(image, ax=ax, shrink=0.8, aspect=25, pad=0.02).ax.tick_params(labelsize=7)
+    title = fig.suptitle("", fontsize=11, parse_math=False)
+
+    def draw(t: int):
+        shown[: t + 1] = matrix[: t + 1]
+        image.set_data(shown)
+        frame.set_y(t - 0.5)
+        for i, label in enumerate(ax.get_yticklabels()):
+            label.set_color(HIGHLIGHT if i == t else "black")
+        title.set_text(f"step {t}: output \u201c{ys[t]}\u201d")
+        return [image, frame, title]
+
+    animation = FuncAnimation(fig, draw, frames=n_tgt, blit=False, repeat=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        animation.save(str(path), writer=PillowWriter(fps=fps), dpi=dpi)
+    except OSError as e:
+        raise AttnmtError(f"cannot write {path}: {e.strerror or e}") from None
+    return path
+
+
+def read_metrics(path) -> list[dict]:
+    """The records of a metrics.jsonl file (or of the one in an experiment folder)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    if not path.is_file():
+        raise AttnmtError(f"{path}: no such file (training writes metrics.jsonl into the experiment folder)")
+    records = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise AttnmtError(f"{path}, line {number}: not a JSON object") from None
+            if not isinstance(record, dict):
+                raise AttnmtError(f"{path}, line {number}: not a JSON object")
+            records.append(record)
+    if not any(r.get("type") in ("train", "valid") and "step" in r for r in records):
+        raise AttnmtError(f"{path}: no training or validation records (empty metrics file)")
+    return records
+
+
+def training_curves(metrics_jsonl_path, title: str | None = None) -> Figure:
+    """Training curves from metrics.jsonl (or an experiment folder holding it): training and dev
+    loss, dev perplexity and dev BLEU against the step. The axes are labelled "loss", "perplexity"
+    and "bleu". A missing, empty or malformed file is an AttnmtError."""
+    records = read_metrics(metrics_jsonl_path)
+
+    def series(kind: str, key: str):
+        points = [(r["step"], r[key]) for r in records
+                  if r.get("type") == kind and isinstance(r.get(key), (int, float)) and "step" in r]
+        return [p[0] for p in points], [p[1] for p in points]
+
+    fig = _figure(13.0, 3.8)
+    ax_loss, ax_ppl, ax_bleu = fig.subplots(1, 3)
+    for ax, name in zip((ax_loss, ax_ppl, ax_bleu), ("loss", "perplexity", "bleu")):
+        ax.set_label(name)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    steps, values = series("train", "loss")
+    if steps:
+        ax_loss.plot(steps, values, color=BAR, linewidth=1.2, label="train")
+    steps, values = series("valid", "loss")
+    if steps:
+        ax_loss.plot(steps, values, color=HIGHLIGHT, marker="o", markersize=3, linewidth=1.2, label="dev")
+    ax_loss.set_title("loss (per token)")
+    ax_loss.legend(fontsize=8)
+    for ax, key, label, colour in ((ax_ppl, "perplexity", "dev perplexity", HIGHLIGHT),
+                                   (ax_bleu, "bleu", "dev BLEU", "#2ca02c")):
+        steps, values = series("valid", key)
+        if steps:
+            ax.plot(steps, values, color=colour, marker="o", markersize=3, linewidth=1.2)
+        else:
+            ax.text(0.5, 0.5, "no validation records", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(label)
+    if ax_ppl.lines and min(ax_ppl.lines[0].get_ydata()) > 0 and \
+            max(ax_ppl.lines[0].get_ydata()) / min(ax_ppl.lines[0].get_ydata()) > 20:
+        ax_ppl.set_yscale("log")
+    if title:
+        fig.suptitle(title, parse_math=False)
+    return fig
+
+
+def save(fig: Figure, path, dpi: int = 150) -> Path:
+    """Writes a figure as PNG or SVG, chosen by the file suffix; creates missing folders. Returns the path."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".png", ".svg"):
+        raise AttnmtError(f"{path}: unknown image format {suffix or '(no suffix)'!r}; use .png or .svg")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format=suffix[1:], dpi=dpi, bbox_inches="tight")
+    except OSError as e:
+        raise AttnmtError(f"cannot write {path}: {e.strerror or e}") from None
+    return path

@@ -1,0 +1,302 @@
+"""The explorer page (static/index.html) in a real browser: headless Chromium (Debian's, at
+/usr/bin/chromium) driven by Playwright, against the real HTTP server (uvicorn in a thread) serving
+the reverse-string model and a copy of it under another name."""
+
+import json
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from attnmt.serve import create_app
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+TIMEOUT_MS = 20_000
+HIGHLIGHT_RATIO = 0.5  # as in static/app.js: a source token is highlighted at >= ratio * the row's maximum
+
+
+def _missing_browser_message() -> str:
+    return (f"Chromium not found at {CHROMIUM}: the explorer tests need a real browser "
+            "(Debian: apt-get install chromium); Playwright cannot download one here")
+
+
+def test_chromium_is_installed():
+    assert CHROMIUM.is_file(), _missing_browser_message()
+
+
+@pytest.fixture(scope="module")
+def server(reverse_model, tmp_path_factory):
+    """(base URL, name of the first model, name of its copy): the real app on a free port."""
+    translator, _ = reverse_model
+    copy = tmp_path_factory.mktemp("explorer") / "reverse-copy"
+    shutil.copytree(translator.folder, copy)
+    app = create_app([translator.folder, copy])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not uv.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the HTTP server did not start within 15 s")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", translator.folder.resolve().name, copy.name
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.is_file():
+        pytest.fail(_missing_browser_message(), pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=TIMEOUT_MS)
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    """A fresh page on the explorer, models loaded; fails the test on any JavaScript error."""
+    context = browser.new_context(viewport={"width": 1320, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(server[0] + "/")
+    page.wait_for_selector("body[data-state=ready]")
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def post(server, path, body):
+    return httpx.post(server[0] + path, json=body, timeout=30)
+
+
+def translate_in_page(page, text, press_enter=True):
+    page.fill("#source", text)
+    if press_enter:
+        page.press("#source", "Enter")
+    else:
+        page.click("#translate")
+    page.wait_for_selector("body[data-state=done], body[data-state=error]")
+
+
+def attended(row):
+    top = max(row)
+    return {j for j, w in enumerate(row) if w >= HIGHLIGHT_RATIO * top}
+
+
+def api_translation(server, text, model=None):
+    """What /translate answers for the request the page sends (the model's default beam)."""
+    models = httpx.get(server[0] + "/models", timeout=10).json()
+    info = next(m for m in models if m["name"] == (model or server[1]))
+    response = post(server, "/translate", {"text": text, "model": info["name"], "beam": info["beam"]})
+    assert response.status_code == 200, response.text
+    return response.json()["translations"][0]
+
+
+def test_translation_and_heatmap(page, server):
+    translate_in_page(page, "abcdef")
+    expected = api_translation(server, "abcdef")
+    best = expected["candidates"][0]
+    assert best["text"] == "fedcba"
+    assert page.text_content("#panel-a .translation") == best["text"]
+    assert page.locator("#error").is_hidden()
+
+    source, target, attention = expected["source_tokens"], best["tokens"], best["attention"]
+    table = page.locator("#panel-a table.heatmap")
+    assert table.count() == 1
+    assert page.locator("#panel-a td.cell").count() == len(source) * len(target)
+    assert page.locator("#panel-a th.src-label").all_text_contents() == source
+    assert page.locator("#panel-a th.tgt-label").all_text_contents() == target
+    weights = page.eval_on_selector_all(
+        "#panel-a td.cell", "cells => cells.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])")
+    assert len(weights) == len(source) * len(target)
+    for i, j, w in weights:
+        assert w == pytest.approx(attention[i][j], abs=1e-5)
+
+
+def test_target_and_source_highlighting(page, server):
+    translate_in_page(page, "abcdef", press_enter=False)
+    best = api_translation(server, "abcdef")["candidates"][0]
+    attention = best["attention"]
+
+    def highlighted(selector, key):
+        return {int(v) for v in page.eval_on_selector_all(selector, f"els => els.map(e => e.dataset.{key})")}
+
+    for i in (1, 3):
+        page.click(f"#panel-a th.tgt-label[data-row='{i}']")
+        row = attention[i]
+        expected = attended(row)
+        assert max(range(len(row)), key=row.__getitem__) in expected
+        assert highlighted("#panel-a td.cell.highlight", "col") == expected
+        assert highlighted("#panel-a td.cell.highlight", "row") == {i}
+        assert highlighted("#panel-a th.src-label.highlight", "col") == expected
+        # the weights are shown: in the row's cells and in the line below the heatmap
+        j = max(expected, key=row.__getitem__)
+        cell = page.locator(f"#panel-a td.cell[data-row='{i}'][data-col='{j}']")
+        assert cell.text_content() in (f"{row[j]:.2f}".lstrip("0"), "1")
+        assert f"{row[j]:.2f}" in page.text_content("#panel-a .focus-info")
+        page.click(f"#panel-a th.tgt-label[data-row='{i}']")  # release; the mouse still hovers it
+        assert highlighted("#panel-a td.cell.highlight", "col") == expected
+        page.mouse.move(1, 1)
+        assert page.locator("#panel-a .highlight").count() == 0
+
+    j = 2  # a source column: the output tokens that attend to it
+    page.click(f"#panel-a th.src-label[data-col='{j}']")
+    expected_rows = {i for i, row in enumerate(attention) if j in attended(row)}
+    assert expected_rows, "the reverse model attends to every source character"
+    assert highlighted("#panel-a th.tgt-label.highlight", "row") == expected_rows
+    assert highlighted("#panel-a td.cell.highlight", "col") == {j}
+
+
+def test_step_through_decoding(page, server):
+    translate_in_page(page, "abcdef")
+    trace = post(server, "/trace", {"text": "abcdef", "model": server[1], "top_k": 5}).json()
+    steps, n_source = trace["steps"], len(trace["source_tokens"])
+    n = len(steps)
+
+    def shown():
+        return int(page.get_attribute("#step-index", "data-step")), page.text_content("#step-token")
+
+    assert shown() == (1, steps[0]["token"])
+    assert page.is_disabled("#step-back")
+    page.click("#step-next")
+    page.click("#step-next")
+    assert shown() == (3, steps[2]["token"])
+    assert page.text_content("#step-index") == f"step 3 / {n}"
+    # step 3: the scores and weights as bars, the context and state as cells, the top-k tokens
+    assert page.locator("#step-view svg.bars rect.bar.score").count() == n_source
+    assert page.locator("#step-view svg.bars rect.bar.weight").count() == n_source
+    assert page.locator("#step-view .vrow.context .vcell").count() == len(steps[2]["context"])
+    assert page.locator("#step-view .vrow.state .vcell").count() == len(steps[2]["state"])
+    assert page.locator("#step-view table.topk tr").count() == len(steps[2]["top_k"])
+    assert page.locator("#step-view table.topk td.tok").first.text_content() == steps[2]["top_k"][0][0]
+    # heatmap of the trace: rows 1-3 drawn, the third current, the rest not decoded yet
+    assert page.locator("#step-view table.heatmap tr.future").count() == n - 3
+    assert page.get_attribute("#step-view table.heatmap tr.current", "data-row") == "2"
+
+    page.click("#step-back")
+    assert shown() == (2, steps[1]["token"])
+    page.click("#steps-card h2")  # keyboard arrows work when no input has the focus
+    page.keyboard.press("ArrowRight")
+    assert shown() == (3, steps[2]["token"])
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowLeft")
+    assert shown() == (1, steps[0]["token"])
+    for _ in range(n + 2):
+        page.keyboard.press("ArrowRight")
+    assert shown() == (n, steps[-1]["token"])
+    assert page.is_disabled("#step-next")
+
+
+def test_compare_two_models(page, server):
+    _, first, second = server
+    page.check("#compare")
+    page.select_option("#model-b", second)
+    translate_in_page(page, "abcdef")
+    heatmaps = page.locator("#panels table.heatmap")
+    assert heatmaps.count() == 2
+    assert [heatmaps.nth(k).get_attribute("data-model") for k in range(2)] == [first, second]
+    assert page.text_content("#panel-b .model-name") == second
+    assert page.text_content("#panel-b .translation") == "fedcba"
+
+    # a model without attention answers attention null: shown as a notice instead of a heatmap
+    def without_attention(route):
+        response = route.fetch()
+        data = response.json()
+        if json.loads(route.request.post_data)["model"] == second:
+            for translation in data["translations"]:
+                for candidate in translation["candidates"]:
+                    candidate["attention"] = None
+        route.fulfill(response=response, json=data)
+
+    page.route("**/translate", without_attention)
+    translate_in_page(page, "abcdef")
+    assert page.locator("#panel-a table.heatmap").count() == 1
+    assert page.locator("#panel-b table.heatmap").count() == 0
+    assert "no attention — fixed context" in page.text_content("#panel-b .no-attention")
+
+
+def test_beam_tree(page, server, tmp_path):
+    translate_in_page(page, "abcdef")
+    models = httpx.get(server[0] + "/models", timeout=10).json()
+    response = post(server, "/beam", {"text": "abcdef", "model": server[1], "beam": models[0]["beam"]})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    nodes = answer["nodes"]
+    assert page.locator("svg.beam-tree g.node").count() == len(nodes)
+    for status in ("root", "kept", "finished", "pruned"):
+        assert page.locator(f"svg.beam-tree g.node.{status}").count() == sum(n["status"] == status for n in nodes)
+    shown = page.eval_on_selector_all(
+        "svg.beam-tree g.node", "gs => gs.map(g => [+g.dataset.id, g.dataset.status, +g.dataset.step])")
+    assert sorted(shown) == sorted([n["id"], n["status"], n["step"]] for n in nodes)
+    # the path of the best translation, marked from the root to a finished node
+    by_id = {n["id"]: n for n in nodes}
+    path = page.eval_on_selector_all("svg.beam-tree g.node.best", "gs => gs.map(g => +g.dataset.id)")
+    path_tokens = [by_id[i]["token"] for i in sorted(path, key=lambda i: by_id[i]["step"])][1:]
+    assert path_tokens == answer["translation"]["candidates"][0]["tokens"]
+    assert page.locator("svg.beam-tree g.node.finished.best").count() == 1
+    finals = page.locator("#beam-view table.finals td.translation-cell").all_text_contents()
+    assert finals == [c["text"] for c in answer["translation"]["candidates"]]
+    page.screenshot(path=str(tmp_path / "explorer.png"), full_page=True)
+    assert (tmp_path / "explorer.png").stat().st_size > 10_000
+
+
+def test_beam_not_implemented_is_a_notice(page, server):
+    """A server without /beam (501) gets a notice in place of the tree; the rest of the page works."""
+    detail = "/beam is not implemented on this server"
+    page.route("**/beam", lambda route: route.fulfill(status=501, json={"detail": detail}))
+    translate_in_page(page, "abcdef")
+    notice = page.text_content("#beam-notice")
+    assert "501" in notice and detail in notice
+    assert page.locator("#error").is_hidden()
+    assert page.get_attribute("body", "data-state") == "done"
+    assert page.text_content("#panel-a .translation") == "fedcba"
+
+
+def test_api_errors_are_shown(page, server):
+    translate_in_page(page, "   ")
+    detail = post(server, "/translate", {"text": "   "}).json()["detail"]
+    assert page.get_attribute("body", "data-state") == "error"
+    assert page.locator("#error").is_visible()
+    assert detail in page.text_content("#error")
+    assert "422" in page.text_content("#error")
+
+    page.fill("#beam", "999")
+    translate_in_page(page, "abc")
+    response = post(server, "/translate", {"text": "abc", "beam": 999})
+    assert response.status_code == 422
+    assert response.json()["detail"] in page.text_content("#error")
+
+    page.fill("#beam", "2")  # a good request clears the errors
+    translate_in_page(page, "abc")
+    assert page.locator("#error").is_hidden()
+    assert page.text_content("#panel-a .translation") == "cba"
+
+
+def test_tokens_are_text_not_html(page, server):
+    translate_in_page(page, "a<b>c")
+    source = api_translation(server, "a<b>c")["source_tokens"]
+    assert "<unk>" in source  # the character model does not know "<" and ">"
+    assert page.locator("#panel-a th.src-label").all_text_contents() == source
+    assert page.locator("unk, b").count() == 0  # no element made from a token
