@@ -18,6 +18,16 @@ def _read_input(path: str | None) -> list[str]:
     return read_lines(path)
 
 
+def _read_line_pairs(first: str, second: str) -> tuple[list[str], list[str]]:
+    """Two files read line by line, which must have as many lines (empty ones included)."""
+    from attnmt.data.corpus import read_lines
+
+    a, b = read_lines(first), read_lines(second)
+    if len(a) != len(b):
+        raise AttnmtError(f"line counts differ: {first} has {len(a)} lines, {second} has {len(b)}")
+    return a, b
+
+
 def _open_output(path: str | None):
     if path is None or path == "-":
         return sys.stdout
@@ -86,13 +96,9 @@ def cmd_translate(args):
 
 def cmd_evaluate(args):
     from attnmt.api import load
-    from attnmt.data.corpus import read_lines
     from attnmt.evaluation import evaluation_report, format_report
 
-    sources, references = read_lines(args.src), read_lines(args.ref)
-    if len(sources) != len(references):
-        raise AttnmtError(f"line counts differ: {args.src} has {len(sources)} lines, "
-                          f"{args.ref} has {len(references)}")
+    sources, references = _read_line_pairs(args.src, args.ref)
     model = load(args.model_dir, args.checkpoint)
     hypotheses = [t.text for t in model.translate(sources, beam=args.beam, batch_size=args.batch_size)]
     report = evaluation_report(sources, hypotheses, references)
@@ -113,12 +119,8 @@ def cmd_quickstart(args):
 def cmd_align(args):
     from attnmt.align import align, format_pharaoh
     from attnmt.api import load
-    from attnmt.data.corpus import read_lines
 
-    sources, targets = read_lines(args.src), read_lines(args.tgt)
-    if len(sources) != len(targets):
-        raise AttnmtError(f"line counts differ: {args.src} has {len(sources)} lines, "
-                          f"{args.tgt} has {len(targets)}")
+    sources, targets = _read_line_pairs(args.src, args.tgt)
     model = load(args.model_dir, args.checkpoint)
     links = align(model, sources, targets, batch_size=args.batch_size, method=args.method,
                   threshold=args.threshold)
