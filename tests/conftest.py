@@ -56,14 +56,22 @@ def reverse(s: str) -> str:
 
 @pytest.fixture(scope="session")
 def reverse_model(tmp_path_factory):
-    """A small Bahdanau model trained to reverse strings (about 20 s); shared by several tests."""
+    """A small Bahdanau model trained to reverse strings (about 20 s); shared by several tests.
+
+    These settings (best of 6 validations by dev loss) reached 100% exact match with every seed
+    tried (1, 2, 42); smaller ones (decoder 64, 400 steps, last checkpoint) ranged from 34% to
+    99% depending on the seed."""
     from attnmt.api import load
     from attnmt.training import train
 
     folder = tmp_path_factory.mktemp("reverse")
     train_src, dev_src = random_strings(4000, 3, 8, seed=1), random_strings(200, 3, 8, seed=2)
     config = toy_config(folder, [(s, reverse(s)) for s in train_src], [(s, reverse(s)) for s in dev_src],
-                        model={"attention": "bahdanau"}, training={"max_steps": 400, "validate_every": 400})
+                        model={"attention": "bahdanau", "decoder_hidden": 128},
+                        training={"max_steps": 600, "validate_every": 100, "learning_rate": 0.003,
+                                  # BLEU of one-"word" outputs is 0 whatever their quality: keep
+                                  # the checkpoint with the best dev loss instead.
+                                  "early_stopping_metric": "loss"})
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
     return load(config.experiment_dir), dev_src

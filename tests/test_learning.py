@@ -21,7 +21,8 @@ def test_attention_beats_fixed_context_on_long_sequences(tmp_path):
     scores = {}
     for attention in ("bahdanau", "none"):
         config = toy_config(tmp_path / attention, [(s, reverse(s)) for s in train_src],
-                            model={"attention": attention}, training={"max_steps": 300, "validate_every": 1000})
+                            model={"attention": attention, "decoder_hidden": 128},
+                            training={"max_steps": 300, "validate_every": 1000, "learning_rate": 0.003})
         train(config, log=lambda m: None, progress=False)
         model = attnmt.load(config.experiment_dir)
         outputs = model.translate(dev_src, beam=1)
