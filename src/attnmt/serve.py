@@ -143,25 +143,8 @@ class BeamResponse(Strict):
 
 def _beam_tree(translator, text: str, beam: int):
     """Beam search over one sentence, recording its search tree: (Translation, nodes)."""
-    from attnmt.api import Translation
-    from attnmt.data.batching import make_batch
-    from attnmt.data.subwords import EOS
-    from attnmt.decoding import BeamRecorder, beam_search, max_output_lengths
-
-    dc = translator.config.decoding
-    src_ids = translator.src_subwords.encode([text])[0]
-    batch = make_batch([src_ids])
-    recorder = BeamRecorder(1, beam)
-    [hypotheses] = beam_search(translator.model, batch.src, batch.src_lengths,
-                               max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset),
-                               beam=beam, n_best=beam, alpha=dc.length_penalty, record=recorder)
-    translation = Translation(text, translator.src_subwords.pieces(src_ids + [EOS]),
-                              [translator._candidate(h) for h in hypotheses])
-    [tree] = recorder.trees
-    pieces = translator.tgt_subwords.pieces([n.token for n in tree])
-    nodes = [BeamNodeOut(id=n.id, parent=n.parent, token=piece, log_prob=n.log_prob, step=n.step, status=n.status)
-             for n, piece in zip(tree, pieces)]
-    return translation, nodes
+    translation, nodes = translator.beam_tree(text, beam)
+    return translation, [BeamNodeOut(**node) for node in nodes]
 
 
 def _not_blank(text: str) -> str:
