@@ -15,8 +15,15 @@ PAIRS = [(s, reverse(s)) for s in random_strings(300, 3, 8, seed=5)]
 DEV = [(s, reverse(s)) for s in random_strings(30, 3, 8, seed=6)]
 
 
-def config_for(folder, **training):
-    return toy_config(folder, PAIRS, DEV, model={"dropout": 0.2},
+RNN = {"dropout": 0.2}
+# Dropout everywhere, shared embeddings and the warm-up schedule: all of it must resume exactly.
+TRANSFORMER = {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "encoder_layers": 2,
+               "decoder_layers": 2, "dropout": 0.2, "attention_dropout": 0.1, "share_embeddings": True}
+NOAM = {"schedule": "noam", "warmup_steps": 5, "adam_betas": [0.9, 0.98]}
+
+
+def config_for(folder, model=RNN, **training):
+    return toy_config(folder, PAIRS, DEV, model=model,
                       training={"validate_every": 7, "log_every": 3, **training})
 
 
@@ -24,14 +31,15 @@ def weights(folder, name="last.safetensors"):
     return {k: v for k, v in load_file(str(folder / name)).items() if k.startswith("model.")}
 
 
-def test_resume_equals_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("model, schedule", [(RNN, {}), (TRANSFORMER, NOAM)], ids=["rnn", "transformer-noam"])
+def test_resume_equals_uninterrupted_run(tmp_path, model, schedule):
     # 14 steps straight, against 7 steps + resume to 14 (an epoch is 10 batches: resuming mid-epoch).
-    straight = config_for(tmp_path / "straight", max_steps=14)
+    straight = config_for(tmp_path / "straight", model, max_steps=14, **schedule)
     train(straight, log=lambda m: None, progress=False)
 
-    interrupted = config_for(tmp_path / "resumed", max_steps=7)
+    interrupted = config_for(tmp_path / "resumed", model, max_steps=7, **schedule)
     train(interrupted, log=lambda m: None, progress=False)
-    resumed = config_for(tmp_path / "resumed", max_steps=14)
+    resumed = config_for(tmp_path / "resumed", model, max_steps=14, **schedule)
     state = Trainer(resumed, log=lambda m: None, progress=False).train(resume=True)
 
     assert state.step == 14 and state.epoch == 1 and state.batch_in_epoch == 4

@@ -64,6 +64,8 @@ class DataConfig(Section):
 
 
 class ModelConfig(Section):
+    type: Literal["rnn", "transformer"] = "rnn"
+    # RNN encoder-decoder (type: rnn)
     rnn_type: Literal["gru", "lstm"] = "gru"
     embedding_size: int = Field(256, gt=0)
     encoder_hidden: int = Field(256, gt=0)  # per direction
@@ -76,9 +78,27 @@ class ModelConfig(Section):
     input_feeding: bool = True  # Luong: feed the previous attentional vector to the RNN
     location_channels: int = Field(10, gt=0)  # location attention: conv filters ...
     location_kernel: int = Field(31, gt=0)  # ... and their width (odd)
+    init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
+    # Transformer (type: transformer); encoder_layers and decoder_layers count its layers too
+    d_model: int = Field(256, gt=0)
+    heads: int = Field(4, gt=0)
+    feed_forward: int = Field(1024, gt=0)  # inner size of the position-wise feed-forward layers
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = Field(1024, gt=0)  # longest sequence with learned positions
+    norm: Literal["pre", "post"] = "pre"  # LayerNorm before each sublayer (pre) or after the residual (post)
+    attention_dropout: float = Field(0.1, ge=0, lt=1)  # on the attention weights
+    share_embeddings: bool = False  # source = target embeddings = output projection (joint vocabulary)
+    # Both
     dropout: float = Field(0.3, ge=0, lt=1)
     tie_embeddings: bool = False  # target embeddings = output projection
-    init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
+
+    @model_validator(mode="after")
+    def transformer_sizes(self):
+        if self.type == "transformer" and self.d_model % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
+        if self.type == "rnn" and self.share_embeddings:
+            raise ValueError("share_embeddings is for type: transformer (RNN models have tie_embeddings)")
+        return self
 
 
 class TrainingConfig(Section):
@@ -99,7 +119,13 @@ class TrainingConfig(Section):
     checkpoint_every: int | None = Field(None, gt=0)  # default: at each validation
     log_every: int = Field(50, gt=0)
     dev_beam: int = Field(1, gt=0)  # beam for dev BLEU (1 = greedy, fast)
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # (0.9, 0.98) in Vaswani et al. (2017)
+    # plateau: multiply the rate by lr_decay_factor when validation stops improving;
+    # noam: linear warm-up to learning_rate at warmup_steps, then decay as 1/sqrt(step)
+    schedule: Literal["plateau", "noam"] = "plateau"
+    warmup_steps: int = Field(4000, gt=0)
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast matrix products, fp32 master weights
+    device: str = Field("cpu", pattern=r"^(cpu|cuda)$")  # cuda: each process on its own GPU (LOCAL_RANK)
 
     @model_validator(mode="after")
     def has_a_limit(self):
@@ -122,6 +148,12 @@ class Config(Section):
     model: ModelConfig = ModelConfig()
     training: TrainingConfig
     decoding: DecodingConfig = DecodingConfig()
+
+    @model_validator(mode="after")
+    def shared_embeddings_need_joint_vocabulary(self):
+        if self.model.share_embeddings and not self.data.subwords.joint:
+            raise ValueError("model.share_embeddings needs one joint vocabulary: set data.subwords.joint: true")
+        return self
 
 
 def _resolve_paths(config: Config, base: Path) -> Config:

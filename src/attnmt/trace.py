@@ -25,6 +25,8 @@ class StepTrace:
     weights: np.ndarray | None  # (S,) softmax weights a_j
     context: np.ndarray  # (M,) context vector c_t
     state: np.ndarray  # (H,) decoder state s_t (top layer)
+    # Transformer: scores None; weights the last layer's cross-attention averaged over heads (as in
+    # Translation.attention); context that attention's output, state the top layer's output.
     top_k: list[tuple[str, float]] = field(default_factory=list)  # next-token candidates and probabilities
 
 
@@ -56,7 +58,7 @@ def trace(translator, text: str, top_k: int = 5, max_length: int | None = None) 
     batch = make_batch([src_ids])
     memory = model.encode(batch.src, batch.src_lengths)
     state = model.init_state(memory)
-    attention = model.attention
+    attention = model.attention if model.config.type == "rnn" else None  # RNN: its scores e_j
     dc = translator.config.decoding
     limit = max_length or int(dc.max_length_ratio * batch.src.size(1) + dc.max_length_offset)
     prev = torch.tensor([BOS])
@@ -72,16 +74,17 @@ def trace(translator, text: str, top_k: int = 5, max_length: int | None = None) 
             query_state = previous_state if attention.query_is_previous_state else state
             scores = attention.score(query_state.hidden[-1].unsqueeze(1), memory.keys,
                                      previous_state.weights.unsqueeze(1))[0, 0]
-        if weights is None:
-            context = memory.final[0]
+        if model.config.type == "transformer":
+            context, output = state.context[0], state.output[0]
         else:
-            context = weights[0] @ memory.states[0]
+            context = memory.final[0] if weights is None else weights[0] @ memory.states[0]
+            output = state.hidden[-1, 0]
         top = probs.topk(min(top_k, probs.numel()))
         steps.append(StepTrace(
             token=translator.tgt_subwords.pieces([best])[0], token_id=best, probability=float(probs[best]),
             scores=None if scores is None else scores.numpy().copy(),
             weights=None if weights is None else weights[0].numpy().copy(),
-            context=context.numpy().copy(), state=state.hidden[-1, 0].numpy().copy(),
+            context=context.numpy().copy(), state=output.numpy().copy(),
             top_k=[(translator.tgt_subwords.pieces([int(i)])[0], float(p)) for p, i in zip(top.values, top.indices)],
         ))
         if best == EOS:

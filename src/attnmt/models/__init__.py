@@ -1,5 +1,6 @@
-"""Models: RNN encoder, attention variants, RNN decoder, and the encoder-decoder."""
+"""Models: RNN encoder, attention variants, RNN decoder, the RNN encoder-decoder, the Transformer."""
 
 from attnmt.models.seq2seq import BOS, EOS, PAD, UNK, Seq2Seq, build_model
+from attnmt.models.transformer import Transformer
 
-__all__ = ["BOS", "EOS", "PAD", "UNK", "Seq2Seq", "build_model"]
+__all__ = ["BOS", "EOS", "PAD", "UNK", "Seq2Seq", "Transformer", "build_model"]

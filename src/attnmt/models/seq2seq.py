@@ -11,6 +11,8 @@ from attnmt.errors import AttnmtError
 from attnmt.models.attention import build_attention
 from attnmt.models.decoder import DecoderState, Memory, RNNDecoder
 from attnmt.models.encoder import RNNEncoder
+from attnmt.models.output import OutputLayer
+from attnmt.models.transformer import Transformer
 
 
 
@@ -30,7 +32,7 @@ class Seq2Seq(nn.Module):
                                   config.decoder_layers, config.rnn_type, attention,
                                   config.input_feeding, config.dropout)
         self.output_dropout = nn.Dropout(config.dropout)
-        self.generator = nn.Linear(config.decoder_hidden, tgt_vocab_size)
+        self.generator = OutputLayer(config.decoder_hidden, tgt_vocab_size)
         self._init_weights(config.init_range)
         if config.tie_embeddings:
             if config.decoder_hidden != config.embedding_size:
@@ -73,16 +75,24 @@ class Seq2Seq(nn.Module):
         With a mask ``keep`` (B,T), logits are computed only where it is True, as (N,V): the
         output layer is the largest product of a step, and padding positions need none of it.
         """
+        states, weights = self.output_states(src, lengths, tgt_in, keep)
+        return self.generator(states), weights
+
+    def output_states(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, keep: Tensor | None = None):
+        """What enters the output layer under teacher forcing: (B,T,H), or (N,H) with ``keep``."""
         memory = self.encode(src, lengths)
         embedded = self.output_dropout(self.tgt_embed(tgt_in))
         attentional, weights = self.decoder(embedded, self.init_state(memory), memory)
         if keep is not None:
             attentional = attentional[keep]
-        return self.generator(self.output_dropout(attentional)), weights
+        return self.output_dropout(attentional), weights
 
 
-def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
+def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq | Transformer:
+    """The model of ``config.type``: an RNN encoder-decoder or a Transformer, same interface."""
     try:
+        if config.type == "transformer":
+            return Transformer(config, src_vocab_size, tgt_vocab_size)
         return Seq2Seq(config, src_vocab_size, tgt_vocab_size)
     except ValueError as e:
         raise AttnmtError(f"model: {e}") from None

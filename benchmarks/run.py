@@ -1,0 +1,159 @@
+"""Benchmark a reference configuration: Multi30k German -> English under a wall-clock training budget.
+
+    python benchmarks/run.py --config configs/rnn-bahdanau.yaml         # 20 minutes, the reference run
+    python benchmarks/run.py --config configs/transformer-small.yaml
+    python benchmarks/run.py --config configs/transformer-small.yaml --minutes 1   # a quick check
+    python benchmarks/run.py --config configs/transformer-small.yaml \\
+        --beside runs/bench-rnn-bahdanau/results.json                  # a column for an earlier run
+
+Trains the configuration (its data, model and training sections; experiment_dir, time budget,
+threads and precision from here) in a child process, so its peak memory is measured on its own,
+then translates test_2016_flickr with greedy search and beam 5 and prints: training speed, steps,
+the validation BLEU curve, test BLEU and chrF (sacreBLEU, 13a, cased), decoding speed and peak
+memory, beside the peers' figures measured on this machine for the same configuration, if any.
+Results go to OUT/results.json (OUT defaults to runs/bench-NAME, NAME the config's file name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from safetensors import safe_open
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
+# Measured on this machine with the configurations in ../shared/peers (20 minutes, 2 threads):
+# RNN encoder-decoders with Bahdanau attention, so they stand beside rnn-bahdanau only.
+PEERS = {
+    "rnn-bahdanau": {
+        "OpenNMT-py 3.5.1": {"sentences_per_s": 115, "tokens_per_s": 1750, "steps": 2200, "bleu_greedy": 34.2,
+                             "bleu_beam5": 35.9, "chrf_beam5": 54.5, "decode_greedy": 96, "decode_beam5": 56,
+                             "peak_rss_gb": 3.35},
+        "JoeyNMT 2.3.0": {"sentences_per_s": 59, "tokens_per_s": 890, "steps": 1050, "bleu_greedy": 6.0,
+                          "bleu_beam5": 6.0, "chrf_beam5": 24.1, "decode_greedy": 75, "decode_beam5": 35,
+                          "peak_rss_gb": 1.70},
+    },
+}
+
+ROWS = [("training sentences/s", "sentences_per_s", "{:.0f}"),
+        ("training target tokens/s", "tokens_per_s", "{:.0f}"),
+        ("steps", "steps", "{:.0f}"), ("test BLEU greedy", "bleu_greedy", "{:.1f}"),
+        ("test BLEU beam 5", "bleu_beam5", "{:.1f}"), ("test chrF beam 5", "chrf_beam5", "{:.1f}"),
+        ("decode sent/s greedy (wall)", "decode_greedy", "{:.0f}"),
+        ("decode sent/s beam 5 (wall)", "decode_beam5", "{:.0f}"),
+        ("training peak RSS GB", "peak_rss_gb", "{:.2f}")]
+
+
+def write_config(args, out: Path) -> Path:
+    """The benchmark's copy of the configuration, its paths made absolute."""
+    from attnmt.config import config_to_yaml, load_config
+
+    config = load_config(args.config)
+    config.experiment_dir = out / "model"
+    config.training.max_minutes, config.training.threads = args.minutes, args.threads
+    config.training.precision = args.precision
+    if args.validate_every:
+        config.training.validate_every = args.validate_every
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "config.yaml"
+    path.write_text(config_to_yaml(config))
+    return path
+
+
+def train(config_path: Path) -> float:
+    """Runs `attnmt train` in a child process; returns its peak resident memory in GB."""
+    subprocess.run([sys.executable, "-m", "attnmt.cli", "train", str(config_path)], check=True)
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 / 1024  # KiB -> GiB
+
+
+def decode_test(model_dir: Path, beam: int, threads: int) -> dict:
+    import torch
+
+    import attnmt
+    from attnmt.data.corpus import read_lines
+    from attnmt.evaluation import corpus_scores
+
+    torch.set_num_threads(threads)
+    sources = read_lines(MULTI30K / "test_2016_flickr.de.gz")
+    references = read_lines(MULTI30K / "test_2016_flickr.en.gz")
+    started = time.perf_counter()
+    model = attnmt.load(model_dir)
+    loaded = time.perf_counter()
+    hypotheses = [t.text for t in model.translate(sources, beam=beam, batch_size=64)]
+    done = time.perf_counter()
+    scores = corpus_scores(hypotheses, references)
+    (model_dir / f"test_2016_flickr.beam{beam}.en").write_text("\n".join(hypotheses) + "\n")
+    return {"bleu": scores["bleu"].score, "chrf": scores["chrf"].score, "signature": scores["bleu"].signature,
+            "sentences_per_s": len(sources) / (done - loaded),
+            "sentences_per_s_wall": len(sources) / (done - started)}
+
+
+def print_table(name: str, ours: dict, others: dict[str, dict]):
+    names = [f"attnmt {name}"] + list(others)
+    print("\n| figure | " + " | ".join(names) + "".join(f" | {name} / {o}" for o in others) + " |")
+    print("|---" * (1 + len(names) + len(others)) + "|")
+    for label, key, fmt in ROWS:
+        values = [ours[key]] + [others[o][key] for o in others]
+        ratios = [f"{ours[key] / others[o][key]:.2f}" for o in others]
+        print(f"| {label} | " + " | ".join(fmt.format(v) for v in values)
+              + "".join(f" | {r}" for r in ratios) + " |")
+
+
+def main(argv: list[str] | None = None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(REPO / "configs" / "rnn-bahdanau.yaml"),
+                        help="the reference configuration (default: configs/rnn-bahdanau.yaml)")
+    parser.add_argument("--minutes", type=float, default=20.0, help="training budget (wall clock of training steps)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    parser.add_argument("--validate-every", type=int, default=None)
+    parser.add_argument("--out", help="output folder (default: runs/bench-NAME)")
+    parser.add_argument("--beside", action="append", default=[], metavar="RESULTS_JSON",
+                        help="results.json of an earlier run to show as a column (repeatable)")
+    args = parser.parse_args(argv)
+    name = Path(args.config).stem
+    out = Path(args.out or REPO / "runs" / f"bench-{name}").resolve()
+    if not MULTI30K.is_dir():
+        sys.exit(f"benchmark data not found: {MULTI30K}")
+    if (out / "model").exists():
+        sys.exit(f"{out}/model exists: remove it or pass --out")
+
+    peak_gb = train(write_config(args, out))
+    model_dir = out / "model"
+    records = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
+    validation = [r for r in records if r["type"] == "valid"]
+    with safe_open(str(model_dir / "last.safetensors"), "pt") as f:
+        last = json.loads(f.metadata()["info"])["trainer"]
+    greedy, beam5 = decode_test(model_dir, 1, args.threads), decode_test(model_dir, 5, args.threads)
+    ours = {"sentences_per_s": last["sentences"] / last["seconds"],
+            "tokens_per_s": last["target_tokens"] / last["seconds"], "steps": last["step"],
+            "bleu_greedy": greedy["bleu"], "bleu_beam5": beam5["bleu"], "chrf_beam5": beam5["chrf"],
+            "decode_greedy": greedy["sentences_per_s_wall"], "decode_beam5": beam5["sentences_per_s_wall"],
+            "peak_rss_gb": peak_gb}
+    others = dict(PEERS.get(name, {}))
+    for path in args.beside:
+        earlier = json.loads(Path(path).read_text())
+        others[f"attnmt {earlier.get('name', Path(path).parent.name)}"] = earlier["attnmt"]
+
+    print(f"\n{name}, Multi30k de-en, {args.minutes:g} min of training, {args.threads} threads, "
+          f"{args.precision}; {time.strftime('%Y-%m-%d')}")
+    print("validation BLEU (greedy) by step: " + ", ".join(
+        f"{r['step']}: {r['bleu']:.1f}" for r in validation))
+    print(f"sacreBLEU signature: {beam5['signature']}")
+    print(f"decoding without model loading: greedy {greedy['sentences_per_s']:.0f} sent/s, "
+          f"beam 5 {beam5['sentences_per_s']:.0f} sent/s")
+    print_table(name, ours, others)
+    results = {"name": name, "date": time.strftime("%Y-%m-%d"), "args": vars(args), "attnmt": ours,
+               "peers": PEERS.get(name, {}), "greedy": greedy, "beam5": beam5, "validation": validation}
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
