@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import copy
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import torch
 from attnmt.checkpoint import load_weights
 from attnmt.config import Config, load_config
 from attnmt.data.batching import inference_batches, make_batch
-from attnmt.data.subwords import EOS, load_subwords
+from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
 from attnmt.decoding import BeamRecorder, beam_search, decode, max_output_lengths
 from attnmt.errors import AttnmtError
 from attnmt.models import build_model
@@ -63,20 +65,30 @@ class Translation:
 class Translator:
     """A trained model with its vocabularies and decoding settings."""
 
-    def __init__(self, folder: str | Path, checkpoint: str = "best"):
+    def __init__(self, folder: str | Path, checkpoint: str = "best", quantize: str | None = None):
+        if checkpoint not in ("best", "last"):
+            raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+        if quantize not in QUANTIZE:
+            raise AttnmtError(f"quantize must be one of {', '.join(map(repr, QUANTIZE))}, got {quantize!r}")
         self.folder = Path(folder)
-        config_path = self.folder / "config.yaml"
+        config_path = _inside(self.folder, self.folder / "config.yaml")
         if not config_path.is_file():
             raise AttnmtError(f"{self.folder}: not a model folder (no config.yaml)")
         self.config: Config = load_config(config_path)
         self.config.experiment_dir = self.folder  # the folder may have moved since training
-        self.src_subwords, self.tgt_subwords = load_subwords(self.folder, self.config.data.subwords.joint)
+        joint = self.config.data.subwords.joint
+        for path in subword_paths(self.folder, joint):
+            _inside(self.folder, path)
+        self.src_subwords, self.tgt_subwords = load_subwords(self.folder, joint)
         self.model = build_model(self.config.model, len(self.src_subwords), len(self.tgt_subwords))
         weights = self.folder / f"{checkpoint}.safetensors"
         if checkpoint == "best" and not weights.exists():
             weights = self.folder / "last.safetensors"
-        load_weights(self.model, weights)
+        load_weights(self.model, _inside(self.folder, weights))
         self.model.eval()
+        self.quantize = quantize
+        if quantize == "int8":
+            self.model = quantize_int8(self.model)
 
     def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
                   batch_size: int | None = None) -> list[Translation]:
@@ -90,7 +102,8 @@ class Translator:
         beam = dc.beam if beam is None else beam
         if beam < 1 or n_best < 1 or n_best > beam:
             raise ValueError(f"need 1 <= n_best <= beam (got beam {beam}, n_best {n_best})")
-        src_ids = self.src_subwords.encode(list(texts))
+        texts = [valid_text(text) for text in texts]
+        src_ids = self.src_subwords.encode(texts)
         results = [Translation(text, [], [Candidate("", [], 0.0, None)]) for text in texts]
         todo = [i for i, ids in enumerate(src_ids) if ids]
         for batch_indices in inference_batches([len(src_ids[i]) for i in todo], batch_size or dc.batch_size):
@@ -111,6 +124,7 @@ class Translator:
         "finished" (ended in EOS) or "pruned" (fell out of the beam)."""
         dc = self.config.decoding
         beam = dc.beam if beam is None else beam
+        text = valid_text(text)
         src_ids = self.src_subwords.encode([text])[0]
         batch = make_batch([src_ids])
         recorder = BeamRecorder(1, beam)
@@ -128,7 +142,48 @@ class Translator:
         (scores, weights, context, state, top-k next tokens): see attnmt.trace."""
         from attnmt.trace import trace
 
-        return trace(self, text, top_k)
+        return trace(self, valid_text(text), top_k)
+
+    def attention(self, text: str, translation: str | Translation | Candidate | None = None) -> dict:
+        """Every attention weight of a Transformer, for one sentence and its translation, from a
+        teacher-forced pass over the translation's tokens (the weights decoding computed for them):
+
+            "encoder"  (L,H,S,S)  encoder self-attention, source piece -> source piece
+            "decoder"  (L,H,T,T)  decoder self-attention: row t is output piece t, looking at the
+                                  decoder's inputs <s> y_1 ... y_{T-1} ("decoder_tokens"), masked
+                                  so that it sees columns 0..t only
+            "cross"    (L,H,T,S)  cross-attention, output piece -> source piece
+            "source_tokens" (S pieces, ending in "</s>"), "tokens" (T output pieces),
+            "decoder_tokens" (T: "<s>" and tokens[:-1]): the labels of the axes
+
+        numpy float32 arrays, layers and heads in model order; each row sums to 1. The
+        ``attention`` matrix of a Translation is cross[-1].mean(axis=0), the last layer's
+        cross-attention averaged over its heads. ``translation``: None translates ``text`` (beam
+        of the config) and takes the best; a Translation (its best), a Candidate or anything with
+        the output pieces as ``.tokens`` (a DecodingTrace); or a string, a target text to force.
+        See docs/transformer.md.
+        """
+        if self.config.model.type != "transformer":
+            raise AttnmtError("attention() gives the layers and heads of Transformer models; "
+                              "an RNN model's attention is Translation.attention")
+        text = valid_text(text)
+        if translation is None:
+            [translation] = self.translate([text])
+        if isinstance(translation, Translation):
+            translation = translation.best
+        if isinstance(translation, str):
+            tgt_ids = self.tgt_subwords.encode([valid_text(translation)])[0] + [EOS]
+        else:
+            tgt_ids = [self.tgt_subwords.sp.piece_to_id(piece) for piece in translation.tokens]
+        src_ids = self.src_subwords.encode([text])[0]
+        batch = make_batch([src_ids])
+        tgt_in = torch.tensor([[BOS] + tgt_ids[:-1]]) if tgt_ids else torch.zeros(1, 0, dtype=torch.long)
+        with torch.inference_mode():
+            maps = self.model.attention_maps(batch.src, batch.src_lengths, tgt_in)
+        tokens = self.tgt_subwords.pieces(tgt_ids)
+        return {**{name: weights[0].float().numpy() for name, weights in maps.items()},
+                "source_tokens": self.src_subwords.pieces(src_ids + [EOS]), "tokens": tokens,
+                "decoder_tokens": self.tgt_subwords.pieces(tgt_in[0].tolist())}
 
     def _candidate(self, hypothesis) -> Candidate:
         attention = None if hypothesis.attention is None else hypothesis.attention.numpy()
@@ -136,6 +191,52 @@ class Translator:
                          hypothesis.score, attention)
 
 
-def load(folder: str | Path, checkpoint: str = "best") -> Translator:
-    """Loads a trained model folder (the ``experiment_dir`` of its config)."""
-    return Translator(folder, checkpoint)
+def _inside(folder: Path, path: Path) -> Path:
+    """``path`` if, with symbolic links followed, it lies inside ``folder``: a model folder from
+    someone else must not make attnmt read files elsewhere (see docs/security.md)."""
+    target = path.resolve()
+    if not target.is_relative_to(folder.resolve()):
+        raise AttnmtError(f"{path} leads outside the model folder {folder} (to {target}); "
+                          "a model folder must hold its own files: copy the file into it")
+    return path
+
+
+def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = None) -> Translator:
+    """Loads a trained model folder (the ``experiment_dir`` of its config).
+
+    ``quantize="int8"``: dynamic int8 quantization of the linear layers for CPU translation
+    (see ``quantize_int8`` and docs/performance.md)."""
+    return Translator(folder, checkpoint, quantize)
+
+
+QUANTIZE = (None, "int8")
+
+
+def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """The model with every linear layer (the RNN decoder's, the attention's, the Transformer's
+    and the output layer) replaced by PyTorch's dynamically quantized int8 version: weights
+    stored as int8 with a scale, activations quantized on the fly at each product. For
+    translation only: the quantized model cannot be trained.
+
+    The encoder's nn.GRU / nn.LSTM stay float32: quantizing them too gained nothing measurable
+    (docs/performance.md); the encoder runs once per sentence, the decoder once per word. The
+    output layer, an nn.Linear subclass with a fused training loss, is first made a plain
+    nn.Linear (on the same parameters), because quantize_dynamic maps modules by exact type and
+    would leave it in float32, and it is the largest product of a decoder step."""
+    from torch.ao.quantization import quantize_dynamic
+
+    from attnmt.models.output import OutputLayer
+
+    model = copy.deepcopy(model)  # the caller's float model stays as it was (deepcopy keeps ties)
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, OutputLayer):
+                plain = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
+                plain.weight, plain.bias = child.weight, child.bias  # shares tied weights, copies nothing
+                setattr(parent, name, plain)
+    with warnings.catch_warnings():
+        # torch.ao.quantization announces its move to torchao; it still works in this torch
+        # and is what attnmt pins (torch 2.13), so the warning would only confuse users.
+        warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated")
+        warnings.filterwarnings("ignore", message=r".*quantize_per_tensor.*deprecated")
+        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)

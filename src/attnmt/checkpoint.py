@@ -1,34 +1,52 @@
-"""Checkpoints in safetensors (no pickle), written atomically.
+"""Checkpoints in safetensors (no pickle), written atomically, with a checksum checked on load.
 
 ``best.safetensors`` holds the model weights; ``last.safetensors`` holds the weights, the
 optimizer's tensors and the random-number state, with the rest of the trainer's state
 (step, data position, scheduler, optimizer settings) as JSON in the file's metadata.
+
+The metadata also holds ``sha256``: a SHA-256 over the other metadata and every tensor (name,
+dtype, shape, bytes). A truncated file fails to parse; a file whose bytes changed after it was
+written (bit rot, a bad copy, an edit) fails the checksum. Either way loading stops with an
+AttnmtError naming the file. The checksum guards integrity, not authenticity: whoever can write
+the file can recompute it. Files written before checksums existed (no ``sha256``) still load.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import nn
 
 from attnmt.errors import AttnmtError
+from attnmt.files import atomic_write
+
+CHECKSUM = "sha256"
+
+
+def checksum(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
+    """SHA-256 over the metadata (without the checksum itself) and the tensors, in name order."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps({k: v for k, v in metadata.items() if k != CHECKSUM}, sort_keys=True).encode())
+    for name in sorted(tensors):
+        tensor = tensors[name].contiguous()
+        digest.update(json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # the raw bytes, without a copy
+    return digest.hexdigest()
 
 
 def _atomic_save(tensors: dict, path: Path, metadata: dict[str, str]):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)  # readers see the old file or the new one, never half of one
+    metadata = {**metadata, CHECKSUM: checksum(tensors, metadata)}
+    atomic_write(path, save(tensors, metadata=metadata))
 
 
-def _read(path: Path) -> tuple[dict, dict]:
+def read_checkpoint(path: Path) -> tuple[dict, dict]:
+    """The tensors and metadata of a checkpoint whose checksum matches; AttnmtError otherwise."""
+    path = Path(path)
     if not path.is_file():
         raise AttnmtError(f"{path}: no such checkpoint")
     try:
@@ -36,8 +54,22 @@ def _read(path: Path) -> tuple[dict, dict]:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
     except (SafetensorError, OSError, ValueError) as e:
-        raise AttnmtError(f"{path}: not a readable safetensors checkpoint ({e})") from None
+        raise AttnmtError(f"{path}: not a readable safetensors checkpoint: truncated, corrupt or another "
+                          f"kind of file ({e})") from None
+    stored = metadata.get(CHECKSUM)
+    if stored is not None and stored != checksum(tensors, metadata):
+        raise AttnmtError(f"{path}: checksum mismatch: the file was damaged or modified after it was written "
+                          "(retrain, or copy it again from its source)")
     return tensors, metadata
+
+
+def _json_field(path: Path, metadata: dict, key: str, default: str | None = None):
+    if key not in metadata and default is None:
+        raise AttnmtError(f"{path}: not a training checkpoint (no '{key}' in its metadata)")
+    try:
+        return json.loads(metadata.get(key, default))
+    except json.JSONDecodeError as e:
+        raise AttnmtError(f"{path}: metadata '{key}' is not valid JSON ({e})") from None
 
 
 def model_tensors(model: nn.Module) -> dict:
@@ -49,16 +81,19 @@ def save_model(model: nn.Module, path: Path, info: dict | None = None):
     _atomic_save(model_tensors(model), path, {"info": json.dumps(info or {})})
 
 
-def load_weights(model: nn.Module, path: Path) -> dict:
-    """Loads weights into ``model``; returns the info stored with them."""
-    tensors, metadata = _read(path)
+def _load_model(model: nn.Module, path: Path, tensors: dict, metadata: dict) -> dict:
     weights = {k.removeprefix("model."): v for k, v in tensors.items()
                if not k.startswith(("optim.", "rng."))}
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
         raise AttnmtError(f"{path}: weights do not fit the model of the config ({e})") from None
-    return json.loads(metadata.get("info", "{}"))
+    return _json_field(path, metadata, "info", "{}")
+
+
+def load_weights(model: nn.Module, path: Path) -> dict:
+    """Loads weights into ``model``; returns the info stored with them."""
+    return _load_model(model, path, *read_checkpoint(path))
 
 
 def save_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -76,13 +111,20 @@ def save_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Opt
 
 def load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """Restores model, optimizer and RNG from ``last.safetensors``; returns the trainer state."""
-    info = load_weights(model, path)
-    tensors, metadata = _read(path)
-    state: dict[int, dict] = {}
-    for key, value in tensors.items():
-        if key.startswith("optim."):
-            _, index, name = key.split(".", 2)
-            state.setdefault(int(index), {})[name] = value
-    optimizer.load_state_dict({"state": state, "param_groups": json.loads(metadata["param_groups"])})
+    tensors, metadata = read_checkpoint(path)
+    info = _load_model(model, path, tensors, metadata)
+    if "rng.torch" not in tensors:
+        raise AttnmtError(f"{path}: not a training checkpoint (no random-number state); "
+                          "resume needs last.safetensors")
+    param_groups = _json_field(path, metadata, "param_groups")
+    try:
+        state: dict[int, dict] = {}
+        for key, value in tensors.items():
+            if key.startswith("optim."):
+                _, index, name = key.split(".", 2)
+                state.setdefault(int(index), {})[name] = value
+        optimizer.load_state_dict({"state": state, "param_groups": param_groups})
+    except (ValueError, KeyError, TypeError) as e:
+        raise AttnmtError(f"{path}: optimizer state does not fit the model of the config ({e})") from None
     torch.set_rng_state(tensors["rng.torch"])
     return info

@@ -11,6 +11,7 @@ from attnmt.config import Config, CorpusFiles, config_to_yaml
 from attnmt.data.corpus import read_corpus
 from attnmt.data.subwords import Subwords, load_subwords, subword_paths, train_subwords
 from attnmt.errors import AttnmtError
+from attnmt.files import atomic_write_text
 
 
 @dataclass
@@ -35,8 +36,9 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
     settings = folder / "spm" / "settings.yaml"
     wanted = config.data.subwords.model_dump(mode="json")
     src_path, tgt_path = subword_paths(folder, config.data.subwords.joint)
-    if src_path.is_file() and tgt_path.is_file() and not force:
-        stored = yaml.safe_load(settings.read_text(encoding="utf-8")) if settings.is_file() else None
+    # settings.yaml is written after the models: without it, an earlier prepare died half-way.
+    if src_path.is_file() and tgt_path.is_file() and settings.is_file() and not force:
+        stored = yaml.safe_load(settings.read_text(encoding="utf-8"))
         if stored != wanted:
             raise AttnmtError(f"{src_path.parent} holds subwords trained with other settings ({stored}); "
                               "use 'attnmt prepare --force' to retrain them, or another experiment_dir")
@@ -48,8 +50,8 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
         log(f"training {'joint' if sub.joint else 'separate'} {sub.type} subwords "
             f"({sub.vocab_size}) on {len(corpus.sources)} pairs")
         subwords = train_subwords(corpus.sources, corpus.targets, sub, folder, config.training.seed)
-        settings.write_text(yaml.safe_dump(wanted), encoding="utf-8")
-    (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+        atomic_write_text(settings, yaml.safe_dump(wanted))
+    atomic_write_text(folder / "config.yaml", config_to_yaml(config))
     return subwords
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import tempfile
 from pathlib import Path
 
@@ -17,8 +18,17 @@ import sentencepiece as spm
 
 from attnmt.config import SubwordConfig
 from attnmt.errors import AttnmtError
+from attnmt.files import write_error
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+_LONE_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates (which JSON escapes like "\\ud800" and undecodable file names
+    produce, and which UTF-8 cannot encode) replaced by U+FFFD, the replacement character."""
+    return _LONE_SURROGATES.sub("\ufffd", text)
 
 
 class Subwords:
@@ -35,7 +45,7 @@ class Subwords:
         return self.sp.get_piece_size()
 
     def encode(self, texts: list[str]) -> list[list[int]]:
-        return self.sp.encode(texts, out_type=int)
+        return self.sp.encode([valid_text(t) for t in texts], out_type=int)
 
     def decode(self, ids: list[int]) -> str:
         return self.sp.decode(ids)
@@ -55,7 +65,10 @@ def train_subwords(sources: list[str], targets: list[str], config: SubwordConfig
                    seed: int = 0) -> tuple[Subwords, Subwords]:
     """Trains the sentencepiece model(s) on the training corpus and stores them in ``folder/spm``."""
     src_path, tgt_path = subword_paths(folder, config.joint)
-    src_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        src_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AttnmtError(f"cannot create the folder {src_path.parent}: {e.strerror or e}") from None
     if config.joint:
         _train_one(sources + targets, config, src_path, seed)
     else:
@@ -75,17 +88,24 @@ def load_subwords(folder: Path, joint: bool) -> tuple[Subwords, Subwords]:
 def _train_one(texts: list[str], config: SubwordConfig, path: Path, seed: int):
     if len(texts) > config.max_sentences:  # sample here, with our seed, so the result is reproducible
         texts = random.Random(seed).sample(texts, config.max_sentences)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        prefix = os.path.join(tmp, "model")
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(texts), model_prefix=prefix, model_type=config.type,
-                vocab_size=config.vocab_size, hard_vocab_limit=False,
-                character_coverage=config.character_coverage,
-                pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
-                num_threads=os.cpu_count() or 1, minloglevel=2,
-                max_sentence_length=1 << 16,
-            )
-        except RuntimeError as e:
-            raise AttnmtError(f"training the subword model failed: {e}") from None
-        os.replace(prefix + ".model", path)  # atomic: a half-written model is never left behind
+    try:
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            prefix = os.path.join(tmp, "model")
+            _train_sentencepiece(texts, config, prefix)
+            os.replace(prefix + ".model", path)  # atomic: a half-written model is never left behind
+    except OSError as e:  # full disk, unwritable folder
+        raise write_error(path, e) from None
+
+
+def _train_sentencepiece(texts: list[str], config: SubwordConfig, prefix: str):
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(texts), model_prefix=prefix, model_type=config.type,
+            vocab_size=config.vocab_size, hard_vocab_limit=False,
+            character_coverage=config.character_coverage,
+            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+            num_threads=os.cpu_count() or 1, minloglevel=2,
+            max_sentence_length=1 << 16,
+        )
+    except RuntimeError as e:
+        raise AttnmtError(f"training the subword model failed: {e}") from None

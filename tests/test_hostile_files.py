@@ -1,0 +1,184 @@
+"""Hostile model folders: loading one never runs code from it, reads no file outside it, and
+refuses pickles, damaged weights, unknown classes and YAML object tags with a clear error."""
+
+import ast
+import os
+import pickle
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from attnmt.api import load
+from attnmt.config import load_config
+from attnmt.errors import AttnmtError
+from attnmt.training import Trainer, train
+
+from conftest import REPO, random_strings, reverse, toy_config
+
+PAIRS = [(s, reverse(s)) for s in random_strings(100, 3, 6, seed=3)]
+
+
+class RunsCode:
+    """Unpickling this runs a shell command that creates ``marker``."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch '{self.marker}'",)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hostile")
+    config = toy_config(folder, PAIRS, model={"embedding_size": 8, "encoder_hidden": 8, "decoder_hidden": 16,
+                                              "attention_size": 8},
+                        training={"max_steps": 2, "threads": 1})
+    train(config, log=lambda m: None, progress=False)
+    return config.experiment_dir
+
+
+@pytest.fixture
+def model_folder(trained, tmp_path):
+    return Path(shutil.copytree(trained, tmp_path / "model"))
+
+
+@pytest.fixture
+def marker(tmp_path):
+    return tmp_path / "code-ran"
+
+
+def pickles(marker: Path, tmp_path: Path) -> dict[str, bytes]:
+    """A plain pickle (protocol 0 is ASCII text, 5 is binary) and a torch.save file, each of which
+    runs code when loaded the unsafe way."""
+    torch_file = tmp_path / "evil.pt"
+    torch.save({"weights": RunsCode(marker)}, torch_file)
+    return {"pickle-0": pickle.dumps(RunsCode(marker), protocol=0),
+            "pickle-5": pickle.dumps(RunsCode(marker), protocol=5),
+            "torch.save": torch_file.read_bytes()}
+
+
+def test_the_payloads_do_run_code_when_unpickled(tmp_path):
+    # Proof that the files below are live: the unsafe loaders do create the marker.
+    marker = tmp_path / "unpickled"
+    payloads = pickles(marker, tmp_path)
+    pickle.loads(payloads["pickle-0"])
+    assert marker.exists()
+    marker.unlink()
+    torch.load(tmp_path / "evil.pt", weights_only=False)
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("place", ["best.safetensors", "spm/joint.model", "config.yaml"])
+@pytest.mark.parametrize("kind", ["pickle-0", "pickle-5", "torch.save"])
+def test_a_pickle_where_a_model_file_belongs_is_refused_without_running(model_folder, marker, tmp_path, place, kind):
+    (model_folder / place).write_bytes(pickles(marker, tmp_path)[kind])
+    with pytest.raises(AttnmtError, match=re.escape(str(model_folder / place))):
+        load(model_folder)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("kind", ["pickle-0", "pickle-5", "torch.save"])
+def test_a_pickle_as_last_checkpoint_is_refused_when_translating_and_resuming(model_folder, marker, tmp_path, kind):
+    (model_folder / "last.safetensors").write_bytes(pickles(marker, tmp_path)[kind])
+    with pytest.raises(AttnmtError, match=re.escape(str(model_folder / "last.safetensors"))):
+        load(model_folder, checkpoint="last")
+    config = load_config(model_folder / "config.yaml")
+    config.experiment_dir = model_folder
+    with pytest.raises(AttnmtError, match=re.escape(str(model_folder / "last.safetensors"))):
+        Trainer(config, log=lambda m: None, progress=False).train(resume=True)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system", "!!python/object/new:os.system",
+                                 "!!python/name:os.system", "!!python/module:os"])
+def test_yaml_python_tags_in_the_config_are_refused(model_folder, marker, tag):
+    config = model_folder / "config.yaml"
+    config.write_text(config.read_text() + f"evil: {tag} [\"touch '{marker}'\"]\n")
+    with pytest.raises(AttnmtError, match=re.escape(f"{config}: not valid YAML") + ".*python/"):
+        load(model_folder)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("field, value", [("attention", "os.system"), ("attention", "torch.nn.Module"),
+                                          ("rnn_type", "subprocess.Popen"), ("type", "evil.Model")])
+def test_a_config_naming_an_unknown_class_is_refused(model_folder, field, value):
+    config = model_folder / "config.yaml"
+    raw = yaml.safe_load(config.read_text())
+    raw["model"][field] = value
+    config.write_text(yaml.safe_dump(raw))
+    message = f"{config}: invalid configuration\n  model.{field}: Input should be"
+    with pytest.raises(AttnmtError, match=re.escape(message)):
+        load(model_folder)
+
+
+@pytest.mark.parametrize("place", ["best.safetensors", "spm/joint.model", "config.yaml"])
+def test_a_model_file_linking_outside_the_folder_is_refused(model_folder, tmp_path, place):
+    # A valid file, but elsewhere: a folder from someone else must not read files of this machine.
+    outside = tmp_path / "elsewhere" / Path(place).name
+    outside.parent.mkdir()
+    (model_folder / place).rename(outside)
+    (model_folder / place).symlink_to(outside)
+    with pytest.raises(AttnmtError, match=re.escape(f"{model_folder / place} leads outside the model folder")):
+        load(model_folder)
+
+
+def test_a_checkpoint_name_cannot_leave_the_folder(model_folder):
+    with pytest.raises(ValueError, match="'best' or 'last'"):
+        load(model_folder, checkpoint="../../elsewhere/best")
+
+
+def test_paths_in_a_model_config_are_not_read_when_translating(model_folder):
+    # Training data and experiment_dir in a model's config point elsewhere; loading ignores them.
+    config = model_folder / "config.yaml"
+    raw = yaml.safe_load(config.read_text())
+    raw["experiment_dir"] = "/etc"
+    raw["data"]["train"] = {"tsv": "/etc/shadow"}
+    raw["data"]["dev"] = {"src": "../../../../../etc/passwd", "tgt": "/nonexistent/dev.tgt"}
+    config.write_text(yaml.safe_dump(raw))
+    model = load(model_folder)
+    assert model.config.experiment_dir == model_folder
+    assert len(model.translate(["abc", ""])) == 2
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+UNSAFE_CALLS = {"pickle.load", "pickle.loads", "pickle.Unpickler", "yaml.load", "yaml.unsafe_load",
+                "yaml.full_load", "yaml.load_all", "marshal.loads", "shelve.open", "eval", "exec"}
+
+
+def unsafe_loads(source: str) -> list[str]:
+    """Calls that can run code from the data they read: pickle, unsafe YAML, eval/exec, and
+    torch.load / numpy.load unless told to refuse pickled objects."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name, keywords = _dotted(node.func), {k.arg: k.value for k in node.keywords}
+        flag = keywords.get("weights_only")
+        if name in UNSAFE_CALLS:
+            found.append(name)
+        elif name == "torch.load" and not (isinstance(flag, ast.Constant) and flag.value is True):
+            found.append(f"{name} without weights_only=True")
+        elif name in ("np.load", "numpy.load") and "allow_pickle" in keywords:
+            found.append(f"{name} with allow_pickle")
+    return found
+
+
+def test_the_source_never_loads_data_in_a_way_that_can_run_code():
+    assert unsafe_loads("torch.load(f)\ntorch.load(f, weights_only=False)\nyaml.load(s)\nnp.load(f, allow_pickle=True)"
+                        "\ntorch.load(f, weights_only=True)") == [
+        "torch.load without weights_only=True", "torch.load without weights_only=True", "yaml.load",
+        "np.load with allow_pickle"]
+    sources = sorted((REPO / "src" / "attnmt").rglob("*.py")) + sorted((REPO / "benchmarks").rglob("*.py"))
+    assert sources
+    problems = {str(path.relative_to(REPO)): unsafe_loads(path.read_text(encoding="utf-8")) for path in sources}
+    assert {path: calls for path, calls in problems.items() if calls} == {}

@@ -1,0 +1,96 @@
+"""The HTTP API under arbitrary input, property-based: any Unicode text (control characters, line
+separators, right-to-left text, emoji, lone surrogates sent as JSON escapes) gets one translation
+per text, in order, or a JSON 4xx naming the problem; any body, JSON or not, gets an answer that is
+never a 5xx."""
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attnmt.data.subwords import valid_text
+from attnmt.serve import create_app
+from attnmt.training import train
+
+from conftest import random_strings, reverse, toy_config
+
+TRICKY = ("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\ufeff\x00\t \u00a0\u200f\u202e\u05e9\u0627\u0301\U0001f600"
+          "\ud800\udfff")
+TEXT = st.text(st.one_of(st.sampled_from(TRICKY), st.characters()), max_size=40)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve-properties")
+    config = toy_config(folder, [(s, reverse(s)) for s in random_strings(100, 3, 6, seed=4)],
+                        model={"embedding_size": 8, "encoder_hidden": 8, "decoder_hidden": 16, "attention_size": 8},
+                        training={"max_steps": 2, "threads": 1})
+    train(config, log=lambda m: None, progress=False)
+    with TestClient(create_app([config.experiment_dir])) as client:  # raises on any server error
+        yield client
+
+
+def post(client, path: str, body) -> tuple[int, object]:
+    # json.dumps escapes lone surrogates as "\ud800", as a JavaScript client would send them.
+    response = client.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
+    assert response.status_code < 500, response.text
+    return response.status_code, response.json()
+
+
+def refused(text: str) -> bool:
+    """Blank texts are refused, and so are lone surrogates (pydantic: not a valid string)."""
+    return not text.strip() or valid_text(text) != text
+
+
+def assert_client_error(status: int, answer):
+    assert 400 <= status < 500
+    assert isinstance(answer, dict) and isinstance(answer["detail"], str) and answer["detail"]
+
+
+@SETTINGS
+@given(texts=st.lists(TEXT, min_size=1, max_size=8), beam=st.integers(1, 3))
+def test_translate_answers_every_text_in_order(client, texts, beam):
+    status, answer = post(client, "/translate", {"text": texts, "beam": beam, "attention": False})
+    bad = [i for i, text in enumerate(texts) if refused(text)]
+    if bad:
+        assert status == 422 and f"text[{bad[0]}]" in answer["detail"], answer
+        return
+    assert status == 200, answer
+    assert [t["source"] for t in answer["translations"]] == texts
+
+
+@SETTINGS
+@given(text=TEXT, path=st.sampled_from(["/trace", "/beam"]))
+def test_trace_and_beam_answer_any_text(client, text, path):
+    status, answer = post(client, path, {"text": text})
+    if refused(text):
+        assert_client_error(status, answer)
+        return
+    assert status == 200, answer
+    assert answer["source_tokens"][-1] == "</s>"
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+                    max_leaves=12)
+FIELDS = st.fixed_dictionaries({}, optional={"text": JSON, "beam": JSON, "n_best": JSON, "model": JSON,
+                                             "attention": JSON, "top_k": JSON})
+
+
+@SETTINGS
+@given(body=JSON | FIELDS, path=st.sampled_from(["/translate", "/trace", "/beam"]))
+def test_any_json_body_gets_an_answer_not_a_server_error(client, body, path):
+    status, answer = post(client, path, body)
+    if status != 200:
+        assert_client_error(status, answer)
+
+
+@SETTINGS
+@given(body=st.binary(max_size=200), path=st.sampled_from(["/translate", "/trace", "/beam"]))
+def test_any_bytes_body_gets_a_json_client_error(client, body, path):
+    response = client.post(path, content=body, headers={"Content-Type": "application/json"})
+    if response.status_code != 200:  # a few byte strings are valid requests
+        assert_client_error(response.status_code, response.json())
