@@ -87,10 +87,10 @@ def greedy_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int
     batch = src.size(0)
     memory = model.encode(src, src_lengths)
     state = model.init_state(memory)
-    prev = torch.full((batch,), BOS, dtype=torch.long)
-    limits = torch.tensor(max_lengths)
-    done = torch.zeros(batch, dtype=torch.bool)
-    log_probs = torch.zeros(batch)
+    prev = torch.full((batch,), BOS, dtype=torch.long, device=src.device)
+    limits = torch.tensor(max_lengths, device=src.device)
+    done = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    log_probs = torch.zeros(batch, device=src.device)
     steps, weights = [], []
     for t in range(max(max_lengths)):
         step_log_probs, state, step_weights = model.decode_step(prev, state, memory)
@@ -131,14 +131,14 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
     batch, k = src.size(0), beam
     memory = model.encode(src, src_lengths)
     state = model.init_state(memory)
-    rows = torch.arange(batch).repeat_interleave(k)
+    rows = torch.arange(batch, device=src.device).repeat_interleave(k)
     memory, state = memory.select(rows), state.select(rows)
-    scores = torch.full((batch, k), float("-inf"))
+    scores = torch.full((batch, k), float("-inf"), device=src.device)
     scores[:, 0] = 0.0  # all beams start identical: keep one, or the top-k would be k copies
-    tokens = torch.full((batch * k, 1), BOS, dtype=torch.long)
-    attention = torch.zeros(batch * k, 0, src.size(1)) if model.attention is not None else None
+    tokens = torch.full((batch * k, 1), BOS, dtype=torch.long, device=src.device)
+    attention = torch.zeros(batch * k, 0, src.size(1), device=src.device) if model.attention is not None else None
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    active = torch.arange(batch)  # sentence id of each group of k rows
+    active = torch.arange(batch, device=src.device)  # sentence id of each group of k rows
     src_lengths_list = src_lengths.tolist()
 
     def finish(sentence: int, row: int, token: int | None, log_prob: float, weights: Tensor | None):
@@ -158,7 +158,7 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
         is_eos = next_token == EOS
 
         # EOS among the best k candidates: finished hypotheses.
-        ends = is_eos & (top_scores > float("-inf")) & (torch.arange(2 * k) < k)
+        ends = is_eos & (top_scores > float("-inf")) & (torch.arange(2 * k, device=src.device) < k)
         for g, j in ends.nonzero().tolist():
             row = g * k + int(origin[g, j])
             finish(int(active[g]), row, EOS, float(top_scores[g, j]),
@@ -169,7 +169,7 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
         if record is not None:
             record.step(t, active, origin, next_token, top_scores, ends, alive)
         origin = origin[alive].view(n, k)
-        source_rows = (torch.arange(n).unsqueeze(1) * k + origin).view(-1)
+        source_rows = (torch.arange(n, device=src.device).unsqueeze(1) * k + origin).view(-1)
         scores = top_scores[alive].view(n, k)
         tokens = torch.cat([tokens[source_rows], next_token[alive].view(-1, 1)], dim=1)
         state = state.select(source_rows)
@@ -184,11 +184,11 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
                     if scores[g, j] > float("-inf"):
                         finish(sentence, g * k + j, None, float(scores[g, j]), None)
             done.append(len(finished[sentence]) >= k or t + 1 >= max_lengths[sentence])
-        keep = ~torch.tensor(done)
+        keep = ~torch.tensor(done, device=src.device)
         if not bool(keep.any()):
             break
         if not bool(keep.all()):  # drop finished sentences from the batch
-            rows = (torch.nonzero(keep).view(-1, 1) * k + torch.arange(k)).view(-1)
+            rows = (torch.nonzero(keep).view(-1, 1) * k + torch.arange(k, device=src.device)).view(-1)
             active, scores, tokens = active[keep], scores[keep], tokens[rows]
             memory, state = memory.select(rows), state.select(rows)
             if record is not None:

@@ -19,17 +19,21 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from attnmt import distributed
 from attnmt.checkpoint import load_training_state, save_model, save_training_state
-from attnmt.config import Config
+from attnmt.config import Config, TrainingConfig
 from attnmt.data.batching import Batch, epoch_batches, inference_batches, make_batch
 from attnmt.data.prepare import EncodedCorpus, encode_corpus, prepare
 from attnmt.data.subwords import PAD, Subwords
 from attnmt.decoding import decode
 from attnmt.errors import AttnmtError
 from attnmt.evaluation import corpus_scores
+from attnmt.files import append_text, atomic_write_text
+from attnmt.interrupt import deferred_interrupt
 from attnmt.models import Seq2Seq, build_model
 
 
@@ -46,30 +50,66 @@ class TrainerState:
     stopped_early: bool = False
 
 
+def noam(step: int, warmup: int) -> float:
+    """The inverse-square-root schedule with linear warm-up of Vaswani et al. (2017), as a factor
+    of the learning rate that peaks at 1 at step ``warmup``: min(step^-0.5, step warmup^-1.5) warmup^0.5.
+    (The paper's d_model^-0.5 min(...) is this with learning_rate = (d_model warmup)^-0.5.)"""
+    return min(step ** -0.5, step * warmup ** -1.5) * warmup ** 0.5
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, tc: TrainingConfig):
+    if tc.schedule == "noam":
+        # Stepped after every update; LambdaLR counts from 0, and the first update is step 1.
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda index: noam(index + 1, tc.warmup_steps))
+    return torch.optim.lr_scheduler.ReduceLROnPlateau(
+        optimizer, mode="max" if tc.early_stopping_metric == "bleu" else "min",
+        factor=tc.lr_decay_factor, patience=tc.lr_decay_patience, min_lr=tc.min_learning_rate)
+
+
 def sequence_loss(model: Seq2Seq, batch: Batch, label_smoothing: float = 0.0) -> torch.Tensor:
-    """Cross-entropy summed over the real (non-padding) target tokens."""
+    """Cross-entropy summed over the real (non-padding) target tokens (the output layer and the
+    loss in one function: see attnmt.models.output)."""
     real = batch.tgt_out != PAD
-    logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, keep=real)
-    return F.cross_entropy(logits.float(), batch.tgt_out[real], label_smoothing=label_smoothing, reduction="sum")
+    states, _ = model.output_states(batch.src, batch.src_lengths, batch.tgt_in, keep=real)
+    return model.generator.loss(states, batch.tgt_out[real], label_smoothing)
+
+
+class TrainingLoss(nn.Module):
+    """The model and its loss as one module: what DistributedDataParallel wraps."""
+
+    def __init__(self, model: Seq2Seq, label_smoothing: float):
+        super().__init__()
+        self.model, self.label_smoothing = model, label_smoothing
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return sequence_loss(self.model, batch, self.label_smoothing)
 
 
 class Trainer:
     def __init__(self, config: Config, log: Callable[[str], None] = print, progress: bool = True):
+        tc = config.training
+        self.device = distributed.device(tc.device)
+        self.processes = distributed.start(self.device)
+        if not self.processes.main:  # one voice: the main process logs and shows progress
+            log, progress = (lambda message: None), False
         self.config, self.log, self.progress = config, log, progress
         self.folder: Path = config.experiment_dir
-        tc = config.training
         if tc.threads:
             torch.set_num_threads(tc.threads)
         torch.manual_seed(tc.seed)
-        self.src_sw, self.tgt_sw = prepare(config, log)
+        with distributed.main_first(self.processes):  # the main process trains the subwords
+            self.src_sw, self.tgt_sw = prepare(config, log)
         self.train_data = encode_corpus(config.data.train, self.src_sw, self.tgt_sw, config.data.max_length, log)
         self.dev_data = (encode_corpus(config.data.dev, self.src_sw, self.tgt_sw, None, log)
                          if config.data.dev else None)
-        self.model = build_model(config.model, len(self.src_sw), len(self.tgt_sw))
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.learning_rate, fused=True)
-        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            self.optimizer, mode="max" if tc.early_stopping_metric == "bleu" else "min",
-            factor=tc.lr_decay_factor, patience=tc.lr_decay_patience, min_lr=tc.min_learning_rate)
+        self.model = build_model(config.model, len(self.src_sw), len(self.tgt_sw)).to(self.device)
+        self.loss = TrainingLoss(self.model, tc.label_smoothing)
+        if self.processes.active:
+            self.loss = DistributedDataParallel(self.loss)
+            torch.manual_seed(tc.seed + self.processes.rank)  # same weights, own dropout masks
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.learning_rate, betas=tc.adam_betas,
+                                          fused=True)
+        self.scheduler = make_scheduler(self.optimizer, tc)
         self.state = TrainerState()
         self.sizes = self.train_data.sizes()
 
@@ -78,24 +118,46 @@ class Trainer:
     def resume(self):
         path = self.folder / "last.safetensors"
         info = load_training_state(path, self.model, self.optimizer)
-        self.state = TrainerState(**info["trainer"])
-        self.scheduler.load_state_dict(info["scheduler"])
+        try:
+            self.state = TrainerState(**info["trainer"])
+            self.scheduler.load_state_dict(info["scheduler"])
+        except (KeyError, TypeError) as e:
+            raise AttnmtError(f"{path}: not a training checkpoint of attnmt (trainer state: {e!r})") from None
+        # Records past the checkpoint come from the run that died; they will be logged again.
+        if self.processes.main:
+            trim_metrics(self.folder / "metrics.jsonl", self.state.step)
+        else:  # the checkpoint holds the main process's random state; the others take their own
+            torch.manual_seed(self.config.training.seed + self.processes.rank + self.state.step)
         self.log(f"resumed from {path} at step {self.state.step}")
 
     def save_checkpoint(self):
+        if not self.processes.main:
+            return
         info = {"trainer": asdict(self.state), "scheduler": self.scheduler.state_dict()}
         save_training_state(self.folder / "last.safetensors", self.model, self.optimizer, info)
 
     # ----------------------------------------------------------------- loop
 
     def train(self, resume: bool = False) -> TrainerState:
+        """Trains until a limit; Ctrl-C saves a checkpoint after the step under way and raises
+        KeyboardInterrupt (see attnmt.interrupt)."""
+        try:
+            with deferred_interrupt() as self._interrupt:
+                return self._train(resume)
+        finally:
+            distributed.stop(self.processes)
+
+    def _train(self, resume: bool) -> TrainerState:
         if resume:
             self.resume()
         elif (self.folder / "last.safetensors").exists():
             raise AttnmtError(f"{self.folder} already holds a trained model; "
                               "use --resume to continue it, or choose another experiment_dir")
+        elif self.processes.main:  # a run that died before its first checkpoint may have left records
+            trim_metrics(self.folder / "metrics.jsonl", 0)
         tc = self.config.training
-        self.log(f"model: {self.config.model.attention} attention, "
+        mc = self.config.model
+        self.log(f"model: {'transformer' if mc.type == 'transformer' else mc.attention + ' attention'}, "
                  f"{sum(p.numel() for p in self.model.parameters()):,} parameters; "
                  f"{len(self.train_data):,} training pairs")
         bar = tqdm(total=self._total_steps(), initial=self.state.step, disable=not self.progress,
@@ -106,7 +168,10 @@ class Trainer:
             batches = self._epoch_batches(self.state.epoch)
             while self.state.batch_in_epoch < len(batches) and not self._should_stop():
                 indices = batches[self.state.batch_in_epoch]
-                loss, tokens = self.train_step(self._batch(self.train_data, indices))
+                if len(indices) < self.processes.world:  # a share for every process, or skip
+                    self.state.batch_in_epoch += 1
+                    continue
+                loss, tokens = self.train_step(self._batch(self.train_data, distributed.shard(indices, self.processes)))
                 self.state.batch_in_epoch += 1
                 self.state.step += 1
                 self.state.sentences += len(indices)
@@ -124,6 +189,9 @@ class Trainer:
                 if self._periodic(bar):  # validation time is not training speed
                     window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
                 self.state.seconds = seconds_before + time.perf_counter() - loop_start
+                if self._interrupted():
+                    bar.close()
+                    self._save_and_stop()
             if self.state.batch_in_epoch >= len(batches):
                 self.state.epoch += 1
                 self.state.batch_in_epoch = 0
@@ -131,8 +199,9 @@ class Trainer:
         if self.state.step % tc.validate_every:  # end of training: one last validation
             self.validate()
         self.save_checkpoint()
-        if not (self.folder / "best.safetensors").exists():
+        if self.processes.main and not (self.folder / "best.safetensors").exists():
             save_model(self.model, self.folder / "best.safetensors", {"step": self.state.step})
+        distributed.barrier(self.processes)  # nobody leaves before the files are written
         return self.state
 
     def _periodic(self, bar) -> bool:
@@ -146,6 +215,12 @@ class Trainer:
         if checkpoint:
             self.save_checkpoint()
         return validate or checkpoint
+
+    def _save_and_stop(self):
+        self.save_checkpoint()
+        self.log(f"interrupted at step {self.state.step}: checkpoint saved to {self.folder / 'last.safetensors'}; "
+                 "continue with 'attnmt train CONFIG --resume'")
+        raise KeyboardInterrupt
 
     def _time_left(self) -> dict:
         """With a time budget the bar cannot know the number of steps: show the time left instead."""
@@ -164,10 +239,16 @@ class Trainer:
 
     def _should_stop(self) -> bool:
         tc, s = self.config.training, self.state
-        return (s.stopped_early
+        stop = (s.stopped_early
                 or (tc.max_steps is not None and s.step >= tc.max_steps)
                 or (tc.max_epochs is not None and s.epoch >= tc.max_epochs)
                 or (tc.max_minutes is not None and s.seconds >= 60 * tc.max_minutes))
+        # The clocks of the processes differ: the main process decides for all.
+        return bool(distributed.from_main([float(stop)], self.processes)[0])
+
+    def _interrupted(self) -> bool:
+        """Ctrl-C reached any of the processes."""
+        return distributed.total([float(self._interrupt.requested)], self.processes)[0] > 0
 
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         d = self.config.data
@@ -182,42 +263,58 @@ class Trainer:
         """One update; returns the summed loss and the number of target tokens."""
         tc = self.config.training
         self.model.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.precision == "bf16"):
-            loss = sequence_loss(self.model, batch, tc.label_smoothing)
-        tokens = batch.target_tokens
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16"):
+            loss = self.loss(batch.to(self.device))
+        # Sums over the processes' shares: the loss and size of the whole batch.
+        loss_sum, tokens = distributed.total([loss.item(), batch.target_tokens], self.processes)
         self.optimizer.zero_grad(set_to_none=True)
-        (loss / tokens).backward()  # mean over tokens: the step size does not depend on batch shape
+        # Mean over the batch's tokens, so the step size does not depend on batch shape; with
+        # several processes DistributedDataParallel averages their gradients: undo its division.
+        (loss / tokens * self.processes.world).backward()
         if tc.clip_grad_norm:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm)
         self.optimizer.step()
-        return loss.item(), tokens
+        if tc.schedule == "noam":
+            self.scheduler.step()
+        return loss_sum, int(tokens)
 
     # ----------------------------------------------------------------- validation
 
     def validate(self) -> dict | None:
+        """Dev loss and BLEU (main process); every process then takes the same decisions from
+        the main process's metric: best score, early stopping, learning-rate decay."""
         if self.dev_data is None:
             return None
-        record = evaluate_loss(self.model, self.dev_data, self.config.data.batch_size)
-        hypotheses = translate_ids(self.model, self.dev_data.src_ids, self.tgt_sw, self.config,
-                                   beam=self.config.training.dev_beam)
-        record["bleu"] = corpus_scores(hypotheses, self.dev_data.targets)["bleu"].score
-        metric = record["bleu"] if self.config.training.early_stopping_metric == "bleu" else record["loss"]
+        record = self._dev_scores() if self.processes.main else {}
+        name = self.config.training.early_stopping_metric
+        metric = distributed.from_main([record.get(name, 0.0)], self.processes)[0]
         improved = self._is_improvement(metric)
         if improved:
             self.state.best_score, self.state.bad_validations = metric, 0
-            save_model(self.model, self.folder / "best.safetensors", {"step": self.state.step, **record})
+            if self.processes.main:
+                save_model(self.model, self.folder / "best.safetensors", {"step": self.state.step, **record})
         else:
             self.state.bad_validations += 1
         patience = self.config.training.early_stopping_patience
         if patience is not None and self.state.bad_validations >= patience:
             self.state.stopped_early = True
             self.log(f"early stopping: no improvement in {patience} validations")
-        self.scheduler.step(metric)
+        if self.config.training.schedule == "plateau":
+            self.scheduler.step(metric)
+        if not self.processes.main:
+            return None
         record["lr"] = self.optimizer.param_groups[0]["lr"]
         record["best"] = improved
         self._write_metrics("valid", record)
         self.log(f"step {self.state.step}: dev loss {record['loss']:.3f}, ppl {record['perplexity']:.2f}, "
                  f"BLEU {record['bleu']:.2f}{' (best)' if improved else ''}")
+        return record
+
+    def _dev_scores(self) -> dict:
+        record = evaluate_loss(self.model, self.dev_data, self.config.data.batch_size)
+        hypotheses = translate_ids(self.model, self.dev_data.src_ids, self.tgt_sw, self.config,
+                                   beam=self.config.training.dev_beam)
+        record["bleu"] = corpus_scores(hypotheses, self.dev_data.targets)["bleu"].score
         return record
 
     def _is_improvement(self, metric: float) -> bool:
@@ -227,18 +324,20 @@ class Trainer:
         return metric > best if self.config.training.early_stopping_metric == "bleu" else metric < best
 
     def _write_metrics(self, kind: str, record: dict):
+        if not self.processes.main:
+            return
         line = {"type": kind, "step": self.state.step, "epoch": self.state.epoch,
                 "seconds": round(self.state.seconds, 2), **record}
-        with open(self.folder / "metrics.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
+        append_text(self.folder / "metrics.jsonl", json.dumps(line) + "\n")
 
 
 @torch.inference_mode()
 def evaluate_loss(model: Seq2Seq, data: EncodedCorpus, batch_size: int) -> dict:
     model.eval()
     total, tokens = 0.0, 0
+    device = next(model.parameters()).device
     for indices in inference_batches(data.sizes(), batch_size):
-        batch = Trainer._batch(data, indices)
+        batch = Trainer._batch(data, indices).to(device)
         total += float(sequence_loss(model, batch))
         tokens += batch.target_tokens
     loss = total / max(tokens, 1)
@@ -252,12 +351,30 @@ def translate_ids(model: Seq2Seq, src_ids: list[list[int]], tgt_sw: Subwords, co
     dc = config.decoding
     out: list[str] = [""] * len(src_ids)
     for indices in inference_batches([len(s) for s in src_ids], dc.batch_size):
-        batch = make_batch([src_ids[i] for i in indices])
+        batch = make_batch([src_ids[i] for i in indices]).to(next(model.parameters()).device)
         results = decode(model, batch.src, batch.src_lengths, beam=beam, alpha=dc.length_penalty,
                          max_length_ratio=dc.max_length_ratio, max_length_offset=dc.max_length_offset)
         for i, hyps in zip(indices, results):
             out[i] = tgt_sw.decode(hyps[0].tokens)
     return out
+
+
+def trim_metrics(path: Path, step: int):
+    """Keeps the records of metrics.jsonl up to ``step``, and drops a line cut off by a crash."""
+    if not path.is_file():
+        return
+    # After the last "\n" comes nothing, or the start of a line whose writer was killed.
+    complete = path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
+    atomic_write_text(path, "".join(line + "\n" for line in complete if _record_step(line) <= step))
+
+
+def _record_step(line: str) -> float:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return math.inf
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) else math.inf
 
 
 def train(config: Config, resume: bool = False, log: Callable[[str], None] = print,

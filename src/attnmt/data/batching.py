@@ -27,6 +27,12 @@ class Batch:
     def target_tokens(self) -> int:
         return int((self.tgt_out != PAD).sum())
 
+    def to(self, device: torch.device) -> Batch:
+        if device.type == "cpu":
+            return self
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(move(self.src), move(self.src_lengths), move(self.tgt_in), move(self.tgt_out), self.indices)
+
 
 def pad(sequences: list[list[int]]) -> tuple[Tensor, Tensor]:
     lengths = torch.tensor([len(s) for s in sequences])

@@ -176,17 +176,19 @@ class RNNDecoder(nn.Module):
 
     def forward(self, embedded: Tensor, state: DecoderState, memory: Memory):
         """All steps of a known target (teacher forcing): embedded (B,T,E) -> h~ (B,T,H), weights (B,T,S)."""
-        gates = self.W_y(embedded)  # W_y y_{t-1} for all t in one product
+        # W_y y_{t-1} for all t in one product; unbind (not gates[:, t]) so that the backward
+        # pass stacks the steps' gradients once instead of adding T full-size zero-padded copies.
+        gates = self.W_y(embedded).unbind(1)
         if self.input_feeding:  # h~_{t-1} enters step t: all of the step is sequential
             outputs, weights = [], []
-            for t in range(embedded.size(1)):
-                attentional, state, step_weights = self._step(gates[:, t], state, memory)
+            for step_gates in gates:
+                attentional, state, step_weights = self._step(step_gates, state, memory)
                 outputs.append(attentional)
                 weights.append(step_weights)
             return torch.stack(outputs, dim=1), torch.stack(weights, dim=1)
         contexts, tops, weights = [], [], []
-        for t in range(embedded.size(1)):
-            context, state, step_weights = self._recur(gates[:, t], state, memory)
+        for step_gates in gates:
+            context, state, step_weights = self._recur(step_gates, state, memory)
             contexts.append(context)
             tops.append(state.hidden[-1])
             weights.append(step_weights)

@@ -1,0 +1,58 @@
+"""The output layer: decoder states -> scores over the target vocabulary.
+
+In training, the output layer and the label-smoothed cross-entropy are one function, because
+on a CPU their cost is the traffic through the (tokens x vocabulary) matrix of scores z, not the
+products: with q the smoothed target distribution ((1-eps) on the reference token, eps/V on every
+token) the loss of a position is
+
+    -sum_v q_v log softmax(z)_v = logsumexp(z) - (1-eps) z_y - (eps/V) sum_v z_v
+
+and its gradient is softmax(z) - q. Computing both directly reads z a few times instead of the
+dozen passes of log_softmax, gather, the smoothing term and their backward functions.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class OutputLayer(nn.Linear):
+    def loss(self, x: Tensor, target: Tensor, label_smoothing: float = 0.0) -> Tensor:
+        """x (N,H) decoder states, target (N,) token ids -> the cross-entropy summed over N
+        (equal to F.cross_entropy(self(x), target, label_smoothing=..., reduction="sum"))."""
+        return _LinearCrossEntropy.apply(x, self.weight, self.bias, target, label_smoothing)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, target: Tensor, eps: float) -> Tensor:
+        # The products run in the autocast type (bf16); the softmax and the loss in float32.
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+        with torch.autocast(device, enabled=False):
+            x, w = x.to(dtype), weight.to(dtype)
+            z = (x @ w.t()).float()
+            if bias is not None:
+                z += bias
+            log_norm = torch.logsumexp(z, dim=-1)
+            z_target = z.gather(1, target.unsqueeze(1)).squeeze(1)
+            loss = log_norm - (1 - eps) * z_target - eps / z.size(1) * z.sum(dim=-1)
+        ctx.save_for_backward(x, w, z, log_norm, target)
+        ctx.eps, ctx.weight_dtype, ctx.has_bias = eps, weight.dtype, bias is not None
+        return loss.sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        x, w, z, log_norm, target = ctx.saved_tensors  # z is overwritten: one backward only
+        eps = ctx.eps
+        grad_z = z.sub_(log_norm.unsqueeze(1)).exp_()  # softmax(z), in place of z
+        grad_z.sub_(eps / z.size(1))
+        grad_z.scatter_add_(1, target.unsqueeze(1), grad_z.new_full((z.size(0), 1), -(1 - eps)))
+        grad_z.mul_(grad)
+        grad_bias = grad_z.sum(dim=0) if ctx.has_bias else None
+        grad_z = grad_z.to(x.dtype)
+        grad_x = grad_z @ w
+        grad_weight = (grad_z.t() @ x).to(ctx.weight_dtype)
+        return grad_x, grad_weight, grad_bias, None, None

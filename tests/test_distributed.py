@@ -1,0 +1,85 @@
+"""Training on 2 processes (torchrun, gloo on the CPU) equals training on 1 with the same batches."""
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from attnmt.config import config_to_yaml
+
+from conftest import random_strings, reverse, toy_config
+
+PAIRS = [(s, reverse(s)) for s in random_strings(300, 3, 8, seed=7)]
+DEV = [(s, reverse(s)) for s in random_strings(30, 3, 8, seed=8)]
+# Dropout draws different masks on each process: without it the two runs compute the same sums.
+MODEL = {"attention": "bahdanau", "dropout": 0.0}
+
+
+def write_config(folder, **training):
+    config = toy_config(folder, PAIRS, DEV, model=MODEL,
+                        training={"threads": 1, "validate_every": 6, "log_every": 3, **training})
+    path = folder / "train.yaml"
+    path.write_text(config_to_yaml(config), encoding="utf-8")
+    return config, path
+
+
+def run(path, processes: int, resume: bool = False):
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+                if processes > 1 else [sys.executable])
+    command = launcher + ["-m", "attnmt.cli", "train", str(path), "--no-progress"] + (["--resume"] if resume else [])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def weights(folder, name="last.safetensors"):
+    return {k: v for k, v in load_file(str(folder / name)).items() if k.startswith("model.")}
+
+
+def trainer_state(folder) -> dict:
+    with safe_open(str(folder / "last.safetensors"), framework="pt") as f:
+        return json.loads(f.metadata()["info"])["trainer"]
+
+
+def assert_close(a: dict, b: dict):
+    assert a.keys() == b.keys()
+    for key in a:  # the sums of the gradients are taken in another order: equal up to rounding
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_two_processes_train_the_model_of_one(tmp_path):
+    single, single_path = write_config(tmp_path / "single", max_steps=12)
+    double, double_path = write_config(tmp_path / "double", max_steps=12)
+    run(single_path, 1)
+    output = run(double_path, 2)
+
+    assert_close(weights(single.experiment_dir), weights(double.experiment_dir))
+    # Each process read its share: together they saw each sentence and target token once.
+    ours, theirs = trainer_state(double.experiment_dir), trainer_state(single.experiment_dir)
+    assert (ours["sentences"], ours["target_tokens"]) == (theirs["sentences"], theirs["target_tokens"])
+    # Only the main process writes: each step is logged once, and the report is printed once.
+    records = [json.loads(line) for line in (double.experiment_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [(r["type"], r["step"]) for r in records]
+    assert steps == sorted(set(steps), key=steps.index) and ("valid", 12) in steps
+    assert output.stderr.count("finished at step 12") == 1
+    # The losses of the whole batch, summed over both processes, are the single process's.
+    single_records = [json.loads(line) for line in (single.experiment_dir / "metrics.jsonl").read_text().splitlines()]
+    for ours, theirs in zip(records, single_records):
+        assert ours["type"] == theirs["type"] and ours["step"] == theirs["step"]
+        assert abs(ours["loss"] - theirs["loss"]) < 1e-3
+
+
+def test_two_processes_resume(tmp_path):
+    straight, straight_path = write_config(tmp_path / "straight", max_steps=12)
+    run(straight_path, 2)
+    first, first_path = write_config(tmp_path / "resumed", max_steps=6)
+    run(first_path, 2)
+    _, second_path = write_config(tmp_path / "resumed", max_steps=12)
+    run(second_path, 2, resume=True)
+
+    assert_close(weights(straight.experiment_dir), weights(first.experiment_dir))
