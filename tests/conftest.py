@@ -75,3 +75,26 @@ def reverse_model(tmp_path_factory):
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
     return load(config.experiment_dir), dev_src
+
+
+@pytest.fixture(scope="session")
+def tiny_transformer(tmp_path_factory):
+    """A Transformer folder (3 encoder layers, 2 decoder layers, 4 heads, d_model 32) trained for
+    a few steps to copy strings (a few seconds): enough for the shapes of its attention (serve,
+    views), not to translate well. Encoder and decoder depths differ so that a view mixing them up
+    fails."""
+    from attnmt.api import load
+    from attnmt.training import train
+
+    folder = tmp_path_factory.mktemp("tiny-transformer")
+    train_src = random_strings(400, 3, 8, seed=1)
+    config = toy_config(folder, [(s, s) for s in train_src],
+                        model={"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64,
+                               "encoder_layers": 3, "decoder_layers": 2, "dropout": 0.0,
+                               "attention_dropout": 0.0},
+                        training={"max_steps": 30, "validate_every": 30, "log_every": 10, "threads": 1},
+                        decoding={"beam": 2, "batch_size": 16, "max_length_ratio": 1.5, "max_length_offset": 3})
+    config.experiment_dir = folder / "tiny-transformer"  # a model's name in the server is its folder's
+    torch.manual_seed(0)
+    train(config, log=lambda m: None, progress=False)
+    return load(config.experiment_dir)

@@ -1,6 +1,6 @@
 """The explorer page (static/index.html) in a real browser: headless Chromium (Debian's, at
 /usr/bin/chromium) driven by Playwright, against the real HTTP server (uvicorn in a thread) serving
-the reverse-string model and a copy of it under another name."""
+the reverse-string model, a copy of it under another name, and a tiny Transformer (layers and heads)."""
 
 import json
 import shutil
@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import uvicorn
 
@@ -32,12 +33,13 @@ def test_chromium_is_installed():
 
 
 @pytest.fixture(scope="module")
-def server(reverse_model, tmp_path_factory):
-    """(base URL, name of the first model, name of its copy): the real app on a free port."""
+def server(reverse_model, tiny_transformer, tmp_path_factory):
+    """(base URL, name of the first model, name of its copy, name of the Transformer): the real app
+    on a free port."""
     translator, _ = reverse_model
     copy = tmp_path_factory.mktemp("explorer") / "reverse-copy"
     shutil.copytree(translator.folder, copy)
-    app = create_app([translator.folder, copy])
+    app = create_app([translator.folder, copy, tiny_transformer.folder])
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -51,7 +53,7 @@ def server(reverse_model, tmp_path_factory):
             raise RuntimeError("the HTTP server did not start within 15 s")
         time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}", translator.folder.resolve().name, copy.name
+        yield f"http://127.0.0.1:{port}", translator.folder.resolve().name, copy.name, tiny_transformer.folder.name
     finally:
         uv.should_exit = True
         thread.join(timeout=10)
@@ -210,7 +212,7 @@ def test_step_through_decoding(page, server):
 
 
 def test_compare_two_models(page, server):
-    _, first, second = server
+    _, first, second, _ = server
     page.check("#compare")
     page.select_option("#model-b", second)
     translate_in_page(page, "abcdef")
@@ -300,3 +302,90 @@ def test_tokens_are_text_not_html(page, server):
     assert "<unk>" in source  # the character model does not know "<" and ">"
     assert page.locator("#panel-a th.src-label").all_text_contents() == source
     assert page.locator("unk, b").count() == 0  # no element made from a token
+
+
+# --- Transformer: layers and heads ---------------------------------------------------------------
+
+
+def head_view_lines(page):
+    """[query, key, stroke-opacity] of every line of the head view."""
+    return page.eval_on_selector_all(
+        "#layers-view svg.head-view line.att-line",
+        "ls => ls.map(l => [+l.dataset.query, +l.dataset.key, +l.getAttribute('stroke-opacity')])")
+
+
+def assert_head_view(page, matrix, queries, keys):
+    lines = head_view_lines(page)
+    assert len(lines) == sum(w > 0 for row in matrix for w in row)  # exact zeros (masked) draw nothing
+    for i, j, opacity in lines:
+        assert opacity == pytest.approx(matrix[i][j], abs=1e-4), (i, j)
+    assert page.locator("svg.head-view text.tok.query").all_text_contents() == queries
+    assert page.locator("svg.head-view text.tok.key").all_text_contents() == keys
+
+
+def selected_cells(page):
+    return page.eval_on_selector_all(".head-grid canvas.grid-cell.selected",
+                                     "cs => cs.map(c => [+c.dataset.layer, +c.dataset.head])")
+
+
+def test_transformer_layers_and_heads(page, server):
+    transformer = server[3]
+    page.select_option("#model", transformer)
+    assert "Transformer · d_model 32 · 4 heads · 3 encoder + 2 decoder layers" in page.text_content("#model-info")
+    translate_in_page(page, "abcdef")
+    assert page.get_attribute("body", "data-state") == "done", page.text_content("#error")
+    assert page.locator("#layers-card").is_visible()
+    shown = page.text_content("#panel-a .translation")
+    answer = post(server, "/attention", {"text": "abcdef", "model": transformer, "translation": shown}).json()
+
+    # encoder self-attention, layer 2, head 3: the lines' opacities are the API's weights
+    page.select_option("#att-kind", "encoder")
+    page.select_option("#att-layer", "2")
+    page.select_option("#att-head", "3")
+    assert_head_view(page, answer["encoder"][2][3], answer["source_tokens"], answer["source_tokens"])
+    assert page.locator(".head-grid canvas.grid-cell").count() == 3 * 4  # layers x heads
+    assert selected_cells(page) == [[2, 3]]
+    cells = page.eval_on_selector_all("#layers-view td.cell", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col, "
+                                                                 "+c.dataset.weight])")
+    assert len(cells) == len(answer["source_tokens"]) ** 2
+    for i, j, w in cells:
+        assert w == pytest.approx(answer["encoder"][2][3][i][j], abs=1e-5)
+
+    # cross-attention has 2 layers: the layer falls back to the last; a grid cell click selects
+    page.select_option("#att-kind", "cross")
+    assert page.input_value("#att-layer") == "1" and page.input_value("#att-head") == "3"
+    assert page.locator(".head-grid canvas.grid-cell").count() == 2 * 4
+    page.click(".head-grid canvas.grid-cell[data-layer='0'][data-head='1']")
+    assert page.input_value("#att-layer") == "0" and page.input_value("#att-head") == "1"
+    assert selected_cells(page) == [[0, 1]]
+    assert_head_view(page, answer["cross"][0][1], answer["tokens"], answer["source_tokens"])
+
+    # all heads averaged; the decoder's lines never go to a later position
+    page.select_option("#att-head", "mean")
+    assert_head_view(page, np.mean(answer["cross"][0], axis=0).tolist(), answer["tokens"], answer["source_tokens"])
+    assert selected_cells(page) == []
+    page.select_option("#att-kind", "decoder")  # layer 0 exists in the decoder too: kept
+    assert page.input_value("#att-layer") == "0" and page.input_value("#att-head") == "mean"
+    assert_head_view(page, np.mean(answer["decoder"][0], axis=0).tolist(), answer["tokens"],
+                     answer["decoder_tokens"])
+    assert all(j <= i for i, j, _ in head_view_lines(page))
+
+    # hovering a token keeps only its lines (by display: a horizontal line has an empty bounding
+    # box, which Playwright's :visible would count as hidden)
+    def shown_lines():
+        return sorted(page.eval_on_selector_all(
+            "svg.head-view line.att-line",
+            "ls => ls.filter(l => getComputedStyle(l).display !== 'none')"
+            "        .map(l => [+l.dataset.query, +l.dataset.key])"))
+
+    page.hover("svg.head-view text.tok.query[data-query='1']")
+    assert shown_lines() == [[1, 0], [1, 1]]  # decoder position 1 sees positions 0 and 1
+    page.hover("svg.head-view text.tok.key[data-key='0']")
+    assert shown_lines() == [[i, 0] for i in range(len(answer["tokens"]))]  # every position sees <s>
+    page.mouse.move(1, 1)
+    assert len(shown_lines()) == len(head_view_lines(page))
+
+    # an RNN model has no layers and heads: the card is hidden
+    page.select_option("#model", server[1])
+    translate_in_page(page, "abcdef")
+    assert page.locator("#layers-card").is_hidden()

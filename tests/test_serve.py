@@ -1,12 +1,19 @@
-"""The HTTP API (attnmt.serve) through FastAPI's TestClient, on the reverse-string model."""
+"""The HTTP API (attnmt.serve) through FastAPI's TestClient, on the reverse-string model (and a tiny
+Transformer for /attention and /models)."""
 
 import contextlib
 import io
 import json
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 import warnings
+
+import httpx
 
 import numpy as np
 import pytest
@@ -19,7 +26,7 @@ with warnings.catch_warnings():  # starlette warns about httpx on import; the cl
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-LIMITS = ServerLimits(max_sentences=8, max_chars=40, max_beam=5, max_top_k=10, timeout=30.0)
+LIMITS = ServerLimits(max_sentences=8, max_chars=40, max_tokens=20, max_beam=5, max_top_k=10, timeout=30.0)
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +65,11 @@ def test_models_describe_the_config(served):
     client, _, name, translator, _ = served
     [info] = client.get("/models").json()
     config = translator.config
-    assert info == {"name": name, "attention": config.model.attention, "rnn_type": config.model.rnn_type,
-                    "input_feeding": config.model.input_feeding, "decoder_hidden": config.model.decoder_hidden,
+    assert info == {"name": name, "type": "rnn", "attention": config.model.attention,
+                    "rnn_type": config.model.rnn_type, "input_feeding": config.model.input_feeding,
+                    "decoder_hidden": config.model.decoder_hidden, "d_model": None, "heads": None,
+                    "encoder_layers": config.model.encoder_layers, "decoder_layers": config.model.decoder_layers,
+                    "feed_forward": None, "norm": None,
                     "beam": config.decoding.beam, "path": str(translator.folder.resolve())}
 
 
@@ -343,6 +353,203 @@ def test_one_computation_at_a_time_per_model(served, monkeypatch):
     assert [results[i]["translations"][0]["source"] for i in range(4)] == dev[:4]
 
 
+# --- tokens per sentence -------------------------------------------------------------------------
+
+
+def token_count(translator, text: str) -> int:
+    return len(translator.src_subwords.encode([text])[0])
+
+
+def test_tokens_per_sentence_are_limited_after_encoding(served):
+    client, _, _, translator, _ = served
+    fits = max((("abcdefghij" * 4)[:n] for n in range(1, LIMITS.max_chars + 1)
+                if token_count(translator, ("abcdefghij" * 4)[:n]) <= LIMITS.max_tokens), key=len)
+    over = fits + "a"
+    assert token_count(translator, fits) == LIMITS.max_tokens < token_count(translator, over)
+    assert len(over) <= LIMITS.max_chars  # within the character limit: the token limit is what refuses it
+    assert client.post("/translate", json={"text": fits, "beam": 1}).status_code == 200
+    n = token_count(translator, over)
+    assert_error(client.post("/translate", json={"text": over}), 422,
+                 f"text has {n} subword tokens; the limit is {LIMITS.max_tokens}")
+    assert_error(client.post("/translate", json={"text": ["abc", "abd", over]}), 422,
+                 f"text[2] has {n} subword tokens; the limit is {LIMITS.max_tokens}")
+    for path in ("/trace", "/beam"):
+        assert_error(client.post(path, json={"text": over}), 422, f"text has {n} subword tokens")
+        assert client.post(path, json={"text": fits}).status_code == 200
+
+
+# --- dynamic batching ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def recording_calls(model, monkeypatch):
+    """Records (texts, beam, n_best) of every model call of the batcher."""
+    original, calls = model.translator.translate, []
+
+    def recorded(texts, beam, n_best):
+        calls.append((list(texts), beam, n_best))
+        return original(texts, beam, n_best)
+
+    monkeypatch.setattr(model.translator, "translate", recorded)
+    yield calls
+    monkeypatch.undo()
+
+
+def post_together(client, bodies, path="/translate"):
+    """Sends the bodies at the same moment, one thread each; the responses in the same order."""
+    barrier, responses = threading.Barrier(len(bodies)), [None] * len(bodies)
+
+    def send(i):
+        barrier.wait()
+        responses[i] = client.post(path, json=bodies[i])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return responses
+
+
+def texts_of(body) -> list[str]:
+    return [body["text"]] if isinstance(body["text"], str) else body["text"]
+
+
+def assert_answers_alone(translator, bodies, responses):
+    """Each request got its own translations, in its order, equal to translating each text alone."""
+    for body, response in zip(bodies, responses):
+        assert response.status_code == 200, response.text
+        translations = response.json()["translations"]
+        assert [t["source"] for t in translations] == texts_of(body)
+        for text, t in zip(texts_of(body), translations):
+            [alone] = translator.translate([text], beam=body.get("beam"), n_best=body.get("n_best", 1))
+            assert [c["tokens"] for c in t["candidates"]] == [c.tokens for c in alone.candidates]
+            assert [c["score"] for c in t["candidates"]] == pytest.approx([c.score for c in alone.candidates],
+                                                                          abs=1e-4)
+            assert (t["candidates"][0]["attention"] is None) == (body.get("attention") is False)
+
+
+def test_concurrent_requests_are_decoded_together(reverse_model, monkeypatch):
+    translator, dev = reverse_model
+    app = create_app([translator.folder], ServerLimits(batch_wait=0.5))  # a wide window: all 10 get in
+    bodies = [{"text": dev[i], "beam": 1} for i in range(6)] + [
+        {"text": [dev[10], dev[11], dev[12]], "beam": 1, "attention": False},
+        {"text": dev[13], "beam": 3, "n_best": 2},
+        {"text": [dev[14], dev[15]], "beam": 3, "n_best": 2},
+        {"text": dev[16], "beam": 1}]
+    with TestClient(app) as client, recording_calls(app.state.models[translator.folder.name], monkeypatch) as calls:
+        responses = post_together(client, bodies)
+    assert_answers_alone(translator, bodies, responses)
+    assert len(calls) < len(bodies)
+    assert max(len(texts) for texts, _, _ in calls) > 3  # sentences of several requests in one call
+    sent = sorted(text for body in bodies for text in texts_of(body))
+    assert sorted(text for texts, _, _ in calls for text in texts) == sent  # each sentence decoded once
+    for texts, beam, n_best in calls:  # one call per decoding options
+        assert all((b.get("beam"), b.get("n_best", 1)) == (beam, n_best) for b in bodies
+                   if set(texts_of(b)) & set(texts))
+
+
+def test_batches_are_bounded_and_batching_can_be_off(reverse_model, monkeypatch):
+    translator, dev = reverse_model
+    bodies = [{"text": dev[20 + i], "beam": 1} for i in range(10)]
+    for max_batch in (4, 1):
+        app = create_app([translator.folder], ServerLimits(max_batch=max_batch, batch_wait=0.5))
+        model = app.state.models[translator.folder.name]
+        with TestClient(app) as client, recording_calls(model, monkeypatch) as calls:
+            model.lock.acquire()  # the model is busy: the requests queue up
+            threading.Timer(1.0, model.lock.release).start()
+            responses = post_together(client, bodies)
+        assert_answers_alone(translator, bodies, responses)
+        sizes = [len(texts) for texts, _, _ in calls]
+        assert sum(sizes) == len(bodies) and max(sizes) <= max_batch, sizes
+        assert max(sizes) == max_batch  # the queue filled whole batches
+        if max_batch == 1:
+            assert len(calls) == len(bodies)  # no batching: one request per model call
+
+
+def test_time_limit_drops_only_the_late_request(reverse_model):
+    translator, dev = reverse_model
+    app = create_app([translator.folder], ServerLimits(timeout=2.0, batch_wait=0.001))
+    model = app.state.models[translator.folder.name]
+    with TestClient(app) as client:
+        model.lock.acquire()  # busy: the first request waits past its limit
+        try:
+            start = time.monotonic()
+            assert_error(client.post("/translate", json={"text": dev[30]}), 503, "longer than the limit of 2 s")
+            assert 1.9 < time.monotonic() - start < 4
+            late = {}
+            second = threading.Thread(target=lambda: late.update(r=client.post("/translate", json={"text": dev[31]})))
+            second.start()  # queued behind the abandoned one
+            time.sleep(0.3)
+        finally:
+            model.lock.release()
+        second.join(30)
+        assert_answers_alone(translator, [{"text": dev[31]}], [late["r"]])
+
+
+# --- graceful shutdown ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_sigterm_lets_requests_in_flight_finish(reverse_model):
+    translator, dev = reverse_model
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "attnmt.cli", "serve", str(translator.folder), "--port",
+                               str(port), "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until it answers
+            assert server.poll() is None and time.monotonic() < deadline, server.communicate()[1].decode()
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.2)
+
+        bodies = [{"text": dev[40 + 8 * i: 48 + 8 * i], "beam": 3} for i in range(6)]
+        finish, responses = threading.Event(), [None] * len(bodies)
+
+        def send(i):  # the body arrives in two parts: the request is in flight until `finish`
+            data = json.dumps(bodies[i]).encode()
+
+            def parts():
+                yield data[:12]
+                finish.wait(30)
+                yield data[12:]
+
+            responses[i] = httpx.post(f"{url}/translate", content=parts(), timeout=60,
+                                      headers={"content-type": "application/json"})
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)  # the server has their headers
+        server.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while True:  # it stops accepting connections, while the requests in flight go on
+            assert server.poll() is None and time.monotonic() < deadline
+            try:
+                httpx.get(f"{url}/health", timeout=1)
+            except httpx.ConnectError:
+                break
+            time.sleep(0.1)
+        finish.set()
+        for t in threads:
+            t.join(60)
+        assert_answers_alone(translator, bodies, responses)
+        assert server.wait(30) == 0
+        assert b"Traceback" not in server.stderr.read()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
 # --- /trace and /beam ----------------------------------------------------------------------------
 
 
@@ -455,14 +662,19 @@ def run_cli(*argv):
 def test_serve_parser_accepts_its_flags():
     args = build_parser().parse_args(["serve", "a", "b/c", "--host", "0.0.0.0", "--port", "9001",
                                       "--max-body-bytes", "5000", "--max-sentences", "3", "--max-chars", "50",
-                                      "--max-beam", "4", "--timeout", "2.5", "--log-level", "warning"])
+                                      "--max-tokens", "30", "--max-beam", "4", "--timeout", "2.5",
+                                      "--max-batch", "16", "--max-batch-wait", "0", "--threads", "1",
+                                      "--log-level", "warning"])
     assert (args.model_dir, args.host, args.port, args.max_body_bytes, args.max_sentences, args.max_chars,
-            args.max_beam, args.timeout, args.log_level) == (["a", "b/c"], "0.0.0.0", 9001, 5000, 3, 50, 4, 2.5,
-                                                              "warning")
+            args.max_tokens, args.max_beam, args.timeout, args.max_batch, args.max_batch_wait, args.no_batching,
+            args.log_level) == (["a", "b/c"], "0.0.0.0", 9001, 5000, 3, 50, 30, 4, 2.5, 16, 0.0, False, "warning")
     defaults = build_parser().parse_args(["serve", "a"])
-    assert (defaults.host, defaults.port) == ("127.0.0.1", 8000)
+    assert (defaults.host, defaults.port, defaults.max_batch_wait) == ("127.0.0.1", 8000, 5.0)
+    assert build_parser().parse_args(["serve", "a", "--no-batching"]).no_batching
+    assert (args.threads, defaults.threads) == (1, None)
     for bad in (["serve"], ["serve", "a", "--port", "0"], ["serve", "a", "--max-sentences", "0"],
-                ["serve", "a", "--timeout", "-1"]):
+                ["serve", "a", "--timeout", "-1"], ["serve", "a", "--max-tokens", "0"],
+                ["serve", "a", "--max-batch", "0"], ["serve", "a", "--max-batch-wait", "-1"]):
         with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
             build_parser().parse_args(bad)
 
@@ -473,20 +685,120 @@ def test_serve_command_builds_the_app_and_prints_the_url(reverse_model, monkeypa
     translator, _ = reverse_model
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append((app, kwargs)))
-    code, out, err = run_cli("serve", translator.folder, "--port", "8765", "--max-sentences", "2")
+    code, out, err = run_cli("serve", translator.folder, "--port", "8765", "--max-sentences", "2",
+                             "--max-tokens", "7", "--max-batch-wait", "20", "--timeout", "9")
     assert code == 0, err
     assert "http://127.0.0.1:8765/" in out and translator.folder.name in out
     assert "warning" not in err
     [(app, kwargs)] = calls
     assert kwargs["host"] == "127.0.0.1" and kwargs["port"] == 8765
-    assert app.state.limits.max_sentences == 2
+    assert kwargs["timeout_graceful_shutdown"] == 9  # requests in flight may finish, not hang the exit
+    limits = app.state.limits
+    assert (limits.max_sentences, limits.max_tokens, limits.batch_wait, limits.max_batch) == (2, 7, 0.02, 64)
     with TestClient(app) as client:
         assert_error(client.post("/translate", json={"text": ["a", "b", "c"]}), 422, "at most 2 items")
 
-    code, out, err = run_cli("serve", translator.folder, "--host", "0.0.0.0")
+    code, out, err = run_cli("serve", translator.folder, "--host", "0.0.0.0", "--no-batching")
     assert code == 0 and "reachable from other machines" in err
+    assert calls[-1][0].state.limits.max_batch == 1
 
 
 def test_serve_command_reports_a_bad_folder(tmp_path):
     code, _, err = run_cli("serve", tmp_path / "missing")
     assert code == 2 and "not a model folder" in err and "Traceback" not in err
+
+
+# --- /attention: every layer and head of a Transformer -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def both(reverse_model, tiny_transformer):
+    """(client, app, transformer name, transformer, RNN name): one server with both kinds of model."""
+    rnn, _ = reverse_model
+    app = create_app([tiny_transformer.folder, rnn.folder], LIMITS)
+    with TestClient(app) as client:
+        yield client, app, tiny_transformer.folder.name, tiny_transformer, rnn.folder.name
+
+
+def test_models_describe_a_transformer(both):
+    client, _, name, transformer, rnn_name = both
+    info = {m["name"]: m for m in client.get("/models").json()}
+    assert info[name] == {"name": name, "type": "transformer", "attention": "multi-head", "rnn_type": None,
+                          "input_feeding": None, "decoder_hidden": None, "d_model": 32, "heads": 4,
+                          "encoder_layers": 3, "decoder_layers": 2, "feed_forward": 64, "norm": "pre",
+                          "beam": transformer.config.decoding.beam, "path": str(transformer.folder.resolve())}
+    assert info[rnn_name]["type"] == "rnn" and info[rnn_name]["heads"] is None
+
+
+def test_attention_of_every_layer_and_head(both):
+    client, _, name, transformer, _ = both
+    response = client.post("/attention", json={"text": "abcdef", "model": name})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    expected = transformer.attention("abcdef")
+    S, T = len(expected["source_tokens"]), len(expected["tokens"])
+    assert answer["model"] == name
+    for key in ("source_tokens", "tokens", "decoder_tokens"):
+        assert answer[key] == expected[key]
+    for kind, shape in (("encoder", (3, 4, S, S)), ("decoder", (2, 4, T, T)), ("cross", (2, 4, T, S))):
+        weights = np.array(answer[kind])
+        assert weights.shape == shape, kind
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(weights, expected[kind], atol=1e-6, rtol=0)
+    assert np.all(np.triu(np.array(answer["decoder"]), k=1) == 0)  # the causal mask: exact zeros
+    # the translation's own matrix is the last layer's cross-attention averaged over the heads
+    [translated] = client.post("/translate", json={"text": "abcdef", "model": name}).json()["translations"]
+    best = translated["candidates"][0]
+    assert best["tokens"] == answer["tokens"]
+    np.testing.assert_allclose(np.array(answer["cross"])[-1].mean(0), best["attention"], atol=1e-5)
+
+
+def test_attention_of_a_given_translation(both):
+    client, _, name, transformer, _ = both
+    answer = client.post("/attention", json={"text": "abcdef", "model": name, "translation": "abc"}).json()
+    expected = transformer.attention("abcdef", "abc")
+    assert answer["tokens"] == expected["tokens"] and answer["tokens"][-1] == "</s>"
+    assert np.array(answer["cross"]).shape == (2, 4, len(expected["tokens"]), len(expected["source_tokens"]))
+    np.testing.assert_allclose(np.array(answer["cross"]), expected["cross"], atol=1e-6, rtol=0)
+
+
+def test_attention_of_an_rnn_model_is_a_clear_422(both):
+    client, _, _, _, rnn_name = both
+    assert_error(client.post("/attention", json={"text": "abc", "model": rnn_name}), 422,
+                 "Transformer models", f"'{rnn_name}' is an RNN model", "/translate")
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({}, "text: Field required"),
+    ({"text": "   "}, "text: text must not be empty"),
+    ({"text": "a" * (LIMITS.max_chars + 1)}, f"at most {LIMITS.max_chars} characters"),
+    ({"text": ["abc"]}, "text: Input should be a valid string"),
+    ({"text": "abc", "translation": ""}, "translation: String should have at least 1 character"),
+    ({"text": "abc", "translation": "a" * (LIMITS.max_chars + 1)}, "translation: String should have at most"),
+    ({"text": "abc", "layer": 1}, "layer: Extra inputs are not permitted"),
+])
+def test_attention_rejects_bad_requests(both, body, fragment):
+    client, _, name, _, _ = both
+    assert_error(client.post("/attention", json={"model": name, **body}), 422, fragment)
+
+
+def test_attention_goes_through_the_limits(both, tiny_transformer):
+    client, app, name, transformer, _ = both
+    over = "abcdefghij" * 3  # 30 characters, within max_chars (40), over max_tokens (20)
+    n = len(transformer.src_subwords.encode([over])[0])
+    assert n > LIMITS.max_tokens
+    assert_error(client.post("/attention", json={"text": over, "model": name}), 422,
+                 f"text has {n} subword tokens; the limit is {LIMITS.max_tokens}")
+    assert_error(client.post("/attention", json={"text": "abc", "model": name, "translation": over}), 422,
+                 f"translation has {n} subword tokens")
+    assert_error(client.post("/attention", json={"text": "abc", "model": "nope"}), 404, "unknown model 'nope'")
+    spec = client.get("/openapi.json").json()
+    assert {"200", "404", "413", "422", "503"} <= set(spec["paths"]["/attention"]["post"]["responses"])
+    assert spec["components"]["schemas"]["AttentionRequest"]["additionalProperties"] is False
+
+    small = create_app([tiny_transformer.folder], ServerLimits(max_body_bytes=100, timeout=0.5))
+    with TestClient(small) as limited:
+        assert_error(limited.post("/attention", json={"text": "a" * 200}), 413, "100 bytes")
+        with small.state.models[name].lock:  # busy past the time limit
+            assert_error(limited.post("/attention", json={"text": "abc"}), 503, "longer than the limit of 0.5 s")
+        assert limited.post("/attention", json={"text": "abc"}).status_code == 200

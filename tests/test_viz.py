@@ -19,10 +19,12 @@ from attnmt.cli import main
 from attnmt.errors import AttnmtError
 from attnmt.trace import DecodingTrace, StepTrace
 from attnmt.viz import (
+    attention_grid,
     attention_heatmap,
     decoder_step_figure,
     decoding_animation,
     encoder_states_figure,
+    head_view_figure,
     heatmap_html,
     merge_pieces,
     save,
@@ -370,3 +372,115 @@ def test_cli_plot_errors(reverse_model, tmp_path):
         assert code == 2, (argv, err)
         assert fragment in err and "Traceback" not in err, (argv, err)
     assert not (tmp_path / "x.png").exists() and not (tmp_path / "s.png").exists()
+
+
+# --- Transformer: grid of layers x heads, head view ----------------------------------------------
+
+
+def fake_maps(layers=(3, 2), heads=4, source=("a", "b", "c", "</s>"), target=("x", "y", "</s>")):
+    """A dict shaped like Translator.attention's: 3 encoder layers, 2 decoder layers by default."""
+    S, T = len(source), len(target)
+    rng = np.random.default_rng(0)
+
+    def weights(n_layers, rows, columns, causal=False):
+        w = rng.random((n_layers, heads, rows, columns)) ** 3
+        if causal:
+            w = w * np.tril(np.ones((rows, columns)))
+        return w / w.sum(-1, keepdims=True)
+
+    return {"encoder": weights(layers[0], S, S), "decoder": weights(layers[1], T, T, causal=True),
+            "cross": weights(layers[1], T, S), "source_tokens": list(source), "tokens": list(target),
+            "decoder_tokens": ["<s>", *target[:-1]]}
+
+
+@pytest.mark.parametrize("kind, layers", [("encoder", 3), ("decoder", 2), ("cross", 2)])
+def test_grid_has_one_heatmap_per_layer_and_head(kind, layers, tmp_path):
+    maps = fake_maps()
+    fig = attention_grid(maps, kind)
+    cells = [ax for ax in fig.axes if ax.get_label().startswith("layer ")]
+    assert len(cells) == layers * 4
+    assert {ax.get_label() for ax in cells} == {f"layer {n} head {h}" for n in range(layers) for h in range(4)}
+    np.testing.assert_allclose(axis(fig, "layer 1 head 3").images[0].get_array(), maps[kind][1, 3])
+    # query tokens down the first column, key tokens along the last row
+    keys = maps["decoder_tokens"] if kind == "decoder" else maps["source_tokens"]
+    queries = maps["source_tokens"] if kind == "encoder" else maps["tokens"]
+    assert tick_texts(axis(fig, "layer 0 head 0").get_yticklabels()) == queries
+    assert tick_texts(axis(fig, f"layer {layers - 1} head 2").get_xticklabels()) == keys
+    path = save(fig, tmp_path / "grid.png")
+    assert path.read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder", "cross"])
+def test_head_view_lines_have_the_weights_as_opacity(kind, tmp_path):
+    maps = fake_maps()
+    fig = head_view_figure(maps, kind, layer=1, head=2)
+    ax = axis(fig, "head_view")
+    [lines] = ax.collections
+    weights = maps[kind][1, 2]
+    assert len(lines.get_segments()) == weights.size
+    np.testing.assert_allclose(lines.get_colors()[:, 3], weights.ravel(), atol=1e-6)
+    texts = [t.get_text() for t in ax.texts]
+    queries = maps["source_tokens"] if kind == "encoder" else maps["tokens"]
+    keys = {"encoder": maps["source_tokens"], "decoder": maps["decoder_tokens"], "cross": maps["source_tokens"]}[kind]
+    assert texts == queries + keys
+    assert "layer 1, head 2" in fig.get_suptitle()
+    assert save(fig, tmp_path / "heads.svg").read_text().startswith("<?xml")
+
+
+def test_head_view_of_the_average_of_the_heads_and_the_last_layer():
+    maps = fake_maps()
+    fig = head_view_figure(maps, "cross")  # last layer, average of the heads
+    [lines] = axis(fig, "head_view").collections
+    np.testing.assert_allclose(lines.get_colors()[:, 3], maps["cross"][-1].mean(0).ravel(), atol=1e-6)
+    assert "layer 1, average of the heads" in fig.get_suptitle()
+
+
+@pytest.mark.parametrize("kind, layer, head, message", [
+    ("encoder", 3, 0, "layer 3 does not exist: the encoder self-attention has 3 layers, numbered 0 to 2"),
+    ("cross", 2, 0, "layer 2 does not exist: the cross-attention has 2 layers, numbered 0 to 1"),
+    ("decoder", 0, 4, "head 4 does not exist: each layer has 4 heads, numbered 0 to 3"),
+    ("cross", 0, -1, "head -1 does not exist"),
+])
+def test_head_view_of_a_missing_layer_or_head_is_a_clear_error(kind, layer, head, message):
+    with pytest.raises(AttnmtError, match=message):
+        head_view_figure(fake_maps(), kind, layer, head)
+
+
+def test_unknown_kind_is_a_clear_error():
+    with pytest.raises(AttnmtError, match="kind must be one of encoder, decoder, cross"):
+        attention_grid(fake_maps(), "self")
+
+
+def test_cli_plot_transformer_figures(tiny_transformer, tmp_path):
+    folder = str(tiny_transformer.folder)
+    heads, grid, heat = tmp_path / "heads.png", tmp_path / "grid.svg", tmp_path / "heat.png"
+    code, out, _ = run("plot", folder, "abcdef", "--head-view", str(heads), "--kind", "encoder", "--layer", "2",
+                            "--head", "3", "--grid", str(grid), "--out", str(heat))
+    assert code == 0, out
+    assert out.split() == [str(heat), str(heads), str(grid)]
+    assert heads.read_bytes().startswith(PNG_MAGIC) and heat.read_bytes().startswith(PNG_MAGIC)
+    assert grid.read_text().startswith("<?xml")
+    assert Image.open(heads).size[1] > 100
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--head-view", "h.png", "--layer", "3"],
+     "--layer 3 does not exist: the cross-attention has 2 layers, numbered 0 to 1"),
+    (["--head-view", "h.png", "--kind", "encoder", "--head", "9"],
+     "--head 9 does not exist: each layer has 4 heads, numbered 0 to 3"),
+    (["--grid", "g.pdf"], "g.pdf: the file name must end in .png or .svg"),
+    (["--layer", "1"], "--layer and --head choose the attention --head-view FILE draws"),
+])
+def test_cli_plot_transformer_errors(tiny_transformer, tmp_path, options, message):
+    options = [str(tmp_path / o) if o.endswith(("png", "pdf")) else o for o in options]
+    code, _, err = run("plot", tiny_transformer.folder, "abcdef", *options)
+    assert code != 0 and message in err, err
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_cli_plot_transformer_options_on_an_rnn_model(reverse_model, tmp_path):
+    translator, _ = reverse_model
+    code, _, err = run("plot", translator.folder, "abc", "--grid", str(tmp_path / "g.png"), "--kind", "encoder")
+    assert code != 0
+    assert "--grid, --kind: for the layers and heads of Transformer models" in err and "RNN model" in err
+    assert not list(tmp_path.iterdir())

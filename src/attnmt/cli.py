@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -58,9 +59,12 @@ def cmd_train(args):
     from attnmt.training import train
 
     config = load_config(args.config)
+    if args.device:
+        config.training.device = args.device
     state = train(config, resume=args.resume, log=_log, progress=not args.no_progress)
-    _log(f"finished at step {state.step} ({state.seconds / 60:.1f} min of training); "
-         f"model in {config.experiment_dir}")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one process reports
+        _log(f"finished at step {state.step} ({state.seconds / 60:.1f} min of training); "
+             f"model in {config.experiment_dir}")
 
 
 def _positive(text: str) -> int:
@@ -74,7 +78,7 @@ def cmd_translate(args):
     from attnmt.api import load
 
 
-    model = load(args.model_dir, args.checkpoint)
+    model = load(args.model_dir, args.checkpoint, quantize="int8" if args.int8 else None)
     beam = args.beam or model.config.decoding.beam
     if args.n_best > beam:
         raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
@@ -99,7 +103,7 @@ def cmd_evaluate(args):
     from attnmt.evaluation import evaluation_report, format_report
 
     sources, references = _read_line_pairs(args.src, args.ref)
-    model = load(args.model_dir, args.checkpoint)
+    model = load(args.model_dir, args.checkpoint, quantize="int8" if args.int8 else None)
     hypotheses = [t.text for t in model.translate(sources, beam=args.beam, batch_size=args.batch_size)]
     report = evaluation_report(sources, hypotheses, references)
     report["beam"] = args.beam or model.config.decoding.beam
@@ -108,6 +112,13 @@ def cmd_evaluate(args):
     if args.json:
         _write_text(args.json, json.dumps(report, indent=2) + "\n")
     print(format_report(report))
+
+
+def cmd_export(args):
+    from attnmt.export import export_ct2
+
+    out = export_ct2(args.model_dir, args.ct2, quantization=args.quantization, force=args.force)
+    _log(f"CTranslate2 model in {out}")
 
 
 def cmd_quickstart(args):
@@ -160,20 +171,31 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
+    return value
+
+
 def cmd_serve(args):
-    import uvicorn
+    from attnmt.serve import ServerLimits, create_app, is_loopback, run_server, url_of
 
-    from attnmt.serve import ServerLimits, create_app, is_loopback, url_of
+    if args.threads:
+        import torch
 
+        torch.set_num_threads(args.threads)
     limits = ServerLimits(max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
-                          max_chars=args.max_chars, max_beam=args.max_beam, timeout=args.timeout)
+                          max_chars=args.max_chars, max_tokens=args.max_tokens, max_beam=args.max_beam,
+                          timeout=args.timeout, max_batch=1 if args.no_batching else args.max_batch,
+                          batch_wait=args.max_batch_wait / 1000)
     app = create_app([Path(d) for d in args.model_dir], limits)
     if not is_loopback(args.host):
         _log(f"warning: listening on {args.host}, reachable from other machines; the server has no "
              "authentication and no TLS: expose it only behind a reverse proxy")
     url = url_of(args.host, args.port)
     print(f"attnmt: serving {', '.join(app.state.models)} at {url} (API documentation: {url}docs)", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    run_server(app, host=args.host, port=args.port, log_level=args.log_level)
 
 
 def cmd_plot(args):
@@ -192,12 +214,18 @@ def cmd_plot(args):
             raise AttnmtError(f"--step {number} {path}: the step must be a whole number (counting from 0)") from None
     if not args.fps > 0 or args.dims < 0:
         raise AttnmtError("--fps must be positive and --dims at least 0")
-    sentence_figures = args.out or args.states or steps or args.gif
+    transformer_options = [option for option, value in (("--head-view", args.head_view), ("--grid", args.grid),
+                                                         ("--kind", args.kind), ("--layer", args.layer),
+                                                         ("--head", args.head)) if value is not None]
+    if (args.layer is not None or args.head is not None) and not args.head_view:
+        raise AttnmtError("--layer and --head choose the attention --head-view FILE draws; give --head-view")
+    sentence_figures = args.out or args.states or steps or args.gif or args.head_view or args.grid
     if args.sentence is None and (sentence_figures or not args.curves):
         raise AttnmtError("give a sentence to draw (attnmt plot MODEL_DIR \"sentence\" ...), "
                           "or --curves FILE for the training curves")
     for path, suffixes in [(args.out, (".png", ".svg", ".html")), (args.states, (".png", ".svg")),
-                           (args.curves, (".png", ".svg")), (args.gif, (".gif",))] + \
+                           (args.curves, (".png", ".svg")), (args.gif, (".gif",)),
+                           (args.head_view, (".png", ".svg")), (args.grid, (".png", ".svg"))] + \
             [(path, (".png", ".svg")) for _, path in steps]:
         if path and Path(path).suffix.lower() not in suffixes:
             raise AttnmtError(f"{path}: the file name must end in {' or '.join(suffixes)}")
@@ -210,15 +238,22 @@ def cmd_plot(args):
         if not args.sentence.strip():
             raise AttnmtError("the sentence is empty")
         model = load(args.model_dir, args.checkpoint)
+        if transformer_options and model.config.model.type != "transformer":
+            raise AttnmtError(f"{', '.join(transformer_options)}: for the layers and heads of Transformer models; "
+                              f"{args.model_dir} is an RNN model (its attention heatmap: --out)")
         out = args.out or (None if sentence_figures else "attention.png")
-        if out:
+        translation = None
+        if out or args.head_view or args.grid:
             [translation] = model.translate([args.sentence], beam=args.beam)
+        if out:
             title = f"{args.sentence}  \u2192  {translation.text}"
             if Path(out).suffix.lower() == ".html":
                 writers.append(partial(show(translation, merge_words=args.merge_words, title=title).save, out))
             else:
                 fig = figures.attention_heatmap(translation, title=title, merge_words=args.merge_words)
                 writers.append(partial(figures.save, fig, out))
+        if args.head_view or args.grid:
+            writers += _layer_head_figures(args, model.attention(args.sentence, translation))
         if args.states or steps or args.gif:
             trace = model.trace(args.sentence, top_k=args.top_k)
             if args.states:
@@ -232,6 +267,24 @@ def cmd_plot(args):
                 writers.append(partial(figures.decoding_animation, trace, args.gif, fps=args.fps))
     for write in writers:
         print(write(), flush=True)
+
+
+def _layer_head_figures(args, maps) -> list:
+    """Writers of the Transformer figures of ``attnmt plot``: --head-view and --grid."""
+    from functools import partial
+
+    from attnmt.viz import figures
+
+    kind = args.kind or "cross"
+    writers = []
+    if args.head_view:
+        layer = len(maps[kind]) - 1 if args.layer is None else args.layer
+        figures.check_layer_head(maps, kind, layer, args.head, names=("--layer", "--head"))
+        fig = figures.head_view_figure(maps, kind, layer, args.head)
+        writers.append(partial(figures.save, fig, args.head_view))
+    if args.grid:
+        writers.append(partial(figures.save, figures.attention_grid(maps, kind), args.grid))
+    return writers
 
 
 def _log(message: str):
@@ -251,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="experiment YAML file")
     p.add_argument("--resume", action="store_true", help="continue from last.safetensors")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--device", choices=["cpu", "cuda"],
+                   help="where to train (default: training.device of the config, cpu)")
     p.set_defaults(func=cmd_train)
 
     def decoding_options(p):
@@ -258,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--beam", type=_positive, default=None, help="beam size (1 = greedy; default: config)")
         p.add_argument("--batch-size", type=_positive, default=None, help="sentences per batch")
         p.add_argument("--checkpoint", choices=["best", "last"], default="best")
+        p.add_argument("--int8", action="store_true",
+                       help="dynamic int8 quantization of the linear layers, for CPU translation; BLEU "
+                            "unchanged within a few tenths (docs/performance.md)")
 
     p = sub.add_parser("translate", help="translate lines from a file or stdin")
     decoding_options(p)
@@ -273,6 +331,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="also write the report as JSON to this file")
     p.add_argument("--hypotheses", help="also write the translations to this file")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("export", help="export a Transformer to CTranslate2 (pip install 'attnmt[ct2]')")
+    p.add_argument("model_dir", help="folder of a trained Transformer model")
+    p.add_argument("--ct2", required=True, metavar="OUT_DIR", help="the CTranslate2 model folder to write")
+    p.add_argument("--quantization", choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
+                   help="store the weights quantized (default float32; CTranslate2 can also quantize "
+                        "when loading, with compute_type)")
+    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("quickstart", help="train a small attention model on dates and show its attention")
     p.add_argument("--dir", default="runs/quickstart", help="where data, model and figures go")
@@ -308,8 +375,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=_positive, default=1_000_000, help="larger request bodies get 413")
     p.add_argument("--max-sentences", type=_positive, default=64, help="texts per /translate request")
     p.add_argument("--max-chars", type=_positive, default=1000, help="characters per text")
+    p.add_argument("--max-tokens", type=_positive, default=256, help="subword tokens per text (after encoding)")
     p.add_argument("--max-beam", type=_positive, default=16, help="largest beam (and n_best) a request may ask")
     p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds per request; 503 beyond")
+    p.add_argument("--max-batch", type=_positive, default=64,
+                   help="sentences of concurrent /translate requests decoded together (dynamic batching)")
+    p.add_argument("--max-batch-wait", type=_non_negative_float, default=5.0, metavar="MS",
+                   help="a batch is decoded once no request has come for this many milliseconds")
+    p.add_argument("--no-batching", action="store_true",
+                   help="decode one /translate request at a time (same as --max-batch 1)")
+    p.add_argument("--threads", type=_positive, help="torch threads for decoding (default: one per core)")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("plot", help="draw attention (heatmap, encoder states, decoder steps, GIF) or training "
@@ -333,6 +408,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fps", type=float, default=1.0, help="frames per second of --gif")
     p.add_argument("--curves", metavar="FILE",
                    help="training curves (loss, perplexity, BLEU) from MODEL_DIR/metrics.jsonl (.png or .svg)")
+    p.add_argument("--head-view", metavar="FILE", help="Transformer: head view of --layer and --head, lines "
+                                                       "from query to key tokens, opacity = weight (.png or .svg)")
+    p.add_argument("--grid", metavar="FILE", help="Transformer: every layer x head of --kind as small heatmaps "
+                                                  "(.png or .svg)")
+    p.add_argument("--kind", choices=["encoder", "decoder", "cross"], default=None,
+                   help="Transformer: which attention --head-view and --grid draw (default cross)")
+    p.add_argument("--layer", type=int, default=None,
+                   help="Transformer: layer of --head-view, counting from 0 (default: the last)")
+    p.add_argument("--head", type=int, default=None,
+                   help="Transformer: head of --head-view, counting from 0 (default: the average of the heads)")
     p.set_defaults(func=cmd_plot)
     return parser
 

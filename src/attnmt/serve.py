@@ -5,10 +5,16 @@
 
 Every request body is a pydantic model that forbids unknown fields and carries the server
 limits (sentences per request, characters per sentence, beam size), so the OpenAPI schema at
-``/docs`` shows them. Errors are JSON objects whose ``detail`` is a readable string:
-422 invalid request, 404 unknown model, 413 body too large, 503 over the time limit.
-``/beam`` returns the search tree recorded by ``attnmt.decoding.BeamRecorder``.
-Decoding runs in a worker thread, one request at a time per model (a lock per model).
+``/docs`` shows them; subword tokens per sentence are counted after encoding. Errors are JSON
+objects whose ``detail`` is a readable string: 422 invalid request, 404 unknown model, 413 body
+too large, 503 over the time limit. ``/beam`` returns the search tree recorded by
+``attnmt.decoding.BeamRecorder``; ``/attention`` every layer and head of a Transformer's attention
+(``Translator.attention``).
+
+Decoding runs in a worker thread, one computation at a time per model (a lock per model).
+Concurrent /translate requests for a model are decoded together (dynamic batching, see
+``Batcher``). ``run_server`` shuts down gracefully: on SIGTERM or SIGINT, requests in flight
+finish and get their answers.
 
 The command ``attnmt serve MODEL_DIR ...`` binds to 127.0.0.1 by default; see docs/http-api.md.
 """
@@ -16,8 +22,11 @@ The command ``attnmt serve MODEL_DIR ...`` binds to 127.0.0.1 by default; see do
 # No ``from __future__ import annotations`` here: FastAPI must see the request models, which are
 # built inside create_app (they carry its limits), as objects rather than strings.
 
+import asyncio
+import signal
 import threading
 import time
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
@@ -38,22 +47,28 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """What one request may ask for. Checked before any decoding."""
+    """What one request may ask for (checked before any decoding), and how requests are batched."""
 
     max_body_bytes: int = 1_000_000  # request body (413 above)
     max_sentences: int = 64  # texts in one /translate request
     max_chars: int = 1000  # characters per text
+    max_tokens: int = 256  # subword tokens per text, counted after encoding, end of sentence excluded
     max_beam: int = 16  # beam size (and n_best) of /translate
     max_top_k: int = 50  # top_k of /trace
     timeout: float = 30.0  # seconds for one request, waiting for the model included (503 above)
+    max_batch: int = 64  # sentences decoded together by dynamic batching; 1 = one request at a time
+    batch_wait: float = 0.005  # seconds the batcher waits for more requests after the first of a batch
 
     def __post_init__(self):
-        for name in ("max_body_bytes", "max_sentences", "max_chars", "max_beam", "max_top_k"):
+        for name in ("max_body_bytes", "max_sentences", "max_chars", "max_tokens", "max_beam", "max_top_k",
+                     "max_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise AttnmtError(f"server limit {name} must be a positive integer, got {value!r}")
         if not self.timeout > 0:
             raise AttnmtError(f"server limit timeout must be positive, got {self.timeout!r}")
+        if not 0 <= self.batch_wait < self.timeout:
+            raise AttnmtError(f"batch_wait must be at least 0 and below the timeout, got {self.batch_wait!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,11 +91,24 @@ class HealthResponse(Strict):
 
 
 class ModelInfo(Strict):
+    """What a model is. The RNN fields are null for a Transformer and the Transformer fields null
+    for an RNN, so that a client reads the fields of the model's ``type``."""
+
     name: str = Field(description="the model folder's name; the `model` of requests")
-    attention: str = Field(description="none | bahdanau | luong-dot | luong-general | luong-concat | location")
-    rnn_type: str
-    input_feeding: bool
-    decoder_hidden: int
+    type: Literal["rnn", "transformer"] = Field(description="rnn: encoder-decoder RNN with one attention; "
+                                                            "transformer: layers of multi-head attention (/attention)")
+    attention: Optional[str] = Field(
+        description="RNN: none | bahdanau | luong-dot | luong-general | luong-concat | location; "
+                    "Transformer: 'multi-head'")
+    rnn_type: Optional[str] = Field(description="RNN only: gru | lstm")
+    input_feeding: Optional[bool] = Field(description="RNN only")
+    decoder_hidden: Optional[int] = Field(description="RNN only: size of the decoder state")
+    d_model: Optional[int] = Field(description="Transformer only: model width")
+    heads: Optional[int] = Field(description="Transformer only: attention heads per layer")
+    encoder_layers: int
+    decoder_layers: int
+    feed_forward: Optional[int] = Field(description="Transformer only: inner size of the feed-forward layers")
+    norm: Optional[Literal["pre", "post"]] = Field(description="Transformer only: LayerNorm placement")
     beam: int = Field(description="default beam size of /translate for this model")
     path: str
 
@@ -141,6 +169,20 @@ class BeamResponse(Strict):
     translation: TranslationOut = Field(description="the final hypotheses, best first (up to beam of them)")
 
 
+class AttentionResponse(Strict):
+    model: str
+    source_tokens: list[str] = Field(description="S source pieces, ending in '</s>'")
+    tokens: list[str] = Field(description="T output pieces (the translation, or the forced one)")
+    decoder_tokens: list[str] = Field(description="T decoder inputs: '<s>' and tokens[:-1]")
+    encoder: list[list[list[list[float]]]] = Field(
+        description="encoder self-attention [layer][head][source query][source key], S x S per head")
+    decoder: list[list[list[list[float]]]] = Field(
+        description="masked decoder self-attention [layer][head][output][decoder input], T x T per head; "
+                    "0 above the diagonal")
+    cross: list[list[list[list[float]]]] = Field(
+        description="cross-attention [layer][head][output][source], T x S per head")
+
+
 def _beam_tree(translator, text: str, beam: int):
     """Beam search over one sentence, recording its search tree: (Translation, nodes)."""
     translation, nodes = translator.beam_tree(text, beam)
@@ -193,7 +235,14 @@ def _request_models(limits: ServerLimits):
         model: ModelName = model_field
         beam: int = Field(5, ge=1, le=limits.max_beam, strict=True, description="beam size")
 
-    return TranslateRequest, TraceRequest, BeamRequest
+    class AttentionRequest(Strict):
+        text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
+        model: ModelName = model_field
+        translation: Optional[Sentence] = Field(
+            None, description="a target text whose attention to show (forced decoding); "
+                              "default: the model's translation (beam of its config)")
+
+    return TranslateRequest, TraceRequest, BeamRequest, AttentionRequest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,17 +252,127 @@ def _request_models(limits: ServerLimits):
 class LoadedModel:
     name: str
     translator: Any  # attnmt.api.Translator
-    lock: threading.Lock
+    lock: threading.Lock  # one computation at a time: torch already uses every core for one
+    batcher: Optional["Batcher"] = None
 
     def info(self) -> ModelInfo:
-        config = self.translator.config
-        return ModelInfo(name=self.name, attention=config.model.attention, rnn_type=config.model.rnn_type,
-                         input_feeding=config.model.input_feeding, decoder_hidden=config.model.decoder_hidden,
-                         beam=config.decoding.beam, path=str(self.translator.folder.resolve()))
+        m = self.translator.config.model
+        common = dict(name=self.name, type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
+                      beam=self.translator.config.decoding.beam, path=str(self.translator.folder.resolve()))
+        none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
+                              "norm"))
+        if m.type == "transformer":
+            return ModelInfo(**common, **{**none, "attention": "multi-head", "d_model": m.d_model, "heads": m.heads,
+                                          "feed_forward": m.feed_forward, "norm": m.norm})
+        return ModelInfo(**common, **{**none, "attention": m.attention, "rnn_type": m.rnn_type,
+                                      "input_feeding": m.input_feeding, "decoder_hidden": m.decoder_hidden})
 
 
 class RequestTimeout(Exception):
     pass
+
+
+@dataclass
+class _Job:
+    """One /translate request waiting for the batcher."""
+
+    texts: list[str]
+    beam: int
+    n_best: int
+    future: asyncio.Future  # cancelled when the request gives up (time limit)
+
+
+class Batcher:
+    """Dynamic batching of /translate for one model. Requests queue up; one worker task takes the
+    first, collects those that follow until a pause of ``wait`` seconds or ``max_sentences``, and
+    decodes the requests with the same (beam, n_best) in one ``Translator.translate`` call, in a
+    thread holding the model's lock. Each request gets its own translations, in its order.
+
+    Decoding 32 sentences together costs little more than decoding one (the per-step work of an
+    RNN decoder is mostly fixed overhead on a CPU), so under load this multiplies throughput. A
+    request that gave up (time limit) is left out of its batch, or its results dropped if the
+    batch had started; the other requests are not affected."""
+
+    def __init__(self, model: LoadedModel, max_sentences: int, wait: float):
+        self.model = model
+        self.max_sentences = max_sentences
+        self.wait = wait
+        self.queue: Optional[asyncio.Queue] = None
+        self.worker: Optional[asyncio.Task] = None
+
+    async def translate(self, texts: list[str], beam: int, n_best: int) -> list:
+        """The translations of ``texts`` (a list of attnmt.api.Translation), in order."""
+        self._start()
+        future = asyncio.get_running_loop().create_future()
+        self.queue.put_nowait(_Job(texts, beam, n_best, future))
+        return await future
+
+    def _start(self):
+        # Started by the first request, in the event loop that serves it (a test client may
+        # bring a new loop: the worker of a closed loop is dead, and a new one is started).
+        loop = asyncio.get_running_loop()
+        if self.worker is None or self.worker.done() or self.worker.get_loop() is not loop:
+            self.queue = asyncio.Queue()
+            self.worker = loop.create_task(self._work())
+
+    async def stop(self):
+        if self.worker is not None and not self.worker.done():
+            self.worker.cancel()
+            with suppress(asyncio.CancelledError):
+                await self.worker
+
+    async def _work(self):
+        while True:
+            jobs = await self._collect()
+            for options in dict.fromkeys((job.beam, job.n_best) for job in jobs):
+                await self._decode([job for job in jobs if (job.beam, job.n_best) == options])
+
+    async def _collect(self) -> list[_Job]:
+        """The first request in the queue and those that follow it, up to ``max_sentences``
+        sentences, until none has come for ``wait`` seconds (or after ``10 * wait`` in all).
+
+        Waiting for a pause rather than for a fixed time matters under load: the requests of many
+        clients are read one by one by the event loop, a millisecond or two apart, and a fixed
+        window would cut that stream into small batches."""
+        jobs = [await self.queue.get()]
+        size, start = len(jobs[0].texts), time.monotonic()
+        heard = start  # when the last request came
+        while size < self.max_sentences:
+            try:
+                job = self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                remaining = min(heard + self.wait, start + 10 * self.wait) - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    job = await asyncio.wait_for(self.queue.get(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            jobs.append(job)
+            size, heard = size + len(job.texts), time.monotonic()
+        return jobs
+
+    async def _decode(self, jobs: list[_Job]):
+        jobs = [job for job in jobs if not job.future.done()]  # gave up while queued
+        if not jobs:
+            return
+        texts = [text for job in jobs for text in job.texts]
+        try:
+            results = await asyncio.to_thread(self._translate, texts, jobs[0].beam, jobs[0].n_best)
+        except Exception as error:  # noqa: BLE001 - each request of the batch gets the error (500)
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(error)
+            return
+        start = 0
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_result(results[start:start + len(job.texts)])
+            start += len(job.texts)
+
+    def _translate(self, texts: list[str], beam: int, n_best: int) -> list:
+        with self.model.lock:
+            return self.model.translator.translate(texts, beam, n_best)
 
 
 class BodyLimitMiddleware:
@@ -278,13 +437,20 @@ def _floats(array: Optional[np.ndarray]):
     return None if array is None else np.asarray(array, dtype=np.float64).tolist()
 
 
+def _weights(array: np.ndarray) -> list:
+    """Attention weights rounded to 6 decimals: the float32 values to within 5e-7, in a third of
+    the JSON (all layers and heads of a long sentence run to millions of numbers)."""
+    return np.round(np.asarray(array, dtype=np.float64), 6).tolist()
+
+
 PLACEHOLDER_HTML = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>attnmt</title></head>
 <body style="font-family: sans-serif; max-width: 40em; margin: 2em auto">
 <h1>attnmt</h1>
 <p>The HTTP API is running. Models: {models}.</p>
 <p>Endpoints: <code>GET /health</code>, <code>GET /models</code>, <code>POST /translate</code>,
-<code>POST /trace</code>, <code>POST /beam</code>. Interactive documentation: <a href="docs">/docs</a>.</p>
+<code>POST /trace</code>, <code>POST /beam</code>, <code>POST /attention</code>.
+Interactive documentation: <a href="docs">/docs</a>.</p>
 </body></html>
 """
 
@@ -305,14 +471,21 @@ def create_app(model_dirs: list[Path], limits: Optional[ServerLimits] = None) ->
             raise AttnmtError(f"two model folders are named '{name}' ({models[name].translator.folder} and "
                               f"{folder}); model names are folder names, so rename or copy one of them")
         models[name] = LoadedModel(name, load(folder), threading.Lock())
+        models[name].batcher = Batcher(models[name], limits.max_batch, limits.batch_wait)
     default = next(iter(models))
 
-    TranslateRequest, TraceRequest, BeamRequest = _request_models(limits)
+    TranslateRequest, TraceRequest, BeamRequest, AttentionRequest = _request_models(limits)
 
     def errors(*codes: int) -> dict:
         return {code: {"model": ErrorResponse} for code in (404, 413, 422, 503, *codes)}
 
-    app = FastAPI(title="attnmt", version=_version(),
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        for model in models.values():  # after uvicorn has let the requests in flight finish
+            await model.batcher.stop()
+
+    app = FastAPI(title="attnmt", version=_version(), lifespan=lifespan,
                   description="Neural machine translation with attention: translations with their "
                               "attention matrices, and every quantity of every decoder step.")
     app.state.models = models
@@ -332,6 +505,19 @@ def create_app(model_dirs: list[Path], limits: Optional[ServerLimits] = None) ->
         if name not in models:
             raise HTTPException(404, f"unknown model '{name}'; available: {', '.join(models)}")
         return models[name]
+
+    def check_tokens(model: LoadedModel, texts: list[str], single: bool, field: str = "text", side: str = "src"):
+        """422 for a text longer than the limit in subword tokens (the model's unit of work: its
+        cost grows with them, and a character count says little about it for a BPE model)."""
+        subwords = model.translator.src_subwords if side == "src" else model.translator.tgt_subwords
+        for i, ids in enumerate(subwords.encode(texts)):
+            if len(ids) > limits.max_tokens:
+                where = field if single else f"{field}[{i}]"
+                raise HTTPException(422, f"{where} has {len(ids)} subword tokens; the limit is {limits.max_tokens}")
+
+    def too_slow() -> HTTPException:
+        return HTTPException(503, f"the request took longer than the limit of {limits.timeout:g} s "
+                                  "(model busy or input too long); try again or send less")
 
     async def run(model: LoadedModel, fn, *args):
         """Runs fn(*args) in a worker thread holding the model's lock; 503 past the time limit
@@ -353,8 +539,7 @@ def create_app(model_dirs: list[Path], limits: Optional[ServerLimits] = None) ->
             with anyio.fail_after(limits.timeout):
                 return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except (TimeoutError, RequestTimeout):
-            raise HTTPException(503, f"the request took longer than the limit of {limits.timeout:g} s "
-                                     "(model busy or input too long); try again or send less") from None
+            raise too_slow() from None
 
     @app.get("/health", response_model=HealthResponse)
     def health():
@@ -371,12 +556,18 @@ def create_app(model_dirs: list[Path], limits: Optional[ServerLimits] = None) ->
         beam = body.beam if body.beam is not None else min(model.translator.config.decoding.beam, limits.max_beam)
         if body.n_best > beam:
             raise HTTPException(422, f"n_best ({body.n_best}) cannot exceed the beam size ({beam})")
-        results = await run(model, model.translator.translate, texts, beam, body.n_best)
+        check_tokens(model, texts, single=isinstance(body.text, str))
+        try:
+            with anyio.fail_after(limits.timeout):
+                results = await model.batcher.translate(texts, beam, body.n_best)
+        except TimeoutError:
+            raise too_slow() from None
         return TranslateResponse(model=model.name, translations=[_translation_out(t, body.attention) for t in results])
 
     @app.post("/trace", response_model=TraceResponse, responses=errors())
     async def trace(body: TraceRequest):
         model = get_model(body.model)
+        check_tokens(model, [body.text], single=True)
         result = await run(model, model.translator.trace, body.text, body.top_k)
         return TraceResponse(
             model=model.name, source=result.source, source_tokens=result.source_tokens, text=result.text,
@@ -390,9 +581,28 @@ def create_app(model_dirs: list[Path], limits: Optional[ServerLimits] = None) ->
     async def beam_tree(body: BeamRequest):
         """The beam search tree of one sentence: every candidate looked at, kept, finished or pruned."""
         model = get_model(body.model)
+        check_tokens(model, [body.text], single=True)
         translation, nodes = await run(model, _beam_tree, model.translator, body.text, body.beam)
         return BeamResponse(model=model.name, source_tokens=translation.source_tokens, nodes=nodes,
                             translation=_translation_out(translation, True))
+
+    @app.post("/attention", response_model=AttentionResponse, responses=errors())
+    async def attention(body: AttentionRequest):
+        """Every attention weight of a Transformer for one sentence and its translation (or the
+        ``translation`` given): encoder self-, decoder self- and cross-attention of every layer and
+        head, as ``Translator.attention`` computes them. An RNN model is a 422: its one attention
+        matrix is the ``attention`` of /translate (and each step's weights are in /trace)."""
+        model = get_model(body.model)
+        if model.translator.config.model.type != "transformer":
+            raise HTTPException(422, f"/attention gives the layers and heads of Transformer models; '{model.name}' "
+                                     "is an RNN model: its attention matrix is the 'attention' of /translate")
+        check_tokens(model, [body.text], single=True)
+        if body.translation is not None:
+            check_tokens(model, [body.translation], single=True, field="translation", side="tgt")
+        maps = await run(model, model.translator.attention, body.text, body.translation)
+        return AttentionResponse(model=model.name, source_tokens=maps["source_tokens"], tokens=maps["tokens"],
+                                 decoder_tokens=maps["decoder_tokens"],
+                                 **{kind: _weights(maps[kind]) for kind in ("encoder", "decoder", "cross")})
 
     if STATIC_DIR.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
@@ -450,3 +660,26 @@ def is_loopback(host: str) -> bool:
 def url_of(host: str, port: int) -> str:
     host = host.strip("[]")
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
+def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"):
+    """Serves ``app`` with uvicorn until SIGTERM or SIGINT (Ctrl-C), then shuts down gracefully:
+    uvicorn stops accepting connections, lets the requests in flight finish and answer (for at
+    most the request time limit), and returns; the process then exits with status 0."""
+    import uvicorn
+
+    def exit_cleanly(signum, frame):
+        raise SystemExit(0)
+
+    # uvicorn handles the signals while it serves, then raises the signal again once it has shut
+    # down, for the handler in place before it: by default death by SIGTERM, or KeyboardInterrupt.
+    # The shutdown was clean, so that handler exits with 0 (as it does if the signal comes before
+    # uvicorn has started, when there is nothing to finish).
+    main_thread = threading.current_thread() is threading.main_thread()  # signals are set there only
+    previous = {sig: signal.signal(sig, exit_cleanly) for sig in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level,
+                    timeout_graceful_shutdown=app.state.limits.timeout)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

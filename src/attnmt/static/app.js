@@ -1,6 +1,6 @@
 // attnmt attention explorer: plain ES module, no dependencies, no build step.
 //
-// Talks to the JSON API of `attnmt serve` (/models, /translate, /trace, /beam). Every token
+// Talks to the JSON API of `attnmt serve` (/models, /translate, /trace, /beam, /attention). Every token
 // coming from the server is put into the page with textContent (never innerHTML).
 
 const HIGHLIGHT_RATIO = 0.5; // a source token is "attended to" when its weight >= ratio * the row's maximum
@@ -119,6 +119,7 @@ const state = {
   trace: null,
   step: 0,
   stepHeatmap: null,
+  layers: null, // the /attention answer of a Transformer (every layer and head), or null
   requestId: 0,
 };
 
@@ -135,6 +136,10 @@ function modelByName(name) {
 
 function describeModel(m) {
   if (!m) return "";
+  if (m.type === "transformer") {
+    return `Transformer · d_model ${m.d_model} · ${m.heads} heads · ${m.encoder_layers} encoder + ` +
+      `${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}`;
+  }
   const attention = m.attention === "none" ? "no attention" : `${m.attention} attention`;
   const feeding = m.attention.startsWith("luong") ? (m.input_feeding ? " · input feeding" : " · no input feeding") : "";
   return `${attention} · ${m.rnn_type.toUpperCase()} · decoder ${m.decoder_hidden}${feeding} · default beam ${m.beam}`;
@@ -423,33 +428,21 @@ function attentionBars(sourceTokens, scores, weights) {
   const colW = Math.max(26, Math.min(56, Math.floor(600 / sourceTokens.length)));
   const left = 96;
   const width = left + colW * sourceTokens.length + 8;
-  const scoreH = 90, weightH = 90, gap = 30, labelH = 30, top = 16;
+  // A Transformer's step has weights (its last layer's cross-attention averaged over the heads)
+  // but no scores: there is no single score vector before one softmax. Then only the weights.
+  const hasScores = Array.isArray(scores);
+  const scoreH = hasScores ? 90 : 0, gap = hasScores ? 30 : 0, weightH = 90, labelH = 30, top = 16;
   const height = top + scoreH + gap + weightH + labelH;
   const root = svg("svg", { class: "bars", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
     "aria-label": "attention scores and weights of this step" });
 
-  // scores: zero line inside [min, max]
-  const lo = Math.min(0, ...scores), hi = Math.max(0, ...scores);
-  const span = hi - lo || 1;
-  const yOf = (v) => top + ((hi - v) / span) * scoreH;
-  const zero = yOf(0);
-  root.append(svg("text", { x: 4, y: top + 12, class: "axis-title" }, "scores eⱼ"),
-    svg("text", { x: 4, y: top + 28, class: "axis-note" }, "before softmax"),
-    svg("line", { x1: left, x2: width - 4, y1: zero, y2: zero, class: "zero" }));
   const best = weights.indexOf(Math.max(...weights));
-  scores.forEach((v, j) => {
-    const x = left + j * colW + 4;
-    const y = Math.min(zero, yOf(v));
-    const h = Math.max(1, Math.abs(yOf(v) - zero));
-    root.append(svg("rect", { x, y, width: colW - 8, height: h, class: `bar score${v < 0 ? " neg" : ""}${j === best ? " best" : ""}`, "data-col": j },
-      svg("title", {}, `e = ${v.toFixed(4)}`)));
-    root.append(svg("text", { x: x + (colW - 8) / 2, y: v >= 0 ? y - 3 : y + h + 10, class: "val" }, fmt(v, 1)));
-  });
+  if (hasScores) drawScores(root, scores, { left, width, top, scoreH, colW, best });
 
   // weights in [0, 1]
   const wTop = top + scoreH + gap;
   root.append(svg("text", { x: 4, y: wTop + 12, class: "axis-title" }, "weights aⱼ"),
-    svg("text", { x: 4, y: wTop + 28, class: "axis-note" }, "softmax(e)"),
+    svg("text", { x: 4, y: wTop + 28, class: "axis-note" }, hasScores ? "softmax(e)" : "last layer, heads averaged"),
     svg("line", { x1: left, x2: width - 4, y1: wTop + weightH, y2: wTop + weightH, class: "zero" }));
   weights.forEach((w, j) => {
     const x = left + j * colW + 4;
@@ -465,6 +458,25 @@ function attentionBars(sourceTokens, scores, weights) {
       tok.length > 6 ? `${tok.slice(0, 5)}…` : tok));
   });
   return el("div", { class: "bars-wrap" }, root);
+}
+
+/** The scores e_j as signed bars, the zero line inside [min, max]. */
+function drawScores(root, scores, { left, width, top, scoreH, colW, best }) {
+  const lo = Math.min(0, ...scores), hi = Math.max(0, ...scores);
+  const span = hi - lo || 1;
+  const yOf = (v) => top + ((hi - v) / span) * scoreH;
+  const zero = yOf(0);
+  root.append(svg("text", { x: 4, y: top + 12, class: "axis-title" }, "scores eⱼ"),
+    svg("text", { x: 4, y: top + 28, class: "axis-note" }, "before softmax"),
+    svg("line", { x1: left, x2: width - 4, y1: zero, y2: zero, class: "zero" }));
+  scores.forEach((v, j) => {
+    const x = left + j * colW + 4;
+    const y = Math.min(zero, yOf(v));
+    const h = Math.max(1, Math.abs(yOf(v) - zero));
+    root.append(svg("rect", { x, y, width: colW - 8, height: h, class: `bar score${v < 0 ? " neg" : ""}${j === best ? " best" : ""}`, "data-col": j },
+      svg("title", {}, `e = ${v.toFixed(4)}`)));
+    root.append(svg("text", { x: x + (colW - 8) / 2, y: v >= 0 ? y - 3 : y + h + 10, class: "val" }, fmt(v, 1)));
+  });
 }
 
 function vectorRow(values, scale, label, attrs = {}) {
@@ -496,6 +508,140 @@ function vectorsView(trace, step) {
   box.append(el("div", { class: "legend" }, el("span", {}, "−"), el("span", { class: "ramp diverging" }), el("span", {}, "+"),
     el("span", { class: "muted" }, " value (scaled by the largest magnitude of each kind of vector)")));
   return box;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transformer: layers and heads (/attention). Weights are [layer][head][query][key].
+
+const KINDS = {
+  encoder: { name: "encoder self-attention", queries: "source_tokens", keys: "source_tokens", colour: "#2b6cb0",
+    sides: ["source", "source"] },
+  decoder: { name: "decoder self-attention", queries: "tokens", keys: "decoder_tokens", colour: "#2f855a",
+    sides: ["output", "decoder input"] },
+  cross: { name: "cross-attention", queries: "tokens", keys: "source_tokens", colour: "#c05621",
+    sides: ["output", "source"] },
+};
+
+/** The matrix of one layer and head, or with head "mean" the average of the layer's heads. */
+export function headMatrix(weights, layer, head) {
+  const heads = weights[layer];
+  if (head !== "mean") return heads[Number(head)];
+  return heads[0].map((row, i) => row.map((_, j) => heads.reduce((sum, h) => sum + h[i][j], 0) / heads.length));
+}
+
+function renderLayers(result) {
+  state.layers = result;
+  $("layers-card").hidden = !result;
+  clear($("layers-view"));
+  if (!result) return;
+  fillLayerSelects();
+  drawLayers();
+}
+
+/** Layer and head choices for the chosen kind (the encoder and decoder may differ in depth); the
+ *  previous choice is kept when it still exists, else the last layer and the average of the heads. */
+function fillLayerSelects() {
+  if (!state.layers) return;
+  const weights = state.layers[$("att-kind").value];
+  const layers = weights.length, heads = weights[0].length;
+  const layerSelect = $("att-layer"), headSelect = $("att-head");
+  const [oldLayer, oldHead] = [layerSelect.value, headSelect.value];
+  clear(layerSelect);
+  clear(headSelect);
+  for (let l = 0; l < layers; l++) layerSelect.append(el("option", { value: l }, `layer ${l}`));
+  headSelect.append(el("option", { value: "mean" }, "all heads averaged"));
+  for (let h = 0; h < heads; h++) headSelect.append(el("option", { value: h }, `head ${h}`));
+  layerSelect.value = oldLayer !== "" && Number(oldLayer) < layers ? oldLayer : String(layers - 1);
+  headSelect.value = oldHead === "mean" || (oldHead !== "" && Number(oldHead) < heads) ? oldHead : "mean";
+}
+
+function selectLayerHead(layer, head) {
+  $("att-layer").value = String(layer);
+  $("att-head").value = String(head);
+  drawLayers();
+}
+
+function drawLayers() {
+  const data = state.layers;
+  if (!data) return;
+  const kind = $("att-kind").value, layer = Number($("att-layer").value), head = $("att-head").value;
+  const k = KINDS[kind];
+  const matrix = headMatrix(data[kind], layer, head);
+  const which = head === "mean" ? "all heads averaged" : `head ${head}`;
+  const view = $("layers-view");
+  clear(view);
+  const heatmap = new Heatmap(data[k.keys], data[k.queries], matrix,
+    { name: data.model, caption: `${k.name} · layer ${layer} · ${which}`, compact: true });
+  view.append(
+    el("div", { class: "layers-top" }, headView(data[k.queries], data[k.keys], matrix, kind), heatmap.element),
+    headGrid(data[kind], kind, layer, head));
+}
+
+/** Two columns of tokens, queries left and keys right, a line for each pair with its weight as
+ *  opacity: a row's lines share one unit of ink, so a sharp head shows one dark line per token. */
+function headView(queryTokens, keyTokens, matrix, kind) {
+  const k = KINDS[kind];
+  const rowH = 22, top = 26, textW = 120, gap = 170;
+  const xq = textW, xk = textW + gap;
+  const width = xk + textW, height = top + rowH * Math.max(queryTokens.length, keyTokens.length, 1) + 6;
+  const y = (i) => top + i * rowH + rowH / 2;
+  const root = svg("svg", { class: "head-view", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": `head view of the ${k.name}`, "data-kind": kind });
+  root.append(svg("text", { x: xq, y: 14, class: "side-title", "text-anchor": "end" }, k.sides[0]),
+    svg("text", { x: xk, y: 14, class: "side-title" }, k.sides[1]));
+  const lines = svg("g", { class: "lines" });
+  matrix.forEach((row, i) => row.forEach((w, j) => {
+    if (!(w > 0)) return; // exactly 0 where the query may not look (the decoder's later positions)
+    lines.append(svg("line", { class: "att-line", x1: xq + 6, y1: y(i), x2: xk - 6, y2: y(j), stroke: k.colour,
+      "stroke-opacity": w.toFixed(4), "data-query": i, "data-key": j, "data-weight": w.toFixed(6) }));
+  }));
+  root.append(lines);
+  const labels = [];
+  const focus = (side, index) => {
+    root.classList.toggle("focus", index !== null);
+    for (const line of lines.children) line.classList.toggle("on", index !== null && line.dataset[side] === String(index));
+    for (const label of labels) label.classList.toggle("on", index !== null && label.dataset[side] === String(index));
+  };
+  const addLabels = (tokens, side, x) => tokens.forEach((tok, i) => {
+    const label = svg("text", { x, y: y(i) + 4, class: `tok ${side}`, [`data-${side}`]: i }, tok);
+    label.addEventListener("mouseenter", () => focus(side, i));
+    label.addEventListener("mouseleave", () => focus(side, null));
+    labels.push(label);
+    root.append(label);
+  });
+  addLabels(queryTokens, "query", xq);
+  addLabels(keyTokens, "key", xk);
+  return el("div", { class: "head-view-wrap" }, root);
+}
+
+/** Every layer (rows) x head (columns) as a small canvas heatmap; a click selects it. */
+function headGrid(weights, kind, layer, head) {
+  const layers = weights.length, heads = weights[0].length;
+  const grid = el("div", { class: "head-grid", style: `grid-template-columns: auto repeat(${heads}, 76px)`,
+    "data-kind": kind, "data-layers": layers, "data-heads": heads });
+  grid.append(el("span"));
+  for (let h = 0; h < heads; h++) grid.append(el("span", { class: "grid-label" }, `head ${h}`));
+  for (let l = 0; l < layers; l++) {
+    const mean = el("span", { class: "grid-label mean-row", title: "all heads of this layer averaged" }, `layer ${l}`);
+    mean.addEventListener("click", () => selectLayerHead(l, "mean"));
+    grid.append(mean);
+    for (let h = 0; h < heads; h++) {
+      const matrix = weights[l][h];
+      const rows = matrix.length, cols = rows ? matrix[0].length : 0;
+      const px = Math.max(1, Math.floor(72 / Math.max(rows, cols, 1)));
+      const canvas = el("canvas", { class: `grid-cell${l === layer && String(h) === head ? " selected" : ""}`,
+        width: Math.max(1, cols * px), height: Math.max(1, rows * px), "data-layer": l, "data-head": h,
+        title: `layer ${l} head ${h}: click to select` });
+      const ctx = canvas.getContext("2d");
+      matrix.forEach((row, i) => row.forEach((w, j) => {
+        ctx.fillStyle = blue(w);
+        ctx.fillRect(j * px, i * px, px, px);
+      }));
+      canvas.addEventListener("click", () => selectLayerHead(l, h));
+      grid.append(canvas);
+    }
+  }
+  return grid;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -623,7 +769,14 @@ async function translateAll() {
     api("/trace", { text, model: modelA, top_k: TOP_K }, `trace (${modelA})`),
     api("/beam", { text, model: modelA, beam: beam ?? (modelByName(modelA)?.beam ?? 5) }, `beam (${modelA})`),
   ];
-  const [ta, tb, tr, bm] = await Promise.allSettled(jobs);
+  // A Transformer's layers and heads, for the translation shown (forced), once it is known.
+  if (modelByName(modelA)?.type === "transformer") {
+    jobs.push(jobs[0].then((answer) => {
+      const shown = answer.translations[0].candidates[0].text;
+      return api("/attention", { text, model: modelA, translation: shown.trim() ? shown : null }, `attention (${modelA})`);
+    }));
+  }
+  const [ta, tb, tr, bm, at] = await Promise.allSettled(jobs);
   if (id !== state.requestId) return; // a newer request was sent meanwhile
   const errors = [];
 
@@ -645,6 +798,10 @@ async function translateAll() {
     $("step-index").textContent = "—";
     clear($("step-token-line"));
   }
+
+  if (!at || at.status === "rejected") renderLayers(null);
+  if (at && at.status === "fulfilled") renderLayers(at.value);
+  else if (at) errors.push(at.reason);
 
   if (bm.status === "fulfilled") renderBeam(bm.value, beam ?? modelByName(modelA)?.beam);
   else {
@@ -705,6 +862,12 @@ function init() {
     $("model-b").disabled = !$("compare").checked;
     onModelChange();
   });
+  $("att-kind").addEventListener("change", () => {
+    fillLayerSelects();
+    drawLayers();
+  });
+  $("att-layer").addEventListener("change", drawLayers);
+  $("att-head").addEventListener("change", drawLayers);
   $("step-back").addEventListener("click", () => showStep(state.step - 1));
   $("step-next").addEventListener("click", () => showStep(state.step + 1));
   document.addEventListener("keydown", (event) => {

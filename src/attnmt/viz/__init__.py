@@ -8,15 +8,20 @@
     viz.save(viz.decoder_step_figure(trace, 3), "step3.svg")
     viz.decoding_animation(trace, "decoding.gif")
     viz.show(t)                                   # inline in Jupyter
+    maps = model.attention("le 14 juillet 1989")  # a Transformer: every layer and head
+    viz.save(viz.attention_grid(maps, "encoder"), "grid.png")
+    viz.save(viz.head_view_figure(maps, "cross", layer=1, head=2), "head.svg")
 
 See docs/visualization.md.
 """
 
 from attnmt.viz.figures import (
+    attention_grid,
     attention_heatmap,
     decoder_step_figure,
     decoding_animation,
     encoder_states_figure,
+    head_view_figure,
     read_metrics,
     save,
     select_dimensions,
@@ -27,7 +32,7 @@ from attnmt.viz.words import merge_pieces, word_spans
 
 __all__ = [
     "attention_heatmap", "encoder_states_figure", "decoder_step_figure", "decoding_animation",
-    "training_curves", "read_metrics", "select_dimensions", "save",
+    "training_curves", "read_metrics", "select_dimensions", "save", "attention_grid", "head_view_figure",
     "heatmap_html", "step_html", "show", "show_step", "HTMLView",
     "merge_pieces", "word_spans",
 ]

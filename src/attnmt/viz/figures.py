@@ -1,5 +1,6 @@
 """Matplotlib figures of attention: heatmaps, encoder states, one decoder step, an animated GIF of
-the decoding, and training curves.
+the decoding, training curves, and for Transformers the grid of every layer and head and the head
+view of one of them.
 
 Every function returns a ``matplotlib.figure.Figure`` drawn on the Agg canvas, without pyplot, so
 nothing depends on (or changes) the global backend; ``save(fig, "x.png")`` writes PNG or SVG.
@@ -20,6 +21,8 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.animation import FuncAnimation, PillowWriter
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
@@ -28,7 +31,8 @@ from attnmt.errors import AttnmtError
 from attnmt.viz.words import SPECIAL_TOKENS, WORD_START, merge_pieces
 
 __all__ = ["attention_heatmap", "encoder_states_figure", "decoder_step_figure", "decoding_animation",
-           "training_curves", "save", "read_metrics", "select_dimensions"]
+           "training_curves", "save", "read_metrics", "select_dimensions", "attention_grid", "head_view_figure",
+           "check_layer_head", "KINDS"]
 
 HIGHLIGHT = "#d62728"
 BAR = "#4c72b0"
@@ -359,6 +363,120 @@ def decoding_animation(trace, path, fps: float = 1, *, space_marker: str | None 
     except OSError as e:
         raise AttnmtError(f"cannot write {path}: {e.strerror or e}") from None
     return path
+
+
+# --- Transformer: layers and heads ------------------------------------------------------------------
+
+# kind -> (name in titles, key of the query tokens, key of the key tokens) in Translator.attention's dict
+KINDS = {
+    "encoder": ("encoder self-attention", "source_tokens", "source_tokens"),
+    "decoder": ("decoder self-attention", "tokens", "decoder_tokens"),
+    "cross": ("cross-attention", "tokens", "source_tokens"),
+}
+HEAD_COLOURS = {"encoder": "#2b6cb0", "decoder": "#2f855a", "cross": "#c05621"}
+
+
+def _weights_of(maps, kind: str) -> np.ndarray:
+    if kind not in KINDS:
+        raise AttnmtError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    weights = np.asarray(maps[kind], dtype=np.float64)
+    if weights.ndim != 4:
+        raise ValueError(f"maps[{kind!r}] has shape {weights.shape}, expected (layers, heads, queries, keys)")
+    return weights
+
+
+def check_layer_head(maps, kind: str, layer: int, head: int | None, names=("layer", "head")):
+    """AttnmtError unless ``layer`` (and ``head``, None = the average of the heads) exist in
+    ``maps[kind]``; the message names the option (``names``: how the caller calls them) and the
+    valid range. Layers and heads count from 0, like the arrays."""
+    layers, heads = _weights_of(maps, kind).shape[:2]
+    if not isinstance(layer, (int, np.integer)) or not 0 <= layer < layers:
+        raise AttnmtError(f"{names[0]} {layer} does not exist: the {KINDS[kind][0]} has {layers} layers, "
+                          f"numbered 0 to {layers - 1}")
+    if head is not None and (not isinstance(head, (int, np.integer)) or not 0 <= head < heads):
+        raise AttnmtError(f"{names[1]} {head} does not exist: each layer has {heads} heads, numbered 0 to "
+                          f"{heads - 1} (or no {names[1]} for their average)")
+
+
+def attention_grid(maps, kind: str = "cross", *, space_marker: str | None = None, cmap: str = "Blues",
+                   title: str | None = None) -> Figure:
+    """Every layer and head of one kind of attention as small heatmaps: one row of axes per layer,
+    one column per head, each labelled "layer L head H" (``ax.get_label()``). Query tokens down the
+    first column, key tokens along the last row (when few enough to read).
+
+    ``maps``: the dict of ``Translator.attention`` (or the JSON of ``POST /attention``); ``kind``:
+    "encoder", "decoder" or "cross"."""
+    weights = _weights_of(maps, kind)
+    name, query_key, key_key = KINDS[kind]
+    layers, heads, rows, columns = weights.shape
+    ys, xs = _labels(maps[query_key], space_marker), _labels(maps[key_key], space_marker)
+    side = min(2.4, max(1.3, 0.12 * max(rows, columns)))  # inches per small heatmap
+    labelled = max(rows, columns) <= 40  # past that, one label per token is unreadable at this size
+    fig = _figure(heads * side + 1.6, layers * side + 1.0)
+    axes = fig.subplots(layers, heads, squeeze=False)
+    image = None
+    for layer in range(layers):
+        for head in range(heads):
+            ax = axes[layer, head]
+            ax.set_label(f"layer {layer} head {head}")
+            image = ax.imshow(weights[layer, head], cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto",
+                              interpolation="nearest")
+            ax.set_title(f"L{layer} H{head}", fontsize=8)
+            size = max(4, _font_size(max(rows, columns)) - 4)
+            if labelled and head == 0:
+                ax.set_yticks(range(rows), labels=ys, fontsize=size, parse_math=False)
+            else:
+                ax.set_yticks([])
+            if labelled and layer == layers - 1:
+                ax.set_xticks(range(columns), labels=xs, fontsize=size, rotation=90, parse_math=False)
+            else:
+                ax.set_xticks([])
+    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, aspect=30, pad=0.02)
+    bar.set_label("attention weight", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    fig.suptitle(title or f"{name}: {layers} layers × {heads} heads (rows: layers, columns: heads)",
+                 fontsize=10, parse_math=False)
+    return fig
+
+
+def head_view_figure(maps, kind: str = "cross", layer: int = -1, head: int | None = None, *,
+                     space_marker: str | None = None, title: str | None = None) -> Figure:
+    """The head view of one layer and head: query tokens in a column on the left, key tokens on the
+    right, a line from each query to each key whose opacity is the attention weight (so a row's
+    lines share one unit of ink). ``head=None`` draws the average of the layer's heads;
+    ``layer=-1`` the last layer. Layers and heads count from 0.
+
+    The lines are one LineCollection in the axes labelled "head_view", in row-major order (query
+    i, key j), each with alpha = weight."""
+    weights = _weights_of(maps, kind)
+    layer = weights.shape[0] - 1 if layer == -1 else layer
+    check_layer_head(maps, kind, layer, head)
+    matrix = weights[layer].mean(axis=0) if head is None else weights[layer, head]
+    name, query_key, key_key = KINDS[kind]
+    left, right = _labels(maps[query_key], space_marker), _labels(maps[key_key], space_marker)
+    n = max(len(left), len(right), 1)
+    longest = max((len(t) for t in left + right), default=1)
+    fig = _figure(3.0 + 0.16 * longest, 0.26 * n + 1.2)
+    ax = fig.add_subplot()
+    ax.set_label("head_view")
+    rgb = to_rgb(HEAD_COLOURS[kind])
+    segments = [[(0.0, i), (1.0, j)] for i in range(len(left)) for j in range(len(right))]
+    colours = [(*rgb, float(np.clip(matrix[i, j], 0.0, 1.0))) for i in range(len(left)) for j in range(len(right))]
+    ax.add_collection(LineCollection(segments, colors=colours, linewidths=2.0))
+    size = _font_size(n)
+    for i, token in enumerate(left):
+        ax.text(-0.04, i, token, ha="right", va="center", fontsize=size, parse_math=False)
+    for j, token in enumerate(right):
+        ax.text(1.04, j, token, ha="left", va="center", fontsize=size, parse_math=False)
+    ax.set_xlim(-0.5, 1.5)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.axis("off")
+    which = "average of the heads" if head is None else f"head {head}"
+    queries = "output" if kind != "encoder" else "source"
+    keys = {"encoder": "source", "decoder": "decoder input", "cross": "source"}[kind]
+    ax.set_title(f"{queries} → {keys}", fontsize=8)
+    fig.suptitle(title or f"{name}, layer {layer}, {which}", fontsize=10, parse_math=False)
+    return fig
 
 
 def read_metrics(path) -> list[dict]:
