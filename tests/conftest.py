@@ -50,6 +50,20 @@ def _deterministic():
     yield
 
 
+def assert_beam_of_one_equals_greedy(model, batch):
+    """Beam search with one hypothesis is greedy search: same tokens, scores and attention."""
+    from attnmt.decoding import beam_search, greedy_search, max_output_lengths
+
+    limits = max_output_lengths(batch.src_lengths, 1.5, 5)
+    greedy = greedy_search(model, batch.src, batch.src_lengths, limits)
+    beam = beam_search(model, batch.src, batch.src_lengths, limits, beam=1)
+    for g, b in zip(greedy, beam):
+        assert g[0].tokens == b[0].tokens
+        assert g[0].score == pytest.approx(b[0].score, abs=1e-4)
+        if g[0].attention is not None:
+            torch.testing.assert_close(g[0].attention, b[0].attention)
+
+
 def reverse(s: str) -> str:
     return s[::-1]
 

@@ -5,10 +5,10 @@ import torch
 
 from attnmt.config import ModelConfig
 from attnmt.data.batching import make_batch
-from attnmt.decoding import beam_search, greedy_search, length_penalty, max_output_lengths
+from attnmt.decoding import beam_search, greedy_search, length_penalty
 from attnmt.models import EOS, build_model
 
-from conftest import reverse
+from conftest import assert_beam_of_one_equals_greedy, reverse
 
 
 def untrained(attention):
@@ -25,16 +25,7 @@ def random_batch(n=5, seed=0):
 
 @pytest.mark.parametrize("attention", ["none", "bahdanau", "luong-general", "location"])
 def test_beam_of_one_equals_greedy(attention):
-    model = untrained(attention)
-    batch = random_batch()
-    limits = max_output_lengths(batch.src_lengths, 1.5, 5)
-    greedy = greedy_search(model, batch.src, batch.src_lengths, limits)
-    beam = beam_search(model, batch.src, batch.src_lengths, limits, beam=1)
-    for g, b in zip(greedy, beam):
-        assert g[0].tokens == b[0].tokens
-        assert g[0].score == pytest.approx(b[0].score, abs=1e-4)
-        if g[0].attention is not None:
-            torch.testing.assert_close(g[0].attention, b[0].attention)
+    assert_beam_of_one_equals_greedy(untrained(attention), random_batch())
 
 
 def test_outputs_respect_length_limits_and_end_in_eos_otherwise():

@@ -9,13 +9,12 @@ import attnmt
 from attnmt.align import force_attention
 from attnmt.config import ModelConfig
 from attnmt.data.batching import make_batch
-from attnmt.decoding import beam_search, greedy_search, max_output_lengths
 from attnmt.errors import AttnmtError
 from attnmt.models import BOS, PAD, build_model
 from attnmt.models.transformer import MultiHeadAttention, attend
 from attnmt.training import make_scheduler, noam, train
 
-from conftest import random_strings, toy_config
+from conftest import assert_beam_of_one_equals_greedy, random_strings, toy_config
 
 
 def untrained(**changes):
@@ -148,15 +147,7 @@ def test_whole_model_fused_and_explicit_paths_agree():
 
 
 def test_beam_of_one_equals_greedy():
-    model = untrained()
-    batch = random_batch(n=5)
-    limits = max_output_lengths(batch.src_lengths, 1.5, 5)
-    greedy = greedy_search(model, batch.src, batch.src_lengths, limits)
-    beam = beam_search(model, batch.src, batch.src_lengths, limits, beam=1)
-    for g, b in zip(greedy, beam):
-        assert g[0].tokens == b[0].tokens
-        assert g[0].score == pytest.approx(b[0].score, abs=1e-4)
-        torch.testing.assert_close(g[0].attention, b[0].attention)
+    assert_beam_of_one_equals_greedy(untrained(), random_batch(n=5))
 
 
 def test_shared_embeddings_are_one_matrix():
