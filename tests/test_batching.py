@@ -118,6 +118,14 @@ def test_make_batch_adds_bos_and_eos_and_pads():
     assert batch.src.dtype == batch.tgt_in.dtype == batch.tgt_out.dtype == torch.long
 
 
+def test_source_width_can_be_rounded_up_to_a_multiple():
+    for longest in (1, 7, 8, 9, 16, 23):
+        batch = make_batch([[5] * (longest - 1), [6]], src_width_multiple=8)  # + EOS: longest tokens
+        assert batch.src.size(1) == -(-longest // 8) * 8
+        assert batch.src[1, 2:].eq(PAD).all()
+        assert batch.src_lengths.tolist() == [longest, 2]
+
+
 def test_make_batch_without_targets():
     batch = make_batch([[7, 8], [9]])
     assert batch.src.tolist() == [[7, 8, EOS], [9, EOS, PAD]]

@@ -26,7 +26,8 @@ from tqdm import tqdm
 from attnmt import distributed
 from attnmt.checkpoint import load_training_state, save_model, save_training_state
 from attnmt.config import Config, TrainingConfig
-from attnmt.data.batching import Batch, epoch_batches, inference_batches, make_batch
+from attnmt.data.batching import (TRAINING_SOURCE_WIDTH_MULTIPLE, Batch, epoch_batches, inference_batches,
+                                  make_batch)
 from attnmt.data.prepare import EncodedCorpus, encode_corpus, prepare
 from attnmt.data.subwords import PAD, Subwords
 from attnmt.decoding import decode
@@ -257,7 +258,8 @@ class Trainer:
 
     @staticmethod
     def _batch(data: EncodedCorpus, indices: list[int]) -> Batch:
-        return make_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
+        return make_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices,
+                          src_width_multiple=TRAINING_SOURCE_WIDTH_MULTIPLE)
 
     def train_step(self, batch: Batch) -> tuple[float, int]:
         """One update; returns the summed loss and the number of target tokens."""

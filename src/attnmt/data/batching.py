@@ -15,6 +15,9 @@ from torch import Tensor
 from attnmt.data.subwords import BOS, EOS, PAD
 
 
+TRAINING_SOURCE_WIDTH_MULTIPLE = 8
+
+
 @dataclass
 class Batch:
     src: Tensor  # (B,S) source ids, padded with PAD
@@ -34,18 +37,24 @@ class Batch:
         return Batch(move(self.src), move(self.src_lengths), move(self.tgt_in), move(self.tgt_out), self.indices)
 
 
-def pad(sequences: list[list[int]]) -> tuple[Tensor, Tensor]:
+def pad(sequences: list[list[int]], multiple: int = 1) -> tuple[Tensor, Tensor]:
+    """(B, width) ids padded with PAD, width the longest length rounded up to ``multiple``; lengths."""
     lengths = torch.tensor([len(s) for s in sequences])
-    out = torch.full((len(sequences), int(lengths.max())), PAD, dtype=torch.long)
+    width = -(-int(lengths.max()) // multiple) * multiple
+    out = torch.full((len(sequences), width), PAD, dtype=torch.long)
     for i, s in enumerate(sequences):
         out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
     return out, lengths
 
 
 def make_batch(src: list[list[int]], tgt: list[list[int]] | None = None,
-               indices: list[int] | None = None) -> Batch:
-    """Source sequences end with EOS; target sequences get BOS (input) and EOS (output)."""
-    src_ids, src_lengths = pad([s + [EOS] for s in src])
+               indices: list[int] | None = None, src_width_multiple: int = 1) -> Batch:
+    """Source sequences end with EOS; target sequences get BOS (input) and EOS (output).
+
+    Training pads the source to a multiple of TRAINING_SOURCE_WIDTH_MULTIPLE: the encoder and
+    the attention run over the padded width (masked), and on a CPU few distinct shapes let
+    oneDNN reuse its compiled kernels. (Not the target: its padding would add decoder steps.)"""
+    src_ids, src_lengths = pad([s + [EOS] for s in src], src_width_multiple)
     if tgt is None:
         return Batch(src_ids, src_lengths, indices=indices)
     tgt_in, _ = pad([[BOS] + t for t in tgt])

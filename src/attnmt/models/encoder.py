@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch import _VF  # nn.GRU/nn.LSTM's own kernels, called one direction at a time
 
 RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -28,16 +28,39 @@ class RNNEncoder(nn.Module):
     def forward(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """src (B,S) token ids, lengths (B,) -> states (B,S,output_size), final (B,output_size).
 
-        Packing makes padding invisible to the RNN: a sentence encodes the same alone or in a batch.
-        ``final`` is the last state of the top layer (both directions concatenated).
+        Each direction runs over the whole padded batch, the backward one on each sentence
+        reversed within its length, so padding is never read before a real token: a sentence
+        encodes the same alone or in a batch (states at padding positions are meaningless and
+        masked by the attention). Not packing keeps every product at one shape per source width;
+        a packed batch shrinks step by step, and on a CPU each new shape costs compiled kernels.
+        ``final`` is the state after the last real token of the top layer (directions concatenated).
         """
-        packed = pack_padded_sequence(self.dropout(self.embed(src)), lengths.cpu(), batch_first=True,
-                                      enforce_sorted=False)
-        packed_states, hidden = self.rnn(packed)
-        states, _ = pad_packed_sequence(packed_states, batch_first=True, total_length=src.size(1))
-        if isinstance(hidden, tuple):  # LSTM: (h, c); the summary is h
-            hidden = hidden[0]
-        directions = 2 if self.rnn.bidirectional else 1
-        top = hidden.view(self.rnn.num_layers, directions, src.size(0), -1)[-1]  # (directions, B, H)
-        final = torch.cat(list(top), dim=-1)
-        return self.dropout(states), final
+        x = self.dropout(self.embed(src))
+        last = (lengths - 1).to(src.device).view(-1, 1, 1)
+        reverse = _reverse_within_length(lengths.to(src.device), src.size(1))
+        for layer in range(self.rnn.num_layers):
+            if layer > 0:
+                x = nn.functional.dropout(x, self.rnn.dropout, self.training)
+            outputs = [self._run(layer, "", x)]
+            if self.rnn.bidirectional:
+                outputs.append(self._run(layer, "_reverse", x.gather(1, reverse.expand_as(x))))
+            finals = [out.gather(1, last.expand(-1, 1, out.size(2))).squeeze(1) for out in outputs]
+            if self.rnn.bidirectional:  # back in sentence order (the reversal is its own inverse)
+                outputs[1] = outputs[1].gather(1, reverse.expand_as(outputs[1]))
+            x = torch.cat(outputs, dim=-1)
+        return self.dropout(x), torch.cat(finals, dim=-1)
+
+    def _run(self, layer: int, direction: str, x: Tensor) -> Tensor:
+        """One direction of one layer of ``self.rnn`` (its own weights) over x (B,S,I) -> (B,S,H)."""
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        weights = [getattr(self.rnn, f"{name}_l{layer}{direction}") for name in names]
+        h0 = x.new_zeros(1, x.size(0), self.rnn.hidden_size)
+        if isinstance(self.rnn, nn.LSTM):
+            return _VF.lstm(x, (h0, h0), weights, True, 1, 0.0, self.training, False, True)[0]
+        return _VF.gru(x, h0, weights, True, 1, 0.0, self.training, False, True)[0]
+
+
+def _reverse_within_length(lengths: Tensor, width: int) -> Tensor:
+    """(B,width,1) index: position t of sentence b -> lengths[b]-1-t for real tokens, t on padding."""
+    t = torch.arange(width, device=lengths.device).unsqueeze(0)
+    return torch.where(t < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - t, t).unsqueeze(2)

@@ -31,7 +31,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         device = x.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
         with torch.autocast(device, enabled=False):
-            x, w = x.to(dtype), weight.to(dtype)
+            rows = x.size(0)
+            x, w = _pad_rows(x.to(dtype)), weight.to(dtype)
+            target = _pad_rows(target)
             z = (x @ w.t()).float()
             if bias is not None:
                 z += bias
@@ -39,8 +41,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             z_target = z.gather(1, target.unsqueeze(1)).squeeze(1)
             loss = log_norm - (1 - eps) * z_target - eps / z.size(1) * z.sum(dim=-1)
         ctx.save_for_backward(x, w, z, log_norm, target)
-        ctx.eps, ctx.weight_dtype, ctx.has_bias = eps, weight.dtype, bias is not None
-        return loss.sum()
+        ctx.eps, ctx.weight_dtype, ctx.has_bias, ctx.rows = eps, weight.dtype, bias is not None, rows
+        return loss[:rows].sum()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -51,8 +53,20 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_z.sub_(eps / z.size(1))
         grad_z.scatter_add_(1, target.unsqueeze(1), grad_z.new_full((z.size(0), 1), -(1 - eps)))
         grad_z.mul_(grad)
+        grad_z[ctx.rows:] = 0  # padding rows
         grad_bias = grad_z.sum(dim=0) if ctx.has_bias else None
         grad_z = grad_z.to(x.dtype)
-        grad_x = grad_z @ w
+        grad_x = (grad_z @ w)[:ctx.rows]
         grad_weight = (grad_z.t() @ x).to(ctx.weight_dtype)
         return grad_x, grad_weight, grad_bias, None, None
+
+
+ROW_MULTIPLE = 128
+
+
+def _pad_rows(t: Tensor) -> Tensor:
+    """``t`` with zero rows appended up to a multiple of ROW_MULTIPLE. The number of real target
+    tokens differs in every batch, and oneDNN compiles kernels per matrix shape (and keeps only
+    a bounded number): a few row counts let it reuse them."""
+    extra = -t.size(0) % ROW_MULTIPLE
+    return torch.cat([t, t.new_zeros((extra, *t.shape[1:]))]) if extra else t
