@@ -449,6 +449,19 @@ def test_concurrent_requests_are_decoded_together(reverse_model, monkeypatch):
                    if set(texts_of(b)) & set(texts))
 
 
+def test_a_lone_request_does_not_wait_for_company(reverse_model, monkeypatch):
+    """One client sending one request after another: nothing to batch with, so no batch wait."""
+    translator, dev = reverse_model
+    app = create_app([translator.folder], ServerLimits(batch_wait=3.0))  # a wait that would show
+    with TestClient(app) as client, recording_calls(app.state.models[translator.folder.name], monkeypatch) as calls:
+        start = time.monotonic()
+        for i in range(3):
+            assert client.post("/translate", json={"text": dev[i], "beam": 1}).status_code == 200
+        elapsed = time.monotonic() - start
+    assert len(calls) == 3
+    assert elapsed < 3.0, f"3 sequential requests took {elapsed:.1f} s: the batcher waited for company"
+
+
 def test_batches_are_bounded_and_batching_can_be_off(reverse_model, monkeypatch):
     translator, dev = reverse_model
     bodies = [{"text": dev[20 + i], "beam": 1} for i in range(10)]

@@ -299,6 +299,7 @@ class Batcher:
         self.wait = wait
         self.queue: Optional[asyncio.Queue] = None
         self.worker: Optional[asyncio.Task] = None
+        self.concurrent = False  # did the last batch hold several requests?
 
     async def translate(self, texts: list[str], beam: int, n_best: int) -> list:
         """The translations of ``texts`` (a list of attnmt.api.Translation), in order."""
@@ -333,15 +334,17 @@ class Batcher:
 
         Waiting for a pause rather than for a fixed time matters under load: the requests of many
         clients are read one by one by the event loop, a millisecond or two apart, and a fixed
-        window would cut that stream into small batches."""
+        window would cut that stream into small batches. Without load (the last batch was a lone
+        request and none is queued behind this one) there is no company to wait for: decode now."""
         jobs = [await self.queue.get()]
         size, start = len(jobs[0].texts), time.monotonic()
         heard = start  # when the last request came
+        wait = self.wait if self.concurrent or not self.queue.empty() else 0.0
         while size < self.max_sentences:
             try:
                 job = self.queue.get_nowait()
             except asyncio.QueueEmpty:
-                remaining = min(heard + self.wait, start + 10 * self.wait) - time.monotonic()
+                remaining = min(heard + wait, start + 10 * wait) - time.monotonic()
                 if remaining <= 0:
                     break
                 try:
@@ -350,6 +353,7 @@ class Batcher:
                     break
             jobs.append(job)
             size, heard = size + len(job.texts), time.monotonic()
+        self.concurrent = len(jobs) > 1
         return jobs
 
     async def _decode(self, jobs: list[_Job]):

@@ -178,7 +178,7 @@ class RNNDecoder(nn.Module):
         """All steps of a known target (teacher forcing): embedded (B,T,E) -> h~ (B,T,H), weights (B,T,S)."""
         # W_y y_{t-1} for all t in one product; unbind (not gates[:, t]) so that the backward
         # pass stacks the steps' gradients once instead of adding T full-size zero-padded copies.
-        gates = self.W_y(embedded).unbind(1)
+        gates = _padded_in_time(self.W_y, embedded).unbind(1)
         if self.input_feeding:  # h~_{t-1} enters step t: all of the step is sequential
             outputs, weights = [], []
             for step_gates in gates:
@@ -198,4 +198,18 @@ class RNNDecoder(nn.Module):
             weights = None if self.attention is None else torch.stack(weights, dim=1)
         else:  # Luong without input feeding: every step attends in one batched product
             contexts, weights = self._attend(tops, memory, None)
-        return self._attentional(contexts, tops), weights
+        return _padded_in_time(self._attentional, contexts, tops), weights
+
+
+TIME_MULTIPLE = 8
+
+
+def _padded_in_time(function, *inputs: Tensor) -> Tensor:
+    """function(*inputs) on (B,T,.) inputs, computed with T zero-padded up to a multiple of
+    TIME_MULTIPLE and cut back. Teacher forcing meets every target length, and on a CPU each new
+    matrix shape costs compiled oneDNN kernels: rounding T keeps the shapes of a run few."""
+    steps = inputs[0].size(1)
+    extra = -steps % TIME_MULTIPLE
+    if extra:
+        inputs = [nn.functional.pad(x, (0, 0, 0, extra)) for x in inputs]
+    return function(*inputs)[:, :steps]
