@@ -5,7 +5,8 @@ import torch
 
 from attnmt.config import ModelConfig
 from attnmt.data.batching import make_batch
-from attnmt.decoding import beam_search, greedy_search, length_penalty
+from attnmt.decoding import (_best_candidates, beam_search, decode, greedy_search, length_penalty,
+                             max_output_lengths)
 from attnmt.models import EOS, build_model
 
 from conftest import assert_beam_of_one_equals_greedy, reverse
@@ -115,3 +116,65 @@ def test_beam_tree_records_kept_pruned_and_finished_candidates(reverse_model, be
         path.append(node["token"])
         node = nodes[node["parent"]]
     assert list(reversed(path)) == translation.tokens
+
+
+def test_best_candidates_are_those_of_the_whole_vocabulary():
+    g = torch.Generator().manual_seed(0)
+    n, k, vocab = 3, 4, 50
+    scores = -5 * torch.rand(n, k, generator=g)
+    log_probs = torch.log_softmax(torch.randn(n * k, vocab, generator=g), dim=-1)
+    top_scores, origin, token = _best_candidates(scores, log_probs, k)
+    expected, ids = (scores.view(-1, 1) + log_probs).view(n, k * vocab).topk(2 * k, dim=1)
+    assert torch.equal(top_scores, expected)
+    assert torch.equal(origin, ids // vocab) and torch.equal(token, ids % vocab)
+
+
+def _assert_same_hypotheses(ours, theirs):
+    assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+    assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], abs=1e-4)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.attention, b.attention)
+
+
+def test_beam_wider_than_half_the_vocabulary():
+    """The first step has one row per sentence: with fewer than 2 * beam tokens, its candidates
+    are padded with impossible ones, and the search still fills the n-best list."""
+    model, batch = untrained("bahdanau"), random_batch()  # 20 tokens
+    for sentence in beam_search(model, batch.src, batch.src_lengths, [6] * 5, beam=12, n_best=12):
+        assert len(sentence) == 12 and len({tuple(h.tokens) for h in sentence}) == 12
+
+
+def test_beam_search_in_a_batch_equals_each_sentence_alone(reverse_model):
+    """Sentences finish at different steps and leave the batch: the others must not notice."""
+    translator, sources = reverse_model
+    model, ids = translator.model, translator.src_subwords.encode(sources[:12])
+    batch = make_batch(ids)
+    limits = max_output_lengths(batch.src_lengths, 1.5, 10)
+    together = beam_search(model, batch.src, batch.src_lengths, limits, beam=4, n_best=2)
+    for i, sentence in enumerate(ids):
+        alone = make_batch([sentence])
+        [hypotheses] = beam_search(model, alone.src, alone.src_lengths, limits[i:i + 1], beam=4, n_best=2)
+        _assert_same_hypotheses(together[i], hypotheses)
+
+
+def test_bf16_output_layer_translates_like_float32(reverse_model):
+    """decode(output_dtype=torch.bfloat16): the output layer's product in bf16, as in bf16 training;
+    a confident model's translations stay the same, their scores move little."""
+    translator, sources = reverse_model
+    batch = make_batch(translator.src_subwords.encode(sources[:40]))
+    for beam in (1, 4):
+        full = decode(translator.model, batch.src, batch.src_lengths, beam=beam)
+        half = decode(translator.model, batch.src, batch.src_lengths, beam=beam, output_dtype=torch.bfloat16)
+        assert [h[0].tokens for h in half] == [h[0].tokens for h in full]
+        assert [h[0].score for h in half] == pytest.approx([h[0].score for h in full], abs=0.05)
+
+
+def test_bf16_weight_copy_is_kept_until_the_weight_changes():
+    layer = untrained("bahdanau").generator
+    first = layer.weight_as(torch.bfloat16)
+    assert layer.weight_as(torch.bfloat16) is first
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # as an optimizer step does
+    second = layer.weight_as(torch.bfloat16)
+    assert second is not first
+    torch.testing.assert_close(second.float(), layer.weight, atol=0.02, rtol=0.01)

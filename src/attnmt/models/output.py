@@ -14,6 +14,7 @@ dozen passes of log_softmax, gather, the smoothing term and their backward funct
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -22,6 +23,25 @@ class OutputLayer(nn.Linear):
         """x (N,H) decoder states, target (N,) token ids -> the cross-entropy summed over N
         (equal to F.cross_entropy(self(x), target, label_smoothing=..., reduction="sum"))."""
         return _LinearCrossEntropy.apply(x, self.weight, self.bias, target, label_smoothing)
+
+    def weight_as(self, dtype: torch.dtype) -> Tensor:
+        """The weight in ``dtype``, converted once and kept until the weight changes (training
+        updates it in place, which bumps its version)."""
+        key = (dtype, self.weight.data_ptr(), self.weight._version)
+        cached = self.__dict__.get("_weight_cast")
+        if cached is None or cached[0] != key:
+            cached = self.__dict__["_weight_cast"] = (key, self.weight.detach().to(dtype))
+        return cached[1]
+
+
+def output_logits(layer: nn.Module, x: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """layer(x) in float32; with ``dtype`` (torch.bfloat16) an OutputLayer's product runs in that
+    type, as it does in bf16 training, and comes back as float32 (for decoding: the output layer
+    is the largest product of a step). Other layers (int8 ones) keep their own product."""
+    if dtype is None or not isinstance(layer, OutputLayer):
+        return layer(x)
+    logits = F.linear(x.to(dtype), layer.weight_as(dtype)).float()
+    return logits if layer.bias is None else logits.add_(layer.bias)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):

@@ -11,7 +11,7 @@ from attnmt.errors import AttnmtError
 from attnmt.models.attention import build_attention
 from attnmt.models.decoder import DecoderState, Memory, RNNDecoder
 from attnmt.models.encoder import RNNEncoder
-from attnmt.models.output import OutputLayer
+from attnmt.models.output import OutputLayer, output_logits
 from attnmt.models.transformer import Transformer
 
 
@@ -61,11 +61,13 @@ class Seq2Seq(nn.Module):
     def init_state(self, memory: Memory) -> DecoderState:
         return self.decoder.init_state(memory)
 
-    def decode_step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory):
-        """prev_tokens (B,) -> log-probabilities (B,V), new state, attention weights (B,S) or None."""
+    def decode_step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory,
+                    output_dtype: torch.dtype | None = None):
+        """prev_tokens (B,) -> log-probabilities (B,V), new state, attention weights (B,S) or None.
+        ``output_dtype``: torch.bfloat16 runs the output layer's product in bf16 (see output_logits)."""
         embedded = self.output_dropout(self.tgt_embed(prev_tokens))
         attentional, state, weights = self.decoder.step(embedded, state, memory)
-        logits = self.generator(self.output_dropout(attentional))
+        logits = output_logits(self.generator, self.output_dropout(attentional), output_dtype)
         logits[:, PAD] = logits[:, BOS] = float("-inf")  # never produced: not words of a translation
         return torch.log_softmax(logits, dim=-1), state, weights
 

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from attnmt.config import ModelConfig
 from attnmt.data.subwords import BOS, PAD
 from attnmt.errors import AttnmtError
-from attnmt.models.output import OutputLayer
+from attnmt.models.output import OutputLayer, output_logits
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
@@ -309,11 +309,13 @@ class Transformer(nn.Module):
             state = TransformerState(keys, values, x[:, -1], context[:, -1])
         return x, state, self_weights, cross_weights
 
-    def decode_step(self, prev_tokens: Tensor, state: TransformerState, memory: TransformerMemory):
+    def decode_step(self, prev_tokens: Tensor, state: TransformerState, memory: TransformerMemory,
+                    output_dtype: torch.dtype | None = None):
         """prev_tokens (B,) -> log-probabilities (B,V), new state, attention weights (B,S): the last
-        layer's cross-attention averaged over its heads."""
+        layer's cross-attention averaged over its heads. ``output_dtype``: torch.bfloat16 runs the
+        output layer's product in bf16 (see output_logits)."""
         x, state, _, cross = self._decode(prev_tokens.unsqueeze(1), state, memory, need_weights=True)
-        logits = self.generator(x[:, 0])
+        logits = output_logits(self.generator, x[:, 0], output_dtype)
         logits[:, PAD] = logits[:, BOS] = float("-inf")  # never produced: not words of a translation
         return torch.log_softmax(logits, dim=-1), state, cross[-1][:, :, 0].mean(dim=1)
 
