@@ -73,7 +73,28 @@ def test_cli_int8_flag(reverse_model, tmp_path, capsys):
     assert "BLEU" in capsys.readouterr().out
 
 
+def test_bf16_output_layer_translates_like_float32(reverse_model, tmp_path, monkeypatch):
+    """quantize="bf16" (--bf16): the output layer's product runs in bfloat16; translations ~ float32."""
+    from attnmt.models import output
+
+    model, dev = reverse_model
+    bf16 = attnmt.load(model.folder, quantize="bf16")
+    dtypes = []
+    weight_as = output.OutputLayer.weight_as
+    monkeypatch.setattr(output.OutputLayer, "weight_as", lambda self, dtype: dtypes.append(dtype) or weight_as(self, dtype))
+    outputs = [t.text for t in bf16.translate(dev, beam=3)]
+    assert dtypes and set(dtypes) == {torch.bfloat16}  # the output layer's product ran in bf16
+    dtypes.clear()
+    fp32 = [t.text for t in model.translate(dev, beam=3)]
+    assert dtypes == []  # and not without quantize="bf16"
+    assert sum(a == b for a, b in zip(outputs, fp32)) / len(dev) >= 0.95
+    sources, out = tmp_path / "src.txt", tmp_path / "out.txt"
+    sources.write_text("".join(s + "\n" for s in dev[:10]))
+    assert main(["translate", str(model.folder), "--bf16", "--beam", "3", "-i", str(sources), "-o", str(out)]) == 0
+    assert out.read_text().splitlines() == outputs[:10]
+
+
 def test_unknown_quantization_is_a_clear_error(reverse_model):
     model, _ = reverse_model
-    with pytest.raises(AttnmtError, match=r"quantize must be one of None, 'int8', got 'int4'"):
+    with pytest.raises(AttnmtError, match=r"quantize must be one of None, 'int8', 'bf16', got 'int4'"):
         attnmt.load(model.folder, quantize="int4")

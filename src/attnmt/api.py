@@ -89,6 +89,8 @@ class Translator:
         self.quantize = quantize
         if quantize == "int8":
             self.model = quantize_int8(self.model)
+        # "bf16": the output layer's product (the largest of a decoder step) in bfloat16
+        self.output_dtype = torch.bfloat16 if quantize == "bf16" else None
 
     def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
                   batch_size: int | None = None) -> list[Translation]:
@@ -112,7 +114,7 @@ class Translator:
             with torch.inference_mode():
                 decoded = decode(self.model, batch.src, batch.src_lengths, beam=beam, n_best=n_best,
                                  alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
-                                 max_length_offset=dc.max_length_offset)
+                                 max_length_offset=dc.max_length_offset, output_dtype=self.output_dtype)
             for i, hypotheses in zip(indices, decoded):
                 results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
                                          [self._candidate(h) for h in hypotheses])
@@ -205,11 +207,13 @@ def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = No
     """Loads a trained model folder (the ``experiment_dir`` of its config).
 
     ``quantize="int8"``: dynamic int8 quantization of the linear layers for CPU translation
-    (see ``quantize_int8`` and docs/performance.md)."""
+    (see ``quantize_int8``); ``quantize="bf16"``: the output layer's product in bfloat16, as in
+    bf16 training (faster beam search on CPUs with AVX512-BF16 or AMX; a few translations
+    change). See docs/performance.md."""
     return Translator(folder, checkpoint, quantize)
 
 
-QUANTIZE = (None, "int8")
+QUANTIZE = (None, "int8", "bf16")
 
 
 def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:

@@ -74,11 +74,15 @@ def _positive(text: str) -> int:
     return value
 
 
+def _quantize(args) -> str | None:
+    return "int8" if args.int8 else "bf16" if args.bf16 else None
+
+
 def cmd_translate(args):
     from attnmt.api import load
 
 
-    model = load(args.model_dir, args.checkpoint, quantize="int8" if args.int8 else None)
+    model = load(args.model_dir, args.checkpoint, quantize=_quantize(args))
     beam = args.beam or model.config.decoding.beam
     if args.n_best > beam:
         raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
@@ -103,7 +107,7 @@ def cmd_evaluate(args):
     from attnmt.evaluation import evaluation_report, format_report
 
     sources, references = _read_line_pairs(args.src, args.ref)
-    model = load(args.model_dir, args.checkpoint, quantize="int8" if args.int8 else None)
+    model = load(args.model_dir, args.checkpoint, quantize=_quantize(args))
     hypotheses = [t.text for t in model.translate(sources, beam=args.beam, batch_size=args.batch_size)]
     report = evaluation_report(sources, hypotheses, references)
     report["beam"] = args.beam or model.config.decoding.beam
@@ -313,9 +317,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--beam", type=_positive, default=None, help="beam size (1 = greedy; default: config)")
         p.add_argument("--batch-size", type=_positive, default=None, help="sentences per batch")
         p.add_argument("--checkpoint", choices=["best", "last"], default="best")
-        p.add_argument("--int8", action="store_true",
-                       help="dynamic int8 quantization of the linear layers, for CPU translation; BLEU "
-                            "unchanged within a few tenths (docs/performance.md)")
+        reduced = p.add_mutually_exclusive_group()
+        reduced.add_argument("--int8", action="store_true",
+                             help="dynamic int8 quantization of the linear layers, for CPU translation; "
+                                  "BLEU unchanged within a few tenths (docs/performance.md)")
+        reduced.add_argument("--bf16", action="store_true",
+                             help="the output layer's product in bfloat16 (faster beam search on CPUs "
+                                  "with AVX512-BF16/AMX; a few translations change)")
 
     p = sub.add_parser("translate", help="translate lines from a file or stdin")
     decoding_options(p)
