@@ -1,5 +1,5 @@
-"""Speed and BLEU of int8 inference: attnmt fp32 against attnmt int8 (attnmt.load(..., quantize="int8")),
-and for a Transformer also CTranslate2 (float32 and int8) on the same model, exported with attnmt export.
+"""Speed and BLEU of cheaper inference: attnmt fp32 against attnmt int8 (attnmt.load(..., quantize="int8"))
+and the bf16 output layer (quantize="bf16"), and for a Transformer also CTranslate2 (float32 and int8) on the same model, exported with attnmt export.
 
     python benchmarks/int8.py                                   # runs/bench-rnn-bahdanau/model, 500 sentences
     python benchmarks/int8.py --model DIR --limit 1000 --repeats 3
@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None):
     report = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"), "sentences": len(sources),
               "threads": args.threads}
     if model is not None:
-        engines = {"attnmt fp32": attnmt_engine(model, None), "attnmt int8": attnmt_engine(model, "int8")}
+        engines = {"attnmt fp32": attnmt_engine(model, None), "attnmt int8": attnmt_engine(model, "int8"),
+                   "attnmt bf16 output layer": attnmt_engine(model, "bf16")}
         if args.quantize_rnn:
             engines["attnmt int8 + RNN int8"] = attnmt_engine(model, "int8", quantize_rnn=True)
         report[str(model)] = results = measure(engines, sources, references, args.beams, args.repeats)
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None):
             ct2_dir = export_ct2(transformer, Path(tmp) / "ct2")  # float32 weights; int8 when loaded
             engines = {"attnmt fp32": attnmt_engine(transformer, None),
                        "attnmt int8": attnmt_engine(transformer, "int8"),
+                       "attnmt bf16 output layer": attnmt_engine(transformer, "bf16"),
                        "CTranslate2 float32": ct2_engine(transformer, ct2_dir, "float32", args.threads),
                        "CTranslate2 int8": ct2_engine(transformer, ct2_dir, "int8", args.threads)}
             report[str(transformer)] = results = measure(engines, sources, references, args.beams, args.repeats)
