@@ -35,7 +35,7 @@ MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 OUT = REPO / "runs" / "cost-curves"
 FIGURE = REPO / "docs" / "img" / "cost-curves.png"
 MODELS = {  # configuration -> trained model (its subwords for training, its weights for decoding)
-    "rnn-bahdanau": REPO / "runs" / "bench-rnn-bahdanau-s2" / "model",
+    "rnn-bahdanau": REPO / "runs" / "bench-rnn-bahdanau" / "model",
     "transformer-small": REPO / "runs" / "bench-transformer-small" / "model",
 }
 BATCH_SIZES = [16, 32, 64, 128]
