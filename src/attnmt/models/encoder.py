@@ -36,19 +36,21 @@ class RNNEncoder(nn.Module):
         ``final`` is the state after the last real token of the top layer (directions concatenated).
         """
         x = self.dropout(self.embed(src))
-        last = (lengths - 1).to(src.device).view(-1, 1, 1)
-        reverse = _reverse_within_length(lengths.to(src.device), src.size(1))
+        lengths = lengths.to(src.device)
+        reverse = _reverse_within_length(lengths, src.size(1))
         for layer in range(self.rnn.num_layers):
             if layer > 0:
                 x = nn.functional.dropout(x, self.rnn.dropout, self.training)
             outputs = [self._run(layer, "", x)]
-            if self.rnn.bidirectional:
-                outputs.append(self._run(layer, "_reverse", x.gather(1, reverse.expand_as(x))))
-            finals = [out.gather(1, last.expand(-1, 1, out.size(2))).squeeze(1) for out in outputs]
-            if self.rnn.bidirectional:  # back in sentence order (the reversal is its own inverse)
-                outputs[1] = outputs[1].gather(1, reverse.expand_as(outputs[1]))
+            if self.rnn.bidirectional:  # reversed, run, and back in order (the reversal is its own inverse)
+                outputs.append(self._run(layer, "_reverse", x.gather(1, reverse.expand_as(x))).gather(
+                    1, reverse.expand(-1, -1, self.rnn.hidden_size)))
             x = torch.cat(outputs, dim=-1)
-        return self.dropout(x), torch.cat(finals, dim=-1)
+        # The forward direction ends after the last real token, the backward one after the first.
+        final = x[torch.arange(x.size(0), device=x.device), lengths - 1]
+        if self.rnn.bidirectional:
+            final = torch.cat([final[:, :self.rnn.hidden_size], x[:, 0, self.rnn.hidden_size:]], dim=-1)
+        return self.dropout(x), final
 
     def _run(self, layer: int, direction: str, x: Tensor) -> Tensor:
         """One direction of one layer of ``self.rnn`` (its own weights) over x (B,S,I) -> (B,S,H)."""
