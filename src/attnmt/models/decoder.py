@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmt.models.attention import Attention
+from attnmt.models.dropout import Dropout
 
 
 @dataclass
@@ -73,7 +74,7 @@ class RNNStack(nn.Module):
         gates = (4 if self.lstm else 3) * hidden_size
         self.W_hh = nn.ModuleList(nn.Linear(hidden_size, gates) for _ in range(num_layers))
         self.W_ih = nn.ModuleList(nn.Linear(hidden_size, gates) for _ in range(num_layers - 1))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.gate_size = gates
 
     def forward(self, gates: Tensor, hidden: Tensor, cell: Tensor | None):

@@ -6,6 +6,8 @@ import torch
 from torch import Tensor, nn
 from torch import _VF  # nn.GRU/nn.LSTM's own kernels, called one direction at a time
 
+from attnmt.models.dropout import Dropout, dropout
+
 RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
 
 
@@ -22,7 +24,7 @@ class RNNEncoder(nn.Module):
         self.embed = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_id)
         self.rnn = RNNS[rnn_type](embedding_size, hidden_size, num_layers, batch_first=True,
                                   bidirectional=bidirectional, dropout=dropout if num_layers > 1 else 0.0)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.output_size = hidden_size * (2 if bidirectional else 1)
 
     def forward(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -40,7 +42,7 @@ class RNNEncoder(nn.Module):
         reverse = _reverse_within_length(lengths, src.size(1))
         for layer in range(self.rnn.num_layers):
             if layer > 0:
-                x = nn.functional.dropout(x, self.rnn.dropout, self.training)
+                x = dropout(x, self.rnn.dropout, self.training)
             outputs = [self._run(layer, "", x)]
             if self.rnn.bidirectional:  # reversed, run, and back in order (the reversal is its own inverse)
                 outputs.append(self._run(layer, "_reverse", x.gather(1, reverse.expand_as(x))).gather(

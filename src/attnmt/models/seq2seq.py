@@ -9,6 +9,7 @@ from attnmt.config import ModelConfig
 from attnmt.data.subwords import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
 from attnmt.errors import AttnmtError
 from attnmt.models.attention import build_attention
+from attnmt.models.dropout import Dropout
 from attnmt.models.decoder import DecoderState, Memory, RNNDecoder
 from attnmt.models.encoder import RNNEncoder
 from attnmt.models.output import OutputLayer, output_logits
@@ -31,7 +32,7 @@ class Seq2Seq(nn.Module):
         self.decoder = RNNDecoder(config.embedding_size, config.decoder_hidden, memory_size,
                                   config.decoder_layers, config.rnn_type, attention,
                                   config.input_feeding, config.dropout)
-        self.output_dropout = nn.Dropout(config.dropout)
+        self.output_dropout = Dropout(config.dropout)
         self.generator = OutputLayer(config.decoder_hidden, tgt_vocab_size)
         self._init_weights(config.init_range)
         if config.tie_embeddings:
@@ -54,6 +55,8 @@ class Seq2Seq(nn.Module):
 
     def encode(self, src: Tensor, lengths: Tensor) -> Memory:
         states, final = self.encoder(src, lengths)
+        # Under autocast every decoder step would cast the states again for its context product.
+        states = states.to(_autocast_dtype(states))
         mask = torch.arange(src.size(1), device=src.device).unsqueeze(0) < lengths.unsqueeze(1)
         keys = None if self.attention is None else self.attention.project_keys(states)
         return Memory(states, keys, mask, final)
@@ -88,6 +91,11 @@ class Seq2Seq(nn.Module):
         if keep is not None:
             attentional = attentional[keep]
         return self.output_dropout(attentional), weights
+
+
+def _autocast_dtype(t: Tensor) -> torch.dtype:
+    device = t.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else t.dtype
 
 
 def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq | Transformer:

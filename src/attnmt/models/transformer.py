@@ -33,6 +33,7 @@ from attnmt.config import ModelConfig
 from attnmt.data.subwords import BOS, PAD
 from attnmt.errors import AttnmtError
 from attnmt.models.output import OutputLayer, output_logits
+from attnmt.models.dropout import Dropout
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
@@ -57,7 +58,7 @@ class MultiHeadAttention(nn.Module):
         self.W_k = nn.Linear(d_model, d_model)
         self.W_v = nn.Linear(d_model, d_model)
         self.W_o = nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B,T,d_model) -> (B,H,T,d_k)."""
@@ -102,7 +103,7 @@ class Layer(nn.Module):
         super().__init__()
         self.norms = nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(sublayers))
         self.pre_norm = config.norm == "pre"
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def pre(self, i: int, x: Tensor) -> Tensor:
         return self.norms[i](x) if self.pre_norm else x
@@ -171,7 +172,7 @@ class Embeddings(nn.Module):
         self.tokens = nn.Embedding(vocab_size, config.d_model, padding_idx=PAD)
         self.learned = nn.Embedding(config.max_positions, config.d_model) if config.positions == "learned" else None
         self.register_buffer("table", sinusoids(config.max_positions, config.d_model), persistent=False)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
         """tokens (B,T) at positions start, ..., start + T - 1 -> (B,T,d_model)."""
