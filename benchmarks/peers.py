@@ -553,6 +553,8 @@ ROWS = [  # label, key, format
     ("decode sent/s greedy, batch 64 (wall, load included)", "decode_greedy", "{:.0f}"),
     ("decode sent/s beam 5, batch 64 (wall, load included)", "decode_beam5", "{:.0f}"),
     ("training peak RSS GB (lower is better)", "peak_rss_gb", "{:.2f}"),
+    ("machine speed before the system, GFLOP/s (64×512×1536 fp32 products)", "probe_gflops_before", "{:.0f}"),
+    ("machine speed after the system, GFLOP/s", "probe_gflops_after", "{:.0f}"),
 ]
 
 
@@ -635,15 +637,43 @@ def parse_args(argv=None):
     return args
 
 
+PROBE = """
+import time, torch
+torch.set_num_threads({threads})
+a, b = torch.randn(64, 512), torch.randn(512, 1536)
+for _ in range(100):
+    a @ b
+products, start = 0, time.perf_counter()
+while time.perf_counter() - start < {seconds}:
+    for _ in range(100):
+        a @ b
+    products += 100
+print(2 * 64 * 512 * 1536 * products / (time.perf_counter() - start) / 1e9)
+"""
+
+
+def machine_speed(seconds: float = 5.0) -> float:
+    """GFLOP/s of float32 (64 x 512) x (512 x 1,536) products, the size of an RNN decoder step's,
+    on THREADS threads. Taken before and after each system: the machine is shared, and its speed
+    can drift between the systems of one run by more than the differences being measured."""
+    code = PROBE.format(threads=THREADS, seconds=seconds)
+    done = subprocess.run([sys.executable, "-c", code], env=thread_env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise StepFailed(f"machine speed probe failed:\n{done.stderr[-2000:]}")
+    return round(float(done.stdout), 1)
+
+
 def run_system(name: str, work: Path, configs: dict, minutes: float, per_sentence: float) -> dict:
     print(f"{TITLES[name]}: training {minutes:g} min, then decoding test_2016_flickr (logs in {work / 'logs'})",
           flush=True)
+    probe_before = machine_speed()
     if name == "attnmt":
         figures = train_attnmt(work, minutes)
     elif name == "opennmt":
         figures = {**train_opennmt(work, configs, minutes), **decode_opennmt(work, configs)}
     else:
         figures = {**train_joeynmt(work, configs, minutes), **decode_joeynmt(work, configs)}
+    figures["probe_gflops_before"], figures["probe_gflops_after"] = probe_before, machine_speed()
     figures["tokens_per_s_counted"] = figures["sentences_per_s"] * per_sentence
     figures["minutes"] = minutes
     figures["load_average"] = [round(x, 2) for x in os.getloadavg()]  # 1, 5, 15 min: others' work on the cores

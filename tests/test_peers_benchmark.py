@@ -136,3 +136,8 @@ def test_only_accepts_the_three_systems():
     assert peers.parse_args(["--only", "opennmt, joeynmt"]).systems == ["opennmt", "joeynmt"]
     with pytest.raises(SystemExit):
         peers.parse_args(["--only", "marian"])
+
+
+def test_machine_speed_probe_gives_the_gflops_of_its_products():
+    gflops = peers.machine_speed(seconds=0.2)
+    assert isinstance(gflops, float) and 0.1 < gflops < 100_000
