@@ -1,5 +1,6 @@
 """Speed and BLEU of cheaper inference: attnmt fp32 against attnmt int8 (attnmt.load(..., quantize="int8"))
-and the bf16 output layer (quantize="bf16"), and for a Transformer also CTranslate2 (float32 and int8) on the same model, exported with attnmt export.
+and the bf16 output layer (quantize="bf16"), and for a Transformer also CTranslate2 (float32 and int8)
+on the same model, exported with attnmt export.
 
     python benchmarks/int8.py                                   # runs/bench-rnn-bahdanau/model, 500 sentences
     python benchmarks/int8.py --model DIR --limit 1000 --repeats 3

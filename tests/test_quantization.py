@@ -81,7 +81,8 @@ def test_bf16_output_layer_translates_like_float32(reverse_model, tmp_path, monk
     bf16 = attnmt.load(model.folder, quantize="bf16")
     dtypes = []
     weight_as = output.OutputLayer.weight_as
-    monkeypatch.setattr(output.OutputLayer, "weight_as", lambda self, dtype: dtypes.append(dtype) or weight_as(self, dtype))
+    monkeypatch.setattr(output.OutputLayer, "weight_as",
+                        lambda self, dtype: dtypes.append(dtype) or weight_as(self, dtype))
     outputs = [t.text for t in bf16.translate(dev, beam=3)]
     assert dtypes and set(dtypes) == {torch.bfloat16}  # the output layer's product ran in bf16
     dtypes.clear()

@@ -44,12 +44,17 @@ def output_logits(layer: nn.Module, x: Tensor, dtype: torch.dtype | None = None)
     return logits if layer.bias is None else logits.add_(layer.bias)
 
 
+def autocast_dtype(device: str, default: torch.dtype) -> torch.dtype:
+    """The type autocast computes products in on ``device`` (bf16 here), or ``default`` outside it."""
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else default
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, target: Tensor, eps: float) -> Tensor:
         # The products run in the autocast type (bf16); the softmax and the loss in float32.
         device = x.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+        dtype = autocast_dtype(device, weight.dtype)
         with torch.autocast(device, enabled=False):
             rows = x.size(0)
             x, w = _pad_rows(x.to(dtype)), weight.to(dtype)

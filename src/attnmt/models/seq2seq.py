@@ -9,10 +9,10 @@ from attnmt.config import ModelConfig
 from attnmt.data.subwords import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
 from attnmt.errors import AttnmtError
 from attnmt.models.attention import build_attention
-from attnmt.models.dropout import Dropout
 from attnmt.models.decoder import DecoderState, Memory, RNNDecoder
+from attnmt.models.dropout import Dropout
 from attnmt.models.encoder import RNNEncoder
-from attnmt.models.output import OutputLayer, output_logits
+from attnmt.models.output import OutputLayer, autocast_dtype, output_logits
 from attnmt.models.transformer import Transformer
 
 
@@ -56,7 +56,7 @@ class Seq2Seq(nn.Module):
     def encode(self, src: Tensor, lengths: Tensor) -> Memory:
         states, final = self.encoder(src, lengths)
         # Under autocast every decoder step would cast the states again for its context product.
-        states = states.to(_autocast_dtype(states))
+        states = states.to(autocast_dtype(states.device.type, states.dtype))
         mask = torch.arange(src.size(1), device=src.device).unsqueeze(0) < lengths.unsqueeze(1)
         keys = None if self.attention is None else self.attention.project_keys(states)
         return Memory(states, keys, mask, final)
@@ -91,11 +91,6 @@ class Seq2Seq(nn.Module):
         if keep is not None:
             attentional = attentional[keep]
         return self.output_dropout(attentional), weights
-
-
-def _autocast_dtype(t: Tensor) -> torch.dtype:
-    device = t.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else t.dtype
 
 
 def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq | Transformer:

@@ -32,8 +32,8 @@ from torch import Tensor, nn
 from attnmt.config import ModelConfig
 from attnmt.data.subwords import BOS, PAD
 from attnmt.errors import AttnmtError
-from attnmt.models.output import OutputLayer, output_logits
 from attnmt.models.dropout import Dropout
+from attnmt.models.output import OutputLayer, output_logits
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
