@@ -107,7 +107,8 @@ class Translator:
         texts = [valid_text(text) for text in texts]
         src_ids = self.src_subwords.encode(texts)
         results = [Translation(text, [], [Candidate("", [], 0.0, None)]) for text in texts]
-        todo = [i for i, ids in enumerate(src_ids) if ids]
+        # Whitespace-only as Python sees it: sentencepiece keeps some Unicode spaces (U+0085) as pieces.
+        todo = [i for i, ids in enumerate(src_ids) if ids and texts[i].strip()]
         for batch_indices in inference_batches([len(src_ids[i]) for i in todo], batch_size or dc.batch_size):
             indices = [todo[j] for j in batch_indices]
             batch = make_batch([src_ids[i] for i in indices])
