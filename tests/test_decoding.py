@@ -41,6 +41,42 @@ def test_outputs_respect_length_limits_and_end_in_eos_otherwise():
                 assert EOS not in h.tokens[:-1]
 
 
+def count_decoder_rows(model):
+    """Wraps model.decode_step to count the rows (hypotheses) it computes; returns the list of counts."""
+    counts, step = [], model.decode_step
+
+    def counted(prev, state, memory, **kwargs):
+        counts.append(prev.size(0))
+        return step(prev, state, memory, **kwargs)
+
+    model.decode_step = counted
+    return counts
+
+
+def test_greedy_search_computes_each_sentence_only_until_it_ends(reverse_model):
+    translator, sources = reverse_model
+    ids = translator.src_subwords.encode(sources[:40])  # 3 to 8 characters: outputs end at different steps
+    batch = make_batch(ids)
+    limits = max_output_lengths(batch.src_lengths, 1.5, 10)
+    counts = count_decoder_rows(translator.model)
+    try:
+        hyps = greedy_search(translator.model, batch.src, batch.src_lengths, limits)
+    finally:
+        del translator.model.decode_step
+    lengths = [len(h[0].tokens) for h in hyps]
+    assert len(set(lengths)) > 1
+    # One row per sentence and output token: finished sentences left the batch.
+    assert sum(counts) == sum(lengths)
+    assert counts == sorted(counts, reverse=True) and counts[0] == len(ids)
+    # Each sentence as if decoded alone.
+    for sentence, limit, [ours] in zip(ids, limits, hyps):
+        alone = make_batch([sentence])
+        [[single]] = greedy_search(translator.model, alone.src, alone.src_lengths, [limit])
+        assert ours.tokens == single.tokens
+        assert ours.log_prob == pytest.approx(single.log_prob, abs=1e-4)
+        torch.testing.assert_close(ours.attention, single.attention, atol=1e-5, rtol=0)
+
+
 def test_beam_search_on_trained_model_never_scores_below_greedy(reverse_model):
     model, sources = reverse_model
     greedy = model.translate(sources[:60], beam=1)

@@ -84,28 +84,35 @@ def _hypothesis(tokens: list[int], log_prob: float, attention: Tensor | None, al
 @torch.inference_mode()
 def greedy_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
                   alpha: float = 1.0, output_dtype: torch.dtype | None = None) -> list[list[Hypothesis]]:
-    """At each step take the most probable token; stop at EOS or the length limit.
+    """At each step take the most probable token. A sentence stops at EOS or its length limit
+    and leaves the batch, so later steps compute only the sentences still going.
     ``output_dtype``: see ``decode``."""
-    batch = src.size(0)
+    batch, steps = src.size(0), max(max_lengths)
     memory = model.encode(src, src_lengths)
     state = model.init_state(memory)
     prev = torch.full((batch,), BOS, dtype=torch.long, device=src.device)
     limits = torch.tensor(max_lengths, device=src.device)
-    done = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    active = torch.arange(batch, device=src.device)  # the sentence of each row
+    tokens = torch.full((batch, steps), EOS, dtype=torch.long, device=src.device)
     log_probs = torch.zeros(batch, device=src.device)
-    steps, weights = [], []
-    for t in range(max(max_lengths)):
-        step_log_probs, state, step_weights = model.decode_step(prev, state, memory, output_dtype=output_dtype)
+    attention = None
+    for t in range(steps):
+        step_log_probs, state, weights = model.decode_step(prev, state, memory, output_dtype=output_dtype)
         best, prev = step_log_probs.max(dim=-1)
-        log_probs += best.masked_fill(done, 0.0)
-        steps.append(prev.masked_fill(done, EOS))
-        if step_weights is not None:
-            weights.append(step_weights)
-        done |= (prev == EOS) | (limits <= t + 1)
-        if bool(done.all()):
-            break
-    tokens = torch.stack(steps, dim=1).tolist()
-    attention = torch.stack(weights, dim=1) if weights else None
+        tokens[active, t] = prev
+        log_probs[active] += best
+        if weights is not None:
+            if attention is None:
+                attention = torch.zeros(batch, steps, weights.size(-1), device=src.device)
+            attention[active, t] = weights
+        going = (prev != EOS) & (limits[active] > t + 1)
+        if not bool(going.all()):  # drop the finished sentences from the batch
+            if not bool(going.any()):
+                break
+            rows = going.nonzero().view(-1)
+            active, prev = active[rows], prev[rows]
+            state, memory = state.select(rows), memory.select(rows)
+    tokens = tokens.tolist()
     results = []
     for i in range(batch):
         seq = tokens[i][: _length_with_eos(tokens[i], max_lengths[i])]
