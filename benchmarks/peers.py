@@ -430,6 +430,7 @@ def train_attnmt(work: Path, minutes: float) -> dict:
             "bleu_greedy": ours["bleu_greedy"], "bleu_beam5": ours["bleu_beam5"], "chrf_beam5": ours["chrf_beam5"],
             "decode_greedy": ours["decode_greedy"], "decode_beam5": ours["decode_beam5"],
             "peak_rss_gb": ours["peak_rss_gb"], "precision": results["args"]["precision"],
+            **{key: ours.get(key) for key in PEER_KEY},
             "checkpoint": "best.safetensors (best validation BLEU; attnmt also validates at the end)",
             "signature": results["beam5"]["signature"]}
 
@@ -552,10 +553,19 @@ ROWS = [  # label, key, format
     ("test_2016 chrF beam 5", "chrf_beam5", "{:.1f}"),
     ("decode sent/s greedy, batch 64 (wall, load included)", "decode_greedy", "{:.0f}"),
     ("decode sent/s beam 5, batch 64 (wall, load included)", "decode_beam5", "{:.0f}"),
+    # attnmt's opt-in cheaper inference (benchmarks/run.py decodes with both); the peers decode in
+    # float32 only on CPUs, so their float32 figure stands in these rows and their ratios.
+    ("test_2016 BLEU beam 5, attnmt --bf16 (bf16 output layer; peers: float32)", "bleu_beam5_bf16", "{:.1f}"),
+    ("decode sent/s beam 5, batch 64, attnmt --bf16 (peers: float32)", "decode_beam5_bf16", "{:.0f}"),
+    ("test_2016 BLEU beam 5, attnmt --int8 (int8 linear layers; peers: float32)", "bleu_beam5_int8", "{:.1f}"),
+    ("decode sent/s beam 5, batch 64, attnmt --int8 (peers: float32)", "decode_beam5_int8", "{:.0f}"),
     ("training peak RSS GB (lower is better)", "peak_rss_gb", "{:.2f}"),
     ("machine speed before the system, GFLOP/s (64×512×1536 fp32 products)", "probe_gflops_before", "{:.0f}"),
     ("machine speed after the system, GFLOP/s", "probe_gflops_after", "{:.0f}"),
 ]
+
+
+PEER_KEY = {f"{figure}_beam5_{q}": f"{figure}_beam5" for q in ("bf16", "int8") for figure in ("bleu", "decode")}
 
 
 def ratio(ours, theirs) -> str:
@@ -571,10 +581,10 @@ def table(systems: dict[str, dict]) -> str:
     header = ["figure", *names, *(f"attnmt / {TITLES[p].split()[0]}" for p in peers if "attnmt" in systems)]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for label, key, fmt in ROWS:
-        values = [systems[s].get(key) for s in SYSTEMS if s in systems]
+        values = [systems[s].get(key if s == "attnmt" else PEER_KEY.get(key, key)) for s in SYSTEMS if s in systems]
         cells = [fmt.format(v) if v is not None else "—" for v in values]
         if "attnmt" in systems:
-            cells += [ratio(systems["attnmt"].get(key), systems[p].get(key)) for p in peers]
+            cells += [ratio(systems["attnmt"].get(key), systems[p].get(PEER_KEY.get(key, key))) for p in peers]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

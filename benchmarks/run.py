@@ -42,12 +42,22 @@ PEERS = {
     },
 }
 
+# Beam 5 with attnmt's opt-in cheaper inference (--bf16: the output layer's product in bf16, as
+# in bf16 training; --int8: dynamic int8 linear layers), beside the float32 figures above. The
+# peers decode in float32 only on CPUs: their ratios use the peer's float32 figure (PEER_KEY).
+CHEAPER = ("bf16", "int8")
+CHEAPER_ROWS = [row for q in CHEAPER for row in (
+    (f"test BLEU beam 5, attnmt --{q} (peers: float32)", f"bleu_beam5_{q}", "{:.1f}"),
+    (f"decode sent/s beam 5 (wall), attnmt --{q} (peers: float32)", f"decode_beam5_{q}", "{:.0f}"))]
+PEER_KEY = {f"{figure}_beam5_{q}": f"{figure}_beam5" for q in CHEAPER for figure in ("bleu", "decode")}
+
 ROWS = [("training sentences/s", "sentences_per_s", "{:.0f}"),
         ("training target tokens/s", "tokens_per_s", "{:.0f}"),
         ("steps", "steps", "{:.0f}"), ("test BLEU greedy", "bleu_greedy", "{:.1f}"),
         ("test BLEU beam 5", "bleu_beam5", "{:.1f}"), ("test chrF beam 5", "chrf_beam5", "{:.1f}"),
         ("decode sent/s greedy (wall)", "decode_greedy", "{:.0f}"),
         ("decode sent/s beam 5 (wall)", "decode_beam5", "{:.0f}"),
+        *CHEAPER_ROWS,
         ("training peak RSS GB", "peak_rss_gb", "{:.2f}")]
 
 
@@ -73,7 +83,7 @@ def train(config_path: Path) -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 / 1024  # KiB -> GiB
 
 
-def decode_test(model_dir: Path, beam: int, threads: int) -> dict:
+def decode_test(model_dir: Path, beam: int, threads: int, quantize: str | None = None) -> dict:
     import torch
 
     import attnmt
@@ -84,12 +94,12 @@ def decode_test(model_dir: Path, beam: int, threads: int) -> dict:
     sources = read_lines(MULTI30K / "test_2016_flickr.de.gz")
     references = read_lines(MULTI30K / "test_2016_flickr.en.gz")
     started = time.perf_counter()
-    model = attnmt.load(model_dir)
+    model = attnmt.load(model_dir, quantize=quantize)
     loaded = time.perf_counter()
     hypotheses = [t.text for t in model.translate(sources, beam=beam, batch_size=64)]
     done = time.perf_counter()
     scores = corpus_scores(hypotheses, references)
-    (model_dir / f"test_2016_flickr.beam{beam}.en").write_text("\n".join(hypotheses) + "\n")
+    (model_dir / f"test_2016_flickr.beam{beam}{'.' + quantize if quantize else ''}.en").write_text("\n".join(hypotheses) + "\n")
     return {"bleu": scores["bleu"].score, "chrf": scores["chrf"].score, "signature": scores["bleu"].signature,
             "sentences_per_s": len(sources) / (done - loaded),
             "sentences_per_s_wall": len(sources) / (done - started)}
@@ -100,9 +110,11 @@ def print_table(name: str, ours: dict, others: dict[str, dict]):
     print("\n| figure | " + " | ".join(names) + "".join(f" | {name} / {o}" for o in others) + " |")
     print("|---" * (1 + len(names) + len(others)) + "|")
     for label, key, fmt in ROWS:
-        values = [ours[key]] + [others[o][key] for o in others]
-        ratios = [f"{ours[key] / others[o][key]:.2f}" for o in others]
-        print(f"| {label} | " + " | ".join(fmt.format(v) for v in values)
+        # A peer's float32 figure stands beside attnmt's --bf16/--int8 ones; an earlier attnmt run's own.
+        theirs = [others[o].get(key if o.startswith("attnmt") else PEER_KEY.get(key, key)) for o in others]
+        values = [ours.get(key)] + theirs
+        ratios = [f"{ours[key] / t:.2f}" if ours.get(key) and t else "—" for t in theirs]
+        print(f"| {label} | " + " | ".join("—" if v is None else fmt.format(v) for v in values)
               + "".join(f" | {r}" for r in ratios) + " |")
 
 
@@ -132,11 +144,14 @@ def main(argv: list[str] | None = None):
     with safe_open(str(model_dir / "last.safetensors"), "pt") as f:
         last = json.loads(f.metadata()["info"])["trainer"]
     greedy, beam5 = decode_test(model_dir, 1, args.threads), decode_test(model_dir, 5, args.threads)
+    cheaper = {q: decode_test(model_dir, 5, args.threads, quantize=q) for q in CHEAPER}
     ours = {"sentences_per_s": last["sentences"] / last["seconds"],
             "tokens_per_s": last["target_tokens"] / last["seconds"], "steps": last["step"],
             "bleu_greedy": greedy["bleu"], "bleu_beam5": beam5["bleu"], "chrf_beam5": beam5["chrf"],
             "decode_greedy": greedy["sentences_per_s_wall"], "decode_beam5": beam5["sentences_per_s_wall"],
-            "peak_rss_gb": peak_gb}
+            "peak_rss_gb": peak_gb,
+            **{f"bleu_beam5_{q}": r["bleu"] for q, r in cheaper.items()},
+            **{f"decode_beam5_{q}": r["sentences_per_s_wall"] for q, r in cheaper.items()}}
     others = dict(PEERS.get(name, {}))
     for path in args.beside:
         earlier = json.loads(Path(path).read_text())

@@ -127,6 +127,16 @@ def test_table_has_a_ratio_column_per_peer_and_marks_missing_figures():
     assert len(lines) == 2 + len(peers.ROWS)
 
 
+def test_cheaper_inference_rows_compare_with_the_peers_float32_figures():
+    systems = {"attnmt": {"decode_beam5": 80.0, "decode_beam5_bf16": 120.0, "bleu_beam5_int8": 36.0},
+               "opennmt": {"decode_beam5": 40.0, "bleu_beam5": 30.0}}
+    lines = peers.table(systems).splitlines()
+    assert "| decode sent/s beam 5, batch 64 (wall, load included) | 80 | 40 | 2.00 |" in lines
+    assert "| decode sent/s beam 5, batch 64, attnmt --bf16 (peers: float32) | 120 | 40 | 3.00 |" in lines
+    assert ("| test_2016 BLEU beam 5, attnmt --int8 (int8 linear layers; peers: float32) | 36.0 | 30.0 | 1.20 |"
+            in lines)
+
+
 def test_table_of_peers_alone_has_no_ratio_column():
     header = peers.table({"joeynmt": {"steps": 700}}).splitlines()[0]
     assert header == "| figure | JoeyNMT 2.3.0 |"
