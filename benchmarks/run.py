@@ -99,7 +99,8 @@ def decode_test(model_dir: Path, beam: int, threads: int, quantize: str | None =
     hypotheses = [t.text for t in model.translate(sources, beam=beam, batch_size=64)]
     done = time.perf_counter()
     scores = corpus_scores(hypotheses, references)
-    (model_dir / f"test_2016_flickr.beam{beam}{'.' + quantize if quantize else ''}.en").write_text("\n".join(hypotheses) + "\n")
+    suffix = f".{quantize}" if quantize else ""
+    (model_dir / f"test_2016_flickr.beam{beam}{suffix}.en").write_text("\n".join(hypotheses) + "\n")
     return {"bleu": scores["bleu"].score, "chrf": scores["chrf"].score, "signature": scores["bleu"].signature,
             "sentences_per_s": len(sources) / (done - loaded),
             "sentences_per_s_wall": len(sources) / (done - started)}
