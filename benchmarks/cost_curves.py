@@ -192,7 +192,7 @@ def profile_beam(name: str, batch: int, beam: int, threads: int, rounds: int) ->
              (decoder.rnn, "forward", "GRU cell (W_hh s, gates)"),
              (decoder, "_attentional", "attentional vector tanh(W_c [c; s])"),
              (model.generator, "forward", "output layer 512 -> 8,000"),
-             (model, "decode_step", "log_softmax and PAD/BOS masking"),
+             (model, "next_token_log_probs", "log_softmax and PAD/BOS masking"),
              (decoder, "step", "decoder step glue (gate sums, new state)")]
     for obj, method, label in parts:
         setattr(obj, method, timer.wrap(label, getattr(obj, method)))

@@ -64,19 +64,29 @@ def test_sentence_alone_equals_sentence_in_padded_batch(attention, rnn_type):
             torch.testing.assert_close(alone_weights[0], batch_weights[i, :, :n], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("input_feeding", [True, False])
 @pytest.mark.parametrize("attention", ATTENTIONS)
-def test_stepwise_decoding_equals_teacher_forced_forward(attention):
-    model = make_model(attention, input_feeding=False)
+def test_stepwise_decoding_equals_teacher_forced_forward(attention, input_feeding, layers, rnn_type):
+    """Each of the decoder's three teacher-forcing paths computes what its steps compute one by one."""
+    model = make_model(attention, rnn_type, input_feeding, layers)
     src, lengths, tgt = padded_batch()
     logits, weights = model(src, lengths, tgt)
     logits[:, :, [PAD, BOS]] = float("-inf")  # decoding never produces these
     memory = model.encode(src, lengths)
     state = model.init_state(memory)
     for t in range(tgt.size(1)):
-        log_probs, state, step_weights = model.decode_step(tgt[:, t], state, memory)
-        torch.testing.assert_close(log_probs, torch.log_softmax(logits[:, t], -1), atol=1e-5, rtol=1e-4)
-        if weights is not None:
-            torch.testing.assert_close(step_weights, weights[:, t], atol=1e-6, rtol=1e-5)
+        step = model.decode_step(tgt[:, t], state, memory)
+        state = step.state
+        torch.testing.assert_close(step.log_probs, torch.log_softmax(logits[:, t], -1), atol=1e-5, rtol=1e-4)
+        if weights is None:
+            assert step.weights is None and step.scores is None
+            torch.testing.assert_close(step.context, memory.final)  # the fixed context
+        else:
+            torch.testing.assert_close(step.weights, weights[:, t], atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(step.weights, torch.softmax(step.scores, -1))  # a = softmax(e)
+            torch.testing.assert_close(step.context, torch.einsum("bs,bsm->bm", step.weights, memory.states))
 
 
 def test_bahdanau_score_is_its_equation():
@@ -92,7 +102,8 @@ def test_luong_dot_score_is_inner_product_and_context_is_weighted_sum():
     attention = LuongDotAttention()
     s, h = torch.randn(1, 1, 4), torch.randn(1, 3, 4)
     mask = torch.tensor([[True, True, False]])
-    context, weights = attention(s, h, attention.project_keys(h), mask)
+    context, weights, scores = attention(s, h, attention.project_keys(h), mask)
+    assert scores[0, 0, 2] == float("-inf")  # padding
     expected = torch.softmax(torch.stack([s[0, 0] @ h[0, 0], s[0, 0] @ h[0, 1]]), 0)
     torch.testing.assert_close(weights[0, 0, :2], expected)
     torch.testing.assert_close(context[0, 0], expected[0] * h[0, 0] + expected[1] * h[0, 1])
@@ -102,8 +113,8 @@ def test_location_attention_depends_on_previous_weights():
     attention = LocationAttention(query_size=4, memory_size=6, hidden_size=5, channels=3, kernel=3)
     s, h = torch.randn(1, 1, 4), torch.randn(1, 5, 6)
     keys, mask = attention.project_keys(h), torch.ones(1, 5, dtype=torch.bool)
-    _, first = attention(s, h, keys, mask, torch.tensor([[[1.0, 0, 0, 0, 0]]]))
-    _, moved = attention(s, h, keys, mask, torch.tensor([[[0, 0, 0, 0, 1.0]]]))
+    _, first, _ = attention(s, h, keys, mask, torch.tensor([[[1.0, 0, 0, 0, 0]]]))
+    _, moved, _ = attention(s, h, keys, mask, torch.tensor([[[0, 0, 0, 0, 1.0]]]))
     assert not torch.allclose(first, moved)
 
 
@@ -122,10 +133,16 @@ def test_tied_embeddings_share_the_output_matrix():
         build_model(ModelConfig(embedding_size=16, decoder_hidden=32, tie_embeddings=True), 20, 20)
 
 
-def test_logits_of_kept_positions_equal_the_full_output():
-    model = make_model("bahdanau")
-    src, lengths, tgt = padded_batch()
-    keep = torch.rand(tgt.shape) > 0.3
-    full, _ = model(src, lengths, tgt)
-    kept, _ = model(src, lengths, tgt, keep=keep)
-    torch.testing.assert_close(kept, full[keep])
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_training_loss_is_the_cross_entropy_of_the_real_target_tokens(kind):
+    """The loss runs the output layer on the real positions only: the textbook loss of the full output."""
+    from attnmt.data.batching import make_batch
+    from attnmt.training import sequence_loss
+
+    config = ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32) if kind == "transformer" else None
+    model = build_model(config, SRC_VOCAB, TGT_VOCAB).eval() if config else make_model("bahdanau")
+    batch = make_batch([[5, 6, 7], [8]], [[9, 10], [11, 12, 13, 14]])
+    logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
+                                                 label_smoothing=0.1, reduction="sum")
+    torch.testing.assert_close(sequence_loss(model, batch, 0.1), expected)

@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from attnmt.data.batching import epoch_batches, inference_batches, make_batch
+from attnmt.data.batching import epoch_batches, inference_batches, make_batch, training_batch
 from attnmt.data.subwords import BOS, EOS, PAD
 
 
@@ -120,7 +120,7 @@ def test_make_batch_adds_bos_and_eos_and_pads():
 
 def test_source_width_can_be_rounded_up_to_a_multiple():
     for longest in (1, 7, 8, 9, 16, 23):
-        batch = make_batch([[5] * (longest - 1), [6]], src_width_multiple=8)  # + EOS: longest tokens
+        batch = training_batch([[5] * (longest - 1), [6]], [[7], [8]])  # + EOS: longest tokens
         assert batch.src.size(1) == -(-longest // 8) * 8
         assert batch.src[1, 2:].eq(PAD).all()
         assert batch.src_lengths.tolist() == [longest, 2]

@@ -45,9 +45,9 @@ def count_decoder_rows(model):
     """Wraps model.decode_step to count the rows (hypotheses) it computes; returns the list of counts."""
     counts, step = [], model.decode_step
 
-    def counted(prev, state, memory, **kwargs):
+    def counted(prev, state, memory):
         counts.append(prev.size(0))
-        return step(prev, state, memory, **kwargs)
+        return step(prev, state, memory)
 
     model.decode_step = counted
     return counts
@@ -194,13 +194,18 @@ def test_beam_search_in_a_batch_equals_each_sentence_alone(reverse_model):
 
 
 def test_bf16_output_layer_translates_like_float32(reverse_model):
-    """decode(output_dtype=torch.bfloat16): the output layer's product in bf16, as in bf16 training;
-    a confident model's translations stay the same, their scores move little."""
+    """quantize="bf16": the output layer's product in bf16, as in bf16 training; a confident
+    model's translations stay the same, their scores move little."""
     translator, sources = reverse_model
     batch = make_batch(translator.src_subwords.encode(sources[:40]))
+    generator = translator.model.generator
     for beam in (1, 4):
         full = decode(translator.model, batch.src, batch.src_lengths, beam=beam)
-        half = decode(translator.model, batch.src, batch.src_lengths, beam=beam, output_dtype=torch.bfloat16)
+        generator.compute_dtype = torch.bfloat16
+        try:
+            half = decode(translator.model, batch.src, batch.src_lengths, beam=beam)
+        finally:
+            generator.compute_dtype = None
         assert [h[0].tokens for h in half] == [h[0].tokens for h in full]
         assert [h[0].score for h in half] == pytest.approx([h[0].score for h in full], abs=0.05)
 

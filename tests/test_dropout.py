@@ -6,7 +6,7 @@ from torch import nn
 
 from attnmt.config import ModelConfig
 from attnmt.models import build_model
-from attnmt.models.dropout import Dropout, dropout
+from attnmt.speed import Dropout, dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])

@@ -123,20 +123,20 @@ def test_prepare_refuses_subwords_trained_with_other_settings(tmp_path):
 def test_source_padding_of_training_batches_changes_no_loss(tmp_path, model):
     """Training rounds the source width up (masked padding): the loss and its gradients are those
     of the unpadded batch."""
-    from attnmt.data.batching import make_batch
+    from attnmt.data.batching import make_batch, training_batch
     from attnmt.training import sequence_loss
 
     trainer = Trainer(config_for(tmp_path, model), log=lambda m: None, progress=False)
     trainer.model.eval()
     src, tgt = trainer.train_data.src_ids[:9], trainer.train_data.tgt_ids[:9]
     results = []
-    for multiple in (1, 8):
+    for make in (make_batch, training_batch):
         trainer.model.zero_grad()
-        batch = make_batch(src, tgt, src_width_multiple=multiple)
+        batch = make(src, tgt)
         loss = sequence_loss(trainer.model, batch)
         loss.backward()
         results.append((loss.detach(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]))
-    assert make_batch(src, tgt, src_width_multiple=8).src.size(1) > make_batch(src, tgt).src.size(1)
+    assert training_batch(src, tgt).src.size(1) > make_batch(src, tgt).src.size(1)
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-5)
     for plain, padded in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(plain, padded, rtol=1e-4, atol=1e-5)

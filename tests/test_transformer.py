@@ -73,8 +73,9 @@ def test_cached_incremental_decoding_equals_full_forward(norm, positions):
         state = model.init_state(memory)
         steps = []
         for t in range(batch.tgt_in.size(1)):
-            log_probs, state, _ = model.decode_step(batch.tgt_in[:, t], state, memory)
-            steps.append(log_probs)
+            step = model.decode_step(batch.tgt_in[:, t], state, memory)
+            state = step.state
+            steps.append(step.log_probs)
             assert state.length == t + 1  # one cached key and value per position written
     assert_close_where_finite(torch.stack(steps, dim=1), full)
 
@@ -87,9 +88,10 @@ def test_beam_reordering_of_the_cache_equals_decoding_the_reordered_batch():
         memory = model.encode(batch.src, batch.src_lengths)
         state = model.init_state(memory)
         for t in range(3):
-            _, state, _ = model.decode_step(batch.tgt_in[:, t], state, memory)
+            state = model.decode_step(batch.tgt_in[:, t], state, memory).state
         memory, state = memory.select(order), state.select(order)
-        log_probs, _, weights = model.decode_step(batch.tgt_in[order, 3], state, memory)
+        step = model.decode_step(batch.tgt_in[order, 3], state, memory)
+        log_probs, weights = step.log_probs, step.weights
         full = full_log_probs(model, batch)[order, 3]
         _, full_weights = model(batch.src, batch.src_lengths, batch.tgt_in)
     assert_close_where_finite(log_probs, full)

@@ -40,7 +40,7 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
     if len(sources) != len(targets):
         raise AttnmtError(f"numbers of sentences differ: {len(sources)} sources, {len(targets)} targets")
     model = translator.model
-    if model.attention is None:
+    if not model.has_attention:
         raise AttnmtError(f"the model in {translator.folder} has attention 'none': it has no attention "
                           "weights to align with")
     src_ids = translator.src_subwords.encode(list(sources))
@@ -52,10 +52,8 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
         lengths = [len(s) + len(t) for s, t in zip(src_ids, tgt_ids)]
         for indices in inference_batches(lengths, batch_size):
             batch = make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices])
-            # An all-False mask skips the output layer: only the weights are wanted.
-            skip = torch.zeros(batch.tgt_in.shape, dtype=torch.bool)
-            with torch.inference_mode():
-                _, weights = model(batch.src, batch.src_lengths, batch.tgt_in, keep=skip)
+            with torch.inference_mode():  # only the weights: no output layer
+                _, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
             weights = weights.float().numpy()
             for row, i in enumerate(indices):
                 results[i] = weights[row, : len(tgt_ids[i]) + 1, : len(src_ids[i]) + 1].copy()

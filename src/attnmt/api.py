@@ -89,8 +89,8 @@ class Translator:
         self.quantize = quantize
         if quantize == "int8":
             self.model = quantize_int8(self.model)
-        # "bf16": the output layer's product (the largest of a decoder step) in bfloat16
-        self.output_dtype = torch.bfloat16 if quantize == "bf16" else None
+        if quantize == "bf16":  # the output layer's product (the largest of a decoder step) in bfloat16
+            self.model.generator.compute_dtype = torch.bfloat16
 
     def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
                   batch_size: int | None = None) -> list[Translation]:
@@ -115,7 +115,7 @@ class Translator:
             with torch.inference_mode():
                 decoded = decode(self.model, batch.src, batch.src_lengths, beam=beam, n_best=n_best,
                                  alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
-                                 max_length_offset=dc.max_length_offset, output_dtype=self.output_dtype)
+                                 max_length_offset=dc.max_length_offset)
             for i, hypotheses in zip(indices, decoded):
                 results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
                                          [self._candidate(h) for h in hypotheses])

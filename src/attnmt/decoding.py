@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnmt.data.subwords import BOS, EOS, PAD
+from attnmt.models.base import EncoderDecoder
 
 
 @dataclass
@@ -82,11 +83,10 @@ def _hypothesis(tokens: list[int], log_prob: float, attention: Tensor | None, al
 
 
 @torch.inference_mode()
-def greedy_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
-                  alpha: float = 1.0, output_dtype: torch.dtype | None = None) -> list[list[Hypothesis]]:
+def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
+                  alpha: float = 1.0) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
-    and leaves the batch, so later steps compute only the sentences still going.
-    ``output_dtype``: see ``decode``."""
+    and leaves the batch, so later steps compute only the sentences still going."""
     batch, steps = src.size(0), max(max_lengths)
     memory = model.encode(src, src_lengths)
     state = model.init_state(memory)
@@ -97,8 +97,9 @@ def greedy_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int
     log_probs = torch.zeros(batch, device=src.device)
     attention = None
     for t in range(steps):
-        step_log_probs, state, weights = model.decode_step(prev, state, memory, output_dtype=output_dtype)
-        best, prev = step_log_probs.max(dim=-1)
+        step = model.decode_step(prev, state, memory)
+        state, weights = step.state, step.weights
+        best, prev = step.log_probs.max(dim=-1)
         tokens[active, t] = prev
         log_probs[active] += best
         if weights is not None:
@@ -126,16 +127,14 @@ def _length_with_eos(tokens: list[int], limit: int) -> int:
 
 
 @torch.inference_mode()
-def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
-                n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None,
-                output_dtype: torch.dtype | None = None) -> list[list[Hypothesis]]:
+def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
+                n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
     A hypothesis that ends in EOS leaves the beam for the finished list of its sentence; a
     sentence is done when it has ``beam`` finished hypotheses or reaches its length limit,
     and its rows then leave the batch, so later steps only compute what is still open.
     With ``record``, every candidate considered is added to the sentence's search tree.
-    ``output_dtype``: see ``decode``.
     """
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
@@ -147,7 +146,7 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
     width = 1
     scores = torch.zeros(batch, width, device=src.device)
     tokens = torch.full((batch, 1), BOS, dtype=torch.long, device=src.device)
-    attention = torch.zeros(batch, 0, src.size(1), device=src.device) if model.attention is not None else None
+    attention = torch.zeros(batch, 0, src.size(1), device=src.device) if model.has_attention else None
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     active = torch.arange(batch, device=src.device)  # sentence id of each group of k rows
     src_lengths_list = src_lengths.tolist()
@@ -161,7 +160,8 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
                                               src_lengths_list[sentence]))
 
     for t in range(max(max_lengths)):
-        log_probs, state, weights = model.decode_step(tokens[:, -1], state, memory, output_dtype=output_dtype)
+        step = model.decode_step(tokens[:, -1], state, memory)
+        log_probs, state, weights = step.log_probs, step.state, step.weights
         n = active.numel()
         top_scores, origin, next_token = _best_candidates(scores, log_probs, k)
         is_eos = next_token == EOS
@@ -233,13 +233,10 @@ def _best_candidates(scores: Tensor, log_probs: Tensor, k: int) -> tuple[Tensor,
     return top_scores, origin, row_tokens.gather(1, top_ids)
 
 
-def decode(model, src: Tensor, src_lengths: Tensor, beam: int = 1, n_best: int = 1,
-           alpha: float = 1.0, max_length_ratio: float = 1.5, max_length_offset: int = 10,
-           output_dtype: torch.dtype | None = None):
-    """Greedy search (beam 1) or beam search. ``output_dtype=torch.bfloat16`` runs the output
-    layer's product in bf16, as bf16 training does: on this project's CPU (AMX) beam search is
-    1.15-1.3x faster, and translations change slightly (docs/performance.md); None keeps float32."""
+def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, beam: int = 1, n_best: int = 1,
+           alpha: float = 1.0, max_length_ratio: float = 1.5, max_length_offset: int = 10):
+    """Greedy search (beam 1) or beam search."""
     max_lengths = max_output_lengths(src_lengths, max_length_ratio, max_length_offset)
     if beam == 1 and n_best == 1:
-        return greedy_search(model, src, src_lengths, max_lengths, alpha, output_dtype)
-    return beam_search(model, src, src_lengths, max_lengths, beam, n_best, alpha, output_dtype=output_dtype)
+        return greedy_search(model, src, src_lengths, max_lengths, alpha)
+    return beam_search(model, src, src_lengths, max_lengths, beam, n_best, alpha)

@@ -25,8 +25,9 @@ class StepTrace:
     weights: np.ndarray | None  # (S,) softmax weights a_j
     context: np.ndarray  # (M,) context vector c_t
     state: np.ndarray  # (H,) decoder state s_t (top layer)
-    # Transformer: scores None; weights the last layer's cross-attention averaged over heads (as in
-    # Translation.attention); context that attention's output, state the top layer's output.
+    # As attnmt.models.StepOutput gives them. Transformer: scores None; weights the last layer's
+    # cross-attention averaged over heads (as in Translation.attention); context that attention's
+    # output, state the top layer's output.
     top_k: list[tuple[str, float]] = field(default_factory=list)  # next-token candidates and probabilities
 
 
@@ -58,38 +59,28 @@ def trace(translator, text: str, top_k: int = 5, max_length: int | None = None) 
     batch = make_batch([src_ids])
     memory = model.encode(batch.src, batch.src_lengths)
     state = model.init_state(memory)
-    attention = model.attention if model.config.type == "rnn" else None  # RNN: its scores e_j
     dc = translator.config.decoding
     limit = max_length or int(dc.max_length_ratio * batch.src.size(1) + dc.max_length_offset)
     prev = torch.tensor([BOS])
     steps = []
     for _ in range(limit):
-        previous_state = state
-        log_probs, state, weights = model.decode_step(prev, state, memory)
-        probs = log_probs.exp()[0]
+        step = model.decode_step(prev, state, memory)
+        state = step.state
+        probs = step.log_probs.exp()[0]
         best = int(probs.argmax())
-        scores = None
-        if attention is not None:
-            # The query is s_{t-1} for Bahdanau and location attention, s_t for Luong's.
-            query_state = previous_state if attention.query_is_previous_state else state
-            scores = attention.score(query_state.hidden[-1].unsqueeze(1), memory.keys,
-                                     previous_state.weights.unsqueeze(1))[0, 0]
-        if model.config.type == "transformer":
-            context, output = state.context[0], state.output[0]
-        else:
-            context = memory.final[0] if weights is None else weights[0] @ memory.states[0]
-            output = state.hidden[-1, 0]
         top = probs.topk(min(top_k, probs.numel()))
         steps.append(StepTrace(
             token=translator.tgt_subwords.pieces([best])[0], token_id=best, probability=float(probs[best]),
-            scores=None if scores is None else scores.numpy().copy(),
-            weights=None if weights is None else weights[0].numpy().copy(),
-            context=context.numpy().copy(), state=output.numpy().copy(),
+            scores=_row(step.scores), weights=_row(step.weights), context=_row(step.context), state=_row(step.output),
             top_k=[(translator.tgt_subwords.pieces([int(i)])[0], float(p)) for p, i in zip(top.values, top.indices)],
         ))
         if best == EOS:
             break
         prev = torch.tensor([best])
     ids = [s.token_id for s in steps]
-    return DecodingTrace(text, translator.src_subwords.pieces(src_ids + [EOS]), memory.states[0].numpy().copy(),
+    return DecodingTrace(text, translator.src_subwords.pieces(src_ids + [EOS]), memory.states[0].float().numpy().copy(),
                          steps, translator.tgt_subwords.decode(ids))
+
+
+def _row(batch_of_one: torch.Tensor | None) -> np.ndarray | None:
+    return None if batch_of_one is None else batch_of_one[0].float().numpy().copy()

@@ -26,8 +26,7 @@ from tqdm import tqdm
 from attnmt import distributed
 from attnmt.checkpoint import load_training_state, save_model, save_training_state
 from attnmt.config import Config, TrainingConfig
-from attnmt.data.batching import (TRAINING_SOURCE_WIDTH_MULTIPLE, Batch, epoch_batches, inference_batches,
-                                  make_batch)
+from attnmt.data.batching import Batch, epoch_batches, inference_batches, make_batch, training_batch
 from attnmt.data.prepare import EncodedCorpus, encode_corpus, prepare
 from attnmt.data.subwords import PAD, Subwords
 from attnmt.decoding import decode
@@ -35,7 +34,7 @@ from attnmt.errors import AttnmtError
 from attnmt.evaluation import corpus_scores
 from attnmt.files import append_text, atomic_write_text
 from attnmt.interrupt import deferred_interrupt
-from attnmt.models import Seq2Seq, build_model
+from attnmt.models import EncoderDecoder, build_model
 
 
 @dataclass
@@ -67,18 +66,18 @@ def make_scheduler(optimizer: torch.optim.Optimizer, tc: TrainingConfig):
         factor=tc.lr_decay_factor, patience=tc.lr_decay_patience, min_lr=tc.min_learning_rate)
 
 
-def sequence_loss(model: Seq2Seq, batch: Batch, label_smoothing: float = 0.0) -> torch.Tensor:
-    """Cross-entropy summed over the real (non-padding) target tokens (the output layer and the
-    loss in one function: see attnmt.models.output)."""
+def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy summed over the real (non-padding) target tokens. The output layer, the
+    largest product of a step, runs on those positions only."""
     real = batch.tgt_out != PAD
-    states, _ = model.output_states(batch.src, batch.src_lengths, batch.tgt_in, keep=real)
-    return model.generator.loss(states, batch.tgt_out[real], label_smoothing)
+    states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+    return model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
 
 
 class TrainingLoss(nn.Module):
     """The model and its loss as one module: what DistributedDataParallel wraps."""
 
-    def __init__(self, model: Seq2Seq, label_smoothing: float):
+    def __init__(self, model: EncoderDecoder, label_smoothing: float):
         super().__init__()
         self.model, self.label_smoothing = model, label_smoothing
 
@@ -258,8 +257,7 @@ class Trainer:
 
     @staticmethod
     def _batch(data: EncodedCorpus, indices: list[int]) -> Batch:
-        return make_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices,
-                          src_width_multiple=TRAINING_SOURCE_WIDTH_MULTIPLE)
+        return training_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
 
     def train_step(self, batch: Batch) -> tuple[float, int]:
         """One update; returns the summed loss and the number of target tokens."""
@@ -334,7 +332,7 @@ class Trainer:
 
 
 @torch.inference_mode()
-def evaluate_loss(model: Seq2Seq, data: EncodedCorpus, batch_size: int) -> dict:
+def evaluate_loss(model: EncoderDecoder, data: EncodedCorpus, batch_size: int) -> dict:
     model.eval()
     total, tokens = 0.0, 0
     device = next(model.parameters()).device
@@ -346,7 +344,7 @@ def evaluate_loss(model: Seq2Seq, data: EncodedCorpus, batch_size: int) -> dict:
     return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
 
 
-def translate_ids(model: Seq2Seq, src_ids: list[list[int]], tgt_sw: Subwords, config: Config,
+def translate_ids(model: EncoderDecoder, src_ids: list[list[int]], tgt_sw: Subwords, config: Config,
                   beam: int = 1) -> list[str]:
     """Best translation (text) of each encoded source sentence, in the input order."""
     model.eval()

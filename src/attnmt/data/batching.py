@@ -12,10 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnmt import speed
 from attnmt.data.subwords import BOS, EOS, PAD
-
-
-TRAINING_SOURCE_WIDTH_MULTIPLE = 8
 
 
 @dataclass
@@ -48,13 +46,19 @@ def pad(sequences: list[list[int]], multiple: int = 1) -> tuple[Tensor, Tensor]:
 
 
 def make_batch(src: list[list[int]], tgt: list[list[int]] | None = None,
-               indices: list[int] | None = None, src_width_multiple: int = 1) -> Batch:
-    """Source sequences end with EOS; target sequences get BOS (input) and EOS (output).
+               indices: list[int] | None = None) -> Batch:
+    """Source sequences end with EOS; target sequences get BOS (input) and EOS (output)."""
+    return _batch(src, tgt, indices, source_width_multiple=1)
 
-    Training pads the source to a multiple of TRAINING_SOURCE_WIDTH_MULTIPLE: the encoder and
-    the attention run over the padded width (masked), and on a CPU few distinct shapes let
-    oneDNN reuse its compiled kernels. (Not the target: its padding would add decoder steps.)"""
-    src_ids, src_lengths = pad([s + [EOS] for s in src], src_width_multiple)
+
+def training_batch(src: list[list[int]], tgt: list[list[int]], indices: list[int] | None = None) -> Batch:
+    """make_batch, with the source width rounded up for few matrix shapes (attnmt.speed; the
+    padding is masked). Not the target: its padding would add decoder steps."""
+    return _batch(src, tgt, indices, speed.source_width_multiple())
+
+
+def _batch(src, tgt, indices, source_width_multiple: int) -> Batch:
+    src_ids, src_lengths = pad([s + [EOS] for s in src], source_width_multiple)
     if tgt is None:
         return Batch(src_ids, src_lengths, indices=indices)
     tgt_in, _ = pad([[BOS] + t for t in tgt])

@@ -32,13 +32,14 @@ class Attention(nn.Module, ABC):
         """Scores e (B,T,S) of each query against each source position."""
 
     def forward(self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor,
-                prev_weights: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """query (B,T,Q), memory (B,S,M), mask (B,S) True at real tokens -> context (B,T,M), weights (B,T,S)."""
+                prev_weights: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """query (B,T,Q), memory (B,S,M), mask (B,S) True at real tokens -> context c (B,T,M),
+        weights a (B,T,S) and scores e (B,T,S), -inf at padding."""
         scores = self.score(query, keys, prev_weights)
         scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         context = torch.bmm(weights, memory)
-        return context, weights
+        return context, weights, scores
 
 
 class BahdanauAttention(Attention):

@@ -10,24 +10,34 @@ One step t, with y_{t-1} the previous target token and s the decoder state:
 and in every case the attentional vector h~_t = tanh(W_c [c_t; s_t]) predicts the next token.
 
 The RNN's input projection is split by input, W [y; c; h~] = W_y y + W_c c + W_f h~, so that
-W_y y is computed for all steps of a known target in one matrix product; and whatever does not
-feed back into the recurrence (h~_t without input feeding; Luong's attention) is computed after
-the loop for all steps at once. That leaves only the truly sequential work inside the loop.
+W_y y is computed for all steps of a known target in one matrix product. What else a
+teacher-forced pass can do for all steps at once depends on what feeds back into the recurrence,
+which gives the decoder's three paths (``RNNDecoder.path``):
+
+  ATTEND_FIRST  (Bahdanau, location, none)  c_t comes from s_{t-1} and enters the RNN: the loop
+                runs attention and RNN; h~_t is computed after it, for all steps at once.
+  FEED_BACK     (Luong with input feeding)  h~_{t-1} enters the RNN: every step is sequential.
+  ATTEND_AFTER  (Luong without input feeding)  nothing feeds back: the loop runs the RNN alone;
+                attention and h~_t are computed after it, for all steps at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from attnmt import speed
 from attnmt.models.attention import Attention
-from attnmt.models.dropout import Dropout
+from attnmt.models.base import Batched
+from attnmt.speed import Dropout
+
+ATTEND_FIRST, FEED_BACK, ATTEND_AFTER = "attend-first", "feed-back", "attend-after"
 
 
 @dataclass
-class Memory:
+class Memory(Batched):
     """What the decoder reads from the source, computed once per sentence."""
 
     states: Tensor  # (B,S,M) encoder states h_j
@@ -35,30 +45,24 @@ class Memory:
     mask: Tensor  # (B,S) True at real tokens
     final: Tensor  # (B,M) final encoder state: the fixed context without attention
 
-    def select(self, index: Tensor) -> Memory:
-        return _select(self, index)
-
 
 @dataclass
-class DecoderState:
+class DecoderState(Batched):
+    BATCH_DIM = {"hidden": 1, "cell": 1}
+
     hidden: Tensor  # (layers,B,H)
     cell: Tensor | None  # (layers,B,H) for LSTMs
     attentional: Tensor  # (B,H) h~_{t-1}, fed back with input feeding
     weights: Tensor  # (B,S) a_{t-1}, read by location attention
 
-    def select(self, index: Tensor) -> DecoderState:
-        return _select(self, index)
 
-
-def _select(obj, index: Tensor):
-    """Reorder the batch (beam search); the batch axis is 1 for (layers,B,H) tensors, else 0."""
-    changes = {}
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        if value is not None:
-            dim = 1 if f.name in ("hidden", "cell") else 0
-            changes[f.name] = value.index_select(dim, index)
-    return replace(obj, **changes)
+@dataclass
+class DecoderStep:
+    attentional: Tensor  # (B,H) h~_t, which predicts the next token
+    state: DecoderState
+    context: Tensor  # (B,M) c_t
+    weights: Tensor | None  # (B,S) a_t; None without attention
+    scores: Tensor | None  # (B,S) e_t
 
 
 class RNNStack(nn.Module):
@@ -112,13 +116,15 @@ class RNNDecoder(nn.Module):
                  rnn_type: str, attention: Attention | None, input_feeding: bool, dropout: float):
         super().__init__()
         self.attention = attention
-        self.context_first = attention is None or attention.query_is_previous_state
-        self.input_feeding = input_feeding and not self.context_first
+        if attention is None or attention.query_is_previous_state:
+            self.path = ATTEND_FIRST
+        else:
+            self.path = FEED_BACK if input_feeding else ATTEND_AFTER
         self.rnn = RNNStack(rnn_type, hidden_size, num_layers, dropout)
         gates = self.rnn.gate_size
         self.W_y = nn.Linear(embedding_size, gates)  # previous token -> RNN gates
-        self.W_ctx = nn.Linear(memory_size, gates, bias=False) if self.context_first else None
-        self.W_feed = nn.Linear(hidden_size, gates, bias=False) if self.input_feeding else None
+        self.W_ctx = nn.Linear(memory_size, gates, bias=False) if self.path == ATTEND_FIRST else None
+        self.W_feed = nn.Linear(hidden_size, gates, bias=False) if self.path == FEED_BACK else None
         self.bridge = nn.Linear(memory_size, num_layers * hidden_size)
         self.W_c = nn.Linear(memory_size + hidden_size, hidden_size, bias=False)
         self.hidden_size, self.num_layers = hidden_size, num_layers
@@ -136,81 +142,76 @@ class RNNDecoder(nn.Module):
         return DecoderState(hidden, cell, attentional, weights)
 
     def _attend(self, query: Tensor, memory: Memory, prev_weights: Tensor | None):
-        """query (B,T,H) -> context (B,T,M), weights (B,T,S) or None without attention."""
+        """query (B,T,H) -> context (B,T,M), weights and scores (B,T,S) or None without attention."""
         if self.attention is None:
-            return memory.final.unsqueeze(1).expand(-1, query.size(1), -1), None
+            return memory.final.unsqueeze(1).expand(-1, query.size(1), -1), None, None
         return self.attention(query, memory.states, memory.keys, memory.mask, prev_weights)
 
+    def _attend_one(self, query: Tensor, memory: Memory, prev_weights: Tensor | None):
+        """The attention of one step: query (B,H) -> context (B,M), weights and scores (B,S) or None."""
+        context, weights, scores = self._attend(query.unsqueeze(1), memory,
+                                                None if prev_weights is None else prev_weights.unsqueeze(1))
+        return context.squeeze(1), *(None if x is None else x.squeeze(1) for x in (weights, scores))
+
     def _recur(self, gates: Tensor, state: DecoderState, memory: Memory):
-        """The sequential part of a step: gates (B,G) = W_y y_{t-1} -> new state and, when the
-        query is the previous state (Bahdanau, location, none), c_t and its weights."""
-        context = weights = None
-        if self.context_first:
-            previous = state.hidden[-1].unsqueeze(1)  # s_{t-1} of the top layer
-            context, weights = self._attend(previous, memory, state.weights.unsqueeze(1))
-            context = context.squeeze(1)
-            gates = gates + self.W_ctx(context)
-            if weights is not None:
-                weights = weights.squeeze(1)
-        if self.input_feeding:
+        """The sequential part of a step: gates (B,G) = W_y y_{t-1} -> s_t (hidden, cell) and, on
+        the ATTEND_FIRST path, the attention of s_{t-1} (context, weights, scores); else None."""
+        attended = None
+        if self.path == ATTEND_FIRST:
+            attended = self._attend_one(state.hidden[-1], memory, state.weights)
+            gates = gates + self.W_ctx(attended[0])
+        elif self.path == FEED_BACK:
             gates = gates + self.W_feed(state.attentional)
         hidden, cell = self.rnn(gates, state.hidden, state.cell)
-        state = DecoderState(hidden, cell, state.attentional, state.weights if weights is None else weights)
-        return context, state, weights
+        return hidden, cell, attended
 
     def _attentional(self, context: Tensor, top: Tensor) -> Tensor:
         return torch.tanh(self.W_c(torch.cat([context, top], dim=-1)))
 
-    def step(self, embedded: Tensor, state: DecoderState, memory: Memory):
-        """One step. embedded (B,E) is y_{t-1}; returns h~_t (B,H), the new state, weights (B,S) or None."""
+    def step(self, embedded: Tensor, state: DecoderState, memory: Memory) -> DecoderStep:
+        """One step: embedded (B,E) is y_{t-1}."""
         return self._step(self.W_y(embedded), state, memory)
 
-    def _step(self, gates: Tensor, state: DecoderState, memory: Memory):
-        context, state, weights = self._recur(gates, state, memory)
-        top = state.hidden[-1]
-        if not self.context_first:
-            context, weights = self._attend(top.unsqueeze(1), memory, None)
-            context, weights = context.squeeze(1), weights.squeeze(1)
-            state.weights = weights
-        state.attentional = self._attentional(context, top)
-        return state.attentional, state, weights
+    def _step(self, gates: Tensor, state: DecoderState, memory: Memory) -> DecoderStep:
+        hidden, cell, attended = self._recur(gates, state, memory)
+        if attended is None:  # Luong: the query is the new state s_t
+            attended = self._attend_one(hidden[-1], memory, None)
+        context, weights, scores = attended
+        attentional = self._attentional(context, hidden[-1])
+        new_state = DecoderState(hidden, cell, attentional, state.weights if weights is None else weights)
+        return DecoderStep(attentional, new_state, context, weights, scores)
 
     def forward(self, embedded: Tensor, state: DecoderState, memory: Memory):
         """All steps of a known target (teacher forcing): embedded (B,T,E) -> h~ (B,T,H), weights (B,T,S)."""
         # W_y y_{t-1} for all t in one product; unbind (not gates[:, t]) so that the backward
         # pass stacks the steps' gradients once instead of adding T full-size zero-padded copies.
-        gates = _padded_in_time(self.W_y, embedded).unbind(1)
-        if self.input_feeding:  # h~_{t-1} enters step t: all of the step is sequential
-            outputs, weights = [], []
-            for step_gates in gates:
-                attentional, state, step_weights = self._step(step_gates, state, memory)
-                outputs.append(attentional)
-                weights.append(step_weights)
-            return torch.stack(outputs, dim=1), torch.stack(weights, dim=1)
-        contexts, tops, weights = [], [], []
+        gates = speed.padded_in_time(self.W_y, embedded).unbind(1)
+        if self.path == FEED_BACK:
+            return self._every_step_in_turn(gates, state, memory)
+        return self._recurrence_then_the_rest(gates, state, memory)
+
+    def _every_step_in_turn(self, gates: list[Tensor], state: DecoderState, memory: Memory):
+        """FEED_BACK: each whole step waits for the h~ of the one before."""
+        steps = []
         for step_gates in gates:
-            context, state, step_weights = self._recur(step_gates, state, memory)
-            contexts.append(context)
-            tops.append(state.hidden[-1])
-            weights.append(step_weights)
+            steps.append(self._step(step_gates, state, memory))
+            state = steps[-1].state
+        return torch.stack([s.attentional for s in steps], dim=1), torch.stack([s.weights for s in steps], dim=1)
+
+    def _recurrence_then_the_rest(self, gates: list[Tensor], state: DecoderState, memory: Memory):
+        """ATTEND_FIRST and ATTEND_AFTER: the loop runs only what the recurrence needs; what it
+        does not (h~_t, and Luong's attention of s_t) runs after it, for all steps at once."""
+        tops, attended = [], []
+        for step_gates in gates:
+            hidden, cell, step_attended = self._recur(step_gates, state, memory)
+            weights = state.weights if step_attended is None or step_attended[1] is None else step_attended[1]
+            state = DecoderState(hidden, cell, state.attentional, weights)
+            tops.append(hidden[-1])
+            attended.append(step_attended)
         tops = torch.stack(tops, dim=1)
-        if self.context_first:
-            contexts = torch.stack(contexts, dim=1)
-            weights = None if self.attention is None else torch.stack(weights, dim=1)
-        else:  # Luong without input feeding: every step attends in one batched product
-            contexts, weights = self._attend(tops, memory, None)
-        return _padded_in_time(self._attentional, contexts, tops), weights
-
-
-TIME_MULTIPLE = 8
-
-
-def _padded_in_time(function, *inputs: Tensor) -> Tensor:
-    """function(*inputs) on (B,T,.) inputs, computed with T zero-padded up to a multiple of
-    TIME_MULTIPLE and cut back. Teacher forcing meets every target length, and on a CPU each new
-    matrix shape costs compiled oneDNN kernels: rounding T keeps the shapes of a run few."""
-    steps = inputs[0].size(1)
-    extra = -steps % TIME_MULTIPLE
-    if extra:
-        inputs = [nn.functional.pad(x, (0, 0, 0, extra)) for x in inputs]
-    return function(*inputs)[:, :steps]
+        if self.path == ATTEND_FIRST:
+            contexts = torch.stack([a[0] for a in attended], dim=1)
+            weights = None if self.attention is None else torch.stack([a[1] for a in attended], dim=1)
+        else:  # every step attends in one batched product
+            contexts, weights, _ = self._attend(tops, memory, None)
+        return speed.padded_in_time(self._attentional, contexts, tops), weights

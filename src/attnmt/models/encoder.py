@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from torch import Tensor, nn
-from torch import _VF  # nn.GRU/nn.LSTM's own kernels, called one direction at a time
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnmt.models.dropout import Dropout, dropout
+from attnmt import speed
+from attnmt.speed import Dropout
 
 RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -30,38 +33,39 @@ class RNNEncoder(nn.Module):
     def forward(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """src (B,S) token ids, lengths (B,) -> states (B,S,output_size), final (B,output_size).
 
-        Each direction runs over the whole padded batch, the backward one on each sentence
-        reversed within its length, so padding is never read before a real token: a sentence
-        encodes the same alone or in a batch (states at padding positions are meaningless and
-        masked by the attention). Not packing keeps every product at one shape per source width;
-        a packed batch shrinks step by step, and on a CPU each new shape costs compiled kernels.
-        ``final`` is the state after the last real token of the top layer (directions concatenated).
-        """
+        States at padding positions are meaningless (the attention masks them); ``final`` is the
+        state after the last real token of the top layer, directions concatenated (the backward
+        direction ends after the first token)."""
         x = self.dropout(self.embed(src))
         lengths = lengths.to(src.device)
-        reverse = _reverse_within_length(lengths, src.size(1))
+        # Under CPU autocast nn.GRU runs in float32 anyway, and nn.LSTM fails (oneDNN makes no bf16
+        # LSTM of autocast's mixed types): both run in float32.
+        with torch.autocast("cpu", enabled=False) if src.device.type == "cpu" else nullcontext():
+            states = self._unpacked(x, lengths) if speed.enabled() else self._packed(x, lengths)
+        final = states[torch.arange(states.size(0), device=states.device), lengths - 1]
+        if self.rnn.bidirectional:
+            final = torch.cat([final[:, :self.rnn.hidden_size], states[:, 0, self.rnn.hidden_size:]], dim=-1)
+        return self.dropout(states), final
+
+    def _packed(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """The textbook way: the RNN over a packed batch, which skips the padding."""
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        return pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.size(1))[0]
+
+    def _unpacked(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """Each direction over the whole padded batch (see attnmt.speed), the backward one on each
+        sentence reversed within its length, so padding is never read before a real token: a
+        sentence encodes the same alone or in a batch."""
+        reverse = _reverse_within_length(lengths, x.size(1))
         for layer in range(self.rnn.num_layers):
             if layer > 0:
-                x = dropout(x, self.rnn.dropout, self.training)
-            outputs = [self._run(layer, "", x)]
+                x = speed.dropout(x, self.rnn.dropout, self.training)
+            outputs = [speed.rnn_direction(self.rnn, layer, False, x)]
             if self.rnn.bidirectional:  # reversed, run, and back in order (the reversal is its own inverse)
-                outputs.append(self._run(layer, "_reverse", x.gather(1, reverse.expand_as(x))).gather(
-                    1, reverse.expand(-1, -1, self.rnn.hidden_size)))
+                backward = speed.rnn_direction(self.rnn, layer, True, x.gather(1, reverse.expand_as(x)))
+                outputs.append(backward.gather(1, reverse.expand(-1, -1, self.rnn.hidden_size)))
             x = torch.cat(outputs, dim=-1)
-        # The forward direction ends after the last real token, the backward one after the first.
-        final = x[torch.arange(x.size(0), device=x.device), lengths - 1]
-        if self.rnn.bidirectional:
-            final = torch.cat([final[:, :self.rnn.hidden_size], x[:, 0, self.rnn.hidden_size:]], dim=-1)
-        return self.dropout(x), final
-
-    def _run(self, layer: int, direction: str, x: Tensor) -> Tensor:
-        """One direction of one layer of ``self.rnn`` (its own weights) over x (B,S,I) -> (B,S,H)."""
-        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-        weights = [getattr(self.rnn, f"{name}_l{layer}{direction}") for name in names]
-        h0 = x.new_zeros(1, x.size(0), self.rnn.hidden_size)
-        if isinstance(self.rnn, nn.LSTM):
-            return _VF.lstm(x, (h0, h0), weights, True, 1, 0.0, self.training, False, True)[0]
-        return _VF.gru(x, h0, weights, True, 1, 0.0, self.training, False, True)[0]
+        return x
 
 
 def _reverse_within_length(lengths: Tensor, width: int) -> Tensor:

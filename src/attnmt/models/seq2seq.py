@@ -5,19 +5,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnmt import speed
 from attnmt.config import ModelConfig
 from attnmt.data.subwords import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
 from attnmt.errors import AttnmtError
 from attnmt.models.attention import build_attention
+from attnmt.models.base import EncoderDecoder, StepOutput, source_mask
 from attnmt.models.decoder import DecoderState, Memory, RNNDecoder
-from attnmt.models.dropout import Dropout
 from attnmt.models.encoder import RNNEncoder
-from attnmt.models.output import OutputLayer, autocast_dtype, output_logits
+from attnmt.models.output import OutputLayer
 from attnmt.models.transformer import Transformer
+from attnmt.speed import Dropout
 
 
-
-class Seq2Seq(nn.Module):
+class Seq2Seq(EncoderDecoder):
     def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
         self.config = config
@@ -50,51 +51,36 @@ class Seq2Seq(nn.Module):
             self.tgt_embed.weight[PAD].zero_()
 
     @property
-    def attention(self):
-        return self.decoder.attention
+    def has_attention(self) -> bool:
+        return self.decoder.attention is not None
 
     def encode(self, src: Tensor, lengths: Tensor) -> Memory:
         states, final = self.encoder(src, lengths)
-        # Under autocast every decoder step would cast the states again for its context product.
-        states = states.to(autocast_dtype(states.device.type, states.dtype))
-        mask = torch.arange(src.size(1), device=src.device).unsqueeze(0) < lengths.unsqueeze(1)
-        keys = None if self.attention is None else self.attention.project_keys(states)
-        return Memory(states, keys, mask, final)
+        states = speed.cast_for_autocast(states)
+        attention = self.decoder.attention
+        keys = None if attention is None else attention.project_keys(states)
+        return Memory(states, keys, source_mask(lengths.to(src.device), src.size(1)), final)
 
     def init_state(self, memory: Memory) -> DecoderState:
         return self.decoder.init_state(memory)
 
-    def decode_step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory,
-                    output_dtype: torch.dtype | None = None):
-        """prev_tokens (B,) -> log-probabilities (B,V), new state, attention weights (B,S) or None.
-        ``output_dtype``: torch.bfloat16 runs the output layer's product in bf16 (see output_logits)."""
+    def decode_step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
         embedded = self.output_dropout(self.tgt_embed(prev_tokens))
-        attentional, state, weights = self.decoder.step(embedded, state, memory)
-        logits = output_logits(self.generator, self.output_dropout(attentional), output_dtype)
-        logits[:, PAD] = logits[:, BOS] = float("-inf")  # never produced: not words of a translation
-        return torch.log_softmax(logits, dim=-1), state, weights
+        step = self.decoder.step(embedded, state, memory)
+        log_probs = self.next_token_log_probs(self.output_dropout(step.attentional))
+        return StepOutput(log_probs, step.state, step.weights, step.scores, step.context, step.state.hidden[-1])
 
-    def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, keep: Tensor | None = None):
-        """Teacher forcing: tgt_in (B,T) starts with BOS -> logits (B,T,V), weights (B,T,S) or None.
-
-        With a mask ``keep`` (B,T), logits are computed only where it is True, as (N,V): the
-        output layer is the largest product of a step, and padding positions need none of it.
-        """
-        states, weights = self.output_states(src, lengths, tgt_in, keep)
-        return self.generator(states), weights
-
-    def output_states(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, keep: Tensor | None = None):
-        """What enters the output layer under teacher forcing: (B,T,H), or (N,H) with ``keep``."""
+    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor):
         memory = self.encode(src, lengths)
         embedded = self.output_dropout(self.tgt_embed(tgt_in))
         attentional, weights = self.decoder(embedded, self.init_state(memory), memory)
-        if keep is not None:
-            attentional = attentional[keep]
         return self.output_dropout(attentional), weights
 
 
 def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq | Transformer:
-    """The model of ``config.type``: an RNN encoder-decoder or a Transformer, same interface."""
+    """The model of ``config.type``: an RNN encoder-decoder or a Transformer, same interface
+    (attnmt.models.base.EncoderDecoder)."""
+    speed.configure()  # before the model's first computation
     try:
         if config.type == "transformer":
             return Transformer(config, src_vocab_size, tgt_vocab_size)

@@ -8,8 +8,8 @@ source (self-attention); decoder layers over the target prefix (masked self-atte
 t sees positions <= t) and over the encoder output (cross-attention). Every sublayer sits in a
 residual connection with LayerNorm, before the sublayer (pre-norm) or after the sum (post-norm).
 
-The model has the interface of the RNN ``Seq2Seq`` (encode, init_state, decode_step, forward),
-so greedy and beam search, training, evaluation and the API run it unchanged. Decoding caches
+The model has the interface of every encoder-decoder (attnmt.models.base.EncoderDecoder), so
+greedy and beam search, training, evaluation and the API run it unchanged. Decoding caches
 what earlier steps computed: the state holds each decoder layer's self-attention keys and values
 of the positions written so far, and the memory the cross-attention keys and values of the
 source, computed once per sentence; a step then costs O(current length), not a new pass over
@@ -30,10 +30,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmt.config import ModelConfig
-from attnmt.data.subwords import BOS, PAD
+from attnmt.data.subwords import PAD
 from attnmt.errors import AttnmtError
-from attnmt.models.dropout import Dropout
-from attnmt.models.output import OutputLayer, output_logits
+from attnmt.models.base import Batched, EncoderDecoder, StepOutput, source_mask
+from attnmt.models.output import OutputLayer
+from attnmt.speed import Dropout
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
@@ -189,7 +190,7 @@ class Embeddings(nn.Module):
 
 
 @dataclass
-class TransformerMemory:
+class TransformerMemory(Batched):
     """What the decoder reads from the source, computed once per sentence."""
 
     states: Tensor  # (B,S,d_model) encoder output
@@ -197,35 +198,21 @@ class TransformerMemory:
     keys: list[Tensor]  # per decoder layer, (B,H,S,d_k): its cross-attention keys W_k h ...
     values: list[Tensor]  # ... and values W_v h
 
-    def select(self, index: Tensor) -> TransformerMemory:
-        return TransformerMemory(self.states.index_select(0, index), self.mask.index_select(0, index),
-                                 [k.index_select(0, index) for k in self.keys],
-                                 [v.index_select(0, index) for v in self.values])
-
 
 @dataclass
-class TransformerState:
+class TransformerState(Batched):
     """The decoder's cache: per layer, self-attention keys and values (B,H,t,d_k) of the t
     positions written so far. Beam search reorders it with ``select``."""
 
     keys: list[Tensor]
     values: list[Tensor]
-    output: Tensor | None = None  # (B,d_model) top-layer output of the last position (for the trace)
-    context: Tensor | None = None  # (B,d_model) what the last layer's cross-attention read there
 
     @property
     def length(self) -> int:
         return self.keys[0].size(2)
 
-    def select(self, index: Tensor) -> TransformerState:
-        def pick(x):
-            return None if x is None else x.index_select(0, index)
 
-        return TransformerState([pick(k) for k in self.keys], [pick(v) for v in self.values],
-                                pick(self.output), pick(self.context))
-
-
-class Transformer(nn.Module):
+class Transformer(EncoderDecoder):
     def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
         self.config = config
@@ -259,16 +246,13 @@ class Transformer(nn.Module):
             self.src_embed.tokens.weight[PAD].zero_()
             self.tgt_embed.tokens.weight[PAD].zero_()
 
-    @property
-    def attention(self) -> MultiHeadAttention:
-        """The attention whose weights (averaged over heads) decoding reports: the last
-        decoder layer's cross-attention."""
-        return self.decoder_layers[-1].cross_attention
+    # Decoding reports the weights of the last decoder layer's cross-attention, averaged over heads.
+    has_attention = True
 
     # ------------------------------------------------------------------ encoder
 
     def _encode(self, src: Tensor, lengths: Tensor, need_weights: bool):
-        mask = torch.arange(src.size(1), device=src.device).unsqueeze(0) < lengths.unsqueeze(1)
+        mask = source_mask(lengths.to(src.device), src.size(1))
         key_mask = mask[:, None, None, :]  # (B,1,1,S): every query may look at every real token
         x, weights = self.src_embed(src), []
         for layer in self.encoder_layers:
@@ -290,7 +274,8 @@ class Transformer(nn.Module):
 
     def _decode(self, tgt_in: Tensor, state: TransformerState, memory: TransformerMemory, need_weights: bool):
         """tgt_in (B,T): tokens of the positions after the state's -> top outputs (B,T,d_model), the
-        extended state, and per layer the self- (B,H,T,t+T) and cross-attention (B,H,T,S) weights."""
+        extended state, per layer the self- (B,H,T,t+T) and cross-attention (B,H,T,S) weights, and
+        what the last layer's cross-attention read (B,T,d_model)."""
         start, length = state.length, tgt_in.size(1)
         x = self.tgt_embed(tgt_in, start)
         # The query at position start + i may look at keys 0 .. start + i: the causal mask.
@@ -305,37 +290,22 @@ class Transformer(nn.Module):
             values.append(v)
             self_weights.append(w_self)
             cross_weights.append(w_cross)
-        x = self.decoder_norm(x)
-        if length:
-            state = TransformerState(keys, values, x[:, -1], context[:, -1])
-        return x, state, self_weights, cross_weights
+        return self.decoder_norm(x), TransformerState(keys, values), self_weights, cross_weights, context
 
-    def decode_step(self, prev_tokens: Tensor, state: TransformerState, memory: TransformerMemory,
-                    output_dtype: torch.dtype | None = None):
-        """prev_tokens (B,) -> log-probabilities (B,V), new state, attention weights (B,S): the last
-        layer's cross-attention averaged over its heads. ``output_dtype``: torch.bfloat16 runs the
-        output layer's product in bf16 (see output_logits)."""
-        x, state, _, cross = self._decode(prev_tokens.unsqueeze(1), state, memory, need_weights=True)
-        logits = output_logits(self.generator, x[:, 0], output_dtype)
-        logits[:, PAD] = logits[:, BOS] = float("-inf")  # never produced: not words of a translation
-        return torch.log_softmax(logits, dim=-1), state, cross[-1][:, :, 0].mean(dim=1)
+    def decode_step(self, prev_tokens: Tensor, state: TransformerState, memory: TransformerMemory) -> StepOutput:
+        """The weights are the last layer's cross-attention averaged over its heads; the context
+        what that attention read, the output the top layer's."""
+        x, state, _, cross, context = self._decode(prev_tokens.unsqueeze(1), state, memory, need_weights=True)
+        return StepOutput(self.next_token_log_probs(x[:, 0]), state, cross[-1][:, :, 0].mean(dim=1), None,
+                          context[:, 0], x[:, 0])
 
-    def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, keep: Tensor | None = None):
-        """Teacher forcing: tgt_in (B,T) starts with BOS -> logits (B,T,V) (or (N,V) where ``keep``
-        is True) and the last layer's cross-attention averaged over heads (B,T,S).
-
-        Training takes the fused attention kernel and returns no weights (None); in eval mode the
-        attention is written out and its weights come back, as for the RNN models."""
-        states, weights = self.output_states(src, lengths, tgt_in, keep)
-        return self.generator(states), weights
-
-    def output_states(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, keep: Tensor | None = None):
-        """What enters the output layer under teacher forcing: (B,T,d_model), or (N,d_model) with ``keep``."""
+    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor):
+        """Training takes the fused attention kernel and returns no weights (None); in eval mode the
+        attention is written out and its weights (the last layer's cross-attention averaged over
+        heads) come back, as for the RNN models."""
         need_weights = not self.training
         memory, _ = self._encode(src, lengths, need_weights)
-        x, _, _, cross = self._decode(tgt_in, self.init_state(memory), memory, need_weights)
-        if keep is not None:
-            x = x[keep]
+        x, _, _, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights)
         return x, (cross[-1].mean(dim=1) if need_weights else None)
 
     @torch.no_grad()
@@ -343,6 +313,6 @@ class Transformer(nn.Module):
         """Teacher-forced weights of every layer and head: "encoder" (B,L,H,S,S), "decoder"
         (B,L,H,T,T) and "cross" (B,L,H,T,S), for tgt_in (B,T) starting with BOS."""
         memory, encoder = self._encode(src, lengths, need_weights=True)
-        _, _, decoder, cross = self._decode(tgt_in, self.init_state(memory), memory, need_weights=True)
+        _, _, decoder, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights=True)
         return {"encoder": torch.stack(encoder, dim=1), "decoder": torch.stack(decoder, dim=1),
                 "cross": torch.stack(cross, dim=1)}

@@ -1,0 +1,89 @@
+"""Every speed trick of attnmt.speed computes what the textbook path (speed.plain()) computes."""
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnmt import speed
+from attnmt.config import ModelConfig
+from attnmt.data.batching import make_batch, training_batch
+from attnmt.models import build_model
+from attnmt.training import sequence_loss
+
+RNN = dict(embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, location_kernel=5)
+TRANSFORMER = dict(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=2, decoder_layers=2,
+                   attention_dropout=0.0)
+MODELS = {"bahdanau": {**RNN, "attention": "bahdanau"},
+          "luong-general-lstm-2-layers": {**RNN, "attention": "luong-general", "rnn_type": "lstm",
+                                          "encoder_layers": 2, "decoder_layers": 2},
+          "luong-dot-no-feeding": {**RNN, "attention": "luong-dot", "input_feeding": False},
+          "location": {**RNN, "attention": "location"},
+          "none": {**RNN, "attention": "none"},
+          "transformer": TRANSFORMER}
+SOURCES = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
+TARGETS = [[5, 6], [7, 8, 9, 10, 11, 12, 13, 14, 15], [16]]
+
+
+def loss_and_gradients(model, batch, bf16: bool):
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = sequence_loss(model, batch, label_smoothing=0.1)
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_training_step_computes_the_textbook_loss_and_gradients(name, bf16):
+    """The tricks together: the fast path (padded shapes, unpacked encoder, fused loss, cast
+    encoder states) against the plain one, on the same batch and weights (dropout off)."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(dropout=0.0, **MODELS[name]), 30, 30)
+    model.train()
+    fast_loss, fast_grads = loss_and_gradients(model, training_batch(SOURCES, TARGETS), bf16)
+    with speed.plain():
+        plain_loss, plain_grads = loss_and_gradients(model, training_batch(SOURCES, TARGETS), bf16)
+    assert training_batch(SOURCES, TARGETS).src.size(1) == 8  # the fast batch was padded
+    tolerance = dict(rtol=3e-2, atol=3e-2) if bf16 else dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(fast_loss, plain_loss, **tolerance)
+    assert fast_grads.keys() == plain_grads.keys()
+    for key in fast_grads:
+        torch.testing.assert_close(fast_grads[key], plain_grads[key], **tolerance, msg=key)
+
+
+def test_plain_switches_every_trick_off_and_back_on():
+    assert speed.enabled()
+    with speed.plain():
+        assert not speed.enabled() and speed.source_width_multiple() == 1
+        assert make_batch(SOURCES, TARGETS).src.size(1) == training_batch(SOURCES, TARGETS).src.size(1)
+        x = torch.ones(4, 3)
+        assert speed.padded_in_time(lambda t: t * 2, x.unsqueeze(0)).shape == (1, 4, 3)
+    assert speed.enabled() and speed.source_width_multiple() == speed.SOURCE_WIDTH_MULTIPLE
+
+
+def test_padded_in_time_pads_to_the_multiple_and_cuts_back():
+    shapes = []
+    x = torch.randn(2, 11, 3)
+    out = speed.padded_in_time(lambda t: shapes.append(t.shape) or t + 1, x)
+    assert shapes == [(2, 16, 3)]
+    torch.testing.assert_close(out, x + 1)
+
+
+def test_plain_dropout_is_torchs():
+    torch.manual_seed(3)
+    x = torch.ones(50, 50)
+    with speed.plain():
+        ours = speed.dropout(x, 0.4)
+    torch.manual_seed(3)
+    torch.testing.assert_close(ours, F.dropout(x, 0.4))
+
+
+def test_configure_sets_the_onednn_cache_unless_the_user_did(monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    speed.configure()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(speed.ONEDNN_CACHE)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+    speed.configure()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
