@@ -219,3 +219,74 @@ def test_bf16_weight_copy_is_kept_until_the_weight_changes():
     second = layer.weight_as(torch.bfloat16)
     assert second is not first
     torch.testing.assert_close(second.float(), layer.weight, atol=0.02, rtol=0.01)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_model_computing_nan_is_a_clear_error_not_an_empty_result(beam):
+    from attnmt.errors import AttnmtError
+
+    model = untrained("bahdanau")
+    with torch.no_grad():
+        model.generator.bias.fill_(float("nan"))
+    batch = random_batch()
+    with pytest.raises(AttnmtError, match=r"scores that are not numbers \(NaN\)"):
+        decode(model, batch.src, batch.src_lengths, beam=beam)
+
+
+def test_beam_search_stops_a_sentence_that_cannot_improve_with_the_same_results(reverse_model, monkeypatch):
+    """A sentence ends once no live hypothesis can reach its n best, even before ``beam`` of them
+    have finished: fewer rows computed, the same hypotheses as the search without that rule."""
+    import attnmt.decoding as decoding
+
+    translator, sources = reverse_model
+    batch = make_batch(translator.src_subwords.encode(sources[:40]))
+    limits = max_output_lengths(batch.src_lengths, 1.5, 10)
+    for alpha in (0.0, 1.0):
+        counts = count_decoder_rows(translator.model)
+        try:
+            early = beam_search(translator.model, batch.src, batch.src_lengths, limits, beam=4, n_best=1, alpha=alpha)
+        finally:
+            del translator.model.decode_step
+        with monkeypatch.context() as patch:
+            patch.setattr(decoding, "_cannot_improve", lambda *args: False)
+            full_counts = count_decoder_rows(translator.model)
+            try:
+                full = beam_search(translator.model, batch.src, batch.src_lengths, limits, beam=4, n_best=1,
+                                   alpha=alpha)
+            finally:
+                del translator.model.decode_step
+        assert sum(counts) < sum(full_counts)
+        for a, b in zip(early, full):
+            _assert_same_hypotheses(a, b)
+
+
+def test_every_tensor_of_decoding_is_made_on_the_models_device(reverse_model, tiny_transformer):
+    """With "meta" as the default device, a tensor made without naming its device lands there
+    and the first operation mixing it with the model's (CPU) tensors fails: decoding, tracing,
+    beam trees, forced attention and Transformer attention maps name their device everywhere."""
+    from attnmt.align import force_attention
+
+    translator, sources = reverse_model
+    with torch.device("meta"):
+        for beam in (1, 3):
+            assert [t.text for t in translator.translate(sources[:5], beam=beam)] == \
+                [reverse(s) for s in sources[:5]]
+        assert translator.trace(sources[0]).text == reverse(sources[0])
+        translator.beam_tree(sources[0], beam=3)
+        force_attention(translator, sources[:3], [reverse(s) for s in sources[:3]])
+        tiny_transformer.translate(["abcdefghij" * 3], beam=2)
+        tiny_transformer.attention("abc")
+        tiny_transformer.attention("abc", "")
+
+
+def test_an_unavailable_device_is_a_clear_error(reverse_model):
+    from attnmt.api import load
+    from attnmt.errors import AttnmtError
+
+    translator, _ = reverse_model
+    if not torch.cuda.is_available():
+        with pytest.raises(AttnmtError, match="CUDA is not available here"):
+            load(translator.folder, device="cuda")
+    with pytest.raises(AttnmtError, match="not a device torch knows"):
+        load(translator.folder, device="gpu7")
+    assert load(translator.folder, device="cpu").model.generator.weight.device.type == "cpu"

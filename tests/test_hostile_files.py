@@ -182,3 +182,56 @@ def test_the_source_never_loads_data_in_a_way_that_can_run_code():
     assert sources
     problems = {str(path.relative_to(REPO)): unsafe_loads(path.read_text(encoding="utf-8")) for path in sources}
     assert {path: calls for path, calls in problems.items() if calls} == {}
+
+
+def test_non_finite_weights_are_refused_on_load_and_resume(model_folder):
+    """A diverged run or a tampered file (checksum recomputed): NaN or infinity in any weight."""
+    from attnmt.checkpoint import save_model, save_training_state
+
+    def trainer():
+        config = load_config(model_folder / "config.yaml")
+        config.experiment_dir = model_folder  # (the copy's config names the original folder)
+        return Trainer(config, log=lambda m: None, progress=False)
+
+    damaged = trainer()
+    damaged.resume()
+    with torch.no_grad():
+        damaged.model.generator.bias[3] = float("inf")
+    save_training_state(model_folder / "last.safetensors", damaged.model, damaged.optimizer,
+                        {"trainer": {}, "scheduler": {}})
+    with pytest.raises(AttnmtError, match="last.safetensors: weight 'generator.bias' holds values that are not finite"):
+        trainer().resume()
+    with torch.no_grad():
+        damaged.model.generator.bias[3] = float("nan")
+    save_model(damaged.model, model_folder / "best.safetensors")
+    with pytest.raises(AttnmtError, match="best.safetensors: weight 'generator.bias' holds values that are not finite"):
+        load(model_folder)
+
+
+@pytest.mark.parametrize("field, value", [("embedding_size", 1_000_000_000), ("decoder_hidden", 1_000_000),
+                                          ("attention_size", 9)])
+def test_a_config_that_does_not_fit_the_weights_is_refused_before_allocating(model_folder, field, value):
+    """Shapes are compared with the checkpoint's header on a model built on the meta device: a
+    config asking for 336 GB of weights costs nothing and names the first weight that differs."""
+    import resource
+
+    config = yaml.safe_load((model_folder / "config.yaml").read_text())
+    config["model"][field] = value
+    (model_folder / "config.yaml").write_text(yaml.safe_dump(config))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(AttnmtError, match=r"config.yaml and the weights do not belong together") as error:
+        load(model_folder)
+    assert "best.safetensors: the config asks for weight" in str(error.value)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: nothing of that size
+
+
+def test_oversized_config_and_beam_are_refused(model_folder):
+    text = (model_folder / "config.yaml").read_text()
+    (model_folder / "config.yaml").write_text(text + "#" * 2_000_000 + "\n")
+    with pytest.raises(AttnmtError, match=r"config.yaml: 2,0\d\d,\d\d\d bytes is too large for a config"):
+        load(model_folder)
+    config = yaml.safe_load(text)
+    config["decoding"]["beam"] = 100_000
+    (model_folder / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(AttnmtError, match=r"decoding.beam: Input should be less than or equal to 100"):
+        load(model_folder)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnmt.checkpoint import load_weights
+from attnmt.checkpoint import check_shapes, load_weights
 from attnmt.config import Config, load_config
 from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
@@ -65,11 +65,15 @@ class Translation:
 class Translator:
     """A trained model with its vocabularies and decoding settings."""
 
-    def __init__(self, folder: str | Path, checkpoint: str = "best", quantize: str | None = None):
+    def __init__(self, folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
+                 device: str | torch.device = "cpu"):
         if checkpoint not in ("best", "last"):
             raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
         if quantize not in QUANTIZE:
             raise AttnmtError(f"quantize must be one of {', '.join(map(repr, QUANTIZE))}, got {quantize!r}")
+        self.device = inference_device(device)
+        if quantize == "int8" and self.device.type != "cpu":
+            raise AttnmtError(f"quantize='int8' is for CPUs; on {self.device} use quantize=None or 'bf16'")
         self.folder = Path(folder)
         config_path = _inside(self.folder, self.folder / "config.yaml")
         if not config_path.is_file():
@@ -80,12 +84,16 @@ class Translator:
         for path in subword_paths(self.folder, joint):
             _inside(self.folder, path)
         self.src_subwords, self.tgt_subwords = load_subwords(self.folder, joint)
-        self.model = build_model(self.config.model, len(self.src_subwords), len(self.tgt_subwords))
         weights = self.folder / f"{checkpoint}.safetensors"
         if checkpoint == "best" and not weights.exists():
             weights = self.folder / "last.safetensors"
-        load_weights(self.model, _inside(self.folder, weights))
-        self.model.eval()
+        weights = _inside(self.folder, weights)
+        sizes = self.config.model, len(self.src_subwords), len(self.tgt_subwords)
+        with torch.device("meta"):  # the shapes the config asks for, checked against the file before allocating
+            check_shapes(build_model(*sizes), weights)
+        self.model = build_model(*sizes)
+        load_weights(self.model, weights)
+        self.model.to(self.device).eval()
         self.quantize = quantize
         if quantize == "int8":
             self.model = quantize_int8(self.model)
@@ -111,7 +119,7 @@ class Translator:
         todo = [i for i, ids in enumerate(src_ids) if ids and texts[i].strip()]
         for batch_indices in inference_batches([len(src_ids[i]) for i in todo], batch_size or dc.batch_size):
             indices = [todo[j] for j in batch_indices]
-            batch = make_batch([src_ids[i] for i in indices])
+            batch = make_batch([src_ids[i] for i in indices]).to(self.device)
             with torch.inference_mode():
                 decoded = decode(self.model, batch.src, batch.src_lengths, beam=beam, n_best=n_best,
                                  alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
@@ -129,7 +137,7 @@ class Translator:
         beam = dc.beam if beam is None else beam
         text = valid_text(text)
         src_ids = self.src_subwords.encode([text])[0]
-        batch = make_batch([src_ids])
+        batch = make_batch([src_ids]).to(self.device)
         recorder = BeamRecorder(1, beam)
         with torch.inference_mode():
             limits = max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset)
@@ -179,8 +187,8 @@ class Translator:
         else:
             tgt_ids = [self.tgt_subwords.sp.piece_to_id(piece) for piece in translation.tokens]
         src_ids = self.src_subwords.encode([text])[0]
-        batch = make_batch([src_ids])
-        tgt_in = torch.tensor([[BOS] + tgt_ids[:-1]]) if tgt_ids else torch.zeros(1, 0, dtype=torch.long)
+        batch = make_batch([src_ids]).to(self.device)
+        tgt_in = torch.tensor([[BOS] + tgt_ids[:-1]], dtype=torch.long, device=self.device)[:, :len(tgt_ids)]
         with torch.inference_mode():
             maps = self.model.attention_maps(batch.src, batch.src_lengths, tgt_in)
         tokens = self.tgt_subwords.pieces(tgt_ids)
@@ -204,14 +212,33 @@ def _inside(folder: Path, path: Path) -> Path:
     return path
 
 
-def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = None) -> Translator:
+def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
+         device: str | torch.device = "cpu") -> Translator:
     """Loads a trained model folder (the ``experiment_dir`` of its config).
+
+    ``device``: where the model runs and decodes ("cpu", "cuda", "cuda:1", ...).
 
     ``quantize="int8"``: dynamic int8 quantization of the linear layers for CPU translation
     (see ``quantize_int8``); ``quantize="bf16"``: the output layer's product in bfloat16, as in
     bf16 training (faster beam search on CPUs with AVX512-BF16 or AMX; a few translations
     change). See docs/performance.md."""
-    return Translator(folder, checkpoint, quantize)
+    return Translator(folder, checkpoint, quantize, device)
+
+
+def inference_device(name: str | torch.device) -> torch.device:
+    """The device ``name``, or AttnmtError if it is not a device or not on this machine."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as e:
+        raise AttnmtError(f"device {name!r} is not a device torch knows ({e}); try 'cpu' or 'cuda'") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise AttnmtError(f"device {name!r}: CUDA is not available here (no GPU, or a CPU-only build of torch); "
+                          "use device 'cpu'")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise AttnmtError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type not in ("cpu", "cuda"):
+        raise AttnmtError(f"device {name!r}: attnmt runs on 'cpu' or 'cuda'")
+    return device
 
 
 QUANTIZE = (None, "int8", "bf16")

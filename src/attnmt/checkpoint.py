@@ -84,11 +84,36 @@ def save_model(model: nn.Module, path: Path, info: dict | None = None):
 def _load_model(model: nn.Module, path: Path, tensors: dict, metadata: dict) -> dict:
     weights = {k.removeprefix("model."): v for k, v in tensors.items()
                if not k.startswith(("optim.", "rng."))}
+    for name, tensor in weights.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise AttnmtError(f"{path}: weight '{name}' holds values that are not finite numbers (NaN or "
+                              "infinity): the training run diverged, or the file was altered; use another checkpoint")
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
         raise AttnmtError(f"{path}: weights do not fit the model of the config ({e})") from None
     return _json_field(path, metadata, "info", "{}")
+
+
+def tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """The name and shape of every tensor of a checkpoint, from its header alone (nothing loaded)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise AttnmtError(f"{path}: not a readable safetensors checkpoint: truncated, corrupt or another "
+                          f"kind of file ({e})") from None
+
+
+def check_shapes(model: nn.Module, path: Path):
+    """AttnmtError unless the checkpoint holds a tensor of the right shape for every weight of
+    ``model`` (which may live on the meta device: this allocates nothing)."""
+    stored = {name.removeprefix("model."): shape for name, shape in tensor_shapes(path).items()}
+    for name, tensor in model.state_dict().items():
+        if stored.get(name) != tuple(tensor.shape):
+            found = "is missing" if name not in stored else f"has shape {list(stored[name])}"
+            raise AttnmtError(f"{path}: the config asks for weight '{name}' of shape {list(tensor.shape)}, but the "
+                              f"checkpoint {found}: config.yaml and the weights do not belong together")
 
 
 def load_weights(model: nn.Module, path: Path) -> dict:

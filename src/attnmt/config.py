@@ -84,7 +84,7 @@ class ModelConfig(Section):
     heads: int = Field(4, gt=0)
     feed_forward: int = Field(1024, gt=0)  # inner size of the position-wise feed-forward layers
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
-    max_positions: int = Field(1024, gt=0)  # longest sequence with learned positions
+    max_positions: int = Field(1024, gt=0, le=100_000)  # longest sequence with learned positions
     norm: Literal["pre", "post"] = "pre"  # LayerNorm before each sublayer (pre) or after the residual (post)
     attention_dropout: float = Field(0.1, ge=0, lt=1)  # on the attention weights
     share_embeddings: bool = False  # source = target embeddings = output projection (joint vocabulary)
@@ -134,12 +134,15 @@ class TrainingConfig(Section):
         return self
 
 
+MAX_BEAM = 100  # larger beams cost time and memory for nothing (and a model folder sets its default)
+
+
 class DecodingConfig(Section):
-    beam: int = Field(5, gt=0)
+    beam: int = Field(5, gt=0, le=MAX_BEAM)
     length_penalty: float = Field(1.0, ge=0)  # alpha of Wu et al. (2016); 0 = none
-    max_length_ratio: float = Field(1.5, gt=0)  # output at most ratio * source length + offset
-    max_length_offset: int = Field(10, ge=0)
-    batch_size: int = Field(64, gt=0)
+    max_length_ratio: float = Field(1.5, gt=0, le=10)  # output at most ratio * source length + offset
+    max_length_offset: int = Field(10, ge=0, le=1000)
+    batch_size: int = Field(64, gt=0, le=10_000)
 
 
 class Config(Section):
@@ -186,9 +189,15 @@ def config_from_dict(raw: dict, base: Path, source: str = "config") -> Config:
     return _resolve_paths(config, base)
 
 
+MAX_CONFIG_BYTES = 1_000_000  # a config is a page of settings; a huge one is a mistake or an attack
+
+
 def load_config(path: str | Path) -> Config:
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise AttnmtError(f"{path}: {size:,} bytes is too large for a config (at most {MAX_CONFIG_BYTES:,})")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise AttnmtError(f"{path}: no such config file") from None

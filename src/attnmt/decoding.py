@@ -8,6 +8,7 @@ Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6) ** alpha, so greedy and beam scores co
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnmt.data.subwords import BOS, EOS, PAD
+from attnmt.errors import AttnmtError
 from attnmt.models.base import EncoderDecoder
 
 
@@ -43,13 +45,15 @@ class BeamRecorder:
 
     def __init__(self, batch: int, beam: int):
         self.trees = [[BeamNode(0, None, BOS, 0.0, 0, "root")] for _ in range(batch)]
-        self.row_node = torch.zeros(batch * beam, dtype=torch.long)  # tree node of each live row
+        self.row_node = torch.zeros(batch * beam, dtype=torch.long, device="cpu")  # tree node of each live row
         self.beam = beam
 
     def step(self, t: int, active: Tensor, origin: Tensor, token: Tensor, score: Tensor, finished: Tensor,
              alive: Tensor):
         k = self.beam
-        row_node = torch.zeros(alive.size(0) * k, dtype=torch.long)
+        active, origin, token, score, finished, alive = (x.cpu() for x in (active, origin, token, score, finished,
+                                                                            alive))
+        row_node = torch.zeros(alive.size(0) * k, dtype=torch.long, device="cpu")
         for g, sentence in enumerate(active.tolist()):
             tree, rank = self.trees[sentence], 0
             for j in range(origin.size(1)):
@@ -64,7 +68,7 @@ class BeamRecorder:
         self.row_node = row_node
 
     def keep_rows(self, rows: Tensor):
-        self.row_node = self.row_node[rows]
+        self.row_node = self.row_node[rows.cpu()]
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -77,6 +81,10 @@ def max_output_lengths(src_lengths: Tensor, ratio: float, offset: int) -> list[i
 
 def _hypothesis(tokens: list[int], log_prob: float, attention: Tensor | None, alpha: float,
                 src_length: int) -> Hypothesis:
+    """A hypothesis of ``tokens``, cut after its first EOS, with its attention rows over the real
+    source positions."""
+    if EOS in tokens:
+        tokens = tokens[: tokens.index(EOS) + 1]
     if attention is not None:
         attention = attention[: len(tokens), :src_length].clone()
     return Hypothesis(tokens, log_prob / length_penalty(len(tokens), alpha), log_prob, attention)
@@ -87,43 +95,65 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
                   alpha: float = 1.0) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
     and leaves the batch, so later steps compute only the sentences still going."""
-    batch, steps = src.size(0), max(max_lengths)
+    batch = src.size(0)
     memory = model.encode(src, src_lengths)
     state = model.init_state(memory)
     prev = torch.full((batch,), BOS, dtype=torch.long, device=src.device)
     limits = torch.tensor(max_lengths, device=src.device)
     active = torch.arange(batch, device=src.device)  # the sentence of each row
-    tokens = torch.full((batch, steps), EOS, dtype=torch.long, device=src.device)
     log_probs = torch.zeros(batch, device=src.device)
-    attention = None
-    for t in range(steps):
+    # Per step: the sentences of the rows, their tokens and weights; read per sentence at the end.
+    rows, tokens, weights = [], [], []
+    for t in range(max(max_lengths)):
         step = model.decode_step(prev, state, memory)
-        state, weights = step.state, step.weights
         best, prev = step.log_probs.max(dim=-1)
-        tokens[active, t] = prev
         log_probs[active] += best
-        if weights is not None:
-            if attention is None:
-                attention = torch.zeros(batch, steps, weights.size(-1), device=src.device)
-            attention[active, t] = weights
+        rows.append(active)
+        tokens.append(prev)
+        weights.append(step.weights)
         going = (prev != EOS) & (limits[active] > t + 1)
         if not bool(going.all()):  # drop the finished sentences from the batch
             if not bool(going.any()):
                 break
-            rows = going.nonzero().view(-1)
-            active, prev = active[rows], prev[rows]
-            state, memory = state.select(rows), memory.select(rows)
-    tokens = tokens.tolist()
-    results = []
-    for i in range(batch):
-        seq = tokens[i][: _length_with_eos(tokens[i], max_lengths[i])]
-        matrix = None if attention is None else attention[i]
-        results.append([_hypothesis(seq, float(log_probs[i]), matrix, alpha, int(src_lengths[i]))])
-    return results
+            kept = going.nonzero().view(-1)
+            active, prev = active[kept], prev[kept]
+            state, memory = step.state.select(kept), memory.select(kept)
+        else:
+            state = step.state
+    order = torch.cat(rows).argsort(stable=True)  # every row of sentence 0, in step order, then 1, ...
+    tokens = torch.cat(tokens)[order].tolist()
+    attention = None if weights[0] is None else torch.cat(weights)[order].float()
+    lengths = torch.bincount(torch.cat(rows), minlength=batch).tolist()
+    results, start = [], 0
+    for i, length in enumerate(lengths):
+        matrix = None if attention is None else attention[start:start + length]
+        results.append([_hypothesis(tokens[start:start + length], float(log_probs[i]), matrix, alpha,
+                                    int(src_lengths[i]))])
+        start += length
+    return _checked(results)
 
 
-def _length_with_eos(tokens: list[int], limit: int) -> int:
-    return min(tokens.index(EOS) + 1 if EOS in tokens else len(tokens), limit)
+class _History:
+    """What beam search needs to read a hypothesis back: per step t, the attention weights of the
+    rows of its batch, and for each row of the next batch its token and the row of step t it
+    extends. A hypothesis is read back once, when it finishes, in O(length): copying every live
+    hypothesis' tokens and weights forward at every step would cost O(length^2)."""
+
+    def __init__(self):
+        self.weights: list[Tensor | None] = []  # step t: (rows of batch t, S)
+        self.tokens: list[list[int]] = []  # step t: the token of each row of batch t+1
+        self.parents: list[list[int]] = []  # step t: the row of batch t that each row of batch t+1 extends
+
+    def read(self, t: int, row: int, token: int) -> tuple[list[int], Tensor | None]:
+        """The hypothesis of ``row`` of batch t extended by ``token`` at step t: its tokens and
+        attention rows (one per token)."""
+        tokens, weights = [token], [None if self.weights[t] is None else self.weights[t][row]]
+        for step in range(t - 1, -1, -1):
+            tokens.append(self.tokens[step][row])
+            row = self.parents[step][row]
+            weights.append(None if self.weights[step] is None else self.weights[step][row])
+        tokens.reverse()
+        return tokens, None if weights[0] is None else torch.stack(weights[::-1]).float()
 
 
 @torch.inference_mode()
@@ -131,83 +161,100 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
                 n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
-    A hypothesis that ends in EOS leaves the beam for the finished list of its sentence; a
-    sentence is done when it has ``beam`` finished hypotheses or reaches its length limit,
-    and its rows then leave the batch, so later steps only compute what is still open.
+    A hypothesis that ends in EOS leaves the beam for the finished list of its sentence. A
+    sentence is done when it has ``beam`` finished hypotheses, when no live hypothesis can still
+    beat its ``n_best`` best finished ones (their scores only fall as they grow: see
+    ``_cannot_improve``), or at its length limit (its live hypotheses then finish). Its rows then
+    leave the batch, so later steps only compute what is still open.
     With ``record``, every candidate considered is added to the sentence's search tree.
     """
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
-    batch, k = src.size(0), beam
+    batch, k, device = src.size(0), beam, src.device
     memory = model.encode(src, src_lengths)
     state = model.init_state(memory)
     # The k hypotheses of a sentence would start identical: the first step runs on one row per
     # sentence (width 1), and its best extensions then fill the sentence's k rows.
     width = 1
-    scores = torch.zeros(batch, width, device=src.device)
-    tokens = torch.full((batch, 1), BOS, dtype=torch.long, device=src.device)
-    attention = torch.zeros(batch, 0, src.size(1), device=src.device) if model.has_attention else None
+    scores = torch.zeros(batch, width, device=device)
+    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    active = torch.arange(batch, device=src.device)  # sentence id of each group of k rows
+    active = torch.arange(batch, device=device)  # sentence id of each group of k rows
+    history = _History()
     src_lengths_list = src_lengths.tolist()
 
-    def finish(sentence: int, row: int, token: int | None, log_prob: float, weights: Tensor | None):
-        seq = tokens[row, 1:].tolist() + ([token] if token is not None else [])
-        rows_attention = None
-        if attention is not None:
-            rows_attention = attention[row] if weights is None else torch.cat([attention[row], weights[None]])
-        finished[sentence].append(_hypothesis(seq, log_prob, rows_attention, alpha,
-                                              src_lengths_list[sentence]))
+    def finish(sentence: int, t: int, row: int, token: int, log_prob: float):
+        tokens, attention = history.read(t, row, token)
+        finished[sentence].append(_hypothesis(tokens, log_prob, attention, alpha, src_lengths_list[sentence]))
 
     for t in range(max(max_lengths)):
-        step = model.decode_step(tokens[:, -1], state, memory)
-        log_probs, state, weights = step.log_probs, step.state, step.weights
+        step = model.decode_step(prev, state, memory)
+        history.weights.append(step.weights)
         n = active.numel()
-        top_scores, origin, next_token = _best_candidates(scores, log_probs, k)
+        top_scores, origin, next_token = _best_candidates(scores, step.log_probs, k)
+        source_rows = torch.arange(n, device=device).unsqueeze(1) * width + origin  # (n, 2k): row of batch t
         is_eos = next_token == EOS
 
         # EOS among the best k candidates: finished hypotheses.
-        ends = is_eos & (top_scores > float("-inf")) & (torch.arange(2 * k, device=src.device) < k)
+        ends = is_eos & (top_scores > float("-inf")) & (torch.arange(2 * k, device=device) < k)
         for g, j in ends.nonzero().tolist():
-            row = g * width + int(origin[g, j])
-            finish(int(active[g]), row, EOS, float(top_scores[g, j]),
-                   None if weights is None else weights[row])
+            finish(int(active[g]), t, int(source_rows[g, j]), EOS, float(top_scores[g, j]))
 
         # The best k candidates that do not end in EOS stay alive.
         alive = ~is_eos & (torch.cumsum((~is_eos).long(), dim=1) <= k)
         if record is not None:
             record.step(t, active, origin, next_token, top_scores, ends, alive)
-        origin = origin[alive].view(n, k)
-        source_rows = (torch.arange(n, device=src.device).unsqueeze(1) * width + origin).view(-1)
+        source_rows, prev = source_rows[alive], next_token[alive]  # (n*k,)
         scores = top_scores[alive].view(n, k)
-        tokens = torch.cat([tokens[source_rows], next_token[alive].view(-1, 1)], dim=1)
-        state = state.select(source_rows)
-        if attention is not None:
-            attention = torch.cat([attention[source_rows], weights[source_rows].unsqueeze(1)], dim=1)
-        if width < k:  # after the first step: k rows per sentence from now on
-            memory, width = memory.select(torch.arange(n, device=src.device).repeat_interleave(k)), k
 
         # Sentences at their length limit finish with their live hypotheses.
         done = []
         for g, sentence in enumerate(active.tolist()):
-            if len(finished[sentence]) < k and t + 1 >= max_lengths[sentence]:
+            at_limit = t + 1 >= max_lengths[sentence]
+            if at_limit and len(finished[sentence]) < k:
                 for j in range(k):
-                    if scores[g, j] > float("-inf"):
-                        finish(sentence, g * k + j, None, float(scores[g, j]), None)
-            done.append(len(finished[sentence]) >= k or t + 1 >= max_lengths[sentence])
-        keep = ~torch.tensor(done, device=src.device)
+                    if scores[g, j] != float("-inf"):  # NaN scores finish too: _checked reports them
+                        finish(sentence, t, int(source_rows[g * k + j]), int(prev[g * k + j]), float(scores[g, j]))
+            done.append(at_limit or len(finished[sentence]) >= k
+                        or _cannot_improve(finished[sentence], n_best, scores[g], max_lengths[sentence], alpha))
+        keep = ~torch.tensor(done, device=device)
         if not bool(keep.any()):
             break
+        groups = torch.arange(n, device=device)
         if not bool(keep.all()):  # drop finished sentences from the batch
-            rows = (torch.nonzero(keep).view(-1, 1) * k + torch.arange(k, device=src.device)).view(-1)
-            active, scores, tokens = active[keep], scores[keep], tokens[rows]
-            memory, state = memory.select(rows), state.select(rows)
+            groups = keep.nonzero().view(-1)
+            rows = (groups.view(-1, 1) * k + torch.arange(k, device=device)).view(-1)
+            active, scores, source_rows, prev = active[keep], scores[keep], source_rows[rows], prev[rows]
             if record is not None:
                 record.keep_rows(rows)
-            if attention is not None:
-                attention = attention[rows]
+        history.tokens.append(prev.tolist())
+        history.parents.append(source_rows.tolist())
+        state = step.state.select(source_rows)
+        if width < k or groups.numel() < n:  # the memory of each sentence, once per row (k rows from now on)
+            memory = memory.select((groups * width).repeat_interleave(k))
+        width = k
 
-    return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
+    return _checked([sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished])
+
+
+def _cannot_improve(finished: list[Hypothesis], n_best: int, live_scores: Tensor, max_length: int,
+                    alpha: float) -> bool:
+    """Whether no live hypothesis can still enter a sentence's n best. A live hypothesis' log-
+    probability only falls as it grows; divided by the length penalty, the best score it can
+    reach is its log-probability over the penalty of the longest output allowed."""
+    if len(finished) < n_best:
+        return False
+    nth_best = sorted((h.score for h in finished), reverse=True)[n_best - 1]
+    return nth_best >= float(live_scores.max()) / length_penalty(max_length, alpha)
+
+
+def _checked(results: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+    """Every sentence has a hypothesis, with a score that is a number."""
+    for hypotheses in results:
+        if not hypotheses or any(math.isnan(h.score) for h in hypotheses):
+            raise AttnmtError("the model computed scores that are not numbers (NaN): its weights are damaged "
+                              "or its training diverged")
+    return results
 
 
 def _best_candidates(scores: Tensor, log_probs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -56,12 +56,13 @@ def trace(translator, text: str, top_k: int = 5, max_length: int | None = None) 
     model = translator.model
     model.eval()
     src_ids = translator.src_subwords.encode([text])[0]
-    batch = make_batch([src_ids])
+    device = next(model.parameters()).device
+    batch = make_batch([src_ids]).to(device)
     memory = model.encode(batch.src, batch.src_lengths)
     state = model.init_state(memory)
     dc = translator.config.decoding
     limit = max_length or int(dc.max_length_ratio * batch.src.size(1) + dc.max_length_offset)
-    prev = torch.tensor([BOS])
+    prev = torch.tensor([BOS], device=device)
     steps = []
     for _ in range(limit):
         step = model.decode_step(prev, state, memory)
@@ -76,7 +77,7 @@ def trace(translator, text: str, top_k: int = 5, max_length: int | None = None) 
         ))
         if best == EOS:
             break
-        prev = torch.tensor([best])
+        prev = torch.tensor([best], device=device)
     ids = [s.token_id for s in steps]
     return DecodingTrace(text, translator.src_subwords.pieces(src_ids + [EOS]), memory.states[0].float().numpy().copy(),
                          steps, translator.tgt_subwords.decode(ids))

@@ -37,11 +37,11 @@ class Batch:
 
 def pad(sequences: list[list[int]], multiple: int = 1) -> tuple[Tensor, Tensor]:
     """(B, width) ids padded with PAD, width the longest length rounded up to ``multiple``; lengths."""
-    lengths = torch.tensor([len(s) for s in sequences])
+    lengths = torch.tensor([len(s) for s in sequences], device="cpu")  # batches are made on the CPU, then moved
     width = -(-int(lengths.max()) // multiple) * multiple
-    out = torch.full((len(sequences), width), PAD, dtype=torch.long)
+    out = torch.full((len(sequences), width), PAD, dtype=torch.long, device="cpu")
     for i, s in enumerate(sequences):
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long, device="cpu")
     return out, lengths
 
 

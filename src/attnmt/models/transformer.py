@@ -151,11 +151,12 @@ class DecoderLayer(Layer):
         return x, (k, v), (self_weights, cross_weights), context
 
 
-def sinusoids(length: int, d_model: int) -> Tensor:
+def sinusoids(length: int, d_model: int, device: torch.device | None = None) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
-    position = torch.arange(length, dtype=torch.float32).unsqueeze(1)
-    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(length, d_model)
+    position = torch.arange(length, dtype=torch.float32, device=device).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32, device=device)
+                          * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model, device=device)
     table[:, 0::2] = torch.sin(position * frequency)
     table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
     return table
@@ -184,7 +185,7 @@ class Embeddings(nn.Module):
                                   f"({self.max_positions}) of learned positions")
             positions = self.learned(torch.arange(start, end, device=tokens.device))
         else:
-            table = self.table if end <= len(self.table) else sinusoids(end, self.d_model)
+            table = self.table if end <= len(self.table) else sinusoids(end, self.d_model, tokens.device)
             positions = table[start:end]
         return self.dropout(self.tokens(tokens) * math.sqrt(self.d_model) + positions)
 
