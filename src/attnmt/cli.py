@@ -126,7 +126,7 @@ def cmd_export(args):
 
 
 def cmd_quickstart(args):
-    from attnmt.quickstart import run_quickstart
+    from attnmt.tasks.quickstart import run_quickstart
 
     run_quickstart(Path(args.dir), steps=args.steps, attention=args.attention, log=_log)
 
