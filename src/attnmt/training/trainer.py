@@ -15,6 +15,8 @@ from attnmt.training.translation import DevScores, prepare_data, setup_translati
 
 
 class Trainer:
+    """A translation experiment ready to train: processes started, data prepared, model set up."""
+
     def __init__(self, config: Config, log: Callable[[str], None] = print, progress: bool = True):
         tc = config.training
         self.config = config
