@@ -8,7 +8,7 @@ sentence length, for the rnn-bahdanau and transformer-small configurations.
 
 Training: the project's own Trainer (model construction, bf16 autocast, loss, fused Adam,
 clipping) on real Multi30k training batches of 16, 32, 64 and 128 sentences, with 1 and 2
-threads: --warmup steps, then --steps timed steps (wall clock of Trainer.train_step).
+threads: --warmup steps, then --steps timed steps (wall clock of TrainingLoop.train_step).
 The subwords are those of the trained benchmark model (copied, nothing is retrained).
 
 Decoding: the trained benchmark models, greedy and beam 5, on batches of 16 sources of exactly N
@@ -63,12 +63,14 @@ def trainer_for(name: str):
 
 
 def time_steps(trainer, batches: list[list[int]], warmup: int) -> dict:
-    """Wall clock of Trainer.train_step on ``batches``, the first ``warmup`` of them untimed."""
+    """Wall clock of TrainingLoop.train_step on ``batches``, the first ``warmup`` of them untimed."""
+    from attnmt.training import pair_batch
+
     times, sentences, tokens = [], 0, 0
     for i, indices in enumerate(batches):
-        batch = trainer._batch(trainer.train_data, indices)
+        batch = pair_batch(trainer.data.train, indices)
         started = time.perf_counter()
-        _, step_tokens = trainer.train_step(batch)
+        _, step_tokens = trainer.loop.train_step(batch)
         if i >= warmup:
             times.append(time.perf_counter() - started)
             sentences += len(indices)
@@ -86,7 +88,7 @@ def training_curves(name: str, warmup: int, steps: int) -> list[dict]:
     rows = []
     for size in BATCH_SIZES:
         # The same real batches (the first of epoch 0 at this size) for both thread counts.
-        batches = epoch_batches(trainer.sizes, size, None, d.bucket_batches, seed, 0)[: warmup + steps]
+        batches = epoch_batches(trainer.loop.sizes, size, None, d.bucket_batches, seed, 0)[: warmup + steps]
         for threads in THREADS:
             torch.set_num_threads(threads)
             row = {"model": name, "batch_size": size, "threads": threads, **time_steps(trainer, batches, warmup)}

@@ -1,12 +1,12 @@
-"""Tests for the synthetic date-normalisation task (attnmt.dates)."""
+"""Tests for the synthetic date-normalisation task (attnmt.tasks.dates)."""
 
 import datetime
 import random
 
 import pytest
 
-from attnmt import dates
-from attnmt.dates import format_date
+from attnmt.tasks import dates
+from attnmt.tasks.dates import format_date
 
 SUNDAY = datetime.date(2026, 11, 22)
 

@@ -194,13 +194,13 @@ def test_non_finite_weights_are_refused_on_load_and_resume(model_folder):
         return Trainer(config, log=lambda m: None, progress=False)
 
     damaged = trainer()
-    damaged.resume()
+    damaged.loop.resume()
     with torch.no_grad():
         damaged.model.generator.bias[3] = float("inf")
-    save_training_state(model_folder / "last.safetensors", damaged.model, damaged.optimizer,
+    save_training_state(model_folder / "last.safetensors", damaged.model, damaged.loop.optimizer,
                         {"trainer": {}, "scheduler": {}})
     with pytest.raises(AttnmtError, match="last.safetensors: weight 'generator.bias' holds values that are not finite"):
-        trainer().resume()
+        trainer().loop.resume()
     with torch.no_grad():
         damaged.model.generator.bias[3] = float("nan")
     save_model(damaged.model, model_folder / "best.safetensors")

@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnmt.errors import AttnmtError
-from attnmt.training import Trainer, train
+from attnmt.training import Trainer, pair_batch, train
 
 from conftest import random_strings, reverse, toy_config
 
@@ -92,11 +92,11 @@ def test_early_stopping_and_learning_rate_decay(tmp_path):
 def test_bf16_training_runs_and_learns(tmp_path):
     config = config_for(tmp_path, max_steps=20, precision="bf16", validate_every=20)
     trainer = Trainer(config, log=lambda m: None, progress=False)
-    batches = trainer._epoch_batches(0)
-    first_loss, tokens = trainer.train_step(trainer._batch(trainer.train_data, batches[0]))
+    batches = trainer.loop.epoch_batches(0)
+    first_loss, tokens = trainer.loop.train_step(pair_batch(trainer.data.train, batches[0]))
     for indices in batches[1:] * 2:
-        trainer.train_step(trainer._batch(trainer.train_data, indices))
-    last_loss, last_tokens = trainer.train_step(trainer._batch(trainer.train_data, batches[0]))
+        trainer.loop.train_step(pair_batch(trainer.data.train, indices))
+    last_loss, last_tokens = trainer.loop.train_step(pair_batch(trainer.data.train, batches[0]))
     assert last_loss / last_tokens < first_loss / tokens
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # fp32 master weights
 
@@ -128,7 +128,7 @@ def test_source_padding_of_training_batches_changes_no_loss(tmp_path, model):
 
     trainer = Trainer(config_for(tmp_path, model), log=lambda m: None, progress=False)
     trainer.model.eval()
-    src, tgt = trainer.train_data.src_ids[:9], trainer.train_data.tgt_ids[:9]
+    src, tgt = trainer.data.train.src_ids[:9], trainer.data.train.tgt_ids[:9]
     results = []
     for make in (make_batch, training_batch):
         trainer.model.zero_grad()

@@ -35,6 +35,7 @@ from attnmt.viz import (
     training_curves,
     word_spans,
 )
+from attnmt.viz.plan import FigureRequest, plan_figures
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -372,6 +373,32 @@ def test_cli_plot_errors(reverse_model, tmp_path):
         assert code == 2, (argv, err)
         assert fragment in err and "Traceback" not in err, (argv, err)
     assert not (tmp_path / "x.png").exists() and not (tmp_path / "s.png").exists()
+
+
+def test_plan_of_curves_alone_needs_no_model_and_writes_only_when_asked(tmp_path):
+    metrics = write_metrics(tmp_path / "metrics.jsonl", [{"type": "train", "step": 1, "epoch": 0, "loss": 2.0}])
+    [write] = plan_figures(FigureRequest(metrics, curves=str(tmp_path / "c.png")))
+    assert not (tmp_path / "c.png").exists()  # built, not yet written
+    assert write() == tmp_path / "c.png" and (tmp_path / "c.png").read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize("request_, message", [
+    ({"sentence": "abc", "out": "a.png", "states": "s.jpg"}, "s.jpg: the file name must end in .png or .svg"),
+    ({"sentence": "abc", "steps": [(0, "s.gif")]}, "s.gif: the file name must end in .png or .svg"),
+    ({"curves": "c.png", "head": 1}, "--layer and --head choose"),
+    ({"sentence": "abc", "fps": 0}, "--fps must be positive"),
+    ({"out": "a.png"}, "give a sentence"),
+])
+def test_plan_checks_the_request_before_reading_the_model(tmp_path, request_, message):
+    with pytest.raises(AttnmtError, match=message):  # not "not a model folder": checked first
+        plan_figures(FigureRequest(tmp_path / "no-model", **request_))
+
+
+def test_plan_of_a_sentence_alone_is_the_heatmap_in_attention_png(reverse_model, tmp_path, monkeypatch):
+    model, _ = reverse_model
+    monkeypatch.chdir(tmp_path)
+    [write] = plan_figures(FigureRequest(model.folder, "abc"))
+    assert write() == Path("attention.png") and (tmp_path / "attention.png").read_bytes().startswith(PNG_MAGIC)
 
 
 # --- Transformer: grid of layers x heads, head view ----------------------------------------------

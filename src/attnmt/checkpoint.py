@@ -97,6 +97,8 @@ def _load_model(model: nn.Module, path: Path, tensors: dict, metadata: dict) -> 
 
 def tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """The name and shape of every tensor of a checkpoint, from its header alone (nothing loaded)."""
+    if not Path(path).is_file():
+        raise AttnmtError(f"{path}: no such checkpoint")
     try:
         with safe_open(str(path), framework="pt") as f:
             return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}

@@ -126,7 +126,7 @@ def cmd_export(args):
 
 
 def cmd_quickstart(args):
-    from attnmt.quickstart import run_quickstart
+    from attnmt.tasks.quickstart import run_quickstart
 
     run_quickstart(Path(args.dir), steps=args.steps, attention=args.attention, log=_log)
 
@@ -203,12 +203,9 @@ def cmd_serve(args):
 
 
 def cmd_plot(args):
-    """Figures of one sentence (heatmap, encoder states, decoder steps, GIF) and/or training curves.
-    Every figure is built (and every argument checked) before the first file is written."""
-    from functools import partial
-
-    from attnmt.viz import figures
-    from attnmt.viz.notebook import show
+    """Figures of one sentence (heatmap, encoder states, decoder steps, GIF) and/or training curves:
+    the options as a FigureRequest; attnmt.viz.plan chooses, checks and builds the figures."""
+    from attnmt.viz.plan import FigureRequest, plan_figures
 
     steps = []
     for number, path in args.step or []:
@@ -216,79 +213,13 @@ def cmd_plot(args):
             steps.append((int(number), path))
         except ValueError:
             raise AttnmtError(f"--step {number} {path}: the step must be a whole number (counting from 0)") from None
-    if not args.fps > 0 or args.dims < 0:
-        raise AttnmtError("--fps must be positive and --dims at least 0")
-    transformer_options = [option for option, value in (("--head-view", args.head_view), ("--grid", args.grid),
-                                                         ("--kind", args.kind), ("--layer", args.layer),
-                                                         ("--head", args.head)) if value is not None]
-    if (args.layer is not None or args.head is not None) and not args.head_view:
-        raise AttnmtError("--layer and --head choose the attention --head-view FILE draws; give --head-view")
-    sentence_figures = args.out or args.states or steps or args.gif or args.head_view or args.grid
-    if args.sentence is None and (sentence_figures or not args.curves):
-        raise AttnmtError("give a sentence to draw (attnmt plot MODEL_DIR \"sentence\" ...), "
-                          "or --curves FILE for the training curves")
-    for path, suffixes in [(args.out, (".png", ".svg", ".html")), (args.states, (".png", ".svg")),
-                           (args.curves, (".png", ".svg")), (args.gif, (".gif",)),
-                           (args.head_view, (".png", ".svg")), (args.grid, (".png", ".svg"))] + \
-            [(path, (".png", ".svg")) for _, path in steps]:
-        if path and Path(path).suffix.lower() not in suffixes:
-            raise AttnmtError(f"{path}: the file name must end in {' or '.join(suffixes)}")
-    writers = []  # each writes one file and returns its path
-    if args.curves:
-        writers.append(partial(figures.save, figures.training_curves(args.model_dir), args.curves))
-    if args.sentence is not None:
-        from attnmt.api import load
-
-        if not args.sentence.strip():
-            raise AttnmtError("the sentence is empty")
-        model = load(args.model_dir, args.checkpoint)
-        if transformer_options and model.config.model.type != "transformer":
-            raise AttnmtError(f"{', '.join(transformer_options)}: for the layers and heads of Transformer models; "
-                              f"{args.model_dir} is an RNN model (its attention heatmap: --out)")
-        out = args.out or (None if sentence_figures else "attention.png")
-        translation = None
-        if out or args.head_view or args.grid:
-            [translation] = model.translate([args.sentence], beam=args.beam)
-        if out:
-            title = f"{args.sentence}  \u2192  {translation.text}"
-            if Path(out).suffix.lower() == ".html":
-                writers.append(partial(show(translation, merge_words=args.merge_words, title=title).save, out))
-            else:
-                fig = figures.attention_heatmap(translation, title=title, merge_words=args.merge_words)
-                writers.append(partial(figures.save, fig, out))
-        if args.head_view or args.grid:
-            writers += _layer_head_figures(args, model.attention(args.sentence, translation))
-        if args.states or steps or args.gif:
-            trace = model.trace(args.sentence, top_k=args.top_k)
-            if args.states:
-                fig = figures.encoder_states_figure(trace, max_dims=args.dims or None)
-                writers.append(partial(figures.save, fig, args.states))
-            for number, path in steps:
-                writers.append(partial(figures.save, figures.decoder_step_figure(trace, number), path))
-            if args.gif:
-                if trace.attention is None:
-                    raise AttnmtError("no attention to animate: the model has attention 'none'")
-                writers.append(partial(figures.decoding_animation, trace, args.gif, fps=args.fps))
-    for write in writers:
+    request = FigureRequest(args.model_dir, args.sentence, out=args.out, merge_words=args.merge_words,
+                            beam=args.beam, checkpoint=args.checkpoint, states=args.states, dims=args.dims,
+                            steps=steps, top_k=args.top_k, gif=args.gif, fps=args.fps, curves=args.curves,
+                            head_view=args.head_view, grid=args.grid, kind=args.kind, layer=args.layer,
+                            head=args.head)
+    for write in plan_figures(request):
         print(write(), flush=True)
-
-
-def _layer_head_figures(args, maps) -> list:
-    """Writers of the Transformer figures of ``attnmt plot``: --head-view and --grid."""
-    from functools import partial
-
-    from attnmt.viz import figures
-
-    kind = args.kind or "cross"
-    writers = []
-    if args.head_view:
-        layer = len(maps[kind]) - 1 if args.layer is None else args.layer
-        figures.check_layer_head(maps, kind, layer, args.head, names=("--layer", "--head"))
-        fig = figures.head_view_figure(maps, kind, layer, args.head)
-        writers.append(partial(figures.save, fig, args.head_view))
-    if args.grid:
-        writers.append(partial(figures.save, figures.attention_grid(maps, kind), args.grid))
-    return writers
 
 
 def _log(message: str):

@@ -36,6 +36,9 @@ class Processes:
         return self.world > 1
 
 
+ONE_PROCESS = Processes()  # without torchrun
+
+
 def start(device: torch.device) -> Processes:
     """Joins the process group that torchrun describes in the environment; gloo on CPUs,
     NCCL on GPUs."""

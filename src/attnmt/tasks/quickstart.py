@@ -1,7 +1,7 @@
 """Quick start: dates in many languages and formats -> ISO dates, learned by a small
 character-level attention model in about a minute, with its attention printed.
 
-Everything comes from the package (the data generator in ``attnmt.dates``), so it
+Everything comes from the package (the data generator in ``attnmt.tasks.dates``), so it
 runs on a fresh machine without downloads.
 """
 
@@ -13,10 +13,10 @@ from typing import Callable
 
 import numpy as np
 
-from attnmt import dates
 from attnmt.api import Translation, load
 from attnmt.config import config_from_dict, config_to_yaml
 from attnmt.data.corpus import read_tsv
+from attnmt.tasks import dates
 from attnmt.training import train
 
 SHADES = " ░▒▓█"

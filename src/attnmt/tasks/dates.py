@@ -360,7 +360,8 @@ def write_corpus(
 
     train = generate_pairs(n_train, seed)
     seen = {source for source, _ in train}
-    # String seeds give streams distinct from any integer seed of train.
+    # String seeds give streams distinct from any integer seed of train (they hold the module's
+    # first name, attnmt.dates: changing them would change the corpus).
     dev = _fresh_pairs(n_dev, random.Random(f"attnmt.dates:{seed}:dev"), seen)
     test = _fresh_pairs(n_test, random.Random(f"attnmt.dates:{seed}:test"), seen)
 

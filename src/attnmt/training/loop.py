@@ -1,0 +1,275 @@
+"""The training loop, for any model and data: steps, periodic validation and checkpoints, early
+stopping, resume, Ctrl-C, several processes.
+
+The loop knows the examples only by their sizes and the model only by what it is given:
+
+    setup        the model, its loss (batch -> summed loss, number of terms summed), optimizer, scheduler
+    make_batch   example indices -> a batch that the loss takes (anything with .to(device))
+    validation   scores on the dev set (a Validation), or None
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+from torch import nn
+
+from attnmt import distributed
+from attnmt.checkpoint import load_training_state, save_model, save_training_state
+from attnmt.config import Config
+from attnmt.data import batching
+from attnmt.distributed import ONE_PROCESS, Processes
+from attnmt.errors import AttnmtError
+from attnmt.files import append_text
+from attnmt.interrupt import deferred_interrupt
+from attnmt.training.metrics import MetricsWindow, ProgressBar, trim_metrics
+from attnmt.training.optimization import TrainingSetup, higher_is_better
+
+
+@dataclass
+class TrainerState:
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of this epoch already trained on
+    seconds: float = 0.0  # wall-clock time of the training loop (validation included), across resumes
+    sentences: int = 0  # examples (sentence pairs) trained on, across resumes
+    target_tokens: int = 0  # terms of the loss (target tokens, with EOS) trained on
+    best_score: float | None = None
+    bad_validations: int = 0  # since the last improvement (early stopping)
+    stopped_early: bool = False
+
+
+class Validation(Protocol):
+    """Scores of the model on the dev set, as a record of metrics.jsonl that holds the config's
+    early-stopping metric. Called on the main process only; it must draw no random numbers from
+    torch's generator (e.g. by dropout: model.eval()), or a resumed run would differ."""
+
+    def __call__(self, model: nn.Module) -> dict: ...
+
+    def describe(self, record: dict) -> str:
+        """The scores for the log, e.g. "dev loss 1.234, ppl 3.43, BLEU 27.10"."""
+
+
+def batches_to_train(state: TrainerState, epoch_batches: Callable[[int], list[list[int]]],
+                     should_stop: Callable[[], bool], min_size: int = 1) -> Iterator[list[int]]:
+    """The batches (example indices) from the state's position on, epoch after epoch, until
+    ``should_stop()``, which is asked before each one. A batch counts in the state
+    (batch_in_epoch, then epoch) as soon as it is handed out, so a checkpoint written after its
+    step resumes with the next. Batches smaller than ``min_size`` (one example for each process)
+    are skipped."""
+    while not should_stop():
+        batches = epoch_batches(state.epoch)
+        while state.batch_in_epoch < len(batches) and not should_stop():
+            indices = batches[state.batch_in_epoch]
+            state.batch_in_epoch += 1
+            if len(indices) >= min_size:
+                yield indices
+        if state.batch_in_epoch >= len(batches):
+            state.epoch += 1
+            state.batch_in_epoch = 0
+
+
+class TrainingLoop:
+    """Trains ``setup.model`` in ``config.experiment_dir`` until a limit of ``config.training``.
+    Every epoch cuts the examples, known by their ``sizes``, into batches of similar sizes under
+    config.data's budget; ``make_batch`` builds a batch from its examples' indices."""
+
+    def __init__(self, config: Config, setup: TrainingSetup, sizes: list[int], make_batch: Callable[[list[int]], Any],
+                 validation: Validation | None = None, summary: str = "", *, processes: Processes = ONE_PROCESS,
+                 log: Callable[[str], None] = print, progress: bool = True):
+        self.config, self.folder = config, config.experiment_dir
+        self.model, self.loss = setup.model, setup.loss
+        self.optimizer, self.scheduler = setup.optimizer, setup.scheduler
+        self.device = next(self.model.parameters()).device
+        self.sizes, self.make_batch, self.validation = sizes, make_batch, validation
+        self.summary = summary  # logged right before the first step
+        self.processes, self.log, self.progress = processes, log, progress
+        self.state = TrainerState()
+
+    def run(self, resume: bool = False) -> TrainerState:
+        """Trains until a limit; Ctrl-C saves a checkpoint after the step under way and raises
+        KeyboardInterrupt (see attnmt.interrupt)."""
+        with deferred_interrupt() as self._interrupt:
+            self._start(resume)
+            self._steps()
+            self._finish()
+        return self.state
+
+    def _start(self, resume: bool):
+        if resume:
+            self.resume()
+        elif (self.folder / "last.safetensors").exists():
+            raise AttnmtError(f"{self.folder} already holds a trained model; "
+                              "use --resume to continue it, or choose another experiment_dir")
+        elif self.processes.main:  # a run that died before its first checkpoint may have left records
+            trim_metrics(self.folder / "metrics.jsonl", 0)
+        self.log(self.summary)
+
+    def _steps(self):
+        tc, state = self.config.training, self.state
+        bar = ProgressBar(self._total_steps(), state.step, self.progress, tc.max_minutes)
+        window = MetricsWindow()
+        seconds_before, loop_start = state.seconds, time.perf_counter()
+        for indices in batches_to_train(state, self.epoch_batches, self._should_stop, self.processes.world):
+            loss, tokens = self.train_step(self.make_batch(distributed.shard(indices, self.processes)))
+            state.step += 1
+            state.sentences += len(indices)
+            state.target_tokens += tokens
+            window.add(loss, tokens)
+            bar.update()
+            if state.step % tc.log_every == 0:
+                record = window.record(self.optimizer.param_groups[0]["lr"])
+                bar.show(record, state.seconds)
+                self._write_metrics("train", record)
+                window.restart()
+            if self._periodic(bar):  # validation time is not training speed
+                window.restart()
+            state.seconds = seconds_before + time.perf_counter() - loop_start
+            if self._interrupted():
+                bar.close()
+                self._save_and_stop()
+        bar.close()
+
+    def _finish(self):
+        if self.state.step % self.config.training.validate_every:  # end of training: one last validation
+            self.validate()
+        self.save_checkpoint()
+        if self.processes.main and not (self.folder / "best.safetensors").exists():
+            save_model(self.model, self.folder / "best.safetensors", {"step": self.state.step})
+        distributed.barrier(self.processes)  # nobody leaves before the files are written
+
+    def train_step(self, batch) -> tuple[float, int]:
+        """One update; returns the summed loss and the number of terms it sums (target tokens)."""
+        tc = self.config.training
+        self.model.train()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16"):
+            loss, tokens = self.loss(batch.to(self.device))
+        # Sums over the processes' shares: the loss and size of the whole batch.
+        loss_sum, tokens = distributed.total([loss.item(), tokens], self.processes)
+        self.optimizer.zero_grad(set_to_none=True)
+        # Mean over the batch's tokens, so the step size does not depend on batch shape; with
+        # several processes DistributedDataParallel averages their gradients: undo its division.
+        (loss / tokens * self.processes.world).backward()
+        if tc.clip_grad_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm)
+        self.optimizer.step()
+        if tc.schedule == "noam":
+            self.scheduler.step()
+        return loss_sum, int(tokens)
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        d = self.config.data
+        return batching.epoch_batches(self.sizes, d.batch_size, d.batch_tokens, d.bucket_batches,
+                                      self.config.training.seed, epoch)
+
+    # ----------------------------------------------------------------- limits and interrupts
+
+    def _total_steps(self) -> int | None:
+        tc = self.config.training
+        if tc.max_steps:
+            return tc.max_steps
+        if tc.max_epochs:
+            return tc.max_epochs * len(self.epoch_batches(0))
+        return None
+
+    def _should_stop(self) -> bool:
+        tc, s = self.config.training, self.state
+        stop = (s.stopped_early
+                or (tc.max_steps is not None and s.step >= tc.max_steps)
+                or (tc.max_epochs is not None and s.epoch >= tc.max_epochs)
+                or (tc.max_minutes is not None and s.seconds >= 60 * tc.max_minutes))
+        # The clocks of the processes differ: the main process decides for all.
+        return bool(distributed.from_main([float(stop)], self.processes)[0])
+
+    def _interrupted(self) -> bool:
+        """Ctrl-C reached any of the processes."""
+        return distributed.total([float(self._interrupt.requested)], self.processes)[0] > 0
+
+    def _save_and_stop(self):
+        self.save_checkpoint()
+        self.log(f"interrupted at step {self.state.step}: checkpoint saved to {self.folder / 'last.safetensors'}; "
+                 "continue with 'attnmt train CONFIG --resume'")
+        raise KeyboardInterrupt
+
+    # ----------------------------------------------------------------- checkpoints
+
+    def resume(self):
+        path = self.folder / "last.safetensors"
+        info = load_training_state(path, self.model, self.optimizer)
+        try:
+            self.state = TrainerState(**info["trainer"])
+            self.scheduler.load_state_dict(info["scheduler"])
+        except (KeyError, TypeError) as e:
+            raise AttnmtError(f"{path}: not a training checkpoint of attnmt (trainer state: {e!r})") from None
+        # Records past the checkpoint come from the run that died; they will be logged again.
+        if self.processes.main:
+            trim_metrics(self.folder / "metrics.jsonl", self.state.step)
+        else:  # the checkpoint holds the main process's random state; the others take their own
+            torch.manual_seed(self.config.training.seed + self.processes.rank + self.state.step)
+        self.log(f"resumed from {path} at step {self.state.step}")
+
+    def save_checkpoint(self):
+        if not self.processes.main:
+            return
+        info = {"trainer": asdict(self.state), "scheduler": self.scheduler.state_dict()}
+        save_training_state(self.folder / "last.safetensors", self.model, self.optimizer, info)
+
+    def _periodic(self, bar: ProgressBar) -> bool:
+        """Validation and checkpoints when their step comes; True if anything ran."""
+        tc, step = self.config.training, self.state.step
+        validate = step % tc.validate_every == 0
+        checkpoint = step % tc.checkpoint_every == 0 if tc.checkpoint_every else validate
+        if validate:
+            bar.clear()
+            self.validate()
+        if checkpoint:
+            self.save_checkpoint()
+        return validate or checkpoint
+
+    # ----------------------------------------------------------------- validation
+
+    def validate(self) -> dict | None:
+        """The validation's scores (main process); every process then takes the same decisions
+        from the main process's metric: best score, early stopping, learning-rate decay."""
+        if self.validation is None:
+            return None
+        record = self.validation(self.model) if self.processes.main else {}
+        name = self.config.training.early_stopping_metric
+        metric = distributed.from_main([record.get(name, 0.0)], self.processes)[0]
+        improved = self._is_improvement(metric)
+        if improved:
+            self.state.best_score, self.state.bad_validations = metric, 0
+            if self.processes.main:
+                save_model(self.model, self.folder / "best.safetensors", {"step": self.state.step, **record})
+        else:
+            self.state.bad_validations += 1
+        patience = self.config.training.early_stopping_patience
+        if patience is not None and self.state.bad_validations >= patience:
+            self.state.stopped_early = True
+            self.log(f"early stopping: no improvement in {patience} validations")
+        if self.config.training.schedule == "plateau":
+            self.scheduler.step(metric)
+        if not self.processes.main:
+            return None
+        record["lr"] = self.optimizer.param_groups[0]["lr"]
+        record["best"] = improved
+        self._write_metrics("valid", record)
+        self.log(f"step {self.state.step}: {self.validation.describe(record)}{' (best)' if improved else ''}")
+        return record
+
+    def _is_improvement(self, metric: float) -> bool:
+        best = self.state.best_score
+        if best is None:
+            return True
+        return metric > best if higher_is_better(self.config.training) else metric < best
+
+    def _write_metrics(self, kind: str, record: dict):
+        if not self.processes.main:
+            return
+        line = {"type": kind, "step": self.state.step, "epoch": self.state.epoch,
+                "seconds": round(self.state.seconds, 2), **record}
+        append_text(self.folder / "metrics.jsonl", json.dumps(line) + "\n")

@@ -1,0 +1,129 @@
+"""What the training loop needs to train a translation model: the experiment's subwords and
+encoded corpora, the model and its teacher-forced loss, batches of sentence pairs, and the
+validation (dev loss and BLEU)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from attnmt import distributed
+from attnmt.config import Config
+from attnmt.data.batching import Batch, inference_batches, make_batch, training_batch
+from attnmt.data.prepare import EncodedCorpus, encode_corpus, prepare
+from attnmt.data.subwords import PAD, Subwords
+from attnmt.decoding import decode
+from attnmt.distributed import ONE_PROCESS, Processes
+from attnmt.evaluation import corpus_scores
+from attnmt.models import EncoderDecoder, build_model
+from attnmt.training.optimization import TrainingSetup, setup_training
+
+
+@dataclass
+class TranslationData:
+    src_sw: Subwords
+    tgt_sw: Subwords
+    train: EncodedCorpus  # without the pairs longer than data.max_length
+    dev: EncodedCorpus | None  # every pair; None without a dev set
+
+
+def prepare_data(config: Config, processes: Processes = ONE_PROCESS,
+                 log: Callable[[str], None] = print) -> TranslationData:
+    """The subwords (trained unless present, by the main process while the others wait) and the
+    encoded training and dev corpora of an experiment."""
+    with distributed.main_first(processes):
+        src_sw, tgt_sw = prepare(config, log)
+    train = encode_corpus(config.data.train, src_sw, tgt_sw, config.data.max_length, log)
+    dev = encode_corpus(config.data.dev, src_sw, tgt_sw, None, log) if config.data.dev else None
+    return TranslationData(src_sw, tgt_sw, train, dev)
+
+
+def setup_translation(config: Config, data: TranslationData, device: torch.device,
+                      processes: Processes = ONE_PROCESS) -> TrainingSetup:
+    """The model of the config for the data's vocabularies, its loss, optimizer and scheduler."""
+    model = build_model(config.model, len(data.src_sw), len(data.tgt_sw)).to(device)
+    return setup_training(model, TrainingLoss(model, config.training.label_smoothing), config.training, processes)
+
+
+def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
+    mc = config.model
+    return (f"model: {'transformer' if mc.type == 'transformer' else mc.attention + ' attention'}, "
+            f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(data.train):,} training pairs")
+
+
+def pair_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
+    """The pairs ``indices`` of ``data`` as a batch for the loss (training and dev loss)."""
+    return training_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
+
+
+def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy summed over the real (non-padding) target tokens. The output layer, the
+    largest product of a step, runs on those positions only."""
+    real = batch.tgt_out != PAD
+    states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+    return model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
+
+
+class TrainingLoss(nn.Module):
+    """The model and its loss as one module: what DistributedDataParallel wraps. Returns the
+    summed loss and the number of target tokens it sums over."""
+
+    def __init__(self, model: EncoderDecoder, label_smoothing: float):
+        super().__init__()
+        self.model, self.label_smoothing = model, label_smoothing
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
+        return sequence_loss(self.model, batch, self.label_smoothing), batch.target_tokens
+
+
+@dataclass
+class DevScores:
+    """The validation of a translation model: dev loss and perplexity (teacher forcing), and the
+    BLEU of its translations (beam training.dev_beam)."""
+
+    dev: EncodedCorpus
+    tgt_sw: Subwords
+    config: Config
+
+    def __call__(self, model: EncoderDecoder) -> dict:
+        record = evaluate_loss(model, self.dev, self.config.data.batch_size)
+        hypotheses = translate_ids(model, self.dev.src_ids, self.tgt_sw, self.config,
+                                   beam=self.config.training.dev_beam)
+        record["bleu"] = corpus_scores(hypotheses, self.dev.targets)["bleu"].score
+        return record
+
+    @staticmethod
+    def describe(record: dict) -> str:
+        return f"dev loss {record['loss']:.3f}, ppl {record['perplexity']:.2f}, BLEU {record['bleu']:.2f}"
+
+
+@torch.inference_mode()
+def evaluate_loss(model: EncoderDecoder, data: EncodedCorpus, batch_size: int) -> dict:
+    model.eval()
+    total, tokens = 0.0, 0
+    device = next(model.parameters()).device
+    for indices in inference_batches(data.sizes(), batch_size):
+        batch = pair_batch(data, indices).to(device)
+        total += float(sequence_loss(model, batch))
+        tokens += batch.target_tokens
+    loss = total / max(tokens, 1)
+    return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
+
+
+def translate_ids(model: EncoderDecoder, src_ids: list[list[int]], tgt_sw: Subwords, config: Config,
+                  beam: int = 1) -> list[str]:
+    """Best translation (text) of each encoded source sentence, in the input order."""
+    model.eval()
+    dc = config.decoding
+    out: list[str] = [""] * len(src_ids)
+    for indices in inference_batches([len(s) for s in src_ids], dc.batch_size):
+        batch = make_batch([src_ids[i] for i in indices]).to(next(model.parameters()).device)
+        results = decode(model, batch.src, batch.src_lengths, beam=beam, alpha=dc.length_penalty,
+                         max_length_ratio=dc.max_length_ratio, max_length_offset=dc.max_length_offset)
+        for i, hyps in zip(indices, results):
+            out[i] = tgt_sw.decode(hyps[0].tokens)
+    return out

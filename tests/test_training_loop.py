@@ -1,0 +1,150 @@
+"""The pieces of training alone: the batches of the epochs, the metrics window, the data of an
+experiment, and the loop with a model that is not a translation model."""
+
+import json
+import time
+from dataclasses import asdict
+from functools import partial
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from attnmt.config import config_from_dict
+from attnmt.data.batching import epoch_batches
+from attnmt.distributed import ONE_PROCESS
+from attnmt.training import (MetricsWindow, TrainerState, TrainingLoop, batches_to_train, prepare_data,
+                             setup_training)
+
+from conftest import random_strings, reverse, toy_config, write_tsv
+
+SIZES = [3, 9, 4, 7, 5, 8, 2, 6, 9, 4, 3, 5, 7, 8, 6, 2, 4, 9, 5, 3, 6, 7, 8, 2, 5, 4, 9]
+EPOCH = partial(epoch_batches, SIZES, 4, None, 2, 3)  # 27 examples by 4: 7 batches an epoch
+
+
+def take(state: TrainerState, count: int, min_size: int = 1) -> list[list[int]]:
+    """The next ``count`` batches, as the loop takes them: stopping is decided before each one."""
+    taken = []
+    for indices in batches_to_train(state, EPOCH, lambda: len(taken) >= count, min_size):
+        taken.append(indices)
+    return taken
+
+
+def test_batches_resumed_mid_epoch_continue_where_they_stopped():
+    straight = TrainerState()
+    expected = take(straight, 17)  # two epochs and 3 batches
+    assert expected == EPOCH(0) + EPOCH(1) + EPOCH(2)[:3]
+    first = TrainerState()
+    before = take(first, 10)
+    assert (first.epoch, first.batch_in_epoch) == (1, 3)
+    resumed = TrainerState(**json.loads(json.dumps(asdict(first))))  # through a checkpoint's JSON
+    assert before + take(resumed, 7) == expected
+    assert (resumed.epoch, resumed.batch_in_epoch) == (straight.epoch, straight.batch_in_epoch) == (2, 3)
+
+
+def test_an_epoch_limit_stops_with_the_epoch_counted_and_small_batches_are_skipped():
+    state = TrainerState()
+    batches = list(batches_to_train(state, EPOCH, lambda: state.epoch >= 1, min_size=4))
+    assert batches == [b for b in EPOCH(0) if len(b) >= 4] and len(batches) == len(EPOCH(0)) - 1
+    assert (state.epoch, state.batch_in_epoch) == (1, 0)
+
+
+def test_metrics_window_gives_loss_per_token_and_speed_since_its_start(monkeypatch):
+    clock = iter([10.0, 12.0, 12.0, 16.0])
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    window = MetricsWindow()  # at 10 s
+    window.add(6.0, 3)
+    window.add(3.0, 6)
+    assert window.record(lr=0.1) == {"loss": 1.0, "tokens_per_s": 4.5, "lr": 0.1}  # at 12 s
+    window.restart()  # at 12 s
+    window.add(8.0, 2)
+    assert window.record(lr=0.2) == {"loss": 4.0, "tokens_per_s": 0.5, "lr": 0.2}  # at 16 s
+
+
+def test_prepare_data_trains_subwords_and_encodes_the_corpora(tmp_path):
+    pairs = [(s, reverse(s)) for s in random_strings(50, 3, 8, seed=1)] + [("abcdefghij" * 2, "x")]
+    dev = [(s, reverse(s)) for s in random_strings(5, 3, 8, seed=2)] + [("abcdefghij" * 2, "x")]
+    config = toy_config(tmp_path, pairs, dev, data={"max_length": 12})
+    data = prepare_data(config, log=lambda m: None)
+    assert (config.experiment_dir / "spm" / "joint.model").is_file()
+    assert data.train.sources == [s for s, _ in pairs[:-1]]  # the long pair is dropped from training ...
+    assert data.dev.sources == [s for s, _ in dev]  # ... not from the dev set
+    assert data.tgt_sw.decode(data.train.tgt_ids[0]) == pairs[0][1]
+    assert prepare_data(toy_config(tmp_path / "no-dev", pairs), log=lambda m: None).dev is None
+
+
+# --- the loop with a classifier: no sentence pairs, no BLEU --------------------------------------
+
+
+class Examples:
+    """A batch of a classifier: feature vectors and their class."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def to(self, device):
+        return Examples(self.x.to(device), self.y.to(device))
+
+
+class ClassifierLoss(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch):
+        return nn.functional.cross_entropy(self.model(batch.x), batch.y, reduction="sum"), len(batch.y)
+
+
+class DevLoss:
+    def __init__(self, dev: Examples):
+        self.dev = dev
+
+    @torch.no_grad()
+    def __call__(self, model):
+        model.eval()  # no dropout: it would draw random numbers, and a resumed run would differ
+        return {"loss": nn.functional.cross_entropy(model(self.dev.x), self.dev.y).item()}
+
+    def describe(self, record):
+        return f"dev loss {record['loss']:.4f}"
+
+
+def classifier_run(folder, max_steps, resume=False):
+    """A linear classifier of 8 features into 2 classes trained by the loop; its log and weights."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 8, generator=generator)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    config = config_from_dict({
+        "experiment_dir": str(folder),
+        "data": {"train": {"tsv": str(write_tsv(folder / "unused.tsv", [("a", "b")]))}, "batch_size": 16},
+        "training": {"max_steps": max_steps, "validate_every": 10, "log_every": 5, "learning_rate": 0.05,
+                     "early_stopping_metric": "loss", "early_stopping_patience": None},
+    }, folder)
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Dropout(0.1), nn.Linear(8, 2))
+    logged = []
+    setup = setup_training(model, ClassifierLoss(model), config.training, ONE_PROCESS)
+    loop = TrainingLoop(config, setup, [1] * 160, lambda indices: Examples(x[indices], y[indices]),
+                        DevLoss(Examples(x[160:], y[160:])), "model: a linear classifier", log=logged.append,
+                        progress=False)
+    state = loop.run(resume)
+    return state, logged, load_file(str(folder / "last.safetensors"))
+
+
+def test_the_loop_trains_a_classifier_and_resumes_it_exactly(tmp_path):
+    state, logged, straight = classifier_run(tmp_path / "straight", 30)
+    assert state.step == 30 and state.sentences == state.target_tokens == 30 * 16
+    assert logged[0] == "model: a linear classifier" and logged[1].startswith("step 10: dev loss ")
+    records = [json.loads(line) for line in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["type"], r["step"]) for r in records if r["type"] == "valid"] == [("valid", 10), ("valid", 20),
+                                                                                ("valid", 30)]
+    assert [r["step"] for r in records if r["type"] == "train"] == [5, 10, 15, 20, 25, 30]
+    valid = [r for r in records if r["type"] == "valid"]
+    assert valid[-1]["loss"] < valid[0]["loss"] and {"lr", "best"} <= valid[0].keys()
+    assert (tmp_path / "straight" / "best.safetensors").is_file()
+
+    classifier_run(tmp_path / "resumed", 13)  # mid-epoch: an epoch is 10 batches
+    state, logged, resumed = classifier_run(tmp_path / "resumed", 30, resume=True)
+    assert logged[0] == f"resumed from {tmp_path / 'resumed' / 'last.safetensors'} at step 13"
+    for key in straight:
+        if key.startswith("model."):
+            assert torch.equal(straight[key], resumed[key]), key
