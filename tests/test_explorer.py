@@ -20,7 +20,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 TIMEOUT_MS = 20_000
-HIGHLIGHT_RATIO = 0.5  # as in static/app.js: a source token is highlighted at >= ratio * the row's maximum
+HIGHLIGHT_RATIO = 0.5  # as in static/heatmap.js: a source token is highlighted at >= ratio * the row's maximum
 
 
 def _missing_browser_message() -> str:
@@ -264,16 +264,34 @@ def test_beam_tree(page, server, tmp_path):
     assert (tmp_path / "explorer.png").stat().st_size > 10_000
 
 
-def test_beam_not_implemented_is_a_notice(page, server):
-    """A server without /beam (501) gets a notice in place of the tree; the rest of the page works."""
-    detail = "/beam is not implemented on this server"
-    page.route("**/beam", lambda route: route.fulfill(status=501, json={"detail": detail}))
-    translate_in_page(page, "abcdef")
-    notice = page.text_content("#beam-notice")
-    assert "501" in notice and detail in notice
-    assert page.locator("#error").is_hidden()
-    assert page.get_attribute("body", "data-state") == "done"
-    assert page.text_content("#panel-a .translation") == "fedcba"
+def test_beam_layout_is_a_function_of_the_nodes(page, server):
+    """static/beam.js lays the tree out without the page: a column per step, children in the order
+    of their parents, the best path from the root to the finished node that spells the translation."""
+    answer = post(server, "/beam", {"text": "abcdef", "model": server[1], "beam": 3}).json()
+    nodes, tokens = answer["nodes"], answer["translation"]["candidates"][0]["tokens"]
+    layout = page.evaluate("""async ([nodes, tokens]) => {
+        const { BOX, bestPath, layoutBeam } = await import("/static/beam.js");
+        const { columns, pos, width, height } = layoutBeam(nodes);
+        return { box: BOX, width, height, best: [...bestPath(nodes, tokens)],
+                 columns: columns.map((list) => list.map((n) => n.id)), pos: Object.fromEntries(pos) };
+    }""", [nodes, tokens])
+    box, pos = layout["box"], {int(i): p for i, p in layout["pos"].items()}
+    by_id = {n["id"]: n for n in nodes}
+    assert sorted(pos) == sorted(by_id) and len({(p["x"], p["y"]) for p in pos.values()}) == len(nodes)
+    for step, column in enumerate(layout["columns"]):
+        assert {by_id[i]["step"] for i in column} == {step}
+        assert all(pos[i]["x"] == box["pad"] + step * box["colW"] for i in column)
+        ys = [pos[i]["y"] for i in column]
+        assert ys == sorted(ys) and len(set(ys)) == len(ys)  # drawn top to bottom in column order
+        if step > 1:
+            previous = layout["columns"][step - 1]
+            parents = [previous.index(by_id[i]["parent"]) for i in column]
+            assert parents == sorted(parents)  # children in the order of their parents: no lines cross
+    assert all(0 <= p["x"] < layout["width"] and 0 <= p["y"] < layout["height"] for p in pos.values())
+    best = sorted((by_id[i] for i in layout["best"]), key=lambda n: n["step"])
+    assert best[0]["status"] == "root" and [n["token"] for n in best[1:]] == tokens
+    assert best[-1]["status"] == "finished"
+    assert all(n["parent"] == p["id"] for p, n in zip(best, best[1:]))
 
 
 def test_api_errors_are_shown(page, server):

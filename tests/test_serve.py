@@ -107,12 +107,12 @@ def test_bad_limits_and_bad_folders_are_refused(tmp_path):
 
 
 def test_index_serves_the_explorer_page_or_a_placeholder(reverse_model, tmp_path, monkeypatch):
-    import attnmt.serve
+    import attnmt.serve.app
 
     translator, _ = reverse_model
     static = tmp_path / "static"
     static.mkdir()
-    monkeypatch.setattr(attnmt.serve, "STATIC_DIR", static)
+    monkeypatch.setattr(attnmt.serve.app, "STATIC_DIR", static)
     with TestClient(create_app([translator.folder])) as client:
         page = client.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

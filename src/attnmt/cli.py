@@ -307,19 +307,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the scores as JSON (or, with a file name, also write them there)")
     p.set_defaults(func=cmd_align_score)
 
+    from attnmt.serve.limits import ServerLimits  # without FastAPI: cheap to import
+
+    limits = ServerLimits()  # the defaults of the limits are those of create_app
     p = sub.add_parser("serve", help="HTTP API: translate, trace and list models (loopback by default)")
     p.add_argument("model_dir", nargs="+", help="trained model folder(s); the folder name is the model name")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8000)
-    p.add_argument("--max-body-bytes", type=_positive, default=1_000_000, help="larger request bodies get 413")
-    p.add_argument("--max-sentences", type=_positive, default=64, help="texts per /translate request")
-    p.add_argument("--max-chars", type=_positive, default=1000, help="characters per text")
-    p.add_argument("--max-tokens", type=_positive, default=256, help="subword tokens per text (after encoding)")
-    p.add_argument("--max-beam", type=_positive, default=16, help="largest beam (and n_best) a request may ask")
-    p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds per request; 503 beyond")
-    p.add_argument("--max-batch", type=_positive, default=64,
+    p.add_argument("--max-body-bytes", type=_positive, default=limits.max_body_bytes,
+                   help="larger request bodies get 413")
+    p.add_argument("--max-sentences", type=_positive, default=limits.max_sentences, help="texts per /translate request")
+    p.add_argument("--max-chars", type=_positive, default=limits.max_chars, help="characters per text")
+    p.add_argument("--max-tokens", type=_positive, default=limits.max_tokens,
+                   help="subword tokens per text (after encoding)")
+    p.add_argument("--max-beam", type=_positive, default=limits.max_beam,
+                   help="largest beam (and n_best) a request may ask")
+    p.add_argument("--timeout", type=_positive_float, default=limits.timeout, help="seconds per request; 503 beyond")
+    p.add_argument("--max-batch", type=_positive, default=limits.max_batch,
                    help="sentences of concurrent /translate requests decoded together (dynamic batching)")
-    p.add_argument("--max-batch-wait", type=_non_negative_float, default=5.0, metavar="MS",
+    p.add_argument("--max-batch-wait", type=_non_negative_float, default=limits.batch_wait * 1000, metavar="MS",
                    help="a batch is decoded once no request has come for this many milliseconds")
     p.add_argument("--no-batching", action="store_true",
                    help="decode one /translate request at a time (same as --max-batch 1)")

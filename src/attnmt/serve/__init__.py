@@ -1,0 +1,41 @@
+"""HTTP API over trained models: translate, trace the decoder, list models.
+
+    >>> from attnmt.serve import create_app
+    >>> app = create_app([Path("runs/quickstart/model")])   # then: uvicorn.run(app)
+
+Every request body is a pydantic model that forbids unknown fields and carries the server
+limits (sentences per request, characters per sentence, beam size), so the OpenAPI schema at
+``/docs`` shows them; subword tokens per sentence are counted after encoding. Errors are JSON
+objects whose ``detail`` is a readable string: 422 invalid request, 404 unknown model, 413 body
+too large, 503 over the time limit. ``/beam`` returns the search tree recorded by
+``attnmt.decoding.BeamRecorder``; ``/attention`` every layer and head of a Transformer's attention
+(``Translator.attention``).
+
+Decoding runs in a worker thread, one computation at a time per model (a lock per model).
+Concurrent /translate requests for a model are decoded together (dynamic batching). ``run_server``
+shuts down gracefully: on SIGTERM or SIGINT, requests in flight finish and get their answers.
+
+    limits.py      ServerLimits: what a request may ask for, how requests are batched
+    schemas.py     request and answer bodies; answers read from attnmt.api's and attnmt.trace's results
+    models.py      LoadedModel: a model, its lock, and ``run``: its work off the event loop, within the time limit
+    batching.py    Batcher: concurrent /translate requests decoded together
+    routes.py      the endpoints
+    middleware.py  the request body limit
+    app.py         create_app, the JSON errors, the explorer page; run_server
+
+The command ``attnmt serve MODEL_DIR ...`` binds to 127.0.0.1 by default; see docs/http-api.md.
+"""
+
+from attnmt.serve.limits import ServerLimits
+
+__all__ = ["ServerLimits", "create_app", "is_loopback", "run_server", "url_of"]
+
+
+def __getattr__(name: str):
+    # The app imports FastAPI, a third of a second: only when asked for, so that the command line
+    # can read the defaults of ServerLimits without it.
+    if name in __all__:
+        from attnmt.serve import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'attnmt.serve' has no attribute {name!r}")

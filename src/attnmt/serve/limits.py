@@ -1,0 +1,32 @@
+"""The server's limits: what one request may ask for, and how requests are batched. The defaults
+here are those of ``attnmt serve`` too (cli.py reads them)."""
+
+from dataclasses import dataclass
+
+from attnmt.errors import AttnmtError
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one request may ask for (checked before any decoding), and how requests are batched."""
+
+    max_body_bytes: int = 1_000_000  # request body (413 above)
+    max_sentences: int = 64  # texts in one /translate request
+    max_chars: int = 1000  # characters per text
+    max_tokens: int = 256  # subword tokens per text, counted after encoding, end of sentence excluded
+    max_beam: int = 16  # beam size (and n_best) of /translate
+    max_top_k: int = 50  # top_k of /trace
+    timeout: float = 30.0  # seconds for one request, waiting for the model included (503 above)
+    max_batch: int = 64  # sentences decoded together by dynamic batching; 1 = one request at a time
+    batch_wait: float = 0.005  # seconds the batcher waits for more requests after the first of a batch
+
+    def __post_init__(self):
+        for name in ("max_body_bytes", "max_sentences", "max_chars", "max_tokens", "max_beam", "max_top_k",
+                     "max_batch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise AttnmtError(f"server limit {name} must be a positive integer, got {value!r}")
+        if not self.timeout > 0:
+            raise AttnmtError(f"server limit timeout must be positive, got {self.timeout!r}")
+        if not 0 <= self.batch_wait < self.timeout:
+            raise AttnmtError(f"batch_wait must be at least 0 and below the timeout, got {self.batch_wait!r}")

@@ -1,0 +1,231 @@
+"""The bodies of requests and answers, as pydantic models: what /docs shows.
+
+Answers are read from the results of ``attnmt.api.Translator`` (``Translation`` and ``Candidate``,
+``DecodingTrace`` and ``StepTrace``, the nodes of ``beam_tree``, the dict of ``attention``): field by
+name, nested dataclasses included (``from_attributes``), numpy arrays made lists by the field types
+``Vector``, ``Matrix`` and ``Weights``. So a new field of a result is one line in its model here.
+
+Requests forbid unknown fields and carry the server's limits as Field constraints (so /docs shows
+them): they are built for each app, by ``request_models``.
+"""
+
+# No ``from __future__ import annotations``: the request models are built inside a function, from
+# its local types, which pydantic must see as objects rather than strings.
+
+from functools import partial
+from typing import Annotated, Any, Literal, NamedTuple, Optional, TypeVar, Union
+
+import numpy as np
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+
+from attnmt.serve.limits import ServerLimits
+
+
+def _listed(array) -> list:
+    """A numpy array (float32 from the model) as nested lists of Python floats."""
+    return np.asarray(array, dtype=np.float64).tolist()
+
+
+def _rounded(array) -> list:
+    """Attention weights rounded to 6 decimals: the float32 values to within 5e-7, in a third of
+    the JSON (all layers and heads of a long sentence run to millions of numbers)."""
+    return np.round(np.asarray(array, dtype=np.float64), 6).tolist()
+
+
+Vector = Annotated[list[float], BeforeValidator(_listed)]
+Matrix = Annotated[list[list[float]], BeforeValidator(_listed)]
+Weights = Annotated[list[list[list[list[float]]]], BeforeValidator(_rounded)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Answer(Strict):
+    """An answer, which may be read from the attributes of a result dataclass."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+A = TypeVar("A", bound=Answer)
+
+
+def respond(schema: type[A], result: Any, **given) -> A:
+    """``schema`` filled from ``result`` (a result dataclass, or a dict), field by field by name,
+    with ``given`` for what the result does not hold (the model's name)."""
+    read = result.__getitem__ if isinstance(result, dict) else partial(getattr, result)
+    return schema.model_validate({name: given[name] if name in given else read(name) for name in schema.model_fields})
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers
+
+
+class ErrorResponse(Strict):
+    detail: str = Field(description="what is wrong, readable")
+    errors: Optional[list[dict[str, Any]]] = Field(
+        None, description="422 only: one entry per invalid field, with loc, msg and type")
+
+
+class HealthResponse(Strict):
+    status: Literal["ok"]
+    models: list[str]
+
+
+class ModelInfo(Strict):
+    """What a model is. The RNN fields are null for a Transformer and the Transformer fields null
+    for an RNN, so that a client reads the fields of the model's ``type``."""
+
+    name: str = Field(description="the model folder's name; the `model` of requests")
+    type: Literal["rnn", "transformer"] = Field(description="rnn: encoder-decoder RNN with one attention; "
+                                                            "transformer: layers of multi-head attention (/attention)")
+    attention: Optional[str] = Field(
+        description="RNN: none | bahdanau | luong-dot | luong-general | luong-concat | location; "
+                    "Transformer: 'multi-head'")
+    rnn_type: Optional[str] = Field(description="RNN only: gru | lstm")
+    input_feeding: Optional[bool] = Field(description="RNN only")
+    decoder_hidden: Optional[int] = Field(description="RNN only: size of the decoder state")
+    d_model: Optional[int] = Field(description="Transformer only: model width")
+    heads: Optional[int] = Field(description="Transformer only: attention heads per layer")
+    encoder_layers: int
+    decoder_layers: int
+    feed_forward: Optional[int] = Field(description="Transformer only: inner size of the feed-forward layers")
+    norm: Optional[Literal["pre", "post"]] = Field(description="Transformer only: LayerNorm placement")
+    beam: int = Field(description="default beam size of /translate for this model")
+    path: str
+
+
+class CandidateOut(Answer):
+    text: str
+    tokens: list[str] = Field(description="output subword pieces, ending in '</s>' when the model produced it")
+    score: float = Field(description="log-probability / length penalty")
+    attention: Optional[Matrix] = Field(
+        description="len(tokens) x len(source_tokens), rows sum to 1; null without attention or when not asked")
+
+
+class TranslationOut(Answer):
+    source: str
+    source_tokens: list[str] = Field(description="source subword pieces, ending in '</s>'")
+    candidates: list[CandidateOut] = Field(description="n-best list, best first")
+
+
+class TranslateResponse(Answer):
+    model: str
+    translations: list[TranslationOut] = Field(description="one per input text, in order")
+
+
+class StepOut(Answer):
+    token: str = Field(description="the token chosen at this step (greedy)")
+    probability: float
+    scores: Optional[Vector] = Field(description="attention scores e_j before the softmax (one per source token)")
+    weights: Optional[Vector] = Field(description="attention weights a_j = softmax(e)_j")
+    context: Vector = Field(description="context vector c_t = sum_j a_j h_j")
+    state: Vector = Field(description="decoder state s_t (top layer)")
+    top_k: list[tuple[str, float]] = Field(description="most probable next tokens with their probabilities")
+
+
+class TraceResponse(Answer):
+    model: str
+    source: str
+    source_tokens: list[str]
+    text: str = Field(description="the greedy translation")
+    tokens: list[str]
+    encoder_states: Matrix = Field(description="one row h_j per source token")
+    steps: list[StepOut]
+
+
+class BeamNodeOut(Answer):
+    id: int = Field(description="index of the node in `nodes`")
+    parent: Optional[int] = Field(description="id of the node it extends; null for the root")
+    token: str = Field(description="the subword piece this candidate appends ('<s>' for the root)")
+    log_prob: float = Field(description="log-probability of the whole prefix")
+    step: int = Field(description="output position: 0 for the root, 1 for the first token")
+    status: Literal["root", "kept", "finished", "pruned"] = Field(
+        description="kept: stayed in the beam; finished: ended in '</s>'; pruned: fell out of the beam")
+
+
+class BeamResponse(Answer):
+    model: str
+    source_tokens: list[str]
+    nodes: list[BeamNodeOut] = Field(description="every candidate the beam search looked at, the root first")
+    translation: TranslationOut = Field(description="the final hypotheses, best first (up to beam of them)")
+
+
+class AttentionResponse(Answer):
+    model: str
+    source_tokens: list[str] = Field(description="S source pieces, ending in '</s>'")
+    tokens: list[str] = Field(description="T output pieces (the translation, or the forced one)")
+    decoder_tokens: list[str] = Field(description="T decoder inputs: '<s>' and tokens[:-1]")
+    encoder: Weights = Field(
+        description="encoder self-attention [layer][head][source query][source key], S x S per head")
+    decoder: Weights = Field(
+        description="masked decoder self-attention [layer][head][output][decoder input], T x T per head; "
+                    "0 above the diagonal")
+    cross: Weights = Field(description="cross-attention [layer][head][output][source], T x S per head")
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+class RequestModels(NamedTuple):
+    translate: type[Strict]
+    trace: type[Strict]
+    beam: type[Strict]
+    attention: type[Strict]
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("text must not be empty or only whitespace")
+    return text
+
+
+def _text_kind(value: Any) -> Optional[str]:
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "list"
+    return None
+
+
+def request_models(limits: ServerLimits) -> RequestModels:
+    """The request bodies, with the limits as Field constraints (so /docs shows them)."""
+    Sentence = Annotated[str, Field(min_length=1, max_length=limits.max_chars, strict=True),
+                         AfterValidator(_not_blank)]
+    ModelName = Optional[str]
+    model_field = Field(None, description="model name (see /models); default: the first model")
+
+    class TranslateRequest(Strict):
+        text: Annotated[
+            Union[Annotated[Sentence, Tag("text")],
+                  Annotated[list[Sentence], Field(min_length=1, max_length=limits.max_sentences), Tag("list")]],
+            Discriminator(_text_kind, custom_error_type="text_type",
+                          custom_error_message="text must be a string or a list of strings"),
+        ] = Field(description=f"one sentence, or a list of 1 to {limits.max_sentences} sentences; "
+                              f"each 1 to {limits.max_chars} characters, not only whitespace")
+        model: ModelName = model_field
+        beam: Optional[int] = Field(None, ge=1, le=limits.max_beam, strict=True,
+                                    description="beam size (1 = greedy); default: the model's")
+        n_best: int = Field(1, ge=1, le=limits.max_beam, strict=True,
+                            description="candidates per sentence, at most beam")
+        attention: bool = Field(True, strict=True, description="include the attention matrices")
+
+    class TraceRequest(Strict):
+        text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
+        model: ModelName = model_field
+        top_k: int = Field(5, ge=1, le=limits.max_top_k, strict=True, description="next-token candidates per step")
+
+    class BeamRequest(Strict):
+        text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
+        model: ModelName = model_field
+        beam: int = Field(5, ge=1, le=limits.max_beam, strict=True, description="beam size")
+
+    class AttentionRequest(Strict):
+        text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
+        model: ModelName = model_field
+        translation: Optional[Sentence] = Field(
+            None, description="a target text whose attention to show (forced decoding); "
+                              "default: the model's translation (beam of its config)")
+
+    return RequestModels(TranslateRequest, TraceRequest, BeamRequest, AttentionRequest)

@@ -1,0 +1,158 @@
+// Heatmap of attention weights (an HTML table): one cell per (output token, source token), with
+// the tokens a row attends to, or the rows that attend to a column, highlighted on hover or click.
+
+import { blue, clear, el, fmt, shortWeight } from "./dom.js";
+
+export const HIGHLIGHT_RATIO = 0.5; // a source token is "attended to" when its weight >= ratio * the row's maximum
+
+/** The columns a row of weights attends to: weight >= HIGHLIGHT_RATIO * max of the row. */
+export function attendedColumns(row) {
+  const top = Math.max(...row);
+  if (!(top > 0)) return [];
+  return row.flatMap((w, j) => (w >= HIGHLIGHT_RATIO * top ? [j] : []));
+}
+
+export class Heatmap {
+  /**
+   * @param {string[]} sourceTokens columns
+   * @param {string[]} targetTokens rows
+   * @param {number[][]} matrix rows = target tokens, columns = source tokens
+   */
+  constructor(sourceTokens, targetTokens, matrix, { name = "", caption = null, compact = false } = {}) {
+    this.source = sourceTokens;
+    this.target = targetTokens;
+    this.matrix = matrix;
+    this.attended = matrix.map(attendedColumns);
+    this.pinned = null; // {kind: "row"|"col", index}
+    this.hovered = null;
+    this.progress = null; // rows after it are not decoded yet (step view)
+
+    const vertical = sourceTokens.some((t) => t !== "</s>" && [...t].length > 3);
+    this.table = el("table", {
+      class: `heatmap${vertical ? " vertical-labels" : ""}${compact ? " compact" : ""}`, "data-model": name,
+      "data-rows": targetTokens.length, "data-cols": sourceTokens.length,
+    });
+    if (caption) this.table.append(el("caption", {}, caption));
+    const head = el("tr", {}, el("th", { class: "corner", scope: "col" },
+      el("span", { class: "axis" }, "source →"), el("span", { class: "axis" }, "output ↓")));
+    this.sourceLabels = sourceTokens.map((tok, j) => {
+      const th = el("th", { class: "src-label", scope: "col", "data-col": j, title: `source token ${j + 1}: ${tok}` },
+        el("span", {}, tok));
+      th.addEventListener("mouseenter", () => this.hover({ kind: "col", index: j }));
+      th.addEventListener("mouseleave", () => this.hover(null));
+      th.addEventListener("click", () => this.pin({ kind: "col", index: j }));
+      return th;
+    });
+    head.append(...this.sourceLabels);
+    this.targetLabels = [];
+    this.cells = [];
+    this.rows = [];
+    const body = el("tbody");
+    targetTokens.forEach((tok, i) => {
+      const th = el("th", { class: "tgt-label", scope: "row", "data-row": i, title: `output token ${i + 1}: ${tok}` }, tok);
+      th.addEventListener("mouseenter", () => this.hover({ kind: "row", index: i }));
+      th.addEventListener("mouseleave", () => this.hover(null));
+      th.addEventListener("click", () => this.pin({ kind: "row", index: i }));
+      this.targetLabels.push(th);
+      const cells = matrix[i].map((w, j) => {
+        const td = el("td", {
+          class: "cell", "data-row": i, "data-col": j, "data-weight": w.toFixed(6),
+          title: `${tok} → ${sourceTokens[j]}: ${w.toFixed(3)}`,
+          style: `background-color:${blue(w)}`,
+        });
+        if (w > 0.55) td.classList.add("dark");
+        return td;
+      });
+      this.cells.push(cells);
+      const tr = el("tr", { "data-row": i }, th, ...cells);
+      this.rows.push(tr);
+      body.append(tr);
+    });
+    this.table.append(el("thead", {}, head), body);
+
+    this.info = el("p", { class: "focus-info" });
+    this.element = el("div", { class: "heatmap-block" },
+      el("div", { class: "heatmap-scroll" }, this.table),
+      el("div", { class: "legend" }, el("span", {}, "0"), el("span", { class: "ramp" }), el("span", {}, "1"),
+        el("span", { class: "muted" }, ` weight · highlighted: ≥ ${HIGHLIGHT_RATIO} × the row's largest weight`)),
+      this.info);
+    this.render();
+  }
+
+  hover(focus) {
+    this.hovered = focus;
+    this.render();
+  }
+
+  pin(focus) {
+    const same = this.pinned && this.pinned.kind === focus.kind && this.pinned.index === focus.index;
+    this.pinned = same ? null : focus;
+    this.render();
+  }
+
+  setProgress(t) {
+    this.progress = t;
+    if (this.pinned && this.pinned.kind === "row" && this.pinned.index > t) this.pinned = null;
+    this.render();
+  }
+
+  render() {
+    const focus = this.hovered || this.pinned;
+    const live = (i) => this.progress === null || i <= this.progress;
+    this.table.classList.toggle("focused", Boolean(focus));
+    for (const th of [...this.sourceLabels, ...this.targetLabels]) th.classList.remove("highlight", "selected");
+    this.rows.forEach((tr, i) => {
+      tr.classList.toggle("future", !live(i));
+      tr.classList.toggle("current", this.progress === i);
+    });
+    this.cells.forEach((row, i) => row.forEach((td, j) => {
+      td.classList.remove("highlight", "in-focus");
+      td.textContent = "";
+      td.style.backgroundColor = live(i) ? blue(this.matrix[i][j]) : "";
+    }));
+    clear(this.info);
+    if (!focus) {
+      this.info.append(el("span", { class: "muted" }, "Hover or click a token label."));
+      return;
+    }
+    if (focus.kind === "row") {
+      const i = focus.index;
+      if (!live(i)) return;
+      this.targetLabels[i].classList.add("selected");
+      this.cells[i].forEach((td, j) => {
+        td.classList.add("in-focus");
+        td.textContent = shortWeight(this.matrix[i][j]);
+      });
+      const parts = [];
+      for (const j of [...this.attended[i]].sort((a, b) => this.matrix[i][b] - this.matrix[i][a])) {
+        this.sourceLabels[j].classList.add("highlight");
+        this.cells[i][j].classList.add("highlight");
+        parts.push(el("span", { class: "pair" }, el("span", { class: "tok" }, this.source[j]), ` ${fmt(this.matrix[i][j])}`));
+      }
+      this.info.append("Output ", el("span", { class: "tok" }, this.target[i]), ` (row ${i + 1}) attends to: `, ...parts);
+    } else {
+      const j = focus.index;
+      this.sourceLabels[j].classList.add("selected");
+      const parts = [];
+      this.cells.forEach((row, i) => {
+        if (!live(i)) return;
+        row[j].classList.add("in-focus");
+        row[j].textContent = shortWeight(this.matrix[i][j]);
+        if (this.attended[i].includes(j)) {
+          this.targetLabels[i].classList.add("highlight");
+          row[j].classList.add("highlight");
+          parts.push(el("span", { class: "pair" }, el("span", { class: "tok" }, this.target[i]), ` ${fmt(this.matrix[i][j])}`));
+        }
+      });
+      this.info.append("Source ", el("span", { class: "tok" }, this.source[j]), ` (column ${j + 1}) is attended to by: `,
+        ...(parts.length ? parts : [el("span", { class: "muted" }, "no output token (never among a row's largest weights)")]));
+    }
+  }
+}
+
+/** In place of a heatmap, for a model without attention. */
+export function noAttentionNotice() {
+  return el("div", { class: "notice no-attention" },
+    el("strong", {}, "no attention — fixed context"),
+    el("span", {}, ": this model has no attention; the decoder sees the same context (the final encoder state) at every step, so there are no weights to draw."));
+}

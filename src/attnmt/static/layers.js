@@ -1,0 +1,151 @@
+// A Transformer's layers and heads (/attention; weights are [layer][head][query][key]): for the chosen
+// kind of attention, layer and head, a head view (lines from queries to keys) beside a heatmap, and a
+// grid of every layer x head.
+
+import { $, blue, clear, el, svg } from "./dom.js";
+import { Heatmap } from "./heatmap.js";
+
+const KINDS = {
+  encoder: { name: "encoder self-attention", queries: "source_tokens", keys: "source_tokens", colour: "#2b6cb0",
+    sides: ["source", "source"] },
+  decoder: { name: "decoder self-attention", queries: "tokens", keys: "decoder_tokens", colour: "#2f855a",
+    sides: ["output", "decoder input"] },
+  cross: { name: "cross-attention", queries: "tokens", keys: "source_tokens", colour: "#c05621",
+    sides: ["output", "source"] },
+};
+
+/** The matrix of one layer and head, or with head "mean" the average of the layer's heads. */
+export function headMatrix(weights, layer, head) {
+  const heads = weights[layer];
+  if (head !== "mean") return heads[Number(head)];
+  return heads[0].map((row, i) => row.map((_, j) => heads.reduce((sum, h) => sum + h[i][j], 0) / heads.length));
+}
+
+export class LayersView {
+  constructor() {
+    this.data = null; // the /attention answer shown, or null
+    $("att-kind").addEventListener("change", () => {
+      this.fillSelects();
+      this.draw();
+    });
+    $("att-layer").addEventListener("change", () => this.draw());
+    $("att-head").addEventListener("change", () => this.draw());
+  }
+
+  /** Shows an /attention answer; null hides the card (an RNN model). */
+  show(result) {
+    this.data = result;
+    $("layers-card").hidden = !result;
+    clear($("layers-view"));
+    if (!result) return;
+    this.fillSelects();
+    this.draw();
+  }
+
+  /** Layer and head choices for the chosen kind (the encoder and decoder may differ in depth); the
+   *  previous choice is kept when it still exists, else the last layer and the average of the heads. */
+  fillSelects() {
+    if (!this.data) return;
+    const weights = this.data[$("att-kind").value];
+    const layers = weights.length, heads = weights[0].length;
+    const layerSelect = $("att-layer"), headSelect = $("att-head");
+    const [oldLayer, oldHead] = [layerSelect.value, headSelect.value];
+    clear(layerSelect);
+    clear(headSelect);
+    for (let l = 0; l < layers; l++) layerSelect.append(el("option", { value: l }, `layer ${l}`));
+    headSelect.append(el("option", { value: "mean" }, "all heads averaged"));
+    for (let h = 0; h < heads; h++) headSelect.append(el("option", { value: h }, `head ${h}`));
+    layerSelect.value = oldLayer !== "" && Number(oldLayer) < layers ? oldLayer : String(layers - 1);
+    headSelect.value = oldHead === "mean" || (oldHead !== "" && Number(oldHead) < heads) ? oldHead : "mean";
+  }
+
+  select(layer, head) {
+    $("att-layer").value = String(layer);
+    $("att-head").value = String(head);
+    this.draw();
+  }
+
+  draw() {
+    const data = this.data;
+    if (!data) return;
+    const kind = $("att-kind").value, layer = Number($("att-layer").value), head = $("att-head").value;
+    const k = KINDS[kind];
+    const matrix = headMatrix(data[kind], layer, head);
+    const which = head === "mean" ? "all heads averaged" : `head ${head}`;
+    const view = $("layers-view");
+    clear(view);
+    const heatmap = new Heatmap(data[k.keys], data[k.queries], matrix,
+      { name: data.model, caption: `${k.name} · layer ${layer} · ${which}`, compact: true });
+    view.append(
+      el("div", { class: "layers-top" }, headView(data[k.queries], data[k.keys], matrix, kind), heatmap.element),
+      headGrid(data[kind], kind, layer, head, (l, h) => this.select(l, h)));
+  }
+}
+
+/** Two columns of tokens, queries left and keys right, a line for each pair with its weight as
+ *  opacity: a row's lines share one unit of ink, so a sharp head shows one dark line per token. */
+function headView(queryTokens, keyTokens, matrix, kind) {
+  const k = KINDS[kind];
+  const rowH = 22, top = 26, textW = 120, gap = 170;
+  const xq = textW, xk = textW + gap;
+  const width = xk + textW, height = top + rowH * Math.max(queryTokens.length, keyTokens.length, 1) + 6;
+  const y = (i) => top + i * rowH + rowH / 2;
+  const root = svg("svg", { class: "head-view", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": `head view of the ${k.name}`, "data-kind": kind });
+  root.append(svg("text", { x: xq, y: 14, class: "side-title", "text-anchor": "end" }, k.sides[0]),
+    svg("text", { x: xk, y: 14, class: "side-title" }, k.sides[1]));
+  const lines = svg("g", { class: "lines" });
+  matrix.forEach((row, i) => row.forEach((w, j) => {
+    if (!(w > 0)) return; // exactly 0 where the query may not look (the decoder's later positions)
+    lines.append(svg("line", { class: "att-line", x1: xq + 6, y1: y(i), x2: xk - 6, y2: y(j), stroke: k.colour,
+      "stroke-opacity": w.toFixed(4), "data-query": i, "data-key": j, "data-weight": w.toFixed(6) }));
+  }));
+  root.append(lines);
+  const labels = [];
+  const focus = (side, index) => {
+    root.classList.toggle("focus", index !== null);
+    for (const line of lines.children) line.classList.toggle("on", index !== null && line.dataset[side] === String(index));
+    for (const label of labels) label.classList.toggle("on", index !== null && label.dataset[side] === String(index));
+  };
+  const addLabels = (tokens, side, x) => tokens.forEach((tok, i) => {
+    const label = svg("text", { x, y: y(i) + 4, class: `tok ${side}`, [`data-${side}`]: i }, tok);
+    label.addEventListener("mouseenter", () => focus(side, i));
+    label.addEventListener("mouseleave", () => focus(side, null));
+    labels.push(label);
+    root.append(label);
+  });
+  addLabels(queryTokens, "query", xq);
+  addLabels(keyTokens, "key", xk);
+  return el("div", { class: "head-view-wrap" }, root);
+}
+
+/** Every layer (rows) x head (columns) as a small canvas heatmap; a click calls onSelect(layer, head)
+ *  (head "mean" for a layer's label: its heads averaged). */
+function headGrid(weights, kind, layer, head, onSelect) {
+  const layers = weights.length, heads = weights[0].length;
+  const grid = el("div", { class: "head-grid", style: `grid-template-columns: auto repeat(${heads}, 76px)`,
+    "data-kind": kind, "data-layers": layers, "data-heads": heads });
+  grid.append(el("span"));
+  for (let h = 0; h < heads; h++) grid.append(el("span", { class: "grid-label" }, `head ${h}`));
+  for (let l = 0; l < layers; l++) {
+    const mean = el("span", { class: "grid-label mean-row", title: "all heads of this layer averaged" }, `layer ${l}`);
+    mean.addEventListener("click", () => onSelect(l, "mean"));
+    grid.append(mean);
+    for (let h = 0; h < heads; h++) {
+      const matrix = weights[l][h];
+      const rows = matrix.length, cols = rows ? matrix[0].length : 0;
+      const px = Math.max(1, Math.floor(72 / Math.max(rows, cols, 1)));
+      const canvas = el("canvas", { class: `grid-cell${l === layer && String(h) === head ? " selected" : ""}`,
+        width: Math.max(1, cols * px), height: Math.max(1, rows * px), "data-layer": l, "data-head": h,
+        title: `layer ${l} head ${h}: click to select` });
+      const ctx = canvas.getContext("2d");
+      matrix.forEach((row, i) => row.forEach((w, j) => {
+        ctx.fillStyle = blue(w);
+        ctx.fillRect(j * px, i * px, px, px);
+      }));
+      canvas.addEventListener("click", () => onSelect(l, h));
+      grid.append(canvas);
+    }
+  }
+  return grid;
+}

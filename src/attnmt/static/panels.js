@@ -1,0 +1,44 @@
+// The translation panels: a model's translation and its attention heatmap (two panels to compare).
+
+import { clear, el, fmt } from "./dom.js";
+import { Heatmap, noAttentionNotice } from "./heatmap.js";
+
+/** One line about a model of /models. */
+export function describeModel(m) {
+  if (!m) return "";
+  if (m.type === "transformer") {
+    return `Transformer · d_model ${m.d_model} · ${m.heads} heads · ${m.encoder_layers} encoder + ` +
+      `${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}`;
+  }
+  const attention = m.attention === "none" ? "no attention" : `${m.attention} attention`;
+  const feeding = m.attention.startsWith("luong") ? (m.input_feeding ? " · input feeding" : " · no input feeding") : "";
+  return `${attention} · ${m.rnn_type.toUpperCase()} · decoder ${m.decoder_hidden}${feeding} · default beam ${m.beam}`;
+}
+
+/** The best translation of a /translate answer, with its heatmap; `info` is the model's entry of /models. */
+export function renderPanel(panel, modelName, info, result) {
+  clear(panel);
+  panel.dataset.model = modelName;
+  panel.append(el("div", { class: "panel-head" },
+    el("span", { class: "model-name" }, modelName),
+    el("span", { class: "muted small" }, describeModel(info))));
+  if (!result) return;
+  const translation = result.translations[0];
+  const best = translation.candidates[0];
+  panel.append(el("div", { class: "output" },
+    el("span", { class: "muted small" }, "translation"),
+    el("span", { class: "translation" }, best.text),
+    el("span", { class: "score muted small", title: "log-probability / length penalty" }, `score ${fmt(best.score, 3)}`)));
+  if (best.attention === null || best.attention === undefined) {
+    panel.append(noAttentionNotice());
+    return;
+  }
+  const heatmap = new Heatmap(translation.source_tokens, best.tokens, best.attention, { name: modelName });
+  panel.append(heatmap.element);
+}
+
+export function renderPanelError(panel, modelName, err) {
+  clear(panel);
+  panel.append(el("div", { class: "panel-head" }, el("span", { class: "model-name" }, modelName)),
+    el("p", { class: "error-inline" }, err.message));
+}

@@ -1,0 +1,207 @@
+// The step-by-step view of a greedy decoding (/trace): for step t the output so far, the attention
+// scores and weights as bars, the encoder states, context and decoder state, the top-k next tokens,
+// and the heatmap of the rows decoded so far. ◀ ▶ buttons and the arrow keys walk through the steps.
+
+import { $, blue, clear, diverging, el, fmt, maxAbs, shortWeight, svg } from "./dom.js";
+import { Heatmap, noAttentionNotice } from "./heatmap.js";
+
+export class StepView {
+  constructor() {
+    this.trace = null; // the /trace answer shown, or null
+    this.step = 0;
+    this.heatmap = null;
+    this.scales = null; // the largest magnitude of each kind of vector, for their colours
+    this.parts = null; // the containers redrawn at each step
+    $("step-back").addEventListener("click", () => this.go(this.step - 1));
+    $("step-next").addEventListener("click", () => this.go(this.step + 1));
+    document.addEventListener("keydown", (event) => {
+      const tag = event.target && event.target.tagName;
+      if (["TEXTAREA", "INPUT", "SELECT"].includes(tag) || event.altKey || event.ctrlKey || event.metaKey) return;
+      if (event.key === "ArrowRight" && this.trace) { event.preventDefault(); this.go(this.step + 1); }
+      if (event.key === "ArrowLeft" && this.trace) { event.preventDefault(); this.go(this.step - 1); }
+    });
+  }
+
+  /** Shows a /trace answer at its first step (null: no steps). */
+  show(trace) {
+    this.trace = trace;
+    this.step = 0;
+    const view = $("step-view");
+    clear(view);
+    if (!trace || trace.steps.length === 0) {
+      view.append(el("p", { class: "placeholder muted" }, "No decoding steps."));
+      this.trace = null;
+      this.updateButtons();
+      return;
+    }
+    const hasAttention = trace.steps[0].weights !== null && trace.steps[0].weights !== undefined;
+    this.scales = {
+      context: maxAbs(trace.steps.map((s) => s.context)),
+      state: maxAbs(trace.steps.map((s) => s.state)),
+      encoder: maxAbs(trace.encoder_states),
+    };
+    this.heatmap = hasAttention
+      ? new Heatmap(trace.source_tokens, trace.tokens, trace.steps.map((s) => s.weights),
+        { name: trace.model, caption: "attention so far (rows up to the current step)", compact: true })
+      : null;
+    this.parts = {
+      output: el("div", { class: "step-output" }),
+      attention: el("div", { class: "step-attention" }),
+      vectors: el("div", { class: "step-vectors" }),
+      topk: el("div", { class: "step-topk" }),
+    };
+    view.append(
+      el("div", { class: "step-grid" },
+        el("div", { class: "step-main" }, this.parts.output, this.parts.attention, this.parts.vectors),
+        el("div", { class: "step-side" }, this.parts.topk, this.heatmap ? this.heatmap.element : null)));
+    this.go(0);
+  }
+
+  /** In place of the steps, the error of /trace. */
+  showError(err) {
+    this.show(null);
+    clear($("step-view"));
+    $("step-view").append(el("p", { class: "error-inline" }, err.message));
+    $("step-index").textContent = "—";
+    clear($("step-token-line"));
+  }
+
+  /** Shows step t (counting from 0, kept within the steps). */
+  go(t) {
+    const trace = this.trace;
+    if (!trace) return;
+    t = Math.max(0, Math.min(trace.steps.length - 1, t));
+    this.step = t;
+    const step = trace.steps[t];
+    const n = trace.steps.length;
+    const index = $("step-index");
+    index.dataset.step = String(t + 1);
+    index.dataset.total = String(n);
+    index.textContent = `step ${t + 1} / ${n}`;
+    const line = $("step-token-line");
+    clear(line);
+    line.append("writes ", el("span", { id: "step-token", class: "tok big" }, step.token),
+      el("span", { class: "muted" }, ` p = ${fmt(step.probability, 3)}`));
+    this.updateButtons();
+
+    const { output, attention, vectors, topk } = this.parts;
+    clear(output);
+    output.append(el("span", { class: "muted small label" }, "output"));
+    trace.tokens.forEach((tok, i) => {
+      const cls = i < t ? "chip done" : i === t ? "chip current" : "chip future";
+      output.append(el("span", { class: cls, "data-index": i }, i <= t ? tok : "·"));
+    });
+    clear(attention);
+    const hasWeights = step.weights !== null && step.weights !== undefined;
+    attention.append(hasWeights ? attentionBars(trace.source_tokens, step.scores, step.weights) : noAttentionNotice());
+    clear(vectors);
+    vectors.append(vectorsView(trace, step, this.scales));
+    clear(topk);
+    topk.append(topKTable(step, t));
+    if (this.heatmap) this.heatmap.setProgress(t);
+  }
+
+  updateButtons() {
+    $("step-back").disabled = !this.trace || this.step <= 0;
+    $("step-next").disabled = !this.trace || this.step >= this.trace.steps.length - 1;
+  }
+}
+
+/** The most probable next tokens of a step, with bars for their probabilities. */
+function topKTable(step, t) {
+  const table = el("table", { class: "topk" },
+    el("caption", {}, `top ${step.top_k.length} next tokens at step ${t + 1}`));
+  for (const [tok, p] of step.top_k) {
+    table.append(el("tr", { class: tok === step.token ? "chosen" : "" },
+      el("td", { class: "tok" }, tok),
+      el("td", { class: "bar-cell" }, el("span", { class: "pbar", style: `width:${Math.max(1, p * 100).toFixed(1)}%` })),
+      el("td", { class: "num" }, fmt(p, 3))));
+  }
+  return table;
+}
+
+/** Two bar charts over the source tokens: the scores e_j (signed) and the weights a_j = softmax(e)_j. */
+function attentionBars(sourceTokens, scores, weights) {
+  const colW = Math.max(26, Math.min(56, Math.floor(600 / sourceTokens.length)));
+  const left = 96;
+  const width = left + colW * sourceTokens.length + 8;
+  // A Transformer's step has weights (its last layer's cross-attention averaged over the heads)
+  // but no scores: there is no single score vector before one softmax. Then only the weights.
+  const hasScores = Array.isArray(scores);
+  const scoreH = hasScores ? 90 : 0, gap = hasScores ? 30 : 0, weightH = 90, labelH = 30, top = 16;
+  const height = top + scoreH + gap + weightH + labelH;
+  const root = svg("svg", { class: "bars", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": "attention scores and weights of this step" });
+
+  const best = weights.indexOf(Math.max(...weights));
+  if (hasScores) drawScores(root, scores, { left, width, top, scoreH, colW, best });
+
+  // weights in [0, 1]
+  const wTop = top + scoreH + gap;
+  root.append(svg("text", { x: 4, y: wTop + 12, class: "axis-title" }, "weights aⱼ"),
+    svg("text", { x: 4, y: wTop + 28, class: "axis-note" }, hasScores ? "softmax(e)" : "last layer, heads averaged"),
+    svg("line", { x1: left, x2: width - 4, y1: wTop + weightH, y2: wTop + weightH, class: "zero" }));
+  weights.forEach((w, j) => {
+    const x = left + j * colW + 4;
+    const h = Math.max(1, w * weightH);
+    root.append(svg("rect", { x, y: wTop + weightH - h, width: colW - 8, height: h, class: `bar weight${j === best ? " best" : ""}`,
+      "data-col": j, fill: blue(0.25 + 0.75 * w) }, svg("title", {}, `a = ${w.toFixed(4)}`)));
+    root.append(svg("text", { x: x + (colW - 8) / 2, y: wTop + weightH - h - 3, class: "val" }, shortWeight(w)));
+  });
+
+  // source labels
+  sourceTokens.forEach((tok, j) => {
+    root.append(svg("text", { x: left + j * colW + colW / 2, y: wTop + weightH + 18, class: `tok-label${j === best ? " best" : ""}` },
+      tok.length > 6 ? `${tok.slice(0, 5)}…` : tok));
+  });
+  return el("div", { class: "bars-wrap" }, root);
+}
+
+/** The scores e_j as signed bars, the zero line inside [min, max]. */
+function drawScores(root, scores, { left, width, top, scoreH, colW, best }) {
+  const lo = Math.min(0, ...scores), hi = Math.max(0, ...scores);
+  const span = hi - lo || 1;
+  const yOf = (v) => top + ((hi - v) / span) * scoreH;
+  const zero = yOf(0);
+  root.append(svg("text", { x: 4, y: top + 12, class: "axis-title" }, "scores eⱼ"),
+    svg("text", { x: 4, y: top + 28, class: "axis-note" }, "before softmax"),
+    svg("line", { x1: left, x2: width - 4, y1: zero, y2: zero, class: "zero" }));
+  scores.forEach((v, j) => {
+    const x = left + j * colW + 4;
+    const y = Math.min(zero, yOf(v));
+    const h = Math.max(1, Math.abs(yOf(v) - zero));
+    root.append(svg("rect", { x, y, width: colW - 8, height: h, class: `bar score${v < 0 ? " neg" : ""}${j === best ? " best" : ""}`, "data-col": j },
+      svg("title", {}, `e = ${v.toFixed(4)}`)));
+    root.append(svg("text", { x: x + (colW - 8) / 2, y: v >= 0 ? y - 3 : y + h + 10, class: "val" }, fmt(v, 1)));
+  });
+}
+
+function vectorRow(values, scale, label, attrs = {}) {
+  const width = Math.max(2, Math.min(10, Math.floor(560 / values.length)));
+  const cells = values.map((v, k) => el("span", {
+    class: "vcell", style: `width:${width}px;background-color:${diverging(v / scale)}`, title: `[${k}] ${v.toFixed(4)}`,
+  }));
+  return el("div", { class: "vrow", ...attrs }, el("span", { class: "vlabel" }, label), el("span", { class: "vcells" }, ...cells));
+}
+
+function vectorsView(trace, step, scales) {
+  const box = el("div", { class: "vectors" });
+  if (step.weights) {
+    box.append(el("p", { class: "muted small" }, "encoder states hⱼ, faded by their weight aⱼ; context c = Σⱼ aⱼ hⱼ"));
+    const wmax = Math.max(...step.weights);
+    trace.encoder_states.forEach((h, j) => {
+      const row = vectorRow(h, scales.encoder, "", { "data-col": j });
+      const label = row.querySelector(".vlabel");
+      label.append(el("span", { class: "tok" }, trace.source_tokens[j]), el("span", { class: "muted" }, ` ${shortWeight(step.weights[j])}`));
+      row.style.opacity = String(0.15 + 0.85 * (step.weights[j] / (wmax || 1)));
+      box.append(row);
+    });
+  } else {
+    box.append(el("p", { class: "muted small" }, "without attention the context is the final encoder state, the same at every step"));
+  }
+  box.append(vectorRow(step.context, scales.context, "context cₜ", { class: "vrow context", "data-kind": "context" }));
+  box.append(vectorRow(step.state, scales.state, "state sₜ", { class: "vrow state", "data-kind": "state" }));
+  box.append(el("div", { class: "legend" }, el("span", {}, "−"), el("span", { class: "ramp diverging" }), el("span", {}, "+"),
+    el("span", { class: "muted" }, " value (scaled by the largest magnitude of each kind of vector)")));
+  return box;
+}
