@@ -59,28 +59,26 @@ def test_ctranslate2_greedy_equals_attnmt_greedy(tmp_path, changes):
     assert ended >= 20  # the comparison covers finished translations, not only cut ones
 
 
-def test_int8_export_scores_our_translations_nearly_as_we_do(tmp_path):
-    """Weights stored as int8 (smaller; the float position table is most of this tiny model) and
-    scores close to the float ones. (Not the tokens: the barely trained model has near-ties that
-    int8 rounding flips.)"""
+def test_int8_export_scores_as_ctranslate2s_own_int8_of_the_float_export(tmp_path):
+    """Weights stored as int8 (smaller; the float position table is most of this tiny model), and
+    the same scores as CTranslate2 quantizing the float32 export itself when loading it: the int8
+    export is the float model, quantized. (How far int8 scores are from float32 ones depends on
+    the CPU's int8 kernels, and on a barely trained model with d_model 32 it can exceed a nat:
+    the float32 export is what must equal attnmt, and does, in the test above.)"""
     model_dir = transformer(tmp_path, share_embeddings=True)
     assert main(["export", str(model_dir), "--ct2", str(tmp_path / "fp32")]) == 0
     assert main(["export", str(model_dir), "--ct2", str(tmp_path / "int8"), "--quantization", "int8"]) == 0
     assert (tmp_path / "int8" / "model.bin").stat().st_size < 0.75 * (tmp_path / "fp32" / "model.bin").stat().st_size
     ours = attnmt.load(model_dir)
-    theirs = ctranslate2.Translator(str(tmp_path / "int8"), device="cpu", compute_type="int8")
     texts = random_strings(30, 3, 8, seed=5)
-    translations = ours.translate(texts, beam=1)
     sources = [ours.src_subwords.pieces(s) for s in ours.src_subwords.encode(texts)]
-    # score_batch adds </s> to the target itself: give the pieces without it.
-    targets = [t.tokens[:-1] if t.tokens[-1] == "</s>" else t.tokens for t in translations]
-    ended = [t for t, tokens in zip(translations, targets) if len(tokens) < len(t.tokens)]
-    scored = theirs.score_batch([s for s, t in zip(sources, translations) if t in ended],
-                                [tokens for t, tokens in zip(translations, targets) if t in ended])
-    assert len(ended) >= 20
-    for t, result in zip(ended, scored):
-        log_prob = t.score * length_penalty(len(t.tokens), ours.config.decoding.length_penalty)
-        assert sum(result.log_probs) == pytest.approx(log_prob, rel=0.1, abs=0.3)
+    targets = [t.tokens[:-1] if t.tokens[-1] == "</s>" else t.tokens for t in ours.translate(texts, beam=1)]
+    scores = {folder: [sum(r.log_probs) for r in ctranslate2.Translator(
+        str(tmp_path / folder), device="cpu", compute_type="int8").score_batch(sources, targets)]
+        for folder in ("int8", "fp32")}
+    assert scores["int8"] == pytest.approx(scores["fp32"], abs=1e-4)
+    float_scores = ctranslate2.Translator(str(tmp_path / "fp32"), device="cpu").score_batch(sources, targets)
+    assert scores["int8"] != pytest.approx([sum(r.log_probs) for r in float_scores], abs=1e-4)  # int8 did run
 
 
 def test_export_of_an_rnn_is_a_clear_error(tmp_path, capsys):
