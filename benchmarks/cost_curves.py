@@ -64,11 +64,11 @@ def trainer_for(name: str):
 
 def time_steps(trainer, batches: list[list[int]], warmup: int) -> dict:
     """Wall clock of TrainingLoop.train_step on ``batches``, the first ``warmup`` of them untimed."""
-    from attnmt.training import pair_batch
+    from attnmt.training import translation_batch
 
     times, sentences, tokens = [], 0, 0
     for i, indices in enumerate(batches):
-        batch = pair_batch(trainer.data.train, indices)
+        batch = translation_batch(trainer.data.train, indices)
         started = time.perf_counter()
         _, step_tokens = trainer.loop.train_step(batch)
         if i >= warmup:

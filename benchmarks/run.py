@@ -127,12 +127,17 @@ def main(argv: list[str] | None = None):
                         help="the reference configuration (default: configs/rnn-bahdanau.yaml)")
     parser.add_argument("--minutes", type=float, default=20.0, help="training budget (wall clock of training steps)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+                        help="training precision (default: bf16 on CPUs with bf16 units, AVX512-BF16/AMX; else fp32)")
     parser.add_argument("--validate-every", type=int, default=None)
     parser.add_argument("--out", help="output folder (default: runs/bench-NAME)")
     parser.add_argument("--beside", action="append", default=[], metavar="RESULTS_JSON",
                         help="results.json of an earlier run to show as a column (repeatable)")
     args = parser.parse_args(argv)
+    from attnmt.speed import cpu_has_bf16
+
+    args.precision = args.precision or ("bf16" if cpu_has_bf16() else "fp32")
+    cheaper_kinds = [q for q in CHEAPER if q != "bf16" or cpu_has_bf16()]  # emulated bf16: only slower
     name = Path(args.config).stem
     out = Path(args.out or REPO / "runs" / f"bench-{name}").resolve()
     if not MULTI30K.is_dir():
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None):
     with safe_open(str(model_dir / "last.safetensors"), "pt") as f:
         last = json.loads(f.metadata()["info"])["trainer"]
     greedy, beam5 = decode_test(model_dir, 1, args.threads), decode_test(model_dir, 5, args.threads)
-    cheaper = {q: decode_test(model_dir, 5, args.threads, quantize=q) for q in CHEAPER}
+    cheaper = {q: decode_test(model_dir, 5, args.threads, quantize=q) for q in cheaper_kinds}
     ours = {"sentences_per_s": last["sentences"] / last["seconds"],
             "tokens_per_s": last["target_tokens"] / last["seconds"], "steps": last["step"],
             "bleu_greedy": greedy["bleu"], "bleu_beam5": beam5["bleu"], "chrf_beam5": beam5["chrf"],

@@ -1,7 +1,18 @@
-"""Shared helpers: toy experiments built through the real pipeline (TSV -> subwords -> model)."""
+"""Shared helpers: toy experiments built through the real pipeline (TSV -> subwords -> model);
+the ``slow`` marker; what the tests need from outside the checkout.
+
+``pytest -m "not slow"`` runs the fast subset (under a minute): every test that trains a model,
+uses a trained one or drives a browser is marked slow, by the fixtures it uses (SLOW_FIXTURES)
+or by hand. ``.ci/run`` runs everything.
+
+The shared data (../shared/data) and Debian's Chromium are needed by some tests: a developer
+without them sees those tests skipped with a message that says what is missing and how to get it;
+with ATTNMT_STRICT=1 (set by .ci/run) or CI=true they fail instead, so CI cannot pass without them.
+"""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -11,8 +22,14 @@ import torch
 from attnmt.config import config_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
-MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+SHARED_DATA = REPO.parent / "shared" / "data"
+MULTI30K = SHARED_DATA / "multi30k"
+STRICT = os.environ.get("ATTNMT_STRICT") == "1" or os.environ.get("CI", "").lower() in ("1", "true")
 ALPHABET = "abcdefghij"
+# Seconds to wait for what takes well under one: long enough that a loaded machine never fails a
+# test by being slow; where a test checks that something does NOT wait, the wait it must not do is
+# this long, so a test fails only on the behaviour it is about.
+WAIT = 60
 
 
 def random_strings(n: int, low: int, high: int, seed: int) -> list[str]:
@@ -42,6 +59,31 @@ def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=N
     if dev_pairs is not None:
         raw["data"]["dev"] = {"tsv": str(write_tsv(folder / "dev.tsv", dev_pairs))}
     return config_from_dict(raw, folder)
+
+
+SLOW_FIXTURES = {"reverse_model", "tiny_transformer", "served", "browser", "trained", "copy_model", "run_dir"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def require(available: bool, message: str):
+    """Skips the test (fails it under ATTNMT_STRICT=1 or CI) unless ``available``."""
+    if not available:
+        if STRICT:
+            pytest.fail(f"{message} (ATTNMT_STRICT/CI: required)", pytrace=False)
+        pytest.skip(message)
+
+
+def shared_data(*parts: str) -> Path:
+    """A path under ../shared/data, the real corpora beside the checkout (see its README)."""
+    path = SHARED_DATA.joinpath(*parts)
+    require(path.exists(), f"{path} not found: these tests read the shared data beside the checkout "
+                           "(../shared/data: Multi30k, the Hansards alignments, SICK, spoken digits)")
+    return path
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ import yaml
 from attnmt.api import load
 from attnmt.cli import main
 
-from conftest import MULTI30K, random_strings, reverse
+from conftest import random_strings, reverse, shared_data
 
 TRAIN_PAIRS, DEV_PAIRS, TEST_PAIRS = 2000, 100, 40
 
@@ -90,10 +90,11 @@ def multi30k_config(folder: Path, max_steps: int = 30, experiment_dir: str = "ex
 def trained(tmp_path_factory):
     """`attnmt prepare` and `attnmt train` on 2000 Multi30k pairs (de->en), with plain-text files."""
     folder = tmp_path_factory.mktemp("multi30k")
+    multi30k = shared_data("multi30k")
     for lang in ("de", "en"):
-        write_lines(folder / f"train.{lang}", head(MULTI30K / f"train.{lang}.gz", TRAIN_PAIRS))
-        write_lines(folder / f"val.{lang}", head(MULTI30K / f"val.{lang}.gz", DEV_PAIRS))
-        write_lines(folder / f"test.{lang}", head(MULTI30K / f"test_2016_flickr.{lang}.gz", TEST_PAIRS))
+        write_lines(folder / f"train.{lang}", head(multi30k / f"train.{lang}.gz", TRAIN_PAIRS))
+        write_lines(folder / f"val.{lang}", head(multi30k / f"val.{lang}.gz", DEV_PAIRS))
+        write_lines(folder / f"test.{lang}", head(multi30k / f"test_2016_flickr.{lang}.gz", TEST_PAIRS))
     config = write_config(folder / "config.yaml", multi30k_config(folder))
     prepared = run("prepare", config)
     trained = run("train", config, "--no-progress")

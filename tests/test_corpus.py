@@ -14,7 +14,7 @@ from attnmt.data.corpus import (
 )
 from attnmt.errors import AttnmtError
 
-MULTI30K = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
+from conftest import shared_data
 
 
 def write(path: Path, text: str) -> Path:
@@ -286,7 +286,8 @@ def test_read_corpus_rejects_non_path_value():
 
 
 def test_real_multi30k_validation_set():
-    corpus = read_parallel(MULTI30K / "val.de.gz", MULTI30K / "val.en.gz")
+    multi30k = shared_data("multi30k")
+    corpus = read_parallel(multi30k / "val.de.gz", multi30k / "val.en.gz")
     assert len(corpus.sources) == len(corpus.targets) == 1014
     assert corpus.dropped_empty == 0
     assert corpus.sources[0] == "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"

@@ -23,6 +23,8 @@ from attnmt.training import train
 
 from conftest import random_strings, reverse, toy_config
 
+pytestmark = pytest.mark.slow  # every test here trains models (or starts processes that do)
+
 PAIRS = [(s, reverse(s)) for s in random_strings(200, 3, 8, seed=5)]
 DEV = [(s, reverse(s)) for s in random_strings(20, 3, 8, seed=6)]
 TINY = {"embedding_size": 8, "encoder_hidden": 8, "decoder_hidden": 16, "attention_size": 8}

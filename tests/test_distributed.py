@@ -1,5 +1,6 @@
 """Training on 2 processes (torchrun, gloo on the CPU) equals training on 1 with the same batches."""
 
+import pytest
 import json
 import os
 import subprocess
@@ -12,6 +13,8 @@ from safetensors.torch import load_file
 from attnmt.config import config_to_yaml
 
 from conftest import random_strings, reverse, toy_config
+
+pytestmark = pytest.mark.slow  # every test here trains models (or starts processes that do)
 
 PAIRS = [(s, reverse(s)) for s in random_strings(300, 3, 8, seed=7)]
 DEV = [(s, reverse(s)) for s in random_strings(30, 3, 8, seed=8)]

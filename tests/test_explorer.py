@@ -16,20 +16,14 @@ import uvicorn
 
 from attnmt.serve import create_app
 
+from conftest import WAIT, require
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 TIMEOUT_MS = 20_000
 HIGHLIGHT_RATIO = 0.5  # as in static/heatmap.js: a source token is highlighted at >= ratio * the row's maximum
 
-
-def _missing_browser_message() -> str:
-    return (f"Chromium not found at {CHROMIUM}: the explorer tests need a real browser "
-            "(Debian: apt-get install chromium); Playwright cannot download one here")
-
-
-def test_chromium_is_installed():
-    assert CHROMIUM.is_file(), _missing_browser_message()
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +41,10 @@ def server(reverse_model, tiny_transformer, tmp_path_factory):
     uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + WAIT
     while not uv.started:
         if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the HTTP server did not start within 15 s")
+            raise RuntimeError(f"the HTTP server did not start within {WAIT} s")
         time.sleep(0.05)
     try:
         yield f"http://127.0.0.1:{port}", translator.folder.resolve().name, copy.name, tiny_transformer.folder.name
@@ -62,8 +56,8 @@ def server(reverse_model, tiny_transformer, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not CHROMIUM.is_file():
-        pytest.fail(_missing_browser_message(), pytrace=False)
+    require(CHROMIUM.is_file(), f"Chromium not found at {CHROMIUM}: the explorer tests need a real browser (Debian: "
+                                "apt-get install chromium, as .ci/run does); Playwright cannot download one here")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -11,6 +11,8 @@ from attnmt.training import train
 
 from conftest import random_strings, toy_config
 
+pytestmark = pytest.mark.slow  # every test here trains models (or starts processes that do)
+
 
 def trained(folder, **model):
     """A tiny model trained for 60 steps to reverse strings (a few seconds): enough for outputs

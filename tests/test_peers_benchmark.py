@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import require
+
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("peers_benchmark", REPO / "benchmarks" / "peers.py")
 peers = importlib.util.module_from_spec(_spec)
@@ -93,8 +95,9 @@ def test_intervals_are_the_peers_own_at_20_minutes_and_fewer_steps_for_short_bud
     assert peers.intervals(10) == {"log": 50, "validate": 250, "save": 50}
 
 
-@pytest.mark.skipif(not peers.PEER_CONFIGS.is_dir(), reason="../shared/peers not beside the checkout")
 def test_rendered_peer_configs_have_no_anchor_left_and_short_budget_intervals(tmp_path):
+    require(peers.PEER_CONFIGS.is_dir(), f"{peers.PEER_CONFIGS} not found: the peers' configurations live in "
+                                         "../shared/peers beside the checkout")
     paths = peers.render_configs(tmp_path, 3, "uniform-init")
     texts = {name: path.read_text() for name, path in paths.items()}
     assert not any("<anchors>" in text for text in texts.values())
@@ -148,6 +151,7 @@ def test_only_accepts_the_three_systems():
         peers.parse_args(["--only", "marian"])
 
 
+@pytest.mark.slow
 def test_machine_speed_probe_gives_the_gflops_of_its_products():
     gflops = peers.machine_speed(seconds=0.2)
     assert isinstance(gflops, float) and 0.1 < gflops < 100_000

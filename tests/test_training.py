@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnmt.errors import AttnmtError
-from attnmt.training import Trainer, pair_batch, train
+from attnmt.training import Trainer, translation_batch, train
 
 from conftest import random_strings, reverse, toy_config
 
@@ -93,10 +93,10 @@ def test_bf16_training_runs_and_learns(tmp_path):
     config = config_for(tmp_path, max_steps=20, precision="bf16", validate_every=20)
     trainer = Trainer(config, log=lambda m: None, progress=False)
     batches = trainer.loop.epoch_batches(0)
-    first_loss, tokens = trainer.loop.train_step(pair_batch(trainer.data.train, batches[0]))
+    first_loss, tokens = trainer.loop.train_step(translation_batch(trainer.data.train, batches[0]))
     for indices in batches[1:] * 2:
-        trainer.loop.train_step(pair_batch(trainer.data.train, indices))
-    last_loss, last_tokens = trainer.loop.train_step(pair_batch(trainer.data.train, batches[0]))
+        trainer.loop.train_step(translation_batch(trainer.data.train, indices))
+    last_loss, last_tokens = trainer.loop.train_step(translation_batch(trainer.data.train, batches[0]))
     assert last_loss / last_tokens < first_loss / tokens
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # fp32 master weights
 
@@ -140,3 +140,46 @@ def test_source_padding_of_training_batches_changes_no_loss(tmp_path, model):
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-5)
     for plain, padded in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(plain, padded, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("what", ["loss", "gradient norm"])
+def test_a_diverging_run_stops_with_a_clear_message_and_keeps_its_last_checkpoint(tmp_path, monkeypatch, capsys,
+                                                                                   what):
+    import attnmt.training.translation as translation
+    from attnmt.cli import main
+    from attnmt.config import config_to_yaml
+
+    config = config_for(tmp_path, max_steps=20, checkpoint_every=4)
+    calls, loss = [0], translation.sequence_loss
+
+    def diverging(model, batch, label_smoothing=0.0):
+        calls[0] += 1
+        value = loss(model, batch, label_smoothing)
+        if calls[0] <= 6:
+            return value
+        if what == "loss":
+            return value * float("nan")
+        weights = sum(p.sum() for p in model.parameters())
+        return value + 1e38 * (weights - weights.detach())  # the same finite loss, an infinite gradient
+
+    monkeypatch.setattr(translation, "sequence_loss", diverging)
+    path = tmp_path / "config.yaml"
+    path.write_text(config_to_yaml(config))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert f"step 7: the training {what} is " in capsys.readouterr().err
+    checkpoint = weights(config.experiment_dir)
+    assert all(torch.isfinite(t).all() for t in checkpoint.values())
+    records = [json.loads(line) for line in (config.experiment_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in records) <= 6
+
+
+def test_bf16_on_a_cpu_without_bf16_units_is_warned_about(tmp_path, monkeypatch):
+    from attnmt import speed
+
+    monkeypatch.setattr(speed, "cpu_has_bf16", lambda: False)
+    lines = []
+    Trainer(config_for(tmp_path, max_steps=1, precision="bf16"), log=lines.append, progress=False)
+    assert any("without bf16 units" in line and "precision: fp32" in line for line in lines)
+    lines.clear()
+    Trainer(config_for(tmp_path / "fp32", max_steps=1), log=lines.append, progress=False)
+    assert not any("bf16" in line for line in lines)

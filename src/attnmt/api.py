@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attnmt import speed
 from attnmt.checkpoint import check_shapes, load_weights
 from attnmt.config import Config, load_config
+from attnmt.data import splits
 from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
 from attnmt.decoding import BeamRecorder, beam_search, decode, max_output_lengths
@@ -40,6 +42,7 @@ class Translation:
     source: str
     source_tokens: list[str]  # subword pieces of the source, ending in "</s>"
     candidates: list[Candidate] = field(default_factory=list)  # best first (n-best list)
+    truncated: bool = False  # the source was longer than max_tokens: its first max_tokens pieces were translated
 
     @property
     def best(self) -> Candidate:
@@ -99,12 +102,27 @@ class Translator:
             self.model = quantize_int8(self.model)
         if quantize == "bf16":  # the output layer's product (the largest of a decoder step) in bfloat16
             self.model.generator.compute_dtype = torch.bfloat16
+            if self.device.type == "cpu" and not speed.cpu_has_bf16():
+                warnings.warn("quantize='bf16' (--bf16) on a CPU without bf16 units (AVX512-BF16 or AMX): the "
+                              "product is emulated and slower than float32 here", stacklevel=3)
+
+    @property
+    def test_sets(self) -> dict:
+        """The test sets of the model's config (data.test), name -> files; a set held out of the
+        training corpus is the TSV file in the folder's splits/."""
+        sets = {name: splits.resolved(files, name, self.folder) for name, files in self.config.data.test.items()}
+        for name, files in self.config.data.test.items():
+            if files.split is not None:
+                _inside(self.folder, sets[name].tsv)
+        return sets
 
     def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
-                  batch_size: int | None = None) -> list[Translation]:
+                  batch_size: int | None = None, max_tokens: int | None = None) -> list[Translation]:
         """Translates each text; the output has one Translation per input, in order.
 
         Empty (or whitespace-only) inputs give an empty translation without running the model.
+        ``max_tokens``: a text of more subword pieces is cut to its first ``max_tokens`` (its
+        Translation says ``truncated``), so that no line can ask for unbounded work.
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
@@ -114,6 +132,9 @@ class Translator:
             raise ValueError(f"need 1 <= n_best <= beam (got beam {beam}, n_best {n_best})")
         texts = [valid_text(text) for text in texts]
         src_ids = self.src_subwords.encode(texts)
+        truncated = {i for i, ids in enumerate(src_ids) if max_tokens is not None and len(ids) > max_tokens}
+        for i in truncated:
+            src_ids[i] = src_ids[i][:max_tokens]
         results = [Translation(text, [], [Candidate("", [], 0.0, None)]) for text in texts]
         # Whitespace-only as Python sees it: sentencepiece keeps some Unicode spaces (U+0085) as pieces.
         todo = [i for i, ids in enumerate(src_ids) if ids and texts[i].strip()]
@@ -126,7 +147,7 @@ class Translator:
                                  max_length_offset=dc.max_length_offset)
             for i, hypotheses in zip(indices, decoded):
                 results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
-                                         [self._candidate(h) for h in hypotheses])
+                                         [self._candidate(h) for h in hypotheses], i in truncated)
         return results
 
     def beam_tree(self, text: str, beam: int | None = None) -> tuple[Translation, list[dict]]:

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from attnmt.config import MAX_BEAM
 from attnmt.errors import AttnmtError
 
 
@@ -74,21 +75,45 @@ def _positive(text: str) -> int:
     return value
 
 
+def _beam(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_BEAM:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BEAM}, got {value}")
+    return value
+
+
+MAX_TOKENS = 1000  # subword tokens of one line: the work of a line grows with its square (attention)
+
+
 def _quantize(args) -> str | None:
     return "int8" if args.int8 else "bf16" if args.bf16 else None
 
 
-def cmd_translate(args):
+def _load_model(args):
     from attnmt.api import load
 
+    return load(args.model_dir, args.checkpoint, quantize=_quantize(args), device=args.device)
 
-    model = load(args.model_dir, args.checkpoint, quantize=_quantize(args))
+
+def _translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = "input"):
+    """The translations of ``lines``, each cut to --max-tokens subword pieces with a warning."""
+    translations = model.translate(lines, beam=args.beam, n_best=n_best, batch_size=args.batch_size,
+                                   max_tokens=args.max_tokens)
+    for number, t in enumerate(translations, start=1):
+        if t.truncated:
+            _log(f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "
+                 f"{args.max_tokens} were translated (--max-tokens)")
+    return translations
+
+
+def cmd_translate(args):
+    model = _load_model(args)
     beam = args.beam or model.config.decoding.beam
     if args.n_best > beam:
         raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
                           "config); give a larger --beam")
     lines = _read_input(args.input)
-    translations = model.translate(lines, beam=args.beam, n_best=args.n_best, batch_size=args.batch_size)
+    translations = _translate_lines(model, lines, args, args.n_best, args.input or "<stdin>")
     out = _open_output(args.output)
     try:
         for i, t in enumerate(translations):
@@ -103,19 +128,48 @@ def cmd_translate(args):
 
 
 def cmd_evaluate(args):
-    from attnmt.api import load
-    from attnmt.evaluation import evaluation_report, format_report
+    """One test set given on the command line (--src/--ref or --tsv), or else every test set of the
+    model's config (data.test), each scored alone."""
+    from attnmt.evaluation import evaluation_report, format_report, test_set_reports
 
-    sources, references = _read_line_pairs(args.src, args.ref)
-    model = load(args.model_dir, args.checkpoint, quantize=_quantize(args))
-    hypotheses = [t.text for t in model.translate(sources, beam=args.beam, batch_size=args.batch_size)]
-    report = evaluation_report(sources, hypotheses, references)
-    report["beam"] = args.beam or model.config.decoding.beam
-    if args.hypotheses:
-        _write_text(args.hypotheses, "".join(h + "\n" for h in hypotheses))
+    if (args.src is None) != (args.ref is None) or (args.tsv and args.src):
+        raise AttnmtError("give --src and --ref (two line-aligned files), or --tsv FILE, or neither to score the "
+                          "test sets of the model's config (data.test)")
+    model = _load_model(args)
+    if args.src:
+        sources, references = _read_line_pairs(args.src, args.ref)
+        _warn_if_tabular(sources, args.src)
+        hypotheses = [t.text for t in _translate_lines(model, sources, args, name=args.src)]
+        reports = {"": {**evaluation_report(sources, hypotheses, references), "hypotheses": hypotheses,
+                        "beam": args.beam or model.config.decoding.beam}}
+    else:
+        from attnmt.config import CorpusFiles
+
+        sets = ({"": CorpusFiles(tsv=args.tsv, src_column=args.src_column, tgt_column=args.tgt_column)} if args.tsv
+                else model.test_sets)
+        if not sets:
+            raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --src and --ref, "
+                              "or --tsv FILE")
+        reports = test_set_reports(model, sets, beam=args.beam, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                                   log=_log)
+    for name, report in reports.items():
+        if args.hypotheses:
+            path = args.hypotheses if len(reports) == 1 else f"{args.hypotheses}.{name}"
+            _write_text(path, "".join(h + "\n" for h in report.pop("hypotheses")))
+        report.pop("hypotheses", None)
+        print(f"== test set {name} (beam {report['beam']})\n" if name else "", end="")
+        print(format_report(report) + ("\n" if len(reports) > 1 else ""))
     if args.json:
-        _write_text(args.json, json.dumps(report, indent=2) + "\n")
-    print(format_report(report))
+        _write_text(args.json, json.dumps(reports[""] if "" in reports else reports, indent=2) + "\n")
+
+
+def _warn_if_tabular(sources: list[str], path: str):
+    """A TSV file given as --src is translated whole, columns and all: say so loudly."""
+    tabbed = sum("\t" in line for line in sources)
+    if tabbed > len(sources) / 2:
+        _log(f"attnmt: WARNING: {tabbed:,} of the {len(sources):,} lines of {path} contain a tab: is it a TSV file? "
+             "Its lines are translated whole, columns and all; to score one column against another, give it as "
+             "--tsv FILE (--src-column, --tgt-column)")
 
 
 def cmd_export(args):
@@ -136,7 +190,7 @@ def cmd_align(args):
     from attnmt.api import load
 
     sources, targets = _read_line_pairs(args.src, args.tgt)
-    model = load(args.model_dir, args.checkpoint)
+    model = load(args.model_dir, args.checkpoint, device=args.device)
     links = align(model, sources, targets, batch_size=args.batch_size, method=args.method,
                   threshold=args.threshold)
     out = _open_output(args.output)
@@ -217,7 +271,7 @@ def cmd_plot(args):
                             beam=args.beam, checkpoint=args.checkpoint, states=args.states, dims=args.dims,
                             steps=steps, top_k=args.top_k, gif=args.gif, fps=args.fps, curves=args.curves,
                             head_view=args.head_view, grid=args.grid, kind=args.kind, layer=args.layer,
-                            head=args.head)
+                            head=args.head, device=args.device)
     for write in plan_figures(request):
         print(write(), flush=True)
 
@@ -243,11 +297,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to train (default: training.device of the config, cpu)")
     p.set_defaults(func=cmd_train)
 
+    def device_option(p):
+        p.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda or cuda:N "
+                                                       "(untested on real GPUs: docs/performance.md)")
+
     def decoding_options(p):
         p.add_argument("model_dir", help="folder of a trained model (its experiment_dir)")
-        p.add_argument("--beam", type=_positive, default=None, help="beam size (1 = greedy; default: config)")
+        p.add_argument("--beam", type=_beam, default=None,
+                       help=f"beam size, 1 (greedy) to {MAX_BEAM} (default: config)")
         p.add_argument("--batch-size", type=_positive, default=None, help="sentences per batch")
         p.add_argument("--checkpoint", choices=["best", "last"], default="best")
+        p.add_argument("--max-tokens", type=_positive, default=MAX_TOKENS,
+                       help=f"a line of more subword tokens is cut to this many, with a warning (default {MAX_TOKENS})")
+        device_option(p)
         reduced = p.add_mutually_exclusive_group()
         reduced.add_argument("--int8", action="store_true",
                              help="dynamic int8 quantization of the linear layers, for CPU translation; "
@@ -263,12 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-best", type=_positive, default=1, help="write the N best ('i ||| text ||| score')")
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="sacreBLEU and chrF against references, BLEU by source length")
+    p = sub.add_parser("evaluate", help="sacreBLEU and chrF against references, BLEU by source length; by default "
+                                        "on every test set of the model's config (data.test)")
     decoding_options(p)
-    p.add_argument("--src", required=True, help="source file")
-    p.add_argument("--ref", required=True, help="reference translations")
-    p.add_argument("--json", help="also write the report as JSON to this file")
-    p.add_argument("--hypotheses", help="also write the translations to this file")
+    p.add_argument("--src", help="source file (with --ref)")
+    p.add_argument("--ref", help="reference translations, line by line")
+    p.add_argument("--tsv", help="a TSV test set: source and reference columns (instead of --src/--ref)")
+    p.add_argument("--src-column", type=int, default=0, help="of --tsv, counting from 0 (default 0)")
+    p.add_argument("--tgt-column", type=int, default=1, help="of --tsv (default 1)")
+    p.add_argument("--json", help="also write the report as JSON to this file (several test sets: {name: report})")
+    p.add_argument("--hypotheses", help="also write the translations to this file (several test sets: FILE.NAME)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("export", help="export a Transformer to CTranslate2 (pip install 'attnmt[ct2]')")
@@ -293,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output file; default stdout")
     p.add_argument("--batch-size", type=_positive, default=32, help="sentence pairs per batch")
     p.add_argument("--checkpoint", choices=["best", "last"], default="best")
+    device_option(p)
     p.add_argument("--method", choices=["argmax", "threshold"], default="argmax",
                    help="argmax: each target word to its most attended source word; "
                         "threshold: every link with weight >= --threshold")
@@ -336,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "curves as PNG/SVG files")
     p.add_argument("model_dir", help="folder of a trained model; for --curves alone also a metrics.jsonl file")
     p.add_argument("sentence", nargs="?", help="source sentence to translate and draw")
+    device_option(p)
     p.add_argument("--out", metavar="FILE", help="attention heatmap (.png, .svg or .html; default "
                                                  "attention.png when no other figure is asked for)")
     p.add_argument("--merge-words", action="store_true",

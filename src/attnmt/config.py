@@ -8,10 +8,11 @@ Relative paths in the file are resolved against the folder of the config file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator,
+                      model_validator)
 
 from attnmt.errors import AttnmtError
 
@@ -23,20 +24,24 @@ class Section(BaseModel):
 
 
 class CorpusFiles(Section):
-    """Either two line-aligned files (``src``, ``tgt``) or one TSV file (``tsv``)."""
+    """Two line-aligned files (``src``, ``tgt``), one TSV file (``tsv``), or, for a dev or test
+    set, ``split: N``: N pairs held out of the training corpus (see attnmt.data.splits)."""
 
     src: Path | None = None
     tgt: Path | None = None
     tsv: Path | None = None
-    src_column: int = 0
-    tgt_column: int = 1
+    src_column: int = Field(0, ge=0)
+    tgt_column: int = Field(1, ge=0)
+    split: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def one_form(self):
-        if self.tsv is None and (self.src is None or self.tgt is None):
-            raise ValueError("give either 'src' and 'tgt' files or one 'tsv' file")
-        if self.tsv is not None and (self.src is not None or self.tgt is not None):
-            raise ValueError("give either 'src' and 'tgt' files or one 'tsv' file, not both")
+        forms = [self.src is not None or self.tgt is not None, self.tsv is not None, self.split is not None]
+        choices = "'src' and 'tgt' files, one 'tsv' file, or 'split: N' (N pairs held out of data.train)"
+        if sum(forms) > 1:
+            raise ValueError(f"give one of {choices}, not both")
+        if sum(forms) == 0 or (forms[0] and (self.src is None or self.tgt is None)):
+            raise ValueError(f"give {choices}")
         return self
 
     def as_spec(self) -> dict:
@@ -53,14 +58,40 @@ class SubwordConfig(Section):
     max_sentences: int = Field(1_000_000, gt=0)  # sentences sampled to train sentencepiece
 
 
+SET_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
 class DataConfig(Section):
     train: CorpusFiles
     dev: CorpusFiles | None = None
+    # test sets by name: {name: files}, or the files of one, named "test"; scored at the end of training and by
+    # `attnmt evaluate`
+    test: dict[Annotated[str, StringConstraints(pattern=SET_NAME, max_length=64)], CorpusFiles] = {}
     subwords: SubwordConfig = SubwordConfig()
     max_length: int = Field(100, gt=0)  # pairs with more subwords on either side are dropped
     batch_size: int = Field(64, gt=0)  # sentences per batch ...
     batch_tokens: int | None = Field(None, gt=0)  # ... or a budget of (padded) tokens per batch
     bucket_batches: int = Field(100, gt=0)  # batches per pool sorted by length
+
+    @field_validator("test", mode="before")
+    @classmethod
+    def one_test_set_is_named_test(cls, value):
+        if isinstance(value, dict) and set(value) & set(CorpusFiles.model_fields):
+            return {"test": value}
+        return {} if value is None else value
+
+    @model_validator(mode="after")
+    def train_is_files(self):
+        if self.train.split is not None:
+            raise ValueError("data.train must be files ('split' is for the dev and test sets held out of it)")
+        return self
+
+    @property
+    def held_out(self) -> dict[str, int]:
+        """The sets held out of data.train, by name ("dev" and the test names), with their sizes."""
+        sets = {"dev": self.dev} if self.dev is not None else {}
+        sets.update(self.test)
+        return {name: files.split for name, files in sets.items() if files.split is not None}
 
 
 class ModelConfig(Section):
@@ -164,7 +195,7 @@ def _resolve_paths(config: Config, base: Path) -> Config:
         return None if p is None else (p if p.is_absolute() else (base / p).resolve())
 
     config.experiment_dir = resolve(config.experiment_dir)
-    for files in (config.data.train, config.data.dev):
+    for files in (config.data.train, config.data.dev, *config.data.test.values()):
         if files is not None:
             files.src, files.tgt, files.tsv = resolve(files.src), resolve(files.tgt), resolve(files.tsv)
     return config

@@ -134,26 +134,28 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
 
 
 class _History:
-    """What beam search needs to read a hypothesis back: per step t, the attention weights of the
-    rows of its batch, and for each row of the next batch its token and the row of step t it
-    extends. A hypothesis is read back once, when it finishes, in O(length): copying every live
-    hypothesis' tokens and weights forward at every step would cost O(length^2)."""
+    """What beam search needs to read its hypotheses back: per step t, the attention weights of
+    the rows of its batch, and for each row of the next batch its token and the row of step t it
+    extends. Hypotheses are read back when they finish, those of one step together: copying every
+    live hypothesis' tokens and weights forward at every step would cost O(length^2)."""
 
     def __init__(self):
         self.weights: list[Tensor | None] = []  # step t: (rows of batch t, S)
-        self.tokens: list[list[int]] = []  # step t: the token of each row of batch t+1
-        self.parents: list[list[int]] = []  # step t: the row of batch t that each row of batch t+1 extends
+        self.tokens: list[Tensor] = []  # step t: the token of each row of batch t+1
+        self.parents: list[Tensor] = []  # step t: the row of batch t that each row of batch t+1 extends
 
-    def read(self, t: int, row: int, token: int) -> tuple[list[int], Tensor | None]:
-        """The hypothesis of ``row`` of batch t extended by ``token`` at step t: its tokens and
-        attention rows (one per token)."""
-        tokens, weights = [token], [None if self.weights[t] is None else self.weights[t][row]]
-        for step in range(t - 1, -1, -1):
-            tokens.append(self.tokens[step][row])
-            row = self.parents[step][row]
-            weights.append(None if self.weights[step] is None else self.weights[step][row])
-        tokens.reverse()
-        return tokens, None if weights[0] is None else torch.stack(weights[::-1]).float()
+    def read(self, t: int, rows: Tensor, tokens: Tensor) -> tuple[list[list[int]], Tensor | None]:
+        """The hypotheses of ``rows`` of batch t, each extended by its token of ``tokens`` at step
+        t: their tokens, and their attention (n, t+1, S) or None."""
+        token_columns, weight_columns = [tokens], []
+        for step in range(t, -1, -1):
+            if self.weights[step] is not None:
+                weight_columns.append(self.weights[step][rows])
+            if step:
+                token_columns.append(self.tokens[step - 1][rows])
+                rows = self.parents[step - 1][rows]
+        token_lists = torch.stack(token_columns[::-1], dim=1).tolist()
+        return token_lists, torch.stack(weight_columns[::-1], dim=1).float() if weight_columns else None
 
 
 @torch.inference_mode()
@@ -183,22 +185,26 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
     history = _History()
     src_lengths_list = src_lengths.tolist()
 
-    def finish(sentence: int, t: int, row: int, token: int, log_prob: float):
-        tokens, attention = history.read(t, row, token)
-        finished[sentence].append(_hypothesis(tokens, log_prob, attention, alpha, src_lengths_list[sentence]))
+    def finish(t: int, sentences: list[int], rows: Tensor, tokens: Tensor, log_probs: list[float]):
+        token_lists, attention = history.read(t, rows, tokens)
+        for i, (sentence, log_prob) in enumerate(zip(sentences, log_probs)):
+            matrix = None if attention is None else attention[i]
+            finished[sentence].append(_hypothesis(token_lists[i], log_prob, matrix, alpha, src_lengths_list[sentence]))
 
     for t in range(max(max_lengths)):
         step = model.decode_step(prev, state, memory)
         history.weights.append(step.weights)
         n = active.numel()
+        sentences = active.tolist()
         top_scores, origin, next_token = _best_candidates(scores, step.log_probs, k)
         source_rows = torch.arange(n, device=device).unsqueeze(1) * width + origin  # (n, 2k): row of batch t
         is_eos = next_token == EOS
 
         # EOS among the best k candidates: finished hypotheses.
         ends = is_eos & (top_scores > float("-inf")) & (torch.arange(2 * k, device=device) < k)
-        for g, j in ends.nonzero().tolist():
-            finish(int(active[g]), t, int(source_rows[g, j]), EOS, float(top_scores[g, j]))
+        if bool(ends.any()):
+            groups = ends.nonzero()[:, 0].tolist()
+            finish(t, [sentences[g] for g in groups], source_rows[ends], next_token[ends], top_scores[ends].tolist())
 
         # The best k candidates that do not end in EOS stay alive.
         alive = ~is_eos & (torch.cumsum((~is_eos).long(), dim=1) <= k)
@@ -208,15 +214,19 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
         scores = top_scores[alive].view(n, k)
 
         # Sentences at their length limit finish with their live hypotheses.
-        done = []
-        for g, sentence in enumerate(active.tolist()):
-            at_limit = t + 1 >= max_lengths[sentence]
-            if at_limit and len(finished[sentence]) < k:
-                for j in range(k):
-                    if scores[g, j] != float("-inf"):  # NaN scores finish too: _checked reports them
-                        finish(sentence, t, int(source_rows[g * k + j]), int(prev[g * k + j]), float(scores[g, j]))
-            done.append(at_limit or len(finished[sentence]) >= k
-                        or _cannot_improve(finished[sentence], n_best, scores[g], max_lengths[sentence], alpha))
+        limit = [g for g, sentence in enumerate(sentences)
+                 if t + 1 >= max_lengths[sentence] and len(finished[sentence]) < k]
+        if limit:
+            rows = torch.tensor(limit, device=device).repeat_interleave(k) * k + torch.arange(k, device=device).repeat(
+                len(limit))
+            live = scores.view(-1)[rows] != float("-inf")  # NaN scores finish too: _checked reports them
+            rows = rows[live]
+            finish(t, [sentences[g] for g in (rows // k).tolist()], source_rows[rows], prev[rows],
+                   scores.view(-1)[rows].tolist())
+        best_live = scores.max(dim=1).values.tolist()
+        done = [t + 1 >= max_lengths[sentence] or len(finished[sentence]) >= k
+                or _cannot_improve(finished[sentence], n_best, best_live[g], max_lengths[sentence], alpha)
+                for g, sentence in enumerate(sentences)]
         keep = ~torch.tensor(done, device=device)
         if not bool(keep.any()):
             break
@@ -227,8 +237,8 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
             active, scores, source_rows, prev = active[keep], scores[keep], source_rows[rows], prev[rows]
             if record is not None:
                 record.keep_rows(rows)
-        history.tokens.append(prev.tolist())
-        history.parents.append(source_rows.tolist())
+        history.tokens.append(prev)
+        history.parents.append(source_rows)
         state = step.state.select(source_rows)
         if width < k or groups.numel() < n:  # the memory of each sentence, once per row (k rows from now on)
             memory = memory.select((groups * width).repeat_interleave(k))
@@ -237,7 +247,7 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
     return _checked([sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished])
 
 
-def _cannot_improve(finished: list[Hypothesis], n_best: int, live_scores: Tensor, max_length: int,
+def _cannot_improve(finished: list[Hypothesis], n_best: int, best_live: float, max_length: int,
                     alpha: float) -> bool:
     """Whether no live hypothesis can still enter a sentence's n best. A live hypothesis' log-
     probability only falls as it grows; divided by the length penalty, the best score it can
@@ -245,7 +255,7 @@ def _cannot_improve(finished: list[Hypothesis], n_best: int, live_scores: Tensor
     if len(finished) < n_best:
         return False
     nth_best = sorted((h.score for h in finished), reverse=True)[n_best - 1]
-    return nth_best >= float(live_scores.max()) / length_penalty(max_length, alpha)
+    return nth_best >= best_live / length_penalty(max_length, alpha)
 
 
 def _checked(results: list[list[Hypothesis]]) -> list[list[Hypothesis]]:

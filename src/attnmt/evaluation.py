@@ -167,6 +167,29 @@ def evaluation_report(
     return report
 
 
+def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size: int | None = None,
+                     max_tokens: int | None = None, log=print) -> dict[str, dict]:
+    """Each test set of ``sets`` (name -> config.CorpusFiles) translated by ``translator`` (an
+    attnmt.api.Translator; sources cut to ``max_tokens`` pieces, with a warning) and scored:
+    name -> evaluation_report, with the beam used and the hypotheses."""
+    from attnmt.data.corpus import read_corpus
+
+    reports = {}
+    for name, files in sets.items():
+        corpus = read_corpus(files.as_spec())
+        if corpus.dropped_empty:
+            log(f"test set {name}: {corpus.dropped_empty} pair(s) with an empty side left out")
+        translations = translator.translate(corpus.sources, beam=beam, batch_size=batch_size, max_tokens=max_tokens)
+        for number, t in enumerate(translations, start=1):
+            if t.truncated:
+                log(f"warning: test set {name}, pair {number}: more than {max_tokens} subword tokens; its first "
+                    f"{max_tokens} were translated")
+        hypotheses = [t.text for t in translations]
+        report = evaluation_report(corpus.sources, hypotheses, corpus.targets)
+        reports[name] = {**report, "beam": beam or translator.config.decoding.beam, "hypotheses": hypotheses}
+    return reports
+
+
 def _bucket_label(low: int, high: int | None) -> str:
     if high is None:
         return f"{low}+"

@@ -66,6 +66,13 @@ def plain():
         _plain = before
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX). Without, oneDNN falls
+    back to kernels that run bf16 products tens of times slower than float32 (measured on an AVX2
+    AMD EPYC: 1.8 against 74 GFLOP/s): bf16 training or decoding then only costs time."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def configure():
     """Settings that must precede the first computation: oneDNN reads its cache size when it makes
     its first kernel. A value set by the user wins."""

@@ -8,7 +8,8 @@ from typing import Callable
 import yaml
 
 from attnmt.config import Config, CorpusFiles, config_to_yaml
-from attnmt.data.corpus import read_corpus
+from attnmt.data import splits
+from attnmt.data.corpus import Corpus, read_corpus
 from attnmt.data.subwords import Subwords, load_subwords, subword_paths, train_subwords
 from attnmt.errors import AttnmtError
 from attnmt.files import atomic_write_text
@@ -37,7 +38,12 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
     wanted = config.data.subwords.model_dump(mode="json")
     src_path, tgt_path = subword_paths(folder, config.data.subwords.joint)
     # settings.yaml is written after the models: without it, an earlier prepare died half-way.
-    if src_path.is_file() and tgt_path.is_file() and settings.is_file() and not force:
+    trained = src_path.is_file() and tgt_path.is_file() and settings.is_file()
+    if trained and config.data.held_out and not (folder / splits.FOLDER / splits.RECORD).is_file() and not force:
+        raise AttnmtError(f"{src_path.parent} holds subwords trained before the held-out sets of data.dev/data.test "
+                          "were drawn, so they saw those sentences: use 'attnmt prepare --force' to draw the sets "
+                          "and retrain the subwords, or another experiment_dir")
+    if trained and not force:
         stored = yaml.safe_load(settings.read_text(encoding="utf-8"))
         if stored != wanted:
             raise AttnmtError(f"{src_path.parent} holds subwords trained with other settings ({stored}); "
@@ -45,7 +51,7 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
         log(f"subword model(s) already in {src_path.parent}")
         subwords = load_subwords(folder, config.data.subwords.joint)
     else:
-        corpus = read_corpus(config.data.train.as_spec())
+        corpus = training_corpus(config, log)
         sub = config.data.subwords
         log(f"training {'joint' if sub.joint else 'separate'} {sub.type} subwords "
             f"({sub.vocab_size}) on {len(corpus.sources)} pairs")
@@ -55,9 +61,18 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
     return subwords
 
 
+def training_corpus(config: Config, log: Callable[[str], None] = print) -> Corpus:
+    """The pairs to train on: data.train less the dev and test pairs held out of it (drawn on the
+    first call: attnmt.data.splits)."""
+    corpus = read_corpus(config.data.train.as_spec())
+    return splits.without(corpus, splits.hold_out(config, corpus, log))
+
+
 def encode_corpus(files: CorpusFiles, src_sw: Subwords, tgt_sw: Subwords, max_length: int | None,
-                  log: Callable[[str], None] = print) -> EncodedCorpus:
-    corpus = read_corpus(files.as_spec())
+                  log: Callable[[str], None] = print, corpus: Corpus | None = None) -> EncodedCorpus:
+    """The pairs of ``files`` (or ``corpus``, read from them) encoded, those longer than
+    ``max_length`` subwords dropped with a count in the log."""
+    corpus = corpus or read_corpus(files.as_spec())
     data = EncodedCorpus(corpus.sources, corpus.targets, src_sw.encode(corpus.sources),
                          tgt_sw.encode(corpus.targets))
     if max_length is None:

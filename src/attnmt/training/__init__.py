@@ -11,7 +11,7 @@ The experiment folder ends up holding everything needed to translate and to resu
 The pieces, each usable alone:
 
     translation.py   prepare_data (subwords, encoded corpora), setup_translation (model, loss,
-                     optimizer, scheduler), pair_batch, DevScores (dev loss and BLEU)
+                     optimizer, scheduler), translation_batch, DevScores (dev loss and BLEU)
     optimization.py  setup_training: Adam and the learning-rate schedule for any model and loss
     loop.py          TrainingLoop: the steps over batches_to_train, validation, checkpoints, resume,
                      early stopping; it gets the loss, the batches and the validation as arguments
@@ -24,11 +24,11 @@ from attnmt.training.metrics import MetricsWindow, ProgressBar, trim_metrics
 from attnmt.training.optimization import TrainingSetup, make_scheduler, noam, setup_training
 from attnmt.training.trainer import Trainer, train
 from attnmt.training.translation import (DevScores, TrainingLoss, TranslationData, evaluate_loss, prepare_data,
-                                         sequence_loss, setup_translation, pair_batch, translate_ids)
+                                         sequence_loss, setup_translation, translation_batch, translate_ids)
 
 __all__ = [
     "train", "Trainer", "TrainerState", "TrainingLoop", "Validation", "batches_to_train",
     "MetricsWindow", "ProgressBar", "trim_metrics", "TrainingSetup", "setup_training", "make_scheduler", "noam",
-    "TranslationData", "prepare_data", "setup_translation", "pair_batch", "sequence_loss", "TrainingLoss",
+    "TranslationData", "prepare_data", "setup_translation", "translation_batch", "sequence_loss", "TrainingLoss",
     "DevScores", "evaluate_loss", "translate_ids",
 ]

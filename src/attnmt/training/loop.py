@@ -11,6 +11,7 @@ The loop knows the examples only by their sizes and the model only by what it is
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Protocol
@@ -124,7 +125,7 @@ class TrainingLoop:
             if state.step % tc.log_every == 0:
                 record = window.record(self.optimizer.param_groups[0]["lr"])
                 bar.show(record, state.seconds)
-                self._write_metrics("train", record)
+                self.write_metrics("train", record)
                 window.restart()
             if self._periodic(bar):  # validation time is not training speed
                 window.restart()
@@ -150,16 +151,26 @@ class TrainingLoop:
             loss, tokens = self.loss(batch.to(self.device))
         # Sums over the processes' shares: the loss and size of the whole batch.
         loss_sum, tokens = distributed.total([loss.item(), tokens], self.processes)
+        self._check_finite("loss", loss_sum)
         self.optimizer.zero_grad(set_to_none=True)
         # Mean over the batch's tokens, so the step size does not depend on batch shape; with
         # several processes DistributedDataParallel averages their gradients: undo its division.
         (loss / tokens * self.processes.world).backward()
         if tc.clip_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm)
+            self._check_finite("gradient norm", float(norm))
         self.optimizer.step()
         if tc.schedule == "noam":
             self.scheduler.step()
         return loss_sum, int(tokens)
+
+    def _check_finite(self, what: str, value: float):
+        """Stops a diverged run before its weights change (the same value on every process)."""
+        if not math.isfinite(value):
+            raise AttnmtError(f"step {self.state.step + 1}: the training {what} is {value}: training diverged. The "
+                              "weights were not updated, and the files of the last checkpoint stay as they were; "
+                              "lower training.learning_rate or training.clip_grad_norm, then train again "
+                              "(or --resume from the last checkpoint)")
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         d = self.config.data
@@ -257,7 +268,7 @@ class TrainingLoop:
             return None
         record["lr"] = self.optimizer.param_groups[0]["lr"]
         record["best"] = improved
-        self._write_metrics("valid", record)
+        self.write_metrics("valid", record)
         self.log(f"step {self.state.step}: {self.validation.describe(record)}{' (best)' if improved else ''}")
         return record
 
@@ -267,7 +278,7 @@ class TrainingLoop:
             return True
         return metric > best if higher_is_better(self.config.training) else metric < best
 
-    def _write_metrics(self, kind: str, record: dict):
+    def write_metrics(self, kind: str, record: dict):
         if not self.processes.main:
             return
         line = {"type": kind, "step": self.state.step, "epoch": self.state.epoch,

@@ -3,15 +3,17 @@ experiment, then the loop."""
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from typing import Callable
 
 import torch
 
-from attnmt import distributed
+from attnmt import distributed, speed
 from attnmt.config import Config
+from attnmt.files import atomic_write_text
 from attnmt.training.loop import TrainerState, TrainingLoop
-from attnmt.training.translation import DevScores, prepare_data, setup_translation, summary, pair_batch
+from attnmt.training.translation import DevScores, prepare_data, setup_translation, summary, translation_batch
 
 
 class Trainer:
@@ -24,23 +26,49 @@ class Trainer:
         self.processes = distributed.start(self.device)
         if not self.processes.main:  # one voice: the main process logs and shows progress
             log, progress = (lambda message: None), False
+        self.log = log
         if tc.threads:
             torch.set_num_threads(tc.threads)
+        if tc.precision == "bf16" and self.device.type == "cpu" and not speed.cpu_has_bf16():
+            log("warning: training.precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): its products are "
+                "emulated, tens of times slower than fp32 here; set training.precision: fp32")
         torch.manual_seed(tc.seed)
         self.data = prepare_data(config, self.processes, log)
         setup = setup_translation(config, self.data, self.device, self.processes)
         self.model = setup.model
         validation = DevScores(self.data.dev, self.data.tgt_sw, config) if self.data.dev is not None else None
-        self.loop = TrainingLoop(config, setup, self.data.train.sizes(), partial(pair_batch, self.data.train),
+        self.loop = TrainingLoop(config, setup, self.data.train.sizes(), partial(translation_batch, self.data.train),
                                  validation, summary(config, self.model, self.data),
                                  processes=self.processes, log=log, progress=progress)
 
     def train(self, resume: bool = False) -> TrainerState:
-        """Trains until a limit (see TrainingLoop.run); leaves the process group at the end."""
+        """Trains until a limit (see TrainingLoop.run), then scores the best model on the test sets
+        of the config; leaves the process group at the end."""
         try:
-            return self.loop.run(resume)
+            state = self.loop.run(resume)
+            if self.processes.main and self.config.data.test:
+                self.score_test_sets()
+            return state
         finally:
             distributed.stop(self.processes)
+
+    def score_test_sets(self):
+        """BLEU, chrF and BLEU by length of the best checkpoint on each test set: in test-scores.json
+        and as "test" records of metrics.jsonl."""
+        from attnmt.api import load
+        from attnmt.evaluation import test_set_reports
+
+        translator = load(self.config.experiment_dir, device=self.device)
+        reports = test_set_reports(translator, translator.test_sets, log=self.log)
+        summary = {name: {key: value for key, value in report.items() if key != "hypotheses"}
+                   for name, report in reports.items()}
+        atomic_write_text(self.config.experiment_dir / "test-scores.json", json.dumps(summary, indent=2) + "\n")
+        for name, report in summary.items():
+            self.loop.write_metrics("test", {"name": name, "bleu": report["bleu"]["score"],
+                                             "chrf": report["chrf"]["score"], "sentences": report["sentences"],
+                                             "beam": report["beam"]})
+            self.log(f"test set {name}: BLEU {report['bleu']['score']:.2f}, chrF {report['chrf']['score']:.2f} "
+                     f"({report['sentences']} sentences, beam {report['beam']})")
 
 
 def train(config: Config, resume: bool = False, log: Callable[[str], None] = print,

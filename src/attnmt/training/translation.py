@@ -14,7 +14,8 @@ from torch import nn
 from attnmt import distributed
 from attnmt.config import Config
 from attnmt.data.batching import Batch, inference_batches, make_batch, training_batch
-from attnmt.data.prepare import EncodedCorpus, encode_corpus, prepare
+from attnmt.data import splits
+from attnmt.data.prepare import EncodedCorpus, encode_corpus, prepare, training_corpus
 from attnmt.data.subwords import PAD, Subwords
 from attnmt.decoding import decode
 from attnmt.distributed import ONE_PROCESS, Processes
@@ -35,10 +36,13 @@ def prepare_data(config: Config, processes: Processes = ONE_PROCESS,
                  log: Callable[[str], None] = print) -> TranslationData:
     """The subwords (trained unless present, by the main process while the others wait) and the
     encoded training and dev corpora of an experiment."""
-    with distributed.main_first(processes):
+    with distributed.main_first(processes):  # (it also draws the held-out dev and test sets)
         src_sw, tgt_sw = prepare(config, log)
-    train = encode_corpus(config.data.train, src_sw, tgt_sw, config.data.max_length, log)
-    dev = encode_corpus(config.data.dev, src_sw, tgt_sw, None, log) if config.data.dev else None
+    train = encode_corpus(config.data.train, src_sw, tgt_sw, config.data.max_length, log,
+                          corpus=training_corpus(config, log))
+    dev = None
+    if config.data.dev:
+        dev = encode_corpus(splits.resolved(config.data.dev, "dev", config.experiment_dir), src_sw, tgt_sw, None, log)
     return TranslationData(src_sw, tgt_sw, train, dev)
 
 
@@ -55,7 +59,7 @@ def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
             f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(data.train):,} training pairs")
 
 
-def pair_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
+def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
     """The pairs ``indices`` of ``data`` as a batch for the loss (training and dev loss)."""
     return training_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
 
@@ -107,7 +111,7 @@ def evaluate_loss(model: EncoderDecoder, data: EncodedCorpus, batch_size: int) -
     total, tokens = 0.0, 0
     device = next(model.parameters()).device
     for indices in inference_batches(data.sizes(), batch_size):
-        batch = pair_batch(data, indices).to(device)
+        batch = translation_batch(data, indices).to(device)
         total += float(sequence_loss(model, batch))
         tokens += batch.target_tokens
     loss = total / max(tokens, 1)

@@ -32,6 +32,7 @@ class FigureRequest:
     merge_words: bool = False  # heatmap of words instead of subword pieces
     beam: int | None = None  # beam of the heatmap's translation (None: the model's config)
     checkpoint: str = "best"
+    device: str = "cpu"  # where the model runs
     states: str | None = None  # encoder states and context vectors
     dims: int = 32  # dimensions of ``states`` (0: all)
     steps: list[tuple[int, str]] = field(default_factory=list)  # (decoder step, file) in detail
@@ -87,7 +88,7 @@ def _sentence_writers(r: FigureRequest) -> list[Writer]:
 
     if not r.sentence.strip():
         raise AttnmtError("the sentence is empty")
-    model = load(r.model_dir, r.checkpoint)
+    model = load(r.model_dir, r.checkpoint, device=r.device)
     transformer_options = r.transformer_options()
     if transformer_options and model.config.model.type != "transformer":
         raise AttnmtError(f"{', '.join(transformer_options)}: for the layers and heads of Transformer models; "
