@@ -6,6 +6,7 @@ import time
 from dataclasses import asdict
 from functools import partial
 
+import pytest
 import torch
 from safetensors.torch import load_file
 from torch import nn
@@ -13,6 +14,7 @@ from torch import nn
 from attnmt.config import config_from_dict
 from attnmt.data.batching import epoch_batches
 from attnmt.distributed import ONE_PROCESS
+from attnmt.distributed import device as distributed_device
 from attnmt.training import (MetricsWindow, TrainerState, TrainingLoop, batches_to_train, prepare_data,
                              setup_training)
 
@@ -148,3 +150,37 @@ def test_the_loop_trains_a_classifier_and_resumes_it_exactly(tmp_path):
     for key in straight:
         if key.startswith("model."):
             assert torch.equal(straight[key], resumed[key]), key
+
+
+@pytest.mark.parametrize("exchange", ["from_main", "total"])
+def test_numbers_exchanged_between_processes_live_on_their_device(monkeypatch, exchange):
+    """NCCL (GPUs) takes only GPU tensors: the numbers go on the processes' device."""
+    import torch.distributed as dist
+
+    from attnmt import distributed
+
+    class Sent(Exception):
+        pass
+
+    def record(tensor, *args, **kwargs):
+        raise Sent(tensor.device)
+
+    monkeypatch.setattr(dist, "broadcast", record)
+    monkeypatch.setattr(dist, "all_reduce", record)
+    processes = distributed.Processes(0, 2, torch.device("meta"))
+    with pytest.raises(Sent) as sent:
+        getattr(distributed, exchange)([1.0, 2.0], processes)
+    assert sent.value.args[0] == torch.device("meta")
+
+
+def test_training_on_cuda_without_cuda_is_a_clear_error(tmp_path, capsys):
+    from attnmt.cli import main
+
+    path = tmp_path / "config.yaml"
+    path.write_text("experiment_dir: exp\ndata: {train: {tsv: t.tsv}}\ntraining: {max_steps: 1}\n")
+    (tmp_path / "t.tsv").write_text("a\tb\n")
+    if torch.cuda.is_available():  # (a machine with a GPU gets the device of its process)
+        assert distributed_device("cuda").type == "cuda"
+        return
+    assert main(["train", str(path), "--device", "cuda"]) == 2
+    assert "CUDA is not available here" in capsys.readouterr().err

@@ -20,11 +20,14 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from attnmt.errors import AttnmtError
+
 
 @dataclass(frozen=True)
 class Processes:
     rank: int = 0
     world: int = 1
+    device: torch.device = torch.device("cpu")  # where the numbers they exchange live: NCCL takes GPU tensors only
 
     @property
     def main(self) -> bool:
@@ -47,11 +50,14 @@ def start(device: torch.device) -> Processes:
         return Processes()
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Processes(dist.get_rank(), dist.get_world_size())
+    return Processes(dist.get_rank(), dist.get_world_size(), device)
 
 
 def device(name: str) -> torch.device:
     """The device of this process: the CPU, or with "cuda" the GPU of its LOCAL_RANK."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise AttnmtError("training.device cuda (--device cuda): CUDA is not available here (no GPU, or a CPU-only "
+                          "build of torch); use cpu")
     if name == "cuda":
         index = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(index)
@@ -88,7 +94,7 @@ def from_main(values: list[float], processes: Processes) -> list[float]:
     """The main process's ``values``, everywhere (numbers only: no pickled objects travel)."""
     if not processes.active:
         return values
-    t = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64, device=processes.device)
     dist.broadcast(t, src=0)
     return t.tolist()
 
@@ -97,6 +103,6 @@ def total(values: list[float], processes: Processes) -> list[float]:
     """Sums of ``values`` over all processes."""
     if not processes.active:
         return values
-    t = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64, device=processes.device)
     dist.all_reduce(t)
     return t.tolist()
