@@ -160,6 +160,29 @@ def test_only_allowed_hosts_are_answered(host, answered):
         assert_error(response, 400, "is not one this server answers to", "--allowed-host")
 
 
+def test_serve_flags_reach_the_app(reverse_model, monkeypatch):
+    """--max-work, --max-answer-values and the Host names: --allowed-host, and --host when it is one address."""
+    import uvicorn
+
+    translator, _ = reverse_model
+    apps = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: apps.append(app))
+    assert run_cli("serve", translator.folder, "--max-work", "123", "--max-answer-values", "456",
+                   "--allowed-host", "a.example", "--allowed-host", "b.example:8443", "--host", "127.0.0.2")[0] == 0
+    assert run_cli("serve", translator.folder, "--host", "0.0.0.0")[0] == 0
+    one_address, everywhere = apps
+    assert (one_address.state.limits.max_work, one_address.state.limits.max_answer_values) == (123, 456)
+    for app, answered in ((one_address, (*LOOPBACK_HOSTS, "a.example", "b.example:8443", "127.0.0.2")),
+                          (everywhere, LOOPBACK_HOSTS)):
+        with local_client(app, base_url="http://localhost:8000") as client:
+            for host in ("a.example", "b.example:8443", "b.example", "127.0.0.2", "0.0.0.0", "localhost",
+                         "127.0.0.1", "[::1]", "evil.example"):
+                status = client.get("/health", headers={"host": host}).status_code
+                assert status == (200 if host in answered else 400), (host, status)
+    code, _, err = run_cli("serve", translator.folder, "--allowed-host", "a b")
+    assert code == 2 and "not a host name" in err and "Traceback" not in err
+
+
 def test_allowed_hosts_must_be_host_names():
     from attnmt.errors import AttnmtError
 

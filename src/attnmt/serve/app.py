@@ -12,7 +12,8 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from attnmt.serve.limits import ServerLimits
-from attnmt.serve.middleware import LOOPBACK_HOSTS, ArrivalTime, BodyLimitMiddleware, TrustedHostMiddleware
+from attnmt.serve.middleware import (LOOPBACK_HOSTS, ArrivalTime, BodyLimitMiddleware, TrustedHostMiddleware,
+                                     host_name)
 from attnmt.serve.models import ModelEntry, ModelTimeout, load_models
 from attnmt.serve.routes import model_routes, router
 
@@ -38,6 +39,7 @@ def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, 
     [::1]) or one of ``allowed_hosts`` (a proxy's name: see docs/security.md). Raises AttnmtError
     for a bad folder, a bad name or a name used twice."""
     limits = limits or ServerLimits()
+    hosts = [host_name(h) for h in (*LOOPBACK_HOSTS, *allowed_hosts)]  # checked now: middleware is built later
     loaded = load_models(models, limits, device)
 
     @asynccontextmanager
@@ -53,7 +55,7 @@ def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, 
     app.state.limits = limits
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
     app.add_middleware(ArrivalTime)
-    app.add_middleware(TrustedHostMiddleware, hosts=[*LOOPBACK_HOSTS, *allowed_hosts])  # the outermost
+    app.add_middleware(TrustedHostMiddleware, hosts=hosts)  # the outermost
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(ModelTimeout, _too_slow)
     app.include_router(router)
