@@ -499,6 +499,10 @@ def overlapping_labels(page) -> list:
     boxes = page.eval_on_selector_all("#step-view svg.bars text.tok-label", """ts => ts.map((t) => {
         const r = t.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })""")
     assert boxes and all(right > left and bottom > top for left, top, right, bottom in boxes)
+    bars = page.eval_on_selector_all("#step-view svg.bars rect.bar, #step-view svg.bars text.val",
+                                     "es => es.map((e) => e.getBoundingClientRect().bottom)")
+    svg_box = page.eval_on_selector("#step-view svg.bars", "s => s.getBoundingClientRect().bottom")
+    assert all(max(bars) <= top and bottom <= svg_box for _, top, _, bottom in boxes)  # under the bars, not cut off
     return [(i, j) for i, a in enumerate(boxes) for j, b in enumerate(boxes[:i])
             if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]
 

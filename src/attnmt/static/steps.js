@@ -203,8 +203,9 @@ function attentionBars(sourceTokens, scores, weights) {
   // source labels
   labels.forEach(({ text }, j) => {
     const x = left + j * colW + colW / 2, y = wTop + weightH + (rotated ? 6 : 18);
-    const turn = rotated ? { transform: `rotate(-90 ${x} ${y})`, "text-anchor": "end", "dominant-baseline": "central" } : {};
-    root.append(svg("text", { x, y, ...turn, class: `tok-label${j === best ? " best" : ""}`, "data-token": sourceTokens[j] },
+    const turn = rotated ? { transform: `rotate(-90 ${x} ${y})` } : {}; // read bottom to top, hanging from y
+    root.append(svg("text", { x, y, ...turn, class: `tok-label${rotated ? " rotated" : ""}${j === best ? " best" : ""}`,
+      "data-token": sourceTokens[j] },
       text, svg("title", {}, sourceTokens[j])));
   });
   return el("div", { class: "bars-wrap" }, root);
