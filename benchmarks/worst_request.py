@@ -13,7 +13,8 @@ given, and with a time limit far above them (--timeout) so that they run to the 
     issue 17      max_sentences texts, beam = n_best = max_beam: the request of the issue (64 texts
                   of 900 characters, beam 16, n-best 16), which held the model for 30 s
     widest beam   beam = n_best = max_beam, as many full texts as max_work allows
-    most texts    max_sentences full texts, the largest beam that max_work allows, n_best = beam
+    most texts    as many full texts as max_work allows (at most max_sentences), with the largest beam
+                  that allows as many, n_best = beam
 
 each with and without the attention matrices. --untrained makes (once) a model of the default
 config (Bahdanau, BPE 8000, 12 M parameters) trained for one step: it ends no sentence before its
@@ -88,11 +89,12 @@ def shapes(limits, tokens: int) -> dict[str, tuple[int, int]]:
     """name -> (texts, beam) of each worst request; ``tokens``: subword tokens of a full text."""
     from attnmt.serve.limits import work
 
-    most_texts_beam = max([b for b in range(1, limits.max_beam + 1)
-                           if work([tokens] * limits.max_sentences, b) <= limits.max_work] or [1])
-    widest = max(1, min(limits.max_sentences, limits.max_work // work([tokens], limits.max_beam)))
-    return {"issue 17": (limits.max_sentences, limits.max_beam), "widest beam": (widest, limits.max_beam),
-            "most texts": (limits.max_sentences, most_texts_beam)}
+    def most(beam: int) -> int:  # full texts within max_work at this beam
+        return max(1, min(limits.max_sentences, limits.max_work // work([tokens], beam)))
+
+    most_texts_beam = max([b for b in range(1, limits.max_beam + 1) if most(b) == most(1)])
+    return {"issue 17": (limits.max_sentences, limits.max_beam),
+            "widest beam": (most(limits.max_beam), limits.max_beam), "most texts": (most(1), most_texts_beam)}
 
 
 def main(argv=None):

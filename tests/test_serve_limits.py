@@ -273,10 +273,10 @@ def test_the_work_of_a_request_is_bounded(served):
     assert max(counts) <= LIMITS.max_tokens
     beam = max(b for b in range(1, LIMITS.max_beam + 1) if work(counts, b) <= LIMITS.max_work)
     assert beam < LIMITS.max_beam  # texts, tokens and beam within their limits, the work over it with beam + 1
-    ok = client.post("/translate", json={"text": texts, "beam": beam})
+    ok = client.post("/translate", json={"text": texts, "beam": beam, "attention": False})
     assert ok.status_code == 200, ok.text
     asked = work(counts, beam + 1)
-    assert_error(client.post("/translate", json={"text": texts, "beam": beam + 1}), 422,
+    assert_error(client.post("/translate", json={"text": texts, "beam": beam + 1, "attention": False}), 422,
                  f"the request asks for {asked} units of work", f"the limit is {LIMITS.max_work}",
                  "fewer or shorter texts", "smaller beam")
 
@@ -378,18 +378,38 @@ def test_the_time_limit_counts_from_the_arrival(reverse_model, monkeypatch):
 # --- the size of an answer -------------------------------------------------------------------------
 
 
-def test_answers_are_bounded(served):
-    client, _, translator, dev = served
-    text = next(t for t in dev if len(t) == 8)  # 10 tokens: 8 texts x beam 5 is max_work
+def test_attention_matrices_that_could_be_too_large_are_refused_before_decoding(reverse_model, monkeypatch):
+    """n_best matrices per text of up to (output length limit) x (source tokens): over max_answer_values, a
+    422 before any decoding; the same request without the matrices is answered."""
+    translator, dev = reverse_model
+    text = next(t for t in dev if len(t) == 8)
     [t] = translator.translate([text], beam=5, n_best=5)
-    values = sum(c.attention.size for c in t.candidates)  # 5 matrices of about 10 x 10
-    assert 8 * values > LIMITS.max_answer_values
-    detail = assert_error(client.post("/translate", json={"text": [text] * 8, "beam": 5, "n_best": 5}), 422,
-                          f"the limit is {LIMITS.max_answer_values}", '"attention": false')
+    source = len(t.source_tokens)
+    dc = translator.config.decoding
+    longest = int(dc.max_length_ratio * source + dc.max_length_offset)  # the output length limit
+    bound = 8 * 5 * longest * source
+    actual = 8 * sum(c.attention.size for c in t.candidates)
+    app = create_app([translator.folder], ServerLimits(max_answer_values=bound - 1))
+    body = {"text": [text] * 8, "beam": 5, "n_best": 5}
+    with local_client(app) as client, recording_calls(app.state.models[translator.folder.name], monkeypatch) as calls:
+        assert_error(client.post("/translate", json=body), 422, f"could hold up to {bound} attention weights",
+                     f"the limit is {bound - 1}", '"attention": false', "smaller n_best")
+        assert calls == []  # refused before decoding
+        assert client.post("/translate", json={**body, "attention": False}).status_code == 200
+        assert client.post("/translate", json={**body, "n_best": 4}).status_code == 200
+    assert actual < bound  # the bound holds whatever the model writes
+
+
+def test_answers_are_bounded_after_the_work_too(reverse_model):
+    """An answer that turns out larger than max_answer_values (here a /trace's vectors) is a 422."""
+    translator, dev = reverse_model
+    trace = translator.trace(dev[0], 5)
+    app = create_app([translator.folder], ServerLimits(max_answer_values=50))
+    with local_client(app) as client:
+        detail = assert_error(client.post("/trace", json={"text": dev[0]}), 422, "the limit is 50",
+                              "send a shorter text")
     held = int(re.search(r"the answer would hold (\d+) numbers", detail)[1])
-    assert 8 * values <= held <= 8 * values + 8 * 6  # the matrices, and a score per candidate and text
-    without = client.post("/translate", json={"text": [text] * 8, "beam": 5, "n_best": 5, "attention": False})
-    assert without.status_code == 200
+    assert held >= sum(len(s.state) for s in trace.steps) > 50
 
 
 def test_attention_matrices_are_rounded_to_six_decimals(served):

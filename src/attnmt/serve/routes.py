@@ -14,9 +14,11 @@ from typing import Annotated, Optional
 
 import anyio.to_thread
 import numpy as np
+import torch
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import Response
 
+from attnmt.decoding import max_output_lengths
 from attnmt.serve.bodies import StrictJSONRoute
 from attnmt.serve.limits import ServerLimits, work
 from attnmt.serve.models import LoadedModel
@@ -79,6 +81,22 @@ def check_work(tokens: list[int], beam: int, limits: ServerLimits):
                                  "texts, or ask for a smaller beam")
 
 
+def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: ServerLimits):
+    """422 before decoding for /translate attention matrices that could exceed ``max_answer_values``:
+    n_best candidates per text, each up to its output length limit x its source tokens."""
+    dc = model.translator.config.decoding
+    sources = [n + 1 for n in tokens]  # + 1: the end of sentence
+    outputs = max_output_lengths(torch.tensor(sources), dc.max_length_ratio, dc.max_length_offset)
+    bound = n_best * sum(s * t for s, t in zip(sources, outputs))
+    if bound > limits.max_answer_values:
+        raise HTTPException(422, f"the answer could hold up to {bound} attention weights ({n_best} matrices per text "
+                                 f"of up to {max(outputs)} output x {max(sources)} source tokens); the limit is "
+                                 f"{limits.max_answer_values}: {REDUCE_TRANSLATION}")
+
+
+REDUCE_TRANSLATION = 'ask for "attention": false, a smaller n_best, or fewer or shorter texts'
+
+
 def count_values(result) -> int:
     """The numbers in a result (numpy arrays, lists, dicts, dataclasses): what its answer's size grows with."""
     if isinstance(result, np.ndarray):
@@ -120,12 +138,14 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
         raise HTTPException(422, f"n_best ({body.n_best}) cannot exceed the beam size ({beam})")
     tokens = check_tokens(model, texts, limits, single=isinstance(body.text, str))
     check_work(tokens, beam, limits)
+    if body.attention:
+        check_matrices(model, tokens, body.n_best, limits)
     translations = await model.batcher.translate(texts, tokens, beam, body.n_best, deadline)
     if not body.attention:  # dropped before the answer is made: the matrices are most of its work
         translations = [replace(t, candidates=[replace(c, attention=None) for c in t.candidates])
                         for t in translations]
     return await answer(TranslateResponse, {"translations": translations}, limits, model=model.name,
-                        reduce='ask for "attention": false, a smaller n_best, or fewer or shorter texts')
+                        reduce=REDUCE_TRANSLATION)
 
 
 async def trace(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
