@@ -19,13 +19,16 @@ given, and with a time limit far above them (--timeout) so that they run to the 
 each with and without the attention matrices. --untrained makes (once) a model of the default
 config (Bahdanau, BPE 8000, 12 M parameters) trained for one step: it ends no sentence before its
 length limit (1.5 x the source + 10 tokens), so every request does the most work it can, more than
-any trained model of that size. Timings depend on the machine and on its load: run alone.
+any trained model of that size. Timings depend on the machine and on its load: run alone. "CPU s"
+is the CPU time of the process (all its threads): on a busy machine, CPU s / threads estimates the
+time it would take alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import subprocess
 import sys
 import time
@@ -116,21 +119,22 @@ def main(argv=None):
     tokens = max(len(ids) for ids in translator.src_subwords.encode(texts))
     print(f"model {model}: {sum(p.numel() for p in translator.model.parameters()):,} parameters; texts of "
           f"{max(map(len, texts))} characters, {tokens} subword tokens; max_work {limits.max_work}, "
-          f"max_answer_values {limits.max_answer_values}, {args.threads} threads")
+          f"max_answer_values {limits.max_answer_values}, {args.threads} threads; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'request':<12} {'texts':>5} {'beam':>4} {'work':>7} {'attention':>9} {'status':>6} {'seconds':>8} "
-          f"{'answer MB':>9}  detail")
+          f"{'CPU s':>6} {'answer MB':>9}  detail")
     from attnmt.serve.limits import work
 
     with TestClient(app, base_url="http://localhost") as client:
         for name, (n, beam) in shapes(limits, tokens).items():
             for attention in (True, False):
                 body = {"text": texts[:n], "beam": beam, "n_best": beam, "attention": attention}
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 response = client.post("/translate", json=body)
-                seconds = time.perf_counter() - start
+                seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
                 detail = response.json().get("detail", "") if response.status_code != 200 else ""
                 print(f"{name:<12} {n:>5} {beam:>4} {work([tokens] * n, beam):>7} {str(attention):>9} "
-                      f"{response.status_code:>6} {seconds:>8.1f} {len(response.content) / 1e6:>9.2f}  {detail[:90]}",
+                      f"{response.status_code:>6} {seconds:>8.1f} {cpu:>6.1f} {len(response.content) / 1e6:>9.2f}  {detail[:90]}",
                       flush=True)
 
 
