@@ -134,8 +134,8 @@ def main(argv=None):
                 seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
                 detail = response.json().get("detail", "") if response.status_code != 200 else ""
                 print(f"{name:<12} {n:>5} {beam:>4} {work([tokens] * n, beam):>7} {str(attention):>9} "
-                      f"{response.status_code:>6} {seconds:>8.1f} {cpu:>6.1f} {len(response.content) / 1e6:>9.2f}  {detail[:90]}",
-                      flush=True)
+                      f"{response.status_code:>6} {seconds:>8.1f} {cpu:>6.1f} {len(response.content) / 1e6:>9.2f}  "
+                      f"{detail[:90]}", flush=True)
 
 
 if __name__ == "__main__":
