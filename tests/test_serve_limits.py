@@ -281,6 +281,11 @@ def test_the_work_of_a_request_is_bounded(served):
                  "fewer or shorter texts", "smaller beam")
 
 
+def test_the_default_work_admits_any_one_text_within_the_other_limits():
+    limits = ServerLimits()
+    assert work([limits.max_tokens], limits.max_beam) <= limits.max_work
+
+
 def test_batches_are_bounded_by_work_too(reverse_model, monkeypatch):
     translator, dev = reverse_model
     texts = [t for t in dev if len(t) == 8][:6]

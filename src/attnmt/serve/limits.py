@@ -16,7 +16,8 @@ class ServerLimits:
     max_tokens: int = 256  # subword tokens per text, counted after encoding, end of sentence excluded
     max_beam: int = 16  # beam size (and n_best) of /translate
     max_top_k: int = 50  # top_k of /trace
-    max_work: int = 8_192  # beam x (subword tokens + 1), summed over the texts of one request (and of one batch)
+    max_work: int = 4_112  # beam x (subword tokens + 1) summed over the texts of a request (and a batch): by
+    # default that of one text at the beam and token limits (16 x 257), which takes well under the timeout
     max_answer_values: int = 2_000_000  # numbers in one answer (attention weights, vectors): about 20 MB of JSON
     timeout: float = 30.0  # seconds for one request from its arrival, waiting for the model included (503 above)
     max_batch: int = 64  # sentences decoded together by dynamic batching; 1 = one request at a time
