@@ -136,7 +136,7 @@ def test_openapi_lists_the_endpoints_with_their_limits(client):
     assert text_forms["string"]["maxLength"] == LIMITS.max_chars
     assert request["properties"]["n_best"]["maximum"] == LIMITS.max_beam
     responses = spec["paths"]["/translate"]["post"]["responses"]
-    assert {"200", "404", "413", "422", "503"} <= set(responses)
+    assert {"200", "400", "404", "413", "422", "503"} <= set(responses)
     assert "TranslateResponse" in json.dumps(responses["200"])
     assert "TraceResponse" in json.dumps(spec["paths"]["/trace"]["post"]["responses"]["200"])
     assert "BeamResponse" in json.dumps(spec["paths"]["/beam"]["post"]["responses"]["200"])

@@ -36,7 +36,7 @@ def _limits(request: Request) -> ServerLimits:
 
 Models = Annotated[dict[str, LoadedModel], Depends(_models)]
 Limits = Annotated[ServerLimits, Depends(_limits)]
-ERRORS = {code: {"model": ErrorResponse} for code in (404, 413, 422, 503)}
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 413, 422, 503)}  # 400: the Host check
 
 router = APIRouter()
 
