@@ -70,6 +70,18 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+def local_client(app, base_url: str = "http://localhost", **kwargs):
+    """FastAPI's test client for ``app``, as a client on this machine: Host localhost (the server
+    answers no other Host by default, see docs/security.md)."""
+    import warnings
+
+    with warnings.catch_warnings():  # starlette warns about httpx on import; the client works
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    return TestClient(app, base_url=base_url, **kwargs)
+
+
 def require(available: bool, message: str):
     """Skips the test (fails it under ATTNMT_STRICT=1 or CI) unless ``available``."""
     if not available:

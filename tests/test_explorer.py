@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import uvicorn
 
-from attnmt.serve import create_app
+from attnmt.serve import ServerLimits, create_app
 
-from conftest import WAIT, require
+from conftest import WAIT, random_strings, require
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -401,3 +401,131 @@ def test_transformer_layers_and_heads(page, server):
     page.select_option("#model", server[1])
     translate_in_page(page, "abcdef")
     assert page.locator("#layers-card").is_hidden()
+
+
+# --- words or subword pieces; readable labels ---------------------------------------------------
+
+
+MERGE_CASES = [
+    (["▁Ein", "▁Sch", "iff", "</s>"], ["▁A", "▁sh", "ip", ".", "</s>"]),
+    (["▁", "a", "b", "c", "▁", "d", "e", "</s>"], ["▁", "e", "d", "▁", "c", "b", "a", "</s>"]),
+    (["a", "▁b", "<unk>", "c", "</s>"], ["<s>", "x", "</s>", "y", "▁"]),
+    (["▁", "</s>"], ["▁"]),
+    (["▁日本", "語", "▁😀", "x", "</s>"], ["</s>"]),
+]
+
+
+def test_words_module_merges_as_the_figures_do(page):
+    """static/words.js against attnmt.viz.words.merge_pieces (the figures' --merge-words), same matrices."""
+    from attnmt.viz.words import merge_pieces, word_spans
+
+    rng = np.random.default_rng(0)
+    for source, target in MERGE_CASES:
+        scores = rng.normal(size=(len(target), len(source))) * 3
+        matrix = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True)
+        words = page.evaluate("""async ([source, target, matrix, scores]) => {
+            const w = await import("/static/words.js");
+            const spans = w.wordSpans(source);
+            return { merged: w.mergePieces(source, target, matrix), spans,
+                     lse: scores.map((row) => w.logSumExpColumns(row, spans)),
+                     sums: matrix.map((row) => w.sumColumns(row, spans)) };
+        }""", [source, target, matrix.tolist(), scores.tolist()])
+        source_words, target_words, expected = merge_pieces(source, target, matrix)
+        assert words["merged"]["source"] == source_words and words["merged"]["target"] == target_words
+        np.testing.assert_allclose(words["merged"]["matrix"], expected, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.sum(words["merged"]["matrix"], axis=1), 1.0, atol=1e-12)  # rows still sum to 1
+        assert [tuple(s) for s in words["spans"]] == word_spans(source)
+        # the step view's word scores: their softmax is the word weights (the sums of the pieces')
+        lse = np.array(words["lse"])
+        np.testing.assert_allclose(np.exp(lse) / np.exp(lse).sum(axis=1, keepdims=True), words["sums"], atol=1e-12)
+        np.testing.assert_allclose(words["sums"], [[row[a:b].sum() for a, b in word_spans(source)] for row in matrix],
+                                   atol=1e-12)
+
+
+def step_number(page) -> int:
+    return int(page.get_attribute("#step-index", "data-step"))
+
+
+def test_words_toggle_merges_the_heatmaps_and_the_step_bars(page, server):
+    from attnmt.viz.words import merge_pieces, word_spans
+
+    text = "abc de fghi"
+    translate_in_page(page, text)
+    expected = api_translation(server, text)
+    best, source = expected["candidates"][0], expected["source_tokens"]
+    assert page.get_attribute("#panel-a table.heatmap", "data-unit") == "token"
+    page.click("#steps-card h2")
+    page.keyboard.press("ArrowRight")  # step 2
+    trace = post(server, "/trace", {"text": text, "model": server[1], "top_k": 5}).json()
+
+    page.check("#words")  # no new request: the answers shown are redrawn
+    source_words, target_words, matrix = merge_pieces(source, best["tokens"], best["attention"])
+    assert len(source_words) == 4 and page.get_attribute("#panel-a table.heatmap", "data-unit") == "word"
+    assert page.locator("#panel-a th.src-label").all_text_contents() == source_words
+    assert page.locator("#panel-a th.tgt-label").all_text_contents() == target_words
+    cells = page.eval_on_selector_all("#panel-a td.cell", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col, "
+                                                         "+c.dataset.weight])")
+    assert len(cells) == len(source_words) * len(target_words)
+    for i, j, w in cells:
+        assert w == pytest.approx(matrix[i][j], abs=1e-6)
+
+    # the step view stays at step 2, its bars over the source words
+    assert step_number(page) == 2
+    spans = word_spans(trace["source_tokens"])
+    weights = trace["steps"][1]["weights"]
+    labels = page.eval_on_selector_all("#step-view svg.bars text.tok-label", "ts => ts.map(t => t.dataset.token)")
+    assert labels == merge_pieces(trace["source_tokens"], trace["tokens"], [s["weights"] for s in trace["steps"]])[0]
+    bars = page.locator("#step-view svg.bars rect.bar.weight title").all_text_contents()
+    assert [float(b.removeprefix("a = ")) for b in bars] == pytest.approx([sum(weights[a:b]) for a, b in spans],
+                                                                          abs=1e-4)
+    assert page.locator("#step-view svg.bars rect.bar.score").count() == len(spans)
+    # its heatmap: the rows of the words begun, the current one the mean of its pieces so far
+    steps_so_far = [s["weights"] for s in trace["steps"][:2]]
+    _, begun, so_far = merge_pieces(trace["source_tokens"], trace["tokens"][:2], steps_so_far)
+    assert page.get_attribute("#step-view table.heatmap", "data-unit") == "word"
+    assert page.get_attribute("#step-view table.heatmap tr.current", "data-row") == str(len(begun) - 1)
+    current = page.eval_on_selector_all(f"#step-view td.cell[data-row='{len(begun) - 1}']", "cs => cs.map(c => "
+                                        "+c.dataset.weight)")
+    assert current == pytest.approx(list(so_far[-1]), abs=1e-6)
+
+    page.uncheck("#words")  # back to pieces, same step
+    assert step_number(page) == 2
+    assert page.locator("#panel-a th.src-label").all_text_contents() == source
+    assert page.locator("#step-view svg.bars rect.bar.weight").count() == len(trace["source_tokens"])
+
+
+def overlapping_labels(page) -> list:
+    """Pairs of source labels under the step bars whose bounding boxes overlap."""
+    boxes = page.eval_on_selector_all("#step-view svg.bars text.tok-label", """ts => ts.map((t) => {
+        const r = t.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })""")
+    assert boxes and all(right > left and bottom > top for left, top, right, bottom in boxes)
+    bars = page.eval_on_selector_all("#step-view svg.bars rect.bar, #step-view svg.bars text.val",
+                                     "es => es.map((e) => e.getBoundingClientRect().bottom)")
+    svg_box = page.eval_on_selector("#step-view svg.bars", "s => s.getBoundingClientRect().bottom")
+    assert all(max(bars) <= top and bottom <= svg_box for _, top, _, bottom in boxes)  # under the bars, not cut off
+    return [(i, j) for i, a in enumerate(boxes) for j, b in enumerate(boxes[:i])
+            if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]
+
+
+def test_step_labels_stay_readable_up_to_the_token_limit(page, server, reverse_model):
+    translator, _ = reverse_model
+    limit = ServerLimits().max_tokens  # the server of this module has the default limits
+    sixteen = " ".join(random_strings(16, 3, 9, seed=7))
+    longest = ""
+    for word in random_strings(200, 3, 9, seed=8):  # words until the token limit
+        longer = f"{longest} {word}".strip()
+        if len(translator.src_subwords.encode([longer])[0]) > limit:
+            break
+        longest = longer
+    while len(translator.src_subwords.encode([longest + "a"])[0]) <= limit:
+        longest += "a"
+    assert len(translator.src_subwords.encode([longest])[0]) == limit
+    for text in (sixteen, longest):
+        translate_in_page(page, text)
+        assert page.get_attribute("body", "data-state") == "done", page.text_content("#error")
+        pieces = len(translator.src_subwords.encode([text])[0]) + 1  # and </s>
+        for words, labels in ((False, pieces), (True, len(text.split()) + 1)):
+            page.set_checked("#words", words)
+            assert page.locator("#step-view svg.bars text.tok-label").count() == labels
+            assert overlapping_labels(page) == [], (len(text), words)
+    assert pieces == limit + 1  # the last sentence was at the limit: every piece labelled, none overlapping

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 
 import httpx
 
@@ -22,13 +21,10 @@ from attnmt.cli import build_parser, main
 from attnmt.errors import AttnmtError
 from attnmt.serve import ServerLimits, create_app
 
-from conftest import WAIT
+from conftest import WAIT, local_client
 
-with warnings.catch_warnings():  # starlette warns about httpx on import; the client works
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
-LIMITS = ServerLimits(max_sentences=8, max_chars=40, max_tokens=20, max_beam=5, max_top_k=10, timeout=30.0)
+LIMITS = ServerLimits(max_sentences=8, max_chars=40, max_tokens=20, max_beam=5, max_top_k=10, max_work=400,
+                      timeout=30.0)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +32,7 @@ def served(reverse_model):
     """(client, app, model name, translator of the test session, dev strings)."""
     translator, dev = reverse_model
     app = create_app([translator.folder], LIMITS)
-    with TestClient(app) as client:
+    with local_client(app) as client:
         yield client, app, translator.folder.name, translator, dev
 
 
@@ -72,14 +68,16 @@ def test_models_describe_the_config(served):
                     "decoder_hidden": config.model.decoder_hidden, "d_model": None, "heads": None,
                     "encoder_layers": config.model.encoder_layers, "decoder_layers": config.model.decoder_layers,
                     "feed_forward": None, "norm": None,
-                    "beam": config.decoding.beam, "path": str(translator.folder.resolve())}
+                    "beam": config.decoding.beam}
+    listing = client.get("/models").text  # the name only: nothing of where the model lies on disk
+    assert str(translator.folder.resolve().parent) not in listing and "path" not in listing
 
 
 def test_two_models_by_folder_name_and_first_is_default(reverse_model, tmp_path):
     translator, _ = reverse_model
     other = shutil.copytree(translator.folder, tmp_path / "copy-of-reverse")
     app = create_app([other, translator.folder], LIMITS)
-    with TestClient(app) as client:
+    with local_client(app) as client:
         names = [m["name"] for m in client.get("/models").json()]
         assert names == ["copy-of-reverse", translator.folder.name]
         assert client.get("/health").json()["models"] == names
@@ -93,7 +91,7 @@ def test_two_models_by_folder_name_and_first_is_default(reverse_model, tmp_path)
 def test_duplicate_model_names_are_refused(reverse_model, tmp_path):
     translator, _ = reverse_model
     twin = shutil.copytree(translator.folder, tmp_path / "elsewhere" / translator.folder.name)
-    with pytest.raises(AttnmtError, match=f"two model folders are named '{translator.folder.name}'"):
+    with pytest.raises(AttnmtError, match=f"two models are named '{translator.folder.name}'.*NAME=DIR"):
         create_app([translator.folder, twin])
 
 
@@ -115,7 +113,7 @@ def test_index_serves_the_explorer_page_or_a_placeholder(reverse_model, tmp_path
     static = tmp_path / "static"
     static.mkdir()
     monkeypatch.setattr(attnmt.serve.app, "STATIC_DIR", static)
-    with TestClient(create_app([translator.folder])) as client:
+    with local_client(create_app([translator.folder])) as client:
         page = client.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "/docs" in page.text and translator.folder.name in page.text  # placeholder
@@ -138,7 +136,7 @@ def test_openapi_lists_the_endpoints_with_their_limits(client):
     assert text_forms["string"]["maxLength"] == LIMITS.max_chars
     assert request["properties"]["n_best"]["maximum"] == LIMITS.max_beam
     responses = spec["paths"]["/translate"]["post"]["responses"]
-    assert {"200", "404", "413", "422", "503"} <= set(responses)
+    assert {"200", "400", "404", "413", "422", "503"} <= set(responses)
     assert "TranslateResponse" in json.dumps(responses["200"])
     assert "TraceResponse" in json.dumps(spec["paths"]["/trace"]["post"]["responses"]["200"])
     assert "BeamResponse" in json.dumps(spec["paths"]["/beam"]["post"]["responses"]["200"])
@@ -246,7 +244,7 @@ def test_translate_rejects_bad_requests(client, body, fragment):
 
 def test_translate_rejects_invalid_json_and_other_media(client):
     assert_error(client.post("/translate", content=b'{"text": "abc"', headers={"content-type": "application/json"}),
-                 422, "not valid JSON")
+                 422, "not valid UTF-8 JSON")
     assert_error(client.post("/translate", content=b'{"text": "abc"}', headers={"content-type": "text/plain"}),
                  422, "must be a JSON object")
     assert_error(client.get("/translate"), 405)
@@ -271,7 +269,7 @@ def test_body_too_large_is_413_before_validation(served):
 def test_body_limit_counts_the_bytes_received(reverse_model):
     translator, _ = reverse_model
     app = create_app([translator.folder], ServerLimits(max_body_bytes=200))
-    with TestClient(app) as client:
+    with local_client(app) as client:
         assert client.post("/translate", json={"text": "abcd"}).status_code == 200
         assert_error(client.post("/translate", json={"text": ["abcd"] * 40}), 413, "200 bytes")
 
@@ -294,7 +292,7 @@ def test_time_limit_is_503(reverse_model, monkeypatch):
     translator, _ = reverse_model
     app = create_app([translator.folder], ServerLimits(timeout=0.5))
     model = app.state.models[translator.folder.name]
-    with TestClient(app) as client:
+    with local_client(app) as client:
         with model.lock:  # the model is busy with another request for longer than the limit
             # (the answers come while the lock is held: without the limit they would never come)
             response = client.post("/translate", json={"text": "abc"})
@@ -436,7 +434,7 @@ def test_concurrent_requests_are_decoded_together(reverse_model, monkeypatch):
         {"text": dev[13], "beam": 3, "n_best": 2},
         {"text": [dev[14], dev[15]], "beam": 3, "n_best": 2},
         {"text": dev[16], "beam": 1}]
-    with TestClient(app) as client, recording_calls(app.state.models[translator.folder.name], monkeypatch) as calls:
+    with local_client(app) as client, recording_calls(app.state.models[translator.folder.name], monkeypatch) as calls:
         responses = post_together(client, bodies)
     assert_answers_alone(translator, bodies, responses)
     assert len(calls) < len(bodies)
@@ -452,7 +450,7 @@ def test_a_lone_request_does_not_wait_for_company(reverse_model, monkeypatch):
     """One client sending one request after another: nothing to batch with, so no batch wait."""
     translator, dev = reverse_model
     app = create_app([translator.folder], ServerLimits(batch_wait=WAIT, timeout=2 * WAIT))  # a wait that would show
-    with TestClient(app) as client, recording_calls(app.state.models[translator.folder.name], monkeypatch) as calls:
+    with local_client(app) as client, recording_calls(app.state.models[translator.folder.name], monkeypatch) as calls:
         start = time.monotonic()
         for i in range(3):
             assert client.post("/translate", json={"text": dev[i], "beam": 1}).status_code == 200
@@ -467,7 +465,7 @@ def test_batches_are_bounded_and_batching_can_be_off(reverse_model, monkeypatch)
     for max_batch in (4, 1):
         app = create_app([translator.folder], ServerLimits(max_batch=max_batch, batch_wait=0.5))
         model = app.state.models[translator.folder.name]
-        with TestClient(app) as client, recording_calls(model, monkeypatch) as calls:
+        with local_client(app) as client, recording_calls(model, monkeypatch) as calls:
             model.lock.acquire()  # the model is busy: the requests queue up
             threading.Timer(1.0, model.lock.release).start()
             responses = post_together(client, bodies)
@@ -483,7 +481,7 @@ def test_time_limit_drops_only_the_late_request(reverse_model):
     translator, dev = reverse_model
     app = create_app([translator.folder], ServerLimits(timeout=2.0, batch_wait=0.001))
     model = app.state.models[translator.folder.name]
-    with TestClient(app) as client:
+    with local_client(app) as client:
         model.lock.acquire()  # busy: the first request waits past its limit
         try:
             start = time.monotonic()
@@ -707,7 +705,7 @@ def test_serve_command_builds_the_app_and_prints_the_url(reverse_model, monkeypa
     assert kwargs["timeout_graceful_shutdown"] == 9  # requests in flight may finish, not hang the exit
     limits = app.state.limits
     assert (limits.max_sentences, limits.max_tokens, limits.batch_wait, limits.max_batch) == (2, 7, 0.02, 64)
-    with TestClient(app) as client:
+    with local_client(app) as client:
         assert_error(client.post("/translate", json={"text": ["a", "b", "c"]}), 422, "at most 2 items")
 
     code, out, err = run_cli("serve", translator.folder, "--host", "0.0.0.0", "--no-batching")
@@ -728,7 +726,7 @@ def both(reverse_model, tiny_transformer):
     """(client, app, transformer name, transformer, RNN name): one server with both kinds of model."""
     rnn, _ = reverse_model
     app = create_app([tiny_transformer.folder, rnn.folder], LIMITS)
-    with TestClient(app) as client:
+    with local_client(app) as client:
         yield client, app, tiny_transformer.folder.name, tiny_transformer, rnn.folder.name
 
 
@@ -738,7 +736,7 @@ def test_models_describe_a_transformer(both):
     assert info[name] == {"name": name, "type": "transformer", "attention": "multi-head", "rnn_type": None,
                           "input_feeding": None, "decoder_hidden": None, "d_model": 32, "heads": 4,
                           "encoder_layers": 3, "decoder_layers": 2, "feed_forward": 64, "norm": "pre",
-                          "beam": transformer.config.decoding.beam, "path": str(transformer.folder.resolve())}
+                          "beam": transformer.config.decoding.beam}
     assert info[rnn_name]["type"] == "rnn" and info[rnn_name]["heads"] is None
 
 
@@ -809,7 +807,7 @@ def test_attention_goes_through_the_limits(both, tiny_transformer):
     assert spec["components"]["schemas"]["AttentionRequest"]["additionalProperties"] is False
 
     small = create_app([tiny_transformer.folder], ServerLimits(max_body_bytes=100, timeout=0.5))
-    with TestClient(small) as limited:
+    with local_client(small) as limited:
         assert_error(limited.post("/attention", json={"text": "a" * 200}), 413, "100 bytes")
         with small.state.models[name].lock:  # busy past the time limit
             assert_error(limited.post("/attention", json={"text": "abc"}), 503, "longer than the limit of 0.5 s")

@@ -238,6 +238,7 @@ def _non_negative_float(text: str) -> float:
 
 def cmd_serve(args):
     from attnmt.serve import ServerLimits, create_app, is_loopback, run_server, url_of
+    from attnmt.serve.models import model_entry
 
     if args.threads:
         import torch
@@ -245,9 +246,12 @@ def cmd_serve(args):
         torch.set_num_threads(args.threads)
     limits = ServerLimits(max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
                           max_chars=args.max_chars, max_tokens=args.max_tokens, max_beam=args.max_beam,
+                          max_work=args.max_work, max_answer_values=args.max_answer_values,
                           timeout=args.timeout, max_batch=1 if args.no_batching else args.max_batch,
                           batch_wait=args.max_batch_wait / 1000)
-    app = create_app([Path(d) for d in args.model_dir], limits)
+    bound = [] if args.host in ("0.0.0.0", "::", "[::]", "") else [args.host]  # one address: its name is trusted
+    app = create_app([model_entry(d) for d in args.model_dir], limits, device=args.device,
+                     allowed_hosts=bound + args.allowed_host)
     if not is_loopback(args.host):
         _log(f"warning: listening on {args.host}, reachable from other machines; the server has no "
              "authentication and no TLS: expose it only behind a reverse proxy")
@@ -378,9 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     limits = ServerLimits()  # the defaults of the limits are those of create_app
     p = sub.add_parser("serve", help="HTTP API: translate, trace and list models (loopback by default)")
-    p.add_argument("model_dir", nargs="+", help="trained model folder(s); the folder name is the model name")
+    p.add_argument("model_dir", nargs="+", metavar="[NAME=]DIR",
+                   help="trained model folder(s), named after the folder or NAME (letters, digits, . - _)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8000)
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a Host header to answer besides localhost, 127.0.0.1 and [::1] (and --host): the name "
+                        "clients use behind a proxy; may be repeated")
+    device_option(p)
     p.add_argument("--max-body-bytes", type=_positive, default=limits.max_body_bytes,
                    help="larger request bodies get 413")
     p.add_argument("--max-sentences", type=_positive, default=limits.max_sentences, help="texts per /translate request")
@@ -389,7 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="subword tokens per text (after encoding)")
     p.add_argument("--max-beam", type=_positive, default=limits.max_beam,
                    help="largest beam (and n_best) a request may ask")
-    p.add_argument("--timeout", type=_positive_float, default=limits.timeout, help="seconds per request; 503 beyond")
+    p.add_argument("--max-work", type=_positive, default=limits.max_work,
+                   help="beam x (subword tokens + 1), summed over the texts of a request (and of a batch)")
+    p.add_argument("--max-answer-values", type=_positive, default=limits.max_answer_values,
+                   help="numbers in one answer (attention weights, vectors); 422 beyond")
+    p.add_argument("--timeout", type=_positive_float, default=limits.timeout,
+                   help="seconds per request from its arrival; 503 beyond")
     p.add_argument("--max-batch", type=_positive, default=limits.max_batch,
                    help="sentences of concurrent /translate requests decoded together (dynamic batching)")
     p.add_argument("--max-batch-wait", type=_non_negative_float, default=limits.batch_wait * 1000, metavar="MS",

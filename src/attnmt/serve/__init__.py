@@ -2,25 +2,32 @@
 
     >>> from attnmt.serve import create_app
     >>> app = create_app([Path("runs/quickstart/model")])   # then: uvicorn.run(app)
+    >>> app = create_app([("dates", Path("runs/quickstart/model"))], device="cpu", allowed_hosts=["mt.example.org"])
 
 Every request body is a pydantic model that forbids unknown fields and carries the server
 limits (sentences per request, characters per sentence, beam size), so the OpenAPI schema at
 ``/docs`` shows them; subword tokens per sentence are counted after encoding. Errors are JSON
-objects whose ``detail`` is a readable string: 422 invalid request, 404 unknown model, 413 body
-too large, 503 over the time limit. ``/beam`` returns the search tree recorded by
+objects whose ``detail`` is a readable string: 422 invalid request (a body that is not UTF-8 JSON
+included, and a request asking for too much work or too large an answer), 404 unknown model, 413
+body too large, 400 a Host header that does not name this machine (DNS rebinding), 503 over the
+time limit, counted from the request's arrival. ``/beam`` returns the search tree recorded by
 ``attnmt.decoding.BeamRecorder``; ``/attention`` every layer and head of a Transformer's attention
 (``Translator.attention``).
 
 Decoding runs in a worker thread, one computation at a time per model (a lock per model).
-Concurrent /translate requests for a model are decoded together (dynamic batching). ``run_server``
+Concurrent /translate requests for a model are decoded together (dynamic batching), in chunks that
+stop once every request waiting for them has given up. Answers are made into JSON in a worker
+thread too, so that the event loop keeps every request's time limit. ``run_server``
 shuts down gracefully: on SIGTERM or SIGINT, requests in flight finish and get their answers.
 
-    limits.py      ServerLimits: what a request may ask for, how requests are batched
+    limits.py      ServerLimits: what a request may ask for, how requests are batched; the work of a request
     schemas.py     request and answer bodies; answers read from attnmt.api's and attnmt.trace's results
-    models.py      LoadedModel: a model, its lock, and ``run``: its work off the event loop, within the time limit
-    batching.py    Batcher: concurrent /translate requests decoded together
-    routes.py      the endpoints
-    middleware.py  the request body limit
+    bodies.py      request bodies read as strict UTF-8 JSON (422 for anything else)
+    models.py      LoadedModel: a model, its lock, and ``run``: its work off the event loop, within the time limit;
+                   model names (NAME=DIR)
+    batching.py    Batcher: concurrent /translate requests decoded together, in chunks
+    routes.py      the endpoints; the bounded answer
+    middleware.py  the Host check, the arrival time, the request body limit
     app.py         create_app, the JSON errors, the explorer page; run_server
 
 The command ``attnmt serve MODEL_DIR ...`` binds to 127.0.0.1 by default; see docs/http-api.md.

@@ -1,10 +1,10 @@
-"""The application: models, routes, body limit, JSON errors and the explorer page; and serving it."""
+"""The application: models, routes, Host check, body limit, JSON errors and the explorer page; and serving it."""
 
 import signal
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,8 +12,9 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from attnmt.serve.limits import ServerLimits
-from attnmt.serve.middleware import BodyLimitMiddleware
-from attnmt.serve.models import ModelTimeout, load_models
+from attnmt.serve.middleware import (LOOPBACK_HOSTS, ArrivalTime, BodyLimitMiddleware, TrustedHostMiddleware,
+                                     host_name)
+from attnmt.serve.models import ModelEntry, ModelTimeout, load_models
 from attnmt.serve.routes import model_routes, router
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -30,24 +31,31 @@ Interactive documentation: <a href="docs">/docs</a>.</p>
 """
 
 
-def create_app(model_dirs: list[Path], limits: Optional[ServerLimits] = None) -> FastAPI:
-    """An application serving the models of ``model_dirs`` (trained model folders), named after
-    their folders; the first is the default. Raises AttnmtError for a bad folder or a name used twice."""
+def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, device: str = "cpu",
+               allowed_hosts: Sequence[str] = ()) -> FastAPI:
+    """An application serving ``models``: trained model folders, each named after its folder, or
+    pairs (name, folder); the first is the default. Each is loaded with ``attnmt.load(folder,
+    device=device)``. Requests must name this machine in their Host header (localhost, 127.0.0.1 or
+    [::1]) or one of ``allowed_hosts`` (a proxy's name: see docs/security.md). Raises AttnmtError
+    for a bad folder, a bad name or a name used twice."""
     limits = limits or ServerLimits()
-    models = load_models(model_dirs, limits)
+    hosts = [host_name(h) for h in (*LOOPBACK_HOSTS, *allowed_hosts)]  # checked now: middleware is built later
+    loaded = load_models(models, limits, device)
 
     @asynccontextmanager
     async def lifespan(app):
         yield
-        for model in models.values():  # after uvicorn has let the requests in flight finish
+        for model in loaded.values():  # after uvicorn has let the requests in flight finish
             await model.batcher.stop()
 
     app = FastAPI(title="attnmt", version=_version(), lifespan=lifespan,
                   description="Neural machine translation with attention: translations with their "
                               "attention matrices, and every quantity of every decoder step.")
-    app.state.models = models
+    app.state.models = loaded
     app.state.limits = limits
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
+    app.add_middleware(ArrivalTime)
+    app.add_middleware(TrustedHostMiddleware, hosts=hosts)  # the outermost
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(ModelTimeout, _too_slow)
     app.include_router(router)
@@ -88,7 +96,7 @@ async def _invalid_request(request: Request, exc: RequestValidationError) -> JSO
 def _message(error: dict) -> str:
     kind, loc = error.get("type", ""), tuple(error.get("loc", ()))
     if kind == "json_invalid":
-        return f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'decode error')})"
+        return f"the body is not valid UTF-8 JSON ({error.get('ctx', {}).get('error', 'decode error')})"
     if loc == ("body",) and kind in ("model_attributes_type", "dict_type", "model_type"):
         return "the body must be a JSON object, sent with Content-Type: application/json"
     return str(error.get("msg", "")).removeprefix("Value error, ")

@@ -1,4 +1,4 @@
-"""Dynamic batching of /translate: concurrent requests for a model decoded together."""
+"""Dynamic batching of /translate: concurrent requests for a model decoded together, in chunks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import asyncio
 import time
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Optional
+
+from attnmt.serve.limits import ServerLimits, work
 
 if TYPE_CHECKING:
     from attnmt.serve.models import LoadedModel
@@ -17,37 +20,48 @@ class _Job:
     """One /translate request waiting for the batcher."""
 
     texts: list[str]
+    tokens: list[int]  # subword tokens of each text
     beam: int
     n_best: int
+    deadline: float  # time.monotonic() when the request gives up
     future: asyncio.Future  # cancelled when the request gives up (time limit)
+
+    @property
+    def work(self) -> int:
+        return work(self.tokens, self.beam)
 
 
 class Batcher:
     """Dynamic batching of /translate for one model. Requests queue up; one worker task takes the
-    first, collects those that follow until a pause of ``wait`` seconds or ``max_sentences``, and
-    decodes the requests with the same (beam, n_best) in one ``Translator.translate`` call, through
-    ``LoadedModel.run``. Each request gets its own translations, in its order.
+    first, collects those that follow until a pause of ``batch_wait`` seconds, ``max_batch``
+    sentences or ``max_work``, and decodes the requests with the same (beam, n_best) together
+    through ``LoadedModel.run_chunks``: sorted by length and cut into chunks of ``chunk_work``,
+    one ``Translator.translate`` call each. Each request gets its own translations, in its order.
 
     Decoding 32 sentences together costs little more than decoding one (the per-step work of an
     RNN decoder is mostly fixed overhead on a CPU), so under load this multiplies throughput. A
     request that gave up (time limit) is left out of its batch, or its results dropped if the
-    batch had started; the other requests are not affected."""
+    batch had started; the other requests are not affected, and a batch that nobody waits for any
+    more stops after the chunk under way."""
 
-    def __init__(self, model: LoadedModel, max_sentences: int, wait: float):
+    def __init__(self, model: LoadedModel, limits: ServerLimits):
         self.model = model
-        self.max_sentences = max_sentences
-        self.wait = wait
+        self.max_sentences = limits.max_batch
+        self.max_work = limits.max_work
+        self.chunk_work = limits.chunk_work
+        self.wait = limits.batch_wait
         self.queue: Optional[asyncio.Queue] = None
         self.worker: Optional[asyncio.Task] = None
+        self.held: Optional[_Job] = None  # taken from the queue, but for the next batch (this one was full)
         self.concurrent = False  # did the last batch hold several requests?
 
-    async def translate(self, texts: list[str], beam: int, n_best: int) -> list:
+    async def translate(self, texts: list[str], tokens: list[int], beam: int, n_best: int, deadline: float) -> list:
         """The translations of ``texts`` (a list of attnmt.api.Translation), in order; ModelTimeout
-        past the model's time limit, waiting in the queue included."""
+        at ``deadline``, waiting in the queue included. ``tokens``: their subword token counts."""
         self._start()
         future = asyncio.get_running_loop().create_future()
-        self.queue.put_nowait(_Job(texts, beam, n_best, future))
-        return await self.model.in_time(future)
+        self.queue.put_nowait(_Job(texts, tokens, beam, n_best, deadline, future))
+        return await self.model.in_time(future, deadline)
 
     def _start(self):
         # Started by the first request, in the event loop that serves it (a test client may
@@ -55,6 +69,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         if self.worker is None or self.worker.done() or self.worker.get_loop() is not loop:
             self.queue = asyncio.Queue()
+            self.held = None
             self.worker = loop.create_task(self._work())
 
     async def stop(self):
@@ -71,17 +86,18 @@ class Batcher:
 
     async def _collect(self) -> list[_Job]:
         """The first request in the queue and those that follow it, up to ``max_sentences``
-        sentences, until none has come for ``wait`` seconds (or after ``10 * wait`` in all).
+        sentences and ``max_work``, until none has come for ``wait`` seconds (or after ``10 * wait``
+        in all). A request that does not fit is the first of the next batch.
 
         Waiting for a pause rather than for a fixed time matters under load: the requests of many
         clients are read one by one by the event loop, a millisecond or two apart, and a fixed
         window would cut that stream into small batches. Without load (the last batch was a lone
         request and none is queued behind this one) there is no company to wait for: decode now."""
-        jobs = [await self.queue.get()]
-        size, start = len(jobs[0].texts), time.monotonic()
-        heard = start  # when the last request came
+        first, self.held = self.held or await self.queue.get(), None
+        jobs, size, total = [first], len(first.texts), first.work
+        start = heard = time.monotonic()  # heard: when the last request came
         wait = self.wait if self.concurrent or not self.queue.empty() else 0.0
-        while size < self.max_sentences:
+        while size < self.max_sentences and total < self.max_work:
             try:
                 job = self.queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -92,27 +108,55 @@ class Batcher:
                     job = await asyncio.wait_for(self.queue.get(), remaining)
                 except asyncio.TimeoutError:
                     break
+            if size + len(job.texts) > self.max_sentences or total + job.work > self.max_work:
+                self.held = job
+                break
             jobs.append(job)
-            size, heard = size + len(job.texts), time.monotonic()
+            size, total, heard = size + len(job.texts), total + job.work, time.monotonic()
         self.concurrent = len(jobs) > 1
         return jobs
 
     async def _decode(self, jobs: list[_Job]):
-        """Decodes the sentences of ``jobs`` in one call. The batch has the time limit of a request:
-        when it passes, every request in it, queued before it started, has given up already."""
+        """Decodes the sentences of ``jobs`` (same beam and n_best), in chunks; stops between two
+        chunks once every request of the batch has given up."""
         jobs = [job for job in jobs if not job.future.done()]  # gave up while queued
         if not jobs:
             return
         texts = [text for job in jobs for text in job.texts]
+        beam, n_best = jobs[0].beam, jobs[0].n_best
+        chunks = chunked([work([n], beam) for job in jobs for n in job.tokens], self.chunk_work)
+        translate = self.model.translator.translate
         try:
-            results = await self.model.run(self.model.translator.translate, texts, jobs[0].beam, jobs[0].n_best)
+            results = await self.model.run_chunks(
+                [partial(translate, [texts[i] for i in chunk], beam, n_best) for chunk in chunks],
+                deadline=max(job.deadline for job in jobs),
+                wanted=lambda: not all(job.future.done() for job in jobs))
         except Exception as error:  # noqa: BLE001 - each request of the batch gets it (503 or 500)
             for job in jobs:
                 if not job.future.done():
                     job.future.set_exception(error)
             return
+        translations = [None] * len(texts)
+        for chunk, chunk_results in zip(chunks, results):
+            for i, translation in zip(chunk, chunk_results):
+                translations[i] = translation
         start = 0
         for job in jobs:
             if not job.future.done():
-                job.future.set_result(results[start:start + len(job.texts)])
+                job.future.set_result(translations[start:start + len(job.texts)])
             start += len(job.texts)
+
+
+def chunked(costs: list[int], limit: int) -> list[list[int]]:
+    """Indices sorted by cost (similar lengths decode together with less padding), cut into chunks
+    whose costs sum to at most ``limit``; an item costing more is a chunk of its own."""
+    chunks: list[list[int]] = []
+    total = limit
+    for i in sorted(range(len(costs)), key=costs.__getitem__):
+        if chunks and total + costs[i] <= limit:
+            chunks[-1].append(i)
+            total += costs[i]
+        else:
+            chunks.append([i])
+            total = costs[i]
+    return chunks

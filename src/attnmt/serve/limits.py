@@ -16,13 +16,16 @@ class ServerLimits:
     max_tokens: int = 256  # subword tokens per text, counted after encoding, end of sentence excluded
     max_beam: int = 16  # beam size (and n_best) of /translate
     max_top_k: int = 50  # top_k of /trace
-    timeout: float = 30.0  # seconds for one request, waiting for the model included (503 above)
+    max_work: int = 4_112  # beam x (subword tokens + 1) summed over the texts of a request (and a batch): by
+    # default that of one text at the beam and token limits (16 x 257), which takes well under the timeout
+    max_answer_values: int = 2_000_000  # numbers in one answer (attention weights, vectors): about 20 MB of JSON
+    timeout: float = 30.0  # seconds for one request from its arrival, waiting for the model included (503 above)
     max_batch: int = 64  # sentences decoded together by dynamic batching; 1 = one request at a time
     batch_wait: float = 0.005  # seconds the batcher waits for more requests after the first of a batch
 
     def __post_init__(self):
         for name in ("max_body_bytes", "max_sentences", "max_chars", "max_tokens", "max_beam", "max_top_k",
-                     "max_batch"):
+                     "max_work", "max_answer_values", "max_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise AttnmtError(f"server limit {name} must be a positive integer, got {value!r}")
@@ -30,3 +33,19 @@ class ServerLimits:
             raise AttnmtError(f"server limit timeout must be positive, got {self.timeout!r}")
         if not 0 <= self.batch_wait < self.timeout:
             raise AttnmtError(f"batch_wait must be at least 0 and below the timeout, got {self.batch_wait!r}")
+
+    @property
+    def chunk_work(self) -> int:
+        """The work decoded in one go: a large request or batch is decoded in a few chunks, between
+        which it stops if every request in it has given up (time limit), so that the model is free
+        again soon after a limit passes (a computation under way cannot be interrupted)."""
+        return max(1, self.max_work // CHUNKS)
+
+
+CHUNKS = 4  # chunks of a request of max_work: few, as each costs a decoding loop; enough to stop early
+
+
+def work(token_counts: list[int], beam: int) -> int:
+    """The work of decoding texts of these subword token counts with this beam: hypotheses x source
+    positions, which the cost of a decoder step (and the number of steps) grows with."""
+    return beam * sum(n + 1 for n in token_counts)  # + 1: the end of sentence

@@ -1,6 +1,71 @@
-"""The request body limit, checked before anything reads the body."""
+"""What is checked before anything reads a request: its Host header, the time it arrived, its body size."""
+
+import ipaddress
+import time
 
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+
+from attnmt.errors import AttnmtError
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
+
+class TrustedHostMiddleware:
+    """400 for a request whose Host header is not one the server answers to: the ``hosts`` alone or
+    with the server's port, or a host given with its port exactly. A web page whose domain name
+    rebinds to this machine (DNS rebinding) reaches the server, but its requests carry its own
+    domain name as Host. (Starlette's TrustedHostMiddleware ignores the port and cannot read an
+    IPv6 Host such as [::1]:8000.)"""
+
+    def __init__(self, app, hosts: list[str]):
+        self.app = app
+        self.hosts = frozenset(host_name(h) for h in hosts)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] in ("http", "websocket") and not self.trusted(scope):
+            host = Headers(scope=scope).get("host", "")
+            await JSONResponse(status_code=400, content={
+                "detail": f"the Host header {host[:100]!r} is not one this server answers to; allowed: "
+                          f"{', '.join(sorted(self.hosts))}, alone or with the server's port (attnmt serve "
+                          "--allowed-host NAME adds one)"})(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def trusted(self, scope) -> bool:
+        host = Headers(scope=scope).get("host", "").lower()
+        name, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
+        server = scope.get("server")
+        return host in self.hosts or (bool(colon) and name in self.hosts and server is not None
+                                      and port == str(server[1]))
+
+
+def host_name(host: str) -> str:
+    """``host`` as a Host header writes it: lower case, an IPv6 address in brackets; AttnmtError for
+    what cannot be a host name (with an optional port)."""
+    host = host.strip().lower()
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            return f"[{host}]"
+    except ValueError:
+        pass
+    if not host or any(c.isspace() or c in "/\\@?#,*" for c in host):
+        raise AttnmtError(f"allowed host {host!r} is not a host name (such as translate.example.org, "
+                          "10.0.0.5 or [::1], optionally with :PORT)")
+    return host
+
+
+class ArrivalTime:
+    """Notes when a request arrived (``request.state.arrived``, time.monotonic()): its time limit
+    counts from there, so that time spent waiting for a busy event loop counts too."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            scope.setdefault("state", {})["arrived"] = time.monotonic()
+        await self.app(scope, receive, send)
 
 
 class BodyLimitMiddleware:

@@ -1,12 +1,15 @@
 """The models a server holds, and the one way to run their work: in a worker thread (off the event
-loop), one computation at a time per model (a lock: torch already uses every core for one), within
-the request time limit. /translate goes through the batcher, which runs its batches this way too."""
+loop), one computation at a time per model (a lock: torch already uses every core for one), until
+the deadline of the request that asked for it. /translate goes through the batcher, which runs its
+batches this way too, in chunks."""
 
+import re
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Union
 
 import anyio
 import anyio.to_thread
@@ -15,6 +18,9 @@ from attnmt.errors import AttnmtError
 from attnmt.serve.batching import Batcher
 from attnmt.serve.limits import ServerLimits
 from attnmt.serve.schemas import ModelInfo
+
+NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+ModelEntry = Union[str, Path, tuple[str, Union[str, Path]]]  # a folder (named after it), or (name, folder)
 
 
 class ModelTimeout(Exception):
@@ -29,32 +35,43 @@ class ModelTimeout(Exception):
 class LoadedModel:
     name: str
     translator: Any  # attnmt.api.Translator
-    timeout: float  # seconds for one request, waiting for the model included
+    timeout: float  # seconds for one request from its arrival, waiting for the model included
     lock: threading.Lock = field(default_factory=threading.Lock)
     batcher: Optional[Batcher] = None
 
-    async def run(self, fn, *args):
-        """fn(*args) in a worker thread holding the model's lock; ModelTimeout past the time limit
-        (waiting for the lock included). A computation past the limit finishes in its thread, its
-        result discarded; the lock keeps the model to one computation at a time meanwhile."""
-        deadline = time.monotonic() + self.timeout
+    async def run(self, fn, *args, deadline: float):
+        """fn(*args) in a worker thread holding the model's lock; ModelTimeout past ``deadline``
+        (time.monotonic(); waiting for the lock included)."""
+        [result] = await self.run_chunks([partial(fn, *args)], deadline)
+        return result
+
+    async def run_chunks(self, chunks: list[Callable[[], Any]], deadline: float,
+                         wanted: Callable[[], bool] = lambda: True) -> list:
+        """The results of ``chunks`` (functions without arguments), run in turn in one worker thread
+        holding the model's lock; ModelTimeout past ``deadline``. Before each chunk the thread stops
+        if the deadline has passed or nobody ``wanted`` the results any more: torch cannot interrupt
+        a computation, so work past the limit finishes in its thread, its result discarded, but
+        only the chunk under way, and the model is free again soon after."""
 
         def work():
             if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 raise ModelTimeout(self.timeout)
             try:
-                if time.monotonic() > deadline:
-                    raise ModelTimeout(self.timeout)
-                return fn(*args)
+                results = []
+                for chunk in chunks:
+                    if time.monotonic() > deadline or not wanted():
+                        raise ModelTimeout(self.timeout)
+                    results.append(chunk())
+                return results
             finally:
                 self.lock.release()
 
-        return await self.in_time(anyio.to_thread.run_sync(work, abandon_on_cancel=True))
+        return await self.in_time(anyio.to_thread.run_sync(work, abandon_on_cancel=True), deadline)
 
-    async def in_time(self, awaitable):
-        """The result of ``awaitable``; ModelTimeout (and the awaitable cancelled) past the time limit."""
+    async def in_time(self, awaitable, deadline: float):
+        """The result of ``awaitable``; ModelTimeout (and the awaitable cancelled) at ``deadline``."""
         try:
-            with anyio.fail_after(self.timeout):
+            with anyio.fail_after(max(0.0, deadline - time.monotonic())):
                 return await awaitable
         except TimeoutError:
             raise ModelTimeout(self.timeout) from None
@@ -62,7 +79,7 @@ class LoadedModel:
     def info(self) -> ModelInfo:
         m = self.translator.config.model
         common = dict(name=self.name, type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
-                      beam=self.translator.config.decoding.beam, path=str(self.translator.folder.resolve()))
+                      beam=self.translator.config.decoding.beam)
         none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
                               "norm"))
         if m.type == "transformer":
@@ -72,19 +89,47 @@ class LoadedModel:
                                       "input_feeding": m.input_feeding, "decoder_hidden": m.decoder_hidden})
 
 
-def load_models(folders: list[Path], limits: ServerLimits) -> dict[str, LoadedModel]:
-    """The models of ``folders`` (trained model folders) by name, their folder's name, in order: the
-    first is the default. Raises AttnmtError for a bad folder or a name used twice."""
+def model_entry(argument: str) -> ModelEntry:
+    """A model of ``attnmt serve``'s command line: 'NAME=DIR' -> (NAME, DIR), a plain 'DIR' -> DIR
+    (named after its folder). The text before the first '=' is a name only if it has no '/': a
+    folder whose path has an '=' is written with a '/' before it ('./a=b')."""
+    name, equals, folder = argument.partition("=")
+    return (name, folder) if equals and "/" not in name else argument
+
+
+def valid_name(name: str, what: str) -> str:
+    """``name`` if it is a model name (1 to 100 letters, digits, '.', '-', '_', not only dots),
+    else AttnmtError naming ``what`` it came from."""
+    if not name:
+        raise AttnmtError(f"{what}: the model name is empty")
+    if not NAME.fullmatch(name) or not name.strip("."):
+        raise AttnmtError(f"{what}: model name {name!r} is not valid: use 1 to 100 letters, digits, '.', '-' "
+                          "or '_', not only dots")
+    return name
+
+
+def load_models(entries: list[ModelEntry], limits: ServerLimits, device: str = "cpu") -> dict[str, LoadedModel]:
+    """The models of ``entries`` by name, in order: the first is the default. An entry is a trained
+    model folder, named after it, or a pair (name, folder). Each is loaded on ``device``. Raises
+    AttnmtError for a bad folder, a bad name or a name used twice."""
     from attnmt.api import load
 
-    if not folders:
+    if not entries:
         raise AttnmtError("no model folder given")
     models: dict[str, LoadedModel] = {}
-    for folder in map(Path, folders):
-        name = folder.resolve().name
+    for entry in entries:
+        if isinstance(entry, tuple):
+            name, folder = valid_name(entry[0], f"{entry[0]}={entry[1]}"), entry[1]
+            if not str(folder):
+                raise AttnmtError(f"{name}=: no model folder after '='")
+            folder = Path(folder)
+        else:
+            folder = Path(entry)
+            name = valid_name(folder.resolve().name, f"{folder} (a model is named after its folder; "
+                                                     "give another name as NAME=DIR)")
         if name in models:
-            raise AttnmtError(f"two model folders are named '{name}' ({models[name].translator.folder} and "
-                              f"{folder}); model names are folder names, so rename or copy one of them")
-        model = models[name] = LoadedModel(name, load(folder), limits.timeout)
-        model.batcher = Batcher(model, limits.max_batch, limits.batch_wait)
+            raise AttnmtError(f"two models are named '{name}' ({models[name].translator.folder} and {folder}); "
+                              f"name them apart with NAME=DIR, e.g. {name}-2={folder}")
+        model = models[name] = LoadedModel(name, load(folder, device=device), limits.timeout)
+        model.batcher = Batcher(model, limits)
     return models

@@ -1,19 +1,28 @@
 """The endpoints of the API.
 
 The models and the limits of the app come in as FastAPI dependencies. A POST handler is a plain
-function of (request body, model, limits): ``model_routes`` declares it for the app's request
-models (they carry its limits), validating the body and finding the model it names first. A new
-endpoint is a handler here, a line in ``model_routes`` and its request and answer in schemas.py.
+function of (request body, model, limits, deadline): ``model_routes`` declares it for the app's
+request models (they carry its limits), validating the body and finding the model it names first.
+It checks what the request asks for (tokens, work), has the model do it (``LoadedModel.run``, or
+the batcher) and returns ``answer(...)``: the JSON, bounded in size. A new endpoint is a handler
+here, a line in ``model_routes`` and its request and answer in schemas.py.
 """
 
-from dataclasses import replace
+import time
+from dataclasses import fields, is_dataclass, replace
 from typing import Annotated, Optional
 
+import anyio.to_thread
+import numpy as np
+import torch
 from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import Response
 
-from attnmt.serve.limits import ServerLimits
+from attnmt.decoding import max_output_lengths
+from attnmt.serve.bodies import StrictJSONRoute
+from attnmt.serve.limits import ServerLimits, work
 from attnmt.serve.models import LoadedModel
-from attnmt.serve.schemas import (AttentionResponse, BeamResponse, ErrorResponse, HealthResponse, ModelInfo,
+from attnmt.serve.schemas import (AttentionResponse, Answer, BeamResponse, ErrorResponse, HealthResponse, ModelInfo,
                                   TraceResponse, TranslateResponse, request_models, respond)
 
 
@@ -27,7 +36,7 @@ def _limits(request: Request) -> ServerLimits:
 
 Models = Annotated[dict[str, LoadedModel], Depends(_models)]
 Limits = Annotated[ServerLimits, Depends(_limits)]
-ERRORS = {code: {"model": ErrorResponse} for code in (404, 413, 422, 503)}
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 413, 422, 503)}  # 400: the Host check
 
 router = APIRouter()
 
@@ -51,49 +60,110 @@ def find_model(models: dict[str, LoadedModel], name: Optional[str]) -> LoadedMod
 
 
 def check_tokens(model: LoadedModel, texts: list[str], limits: ServerLimits, single: bool, field: str = "text",
-                 side: str = "src"):
-    """422 for a text longer than the limit in subword tokens (the model's unit of work: its
-    cost grows with them, and a character count says little about it for a BPE model)."""
+                 side: str = "src") -> list[int]:
+    """The subword token count of each text; 422 for a text over the limit (the model's unit of
+    work: its cost grows with them, and a character count says little about it for a BPE model)."""
     subwords = model.translator.src_subwords if side == "src" else model.translator.tgt_subwords
-    for i, ids in enumerate(subwords.encode(texts)):
-        if len(ids) > limits.max_tokens:
+    counts = [len(ids) for ids in subwords.encode(texts)]
+    for i, n in enumerate(counts):
+        if n > limits.max_tokens:
             where = field if single else f"{field}[{i}]"
-            raise HTTPException(422, f"{where} has {len(ids)} subword tokens; the limit is {limits.max_tokens}")
+            raise HTTPException(422, f"{where} has {n} subword tokens; the limit is {limits.max_tokens}")
+    return counts
 
 
-# POST handlers: the body is one of schemas.request_models. No docstring where /docs has no
+def check_work(tokens: list[int], beam: int, limits: ServerLimits):
+    """422 for a request asking for more than ``max_work``: its time must stay well within the limit."""
+    asked = work(tokens, beam)
+    if asked > limits.max_work:
+        raise HTTPException(422, f"the request asks for {asked} units of work (beam {beam} x (subword tokens + 1), "
+                                 f"summed over its texts); the limit is {limits.max_work}: send fewer or shorter "
+                                 "texts, or ask for a smaller beam")
+
+
+def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: ServerLimits):
+    """422 before decoding for /translate attention matrices that could exceed ``max_answer_values``:
+    n_best candidates per text, each up to its output length limit x its source tokens."""
+    dc = model.translator.config.decoding
+    sources = [n + 1 for n in tokens]  # + 1: the end of sentence
+    outputs = max_output_lengths(torch.tensor(sources), dc.max_length_ratio, dc.max_length_offset)
+    bound = n_best * sum(s * t for s, t in zip(sources, outputs))
+    if bound > limits.max_answer_values:
+        raise HTTPException(422, f"the answer could hold up to {bound} attention weights ({n_best} matrices per text "
+                                 f"of up to {max(outputs)} output x {max(sources)} source tokens); the limit is "
+                                 f"{limits.max_answer_values}: {REDUCE_TRANSLATION}")
+
+
+REDUCE_TRANSLATION = 'ask for "attention": false, a smaller n_best, or fewer or shorter texts'
+
+
+def count_values(result) -> int:
+    """The numbers in a result (numpy arrays, lists, dicts, dataclasses): what its answer's size grows with."""
+    if isinstance(result, np.ndarray):
+        return result.size
+    if isinstance(result, (list, tuple)):
+        return sum(map(count_values, result))
+    if isinstance(result, dict):
+        return sum(map(count_values, result.values()))
+    if is_dataclass(result):
+        return sum(count_values(getattr(result, f.name)) for f in fields(result))
+    return int(isinstance(result, (int, float)))
+
+
+async def answer(schema: type[Answer], result, limits: ServerLimits, reduce: str, **given) -> Response:
+    """``respond(schema, result, **given)`` as JSON; 422 if it would hold more than ``max_answer_values``
+    numbers (saying what to ``reduce``). Made in a worker thread: a large answer must not hold the
+    event loop, which keeps every other request's time limit."""
+    values = count_values(result)
+    if values > limits.max_answer_values:
+        raise HTTPException(422, f"the answer would hold {values} numbers (attention weights and vectors); the "
+                                 f"limit is {limits.max_answer_values}: {reduce}")
+
+    def build() -> bytes:
+        return respond(schema, result, **given).model_dump_json().encode()
+
+    return Response(await anyio.to_thread.run_sync(build), media_type="application/json")
+
+
+# POST handlers: the body is one of schemas.request_models; ``deadline`` (time.monotonic()) is when
+# the request's time limit passes, counted from its arrival. No docstring where /docs has no
 # description (a docstring becomes the endpoint's description).
 
 
-async def translate(body, model: LoadedModel, limits: ServerLimits) -> TranslateResponse:
+async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     # Through the model's batcher: decoded together with concurrent requests.
     texts = [body.text] if isinstance(body.text, str) else list(body.text)
     beam = body.beam if body.beam is not None else min(model.translator.config.decoding.beam, limits.max_beam)
     if body.n_best > beam:
         raise HTTPException(422, f"n_best ({body.n_best}) cannot exceed the beam size ({beam})")
-    check_tokens(model, texts, limits, single=isinstance(body.text, str))
-    translations = await model.batcher.translate(texts, beam, body.n_best)
+    tokens = check_tokens(model, texts, limits, single=isinstance(body.text, str))
+    check_work(tokens, beam, limits)
+    if body.attention:
+        check_matrices(model, tokens, body.n_best, limits)
+    translations = await model.batcher.translate(texts, tokens, beam, body.n_best, deadline)
     if not body.attention:  # dropped before the answer is made: the matrices are most of its work
         translations = [replace(t, candidates=[replace(c, attention=None) for c in t.candidates])
                         for t in translations]
-    return TranslateResponse(model=model.name, translations=translations)
+    return await answer(TranslateResponse, {"translations": translations}, limits, model=model.name,
+                        reduce=REDUCE_TRANSLATION)
 
 
-async def trace(body, model: LoadedModel, limits: ServerLimits) -> TraceResponse:
-    check_tokens(model, [body.text], limits, single=True)
-    result = await model.run(model.translator.trace, body.text, body.top_k)
-    return respond(TraceResponse, result, model=model.name)
+async def trace(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
+    check_work(check_tokens(model, [body.text], limits, single=True), 1, limits)
+    result = await model.run(model.translator.trace, body.text, body.top_k, deadline=deadline)
+    return await answer(TraceResponse, result, limits, model=model.name, reduce="send a shorter text")
 
 
-async def beam_tree(body, model: LoadedModel, limits: ServerLimits) -> BeamResponse:
+async def beam_tree(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     """The beam search tree of one sentence: every candidate looked at, kept, finished or pruned."""
-    check_tokens(model, [body.text], limits, single=True)
-    translation, nodes = await model.run(model.translator.beam_tree, body.text, body.beam)
-    return BeamResponse(model=model.name, source_tokens=translation.source_tokens, nodes=nodes,
-                        translation=translation)
+    check_work(check_tokens(model, [body.text], limits, single=True), body.beam, limits)
+    translation, nodes = await model.run(model.translator.beam_tree, body.text, body.beam, deadline=deadline)
+    return await answer(BeamResponse, {"source_tokens": translation.source_tokens, "nodes": nodes,
+                                       "translation": translation}, limits, model=model.name,
+                        reduce="send a shorter text or ask for a smaller beam")
 
 
-async def attention(body, model: LoadedModel, limits: ServerLimits) -> AttentionResponse:
+async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     """Every attention weight of a Transformer for one sentence and its translation (or the
     ``translation`` given): encoder self-, decoder self- and cross-attention of every layer and
     head, as ``Translator.attention`` computes them. An RNN model is a 422: its one attention
@@ -101,17 +171,21 @@ async def attention(body, model: LoadedModel, limits: ServerLimits) -> Attention
     if model.translator.config.model.type != "transformer":
         raise HTTPException(422, f"/attention gives the layers and heads of Transformer models; '{model.name}' "
                                  "is an RNN model: its attention matrix is the 'attention' of /translate")
-    check_tokens(model, [body.text], limits, single=True)
-    if body.translation is not None:
+    tokens = check_tokens(model, [body.text], limits, single=True)
+    if body.translation is None:  # translated first, with the model's beam
+        check_work(tokens, model.translator.config.decoding.beam, limits)
+    else:
         check_tokens(model, [body.translation], limits, single=True, field="translation", side="tgt")
-    maps = await model.run(model.translator.attention, body.text, body.translation)
-    return respond(AttentionResponse, maps, model=model.name)
+    maps = await model.run(model.translator.attention, body.text, body.translation, deadline=deadline)
+    return await answer(AttentionResponse, maps, limits, model=model.name,
+                        reduce="send a shorter text (or translation)")
 
 
 def model_routes(limits: ServerLimits) -> APIRouter:
-    """The POST endpoints of an app with these limits, which their request models carry."""
+    """The POST endpoints of an app with these limits, which their request models carry. Their
+    bodies are read by StrictJSONRoute: any body that is not UTF-8 JSON is a 422."""
     requests = request_models(limits)
-    routes = APIRouter()
+    routes = APIRouter(route_class=StrictJSONRoute)
     for path, handler, request, response in (("/translate", translate, requests.translate, TranslateResponse),
                                              ("/trace", trace, requests.trace, TraceResponse),
                                              ("/beam", beam_tree, requests.beam, BeamResponse),
@@ -124,8 +198,9 @@ def model_routes(limits: ServerLimits) -> APIRouter:
 def _endpoint(handler, request_model):
     """``handler`` as a FastAPI endpoint taking a body of ``request_model``."""
 
-    async def endpoint(body: request_model, models: Models, limits: Limits):
-        return await handler(body, find_model(models, body.model), limits)
+    async def endpoint(request: Request, body: request_model, models: Models, limits: Limits):
+        deadline = getattr(request.state, "arrived", time.monotonic()) + limits.timeout
+        return await handler(body, find_model(models, body.model), limits, deadline)
 
     endpoint.__name__, endpoint.__doc__ = handler.__name__, handler.__doc__  # for /docs
     return endpoint

@@ -28,12 +28,13 @@ def _listed(array) -> list:
 
 def _rounded(array) -> list:
     """Attention weights rounded to 6 decimals: the float32 values to within 5e-7, in a third of
-    the JSON (all layers and heads of a long sentence run to millions of numbers)."""
+    the JSON (the matrices of a long sentence, and all layers and heads, run to millions of numbers)."""
     return np.round(np.asarray(array, dtype=np.float64), 6).tolist()
 
 
 Vector = Annotated[list[float], BeforeValidator(_listed)]
 Matrix = Annotated[list[list[float]], BeforeValidator(_listed)]
+WeightMatrix = Annotated[list[list[float]], BeforeValidator(_rounded)]
 Weights = Annotated[list[list[list[list[float]]]], BeforeValidator(_rounded)]
 
 
@@ -76,7 +77,8 @@ class ModelInfo(Strict):
     """What a model is. The RNN fields are null for a Transformer and the Transformer fields null
     for an RNN, so that a client reads the fields of the model's ``type``."""
 
-    name: str = Field(description="the model folder's name; the `model` of requests")
+    name: str = Field(description="the model's name (its folder's name, or NAME of `attnmt serve NAME=DIR`); "
+                                  "the `model` of requests")
     type: Literal["rnn", "transformer"] = Field(description="rnn: encoder-decoder RNN with one attention; "
                                                             "transformer: layers of multi-head attention (/attention)")
     attention: Optional[str] = Field(
@@ -92,15 +94,15 @@ class ModelInfo(Strict):
     feed_forward: Optional[int] = Field(description="Transformer only: inner size of the feed-forward layers")
     norm: Optional[Literal["pre", "post"]] = Field(description="Transformer only: LayerNorm placement")
     beam: int = Field(description="default beam size of /translate for this model")
-    path: str
 
 
 class CandidateOut(Answer):
     text: str
     tokens: list[str] = Field(description="output subword pieces, ending in '</s>' when the model produced it")
     score: float = Field(description="log-probability / length penalty")
-    attention: Optional[Matrix] = Field(
-        description="len(tokens) x len(source_tokens), rows sum to 1; null without attention or when not asked")
+    attention: Optional[WeightMatrix] = Field(
+        description="len(tokens) x len(source_tokens), rows sum to 1, rounded to 6 decimals; null without "
+                    "attention or when not asked")
 
 
 class TranslationOut(Answer):

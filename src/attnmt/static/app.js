@@ -5,7 +5,7 @@
 //   api.js      fetch and its errors            dom.js     element and SVG helpers, colour scales
 //   heatmap.js  the attention heatmap           panels.js  the translation panels (two to compare)
 //   steps.js    the decoding step by step       beam.js    the beam search tree (layout, drawing)
-//   layers.js   a Transformer's layers and heads
+//   layers.js   a Transformer's layers and heads   words.js   subword pieces merged into words
 
 import { api, ApiError } from "./api.js";
 import { renderBeam, renderBeamError } from "./beam.js";
@@ -19,6 +19,7 @@ const TOP_K = 5;
 const state = {
   models: [], // the answer of /models
   requestId: 0, // of the latest translation asked for: older answers are dropped
+  shown: new Map(), // panel element -> [model name, /translate answer] it shows, redrawn when "words" changes
 };
 const steps = new StepView();
 const layers = new LayersView();
@@ -84,14 +85,17 @@ async function translateAll() {
   const errors = [];
 
   const panelA = $("panel-a"), panelB = $("panel-b");
-  if (ta.status === "fulfilled") renderPanel(panelA, modelA, modelByName(modelA), ta.value);
+  state.shown.clear();
+  if (ta.status === "fulfilled") state.shown.set(panelA, [modelA, ta.value]);
   else { errors.push(ta.reason); renderPanelError(panelA, modelA, ta.reason); }
   panelB.hidden = !modelB;
   if (modelB) {
-    if (tb.status === "fulfilled") renderPanel(panelB, modelB, modelByName(modelB), tb.value);
+    if (tb.status === "fulfilled") state.shown.set(panelB, [modelB, tb.value]);
     else { errors.push(tb.reason); renderPanelError(panelB, modelB, tb.reason); }
   }
+  drawPanels();
 
+  steps.words = $("words").checked;
   if (tr.status === "fulfilled") steps.show(tr.value);
   else { errors.push(tr.reason); steps.showError(tr.reason); }
 
@@ -104,6 +108,12 @@ async function translateAll() {
   showErrors(distinct(errors));
   document.body.dataset.state = errors.length ? "error" : "done";
   setBusy(false);
+}
+
+/** The translation panels shown, with heatmaps of words or of pieces as "words" says. */
+function drawPanels() {
+  const words = $("words").checked;
+  for (const [panel, [name, answer]] of state.shown) renderPanel(panel, name, modelByName(name), answer, words);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -139,6 +149,10 @@ function init() {
       event.preventDefault();
       translateAll();
     }
+  });
+  $("words").addEventListener("change", () => {
+    drawPanels();
+    steps.setWords($("words").checked);
   });
   $("model").addEventListener("change", onModelChange);
   $("model-b").addEventListener("change", onModelChange);

@@ -18,11 +18,9 @@ export class Heatmap {
    * @param {string[]} targetTokens rows
    * @param {number[][]} matrix rows = target tokens, columns = source tokens
    */
-  constructor(sourceTokens, targetTokens, matrix, { name = "", caption = null, compact = false } = {}) {
+  constructor(sourceTokens, targetTokens, matrix, { name = "", caption = null, compact = false, unit = "token" } = {}) {
     this.source = sourceTokens;
     this.target = targetTokens;
-    this.matrix = matrix;
-    this.attended = matrix.map(attendedColumns);
     this.pinned = null; // {kind: "row"|"col", index}
     this.hovered = null;
     this.progress = null; // rows after it are not decoded yet (step view)
@@ -30,13 +28,13 @@ export class Heatmap {
     const vertical = sourceTokens.some((t) => t !== "</s>" && [...t].length > 3);
     this.table = el("table", {
       class: `heatmap${vertical ? " vertical-labels" : ""}${compact ? " compact" : ""}`, "data-model": name,
-      "data-rows": targetTokens.length, "data-cols": sourceTokens.length,
+      "data-rows": targetTokens.length, "data-cols": sourceTokens.length, "data-unit": unit,
     });
     if (caption) this.table.append(el("caption", {}, caption));
     const head = el("tr", {}, el("th", { class: "corner", scope: "col" },
       el("span", { class: "axis" }, "source →"), el("span", { class: "axis" }, "output ↓")));
     this.sourceLabels = sourceTokens.map((tok, j) => {
-      const th = el("th", { class: "src-label", scope: "col", "data-col": j, title: `source token ${j + 1}: ${tok}` },
+      const th = el("th", { class: "src-label", scope: "col", "data-col": j, title: `source ${unit} ${j + 1}: ${tok}` },
         el("span", {}, tok));
       th.addEventListener("mouseenter", () => this.hover({ kind: "col", index: j }));
       th.addEventListener("mouseleave", () => this.hover(null));
@@ -49,20 +47,12 @@ export class Heatmap {
     this.rows = [];
     const body = el("tbody");
     targetTokens.forEach((tok, i) => {
-      const th = el("th", { class: "tgt-label", scope: "row", "data-row": i, title: `output token ${i + 1}: ${tok}` }, tok);
+      const th = el("th", { class: "tgt-label", scope: "row", "data-row": i, title: `output ${unit} ${i + 1}: ${tok}` }, tok);
       th.addEventListener("mouseenter", () => this.hover({ kind: "row", index: i }));
       th.addEventListener("mouseleave", () => this.hover(null));
       th.addEventListener("click", () => this.pin({ kind: "row", index: i }));
       this.targetLabels.push(th);
-      const cells = matrix[i].map((w, j) => {
-        const td = el("td", {
-          class: "cell", "data-row": i, "data-col": j, "data-weight": w.toFixed(6),
-          title: `${tok} → ${sourceTokens[j]}: ${w.toFixed(3)}`,
-          style: `background-color:${blue(w)}`,
-        });
-        if (w > 0.55) td.classList.add("dark");
-        return td;
-      });
+      const cells = sourceTokens.map((_, j) => el("td", { class: "cell", "data-row": i, "data-col": j }));
       this.cells.push(cells);
       const tr = el("tr", { "data-row": i }, th, ...cells);
       this.rows.push(tr);
@@ -76,6 +66,19 @@ export class Heatmap {
       el("div", { class: "legend" }, el("span", {}, "0"), el("span", { class: "ramp" }), el("span", {}, "1"),
         el("span", { class: "muted" }, ` weight · highlighted: ≥ ${HIGHLIGHT_RATIO} × the row's largest weight`)),
       this.info);
+    this.setMatrix(matrix);
+  }
+
+  /** New weights for the same tokens (the step view's rows decoded so far); redraws. */
+  setMatrix(matrix) {
+    this.matrix = matrix;
+    this.attended = matrix.map(attendedColumns);
+    this.cells.forEach((row, i) => row.forEach((td, j) => {
+      const w = matrix[i][j];
+      td.dataset.weight = w.toFixed(6);
+      td.title = `${this.target[i]} → ${this.source[j]}: ${w.toFixed(3)}`;
+      td.classList.toggle("dark", w > 0.55);
+    }));
     this.render();
   }
 

@@ -2,6 +2,7 @@
 
 import { clear, el, fmt } from "./dom.js";
 import { Heatmap, noAttentionNotice } from "./heatmap.js";
+import { mergePieces } from "./words.js";
 
 /** One line about a model of /models. */
 export function describeModel(m) {
@@ -15,8 +16,9 @@ export function describeModel(m) {
   return `${attention} · ${m.rnn_type.toUpperCase()} · decoder ${m.decoder_hidden}${feeding} · default beam ${m.beam}`;
 }
 
-/** The best translation of a /translate answer, with its heatmap; `info` is the model's entry of /models. */
-export function renderPanel(panel, modelName, info, result) {
+/** The best translation of a /translate answer, with its heatmap (of words when `words`, else of
+ *  subword pieces); `info` is the model's entry of /models. */
+export function renderPanel(panel, modelName, info, result, words = false) {
   clear(panel);
   panel.dataset.model = modelName;
   panel.append(el("div", { class: "panel-head" },
@@ -33,7 +35,9 @@ export function renderPanel(panel, modelName, info, result) {
     panel.append(noAttentionNotice());
     return;
   }
-  const heatmap = new Heatmap(translation.source_tokens, best.tokens, best.attention, { name: modelName });
+  const { source, target, matrix } = words ? mergePieces(translation.source_tokens, best.tokens, best.attention)
+    : { source: translation.source_tokens, target: best.tokens, matrix: best.attention };
+  const heatmap = new Heatmap(source, target, matrix, { name: modelName, unit: words ? "word" : "token" });
   panel.append(heatmap.element);
 }
 

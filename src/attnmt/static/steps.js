@@ -1,9 +1,12 @@
 // The step-by-step view of a greedy decoding (/trace): for step t the output so far, the attention
 // scores and weights as bars, the encoder states, context and decoder state, the top-k next tokens,
 // and the heatmap of the rows decoded so far. ◀ ▶ buttons and the arrow keys walk through the steps.
+// With words on, the bars and the heatmap are over words (words.js); the decoder still writes one
+// piece per step, and the vectors stay those of the pieces.
 
 import { $, blue, clear, diverging, el, fmt, maxAbs, shortWeight, svg } from "./dom.js";
 import { Heatmap, noAttentionNotice } from "./heatmap.js";
+import { logSumExpColumns, mergePieces, sumColumns, wordSpans } from "./words.js";
 
 export class StepView {
   constructor() {
@@ -12,6 +15,8 @@ export class StepView {
     this.heatmap = null;
     this.scales = null; // the largest magnitude of each kind of vector, for their colours
     this.parts = null; // the containers redrawn at each step
+    this.words = false; // bars and heatmap over words rather than subword pieces
+    this.merged = null; // with words: the heatmap of the whole decoding in words, and the source's word spans
     $("step-back").addEventListener("click", () => this.go(this.step - 1));
     $("step-next").addEventListener("click", () => this.go(this.step + 1));
     document.addEventListener("keydown", (event) => {
@@ -40,9 +45,14 @@ export class StepView {
       state: maxAbs(trace.steps.map((s) => s.state)),
       encoder: maxAbs(trace.encoder_states),
     };
+    const matrix = hasAttention ? trace.steps.map((s) => s.weights) : null;
+    this.merged = hasAttention && this.words
+      ? { ...mergePieces(trace.source_tokens, trace.tokens, matrix), spans: wordSpans(trace.source_tokens) } : null;
+    const [source, target] = this.merged ? [this.merged.source, this.merged.target] : [trace.source_tokens, trace.tokens];
     this.heatmap = hasAttention
-      ? new Heatmap(trace.source_tokens, trace.tokens, trace.steps.map((s) => s.weights),
-        { name: trace.model, caption: "attention so far (rows up to the current step)", compact: true })
+      ? new Heatmap(source, target, this.merged ? this.merged.matrix : matrix,
+        { name: trace.model, caption: "attention so far (rows up to the current step)", compact: true,
+          unit: this.words ? "word" : "token" })
       : null;
     this.parts = {
       output: el("div", { class: "step-output" }),
@@ -55,6 +65,15 @@ export class StepView {
         el("div", { class: "step-main" }, this.parts.output, this.parts.attention, this.parts.vectors),
         el("div", { class: "step-side" }, this.parts.topk, this.heatmap ? this.heatmap.element : null)));
     this.go(0);
+  }
+
+  /** Bars and heatmap over words (true) or subword pieces; keeps the step shown. */
+  setWords(words) {
+    this.words = words;
+    if (!this.trace) return;
+    const t = this.step;
+    this.show(this.trace);
+    this.go(t);
   }
 
   /** In place of the steps, the error of /trace. */
@@ -93,12 +112,26 @@ export class StepView {
     });
     clear(attention);
     const hasWeights = step.weights !== null && step.weights !== undefined;
-    attention.append(hasWeights ? attentionBars(trace.source_tokens, step.scores, step.weights) : noAttentionNotice());
+    if (!hasWeights) attention.append(noAttentionNotice());
+    else if (this.merged) {
+      const { spans, source } = this.merged;
+      attention.append(attentionBars(source, step.scores && logSumExpColumns(step.scores, spans), sumColumns(step.weights, spans)));
+    } else attention.append(attentionBars(trace.source_tokens, step.scores, step.weights));
     clear(vectors);
     vectors.append(vectorsView(trace, step, this.scales));
     clear(topk);
     topk.append(topKTable(step, t));
-    if (this.heatmap) this.heatmap.setProgress(t);
+    if (this.merged) this.showWordsSoFar(t);
+    else if (this.heatmap) this.heatmap.setProgress(t);
+  }
+
+  /** With words, the heatmap at step t: the rows of the words begun, each the mean of its pieces
+   *  decoded so far (the current word's row changes as its pieces come), the others still to come. */
+  showWordsSoFar(t) {
+    const trace = this.trace;
+    const sofar = mergePieces(trace.source_tokens, trace.tokens.slice(0, t + 1), trace.steps.slice(0, t + 1).map((s) => s.weights));
+    this.heatmap.setMatrix([...sofar.matrix, ...this.merged.matrix.slice(sofar.matrix.length)]);
+    this.heatmap.setProgress(sofar.matrix.length - 1);
   }
 
   updateButtons() {
@@ -120,15 +153,33 @@ function topKTable(step, t) {
   return table;
 }
 
-/** Two bar charts over the source tokens: the scores e_j (signed) and the weights a_j = softmax(e)_j. */
+// The source labels under the bars: 13px monospace, whose characters are MONO_CHAR wide (wide ones,
+// CJK and the like, twice); a label rotated to read bottom to top needs LINE pixels across, which a
+// column always has. Labels longer than LABEL_CHARS are cut, the whole token in their tooltip.
+const MONO_CHAR = 7.8, LINE = 17, LABEL_CHARS = 12;
+
+/** A source label: its text (cut) and its width in pixels when horizontal. */
+function sourceLabel(tok) {
+  const chars = [...tok];
+  const text = chars.length > LABEL_CHARS ? `${chars.slice(0, LABEL_CHARS - 1).join("")}…` : tok;
+  return { text, width: [...text].reduce((w, c) => w + (c.codePointAt(0) >= 0x1100 ? 2 : 1), 0) * MONO_CHAR };
+}
+
+/** Two bar charts over the source tokens: the scores e_j (signed) and the weights a_j = softmax(e)_j.
+ *  Any number of tokens stays readable: columns at least LINE + 3 pixels wide (the chart scrolls),
+ *  labels rotated when they would not fit side by side, numbers over the bars only where they fit. */
 function attentionBars(sourceTokens, scores, weights) {
-  const colW = Math.max(26, Math.min(56, Math.floor(600 / sourceTokens.length)));
+  const colW = Math.max(LINE + 3, Math.min(56, Math.floor(600 / sourceTokens.length)));
+  const labels = sourceTokens.map(sourceLabel);
+  const longest = Math.max(...labels.map((l) => l.width));
+  const rotated = longest > colW - 4;
   const left = 96;
   const width = left + colW * sourceTokens.length + 8;
   // A Transformer's step has weights (its last layer's cross-attention averaged over the heads)
   // but no scores: there is no single score vector before one softmax. Then only the weights.
   const hasScores = Array.isArray(scores);
-  const scoreH = hasScores ? 90 : 0, gap = hasScores ? 30 : 0, weightH = 90, labelH = 30, top = 16;
+  const scoreH = hasScores ? 90 : 0, gap = hasScores ? 30 : 0, weightH = 90, top = 16;
+  const labelH = rotated ? longest + 14 : 30;
   const height = top + scoreH + gap + weightH + labelH;
   const root = svg("svg", { class: "bars", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
     "aria-label": "attention scores and weights of this step" });
@@ -146,13 +197,16 @@ function attentionBars(sourceTokens, scores, weights) {
     const h = Math.max(1, w * weightH);
     root.append(svg("rect", { x, y: wTop + weightH - h, width: colW - 8, height: h, class: `bar weight${j === best ? " best" : ""}`,
       "data-col": j, fill: blue(0.25 + 0.75 * w) }, svg("title", {}, `a = ${w.toFixed(4)}`)));
-    root.append(svg("text", { x: x + (colW - 8) / 2, y: wTop + weightH - h - 3, class: "val" }, shortWeight(w)));
+    if (colW >= 24) root.append(svg("text", { x: x + (colW - 8) / 2, y: wTop + weightH - h - 3, class: "val" }, shortWeight(w)));
   });
 
   // source labels
-  sourceTokens.forEach((tok, j) => {
-    root.append(svg("text", { x: left + j * colW + colW / 2, y: wTop + weightH + 18, class: `tok-label${j === best ? " best" : ""}` },
-      tok.length > 6 ? `${tok.slice(0, 5)}…` : tok));
+  labels.forEach(({ text }, j) => {
+    const x = left + j * colW + colW / 2, y = wTop + weightH + (rotated ? 6 : 18);
+    const turn = rotated ? { transform: `rotate(-90 ${x} ${y})` } : {}; // read bottom to top, hanging from y
+    root.append(svg("text", { x, y, ...turn, class: `tok-label${rotated ? " rotated" : ""}${j === best ? " best" : ""}`,
+      "data-token": sourceTokens[j] },
+      text, svg("title", {}, sourceTokens[j])));
   });
   return el("div", { class: "bars-wrap" }, root);
 }
@@ -172,7 +226,9 @@ function drawScores(root, scores, { left, width, top, scoreH, colW, best }) {
     const h = Math.max(1, Math.abs(yOf(v) - zero));
     root.append(svg("rect", { x, y, width: colW - 8, height: h, class: `bar score${v < 0 ? " neg" : ""}${j === best ? " best" : ""}`, "data-col": j },
       svg("title", {}, `e = ${v.toFixed(4)}`)));
-    root.append(svg("text", { x: x + (colW - 8) / 2, y: v >= 0 ? y - 3 : y + h + 10, class: "val" }, fmt(v, 1)));
+    if (colW >= 6 * fmt(v, 1).length + 6) { // the number, where it fits (10px digits)
+      root.append(svg("text", { x: x + (colW - 8) / 2, y: v >= 0 ? y - 3 : y + h + 10, class: "val" }, fmt(v, 1)));
+    }
   });
 }
 
