@@ -222,23 +222,25 @@ class Comparison:
     def shared(self) -> Path:
         return self.out / "shared"
 
-    def prepare_shared(self) -> dict:
-        """Held-out sets, train.tsv and subwords in OUT/shared (once); the data section every run gets."""
+    def shared_data(self) -> dict:
+        """The corpora every run gets (the data section's train, dev and test), in OUT/shared."""
         config = self._config({"experiment_dir": str(self.shared)})
+        return {"train": {"tsv": str(self.shared / "train.tsv")},
+                "dev": self._spec(config.data.dev, "dev", config) if config.data.dev else None,
+                "test": None}
+
+    def prepare_shared(self, data: dict):
+        """Held-out sets, train.tsv and subwords in OUT/shared, once."""
         train_tsv = self.shared / "train.tsv"
         if not train_tsv.is_file():
-            corpus = training_corpus(config, self.log)
+            corpus = training_corpus(self._config({"experiment_dir": str(self.shared)}), self.log)
             sources, targets = corpus.sources, corpus.targets
             if self.align_pairs is not None:
                 extra = read_align_pairs(self.align_pairs)
                 sources, targets = sources + extra[0], targets + extra[1]
                 self.log(f"appended the text of {len(extra[0])} pairs of {self.align_pairs} to the training text")
             atomic_write_text(train_tsv, splits.tsv_rows(sources, targets))
-        data = {"train": {"tsv": str(train_tsv)},
-                "dev": self._spec(config.data.dev, "dev", config) if config.data.dev else None,
-                "test": None}
         prepare(self._config({"experiment_dir": str(self.shared)}, data), self.log)
-        return data
 
     @staticmethod
     def _spec(files, name: str, config: Config) -> dict:
@@ -397,10 +399,11 @@ class Comparison:
     # ------------------------------------------------------------ all of it
 
     def run(self) -> dict:
+        data = self.shared_data()
+        runs = self.runs(data)  # every variant's config checked before anything is trained
         self.out.mkdir(parents=True, exist_ok=True)
-        data = self.prepare_shared()
+        self.prepare_shared(data)
         test_sets = self.test_sets()
-        runs = self.runs(data)
         records = []
         for number, run in enumerate(runs, start=1):
             self.train_run(run, f"[{number}/{len(runs)}]")

@@ -225,7 +225,8 @@ def attention_failures(matrices: list, hypotheses: list[str], references: list[s
     too_short       outputs with fewer than half the words of their reference
 
     ``matrices``: per sentence the word attention (output words x source words, as from
-    attnmt.align.word_matrix), or None (a model without attention: only the lengths count).
+    attnmt.align.word_matrix), or None (a model without attention: only the lengths count; with no
+    matrix at all, the attention counts are None).
     """
     _check_parallel(matrices=matrices, hypotheses=hypotheses, references=references)
     counts = {"sentences": len(hypotheses), "source_words": 0, "unattended": 0, "over_attended": 0,
@@ -239,6 +240,8 @@ def attention_failures(matrices: list, hypotheses: list[str], references: list[s
             counts["source_words"] += coverage.size
             counts["unattended"] += int((coverage < low).sum())
             counts["over_attended"] += int((coverage > high).sum())
+    if all(matrix is None for matrix in matrices):
+        counts.update(source_words=None, unattended=None, over_attended=None)
     return counts
 
 
