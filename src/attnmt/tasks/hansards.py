@@ -11,8 +11,9 @@ statistical aligner.
 
     python -m attnmt.tasks.hansards OUT_DIR [--data ../shared/data]
 
-writes OUT_DIR/train.en, train.fr, val.en, val.fr (Multi30k) and hansards.pairs (the gold
-text, "english ||| french" lines) beside a copy of the gold links, hansards.gold (1-based).
+writes OUT_DIR/{train,val,test}.{en,fr} (Multi30k's train, val and test_2016_flickr) and
+hansards.pairs (the gold text, "english ||| french" lines) beside a copy of the gold links,
+hansards.gold (1-based).
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ def tokenize(lines: list[str], lang: str) -> list[str]:
 
 
 def write_corpus(out: Path, data: Path) -> dict[str, Path]:
-    """The tokenized Multi30k English-French train and val sets and the gold text and links in ``out``."""
+    """The tokenized Multi30k English-French train, val and test sets and the gold text and links in ``out``."""
     multi30k, gold = data / "multi30k", data / "alignment"
     written = {}
-    for split in ("train", "val"):
+    for split, name in (("train", "train"), ("val", "val"), ("test_2016_flickr", "test")):
         for lang in ("en", "fr"):
-            path = out / f"{split}.{lang}"
+            path = out / f"{name}.{lang}"
             lines = tokenize(read_lines(multi30k / f"{split}.{lang}.gz"), lang)
             atomic_write_text(path, "".join(line + "\n" for line in lines))
             written[path.name] = path
