@@ -2,6 +2,7 @@
 scored in one table with figures; a finished run is not trained again."""
 
 import json
+from importlib.util import find_spec
 
 import pytest
 
@@ -9,7 +10,7 @@ from attnmt.cli import main
 from attnmt.compare import Variant, compare, grid, merged, parse_variant
 from attnmt.errors import AttnmtError
 
-from conftest import random_strings, reverse, write_tsv
+from conftest import random_strings, require, reverse, write_tsv
 
 
 def test_grid_is_every_combination_with_values_read_as_yaml():
@@ -114,7 +115,7 @@ def test_an_unfinished_run_continues_only_with_resume(tmp_path, capsys):
 
 
 def test_alignment_against_gold_with_both_directions_and_the_statistical_aligner(tmp_path):
-    pytest.importorskip("eflomal", reason="pip install eflomal (attnmt[experiments])")
+    require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments])")
     config, out = toy_experiment(tmp_path), tmp_path / "out"
     table = compare(config, out, variants=["b:model.attention=bahdanau"], steps=3, both_directions=True,
                     align_pairs=tmp_path / "gold.pairs", align_gold=tmp_path / "gold.links", one_based=True,

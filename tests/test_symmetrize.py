@@ -1,11 +1,15 @@
 """Symmetrization of word alignments, shift-by-one, and the statistical baseline scored by the
 same function as attention's alignments."""
 
+from importlib.util import find_spec
+
 import numpy as np
 import pytest
 
 from attnmt.align import (alignment_scores, grow_diag_final, shifted_by_one, symmetrize, symmetrized_scores,
                           transposed)
+
+from conftest import require
 
 # Hand-made: a 3x3 sentence pair.
 #   forward  (each target word -> one source word):  0-0 1-1 1-2
@@ -77,7 +81,7 @@ def test_symmetrized_scores_score_each_way_with_the_one_aer_function():
 
 
 def test_eflomal_output_is_scored_by_the_same_function():
-    pytest.importorskip("eflomal", reason="pip install eflomal (attnmt[experiments])")
+    require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments])")
     from attnmt.statistical_align import eflomal_links
 
     # Word i of the source always translates as word i of the target (distinct words, varied orders).
