@@ -4,6 +4,7 @@ scored in one table with figures; a finished run is not trained again."""
 import json
 from importlib.util import find_spec
 
+import numpy as np
 import pytest
 
 from attnmt.cli import main
@@ -140,3 +141,17 @@ def test_bad_requests_are_errors_before_any_training(tmp_path, capsys):
     assert run_cli("compare", config, "--steps", 2, "--out", out) == 2
     assert "nothing to compare" in capsys.readouterr().err
     assert not list(out.glob("*/seed*"))
+
+
+def test_transformer_alignments_are_read_from_each_cross_attention_layer(tmp_path):
+    from attnmt.align import force_attention
+    from attnmt.api import load
+
+    config, out = toy_experiment(tmp_path), tmp_path / "out"
+    small = {"model": {"type": "transformer", "d_model": 16, "heads": 2, "encoder_layers": 2, "decoder_layers": 3,
+                       "feed_forward": 32}}
+    table = compare(config, out, variants=[Variant("t", small)], steps=2, align_pairs=tmp_path / "gold.pairs",
+                    align_gold=tmp_path / "gold.links", one_based=True, log=lambda m: None)
+    assert {r["attention"] for r in table["alignment"]["t"]} == {"layer 1", "layer 2", "layer 3"}
+    [maps] = force_attention(load(out / "t/seed42"), ["abc def"], ["fed cba"], layers=True)
+    assert maps.shape[0] == 3 and np.allclose(maps.sum(axis=-1), 1)  # each layer's heads averaged: rows sum to 1
