@@ -28,18 +28,23 @@ Link = tuple[int, int]  # (source word index i, target word index j), 0-based
 # ---------------------------------------------------------------- forced attention
 
 
-def force_attention(translator, sources: list[str], targets: list[str], batch_size: int = 32) -> list[np.ndarray]:
+def force_attention(translator, sources: list[str], targets: list[str], batch_size: int = 32,
+                    layers: bool = False) -> list[np.ndarray]:
     """Attention of the model while it is forced to produce each given target.
 
     Returns, per pair, an array (target pieces + EOS) x (source pieces + EOS) whose rows are the
     attention weights of each output step; rows sum to 1. Pairs are batched by length; the output
     is in input order. An empty side is just EOS (a matrix with one row or one column).
+    ``layers=True`` (Transformers): the cross-attention of every decoder layer, averaged over its
+    heads, as an array (layers, target pieces + EOS, source pieces + EOS).
     """
     if isinstance(sources, str) or isinstance(targets, str):
         raise TypeError("force_attention() takes lists of strings")
     if len(sources) != len(targets):
         raise AttnmtError(f"numbers of sentences differ: {len(sources)} sources, {len(targets)} targets")
     model = translator.model
+    if layers and not hasattr(model, "attention_maps"):
+        raise AttnmtError(f"the model in {translator.folder} has no attention layers (layers=True is for Transformers)")
     if not model.has_attention:
         raise AttnmtError(f"the model in {translator.folder} has attention 'none': it has no attention "
                           "weights to align with")
@@ -53,10 +58,13 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
         for indices in inference_batches(lengths, batch_size):
             batch = make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices])
             with torch.inference_mode():  # only the weights: no output layer
-                _, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+                if layers:  # (B,L,H,T,S) -> (B,L,T,S)
+                    weights = model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)["cross"].mean(dim=2)
+                else:
+                    _, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
             weights = weights.float().numpy()
             for row, i in enumerate(indices):
-                results[i] = weights[row, : len(tgt_ids[i]) + 1, : len(src_ids[i]) + 1].copy()
+                results[i] = weights[row, ..., : len(tgt_ids[i]) + 1, : len(src_ids[i]) + 1].copy()
     finally:
         model.train(was_training)
     return results
@@ -122,34 +130,105 @@ def alignments_from_attention(matrix_words: np.ndarray, method: str = "argmax",
     raise ValueError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
 
 
+def shifted_by_one(matrix: np.ndarray) -> np.ndarray:
+    """The piece attention with row t taken from step t + 1: the weights computed right after
+    target piece t was read, which with some variants align better with it than those that
+    predicted it. The "</s>" row (dropped later) keeps its own weights."""
+    matrix = np.asarray(matrix)
+    return np.concatenate([matrix[1:], matrix[-1:]]) if len(matrix) else matrix
+
+
+def word_attention(translator, sources: list[str], targets: list[str], matrices: list[np.ndarray],
+                   words: bool = True, shift: bool = False) -> list[np.ndarray]:
+    """The piece matrices of force_attention as word matrices (target words x source words, see
+    word_matrix), or with ``words=False`` as piece matrices without "</s>"; ``shift``: see
+    shifted_by_one. A text whose pieces do not give its whitespace-separated words is an error."""
+    src_pieces, tgt_pieces = piece_lists(translator, sources, targets)
+    result = []
+    for k, (matrix, sp, tp) in enumerate(zip(matrices, src_pieces, tgt_pieces)):
+        matrix = shifted_by_one(matrix) if shift else matrix
+        if not words:
+            result.append(drop_eos(matrix, sp, tp))
+            continue
+        for side, text, pieces in (("source", sources[k], sp), ("target", targets[k], tp)):
+            if len(word_spans(_without_eos(pieces))) != len(text.split()):
+                raise AttnmtError(
+                    f"sentence pair {k + 1}: the {side} has {len(text.split())} whitespace-separated words "
+                    f"but its subword pieces make {len(word_spans(_without_eos(pieces)))}, so word indices "
+                    "would not match the text")
+        result.append(word_matrix(matrix, sp, tp))
+    return result
+
+
 def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str = "argmax",
-          threshold: float = 0.5, words: bool = True) -> list[list[Link]]:
+          threshold: float = 0.5, words: bool = True, shift: bool = False) -> list[list[Link]]:
     """Word alignments of sentence pairs from forced attention (one list of links per pair).
 
     With ``words=False`` the indices are those of the subword pieces (without "</s>"), unmerged.
     With words, the word indices are those of the whitespace-separated tokens of each text;
-    a text whose pieces do not give the same number of words is an error.
+    a text whose pieces do not give the same number of words is an error. ``shift``: the
+    attention of the step after each word (shifted_by_one).
     """
     if method not in ("argmax", "threshold"):
         raise AttnmtError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
     if method == "threshold" and not 0 < threshold <= 1:
         raise AttnmtError(f"the alignment threshold must be in (0, 1], got {threshold}")
     matrices = force_attention(translator, sources, targets, batch_size)
-    src_pieces, tgt_pieces = piece_lists(translator, sources, targets)
-    result = []
-    for k, (matrix, sp, tp) in enumerate(zip(matrices, src_pieces, tgt_pieces)):
-        if words:
-            for side, text, pieces in (("source", sources[k], sp), ("target", targets[k], tp)):
-                if len(word_spans(_without_eos(pieces))) != len(text.split()):
-                    raise AttnmtError(
-                        f"sentence pair {k + 1}: the {side} has {len(text.split())} whitespace-separated words "
-                        f"but its subword pieces make {len(word_spans(_without_eos(pieces)))}, so word indices "
-                        "would not match the text")
-            matrix = word_matrix(matrix, sp, tp)
-        else:
-            matrix = drop_eos(matrix, sp, tp)
-        result.append(alignments_from_attention(matrix, method, threshold))
-    return result
+    return [alignments_from_attention(matrix, method, threshold)
+            for matrix in word_attention(translator, sources, targets, matrices, words, shift)]
+
+
+# ---------------------------------------------------------------- symmetrization
+
+
+def transposed(links) -> list[Link]:
+    """Links of the other direction: (i, j) -> (j, i), e.g. a French->English model's links as English->French."""
+    return sorted((j, i) for i, j in links)
+
+
+NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
+
+
+def grow_diag_final(forward, backward) -> list[Link]:
+    """The symmetrization of Koehn et al. (2003), as Moses writes it: start from the intersection;
+    grow it with links of the union next to (diagonals included) a link already in, whose source
+    or target word is still unaligned, until nothing changes; finally add the union's links whose
+    source or target word is still unaligned."""
+    union = set(forward) | set(backward)
+    links = set(forward) & set(backward)
+
+    def adds_a_word(i, j):
+        return all(a != i for a, _ in links) or all(b != j for _, b in links)
+
+    grown = True
+    while grown:
+        grown = False
+        for i, j in sorted(links):
+            for di, dj in NEIGHBOURS:
+                candidate = (i + di, j + dj)
+                if candidate in union and candidate not in links and adds_a_word(*candidate):
+                    links.add(candidate)
+                    grown = True
+    for direction in (forward, backward):
+        for i, j in sorted(direction):
+            if (i, j) not in links and adds_a_word(i, j):
+                links.add((i, j))
+    return sorted(links)
+
+
+def symmetrize(forward, backward, method: str) -> list[Link]:
+    """Links of both directions (both as source-target pairs) made one alignment: "intersection"
+    (precise), "union" (recalls most) or "grow-diag-final" (in between)."""
+    if method == "intersection":
+        return sorted(set(forward) & set(backward))
+    if method == "union":
+        return sorted(set(forward) | set(backward))
+    if method == "grow-diag-final":
+        return grow_diag_final(forward, backward)
+    raise ValueError(f"unknown symmetrization {method!r}; expected one of {', '.join(SYMMETRIZATIONS)}")
+
+
+SYMMETRIZATIONS = ("intersection", "union", "grow-diag-final")
 
 
 # ---------------------------------------------------------------- Pharaoh format
@@ -250,3 +329,16 @@ def score_files(gold_path, hyp_path, one_based: bool = False) -> dict:
         raise AttnmtError(f"line counts differ: {gold_path} has {len(sure)} lines, "
                           f"{hyp_path} has {len(hyps)}")
     return alignment_scores(hyps, sure, possible)
+
+
+def symmetrized_scores(forward, backward, gold_sure, gold_possible) -> dict[str, dict]:
+    """alignment_scores of the links of one direction ("forward": each target word linked to
+    source words), of the other ("backward", as source-target links too; may be None) and of each
+    symmetrization of the two: the one scoring of every aligner, attention or statistical."""
+    scores = {"forward": alignment_scores(forward, gold_sure, gold_possible)}
+    if backward is not None:
+        scores["backward"] = alignment_scores(backward, gold_sure, gold_possible)
+        for method in SYMMETRIZATIONS:
+            links = [symmetrize(f, b, method) for f, b in zip(forward, backward)]
+            scores[method] = alignment_scores(links, gold_sure, gold_possible)
+    return scores

@@ -155,3 +155,16 @@ def load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Opt
         raise AttnmtError(f"{path}: optimizer state does not fit the model of the config ({e})") from None
     torch.set_rng_state(tensors["rng.torch"])
     return info
+
+
+def read_trainer_state(path: Path) -> dict:
+    """The trainer state (step, seconds, sentences, ...) of a training checkpoint, without its tensors."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise AttnmtError(f"{path}: not a readable safetensors checkpoint ({e})") from None
+    info = _json_field(Path(path), metadata, "info")
+    if "trainer" not in info:
+        raise AttnmtError(f"{path}: not a training checkpoint (no trainer state)")
+    return info["trainer"]

@@ -69,6 +69,7 @@ class DataConfig(Section):
     test: dict[Annotated[str, StringConstraints(pattern=SET_NAME, max_length=64)], CorpusFiles] = {}
     subwords: SubwordConfig = SubwordConfig()
     max_length: int = Field(100, gt=0)  # pairs with more subwords on either side are dropped
+    max_source_words: int | None = Field(None, gt=0)  # training pairs whose source has more words are dropped
     batch_size: int = Field(64, gt=0)  # sentences per batch ...
     batch_tokens: int | None = Field(None, gt=0)  # ... or a budget of (padded) tokens per batch
     bucket_batches: int = Field(100, gt=0)  # batches per pool sorted by length

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
 from attnmt.errors import AttnmtError
@@ -25,6 +26,10 @@ __all__ = [
     "bleu_by_length",
     "evaluation_report",
     "format_report",
+    "test_set_reports",
+    "score_translations",
+    "joined",
+    "attention_failures",
 ]
 
 
@@ -179,15 +184,65 @@ def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size
         corpus = read_corpus(files.as_spec())
         if corpus.dropped_empty:
             log(f"test set {name}: {corpus.dropped_empty} pair(s) with an empty side left out")
-        translations = translator.translate(corpus.sources, beam=beam, batch_size=batch_size, max_tokens=max_tokens)
-        for number, t in enumerate(translations, start=1):
-            if t.truncated:
-                log(f"warning: test set {name}, pair {number}: more than {max_tokens} subword tokens; its first "
-                    f"{max_tokens} were translated")
-        hypotheses = [t.text for t in translations]
-        report = evaluation_report(corpus.sources, hypotheses, corpus.targets)
-        reports[name] = {**report, "beam": beam or translator.config.decoding.beam, "hypotheses": hypotheses}
+        reports[name] = score_translations(translator, name, corpus.sources, corpus.targets, beam, batch_size,
+                                           max_tokens, log)[0]
     return reports
+
+
+def score_translations(translator, name: str, sources: list[str], references: list[str], beam: int | None = None,
+                       batch_size: int | None = None, max_tokens: int | None = None, log=print) -> tuple[dict, list]:
+    """The sources translated and scored against the references: (evaluation_report with the beam
+    and the hypotheses, the attnmt.api.Translation of each source)."""
+    translations = translator.translate(sources, beam=beam, batch_size=batch_size, max_tokens=max_tokens)
+    for number, t in enumerate(translations, start=1):
+        if t.truncated:
+            log(f"warning: test set {name}, pair {number}: more than {max_tokens} subword tokens; its first "
+                f"{max_tokens} were translated")
+    hypotheses = [t.text for t in translations]
+    report = evaluation_report(sources, hypotheses, references)
+    return {**report, "beam": beam or translator.config.decoding.beam, "hypotheses": hypotheses}, translations
+
+
+def joined(sources: list[str], targets: list[str], k: int) -> tuple[list[str], list[str]]:
+    """Consecutive pairs joined ``k`` at a time, each side with spaces (pairs 1-k, k+1-2k, ...): a
+    test set of inputs k times as long as usual. A last group of fewer than k pairs is left out."""
+    if k < 1:
+        raise AttnmtError(f"sentences are joined k >= 1 at a time, got {k}")
+    _check_parallel(sources=sources, targets=targets)
+    groups = range(0, len(sources) - k + 1, k)
+    return [" ".join(sources[i:i + k]) for i in groups], [" ".join(targets[i:i + k]) for i in groups]
+
+
+def attention_failures(matrices: list, hypotheses: list[str], references: list[str], low: float = 0.2,
+                       high: float = 3.0) -> dict:
+    """Counts of the usual failures of attention over a test set:
+
+    unattended      source words whose attention, summed over all output words, is below ``low``:
+                    read by no step, so likely left untranslated
+    over_attended   source words whose summed attention is above ``high``: read by many steps, so
+                    likely translated again and again
+    too_long        outputs with more than twice the words of their reference
+    too_short       outputs with fewer than half the words of their reference
+
+    ``matrices``: per sentence the word attention (output words x source words, as from
+    attnmt.align.word_matrix), or None (a model without attention: only the lengths count; with no
+    matrix at all, the attention counts are None).
+    """
+    _check_parallel(matrices=matrices, hypotheses=hypotheses, references=references)
+    counts = {"sentences": len(hypotheses), "source_words": 0, "unattended": 0, "over_attended": 0,
+              "too_long": 0, "too_short": 0}
+    for matrix, hypothesis, reference in zip(matrices, hypotheses, references):
+        ratio = len(hypothesis.split()) / max(len(reference.split()), 1)
+        counts["too_long"] += ratio > 2
+        counts["too_short"] += ratio < 0.5
+        if matrix is not None:
+            coverage = np.asarray(matrix).sum(axis=0)  # per source word: its attention over all steps
+            counts["source_words"] += coverage.size
+            counts["unattended"] += int((coverage < low).sum())
+            counts["over_attended"] += int((coverage > high).sum())
+    if all(matrix is None for matrix in matrices):
+        counts.update(source_words=None, unattended=None, over_attended=None)
+    return counts
 
 
 def _bucket_label(low: int, high: int | None) -> str:

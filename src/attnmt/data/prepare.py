@@ -69,20 +69,29 @@ def training_corpus(config: Config, log: Callable[[str], None] = print) -> Corpu
 
 
 def encode_corpus(files: CorpusFiles, src_sw: Subwords, tgt_sw: Subwords, max_length: int | None,
-                  log: Callable[[str], None] = print, corpus: Corpus | None = None) -> EncodedCorpus:
+                  log: Callable[[str], None] = print, corpus: Corpus | None = None,
+                  max_source_words: int | None = None) -> EncodedCorpus:
     """The pairs of ``files`` (or ``corpus``, read from them) encoded, those longer than
-    ``max_length`` subwords dropped with a count in the log."""
+    ``max_length`` subwords, or whose source has more than ``max_source_words`` words, dropped with
+    a count in the log."""
     corpus = corpus or read_corpus(files.as_spec())
     data = EncodedCorpus(corpus.sources, corpus.targets, src_sw.encode(corpus.sources),
                          tgt_sw.encode(corpus.targets))
-    if max_length is None:
+    if max_length is None and max_source_words is None:
         _report_dropped(files, corpus.dropped_empty, 0, log)
         return data
-    keep = [i for i in range(len(data)) if max(len(data.src_ids[i]), len(data.tgt_ids[i])) <= max_length]
+    keep = [i for i in range(len(data)) if (max_length is None or max(len(data.src_ids[i]),
+                                                                          len(data.tgt_ids[i])) <= max_length)]
     _report_dropped(files, corpus.dropped_empty, len(data) - len(keep), log, max_length)
+    if max_source_words is not None:
+        short = [i for i in keep if len(data.sources[i].split()) <= max_source_words]
+        if len(short) < len(keep):
+            log(f"{files.tsv or files.src}: dropped {len(keep) - len(short)} pair(s) whose source has more than "
+                f"{max_source_words} words (data.max_source_words)")
+        keep = short
     if not keep:
-        raise AttnmtError(f"{files.tsv or files.src}: no sentence pair is at most {max_length} subwords "
-                          "long on both sides; raise data.max_length")
+        raise AttnmtError(f"{files.tsv or files.src}: no sentence pair is short enough (data.max_length "
+                          f"{max_length} subwords, data.max_source_words {max_source_words}); raise them")
     return EncodedCorpus(*([column[i] for i in keep] for column in
                            (data.sources, data.targets, data.src_ids, data.tgt_ids)))
 

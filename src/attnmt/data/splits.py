@@ -62,16 +62,17 @@ def hold_out(config: Config, corpus: Corpus, log=print) -> dict[str, list[int]]:
     for name, size in sizes.items():
         sets[name] = sorted(sample[start:start + size])
         start += size
-        # (a tab inside a sentence of two plain files would add a column: it becomes a space)
-        rows = "".join(f"{_field(corpus.sources[i])}\t{_field(corpus.targets[i])}\n" for i in sets[name])
+        rows = tsv_rows([corpus.sources[i] for i in sets[name]], [corpus.targets[i] for i in sets[name]])
         atomic_write_text(set_path(folder, name), rows)
         log(f"held out {size:,} pairs of {wanted['train']} as the {name} set: {set_path(folder, name)}")
     atomic_write_text(record_path, json.dumps({**wanted, "sets": sets}) + "\n")  # last: the sets are complete
     return sets
 
 
-def _field(text: str) -> str:
-    return text.replace("\t", " ")
+def tsv_rows(sources: list[str], targets: list[str]) -> str:
+    """Pairs as the lines of a TSV file (a tab inside a sentence of two plain files would add a
+    column: it becomes a space)."""
+    return "".join(f"{s.replace(chr(9), ' ')}\t{t.replace(chr(9), ' ')}\n" for s, t in zip(sources, targets))
 
 
 def without(corpus: Corpus, held_out: dict[str, list[int]]) -> Corpus:

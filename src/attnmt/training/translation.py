@@ -39,7 +39,7 @@ def prepare_data(config: Config, processes: Processes = ONE_PROCESS,
     with distributed.main_first(processes):  # (it also draws the held-out dev and test sets)
         src_sw, tgt_sw = prepare(config, log)
     train = encode_corpus(config.data.train, src_sw, tgt_sw, config.data.max_length, log,
-                          corpus=training_corpus(config, log))
+                          corpus=training_corpus(config, log), max_source_words=config.data.max_source_words)
     dev = None
     if config.data.dev:
         dev = encode_corpus(splits.resolved(config.data.dev, "dev", config.experiment_dir), src_sw, tgt_sw, None, log)

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The four experiments of docs/experiments.md with their default budgets, one after the other, each
+# under the benchmark lock (one training at a time on the machine). Run from the checkout's root:
+#     bash benchmarks/experiments.sh [e1 e2 e3 e4]      (default: all four; results in runs/experiments/)
+# A finished run is skipped when this is run again; an interrupted one continues (--resume).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=runs/experiments
+LOCK=/tmp/attnmt-bench.lock
+ALIGN=(--align-pairs runs/e4-data/hansards.pairs --align-gold runs/e4-data/hansards.gold --one-based --both-directions)
+LUONG=(--vary model.attention=luong-dot,luong-general,luong-concat --vary model.input_feeding=true,false
+       --variant bahdanau:model.attention=bahdanau --variant location:model.attention=location)
+
+run() {  # NAME ARGS...: one experiment, its date, commit and command logged beside its results
+    local name=$1; shift
+    mkdir -p "$OUT/$name"
+    { date -u +"start %Y-%m-%dT%H:%M:%SZ commit $(git rev-parse --short HEAD)"; echo "attnmt compare $*";
+      } | tee -a "$OUT/$name.log"
+    flock "$LOCK" attnmt compare "$@" --out "$OUT/$name" --resume --no-progress 2>&1 | tee -a "$OUT/$name.log"
+    date -u +"end %Y-%m-%dT%H:%M:%SZ" | tee -a "$OUT/$name.log"
+}
+
+[ -f runs/e4-data/hansards.gold ] || python -m attnmt.tasks.hansards runs/e4-data --data ../shared/data
+[ $# -gt 0 ] || set -- e1 e2 e3 e4
+for experiment in "$@"; do
+  case $experiment in
+    e1) run e1 configs/experiments/e1-de-en.yaml --variant none:model.attention=none \
+          --variant bahdanau:model.attention=bahdanau --variant transformer=configs/experiments/transformer.yaml \
+          --seeds 2 --join 2,3,4 ;;
+    e2) run e2-de-en configs/experiments/e1-de-en.yaml "${LUONG[@]}" --steps 500
+        run e2-en-fr configs/experiments/e4-en-fr.yaml "${LUONG[@]}" --steps 250 "${ALIGN[@]}" ;;
+    e3) run e3 configs/experiments/e3-short.yaml --variant bahdanau:model.attention=bahdanau \
+          --variant location:model.attention=location --variant luong-general:model.attention=luong-general \
+          --seeds 2 --join 2,3,4 ;;
+    e4) run e4 configs/experiments/e4-en-fr.yaml --variant bahdanau:model.attention=bahdanau \
+          --variant luong-general:model.attention=luong-general --variant location:model.attention=location \
+          --variant transformer=configs/experiments/transformer.yaml "${ALIGN[@]}" ;;
+    *) echo "unknown experiment $experiment (e1, e2, e3 or e4)" >&2; exit 2 ;;
+  esac
+done
