@@ -48,12 +48,22 @@ def attention_as_text(translation: Translation) -> str:
     def label(piece: str) -> str:
         return "␣" if piece in ("▁", " ") else ("$" if piece == "</s>" else piece.replace("▁", "")[:1] or "?")
 
-    header = "      " + "".join(label(p) for p in translation.source_tokens)
-    rows = [header]
-    for piece, weights in zip(translation.tokens, translation.attention):
-        cells = "".join(SHADES[min(int(w * len(SHADES)), len(SHADES) - 1)] for w in weights)
-        rows.append(f"{label(piece):>5} {cells}")
-    return "\n".join(rows)
+    return shades([label(p) for p in translation.tokens], [label(p) for p in translation.source_tokens],
+                  translation.attention)
+
+
+def shades(rows: list[str], columns: list[str], matrix) -> str:
+    """A matrix of weights in [0, 1] drawn with shade characters, one cell per (row, column), under
+    the column labels (written downwards when longer than one character)."""
+    width = max(5, *(len(r) for r in rows))
+    header = [" " * (width + 1) + "".join(c[k] if k < len(c) else " " for c in columns)
+              for k in range(max(len(c) for c in columns))]
+    lines = header + [f"{label:>{width}} " + "".join(shade(w) for w in weights) for label, weights in zip(rows, matrix)]
+    return "\n".join(lines)
+
+
+def shade(weight: float) -> str:
+    return SHADES[min(int(weight * len(SHADES)), len(SHADES) - 1)]
 
 
 def run_quickstart(folder: Path, steps: int = 500, attention: str = "bahdanau",
