@@ -17,8 +17,9 @@ sentence first attends to itself, with a bias for each distance between words:
     a'_i = sum_j softmax_j(f_ij + d_{i-j}) a_j,    and a_i becomes [a_i; a'_i]
 
 Every sentence ends with the end-of-sentence token, something to attend to when no word of the
-other sentence matches. Softmaxes run over real (non-padding) positions only, and the sums of the
-aggregate step over real positions only, so a sentence scores the same alone or padded in a batch.
+other sentence matches. Softmaxes run over real (non-padding) positions only (the weights of a
+padding row or column are zero), and the sums of the aggregate step over real positions only, so a
+sentence scores the same alone or padded in a batch.
 """
 
 from __future__ import annotations
@@ -109,8 +110,9 @@ class DecomposableAttention(nn.Module):
         a, b = self.represent(premise, mask_a), self.represent(hypothesis, mask_b)
         # attend
         e = self.F(a) @ self.F(b).transpose(1, 2)  # (B,la,lb)
-        premise_weights = masked_softmax(e, mask_b.unsqueeze(1), dim=2)  # over j
-        hypothesis_weights = masked_softmax(e, mask_a.unsqueeze(2), dim=1)  # over i
+        real = mask_a.unsqueeze(2) & mask_b.unsqueeze(1)  # (B,la,lb): both positions real
+        premise_weights = masked_softmax(e, mask_b.unsqueeze(1), dim=2) * real  # over j; padding rows zero
+        hypothesis_weights = masked_softmax(e, mask_a.unsqueeze(2), dim=1) * real  # over i; padding columns zero
         beta = premise_weights @ b  # (B,la,size)
         alpha = hypothesis_weights.transpose(1, 2) @ a  # (B,lb,size)
         # compare
