@@ -179,3 +179,45 @@ class PairClassifier:
     def translate(self, *args, **kwargs):
         raise AttnmtError(f"{self.folder} is a sentence-pair classifier (task: pairs), not a translation model: "
                           "use classify() (attnmt classify MODEL_DIR with premise<TAB>hypothesis lines)")
+
+
+# ------------------------------------------------------------------------------ attnmt classify
+
+
+def parse_pair_line(line: str, number: int) -> tuple[str, str]:
+    """premise<TAB>hypothesis (further columns ignored); AttnmtError naming the line otherwise."""
+    fields = line.split("\t")
+    if len(fields) < 2:
+        raise AttnmtError(f"line {number}: expected premise<TAB>hypothesis, found no tab")
+    premise, hypothesis = fields[0], fields[1]
+    for side, text in (("premise", premise), ("hypothesis", hypothesis)):
+        if not text.strip():
+            raise AttnmtError(f"line {number}: the {side} is empty")
+    return premise, hypothesis
+
+
+def format_result(result: PairResult) -> str:
+    """label<TAB>LABEL=probability ... (every class, in the model's order)."""
+    return result.label + "\t" + " ".join(f"{label}={p:.4f}" for label, p in result.probabilities.items())
+
+
+def classify_lines(model: PairClassifier, lines: list[str], batch_size: int = 64,
+                   max_tokens: int | None = None) -> tuple[list[str], list[str], list[str]]:
+    """One output line per input line, in order: the label and probabilities of a pair, or
+    "ERROR<TAB>message" for a line that is not one; the messages of those errors; warnings (a
+    sentence cut to ``max_tokens``)."""
+    outputs: list[str | None] = [None] * len(lines)
+    errors, warnings, good = [], [], []
+    for number, line in enumerate(lines, start=1):
+        try:
+            good.append((number - 1, parse_pair_line(line, number)))
+        except AttnmtError as e:
+            outputs[number - 1] = f"ERROR\t{e}"
+            errors.append(str(e))
+    results = model.classify([pair for _, pair in good], batch_size, max_tokens) if good else []
+    for (index, _), result in zip(good, results):
+        outputs[index] = format_result(result)
+        if result.truncated:
+            warnings.append(f"line {index + 1}: more than {max_tokens} subword tokens in a sentence; its first "
+                          f"{max_tokens} were used (--max-tokens)")
+    return outputs, errors, warnings
