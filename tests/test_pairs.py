@@ -247,3 +247,39 @@ def test_evaluate_a_pair_model_text_and_json(pair_model, tmp_path, capsys):
                  "--hypotheses", str(predictions)]) == 0
     assert "(100 pairs)" in capsys.readouterr().out
     assert len(predictions.read_text().splitlines()) == 100
+
+
+# ------------------------------------------------------------------------------ figures
+
+
+def test_plot_draws_attend_compare_aggregate(pair_model, tmp_path, capsys):
+    from attnmt.viz.pairs import pair_figure
+
+    import attnmt
+
+    [r] = attnmt.load(pair_model).classify([("two red cats are sleeping", "two cats are sleeping")])
+    fig = pair_figure(r, "hypothesis", max_dims=5)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any("softmax over the premise" in t for t in titles)
+    assert any(t.startswith("compare: v1_i") for t in titles) and any(t.startswith("compare: v2_j") for t in titles)
+    assert "aggregate" in titles and any("class probabilities" in t for t in titles)
+    [attention] = [ax for ax in fig.axes if ax.get_title().startswith("attend")]
+    assert np.allclose(attention.images[0].get_array(), r.hypothesis_attention)
+    assert [t.get_text() for t in attention.get_yticklabels()] == [t.replace("\u2581", "") for t in r.premise_tokens]
+    out = tmp_path / "pair.svg"
+    assert main(["plot", str(pair_model), "two red cats are sleeping", "--hypothesis", "two cats are sleeping",
+                 "--out", str(out), "--direction", "hypothesis"]) == 0
+    assert out.read_text().startswith("<?xml")
+    html = tmp_path / "pair.html"
+    assert main(["plot", str(pair_model), "two red cats", "--hypothesis", "two cats", "--out", str(html)]) == 0
+    assert "rows: premise tokens; columns: hypothesis tokens" in html.read_text()
+    assert "rows: premise tokens" in r._repr_html_()  # Jupyter
+
+
+def test_plot_of_a_pair_model_needs_the_hypothesis(pair_model, tmp_path, capsys):
+    assert main(["plot", str(pair_model), "two red cats", "--out", str(tmp_path / "x.png")]) == 2
+    assert "--hypothesis" in capsys.readouterr().err
+    gif = ["--gif", str(tmp_path / "x.gif")]
+    assert main(["plot", str(pair_model), "two red cats", "--hypothesis", "two cats", *gif]) == 2
+    assert "--gif: for translation models" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists() and not (tmp_path / "x.gif").exists()

@@ -93,6 +93,11 @@ class PairResult:
     def labels(self) -> list[str]:
         return list(self.probabilities)
 
+    def _repr_html_(self) -> str:  # Jupyter: the attention with the label
+        from attnmt.viz.pairs import show_pair
+
+        return show_pair(self)._repr_html_()
+
     def attention(self, direction: str = "premise") -> np.ndarray:
         """premise_attention ("premise": rows sum to 1) or hypothesis_attention ("hypothesis": columns sum to 1)."""
         if direction not in DIRECTIONS:

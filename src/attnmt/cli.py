@@ -322,7 +322,8 @@ def cmd_plot(args):
                             beam=args.beam, checkpoint=args.checkpoint, states=args.states, dims=args.dims,
                             steps=steps, top_k=args.top_k, gif=args.gif, fps=args.fps, curves=args.curves,
                             head_view=args.head_view, grid=args.grid, kind=args.kind, layer=args.layer,
-                            head=args.head, device=args.device)
+                            head=args.head, device=args.device, hypothesis=args.hypothesis,
+                            direction=args.direction)
     for write in plan_figures(request):
         print(write(), flush=True)
 
@@ -499,6 +500,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Transformer: layer of --head-view, counting from 0 (default: the last)")
     p.add_argument("--head", type=int, default=None,
                    help="Transformer: head of --head-view, counting from 0 (default: the average of the heads)")
+    p.add_argument("--hypothesis", help="a sentence-pair model: the hypothesis (SENTENCE is the premise); --out draws "
+                                        "attend, compare (--dims) and aggregate")
+    p.add_argument("--direction", choices=["premise", "hypothesis"], default="premise",
+                   help="a sentence-pair model: the softmax drawn, over the hypothesis for each premise word "
+                        "(default) or over the premise for each hypothesis word")
     p.set_defaults(func=cmd_plot)
     return parser
 
