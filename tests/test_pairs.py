@@ -14,27 +14,10 @@ from attnmt.config import PairFiles, config_from_dict
 from attnmt.data.pairs import encode_pairs, read_pairs
 from attnmt.errors import AttnmtError
 from attnmt.evaluation import classification_report, format_classification_report
-from attnmt.tasks.pairs import make_pairs
+
+from conftest import pair_config, write
 
 LABELS = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL"]
-
-
-def write(path, text: str):
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def pair_config(tmp_path, **sections) -> dict:
-    train = tmp_path / "train.tsv"
-    if not train.exists():
-        write(train, "".join("\t".join(t) + "\n" for t in make_pairs(200, seed=1)))
-    raw = {"experiment_dir": str(tmp_path / "exp"), "task": "pairs",
-           "data": {"train": {"tsv": str(train)}, "subwords": {"type": "word", "vocab_size": 100}},
-           "model": {"embedding_size": 8, "hidden_size": 8},
-           "training": {"max_steps": 5}}
-    for name, values in sections.items():
-        raw[name] = {**raw.get(name, {}), **values}
-    return raw
 
 
 # ------------------------------------------------------------------------------ data
@@ -140,24 +123,6 @@ def test_classification_report_on_hand_made_predictions():
 
 
 # ------------------------------------------------------------------------------ a trained pair model
-
-
-@pytest.fixture(scope="module")
-def pair_model(tmp_path_factory):
-    """A small pair model trained on the synthetic task, with a dev and a test set."""
-    from attnmt.training import train
-
-    folder = tmp_path_factory.mktemp("pairs")
-    for name, n, seed in (("train", 2000, 1), ("dev", 100, 2), ("test", 100, 3)):
-        write(folder / f"{name}.tsv", "".join("\t".join(t) + "\n" for t in make_pairs(n, seed)))
-    raw = pair_config(folder, data={"dev": {"tsv": str(folder / "dev.tsv")}, "test": {"tsv": str(folder / "test.tsv")},
-                                    "batch_size": 32},
-                      model={"embedding_size": 16, "hidden_size": 16, "dropout": 0.0},
-                      training={"max_steps": 60, "validate_every": 30, "learning_rate": 0.005,
-                                "early_stopping_patience": None, "threads": 2})
-    config = config_from_dict(raw, folder)
-    train(config, log=lambda message: None, progress=False)
-    return config.experiment_dir
 
 
 def test_training_writes_checkpoints_metrics_and_test_scores(pair_model):

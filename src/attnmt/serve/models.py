@@ -59,12 +59,20 @@ class LoadedModel:
         except TimeoutError:
             raise ModelTimeout(self.timeout) from None
 
+    @property
+    def task(self) -> str:
+        return self.translator.config.task
+
     def info(self) -> ModelInfo:
         m = self.translator.config.model
-        common = dict(name=self.name, type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
-                      beam=self.translator.config.decoding.beam, path=str(self.translator.folder.resolve()))
         none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
                               "norm"))
+        if self.task == "pairs":
+            return ModelInfo(name=self.name, type="decomposable", attention="decomposable", encoder_layers=0,
+                             decoder_layers=0, beam=0, path=str(self.translator.folder.resolve()),
+                             labels=self.translator.labels, **none)
+        common = dict(name=self.name, type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
+                      beam=self.translator.config.decoding.beam, path=str(self.translator.folder.resolve()))
         if m.type == "transformer":
             return ModelInfo(**common, **{**none, "attention": "multi-head", "d_model": m.d_model, "heads": m.heads,
                                           "feed_forward": m.feed_forward, "norm": m.norm})
@@ -86,5 +94,6 @@ def load_models(folders: list[Path], limits: ServerLimits) -> dict[str, LoadedMo
             raise AttnmtError(f"two model folders are named '{name}' ({models[name].translator.folder} and "
                               f"{folder}); model names are folder names, so rename or copy one of them")
         model = models[name] = LoadedModel(name, load(folder), limits.timeout)
-        model.batcher = Batcher(model, limits.max_batch, limits.batch_wait)
+        if model.task != "pairs":  # a translation model's /translate requests are batched
+            model.batcher = Batcher(model, limits.max_batch, limits.batch_wait)
     return models

@@ -77,8 +77,9 @@ class ModelInfo(Strict):
     for an RNN, so that a client reads the fields of the model's ``type``."""
 
     name: str = Field(description="the model folder's name; the `model` of requests")
-    type: Literal["rnn", "transformer"] = Field(description="rnn: encoder-decoder RNN with one attention; "
-                                                            "transformer: layers of multi-head attention (/attention)")
+    type: Literal["rnn", "transformer", "decomposable"] = Field(
+        description="rnn: encoder-decoder RNN with one attention; transformer: layers of multi-head attention "
+                    "(/attention); decomposable: a sentence-pair classifier (/classify; the other fields null or 0)")
     attention: Optional[str] = Field(
         description="RNN: none | bahdanau | luong-dot | luong-general | luong-concat | location; "
                     "Transformer: 'multi-head'")
@@ -93,6 +94,7 @@ class ModelInfo(Strict):
     norm: Optional[Literal["pre", "post"]] = Field(description="Transformer only: LayerNorm placement")
     beam: int = Field(description="default beam size of /translate for this model")
     path: str
+    labels: Optional[list[str]] = Field(None, description="sentence-pair models only: the classes of /classify")
 
 
 class CandidateOut(Answer):
@@ -168,11 +170,25 @@ class AttentionResponse(Answer):
 # Requests
 
 
+class ClassifyResponse(Strict):
+    """A sentence pair through the decomposable attention model: its label and probabilities, and
+    the attention matrices (rows: premise tokens, columns: hypothesis tokens) in both directions."""
+
+    model: str
+    label: str
+    probabilities: dict[str, float] = Field(description="of every class, in the model's order")
+    premise_tokens: list[str]
+    hypothesis_tokens: list[str]
+    premise_attention: list[list[float]] = Field(description="softmax over the hypothesis: each row sums to 1")
+    hypothesis_attention: list[list[float]] = Field(description="softmax over the premise: each column sums to 1")
+
+
 class RequestModels(NamedTuple):
     translate: type[Strict]
     trace: type[Strict]
     beam: type[Strict]
     attention: type[Strict]
+    classify: type[Strict]
 
 
 def _not_blank(text: str) -> str:
@@ -228,4 +244,9 @@ def request_models(limits: ServerLimits) -> RequestModels:
             None, description="a target text whose attention to show (forced decoding); "
                               "default: the model's translation (beam of its config)")
 
-    return RequestModels(TranslateRequest, TraceRequest, BeamRequest, AttentionRequest)
+    class ClassifyRequest(Strict):
+        premise: Sentence = Field(description=f"1 to {limits.max_chars} characters")
+        hypothesis: Sentence = Field(description=f"1 to {limits.max_chars} characters")
+        model: ModelName = model_field
+
+    return RequestModels(TranslateRequest, TraceRequest, BeamRequest, AttentionRequest, ClassifyRequest)
