@@ -15,6 +15,8 @@ from attnmt.data.pairs import encode_pairs, read_pairs
 from attnmt.errors import AttnmtError
 from attnmt.evaluation import classification_report, format_classification_report
 
+from attnmt.tasks.pairs import make_pairs
+
 from conftest import pair_config, write
 
 LABELS = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL"]
@@ -248,3 +250,54 @@ def test_plot_of_a_pair_model_needs_the_hypothesis(pair_model, tmp_path, capsys)
     assert main(["plot", str(pair_model), "two red cats", "--hypothesis", "two cats", *gif]) == 2
     assert "--gif: for translation models" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists() and not (tmp_path / "x.gif").exists()
+
+
+# ------------------------------------------------------------------------------ initial embeddings
+
+
+def test_word2vec_embeddings_replace_the_rows_of_the_corpus_pieces(tmp_path):
+    import torch
+
+    from attnmt.config import SubwordConfig
+    from attnmt.data.subwords import train_subwords
+    from attnmt.training.embeddings import word2vec_embeddings
+
+    sentences = [p for p, _, _ in make_pairs(200, seed=1)]
+    subwords = train_subwords(sentences + ["zebra"], sentences, SubwordConfig(type="word", vocab_size=100),
+                              tmp_path, seed=1)[0]
+    corpus = write(tmp_path / "captions.txt", "\n".join(sentences) + "\n")
+    start = torch.randn(len(subwords), 8)
+    weights = word2vec_embeddings(corpus, subwords, start, epochs=1, window=2, seed=1, log=lambda m: None)
+    assert weights.shape == start.shape
+    pieces = subwords.pieces(range(len(subwords)))
+    changed = {pieces[i] for i in range(len(pieces)) if not torch.equal(weights[i], start[i])}
+    assert "\u2581dogs" in changed or "\u2581cats" in changed
+    assert "\u2581zebra" not in changed  # not in the corpus: its random start
+    again = word2vec_embeddings(corpus, subwords, start, epochs=1, window=2, seed=1, log=lambda m: None)
+    assert torch.equal(weights, again)  # the same vectors at every run
+
+
+def test_embeddings_from_a_translation_model(reverse_model, tmp_path):
+    """model.embeddings.model: the pair model starts from the translation model's embeddings, in
+    its subwords; a size that does not match is an error naming model.embedding_size."""
+    import torch
+    from safetensors.torch import load_file
+
+    from attnmt.training.pairs import prepare_pair_data, setup_pairs
+
+    translator, _ = reverse_model
+    size = translator.config.model.embedding_size
+    raw = pair_config(tmp_path, model={"embedding_size": size, "hidden_size": 8,
+                                       "embeddings": {"model": str(translator.folder), "side": "src"}},
+                      data={"subwords": {"type": "char", "vocab_size": 40}})
+    config = config_from_dict(raw, tmp_path)
+    data = prepare_pair_data(config, log=lambda m: None)
+    assert len(data.subwords) == len(translator.src_subwords)
+    model = setup_pairs(config, data, torch.device("cpu"), log=lambda m: None).model
+    source = load_file(translator.folder / "best.safetensors")["encoder.embed.weight"]
+    assert torch.equal(model.embed.weight[1:], source[1:])  # (row 0: padding, zero)
+    raw["model"]["embedding_size"] = size + 1
+    raw["experiment_dir"] = str(tmp_path / "other")
+    with pytest.raises(AttnmtError, match=f"model.embedding_size: {size}"):
+        other = config_from_dict(raw, tmp_path)
+        setup_pairs(other, prepare_pair_data(other, log=lambda m: None), torch.device("cpu"), log=lambda m: None)
