@@ -25,8 +25,6 @@ from typing import Callable
 
 import numpy as np
 
-from attnmt.config import config_from_dict, config_to_yaml
-
 NUMBERS = ["two", "three", "four", "five", "six", "seven", "eight", "nine"]
 COLOURS = ["red", "blue", "green", "yellow", "black", "white", "brown", "grey"]
 SIZES = ["small", "big", "young", "old"]
@@ -119,18 +117,12 @@ def run_pair_quickstart(folder: Path, steps: int = 600, log: Callable[[str], Non
     """Writes the synthetic corpus, trains the model on it, prints its test accuracy and the
     attention of a few examples; returns {"accuracy", "examples"}."""
     from attnmt.api import load
-    from attnmt.tasks.quickstart import shades
-    from attnmt.training import train
+    from attnmt.tasks.quickstart import shades, train_once
 
     folder = Path(folder)
     data = write_corpus(folder / "data")
-    config = config_from_dict(quickstart_config(folder.resolve(), steps), Path("."))
-    (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
-    if (config.experiment_dir / "last.safetensors").exists():
-        log(f"{config.experiment_dir} is already trained; delete {folder} to train again")
-    else:
-        log(f"training the decomposable attention model on {data['train']} ({steps} steps)")
-        train(config, log=log, progress=progress)
+    config = train_once(folder, quickstart_config(folder.resolve(), steps),
+                        f"the decomposable attention model on {data['train']} ({steps} steps)", log, progress)
     model = load(config.experiment_dir)
     report = model.evaluate(model.test_sets["test"])
     log(f"accuracy on {report['pairs']} test pairs: {report['accuracy']:.1%}")
