@@ -25,7 +25,7 @@ def changed_words(premise: str, hypothesis: str) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.slow
-def test_the_synthetic_task_is_learned(quickstart_pairs, capsys):
+def test_the_synthetic_task_is_learned(quickstart_pairs):
     import attnmt
 
     model = attnmt.load(quickstart_pairs / "model")
