@@ -301,3 +301,20 @@ def test_embeddings_from_a_translation_model(reverse_model, tmp_path):
     with pytest.raises(AttnmtError, match=f"model.embedding_size: {size}"):
         other = config_from_dict(raw, tmp_path)
         setup_pairs(other, prepare_pair_data(other, log=lambda m: None), torch.device("cpu"), log=lambda m: None)
+
+
+def test_prepare_a_pair_experiment_writes_subwords_and_labels(tmp_path, capsys):
+    import yaml
+
+    raw = pair_config(tmp_path)
+    path = write(tmp_path / "pairs.yaml", yaml.safe_dump(raw))
+    assert main(["prepare", str(path)]) == 0
+    written = yaml.safe_load((tmp_path / "exp" / "config.yaml").read_text())
+    assert written["data"]["labels"] == LABELS  # the training labels, sorted
+    assert (tmp_path / "exp" / "spm").is_dir()
+
+
+def test_classify_refuses_a_translation_model(reverse_model, tmp_path, capsys):
+    translator, _ = reverse_model
+    assert main(["classify", str(translator.folder), "-i", str(write(tmp_path / "in.tsv", "a\tb\n"))]) == 2
+    assert "is a translation model: use attnmt translate" in capsys.readouterr().err

@@ -48,10 +48,11 @@ def _write_text(path: str, text: str):
 
 def cmd_prepare(args):
     from attnmt.config import load_config
+    from attnmt.data.pairs import prepare_pairs
     from attnmt.data.prepare import prepare
 
     config = load_config(args.config)
-    prepare(config, log=_log, force=args.force)
+    (prepare_pairs if config.task == "pairs" else prepare)(config, log=_log, force=args.force)
     _log(f"prepared {config.experiment_dir}")
 
 
