@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from attnmt.config import config_from_dict
+from attnmt.tasks.pairs import make_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -61,7 +62,8 @@ def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=N
     return config_from_dict(raw, folder)
 
 
-SLOW_FIXTURES = {"reverse_model", "tiny_transformer", "served", "browser", "trained", "copy_model", "run_dir"}
+SLOW_FIXTURES = {"reverse_model", "tiny_transformer", "served", "browser", "trained", "copy_model", "run_dir",
+                 "pair_model"}
 
 
 def pytest_collection_modifyitems(items):
@@ -166,3 +168,42 @@ def tiny_transformer(tmp_path_factory):
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
     return load(config.experiment_dir)
+
+
+# ------------------------------------------------------------------------------ sentence pairs (task: pairs)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def pair_config(tmp_path, **sections) -> dict:
+    train = tmp_path / "train.tsv"
+    if not train.exists():
+        write(train, "".join("\t".join(t) + "\n" for t in make_pairs(200, seed=1)))
+    raw = {"experiment_dir": str(tmp_path / "exp"), "task": "pairs",
+           "data": {"train": {"tsv": str(train)}, "subwords": {"type": "word", "vocab_size": 100}},
+           "model": {"embedding_size": 8, "hidden_size": 8},
+           "training": {"max_steps": 5}}
+    for name, values in sections.items():
+        raw[name] = {**raw.get(name, {}), **values}
+    return raw
+
+
+@pytest.fixture(scope="session")
+def pair_model(tmp_path_factory):
+    """A small pair model trained on the synthetic task, with a dev and a test set."""
+    from attnmt.training import train
+
+    folder = tmp_path_factory.mktemp("pairs")
+    for name, n, seed in (("train", 2000, 1), ("dev", 100, 2), ("test", 100, 3)):
+        write(folder / f"{name}.tsv", "".join("\t".join(t) + "\n" for t in make_pairs(n, seed)))
+    raw = pair_config(folder, data={"dev": {"tsv": str(folder / "dev.tsv")}, "test": {"tsv": str(folder / "test.tsv")},
+                                    "batch_size": 32},
+                      model={"embedding_size": 16, "hidden_size": 16, "dropout": 0.0},
+                      training={"max_steps": 60, "validate_every": 30, "learning_rate": 0.005,
+                                "early_stopping_patience": None, "threads": 1})
+    config = config_from_dict(raw, folder)
+    train(config, log=lambda message: None, progress=False)
+    return config.experiment_dir

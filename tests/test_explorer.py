@@ -7,6 +7,7 @@ import shutil
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -26,14 +27,9 @@ HIGHLIGHT_RATIO = 0.5  # as in static/heatmap.js: a source token is highlighted 
 
 
 
-@pytest.fixture(scope="module")
-def server(reverse_model, tiny_transformer, tmp_path_factory):
-    """(base URL, name of the first model, name of its copy, name of the Transformer): the real app
-    on a free port."""
-    translator, _ = reverse_model
-    copy = tmp_path_factory.mktemp("explorer") / "reverse-copy"
-    shutil.copytree(translator.folder, copy)
-    app = create_app([translator.folder, copy, tiny_transformer.folder])
+@contextmanager
+def running_server(app):
+    """The base URL of ``app`` served by uvicorn in a thread on a free port, while in the block."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -47,11 +43,22 @@ def server(reverse_model, tiny_transformer, tmp_path_factory):
             raise RuntimeError(f"the HTTP server did not start within {WAIT} s")
         time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}", translator.folder.resolve().name, copy.name, tiny_transformer.folder.name
+        yield f"http://127.0.0.1:{port}"
     finally:
         uv.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@pytest.fixture(scope="module")
+def server(reverse_model, tiny_transformer, tmp_path_factory):
+    """(base URL, name of the first model, name of its copy, name of the Transformer): the real app
+    on a free port."""
+    translator, _ = reverse_model
+    copy = tmp_path_factory.mktemp("explorer") / "reverse-copy"
+    shutil.copytree(translator.folder, copy)
+    with running_server(create_app([translator.folder, copy, tiny_transformer.folder])) as url:
+        yield url, translator.folder.resolve().name, copy.name, tiny_transformer.folder.name
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,9 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -70,33 +72,22 @@ class Translator:
 
     def __init__(self, folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
                  device: str | torch.device = "cpu"):
-        if checkpoint not in ("best", "last"):
-            raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
         if quantize not in QUANTIZE:
             raise AttnmtError(f"quantize must be one of {', '.join(map(repr, QUANTIZE))}, got {quantize!r}")
         self.device = inference_device(device)
         if quantize == "int8" and self.device.type != "cpu":
             raise AttnmtError(f"quantize='int8' is for CPUs; on {self.device} use quantize=None or 'bf16'")
         self.folder = Path(folder)
-        config_path = _inside(self.folder, self.folder / "config.yaml")
-        if not config_path.is_file():
-            raise AttnmtError(f"{self.folder}: not a model folder (no config.yaml)")
-        self.config: Config = load_config(config_path)
-        self.config.experiment_dir = self.folder  # the folder may have moved since training
+        self.config: Config = model_config(self.folder)
+        if self.config.task != "translation":
+            raise AttnmtError(f"{self.folder}: a model of task {self.config.task}, not a translation model "
+                              "(attnmt.load gives the right class)")
         joint = self.config.data.subwords.joint
         for path in subword_paths(self.folder, joint):
             _inside(self.folder, path)
         self.src_subwords, self.tgt_subwords = load_subwords(self.folder, joint)
-        weights = self.folder / f"{checkpoint}.safetensors"
-        if checkpoint == "best" and not weights.exists():
-            weights = self.folder / "last.safetensors"
-        weights = _inside(self.folder, weights)
-        sizes = self.config.model, len(self.src_subwords), len(self.tgt_subwords)
-        with torch.device("meta"):  # the shapes the config asks for, checked against the file before allocating
-            check_shapes(build_model(*sizes), weights)
-        self.model = build_model(*sizes)
-        load_weights(self.model, weights)
-        self.model.to(self.device).eval()
+        self.model = load_model(partial(build_model, self.config.model, len(self.src_subwords),
+                                        len(self.tgt_subwords)), weights_path(self.folder, checkpoint), self.device)
         self.quantize = quantize
         if quantize == "int8":
             self.model = quantize_int8(self.model)
@@ -233,9 +224,39 @@ def _inside(folder: Path, path: Path) -> Path:
     return path
 
 
+def model_config(folder: Path) -> Config:
+    """The config of a trained model folder, its experiment_dir the folder (which may have moved)."""
+    config_path = _inside(folder, folder / "config.yaml")
+    if not config_path.is_file():
+        raise AttnmtError(f"{folder}: not a model folder (no config.yaml)")
+    config = load_config(config_path)
+    config.experiment_dir = folder
+    return config
+
+
+def weights_path(folder: Path, checkpoint: str) -> Path:
+    """The weights of ``checkpoint`` ("best", or "last") in a model folder; best is last if there is no best."""
+    if checkpoint not in ("best", "last"):
+        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    weights = folder / f"{checkpoint}.safetensors"
+    if checkpoint == "best" and not weights.exists():
+        weights = folder / "last.safetensors"
+    return _inside(folder, weights)
+
+
+def load_model(build: Callable[[], torch.nn.Module], weights: Path, device: torch.device) -> torch.nn.Module:
+    """The model ``build()`` makes, with the weights of the file, on ``device``, in eval mode."""
+    with torch.device("meta"):  # the shapes the config asks for, checked against the file before allocating
+        check_shapes(build(), weights)
+    model = build()
+    load_weights(model, weights)
+    return model.to(device).eval()
+
+
 def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
-         device: str | torch.device = "cpu") -> Translator:
-    """Loads a trained model folder (the ``experiment_dir`` of its config).
+         device: str | torch.device = "cpu"):
+    """Loads a trained model folder (the ``experiment_dir`` of its config): a Translator, or for a
+    sentence-pair classifier (task: pairs) an attnmt.classify.PairClassifier.
 
     ``device``: where the model runs and decodes ("cpu", "cuda", "cuda:1", ...).
 
@@ -243,6 +264,12 @@ def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = No
     (see ``quantize_int8``); ``quantize="bf16"``: the output layer's product in bfloat16, as in
     bf16 training (faster beam search on CPUs with AVX512-BF16 or AMX; a few translations
     change). See docs/performance.md."""
+    if model_config(Path(folder)).task == "pairs":
+        from attnmt.classify import PairClassifier
+
+        if quantize is not None:
+            raise AttnmtError(f"{folder}: quantize is for translation models; this is a sentence-pair classifier")
+        return PairClassifier(folder, checkpoint, device)
     return Translator(folder, checkpoint, quantize, device)
 
 

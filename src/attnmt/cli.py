@@ -48,10 +48,11 @@ def _write_text(path: str, text: str):
 
 def cmd_prepare(args):
     from attnmt.config import load_config
+    from attnmt.data.pairs import prepare_pairs
     from attnmt.data.prepare import prepare
 
     config = load_config(args.config)
-    prepare(config, log=_log, force=args.force)
+    (prepare_pairs if config.task == "pairs" else prepare)(config, log=_log, force=args.force)
     _log(f"prepared {config.experiment_dir}")
 
 
@@ -127,15 +128,40 @@ def cmd_translate(args):
             out.close()
 
 
+def cmd_classify(args):
+    """premise<TAB>hypothesis lines -> label and probabilities, one output line per input line."""
+    from attnmt.api import load
+    from attnmt.classify import PairClassifier, classify_lines
+
+    model = load(args.model_dir, args.checkpoint, device=args.device)
+    if not isinstance(model, PairClassifier):
+        raise AttnmtError(f"{args.model_dir} is a translation model: use attnmt translate")
+    outputs, errors, warnings = classify_lines(model, _read_input(args.input), args.batch_size or 64, args.max_tokens)
+    out = _open_output(args.output)
+    try:
+        out.writelines(line + "\n" for line in outputs)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    for message in warnings:
+        _log(f"attnmt: warning: {message}")
+    if errors:
+        raise AttnmtError(f"{len(errors)} of {len(outputs)} line(s) not classified (ERROR lines in the output); "
+                          f"first: {errors[0]}")
+
+
 def cmd_evaluate(args):
     """One test set given on the command line (--src/--ref or --tsv), or else every test set of the
     model's config (data.test), each scored alone."""
+    from attnmt.classify import PairClassifier
     from attnmt.evaluation import evaluation_report, format_report, test_set_reports
 
     if (args.src is None) != (args.ref is None) or (args.tsv and args.src):
         raise AttnmtError("give --src and --ref (two line-aligned files), or --tsv FILE, or neither to score the "
                           "test sets of the model's config (data.test)")
     model = _load_model(args)
+    if isinstance(model, PairClassifier):
+        return _evaluate_pairs(model, args)
     if args.src:
         sources, references = _read_line_pairs(args.src, args.ref)
         _warn_if_tabular(sources, args.src)
@@ -163,6 +189,26 @@ def cmd_evaluate(args):
         _write_text(args.json, json.dumps(reports[""] if "" in reports else reports, indent=2) + "\n")
 
 
+def _evaluate_pairs(model, args):
+    """A sentence-pair model on --tsv FILE (its columns those of the training data) or on the test
+    sets of its config: accuracy, per-class precision, recall and F1, confusion matrix."""
+    from attnmt.evaluation import format_classification_report
+
+    sets = {"": model.files_like_training(args.tsv)} if args.tsv else model.test_sets
+    if not sets:
+        raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --tsv FILE")
+    reports = {name: model.evaluate(files, args.batch_size or 64) for name, files in sets.items()}
+    for name, report in reports.items():
+        if args.hypotheses:
+            path = args.hypotheses if len(reports) == 1 else f"{args.hypotheses}.{name}"
+            _write_text(path, "".join(label + "\n" for label in report["predictions"]))
+        del report["predictions"]
+        print(f"== test set {name}\n" if name else "", end="")
+        print(format_classification_report(report) + ("\n" if len(reports) > 1 else ""))
+    if args.json:
+        _write_text(args.json, json.dumps(reports[""] if "" in reports else reports, indent=2) + "\n")
+
+
 def _warn_if_tabular(sources: list[str], path: str):
     """A TSV file given as --src is translated whole, columns and all: say so loudly."""
     tabbed = sum("\t" in line for line in sources)
@@ -180,9 +226,15 @@ def cmd_export(args):
 
 
 def cmd_quickstart(args):
+    if args.pairs:
+        from attnmt.tasks.pairs import run_pair_quickstart
+
+        folder = args.dir or "runs/quickstart-pairs"
+        run_pair_quickstart(Path(folder), **({"steps": args.steps} if args.steps else {}), log=_log)
+        return
     from attnmt.tasks.quickstart import run_quickstart
 
-    run_quickstart(Path(args.dir), steps=args.steps, attention=args.attention, log=_log)
+    run_quickstart(Path(args.dir or "runs/quickstart"), steps=args.steps or 500, attention=args.attention, log=_log)
 
 
 def cmd_align(args):
@@ -288,7 +340,8 @@ def cmd_plot(args):
                             beam=args.beam, checkpoint=args.checkpoint, states=args.states, dims=args.dims,
                             steps=steps, top_k=args.top_k, gif=args.gif, fps=args.fps, curves=args.curves,
                             head_view=args.head_view, grid=args.grid, kind=args.kind, layer=args.layer,
-                            head=args.head, device=args.device)
+                            head=args.head, device=args.device, hypothesis=args.hypothesis,
+                            direction=args.direction)
     for write in plan_figures(request):
         print(write(), flush=True)
 
@@ -347,12 +400,26 @@ def build_parser() -> argparse.ArgumentParser:
     decoding_options(p)
     p.add_argument("--src", help="source file (with --ref)")
     p.add_argument("--ref", help="reference translations, line by line")
-    p.add_argument("--tsv", help="a TSV test set: source and reference columns (instead of --src/--ref)")
+    p.add_argument("--tsv", help="a TSV test set: source and reference columns (instead of --src/--ref); of a "
+                                 "sentence-pair model: premise, hypothesis and label columns as in its training data")
     p.add_argument("--src-column", type=int, default=0, help="of --tsv, counting from 0 (default 0)")
     p.add_argument("--tgt-column", type=int, default=1, help="of --tsv (default 1)")
     p.add_argument("--json", help="also write the report as JSON to this file (several test sets: {name: report})")
-    p.add_argument("--hypotheses", help="also write the translations to this file (several test sets: FILE.NAME)")
+    p.add_argument("--hypotheses", help="also write the translations (or predicted labels) to this file (several test "
+                                        "sets: FILE.NAME)")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("classify", help="sentence-pair model: premise<TAB>hypothesis lines -> label and "
+                                        "probabilities, one output line per input line")
+    p.add_argument("model_dir", help="folder of a trained sentence-pair model (task: pairs)")
+    p.add_argument("--batch-size", type=_positive, default=None, help="pairs per batch")
+    p.add_argument("--checkpoint", choices=["best", "last"], default="best")
+    p.add_argument("--max-tokens", type=_positive, default=MAX_TOKENS,
+                   help=f"a sentence of more subword tokens is cut to this many, with a warning (default {MAX_TOKENS})")
+    device_option(p)
+    p.add_argument("-i", "--input", help="input file (plain or .gz); default stdin")
+    p.add_argument("-o", "--output", help="output file; default stdout")
+    p.set_defaults(func=cmd_classify)
 
     p = sub.add_parser("export", help="export a Transformer to CTranslate2 (pip install 'attnmt[ct2]')")
     p.add_argument("model_dir", help="folder of a trained Transformer model")
@@ -364,9 +431,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("quickstart", help="train a small attention model on dates and show its attention")
-    p.add_argument("--dir", default="runs/quickstart", help="where data, model and figures go")
-    p.add_argument("--steps", type=_positive, default=500, help="training steps")
+    p.add_argument("--dir", help="where data, model and figures go (default runs/quickstart, or with --pairs "
+                                 "runs/quickstart-pairs)")
+    p.add_argument("--steps", type=_positive, help="training steps (default 500, with --pairs 600)")
     p.add_argument("--attention", default="bahdanau", help="attention variant")
+    p.add_argument("--pairs", action="store_true", help="instead: the decomposable attention model on a synthetic "
+                                                        "sentence-pair task (entailment, contradiction, neutral)")
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("align", help="word alignments from the attention of forced decoding (Pharaoh format)")
@@ -485,6 +555,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Transformer: layer of --head-view, counting from 0 (default: the last)")
     p.add_argument("--head", type=int, default=None,
                    help="Transformer: head of --head-view, counting from 0 (default: the average of the heads)")
+    p.add_argument("--hypothesis", help="a sentence-pair model: the hypothesis (SENTENCE is the premise); --out draws "
+                                        "attend, compare (--dims) and aggregate")
+    p.add_argument("--direction", choices=["premise", "hypothesis"], default="premise",
+                   help="a sentence-pair model: the softmax drawn, over the hypothesis for each premise word "
+                        "(default) or over the premise for each hypothesis word")
     p.set_defaults(func=cmd_plot)
     return parser
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 from attnmt.errors import AttnmtError
 
@@ -51,14 +51,23 @@ class CorpusFiles(Section):
 
 
 class SubwordConfig(Section):
-    type: Literal["bpe", "unigram", "char"] = "bpe"
+    type: Literal["bpe", "unigram", "char", "word"] = "bpe"
     vocab_size: int = Field(8000, gt=4)
     joint: bool = True
     character_coverage: float = Field(1.0, gt=0, le=1)
     max_sentences: int = Field(1_000_000, gt=0)  # sentences sampled to train sentencepiece
+    lowercase: bool = False  # fold case, in training and encoding (sentencepiece's nmt_nfkc_cf rule)
 
 
 SET_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+SetName = Annotated[str, StringConstraints(pattern=SET_NAME, max_length=64)]
+
+
+def named_sets(value, files: type[Section]):
+    """Test sets by name, {name: files}; the files of one set alone are the set named "test"."""
+    if isinstance(value, dict) and set(value) & set(files.model_fields):
+        return {"test": value}
+    return {} if value is None else value
 
 
 class DataConfig(Section):
@@ -66,7 +75,7 @@ class DataConfig(Section):
     dev: CorpusFiles | None = None
     # test sets by name: {name: files}, or the files of one, named "test"; scored at the end of training and by
     # `attnmt evaluate`
-    test: dict[Annotated[str, StringConstraints(pattern=SET_NAME, max_length=64)], CorpusFiles] = {}
+    test: dict[SetName, CorpusFiles] = {}
     subwords: SubwordConfig = SubwordConfig()
     max_length: int = Field(100, gt=0)  # pairs with more subwords on either side are dropped
     max_source_words: int | None = Field(None, gt=0)  # training pairs whose source has more words are dropped
@@ -77,9 +86,7 @@ class DataConfig(Section):
     @field_validator("test", mode="before")
     @classmethod
     def one_test_set_is_named_test(cls, value):
-        if isinstance(value, dict) and set(value) & set(CorpusFiles.model_fields):
-            return {"test": value}
-        return {} if value is None else value
+        return named_sets(value, CorpusFiles)
 
     @model_validator(mode="after")
     def train_is_files(self):
@@ -143,7 +150,7 @@ class TrainingConfig(Section):
     lr_decay_patience: int = Field(2, ge=0)  # validations without improvement before decay
     min_learning_rate: float = Field(1e-6, ge=0)
     early_stopping_patience: int | None = Field(8, gt=0)  # validations; None = never stop early
-    early_stopping_metric: Literal["bleu", "loss"] = "bleu"
+    early_stopping_metric: Literal["bleu", "loss", "accuracy"] = "bleu"  # accuracy: sentence pairs (task: pairs)
     max_steps: int | None = Field(None, gt=0)
     max_epochs: int | None = Field(None, gt=0)
     max_minutes: float | None = Field(None, gt=0)
@@ -177,28 +184,149 @@ class DecodingConfig(Section):
     batch_size: int = Field(64, gt=0, le=10_000)
 
 
+# ------------------------------------------------------------------------------ task: pairs
+
+
+Column = int | str  # an index (from 0) or a name in the header line
+
+
+class PairFiles(Section):
+    """A TSV file of labelled sentence pairs: premise, hypothesis and label columns, each by index
+    (from 0) or by its name in the header line."""
+
+    tsv: Path
+    premise_column: Column = 0
+    hypothesis_column: Column = 1
+    label_column: Column = 2
+    header: bool | None = None  # the first line names the columns; default: when a column is given by name
+
+    @model_validator(mode="after")
+    def distinct_columns(self):
+        columns = [self.premise_column, self.hypothesis_column, self.label_column]
+        if any(isinstance(c, int) and c < 0 for c in columns):
+            raise ValueError(f"column indices count from 0, got {columns}")
+        if len(set(columns)) < 3:
+            raise ValueError(f"premise, hypothesis and label need three different columns, got {columns}")
+        if self.header is False and any(isinstance(c, str) for c in columns):
+            raise ValueError("columns given by name need the header line (header: true)")
+        return self
+
+    @property
+    def has_header(self) -> bool:
+        return self.header if self.header is not None else any(
+            isinstance(c, str) for c in (self.premise_column, self.hypothesis_column, self.label_column))
+
+
+class PairDataConfig(Section):
+    """The data of a sentence-pair classifier: TSV files of premise, hypothesis and label."""
+
+    train: PairFiles
+    dev: PairFiles | None = None
+    test: dict[SetName, PairFiles] = {}  # by name, or the files of one set (named "test")
+    labels: list[str] | None = Field(None, min_length=2)  # the classes in order; default: data.train's, sorted
+    subwords: SubwordConfig = SubwordConfig(vocab_size=4000)  # one vocabulary (joint) for both sentences
+    max_length: int = Field(100, gt=0)  # pairs with a longer sentence (subwords) are dropped
+    batch_size: int = Field(32, gt=0)
+    batch_tokens: int | None = Field(None, gt=0)
+    bucket_batches: int = Field(100, gt=0)
+
+    @field_validator("test", mode="before")
+    @classmethod
+    def one_test_set_is_named_test(cls, value):
+        return named_sets(value, PairFiles)
+
+    @model_validator(mode="after")
+    def one_vocabulary(self):
+        if not self.subwords.joint:
+            raise ValueError("subwords.joint must be true: premise and hypothesis share one vocabulary")
+        if self.labels is not None and len(set(self.labels)) < len(self.labels):
+            raise ValueError(f"labels: each label once, got {self.labels}")
+        return self
+
+    @property
+    def held_out(self) -> dict[str, int]:
+        """No set is held out of data.train: dev and test sets are files."""
+        return {}
+
+
+class EmbeddingsConfig(Section):
+    """Where the word embeddings of a pair model start: a trained attnmt translation model's (its
+    subwords become the pair model's), or word2vec vectors trained (gensim) on a text corpus."""
+
+    model: Path | None = None  # a trained attnmt translation model folder
+    side: Literal["src", "tgt"] = "tgt"  # of ``model``: the embeddings of the side in the pairs' language
+    word2vec: Path | None = None  # a text file (plain or gzip), one sentence a line
+    epochs: int = Field(5, gt=0)  # word2vec
+    window: int = Field(5, gt=0)  # word2vec
+    freeze: bool = False  # keep them fixed during training (Parikh et al. fix theirs)
+
+    @model_validator(mode="after")
+    def one_source(self):
+        if (self.model is None) == (self.word2vec is None):
+            raise ValueError("give one of 'model' (a trained translation model folder) or 'word2vec' (a text corpus)")
+        return self
+
+
+class PairModelConfig(Section):
+    """The decomposable attention model (Parikh et al. 2016): attend, compare, aggregate."""
+
+    type: Literal["decomposable"] = "decomposable"
+    embedding_size: int = Field(100, gt=0)
+    hidden_size: int = Field(200, gt=0)  # of F, G, H; the embeddings are projected to it
+    intra_attention: bool = False  # each sentence attends to itself first (with a distance bias)
+    max_distance: int = Field(10, gt=0)  # intra-sentence attention: longer distances share one bias
+    dropout: float = Field(0.2, ge=0, lt=1)
+    embeddings: EmbeddingsConfig | None = None  # default: random
+
+
+TASK_SECTIONS = {"pairs": {"data": PairDataConfig, "model": PairModelConfig}}  # other tasks: those above
+
+
 class Config(Section):
     experiment_dir: Path
-    data: DataConfig
-    model: ModelConfig = ModelConfig()
+    task: Literal["translation", "pairs"] = "translation"  # pairs: sentence-pair classification
+    data: DataConfig | PairDataConfig
+    model: ModelConfig | PairModelConfig = Field(default_factory=dict, validate_default=True)
     training: TrainingConfig
     decoding: DecodingConfig = DecodingConfig()
 
+    @field_validator("data", "model", mode="wrap")
+    @classmethod
+    def sections_of_the_task(cls, value, handler, info: ValidationInfo):
+        section = TASK_SECTIONS.get(info.data.get("task"), {}).get(info.field_name)
+        if section is None:
+            section = {"data": DataConfig, "model": ModelConfig}[info.field_name]
+        return value if isinstance(value, section) else section.model_validate(value)
+
     @model_validator(mode="after")
     def shared_embeddings_need_joint_vocabulary(self):
-        if self.model.share_embeddings and not self.data.subwords.joint:
+        if self.task == "translation" and self.model.share_embeddings and not self.data.subwords.joint:
             raise ValueError("model.share_embeddings needs one joint vocabulary: set data.subwords.joint: true")
+        return self
+
+    @model_validator(mode="after")
+    def metric_of_the_task(self):
+        tc = self.training
+        if self.task == "pairs" and "early_stopping_metric" not in tc.model_fields_set:
+            tc.early_stopping_metric = "accuracy"
+        if (tc.early_stopping_metric == "accuracy") != (self.task == "pairs"):
+            raise ValueError(f"training.early_stopping_metric: {tc.early_stopping_metric} is not a metric of task "
+                             f"{self.task} (translation: bleu or loss; pairs: accuracy or loss)")
         return self
 
 
 def _resolve_paths(config: Config, base: Path) -> Config:
-    def resolve(p: Path | None) -> Path | None:
-        return None if p is None else (p if p.is_absolute() else (base / p).resolve())
+    def resolve(section: Section | None):
+        for name, value in dict(section or {}).items():  # every path of the section
+            if isinstance(value, Path) and not value.is_absolute():
+                setattr(section, name, (base / value).resolve())
 
-    config.experiment_dir = resolve(config.experiment_dir)
+    config.experiment_dir = config.experiment_dir if config.experiment_dir.is_absolute() \
+        else (base / config.experiment_dir).resolve()
     for files in (config.data.train, config.data.dev, *config.data.test.values()):
-        if files is not None:
-            files.src, files.tgt, files.tsv = resolve(files.src), resolve(files.tgt), resolve(files.tsv)
+        resolve(files)
+    if config.task == "pairs":
+        resolve(config.model.embeddings)
     return config
 
 

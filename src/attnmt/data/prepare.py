@@ -7,7 +7,7 @@ from typing import Callable
 
 import yaml
 
-from attnmt.config import Config, CorpusFiles, config_to_yaml
+from attnmt.config import Config, CorpusFiles, SubwordConfig, config_to_yaml
 from attnmt.data import splits
 from attnmt.data.corpus import Corpus, read_corpus
 from attnmt.data.subwords import Subwords, load_subwords, subword_paths, train_subwords
@@ -30,9 +30,11 @@ class EncodedCorpus:
         return [max(len(s), len(t)) + 1 for s, t in zip(self.src_ids, self.tgt_ids)]
 
 
-def prepare(config: Config, log: Callable[[str], None] = print, force: bool = False):
+def prepare(config: Config, log: Callable[[str], None] = print, force: bool = False,
+            sentences: Callable[[], tuple[list[str], list[str]]] | None = None):
     """Trains the subword model(s) on the training corpus (unless present) and writes the
-    config into the experiment folder, which then holds everything needed to translate."""
+    config into the experiment folder, which then holds everything needed to translate.
+    ``sentences``: the two sides to learn them from, if not the translation corpus's."""
     folder = config.experiment_dir
     settings = folder / "spm" / "settings.yaml"
     wanted = config.data.subwords.model_dump(mode="json")
@@ -45,17 +47,21 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
                           "and retrain the subwords, or another experiment_dir")
     if trained and not force:
         stored = yaml.safe_load(settings.read_text(encoding="utf-8"))
-        if stored != wanted:
+        if {**SubwordConfig().model_dump(mode="json"), **stored} != wanted:  # (fields added since: defaults)
             raise AttnmtError(f"{src_path.parent} holds subwords trained with other settings ({stored}); "
                               "use 'attnmt prepare --force' to retrain them, or another experiment_dir")
         log(f"subword model(s) already in {src_path.parent}")
         subwords = load_subwords(folder, config.data.subwords.joint)
     else:
-        corpus = training_corpus(config, log)
+        if sentences is None:
+            corpus = training_corpus(config, log)
+            sources, targets = corpus.sources, corpus.targets
+        else:
+            sources, targets = sentences()
         sub = config.data.subwords
         log(f"training {'joint' if sub.joint else 'separate'} {sub.type} subwords "
-            f"({sub.vocab_size}) on {len(corpus.sources)} pairs")
-        subwords = train_subwords(corpus.sources, corpus.targets, sub, folder, config.training.seed)
+            f"({sub.vocab_size}) on {len(sources)} pairs")
+        subwords = train_subwords(sources, targets, sub, folder, config.training.seed)
         atomic_write_text(settings, yaml.safe_dump(wanted))
     atomic_write_text(folder / "config.yaml", config_to_yaml(config))
     return subwords

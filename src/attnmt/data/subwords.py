@@ -103,6 +103,7 @@ def _train_sentencepiece(texts: list[str], config: SubwordConfig, prefix: str):
             sentence_iterator=iter(texts), model_prefix=prefix, model_type=config.type,
             vocab_size=config.vocab_size, hard_vocab_limit=False,
             character_coverage=config.character_coverage,
+            normalization_rule_name="nmt_nfkc_cf" if config.lowercase else "nmt_nfkc",
             pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
             num_threads=os.cpu_count() or 1, minloglevel=2,
             max_sentence_length=1 << 16,

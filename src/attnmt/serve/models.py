@@ -76,12 +76,19 @@ class LoadedModel:
         except TimeoutError:
             raise ModelTimeout(self.timeout) from None
 
+    @property
+    def task(self) -> str:
+        return self.translator.config.task
+
     def info(self) -> ModelInfo:
         m = self.translator.config.model
-        common = dict(name=self.name, type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
-                      beam=self.translator.config.decoding.beam)
         none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
                               "norm"))
+        if self.task == "pairs":
+            return ModelInfo(name=self.name, type="decomposable", attention="decomposable", encoder_layers=0,
+                             decoder_layers=0, beam=0, labels=self.translator.labels, **none)
+        common = dict(name=self.name, type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
+                      beam=self.translator.config.decoding.beam)
         if m.type == "transformer":
             return ModelInfo(**common, **{**none, "attention": "multi-head", "d_model": m.d_model, "heads": m.heads,
                                           "feed_forward": m.feed_forward, "norm": m.norm})
@@ -131,5 +138,6 @@ def load_models(entries: list[ModelEntry], limits: ServerLimits, device: str = "
             raise AttnmtError(f"two models are named '{name}' ({models[name].translator.folder} and {folder}); "
                               f"name them apart with NAME=DIR, e.g. {name}-2={folder}")
         model = models[name] = LoadedModel(name, load(folder, device=device), limits.timeout)
-        model.batcher = Batcher(model, limits)
+        if model.task != "pairs":  # a translation model's /translate requests are batched
+            model.batcher = Batcher(model, limits)
     return models

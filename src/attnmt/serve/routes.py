@@ -22,8 +22,9 @@ from attnmt.decoding import max_output_lengths
 from attnmt.serve.bodies import StrictJSONRoute
 from attnmt.serve.limits import ServerLimits, work
 from attnmt.serve.models import LoadedModel
-from attnmt.serve.schemas import (AttentionResponse, Answer, BeamResponse, ErrorResponse, HealthResponse, ModelInfo,
-                                  TraceResponse, TranslateResponse, request_models, respond)
+from attnmt.serve.schemas import (AttentionResponse, Answer, BeamResponse, ClassifyResponse, ErrorResponse,
+                                  HealthResponse, ModelInfo, TraceResponse, TranslateResponse, request_models,
+                                  respond)
 
 
 def _models(request: Request) -> dict[str, LoadedModel]:
@@ -63,7 +64,10 @@ def check_tokens(model: LoadedModel, texts: list[str], limits: ServerLimits, sin
                  side: str = "src") -> list[int]:
     """The subword token count of each text; 422 for a text over the limit (the model's unit of
     work: its cost grows with them, and a character count says little about it for a BPE model)."""
-    subwords = model.translator.src_subwords if side == "src" else model.translator.tgt_subwords
+    if model.task == "pairs":
+        subwords = model.translator.subwords
+    else:
+        subwords = model.translator.src_subwords if side == "src" else model.translator.tgt_subwords
     counts = [len(ids) for ids in subwords.encode(texts)]
     for i, n in enumerate(counts):
         if n > limits.max_tokens:
@@ -181,6 +185,18 @@ async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: fl
                         reduce="send a shorter text (or translation)")
 
 
+async def classify(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> ClassifyResponse:
+    """A sentence pair through a sentence-pair model (task: pairs): label, probabilities and the
+    attention between the two sentences in both softmax directions."""
+    check_tokens(model, [body.premise], limits, single=True, field="premise")
+    check_tokens(model, [body.hypothesis], limits, single=True, field="hypothesis")
+    [result] = await model.run(model.translator.classify, [(body.premise, body.hypothesis)], deadline=deadline)
+    return ClassifyResponse(model=model.name, label=result.label, probabilities=result.probabilities,
+                            premise_tokens=result.premise_tokens, hypothesis_tokens=result.hypothesis_tokens,
+                            premise_attention=result.premise_attention.tolist(),
+                            hypothesis_attention=result.hypothesis_attention.tolist())
+
+
 def model_routes(limits: ServerLimits) -> APIRouter:
     """The POST endpoints of an app with these limits, which their request models carry. Their
     bodies are read by StrictJSONRoute: any body that is not UTF-8 JSON is a 422."""
@@ -189,7 +205,8 @@ def model_routes(limits: ServerLimits) -> APIRouter:
     for path, handler, request, response in (("/translate", translate, requests.translate, TranslateResponse),
                                              ("/trace", trace, requests.trace, TraceResponse),
                                              ("/beam", beam_tree, requests.beam, BeamResponse),
-                                             ("/attention", attention, requests.attention, AttentionResponse)):
+                                             ("/attention", attention, requests.attention, AttentionResponse),
+                                             ("/classify", classify, requests.classify, ClassifyResponse)):
         routes.add_api_route(path, _endpoint(handler, request), methods=["POST"], response_model=response,
                              responses=ERRORS)
     return routes
@@ -200,7 +217,11 @@ def _endpoint(handler, request_model):
 
     async def endpoint(request: Request, body: request_model, models: Models, limits: Limits):
         deadline = getattr(request.state, "arrived", time.monotonic()) + limits.timeout
-        return await handler(body, find_model(models, body.model), limits, deadline)
+        model = find_model(models, body.model)
+        if (model.task == "pairs") != (handler is classify):
+            raise HTTPException(422, f"'{model.name}' is a sentence-pair classifier: use /classify" if model.task ==
+                                "pairs" else f"/classify is for sentence-pair models; '{model.name}' translates")
+        return await handler(body, model, limits, deadline)
 
     endpoint.__name__, endpoint.__doc__ = handler.__name__, handler.__doc__  # for /docs
     return endpoint

@@ -79,8 +79,9 @@ class ModelInfo(Strict):
 
     name: str = Field(description="the model's name (its folder's name, or NAME of `attnmt serve NAME=DIR`); "
                                   "the `model` of requests")
-    type: Literal["rnn", "transformer"] = Field(description="rnn: encoder-decoder RNN with one attention; "
-                                                            "transformer: layers of multi-head attention (/attention)")
+    type: Literal["rnn", "transformer", "decomposable"] = Field(
+        description="rnn: encoder-decoder RNN with one attention; transformer: layers of multi-head attention "
+                    "(/attention); decomposable: a sentence-pair classifier (/classify; the other fields null or 0)")
     attention: Optional[str] = Field(
         description="RNN: none | bahdanau | luong-dot | luong-general | luong-concat | location; "
                     "Transformer: 'multi-head'")
@@ -94,6 +95,7 @@ class ModelInfo(Strict):
     feed_forward: Optional[int] = Field(description="Transformer only: inner size of the feed-forward layers")
     norm: Optional[Literal["pre", "post"]] = Field(description="Transformer only: LayerNorm placement")
     beam: int = Field(description="default beam size of /translate for this model")
+    labels: Optional[list[str]] = Field(None, description="sentence-pair models only: the classes of /classify")
 
 
 class CandidateOut(Answer):
@@ -170,11 +172,25 @@ class AttentionResponse(Answer):
 # Requests
 
 
+class ClassifyResponse(Strict):
+    """A sentence pair through the decomposable attention model: its label and probabilities, and
+    the attention matrices (rows: premise tokens, columns: hypothesis tokens) in both directions."""
+
+    model: str
+    label: str
+    probabilities: dict[str, float] = Field(description="of every class, in the model's order")
+    premise_tokens: list[str]
+    hypothesis_tokens: list[str]
+    premise_attention: list[list[float]] = Field(description="softmax over the hypothesis: each row sums to 1")
+    hypothesis_attention: list[list[float]] = Field(description="softmax over the premise: each column sums to 1")
+
+
 class RequestModels(NamedTuple):
     translate: type[Strict]
     trace: type[Strict]
     beam: type[Strict]
     attention: type[Strict]
+    classify: type[Strict]
 
 
 def _not_blank(text: str) -> str:
@@ -230,4 +246,9 @@ def request_models(limits: ServerLimits) -> RequestModels:
             None, description="a target text whose attention to show (forced decoding); "
                               "default: the model's translation (beam of its config)")
 
-    return RequestModels(TranslateRequest, TraceRequest, BeamRequest, AttentionRequest)
+    class ClassifyRequest(Strict):
+        premise: Sentence = Field(description=f"1 to {limits.max_chars} characters")
+        hypothesis: Sentence = Field(description=f"1 to {limits.max_chars} characters")
+        model: ModelName = model_field
+
+    return RequestModels(TranslateRequest, TraceRequest, BeamRequest, AttentionRequest, ClassifyRequest)

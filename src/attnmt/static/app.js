@@ -6,11 +6,13 @@
 //   heatmap.js  the attention heatmap           panels.js  the translation panels (two to compare)
 //   steps.js    the decoding step by step       beam.js    the beam search tree (layout, drawing)
 //   layers.js   a Transformer's layers and heads   words.js   subword pieces merged into words
+//   pairs.js    a sentence-pair model (/classify)
 
 import { api, ApiError } from "./api.js";
 import { renderBeam, renderBeamError } from "./beam.js";
 import { $, clear, el } from "./dom.js";
 import { LayersView } from "./layers.js";
+import { PairView } from "./pairs.js";
 import { describeModel, renderPanel, renderPanelError } from "./panels.js";
 import { StepView } from "./steps.js";
 
@@ -23,6 +25,7 @@ const state = {
 };
 const steps = new StepView();
 const layers = new LayersView();
+const pairs = new PairView();
 
 function modelByName(name) {
   return state.models.find((m) => m.name === name);
@@ -133,6 +136,7 @@ function fillModels(models) {
 
 function onModelChange() {
   const m = modelByName($("model").value);
+  pairs.toggle(m);
   if (m) $("beam").value = String(m.beam);
   const lines = [describeModel(m)];
   if ($("compare").checked) lines.push(`vs ${$("model-b").value}: ${describeModel(modelByName($("model-b").value))}`);

@@ -18,7 +18,9 @@ export class Heatmap {
    * @param {string[]} targetTokens rows
    * @param {number[][]} matrix rows = target tokens, columns = source tokens
    */
-  constructor(sourceTokens, targetTokens, matrix, { name = "", caption = null, compact = false, unit = "token" } = {}) {
+  constructor(sourceTokens, targetTokens, matrix,
+              { name = "", caption = null, compact = false, unit = "token", names = null } = {}) {
+    this.names = names || { columns: "source", rows: "output" }; // what the columns and rows are, in the labels
     this.source = sourceTokens;
     this.target = targetTokens;
     this.pinned = null; // {kind: "row"|"col", index}
@@ -32,9 +34,9 @@ export class Heatmap {
     });
     if (caption) this.table.append(el("caption", {}, caption));
     const head = el("tr", {}, el("th", { class: "corner", scope: "col" },
-      el("span", { class: "axis" }, "source →"), el("span", { class: "axis" }, "output ↓")));
+      el("span", { class: "axis" }, `${this.names.columns} →`), el("span", { class: "axis" }, `${this.names.rows} ↓`)));
     this.sourceLabels = sourceTokens.map((tok, j) => {
-      const th = el("th", { class: "src-label", scope: "col", "data-col": j, title: `source ${unit} ${j + 1}: ${tok}` },
+      const th = el("th", { class: "src-label", scope: "col", "data-col": j, title: `${this.names.columns} ${unit} ${j + 1}: ${tok}` },
         el("span", {}, tok));
       th.addEventListener("mouseenter", () => this.hover({ kind: "col", index: j }));
       th.addEventListener("mouseleave", () => this.hover(null));
@@ -47,7 +49,7 @@ export class Heatmap {
     this.rows = [];
     const body = el("tbody");
     targetTokens.forEach((tok, i) => {
-      const th = el("th", { class: "tgt-label", scope: "row", "data-row": i, title: `output ${unit} ${i + 1}: ${tok}` }, tok);
+      const th = el("th", { class: "tgt-label", scope: "row", "data-row": i, title: `${this.names.rows} ${unit} ${i + 1}: ${tok}` }, tok);
       th.addEventListener("mouseenter", () => this.hover({ kind: "row", index: i }));
       th.addEventListener("mouseleave", () => this.hover(null));
       th.addEventListener("click", () => this.pin({ kind: "row", index: i }));
@@ -132,7 +134,8 @@ export class Heatmap {
         this.cells[i][j].classList.add("highlight");
         parts.push(el("span", { class: "pair" }, el("span", { class: "tok" }, this.source[j]), ` ${fmt(this.matrix[i][j])}`));
       }
-      this.info.append("Output ", el("span", { class: "tok" }, this.target[i]), ` (row ${i + 1}) attends to: `, ...parts);
+      this.info.append(`${capital(this.names.rows)} `, el("span", { class: "tok" }, this.target[i]),
+        ` (row ${i + 1}) attends to: `, ...parts);
     } else {
       const j = focus.index;
       this.sourceLabels[j].classList.add("selected");
@@ -147,11 +150,14 @@ export class Heatmap {
           parts.push(el("span", { class: "pair" }, el("span", { class: "tok" }, this.target[i]), ` ${fmt(this.matrix[i][j])}`));
         }
       });
-      this.info.append("Source ", el("span", { class: "tok" }, this.source[j]), ` (column ${j + 1}) is attended to by: `,
-        ...(parts.length ? parts : [el("span", { class: "muted" }, "no output token (never among a row's largest weights)")]));
+      this.info.append(`${capital(this.names.columns)} `, el("span", { class: "tok" }, this.source[j]),
+        ` (column ${j + 1}) is attended to by: `, ...(parts.length ? parts
+          : [el("span", { class: "muted" }, `no ${this.names.rows} token (never among a row's largest weights)`)]));
     }
   }
 }
+
+const capital = (word) => word.charAt(0).toUpperCase() + word.slice(1);
 
 /** In place of a heatmap, for a model without attention. */
 export function noAttentionNotice() {

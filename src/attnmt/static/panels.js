@@ -7,6 +7,7 @@ import { mergePieces } from "./words.js";
 /** One line about a model of /models. */
 export function describeModel(m) {
   if (!m) return "";
+  if (m.type === "decomposable") return `sentence pairs · decomposable attention · labels ${m.labels.join(", ")}`;
   if (m.type === "transformer") {
     return `Transformer · d_model ${m.d_model} · ${m.heads} heads · ${m.encoder_layers} encoder + ` +
       `${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}`;

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from attnmt.api import Translation, load
-from attnmt.config import config_from_dict, config_to_yaml
+from attnmt.config import Config, config_from_dict, config_to_yaml
 from attnmt.data.corpus import read_tsv
 from attnmt.tasks import dates
 from attnmt.training import train
@@ -48,25 +48,42 @@ def attention_as_text(translation: Translation) -> str:
     def label(piece: str) -> str:
         return "␣" if piece in ("▁", " ") else ("$" if piece == "</s>" else piece.replace("▁", "")[:1] or "?")
 
-    header = "      " + "".join(label(p) for p in translation.source_tokens)
-    rows = [header]
-    for piece, weights in zip(translation.tokens, translation.attention):
-        cells = "".join(SHADES[min(int(w * len(SHADES)), len(SHADES) - 1)] for w in weights)
-        rows.append(f"{label(piece):>5} {cells}")
-    return "\n".join(rows)
+    return shades([label(p) for p in translation.tokens], [label(p) for p in translation.source_tokens],
+                  translation.attention)
+
+
+def shades(rows: list[str], columns: list[str], matrix) -> str:
+    """A matrix of weights in [0, 1] drawn with shade characters, one cell per (row, column), under
+    the column labels (written downwards when longer than one character)."""
+    width = max(5, *(len(r) for r in rows))
+    header = [" " * (width + 1) + "".join(c[k] if k < len(c) else " " for c in columns)
+              for k in range(max(len(c) for c in columns))]
+    lines = header + [f"{label:>{width}} " + "".join(shade(w) for w in weights) for label, weights in zip(rows, matrix)]
+    return "\n".join(lines)
+
+
+def shade(weight: float) -> str:
+    return SHADES[min(int(weight * len(SHADES)), len(SHADES) - 1)]
+
+
+def train_once(folder: Path, raw_config: dict, what: str, log: Callable[[str], None], progress: bool) -> Config:
+    """The quick start's config written to FOLDER/config.yaml, and its model trained unless it is."""
+    config = config_from_dict(raw_config, Path("."))
+    (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+    if (config.experiment_dir / "last.safetensors").exists():
+        log(f"{config.experiment_dir} is already trained; delete {folder} to train again")
+    else:
+        log(f"training {what}")
+        train(config, log=log, progress=progress)
+    return config
 
 
 def run_quickstart(folder: Path, steps: int = 500, attention: str = "bahdanau",
                    log: Callable[[str], None] = print, progress: bool = True) -> dict:
     folder = Path(folder)
     data = dates.write_corpus(folder / "data", n_train=20000, n_dev=300, n_test=300)
-    config = config_from_dict(quickstart_config(folder.resolve(), steps, attention), Path("."))
-    (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
-    if (config.experiment_dir / "last.safetensors").exists():
-        log(f"{config.experiment_dir} is already trained; delete {folder} to train again")
-    else:
-        log(f"training a {attention} attention model on {data['train']} ({steps} steps)")
-        train(config, log=log, progress=progress)
+    config = train_once(folder, quickstart_config(folder.resolve(), steps, attention),
+                        f"a {attention} attention model on {data['train']} ({steps} steps)", log, progress)
 
     model = load(config.experiment_dir)
     test = read_tsv(data["test"])

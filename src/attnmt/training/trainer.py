@@ -1,5 +1,5 @@
 """``attnmt train``: the processes, then the data, model and validation of a translation
-experiment, then the loop."""
+experiment (or of a sentence-pair one, task: pairs: attnmt.training.pairs), then the loop."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from attnmt import distributed, speed
 from attnmt.config import Config
 from attnmt.files import atomic_write_text
 from attnmt.training.loop import TrainerState, TrainingLoop
+from attnmt.training.pairs import pair_test_scores, pair_training_loop
 from attnmt.training.translation import DevScores, prepare_data, setup_translation, summary, translation_batch
 
 
 class Trainer:
-    """A translation experiment ready to train: processes started, data prepared, model set up."""
+    """An experiment ready to train: processes started, data prepared, model set up."""
 
     def __init__(self, config: Config, log: Callable[[str], None] = print, progress: bool = True):
         tc = config.training
@@ -33,13 +34,17 @@ class Trainer:
             log("warning: training.precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): its products are "
                 "emulated, tens of times slower than fp32 here; set training.precision: fp32")
         torch.manual_seed(tc.seed)
-        self.data = prepare_data(config, self.processes, log)
-        setup = setup_translation(config, self.data, self.device, self.processes)
-        self.model = setup.model
-        validation = DevScores(self.data.dev, self.data.tgt_sw, config) if self.data.dev is not None else None
-        self.loop = TrainingLoop(config, setup, self.data.train.sizes(), partial(translation_batch, self.data.train),
-                                 validation, summary(config, self.model, self.data),
-                                 processes=self.processes, log=log, progress=progress)
+        if config.task == "pairs":
+            self.loop = pair_training_loop(config, self.device, self.processes, log, progress)
+        else:
+            self.data = prepare_data(config, self.processes, log)
+            setup = setup_translation(config, self.data, self.device, self.processes)
+            validation = DevScores(self.data.dev, self.data.tgt_sw, config) if self.data.dev is not None else None
+            self.loop = TrainingLoop(config, setup, self.data.train.sizes(),
+                                     partial(translation_batch, self.data.train), validation,
+                                     summary(config, setup.model, self.data),
+                                     processes=self.processes, log=log, progress=progress)
+        self.model = self.loop.model
 
     def train(self, resume: bool = False) -> TrainerState:
         """Trains until a limit (see TrainingLoop.run), then scores the best model on the test sets
@@ -53,8 +58,18 @@ class Trainer:
             distributed.stop(self.processes)
 
     def score_test_sets(self):
-        """BLEU, chrF and BLEU by length of the best checkpoint on each test set: in test-scores.json
-        and as "test" records of metrics.jsonl."""
+        """The best checkpoint on each test set: in test-scores.json and as "test" records of
+        metrics.jsonl. Translation: BLEU, chrF and BLEU by length; pairs: accuracy, per-class
+        precision, recall and F1, confusion matrix."""
+        if self.config.task == "pairs":
+            reports, records = pair_test_scores(self.config, self.device, self.log)
+        else:
+            reports, records = self.translation_test_scores()
+        atomic_write_text(self.config.experiment_dir / "test-scores.json", json.dumps(reports, indent=2) + "\n")
+        for record in records:
+            self.loop.write_metrics("test", record)
+
+    def translation_test_scores(self) -> tuple[dict, list[dict]]:
         from attnmt.api import load
         from attnmt.evaluation import test_set_reports
 
@@ -62,13 +77,13 @@ class Trainer:
         reports = test_set_reports(translator, translator.test_sets, log=self.log)
         summary = {name: {key: value for key, value in report.items() if key != "hypotheses"}
                    for name, report in reports.items()}
-        atomic_write_text(self.config.experiment_dir / "test-scores.json", json.dumps(summary, indent=2) + "\n")
+        records = []
         for name, report in summary.items():
-            self.loop.write_metrics("test", {"name": name, "bleu": report["bleu"]["score"],
-                                             "chrf": report["chrf"]["score"], "sentences": report["sentences"],
-                                             "beam": report["beam"]})
+            records.append({"name": name, "bleu": report["bleu"]["score"], "chrf": report["chrf"]["score"],
+                            "sentences": report["sentences"], "beam": report["beam"]})
             self.log(f"test set {name}: BLEU {report['bleu']['score']:.2f}, chrF {report['chrf']['score']:.2f} "
                      f"({report['sentences']} sentences, beam {report['beam']})")
+        return summary, records
 
 
 def train(config: Config, resume: bool = False, log: Callable[[str], None] = print,

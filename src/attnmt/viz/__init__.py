@@ -11,6 +11,8 @@
     maps = model.attention("le 14 juillet 1989")  # a Transformer: every layer and head
     viz.save(viz.attention_grid(maps, "encoder"), "grid.png")
     viz.save(viz.head_view_figure(maps, "cross", layer=1, head=2), "head.svg")
+    [r] = attnmt.load("runs/quickstart-pairs/model").classify([("a dog runs", "a cat runs")])
+    viz.save(viz.pair_figure(r), "pair.png")      # a sentence-pair model: attend, compare, aggregate
 
 See docs/visualization.md.
 """
@@ -28,11 +30,12 @@ from attnmt.viz.figures import (
     training_curves,
 )
 from attnmt.viz.notebook import HTMLView, heatmap_html, show, show_step, step_html
+from attnmt.viz.pairs import pair_figure, show_pair
 from attnmt.viz.words import merge_pieces, word_spans
 
 __all__ = [
     "attention_heatmap", "encoder_states_figure", "decoder_step_figure", "decoding_animation",
     "training_curves", "read_metrics", "select_dimensions", "save", "attention_grid", "head_view_figure",
     "heatmap_html", "step_html", "show", "show_step", "HTMLView",
-    "merge_pieces", "word_spans",
+    "merge_pieces", "word_spans", "pair_figure", "show_pair",
 ]

@@ -56,10 +56,12 @@ def _unpack(source_tokens, target_tokens, attention):
 
 
 def heatmap_html(source_tokens, target_tokens=None, attention=None, *, title: str | None = None,
-                 merge_words: bool = False, space_marker: str | None = None, cell_px: int = 20) -> str:
+                 merge_words: bool = False, space_marker: str | None = None, cell_px: int = 20,
+                 names: tuple[str, str] = ("source", "target")) -> str:
     """The attention heatmap as an HTML table: source tokens across the top, target tokens down,
     one ``<td>`` per (target, source) pair, shaded by its weight (white 0 to dark blue 1), the exact
     weight in the cell's tooltip. Takes tokens and matrix, or a Translation or DecodingTrace alone.
+    ``names``: of the columns and the rows, in the legend.
     """
     source_tokens, target_tokens, matrix = _unpack(source_tokens, target_tokens, attention)
     if merge_words:
@@ -86,9 +88,9 @@ def heatmap_html(source_tokens, target_tokens=None, attention=None, *, title: st
                          f'title="{_esc(y)} \u2192 {_esc(x)}: {w:.3f}"></td>')
         parts.append("</tr>")
     parts.append("</table>")
-    parts.append('<div style="margin-top:4px;color:#666">rows: target '
-                 f'{"words" if merge_words else "tokens"}; columns: source '
-                 f'{"words" if merge_words else "tokens"}; white = 0, dark = 1</div></div>')
+    unit = "words" if merge_words else "tokens"
+    parts.append(f'<div style="margin-top:4px;color:#666">rows: {names[1]} {unit}; columns: {names[0]} {unit}; '
+                 'white = 0, dark = 1</div></div>')
     return "".join(parts)
 
 

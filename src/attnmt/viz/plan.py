@@ -45,6 +45,8 @@ class FigureRequest:
     kind: str | None = None  # Transformer: encoder, decoder or cross (default) attention
     layer: int | None = None  # of head_view (default: the last)
     head: int | None = None  # of head_view (default: the average of the heads)
+    hypothesis: str | None = None  # a sentence-pair model: the hypothesis of ``sentence`` (the premise)
+    direction: str = "premise"  # a sentence-pair model: the softmax drawn (over the hypothesis, or the premise)
 
     def sentence_figures(self) -> bool:
         return bool(self.out or self.states or self.steps or self.gif or self.head_view or self.grid)
@@ -89,6 +91,10 @@ def _sentence_writers(r: FigureRequest) -> list[Writer]:
     if not r.sentence.strip():
         raise AttnmtError("the sentence is empty")
     model = load(r.model_dir, r.checkpoint, device=r.device)
+    if model.config.task == "pairs":
+        return _pair_writers(r, model)
+    if r.hypothesis is not None:
+        raise AttnmtError(f"--hypothesis: for sentence-pair models; {r.model_dir} is a translation model")
     transformer_options = r.transformer_options()
     if transformer_options and model.config.model.type != "transformer":
         raise AttnmtError(f"{', '.join(transformer_options)}: for the layers and heads of Transformer models; "
@@ -119,6 +125,24 @@ def _sentence_writers(r: FigureRequest) -> list[Writer]:
                 raise AttnmtError("no attention to animate: the model has attention 'none'")
             writers.append(partial(figures.decoding_animation, trace, r.gif, fps=r.fps))
     return writers
+
+
+def _pair_writers(r: FigureRequest, model) -> list[Writer]:
+    """A sentence-pair model: attend, compare and aggregate in one figure (or the attention as HTML)."""
+    from attnmt.viz.pairs import pair_figure, show_pair
+
+    other = [option for option, value in (("--states", r.states), ("--step", r.steps), ("--gif", r.gif),
+                                          ("--merge-words", r.merge_words), ("--beam", r.beam)) if value]
+    if other or r.transformer_options():
+        raise AttnmtError(f"{', '.join(other + r.transformer_options())}: for translation models; a sentence-pair "
+                          "model draws one figure (--out) of the pair (SENTENCE and --hypothesis)")
+    if not (r.hypothesis or "").strip():
+        raise AttnmtError(f"{r.model_dir} is a sentence-pair model: give the premise as SENTENCE and --hypothesis TEXT")
+    [result] = model.classify([(r.sentence, r.hypothesis)])
+    out = r.out or "attention.png"
+    if Path(out).suffix.lower() == ".html":
+        return [partial(show_pair(result, r.direction).save, out)]
+    return [partial(figures.save, pair_figure(result, r.direction, max_dims=r.dims or None), out)]
 
 
 def _layer_head_writers(r: FigureRequest, maps) -> list[Writer]:
