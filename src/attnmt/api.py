@@ -83,18 +83,14 @@ class Translator:
             raise AttnmtError(f"{self.folder}: not a model folder (no config.yaml)")
         self.config: Config = load_config(config_path)
         self.config.experiment_dir = self.folder  # the folder may have moved since training
-        joint = self.config.data.subwords.joint
-        for path in subword_paths(self.folder, joint):
-            _inside(self.folder, path)
-        self.src_subwords, self.tgt_subwords = load_subwords(self.folder, joint)
+        self.src_subwords, self.tgt_subwords = self._vocabularies()
         weights = self.folder / f"{checkpoint}.safetensors"
         if checkpoint == "best" and not weights.exists():
             weights = self.folder / "last.safetensors"
         weights = _inside(self.folder, weights)
-        sizes = self.config.model, len(self.src_subwords), len(self.tgt_subwords)
         with torch.device("meta"):  # the shapes the config asks for, checked against the file before allocating
-            check_shapes(build_model(*sizes), weights)
-        self.model = build_model(*sizes)
+            check_shapes(self._build(), weights)
+        self.model = self._build()
         load_weights(self.model, weights)
         self.model.to(self.device).eval()
         self.quantize = quantize
@@ -105,6 +101,15 @@ class Translator:
             if self.device.type == "cpu" and not speed.cpu_has_bf16():
                 warnings.warn("quantize='bf16' (--bf16) on a CPU without bf16 units (AVX512-BF16 or AMX): the "
                               "product is emulated and slower than float32 here", stacklevel=3)
+
+    def _vocabularies(self):
+        joint = self.config.data.subwords.joint
+        for path in subword_paths(self.folder, joint):
+            _inside(self.folder, path)
+        return load_subwords(self.folder, joint)
+
+    def _build(self):
+        return build_model(self.config.model, len(self.src_subwords), len(self.tgt_subwords))
 
     @property
     def test_sets(self) -> dict:
@@ -242,8 +247,19 @@ def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = No
     ``quantize="int8"``: dynamic int8 quantization of the linear layers for CPU translation
     (see ``quantize_int8``); ``quantize="bf16"``: the output layer's product in bfloat16, as in
     bf16 training (faster beam search on CPUs with AVX512-BF16 or AMX; a few translations
-    change). See docs/performance.md."""
+    change). See docs/performance.md. A speech model (task: speech) loads as an
+    attnmt.recognizer.Recognizer, which transcribes audio (docs/speech.md)."""
+    if Path(folder).is_dir() and _task(Path(folder)) == "speech":
+        from attnmt.recognizer import Recognizer
+
+        return Recognizer(folder, checkpoint, quantize, device)
     return Translator(folder, checkpoint, quantize, device)
+
+
+def _task(folder: Path) -> str:
+    """The task of a model folder's config (speech models load as attnmt.recognizer.Recognizer)."""
+    config = folder / "config.yaml"
+    return load_config(config).task if config.is_file() else "translation"
 
 
 def inference_device(name: str | torch.device) -> torch.device:

@@ -180,9 +180,16 @@ def cmd_export(args):
 
 
 def cmd_quickstart(args):
+    if args.speech:
+        from attnmt.tasks.speech_quickstart import run_speech_quickstart
+
+        run_speech_quickstart(Path(args.dir or "runs/quickstart-speech"), steps=args.steps or 800,
+                              attention=args.attention or "location", log=_log)
+        return
     from attnmt.tasks.quickstart import run_quickstart
 
-    run_quickstart(Path(args.dir), steps=args.steps, attention=args.attention, log=_log)
+    run_quickstart(Path(args.dir or "runs/quickstart"), steps=args.steps or 500, attention=args.attention or "bahdanau",
+                   log=_log)
 
 
 def cmd_align(args):
@@ -346,10 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("quickstart", help="train a small attention model on dates and show its attention")
-    p.add_argument("--dir", default="runs/quickstart", help="where data, model and figures go")
-    p.add_argument("--steps", type=_positive, default=500, help="training steps")
-    p.add_argument("--attention", default="bahdanau", help="attention variant")
+    p = sub.add_parser("quickstart", help="train a small attention model on dates (or, with --speech, on speech "
+                                          "synthesized with espeak-ng) and show its attention")
+    p.add_argument("--speech", action="store_true", help="speech recognition with location-aware attention "
+                                                          "(needs espeak-ng; docs/speech.md)")
+    p.add_argument("--dir", help="where data, model and figures go (default runs/quickstart, runs/quickstart-speech)")
+    p.add_argument("--steps", type=_positive, help="training steps (default 500; --speech 800)")
+    p.add_argument("--attention", help="attention variant (default bahdanau; --speech location)")
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("align", help="word alignments from the attention of forced decoding (Pharaoh format)")

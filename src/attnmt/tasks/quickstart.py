@@ -40,16 +40,17 @@ def quickstart_config(folder: Path, steps: int, attention: str) -> dict:
     }
 
 
-def attention_as_text(translation: Translation) -> str:
-    """The attention matrix drawn with shade characters: one row per output token."""
+def _label(piece: str) -> str:
+    return "␣" if piece in ("▁", " ") else ("$" if piece == "</s>" else piece.replace("▁", "")[:1] or "?")
+
+
+def attention_as_text(translation: Translation, header: str | None = None) -> str:
+    """The attention matrix drawn with shade characters: one row per output token, one column per
+    source token (``header`` labels the columns; default: the source tokens' first characters)."""
     if translation.attention is None:
         return "(no attention: this model reads one fixed context vector)"
-
-    def label(piece: str) -> str:
-        return "␣" if piece in ("▁", " ") else ("$" if piece == "</s>" else piece.replace("▁", "")[:1] or "?")
-
-    header = "      " + "".join(label(p) for p in translation.source_tokens)
-    rows = [header]
+    label = _label
+    rows = ["      " + (header if header is not None else "".join(label(p) for p in translation.source_tokens))]
     for piece, weights in zip(translation.tokens, translation.attention):
         cells = "".join(SHADES[min(int(w * len(SHADES)), len(SHADES) - 1)] for w in weights)
         rows.append(f"{label(piece):>5} {cells}")

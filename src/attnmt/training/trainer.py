@@ -33,12 +33,20 @@ class Trainer:
             log("warning: training.precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): its products are "
                 "emulated, tens of times slower than fp32 here; set training.precision: fp32")
         torch.manual_seed(tc.seed)
-        self.data = prepare_data(config, self.processes, log)
-        setup = setup_translation(config, self.data, self.device, self.processes)
+        if config.task == "speech":
+            from attnmt.training.speech import speech_parts
+
+            parts = speech_parts(config, self.device, self.processes, log)
+            setup, sizes, make_batch, validation, about = (parts.setup, parts.sizes, parts.make_batch,
+                                                           parts.validation, parts.summary)
+        else:
+            self.data = prepare_data(config, self.processes, log)
+            setup = setup_translation(config, self.data, self.device, self.processes)
+            validation = DevScores(self.data.dev, self.data.tgt_sw, config) if self.data.dev is not None else None
+            sizes, make_batch = self.data.train.sizes(), partial(translation_batch, self.data.train)
+            about = summary(config, setup.model, self.data)
         self.model = setup.model
-        validation = DevScores(self.data.dev, self.data.tgt_sw, config) if self.data.dev is not None else None
-        self.loop = TrainingLoop(config, setup, self.data.train.sizes(), partial(translation_batch, self.data.train),
-                                 validation, summary(config, self.model, self.data),
+        self.loop = TrainingLoop(config, setup, sizes, make_batch, validation, about,
                                  processes=self.processes, log=log, progress=progress)
 
     def train(self, resume: bool = False) -> TrainerState:
@@ -59,10 +67,21 @@ class Trainer:
         from attnmt.evaluation import test_set_reports
 
         translator = load(self.config.experiment_dir, device=self.device)
-        reports = test_set_reports(translator, translator.test_sets, log=self.log)
+        if self.config.task == "speech":
+            from attnmt.error_rates import speech_test_set_reports
+
+            reports = speech_test_set_reports(translator, translator.test_sets, log=self.log)
+        else:
+            reports = test_set_reports(translator, translator.test_sets, log=self.log)
         summary = {name: {key: value for key, value in report.items() if key != "hypotheses"}
                    for name, report in reports.items()}
         atomic_write_text(self.config.experiment_dir / "test-scores.json", json.dumps(summary, indent=2) + "\n")
+        if self.config.task == "speech":
+            for name, report in summary.items():
+                self.loop.write_metrics("test", {"name": name, **{k: report[k] for k in ("cer", "wer", "beam")}})
+                self.log(f"test set {name}: CER {report['cer']:.2f}%, WER {report['wer']:.2f}% "
+                         f"({report['utterances']} utterances, beam {report['beam']})")
+            return
         for name, report in summary.items():
             self.loop.write_metrics("test", {"name": name, "bleu": report["bleu"]["score"],
                                              "chrf": report["chrf"]["score"], "sentences": report["sentences"],
