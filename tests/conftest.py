@@ -61,7 +61,8 @@ def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=N
     return config_from_dict(raw, folder)
 
 
-SLOW_FIXTURES = {"reverse_model", "tiny_transformer", "served", "browser", "trained", "copy_model", "run_dir"}
+SLOW_FIXTURES = {"reverse_model", "tiny_transformer", "served", "browser", "trained", "copy_model", "run_dir",
+                 "speech_model"}
 
 
 def pytest_collection_modifyitems(items):

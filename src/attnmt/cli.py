@@ -113,7 +113,10 @@ def cmd_translate(args):
         raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
                           "config); give a larger --beam")
     lines = _read_input(args.input)
-    translations = _translate_lines(model, lines, args, args.n_best, args.input or "<stdin>")
+    if model.config.task == "speech":  # lines of sound file paths
+        translations = model.transcribe(lines, beam=args.beam, n_best=args.n_best, batch_size=args.batch_size)
+    else:
+        translations = _translate_lines(model, lines, args, args.n_best, args.input or "<stdin>")
     out = _open_output(args.output)
     try:
         for i, t in enumerate(translations):
@@ -136,6 +139,8 @@ def cmd_evaluate(args):
         raise AttnmtError("give --src and --ref (two line-aligned files), or --tsv FILE, or neither to score the "
                           "test sets of the model's config (data.test)")
     model = _load_model(args)
+    if model.config.task == "speech":
+        return _evaluate_speech(model, args)
     if args.src:
         sources, references = _read_line_pairs(args.src, args.ref)
         _warn_if_tabular(sources, args.src)
@@ -159,6 +164,30 @@ def cmd_evaluate(args):
         report.pop("hypotheses", None)
         print(f"== test set {name} (beam {report['beam']})\n" if name else "", end="")
         print(format_report(report) + ("\n" if len(reports) > 1 else ""))
+    if args.json:
+        _write_text(args.json, json.dumps(reports[""] if "" in reports else reports, indent=2) + "\n")
+
+
+def _evaluate_speech(model, args):
+    """CER and WER (and by length) of a speech model on a TSV of audio files and transcripts (--tsv), or
+    on the test sets of its config."""
+    from attnmt.config import CorpusFiles
+    from attnmt.error_rates import format_speech_report, speech_test_set_reports
+
+    if args.src:
+        raise AttnmtError(f"{args.model_dir} is a speech model: give --tsv FILE (audio path TAB transcript), or "
+                          "nothing to score the test sets of its config")
+    sets = {"": CorpusFiles(tsv=args.tsv)} if args.tsv else model.test_sets
+    if not sets:
+        raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --tsv FILE")
+    reports = speech_test_set_reports(model, sets, beam=args.beam, batch_size=args.batch_size, log=_log)
+    for name, report in reports.items():
+        hypotheses = report.pop("hypotheses")
+        if args.hypotheses:
+            _write_text(args.hypotheses if len(reports) == 1 else f"{args.hypotheses}.{name}",
+                        "".join(h + "\n" for h in hypotheses))
+        print(f"== test set {name} (beam {report['beam']})\n" if name else "", end="")
+        print(format_speech_report(report) + ("\n" if len(reports) > 1 else ""))
     if args.json:
         _write_text(args.json, json.dumps(reports[""] if "" in reports else reports, indent=2) + "\n")
 
@@ -325,15 +354,17 @@ def build_parser() -> argparse.ArgumentParser:
                              help="the output layer's product in bfloat16 (faster beam search on CPUs "
                                   "with AVX512-BF16/AMX; a few translations change)")
 
-    p = sub.add_parser("translate", help="translate lines from a file or stdin")
+    p = sub.add_parser("translate", help="translate lines from a file or stdin (speech models: lines of sound "
+                                         "file paths, transcribed)")
     decoding_options(p)
     p.add_argument("-i", "--input", help="input file (plain or .gz); default stdin")
     p.add_argument("-o", "--output", help="output file; default stdout")
     p.add_argument("--n-best", type=_positive, default=1, help="write the N best ('i ||| text ||| score')")
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="sacreBLEU and chrF against references, BLEU by source length; by default "
-                                        "on every test set of the model's config (data.test)")
+    p = sub.add_parser("evaluate", help="sacreBLEU and chrF against references, BLEU by source length (speech "
+                                        "models: CER and WER, by length); by default on every test set of the "
+                                        "model's config (data.test)")
     decoding_options(p)
     p.add_argument("--src", help="source file (with --ref)")
     p.add_argument("--ref", help="reference translations, line by line")
@@ -412,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="draw attention (heatmap, encoder states, decoder steps, GIF) or training "
                                     "curves as PNG/SVG files")
     p.add_argument("model_dir", help="folder of a trained model; for --curves alone also a metrics.jsonl file")
-    p.add_argument("sentence", nargs="?", help="source sentence to translate and draw")
+    p.add_argument("sentence", nargs="?", help="source sentence to translate and draw (speech models: a sound "
+                                               "file, drawn with its spectrogram)")
     device_option(p)
     p.add_argument("--out", metavar="FILE", help="attention heatmap (.png, .svg or .html; default "
                                                  "attention.png when no other figure is asked for)")

@@ -11,13 +11,14 @@ the attention, repeated that many times, lies on the time axis of the spectrogra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from attnmt.api import Translation, Translator, _inside
+from attnmt.config import SpeechConfig
 from attnmt.data.audio import SpeechCorpus, audio_features, load_speech_corpus
 from attnmt.data.batching import inference_batches
 from attnmt.data.subwords import Subwords, subword_paths
@@ -55,9 +56,10 @@ class Recognizer(Translator):
     def frames_per_state(self) -> int:
         return self.config.speech.subsample
 
-    def features(self, audio: Audio, name: str | None = None) -> torch.Tensor:
-        """The log-mels (frames, n_mels) of a sound file; AttnmtError if it cannot be used."""
-        return audio_features(audio if isinstance(audio, bytes) else Path(audio), self.config.speech,
+    def features(self, audio: Audio, name: str | None = None, settings: SpeechConfig | None = None) -> torch.Tensor:
+        """The log-mels (frames, n_mels) of a sound file; AttnmtError if it cannot be used (or is
+        longer than max_seconds of ``settings``, by default the model's)."""
+        return audio_features(audio if isinstance(audio, bytes) else Path(audio), settings or self.config.speech,
                               name or ("audio" if isinstance(audio, bytes) else str(audio)))
 
     def read_corpus(self, tsv: Path, log=print) -> SpeechCorpus:
@@ -108,14 +110,16 @@ class Recognizer(Translator):
     def trace(self, audio: Audio, top_k: int = 5, name: str | None = None):
         """Greedy transcription of one sound file with every quantity of every decoder step
         (see attnmt.trace); the trace's ``features`` are the log-mels."""
+        return self.trace_features(self.features(audio, name), top_k,
+                                   name or ("audio" if isinstance(audio, bytes) else str(audio)))
+
+    def trace_features(self, features: torch.Tensor, top_k: int = 5, name: str = "audio"):
         from attnmt.trace import trace_source
 
-        features = self.features(audio, name)
         src, lengths = feature_batch([features])
-        result = trace_source(self, src, lengths, name or "audio", self.state_labels(features.size(0)), top_k)
-        result.features = features.numpy()
-        result.frames_per_state, result.hop_ms = self.frames_per_state, self.config.speech.hop_ms
-        return result
+        result = trace_source(self, src, lengths, name, self.state_labels(features.size(0)), top_k)
+        return replace(result, features=features.numpy(), frames_per_state=self.frames_per_state,
+                       hop_ms=self.config.speech.hop_ms)
 
     @property
     def test_sets(self) -> dict:

@@ -38,6 +38,10 @@ class DecodingTrace:
     encoder_states: np.ndarray  # (S, M): one row per source token
     steps: list[StepTrace]
     text: str  # the greedy translation
+    # Speech (attnmt.recognizer): the log-mels (frames, n_mels), frames per encoder state, ms per frame
+    features: np.ndarray | None = None
+    frames_per_state: int | None = None
+    hop_ms: float | None = None
 
     @property
     def tokens(self) -> list[str]:

@@ -45,6 +45,8 @@ def decode_audio(data: bytes | Path, sample_rate: int, name: str) -> np.ndarray:
     """The samples of a sound file (a path, or the file's bytes) as mono float32 at ``sample_rate``."""
     import soundfile
 
+    if isinstance(data, Path) and not data.is_file():
+        raise AudioError(f"{name}: no such file")
     try:
         samples, rate = soundfile.read(io.BytesIO(data) if isinstance(data, bytes) else data, dtype="float32",
                                        always_2d=True)
@@ -97,14 +99,14 @@ def mel_filterbank(n_fft: int, sample_rate: int, n_mels: int) -> torch.Tensor:
 
 
 def log_mel(samples: np.ndarray | torch.Tensor, settings: SpeechConfig) -> torch.Tensor:
-    """(frames, n_mels) log mel energies: Hann-windowed frames, power spectrum, mel filters, log."""
+    """(frames, n_mels) log mel energies: frames of ``window_ms`` every ``hop_ms``, each Hann-windowed
+    and zero-padded to the FFT size (as Kaldi does), power spectrum, mel filters, log."""
     window, hop, n_fft = frame_sizes(settings)
     samples = torch.as_tensor(samples, dtype=torch.float32)
     if samples.numel() < window:
         samples = torch.nn.functional.pad(samples, (0, window - samples.numel()))  # one frame at least
-    spectrum = torch.stft(samples, n_fft, hop_length=hop, win_length=window, window=torch.hann_window(window),
-                          center=False, return_complex=True)  # (n_fft//2+1, frames)
-    power = spectrum.abs().square().T
+    frames = samples.unfold(0, window, hop) * torch.hann_window(window)  # (frames, window)
+    power = torch.fft.rfft(frames, n=n_fft).abs().square()  # (frames, n_fft//2+1)
     return torch.log(power @ mel_filterbank(n_fft, settings.sample_rate, settings.n_mels) + LOG_FLOOR)
 
 

@@ -61,7 +61,8 @@ class LoadedModel:
 
     def info(self) -> ModelInfo:
         m = self.translator.config.model
-        common = dict(name=self.name, type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
+        common = dict(name=self.name, task=self.translator.config.task, type=m.type, encoder_layers=m.encoder_layers,
+                      decoder_layers=m.decoder_layers,
                       beam=self.translator.config.decoding.beam, path=str(self.translator.folder.resolve()))
         none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
                               "norm"))

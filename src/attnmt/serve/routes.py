@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 
+from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.limits import ServerLimits
 from attnmt.serve.models import LoadedModel
 from attnmt.serve.schemas import (AttentionResponse, BeamResponse, ErrorResponse, HealthResponse, ModelInfo,
@@ -54,6 +55,8 @@ def check_tokens(model: LoadedModel, texts: list[str], limits: ServerLimits, sin
                  side: str = "src"):
     """422 for a text longer than the limit in subword tokens (the model's unit of work: its
     cost grows with them, and a character count says little about it for a BPE model)."""
+    if model.translator.config.task == "speech":
+        raise HTTPException(422, f"'{model.name}' is a speech model: /translate and /trace take its audio")
     subwords = model.translator.src_subwords if side == "src" else model.translator.tgt_subwords
     for i, ids in enumerate(subwords.encode(texts)):
         if len(ids) > limits.max_tokens:
@@ -67,6 +70,8 @@ def check_tokens(model: LoadedModel, texts: list[str], limits: ServerLimits, sin
 
 async def translate(body, model: LoadedModel, limits: ServerLimits) -> TranslateResponse:
     # Through the model's batcher: decoded together with concurrent requests.
+    if body.audio is not None or model.translator.config.task == "speech":
+        return await transcribe(body, model, limits)
     texts = [body.text] if isinstance(body.text, str) else list(body.text)
     beam = body.beam if body.beam is not None else min(model.translator.config.decoding.beam, limits.max_beam)
     if body.n_best > beam:
@@ -80,6 +85,8 @@ async def translate(body, model: LoadedModel, limits: ServerLimits) -> Translate
 
 
 async def trace(body, model: LoadedModel, limits: ServerLimits) -> TraceResponse:
+    if body.audio is not None or model.translator.config.task == "speech":
+        return await trace_audio(body, model, limits)
     check_tokens(model, [body.text], limits, single=True)
     result = await model.run(model.translator.trace, body.text, body.top_k)
     return respond(TraceResponse, result, model=model.name)

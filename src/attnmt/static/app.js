@@ -5,13 +5,14 @@
 //   api.js      fetch and its errors            dom.js     element and SVG helpers, colour scales
 //   heatmap.js  the attention heatmap           panels.js  the translation panels (two to compare)
 //   steps.js    the decoding step by step       beam.js    the beam search tree (layout, drawing)
-//   layers.js   a Transformer's layers and heads
+//   layers.js   a Transformer's layers and heads   speech.js  audio: spectrogram, attention, steps
 
 import { api, ApiError } from "./api.js";
 import { renderBeam, renderBeamError } from "./beam.js";
 import { $, clear, el } from "./dom.js";
 import { LayersView } from "./layers.js";
 import { describeModel, renderPanel, renderPanelError } from "./panels.js";
+import { SpeechView } from "./speech.js";
 import { StepView } from "./steps.js";
 
 const TOP_K = 5;
@@ -22,6 +23,7 @@ const state = {
 };
 const steps = new StepView();
 const layers = new LayersView();
+const speech = new SpeechView();
 
 function modelByName(name) {
   return state.models.find((m) => m.name === name);
@@ -53,7 +55,25 @@ function setBusy(busy) {
 // ---------------------------------------------------------------------------------------------
 // the main action: every view of one sentence, asked for at once
 
+async function transcribe(model, beam) {
+  document.body.dataset.state = "busy";
+  setBusy(true);
+  showErrors([]);
+  try {
+    await speech.transcribe(model, beam);
+    document.body.dataset.state = "done";
+  } catch (err) {
+    showErrors([err]);
+    document.body.dataset.state = "error";
+  }
+  setBusy(false);
+}
+
 async function translateAll() {
+  if (modelByName($("model").value)?.task === "speech") {
+    const beamValue = $("beam").value.trim();
+    return transcribe($("model").value, beamValue === "" ? null : Number(beamValue));
+  }
   const text = $("source").value;
   const modelA = $("model").value || null;
   const compare = $("compare").checked && $("model-b").value;
@@ -124,6 +144,7 @@ function fillModels(models) {
 function onModelChange() {
   const m = modelByName($("model").value);
   if (m) $("beam").value = String(m.beam);
+  speech.setVisible(m?.task === "speech");
   const lines = [describeModel(m)];
   if ($("compare").checked) lines.push(`vs ${$("model-b").value}: ${describeModel(modelByName($("model-b").value))}`);
   $("model-info").textContent = lines.join("  ·  ");

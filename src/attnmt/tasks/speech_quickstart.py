@@ -26,7 +26,7 @@ def speech_config(folder: Path, data: dict[str, Path], steps: int, attention: st
         "experiment_dir": str(folder / "model"),
         "data": {"train": {"tsv": str(data["train"])}, "dev": {"tsv": str(data["dev"])},
                  "test": {"test": {"tsv": str(data["test"])}}, "batch_size": 32, "max_length": 80},
-        "speech": {"subsample": 4},
+        "speech": {"subsample": 8},
         "model": {"embedding_size": 128, "encoder_hidden": 128, "encoder_layers": 2, "decoder_hidden": 256,
                   "attention_size": 128, "location_kernel": 15, "dropout": 0.1, "attention": attention},
         "training": {"max_steps": steps, "validate_every": max(steps // 3, 1), "learning_rate": 0.002,
