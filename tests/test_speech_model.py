@@ -199,8 +199,8 @@ def test_explorer_uploads_plays_and_steps_through_audio(speech_model, tmp_path):
             page.click("#audio-step-next")
             assert page.text_content("#audio-step-index") == f"step 2 / {steps}"
             assert "writes" in page.text_content("#audio-step-line")
-            duration = page.evaluate("new Promise(r => { const a = document.getElementById('audio-player');"
-                                     " a.readyState >= 1 ? r(a.duration) : a.onloadedmetadata = () => r(a.duration); })")
+            duration = page.evaluate("new Promise(r => { const a = document.getElementById('audio-player'); "
+                                     "a.readyState >= 1 ? r(a.duration) : a.onloadedmetadata = () => r(a.duration); })")
             assert duration == pytest.approx(soundfile.info(wavs[0]).duration, abs=0.05)  # the file plays
             page.screenshot(path=str(tmp_path / "explorer-speech.png"), full_page=True)
             browser.close()
