@@ -67,7 +67,7 @@ def test_models_describe_the_config(served):
     client, _, name, translator, _ = served
     [info] = client.get("/models").json()
     config = translator.config
-    assert info == {"name": name, "type": "rnn", "attention": config.model.attention,
+    assert info == {"name": name, "task": "translation", "type": "rnn", "attention": config.model.attention,
                     "rnn_type": config.model.rnn_type, "input_feeding": config.model.input_feeding,
                     "decoder_hidden": config.model.decoder_hidden, "d_model": None, "heads": None,
                     "encoder_layers": config.model.encoder_layers, "decoder_layers": config.model.decoder_layers,
@@ -735,8 +735,8 @@ def both(reverse_model, tiny_transformer):
 def test_models_describe_a_transformer(both):
     client, _, name, transformer, rnn_name = both
     info = {m["name"]: m for m in client.get("/models").json()}
-    assert info[name] == {"name": name, "type": "transformer", "attention": "multi-head", "rnn_type": None,
-                          "input_feeding": None, "decoder_hidden": None, "d_model": 32, "heads": 4,
+    assert info[name] == {"name": name, "task": "translation", "type": "transformer", "attention": "multi-head",
+                          "rnn_type": None, "input_feeding": None, "decoder_hidden": None, "d_model": 32, "heads": 4,
                           "encoder_layers": 3, "decoder_layers": 2, "feed_forward": 64, "norm": "pre",
                           "beam": transformer.config.decoding.beam, "path": str(transformer.folder.resolve())}
     assert info[rnn_name]["type"] == "rnn" and info[rnn_name]["heads"] is None

@@ -2,7 +2,8 @@
 of single digits, 5 speakers, 50 of each digit by each; files ``{digit}_{speaker}_{index}.wav``).
 
 A string is 1 to n recordings of one speaker joined with short random pauses (50-300 ms); its
-transcript is the digit words ("three one four"). Seeded: the same arguments give the same
+transcript is the digit words ("three one four"). The TSV files' columns: WAV file, transcript,
+speaker, the recordings joined. Seeded: the same arguments give the same
 corpus. The sets:
 
     train         1-3 digits, 4 speakers, recordings 5-49 of each digit
@@ -63,7 +64,8 @@ def write_set(by_speaker: dict, speakers: list[str], lengths: tuple[int, int], c
         files = [_pick(by_speaker[speaker][d], held_out, rng) for d in digits]
         audio = join_with_pauses([read_audio(f, SAMPLE_RATE) for f in files], rng)
         soundfile.write(out / name / f"{i:05d}.wav", audio, SAMPLE_RATE)
-        lines.append(f"{name}/{i:05d}.wav\t{' '.join(WORDS[d] for d in digits)}\t{speaker}\n")
+        sources = "+".join(f.name for f in files)
+        lines.append(f"{name}/{i:05d}.wav\t{' '.join(WORDS[d] for d in digits)}\t{speaker}\t{sources}\n")
     path = out / f"{name}.tsv"
     path.write_text("".join(lines), encoding="utf-8")
     return path

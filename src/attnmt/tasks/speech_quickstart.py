@@ -48,9 +48,11 @@ def time_axis(states: int, seconds_per_state: float) -> str:
 
 
 def run_speech_quickstart(folder: Path, steps: int = 800, attention: str = "location",
-                          log: Callable[[str], None] = print, progress: bool = True) -> dict:
+                          log: Callable[[str], None] = print, progress: bool = True,
+                          sizes: tuple[int, int, int] = (2500, 150, 300)) -> dict:
+    """``sizes``: utterances of the training, dev and test sets."""
     folder = Path(folder).resolve()
-    data = speech.write_spoken_corpus(folder / "data", log=log)
+    data = speech.write_spoken_corpus(folder / "data", *sizes, log=log)
     config = config_from_dict(speech_config(folder, data, steps, attention), Path("."))
     (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
     if (config.experiment_dir / "last.safetensors").exists():
