@@ -38,6 +38,7 @@ def test_spoken_corpus_has_unseen_voices_in_its_test_set_only(tmp_path):
         language, variant = voice.split("+")
         assert language in seen_languages and variant in speech.SEEN_VARIANTS
         assert speech.SEEN_SPEEDS[0] <= int(wpm) <= speech.SEEN_SPEEDS[1]
+        assert speech.PITCHES[0] <= int(pitch) <= speech.PITCHES[1]
         assert soundfile.info(tmp_path / wav).duration > 0.3 and text == text.lower()
     unseen = [row for row in test if row[2].split("+")[0] not in seen_languages]
     assert len(unseen) == 3 and all(int(row[3]) >= speech.UNSEEN_SPEEDS[0] for row in unseen)
