@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -48,13 +49,18 @@ def corpora(out: Path, joined: int) -> dict[str, dict[str, Path]]:
     return {"synthesized": synth, "digits": digit_sets}
 
 
-def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: int) -> dict:
+def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: int, beam: int) -> dict:
     folder = out / f"{corpus}-{attention}"
     raw = speech_config(folder, sets, steps, attention)
     raw["data"]["test"] = {name: {"tsv": str(path)} for name, path in sets.items() if name not in ("train", "dev")}
     raw["training"].update({"validate_every": max(steps // 5, 1), "threads": 2})
-    raw["decoding"]["beam"] = 5
+    raw["decoding"]["beam"] = beam
     config = config_from_dict(raw, Path("."))
+    features = config.experiment_dir / "features"
+    for other in ATTENTIONS:  # the same corpus and settings: the other run's feature cache serves (checked)
+        cached = out / f"{corpus}-{other}" / "model" / "features"
+        if other != attention and cached.is_dir() and not features.exists():
+            shutil.copytree(cached, features)
     if not (config.experiment_dir / "test-scores.json").is_file():
         train(config, progress=False)
     return json.loads((config.experiment_dir / "test-scores.json").read_text(encoding="utf-8"))
@@ -63,7 +69,7 @@ def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: in
 def table(results: dict) -> str:
     lines = []
     for corpus, by_attention in results.items():
-        lines += [f"\n{corpus}: CER / WER (%) by test set, beam 5",
+        lines += [f"\n{corpus}: CER / WER (%) by test set",
                   "test set | " + " | ".join(f"{a} CER | {a} WER" for a in by_attention)]
         for name in next(iter(by_attention.values())):
             cells = [f"{s[name]['cer']:.1f} | {s[name]['wer']:.1f}" for s in by_attention.values()]
@@ -83,6 +89,7 @@ def main(argv=None):
     parser.add_argument("--out", default="runs/speech-length", help="folder of corpora, models and results")
     parser.add_argument("--steps", type=int, default=1500, help="training steps of every model (default 1500)")
     parser.add_argument("--joined", type=int, default=100, help="utterances of each joined test set")
+    parser.add_argument("--beam", type=int, default=1, help="beam of the test scores (default 1: greedy)")
     parser.add_argument("--only", choices=["synthesized", "digits"], help="one corpus only")
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
@@ -90,7 +97,8 @@ def main(argv=None):
     for corpus, sets in corpora(out, args.joined).items():
         if args.only and corpus != args.only:
             continue
-        results[corpus] = {attention: run(out, corpus, sets, attention, args.steps) for attention in ATTENTIONS}
+        results[corpus] = {attention: run(out, corpus, sets, attention, args.steps, args.beam)
+                           for attention in ATTENTIONS}
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(table(results))
 
