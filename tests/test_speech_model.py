@@ -51,6 +51,7 @@ def test_training_scores_the_test_sets_with_error_rates(speech_model):
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert any(r["type"] == "valid" and "cer" in r for r in records)
     assert any(r["type"] == "test" and r["name"] == "test" and "wer" in r for r in records)
+    assert (folder / "features" / "test-test.safetensors").is_file()  # the test set's features, cached
 
 
 def test_recognizer_transcribes_traces_and_aligns_to_the_audio(speech_model):

@@ -10,6 +10,9 @@ Both are corpus rates (total edits over total reference length), in percent; the
 
 from __future__ import annotations
 
+from pathlib import Path
+from urllib.parse import quote
+
 from attnmt.evaluation import _bucket_edges, _bucket_label, _check_parallel
 
 
@@ -57,13 +60,14 @@ def format_speech_report(report: dict) -> str:
 
 
 def speech_test_set_reports(recognizer, sets: dict, beam: int | None = None, batch_size: int | None = None,
-                            log=print) -> dict[str, dict]:
+                            log=print, cache: Path | None = None) -> dict[str, dict]:
     """Each test set of ``sets`` (name -> config.CorpusFiles with a TSV of audio and transcripts)
     transcribed by ``recognizer`` (attnmt.recognizer.Recognizer) and scored: name -> speech_report,
-    with the beam and the hypotheses."""
+    with the beam and the hypotheses. ``cache``: a folder caching the features as test-NAME.safetensors."""
     reports = {}
     for name, files in sets.items():
-        corpus = recognizer.read_corpus(files.tsv, log=log)
+        cached = cache / f"test-{quote(name, safe='')}.safetensors" if cache is not None else None
+        corpus = recognizer.read_corpus(files.tsv, log=log, cache=cached)
         hypotheses = [t.text for t in recognizer.transcribe_features(corpus.features, beam=beam,
                                                                      batch_size=batch_size)]
         reports[name] = {**speech_report(hypotheses, corpus.texts), "beam": beam or recognizer.config.decoding.beam,

@@ -62,9 +62,10 @@ class Recognizer(Translator):
         return audio_features(audio if isinstance(audio, bytes) else Path(audio), settings or self.config.speech,
                               name or ("audio" if isinstance(audio, bytes) else str(audio)))
 
-    def read_corpus(self, tsv: Path, log=print) -> SpeechCorpus:
-        """The utterances of a TSV file of audio paths and transcripts (unusable files skipped and reported)."""
-        return load_speech_corpus(Path(tsv), self.config.speech, None, log)
+    def read_corpus(self, tsv: Path, log=print, cache: Path | None = None) -> SpeechCorpus:
+        """The utterances of a TSV file of audio paths and transcripts (unusable files skipped and
+        reported), their features read from or written to ``cache`` if given."""
+        return load_speech_corpus(Path(tsv), self.config.speech, cache, log)
 
     def transcribe(self, audios: list[Audio], beam: int | None = None, n_best: int = 1,
                    batch_size: int | None = None, names: list[str] | None = None) -> list[Transcription]:

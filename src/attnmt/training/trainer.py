@@ -70,7 +70,8 @@ class Trainer:
         if self.config.task == "speech":
             from attnmt.error_rates import speech_test_set_reports
 
-            reports = speech_test_set_reports(translator, translator.test_sets, log=self.log)
+            reports = speech_test_set_reports(translator, translator.test_sets, log=self.log,
+                                              cache=self.config.experiment_dir / "features")
         else:
             reports = test_set_reports(translator, translator.test_sets, log=self.log)
         summary = {name: {key: value for key, value in report.items() if key != "hypotheses"}
