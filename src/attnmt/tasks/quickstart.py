@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from attnmt.api import Translation, load
-from attnmt.config import config_from_dict, config_to_yaml
+from attnmt.config import Config, config_from_dict, config_to_yaml
 from attnmt.data.corpus import read_tsv
 from attnmt.tasks import dates
 from attnmt.training import train
@@ -57,17 +57,24 @@ def attention_as_text(translation: Translation, header: str | None = None) -> st
     return "\n".join(rows)
 
 
-def run_quickstart(folder: Path, steps: int = 500, attention: str = "bahdanau",
-                   log: Callable[[str], None] = print, progress: bool = True) -> dict:
-    folder = Path(folder)
-    data = dates.write_corpus(folder / "data", n_train=20000, n_dev=300, n_test=300)
-    config = config_from_dict(quickstart_config(folder.resolve(), steps, attention), Path("."))
+def train_once(folder: Path, raw: dict, what: str, log: Callable[[str], None], progress: bool) -> Config:
+    """The quick start's config written to folder/config.yaml and trained, unless it already was."""
+    config = config_from_dict(raw, Path("."))
     (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
     if (config.experiment_dir / "last.safetensors").exists():
         log(f"{config.experiment_dir} is already trained; delete {folder} to train again")
     else:
-        log(f"training a {attention} attention model on {data['train']} ({steps} steps)")
+        log(f"training {what}")
         train(config, log=log, progress=progress)
+    return config
+
+
+def run_quickstart(folder: Path, steps: int = 500, attention: str = "bahdanau",
+                   log: Callable[[str], None] = print, progress: bool = True) -> dict:
+    folder = Path(folder)
+    data = dates.write_corpus(folder / "data", n_train=20000, n_dev=300, n_test=300)
+    config = train_once(folder, quickstart_config(folder.resolve(), steps, attention),
+                        f"a {attention} attention model on {data['train']} ({steps} steps)", log, progress)
 
     model = load(config.experiment_dir)
     test = read_tsv(data["test"])

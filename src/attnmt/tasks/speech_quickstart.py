@@ -12,12 +12,10 @@ from typing import Callable
 import numpy as np
 
 from attnmt.api import load
-from attnmt.config import config_from_dict, config_to_yaml
 from attnmt.data.audio import read_speech_tsv
 from attnmt.error_rates import format_speech_report, speech_test_set_reports
 from attnmt.tasks import speech
-from attnmt.tasks.quickstart import attention_as_text
-from attnmt.training import train
+from attnmt.tasks.quickstart import attention_as_text, train_once
 
 
 def speech_config(folder: Path, data: dict[str, Path], steps: int, attention: str) -> dict:
@@ -53,13 +51,8 @@ def run_speech_quickstart(folder: Path, steps: int = 800, attention: str = "loca
     """``sizes``: utterances of the training, dev and test sets."""
     folder = Path(folder).resolve()
     data = speech.write_spoken_corpus(folder / "data", *sizes, log=log)
-    config = config_from_dict(speech_config(folder, data, steps, attention), Path("."))
-    (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
-    if (config.experiment_dir / "last.safetensors").exists():
-        log(f"{config.experiment_dir} is already trained; delete {folder} to train again")
-    else:
-        log(f"training a speech model with {attention} attention on {data['train']} ({steps} steps)")
-        train(config, log=log, progress=progress)
+    config = train_once(folder, speech_config(folder, data, steps, attention),
+                        f"a speech model with {attention} attention on {data['train']} ({steps} steps)", log, progress)
 
     model = load(config.experiment_dir)
     report = speech_test_set_reports(model, model.test_sets, beam=1, log=log)["test"]
