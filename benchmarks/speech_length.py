@@ -4,14 +4,15 @@ utterances longer than any seen in training, content-only (Bahdanau) attention l
 Trains both attentions with the same step budget on two corpora, then scores each on test sets of
 longer utterances (CER and WER, by length in words):
 
-    synthesized  espeak-ng speech (attnmt.tasks.speech): 2-5 words per utterance in training; test on
+    synthesized  espeak-ng speech (attnmt.tasks.speech): 1-5 words per utterance in training; test on
                  the held-out utterances (half by unseen voices) and on 2, 3 and 4 of them joined
     digits       real speech (FSDD, attnmt.tasks.digits): strings of 1-3 digits by 4 speakers in
                  training; test on 1-3 digits by the fifth speaker and on 4-8 digits by all five
 
 Quality figures come from step budgets, so the machine's load does not change them (run it alone:
     flock /tmp/attnmt-bench.lock python benchmarks/speech_length.py --out runs/speech-length
-). Writes runs/.../results.json and prints the tables of docs/speech.md.
+). Writes runs/.../results.json, prints the tables of docs/speech.md and draws the attention of
+each model on a longer-than-training utterance in runs/.../figures/.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from attnmt.training import train  # noqa: E402
 
 FSDD = ROOT.parent / "shared" / "data" / "speech" / "fsdd"
 ATTENTIONS = ("location", "bahdanau")
+DEFAULT_STEPS = {"synthesized": 800, "digits": 300}  # batches of 32: the quick start's budget; 3 epochs of digits
 
 
 def corpora(out: Path, joined: int) -> dict[str, dict[str, Path]]:
@@ -52,7 +54,6 @@ def corpora(out: Path, joined: int) -> dict[str, dict[str, Path]]:
 def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: int, beam: int) -> dict:
     folder = out / f"{corpus}-{attention}"
     raw = speech_config(folder, sets, steps, attention)
-    raw["data"]["test"] = {name: {"tsv": str(path)} for name, path in sets.items() if name not in ("train", "dev")}
     raw["training"].update({"validate_every": max(steps // 5, 1), "threads": 2})
     raw["decoding"]["beam"] = beam
     config = config_from_dict(raw, Path("."))
@@ -64,6 +65,20 @@ def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: in
     if not (config.experiment_dir / "test-scores.json").is_file():
         train(config, progress=False)
     return json.loads((config.experiment_dir / "test-scores.json").read_text(encoding="utf-8"))
+
+
+def draw(out: Path, corpus: str, attention: str, tsv: Path):
+    """The attention above the spectrogram of the first utterance of ``tsv`` (a longer-than-training
+    test set): out/figures/CORPUS-ATTENTION.png."""
+    from attnmt.api import load
+    from attnmt.data.audio import read_speech_tsv
+    from attnmt.viz.figures import save
+    from attnmt.viz.speech import spectrogram_attention
+
+    paths, texts = read_speech_tsv(tsv)
+    [t] = load(out / f"{corpus}-{attention}" / "model").transcribe([tsv.parent / paths[0]], beam=1)
+    title = f"{attention} attention, {tsv.stem}: {texts[0]!r} -> {t.text!r}"
+    save(spectrogram_attention(t, title=title), out / "figures" / f"{corpus}-{attention}.png")
 
 
 def table(results: dict) -> str:
@@ -87,7 +102,8 @@ def table(results: dict) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/speech-length", help="folder of corpora, models and results")
-    parser.add_argument("--steps", type=int, default=1500, help="training steps of every model (default 1500)")
+    parser.add_argument("--steps", type=int, help="training steps of every model (default: synthesized 800, "
+                                                  "digits 300)")
     parser.add_argument("--joined", type=int, default=100, help="utterances of each joined test set")
     parser.add_argument("--beam", type=int, default=1, help="beam of the test scores (default 1: greedy)")
     parser.add_argument("--only", choices=["synthesized", "digits"], help="one corpus only")
@@ -97,8 +113,10 @@ def main(argv=None):
     for corpus, sets in corpora(out, args.joined).items():
         if args.only and corpus != args.only:
             continue
-        results[corpus] = {attention: run(out, corpus, sets, attention, args.steps, args.beam)
-                           for attention in ATTENTIONS}
+        steps = args.steps or DEFAULT_STEPS[corpus]
+        results[corpus] = {attention: run(out, corpus, sets, attention, steps, args.beam) for attention in ATTENTIONS}
+        for attention in ATTENTIONS:
+            draw(out, corpus, attention, sets["joined-3" if corpus == "synthesized" else "test-long-speaker"])
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(table(results))
 

@@ -19,11 +19,13 @@ from attnmt.tasks.quickstart import attention_as_text, train_once
 
 
 def speech_config(folder: Path, data: dict[str, Path], steps: int, attention: str) -> dict:
+    """``data``: the TSV files "train", "dev" and any number of test sets by name."""
+    tests = {name: {"tsv": str(path)} for name, path in data.items() if name not in ("train", "dev")}
     return {
         "task": "speech",
         "experiment_dir": str(folder / "model"),
-        "data": {"train": {"tsv": str(data["train"])}, "dev": {"tsv": str(data["dev"])},
-                 "test": {"test": {"tsv": str(data["test"])}}, "batch_size": 32, "max_length": 80},
+        "data": {"train": {"tsv": str(data["train"])}, "dev": {"tsv": str(data["dev"])}, "test": tests,
+                 "batch_size": 32, "max_length": 80},
         "speech": {"subsample": 8},
         "model": {"embedding_size": 128, "encoder_hidden": 128, "encoder_layers": 2, "decoder_hidden": 256,
                   "attention_size": 128, "location_kernel": 15, "dropout": 0.1, "attention": attention},
