@@ -129,6 +129,30 @@ def test_speech_encoder_lengths_and_masks_of_a_padded_batch(subsample):
     torch.testing.assert_close(step.weights.sum(1), torch.ones(4))
 
 
+def test_spec_augment_masks_bands_of_real_frames_and_only_in_training():
+    from attnmt.config import SpecAugment
+    from attnmt.models.speech import spec_augment
+
+    torch.manual_seed(0)
+    x, lengths = torch.ones(3, 50, 20), torch.tensor([50, 30, 10])
+    masked = spec_augment(x, lengths, SpecAugment(freq_masks=1, freq_width=6, time_masks=1, time_width=8))
+    assert (x == 1).all()  # the input is left alone
+    for b, n in enumerate(lengths.tolist()):
+        zero = masked[b] == 0
+        bins, frames = zero.all(0).sum().item(), zero[:n].all(1).sum().item()
+        assert bins <= 6 and frames <= min(8, n // 5)
+        assert zero[:n].sum() == bins * n + frames * 20 - bins * frames  # whole bands of bins and of frames
+        assert not zero[n:].all(1).any()  # no frame of the padding is masked
+    assert (masked == 0).any()
+    model = build_model(ModelConfig(embedding_size=8, encoder_hidden=8, decoder_hidden=16, attention="location",
+                                    attention_size=8, location_kernel=3, dropout=0.0), 0, 6,
+                        SpeechConfig(n_mels=20, conv_channels=2, spec_augment=SpecAugment(freq_width=19))).eval()
+    features, two = torch.randn(2, 40, 20), torch.tensor([40, 40])
+    torch.testing.assert_close(model.encode(features, two).states, model.encode(features, two).states)
+    model.train()
+    assert not torch.allclose(model.encode(features, two).states, model.encode(features, two).states)
+
+
 def test_error_rates_of_hand_made_cases():
     assert error_rates(["a b c"], ["a b c"]) == {"cer": 0.0, "wer": 0.0}
     rates = error_rates(["a x c"], ["a b c"])
