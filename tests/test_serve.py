@@ -698,7 +698,8 @@ def test_serve_command_builds_the_app_and_prints_the_url(reverse_model, monkeypa
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append((app, kwargs)))
     code, out, err = run_cli("serve", translator.folder, "--port", "8765", "--max-sentences", "2",
-                             "--max-tokens", "7", "--max-batch-wait", "20", "--timeout", "9")
+                             "--max-tokens", "7", "--max-batch-wait", "20", "--timeout", "9",
+                             "--max-audio-bytes", "5000", "--max-audio-seconds", "2.5")
     assert code == 0, err
     assert "http://127.0.0.1:8765/" in out and translator.folder.name in out
     assert "warning" not in err
@@ -707,6 +708,7 @@ def test_serve_command_builds_the_app_and_prints_the_url(reverse_model, monkeypa
     assert kwargs["timeout_graceful_shutdown"] == 9  # requests in flight may finish, not hang the exit
     limits = app.state.limits
     assert (limits.max_sentences, limits.max_tokens, limits.batch_wait, limits.max_batch) == (2, 7, 0.02, 64)
+    assert (limits.max_audio_bytes, limits.max_audio_seconds) == (5000, 2.5)
     with TestClient(app) as client:
         assert_error(client.post("/translate", json={"text": ["a", "b", "c"]}), 422, "at most 2 items")
 

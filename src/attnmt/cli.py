@@ -282,7 +282,8 @@ def cmd_serve(args):
     limits = ServerLimits(max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
                           max_chars=args.max_chars, max_tokens=args.max_tokens, max_beam=args.max_beam,
                           timeout=args.timeout, max_batch=1 if args.no_batching else args.max_batch,
-                          batch_wait=args.max_batch_wait / 1000)
+                          batch_wait=args.max_batch_wait / 1000, max_audio_bytes=args.max_audio_bytes,
+                          max_audio_seconds=args.max_audio_seconds)
     app = create_app([Path(d) for d in args.model_dir], limits)
     if not is_loopback(args.host):
         _log(f"warning: listening on {args.host}, reachable from other machines; the server has no "
@@ -437,6 +438,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a batch is decoded once no request has come for this many milliseconds")
     p.add_argument("--no-batching", action="store_true",
                    help="decode one /translate request at a time (same as --max-batch 1)")
+    p.add_argument("--max-audio-bytes", type=_positive, default=limits.max_audio_bytes,
+                   help="speech models: bytes of one sound file (sent as base64: raise --max-body-bytes with it)")
+    p.add_argument("--max-audio-seconds", type=_positive_float, default=limits.max_audio_seconds,
+                   help="speech models: seconds of one sound file")
     p.add_argument("--threads", type=_positive, help="torch threads for decoding (default: one per core)")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=cmd_serve)
