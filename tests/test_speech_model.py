@@ -188,6 +188,7 @@ def test_explorer_uploads_plays_and_steps_through_audio(speech_model, tmp_path):
             page.goto(f"http://127.0.0.1:{sock.getsockname()[1]}/")
             page.wait_for_selector("body[data-state=ready]")
             assert page.locator("#audio-card").is_visible() and page.locator("#results-card").is_hidden()
+            assert page.text_content("#translate") == "Transcribe"
             page.set_input_files("#audio-file", str(wavs[0]))
             page.wait_for_function("document.getElementById('audio-player').src.startsWith('blob:')")
             page.click("#translate")

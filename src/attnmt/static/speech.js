@@ -46,6 +46,7 @@ export class SpeechView {
     $("steps-card").hidden = visible;
     $("beam-card").hidden = visible;
     $("input-card").classList.toggle("speech", visible);
+    $("translate").textContent = visible ? "Transcribe" : "Translate";
   }
 
   async choose(file) {
