@@ -63,7 +63,7 @@ def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=N
 
 
 SLOW_FIXTURES = {"reverse_model", "tiny_transformer", "served", "browser", "trained", "copy_model", "run_dir",
-                 "pair_model"}
+                 "pair_model", "speech_model"}
 
 
 def pytest_collection_modifyitems(items):

@@ -63,7 +63,7 @@ def test_models_describe_the_config(served):
     client, _, name, translator, _ = served
     [info] = client.get("/models").json()
     config = translator.config
-    assert info == {"name": name, "type": "rnn", "attention": config.model.attention,
+    assert info == {"name": name, "task": "translation", "type": "rnn", "attention": config.model.attention,
                     "rnn_type": config.model.rnn_type, "input_feeding": config.model.input_feeding,
                     "decoder_hidden": config.model.decoder_hidden, "d_model": None, "heads": None,
                     "encoder_layers": config.model.encoder_layers, "decoder_layers": config.model.decoder_layers,
@@ -696,7 +696,8 @@ def test_serve_command_builds_the_app_and_prints_the_url(reverse_model, monkeypa
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append((app, kwargs)))
     code, out, err = run_cli("serve", translator.folder, "--port", "8765", "--max-sentences", "2",
-                             "--max-tokens", "7", "--max-batch-wait", "20", "--timeout", "9")
+                             "--max-tokens", "7", "--max-batch-wait", "20", "--timeout", "9",
+                             "--max-audio-bytes", "5000", "--max-audio-seconds", "2.5")
     assert code == 0, err
     assert "http://127.0.0.1:8765/" in out and translator.folder.name in out
     assert "warning" not in err
@@ -705,6 +706,7 @@ def test_serve_command_builds_the_app_and_prints_the_url(reverse_model, monkeypa
     assert kwargs["timeout_graceful_shutdown"] == 9  # requests in flight may finish, not hang the exit
     limits = app.state.limits
     assert (limits.max_sentences, limits.max_tokens, limits.batch_wait, limits.max_batch) == (2, 7, 0.02, 64)
+    assert (limits.max_audio_bytes, limits.max_audio_seconds) == (5000, 2.5)
     with local_client(app) as client:
         assert_error(client.post("/translate", json={"text": ["a", "b", "c"]}), 422, "at most 2 items")
 
@@ -733,8 +735,8 @@ def both(reverse_model, tiny_transformer):
 def test_models_describe_a_transformer(both):
     client, _, name, transformer, rnn_name = both
     info = {m["name"]: m for m in client.get("/models").json()}
-    assert info[name] == {"name": name, "type": "transformer", "attention": "multi-head", "rnn_type": None,
-                          "input_feeding": None, "decoder_hidden": None, "d_model": 32, "heads": 4,
+    assert info[name] == {"name": name, "task": "translation", "type": "transformer", "attention": "multi-head",
+                          "rnn_type": None, "input_feeding": None, "decoder_hidden": None, "d_model": 32, "heads": 4,
                           "encoder_layers": 3, "decoder_layers": 2, "feed_forward": 64, "norm": "pre",
                           "beam": transformer.config.decoding.beam, "labels": None}
     assert info[rnn_name]["type"] == "rnn" and info[rnn_name]["heads"] is None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -79,15 +78,8 @@ class Translator:
             raise AttnmtError(f"quantize='int8' is for CPUs; on {self.device} use quantize=None or 'bf16'")
         self.folder = Path(folder)
         self.config: Config = model_config(self.folder)
-        if self.config.task != "translation":
-            raise AttnmtError(f"{self.folder}: a model of task {self.config.task}, not a translation model "
-                              "(attnmt.load gives the right class)")
-        joint = self.config.data.subwords.joint
-        for path in subword_paths(self.folder, joint):
-            _inside(self.folder, path)
-        self.src_subwords, self.tgt_subwords = load_subwords(self.folder, joint)
-        self.model = load_model(partial(build_model, self.config.model, len(self.src_subwords),
-                                        len(self.tgt_subwords)), weights_path(self.folder, checkpoint), self.device)
+        self.src_subwords, self.tgt_subwords = self._vocabularies()
+        self.model = load_model(self._build, weights_path(self.folder, checkpoint), self.device)
         self.quantize = quantize
         if quantize == "int8":
             self.model = quantize_int8(self.model)
@@ -96,6 +88,18 @@ class Translator:
             if self.device.type == "cpu" and not speed.cpu_has_bf16():
                 warnings.warn("quantize='bf16' (--bf16) on a CPU without bf16 units (AVX512-BF16 or AMX): the "
                               "product is emulated and slower than float32 here", stacklevel=3)
+
+    def _vocabularies(self):
+        if self.config.task != "translation":
+            raise AttnmtError(f"{self.folder}: a model of task {self.config.task}, not a translation model "
+                              "(attnmt.load gives the right class)")
+        joint = self.config.data.subwords.joint
+        for path in subword_paths(self.folder, joint):
+            _inside(self.folder, path)
+        return load_subwords(self.folder, joint)
+
+    def _build(self):
+        return build_model(self.config.model, len(self.src_subwords), len(self.tgt_subwords))
 
     @property
     def test_sets(self) -> dict:
@@ -263,13 +267,22 @@ def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = No
     ``quantize="int8"``: dynamic int8 quantization of the linear layers for CPU translation
     (see ``quantize_int8``); ``quantize="bf16"``: the output layer's product in bfloat16, as in
     bf16 training (faster beam search on CPUs with AVX512-BF16 or AMX; a few translations
-    change). See docs/performance.md."""
-    if model_config(Path(folder)).task == "pairs":
+    change). See docs/performance.md.
+
+    A sentence-pair classifier (task: pairs) loads as an attnmt.classify.PairClassifier, a speech
+    model (task: speech) as an attnmt.recognizer.Recognizer, which transcribes audio (docs/speech.md)."""
+    inference_device(device)  # a device that is not here is the first error
+    task = model_config(Path(folder)).task
+    if task == "pairs":
         from attnmt.classify import PairClassifier
 
         if quantize is not None:
             raise AttnmtError(f"{folder}: quantize is for translation models; this is a sentence-pair classifier")
         return PairClassifier(folder, checkpoint, device)
+    if task == "speech":
+        from attnmt.recognizer import Recognizer
+
+        return Recognizer(folder, checkpoint, quantize, device)
     return Translator(folder, checkpoint, quantize, device)
 
 

@@ -114,7 +114,10 @@ def cmd_translate(args):
         raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
                           "config); give a larger --beam")
     lines = _read_input(args.input)
-    translations = _translate_lines(model, lines, args, args.n_best, args.input or "<stdin>")
+    if model.config.task == "speech":  # lines of sound file paths
+        translations = model.transcribe(lines, beam=args.beam, n_best=args.n_best, batch_size=args.batch_size)
+    else:
+        translations = _translate_lines(model, lines, args, args.n_best, args.input or "<stdin>")
     out = _open_output(args.output)
     try:
         for i, t in enumerate(translations):
@@ -162,6 +165,8 @@ def cmd_evaluate(args):
     model = _load_model(args)
     if isinstance(model, PairClassifier):
         return _evaluate_pairs(model, args)
+    if model.config.task == "speech":
+        return _evaluate_speech(model, args)
     if args.src:
         sources, references = _read_line_pairs(args.src, args.ref)
         _warn_if_tabular(sources, args.src)
@@ -178,12 +183,19 @@ def cmd_evaluate(args):
                               "or --tsv FILE")
         reports = test_set_reports(model, sets, beam=args.beam, batch_size=args.batch_size, max_tokens=args.max_tokens,
                                    log=_log)
+    _write_reports(reports, args, "hypotheses", format_report)
+
+
+def _write_reports(reports: dict[str, dict], args, outputs: str, format_report):
+    """Prints each test set's report; writes its ``outputs`` (a list of lines in the report) to
+    --hypotheses (FILE, or FILE.NAME for several sets) and the reports to --json."""
     for name, report in reports.items():
+        lines = report.pop(outputs)
         if args.hypotheses:
-            path = args.hypotheses if len(reports) == 1 else f"{args.hypotheses}.{name}"
-            _write_text(path, "".join(h + "\n" for h in report.pop("hypotheses")))
-        report.pop("hypotheses", None)
-        print(f"== test set {name} (beam {report['beam']})\n" if name else "", end="")
+            _write_text(args.hypotheses if len(reports) == 1 else f"{args.hypotheses}.{name}",
+                        "".join(line + "\n" for line in lines))
+        beam = f" (beam {report['beam']})" if "beam" in report else ""
+        print(f"== test set {name}{beam}\n" if name else "", end="")
         print(format_report(report) + ("\n" if len(reports) > 1 else ""))
     if args.json:
         _write_text(args.json, json.dumps(reports[""] if "" in reports else reports, indent=2) + "\n")
@@ -198,15 +210,23 @@ def _evaluate_pairs(model, args):
     if not sets:
         raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --tsv FILE")
     reports = {name: model.evaluate(files, args.batch_size or 64) for name, files in sets.items()}
-    for name, report in reports.items():
-        if args.hypotheses:
-            path = args.hypotheses if len(reports) == 1 else f"{args.hypotheses}.{name}"
-            _write_text(path, "".join(label + "\n" for label in report["predictions"]))
-        del report["predictions"]
-        print(f"== test set {name}\n" if name else "", end="")
-        print(format_classification_report(report) + ("\n" if len(reports) > 1 else ""))
-    if args.json:
-        _write_text(args.json, json.dumps(reports[""] if "" in reports else reports, indent=2) + "\n")
+    _write_reports(reports, args, "predictions", format_classification_report)
+
+
+def _evaluate_speech(model, args):
+    """CER and WER (and by length) of a speech model on a TSV of audio files and transcripts (--tsv), or
+    on the test sets of its config."""
+    from attnmt.config import CorpusFiles
+    from attnmt.error_rates import format_speech_report, speech_test_set_reports
+
+    if args.src:
+        raise AttnmtError(f"{args.model_dir} is a speech model: give --tsv FILE (audio path TAB transcript), or "
+                          "nothing to score the test sets of its config")
+    sets = {"": CorpusFiles(tsv=args.tsv)} if args.tsv else model.test_sets
+    if not sets:
+        raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --tsv FILE")
+    reports = speech_test_set_reports(model, sets, beam=args.beam, batch_size=args.batch_size, log=_log)
+    _write_reports(reports, args, "hypotheses", format_speech_report)
 
 
 def _warn_if_tabular(sources: list[str], path: str):
@@ -232,9 +252,16 @@ def cmd_quickstart(args):
         folder = args.dir or "runs/quickstart-pairs"
         run_pair_quickstart(Path(folder), **({"steps": args.steps} if args.steps else {}), log=_log)
         return
+    if args.speech:
+        from attnmt.tasks.speech_quickstart import run_speech_quickstart
+
+        run_speech_quickstart(Path(args.dir or "runs/quickstart-speech"), steps=args.steps or 800,
+                              attention=args.attention or "location", log=_log)
+        return
     from attnmt.tasks.quickstart import run_quickstart
 
-    run_quickstart(Path(args.dir or "runs/quickstart"), steps=args.steps or 500, attention=args.attention, log=_log)
+    run_quickstart(Path(args.dir or "runs/quickstart"), steps=args.steps or 500, attention=args.attention or "bahdanau",
+                   log=_log)
 
 
 def cmd_align(args):
@@ -313,7 +340,8 @@ def cmd_serve(args):
                           max_chars=args.max_chars, max_tokens=args.max_tokens, max_beam=args.max_beam,
                           max_work=args.max_work, max_answer_values=args.max_answer_values,
                           timeout=args.timeout, max_batch=1 if args.no_batching else args.max_batch,
-                          batch_wait=args.max_batch_wait / 1000)
+                          batch_wait=args.max_batch_wait / 1000, max_audio_bytes=args.max_audio_bytes,
+                          max_audio_seconds=args.max_audio_seconds)
     bound = [] if args.host in ("0.0.0.0", "::", "[::]", "") else [args.host]  # one address: its name is trusted
     app = create_app([model_entry(d) for d in args.model_dir], limits, device=args.device,
                      allowed_hosts=bound + args.allowed_host)
@@ -388,15 +416,17 @@ def build_parser() -> argparse.ArgumentParser:
                              help="the output layer's product in bfloat16 (faster beam search on CPUs "
                                   "with AVX512-BF16/AMX; a few translations change)")
 
-    p = sub.add_parser("translate", help="translate lines from a file or stdin")
+    p = sub.add_parser("translate", help="translate lines from a file or stdin (speech models: lines of sound "
+                                         "file paths, transcribed)")
     decoding_options(p)
     p.add_argument("-i", "--input", help="input file (plain or .gz); default stdin")
     p.add_argument("-o", "--output", help="output file; default stdout")
     p.add_argument("--n-best", type=_positive, default=1, help="write the N best ('i ||| text ||| score')")
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="sacreBLEU and chrF against references, BLEU by source length; by default "
-                                        "on every test set of the model's config (data.test)")
+    p = sub.add_parser("evaluate", help="sacreBLEU and chrF against references, BLEU by source length (speech "
+                                        "models: CER and WER, by length); by default on every test set of the "
+                                        "model's config (data.test)")
     decoding_options(p)
     p.add_argument("--src", help="source file (with --ref)")
     p.add_argument("--ref", help="reference translations, line by line")
@@ -430,13 +460,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("quickstart", help="train a small attention model on dates and show its attention")
-    p.add_argument("--dir", help="where data, model and figures go (default runs/quickstart, or with --pairs "
-                                 "runs/quickstart-pairs)")
-    p.add_argument("--steps", type=_positive, help="training steps (default 500, with --pairs 600)")
-    p.add_argument("--attention", default="bahdanau", help="attention variant")
+    p = sub.add_parser("quickstart", help="train a small attention model on dates (or, with --speech, on speech "
+                                          "synthesized with espeak-ng) and show its attention")
+    p.add_argument("--dir", help="where data, model and figures go (default runs/quickstart, runs/quickstart-pairs "
+                                 "with --pairs, runs/quickstart-speech with --speech)")
+    p.add_argument("--steps", type=_positive, help="training steps (default 500; --pairs 600; --speech 800)")
+    p.add_argument("--attention", help="attention variant (default bahdanau; --speech location)")
     p.add_argument("--pairs", action="store_true", help="instead: the decomposable attention model on a synthetic "
                                                         "sentence-pair task (entailment, contradiction, neutral)")
+    p.add_argument("--speech", action="store_true", help="instead: speech recognition with location-aware attention "
+                                                          "on speech synthesized with espeak-ng (docs/speech.md)")
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("align", help="word alignments from the attention of forced decoding (Pharaoh format)")
@@ -520,13 +553,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a batch is decoded once no request has come for this many milliseconds")
     p.add_argument("--no-batching", action="store_true",
                    help="decode one /translate request at a time (same as --max-batch 1)")
+    p.add_argument("--max-audio-bytes", type=_positive, default=limits.max_audio_bytes,
+                   help="speech models: bytes of one sound file (sent as base64: raise --max-body-bytes with it)")
+    p.add_argument("--max-audio-seconds", type=_positive_float, default=limits.max_audio_seconds,
+                   help="speech models: seconds of one sound file")
     p.add_argument("--threads", type=_positive, help="torch threads for decoding (default: one per core)")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("plot", help="draw attention (heatmap, encoder states, decoder steps, GIF) or training "
                                     "curves as PNG/SVG files")
     p.add_argument("model_dir", help="folder of a trained model; for --curves alone also a metrics.jsonl file")
-    p.add_argument("sentence", nargs="?", help="source sentence to translate and draw")
+    p.add_argument("sentence", nargs="?", help="source sentence to translate and draw (speech models: a sound "
+                                               "file, drawn with its spectrogram)")
     device_option(p)
     p.add_argument("--out", metavar="FILE", help="attention heatmap (.png, .svg or .html; default "
                                                  "attention.png when no other figure is asked for)")

@@ -140,6 +140,36 @@ class ModelConfig(Section):
         return self
 
 
+class SpecAugment(Section):
+    """Masks on the normalised features during training (Park et al., 2019): up to
+    ``freq_width`` mel bins ``freq_masks`` times, up to ``time_width`` frames ``time_masks`` times."""
+
+    freq_masks: int = Field(2, ge=0)
+    freq_width: int = Field(10, ge=0)
+    time_masks: int = Field(2, ge=0)
+    time_width: int = Field(20, ge=0)
+
+
+class SpeechConfig(Section):
+    """task: speech: the audio features and the speech encoder (attnmt.data.audio, attnmt.models.speech)."""
+
+    sample_rate: int = Field(16000, ge=4000, le=96000)  # audio is resampled to this rate
+    n_mels: int = Field(80, gt=0, le=256)
+    window_ms: float = Field(25.0, gt=0, le=200)
+    hop_ms: float = Field(10.0, gt=0, le=100)
+    max_seconds: float = Field(30.0, gt=0, le=600)  # longer files are skipped (training) or refused
+    normalize: Literal["utterance", "global"] = "utterance"  # mean and variance of each bin
+    subsample: Literal[4, 8] = 4  # frames per encoder state: 2 or 3 convolutions of stride 2
+    conv_channels: int = Field(32, gt=0)
+    spec_augment: SpecAugment | None = None
+
+    @model_validator(mode="after")
+    def window_fits(self):
+        if self.sample_rate * self.window_ms / 1000 < 16:
+            raise ValueError(f"window_ms ({self.window_ms}) is under 16 samples at {self.sample_rate} Hz")
+        return self
+
+
 class TrainingConfig(Section):
     seed: int = 42
     threads: int | None = Field(None, gt=0)
@@ -150,7 +180,7 @@ class TrainingConfig(Section):
     lr_decay_patience: int = Field(2, ge=0)  # validations without improvement before decay
     min_learning_rate: float = Field(1e-6, ge=0)
     early_stopping_patience: int | None = Field(8, gt=0)  # validations; None = never stop early
-    early_stopping_metric: Literal["bleu", "loss", "accuracy"] = "bleu"  # accuracy: sentence pairs (task: pairs)
+    early_stopping_metric: Literal["bleu", "loss", "accuracy", "cer"] = "bleu"  # task: pairs: accuracy; speech: cer
     max_steps: int | None = Field(None, gt=0)
     max_epochs: int | None = Field(None, gt=0)
     max_minutes: float | None = Field(None, gt=0)
@@ -284,11 +314,39 @@ TASK_SECTIONS = {"pairs": {"data": PairDataConfig, "model": PairModelConfig}}  #
 
 class Config(Section):
     experiment_dir: Path
-    task: Literal["translation", "pairs"] = "translation"  # pairs: sentence-pair classification
+    # pairs: sentence-pair classification (the data and model sections below are PairDataConfig,
+    # PairModelConfig); speech: speech recognition (the speech section)
+    task: Literal["translation", "speech", "pairs"] = "translation"
     data: DataConfig | PairDataConfig
     model: ModelConfig | PairModelConfig = Field(default_factory=dict, validate_default=True)
     training: TrainingConfig
     decoding: DecodingConfig = DecodingConfig()
+    speech: SpeechConfig | None = None  # task: speech
+
+    @model_validator(mode="after")
+    def speech_settings(self):
+        """task: speech gets its section, character targets and CER for early stopping unless set;
+        its corpora are TSV files of audio paths and transcripts."""
+        if self.task != "speech":
+            if self.speech is not None:
+                raise ValueError("the speech section is for task: speech")
+            return self
+        self.speech = self.speech or SpeechConfig()
+        if "subwords" not in self.data.model_fields_set:
+            self.data.subwords = SubwordConfig(type="char", vocab_size=100, joint=False)
+        if self.data.subwords.joint:
+            raise ValueError("task: speech has no source text: set data.subwords.joint: false")
+        if "early_stopping_metric" not in self.training.model_fields_set:
+            self.training.early_stopping_metric = "cer"
+        if self.training.early_stopping_metric == "bleu":
+            raise ValueError("task: speech is scored by cer (or loss), not bleu: set training.early_stopping_metric")
+        if self.model.type != "rnn":
+            raise ValueError("task: speech uses the RNN decoder (model.type: rnn)")
+        for name, files in {"train": self.data.train, "dev": self.data.dev, **self.data.test}.items():
+            if files is not None and files.tsv is None:
+                raise ValueError(f"task: speech reads TSV files of audio paths and transcripts: give data.{name} "
+                                 "as {tsv: FILE}")
+        return self
 
     @field_validator("data", "model", mode="wrap")
     @classmethod
@@ -309,9 +367,10 @@ class Config(Section):
         tc = self.training
         if self.task == "pairs" and "early_stopping_metric" not in tc.model_fields_set:
             tc.early_stopping_metric = "accuracy"
-        if (tc.early_stopping_metric == "accuracy") != (self.task == "pairs"):
+        if (tc.early_stopping_metric == "accuracy") != (self.task == "pairs") or (
+                tc.early_stopping_metric == "cer" and self.task != "speech"):
             raise ValueError(f"training.early_stopping_metric: {tc.early_stopping_metric} is not a metric of task "
-                             f"{self.task} (translation: bleu or loss; pairs: accuracy or loss)")
+                             f"{self.task} (translation: bleu or loss; pairs: accuracy or loss; speech: cer or loss)")
         return self
 
 

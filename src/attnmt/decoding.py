@@ -79,10 +79,16 @@ def max_output_lengths(src_lengths: Tensor, ratio: float, offset: int) -> list[i
     return [max(1, int(ratio * n + offset)) for n in src_lengths.tolist()]
 
 
+def memory_lengths(memory) -> list[int]:
+    """The real positions of each sentence in the encoder's output: the source length, or fewer
+    when the encoder shortens its input (speech)."""
+    return memory.mask.sum(1).tolist()
+
+
 def _hypothesis(tokens: list[int], log_prob: float, attention: Tensor | None, alpha: float,
                 src_length: int) -> Hypothesis:
     """A hypothesis of ``tokens``, cut after its first EOS, with its attention rows over the real
-    source positions."""
+    positions of the encoder's output."""
     if EOS in tokens:
         tokens = tokens[: tokens.index(EOS) + 1]
     if attention is not None:
@@ -97,6 +103,7 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
     and leaves the batch, so later steps compute only the sentences still going."""
     batch = src.size(0)
     memory = model.encode(src, src_lengths)
+    memory_widths = memory_lengths(memory)
     state = model.init_state(memory)
     prev = torch.full((batch,), BOS, dtype=torch.long, device=src.device)
     limits = torch.tensor(max_lengths, device=src.device)
@@ -128,7 +135,7 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
     for i, length in enumerate(lengths):
         matrix = None if attention is None else attention[start:start + length]
         results.append([_hypothesis(tokens[start:start + length], float(log_probs[i]), matrix, alpha,
-                                    int(src_lengths[i]))])
+                                    memory_widths[i])])
         start += length
     return _checked(results)
 
@@ -183,13 +190,13 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     active = torch.arange(batch, device=device)  # sentence id of each group of k rows
     history = _History()
-    src_lengths_list = src_lengths.tolist()
+    memory_widths = memory_lengths(memory)
 
     def finish(t: int, sentences: list[int], rows: Tensor, tokens: Tensor, log_probs: list[float]):
         token_lists, attention = history.read(t, rows, tokens)
         for i, (sentence, log_prob) in enumerate(zip(sentences, log_probs)):
             matrix = None if attention is None else attention[i]
-            finished[sentence].append(_hypothesis(token_lists[i], log_prob, matrix, alpha, src_lengths_list[sentence]))
+            finished[sentence].append(_hypothesis(token_lists[i], log_prob, matrix, alpha, memory_widths[sentence]))
 
     for t in range(max(max_lengths)):
         step = model.decode_step(prev, state, memory)

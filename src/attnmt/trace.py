@@ -38,6 +38,10 @@ class DecodingTrace:
     encoder_states: np.ndarray  # (S, M): one row per source token
     steps: list[StepTrace]
     text: str  # the greedy translation
+    # Speech (attnmt.recognizer): the log-mels (frames, n_mels), frames per encoder state, ms per frame
+    features: np.ndarray | None = None
+    frames_per_state: int | None = None
+    hop_ms: float | None = None
 
     @property
     def tokens(self) -> list[str]:
@@ -53,15 +57,25 @@ class DecodingTrace:
 @torch.inference_mode()
 def trace(translator, text: str, top_k: int = 5, max_length: int | None = None) -> DecodingTrace:
     """Greedy decoding of one sentence, recording each step."""
+    src_ids = translator.src_subwords.encode([text])[0]
+    batch = make_batch([src_ids])
+    return trace_source(translator, batch.src, batch.src_lengths, text, translator.src_subwords.pieces(src_ids + [EOS]),
+                        top_k, max_length)
+
+
+@torch.inference_mode()
+def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, source: str, source_tokens: list[str],
+                 top_k: int = 5, max_length: int | None = None) -> DecodingTrace:
+    """Greedy decoding of one source given as a batch of one (token ids, or audio features),
+    recording each step; ``source_tokens`` label its encoder states."""
     model = translator.model
     model.eval()
-    src_ids = translator.src_subwords.encode([text])[0]
     device = next(model.parameters()).device
-    batch = make_batch([src_ids]).to(device)
-    memory = model.encode(batch.src, batch.src_lengths)
+    src, src_lengths = src.to(device), src_lengths.to(device)
+    memory = model.encode(src, src_lengths)
     state = model.init_state(memory)
     dc = translator.config.decoding
-    limit = max_length or int(dc.max_length_ratio * batch.src.size(1) + dc.max_length_offset)
+    limit = max_length or int(dc.max_length_ratio * src.size(1) + dc.max_length_offset)
     prev = torch.tensor([BOS], device=device)
     steps = []
     for _ in range(limit):
@@ -79,8 +93,8 @@ def trace(translator, text: str, top_k: int = 5, max_length: int | None = None) 
             break
         prev = torch.tensor([best], device=device)
     ids = [s.token_id for s in steps]
-    return DecodingTrace(text, translator.src_subwords.pieces(src_ids + [EOS]), memory.states[0].float().numpy().copy(),
-                         steps, translator.tgt_subwords.decode(ids))
+    return DecodingTrace(source, source_tokens, memory.states[0].float().numpy().copy(), steps,
+                         translator.tgt_subwords.decode(ids))
 
 
 def _row(batch_of_one: torch.Tensor | None) -> np.ndarray | None:

@@ -61,9 +61,12 @@ def _batch(src, tgt, indices, source_width_multiple: int) -> Batch:
     src_ids, src_lengths = pad([s + [EOS] for s in src], source_width_multiple)
     if tgt is None:
         return Batch(src_ids, src_lengths, indices=indices)
-    tgt_in, _ = pad([[BOS] + t for t in tgt])
-    tgt_out, _ = pad([t + [EOS] for t in tgt])
-    return Batch(src_ids, src_lengths, tgt_in, tgt_out, indices)
+    return Batch(src_ids, src_lengths, *target_tensors(tgt), indices)
+
+
+def target_tensors(tgt: list[list[int]]) -> tuple[Tensor, Tensor]:
+    """The decoder's inputs (BOS y_1 ... y_n) and outputs (y_1 ... y_n EOS), padded."""
+    return pad([[BOS] + t for t in tgt])[0], pad([t + [EOS] for t in tgt])[0]
 
 
 def split_by_budget(order: list[int], sizes: list[int], batch_size: int,

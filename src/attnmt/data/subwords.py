@@ -65,16 +65,28 @@ def train_subwords(sources: list[str], targets: list[str], config: SubwordConfig
                    seed: int = 0) -> tuple[Subwords, Subwords]:
     """Trains the sentencepiece model(s) on the training corpus and stores them in ``folder/spm``."""
     src_path, tgt_path = subword_paths(folder, config.joint)
-    try:
-        src_path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise AttnmtError(f"cannot create the folder {src_path.parent}: {e.strerror or e}") from None
+    _make_folder(src_path.parent)
     if config.joint:
         _train_one(sources + targets, config, src_path, seed)
     else:
         _train_one(sources, config, src_path, seed)
         _train_one(targets, config, tgt_path, seed)
     return Subwords(src_path), Subwords(tgt_path)
+
+
+def train_target_subwords(targets: list[str], config: SubwordConfig, folder: Path, seed: int = 0) -> Subwords:
+    """The target side alone, ``folder/spm/tgt.model`` (speech: the source is audio)."""
+    _, tgt_path = subword_paths(folder, False)
+    _make_folder(tgt_path.parent)
+    _train_one(targets, config, tgt_path, seed)
+    return Subwords(tgt_path)
+
+
+def _make_folder(folder: Path):
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AttnmtError(f"cannot create the folder {folder}: {e.strerror or e}") from None
 
 
 def load_subwords(folder: Path, joint: bool) -> tuple[Subwords, Subwords]:

@@ -15,16 +15,17 @@ RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
 
 
 class RNNEncoder(nn.Module):
-    """Embeddings, then a (bi)directional GRU or LSTM.
+    """Embeddings, then a (bi)directional GRU or LSTM. Without a vocabulary (``vocab_size``
+    None) it reads vectors of ``embedding_size`` instead of token ids (the speech encoder's).
 
     With two directions, the state of token j is [h_j forward; h_j backward] as in
     Bahdanau et al. (2014), so it summarises the words before and after it.
     """
 
-    def __init__(self, vocab_size: int, embedding_size: int, hidden_size: int, num_layers: int,
+    def __init__(self, vocab_size: int | None, embedding_size: int, hidden_size: int, num_layers: int,
                  bidirectional: bool, rnn_type: str, dropout: float, pad_id: int = 0):
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_id)
+        self.embed = None if vocab_size is None else nn.Embedding(vocab_size, embedding_size, padding_idx=pad_id)
         self.rnn = RNNS[rnn_type](embedding_size, hidden_size, num_layers, batch_first=True,
                                   bidirectional=bidirectional, dropout=dropout if num_layers > 1 else 0.0)
         self.dropout = Dropout(dropout)
@@ -36,11 +37,14 @@ class RNNEncoder(nn.Module):
         States at padding positions are meaningless (the attention masks them); ``final`` is the
         state after the last real token of the top layer, directions concatenated (the backward
         direction ends after the first token)."""
-        x = self.dropout(self.embed(src))
-        lengths = lengths.to(src.device)
+        return self.read(self.dropout(self.embed(src)), lengths)
+
+    def read(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The RNN over vectors x (B,S,embedding_size) -> states, final (see forward)."""
+        lengths = lengths.to(x.device)
         # Under CPU autocast nn.GRU runs in float32 anyway, and nn.LSTM fails (oneDNN makes no bf16
         # LSTM of autocast's mixed types): both run in float32.
-        with torch.autocast("cpu", enabled=False) if src.device.type == "cpu" else nullcontext():
+        with torch.autocast("cpu", enabled=False) if x.device.type == "cpu" else nullcontext():
             states = self._unpacked(x, lengths) if speed.enabled() else self._packed(x, lengths)
         final = states[torch.arange(states.size(0), device=states.device), lengths - 1]
         if self.rnn.bidirectional:

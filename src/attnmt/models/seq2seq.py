@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmt import speed
-from attnmt.config import ModelConfig
+from attnmt.config import ModelConfig, SpeechConfig
 from attnmt.data.subwords import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
 from attnmt.errors import AttnmtError
 from attnmt.models.attention import build_attention
@@ -22,9 +22,7 @@ class Seq2Seq(EncoderDecoder):
     def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
         self.config = config
-        self.encoder = RNNEncoder(src_vocab_size, config.embedding_size, config.encoder_hidden,
-                                  config.encoder_layers, config.bidirectional, config.rnn_type,
-                                  config.dropout, pad_id=PAD)
+        self.encoder = self.build_encoder(config, src_vocab_size)
         memory_size = self.encoder.output_size
         attention = build_attention(config.attention, config.decoder_hidden, memory_size,
                                     config.attention_size, config.location_channels,
@@ -42,12 +40,19 @@ class Seq2Seq(EncoderDecoder):
                                  f"({config.decoder_hidden} != {config.embedding_size})")
             self.generator.weight = self.tgt_embed.weight
 
+    def build_encoder(self, config: ModelConfig, src_vocab_size: int) -> nn.Module:
+        """The encoder: anything with ``output_size`` that maps (src, lengths) to (states, final)
+        or, when it shortens the source, (states, final, new lengths)."""
+        return RNNEncoder(src_vocab_size, config.embedding_size, config.encoder_hidden, config.encoder_layers,
+                          config.bidirectional, config.rnn_type, config.dropout, pad_id=PAD)
+
     def _init_weights(self, init_range: float):
         if init_range > 0:  # uniform init as in OpenNMT; it trains faster than xavier here
             for p in self.parameters():
                 nn.init.uniform_(p, -init_range, init_range)
         with torch.no_grad():
-            self.encoder.embed.weight[PAD].zero_()
+            if getattr(self.encoder, "embed", None) is not None:
+                self.encoder.embed.weight[PAD].zero_()
             self.tgt_embed.weight[PAD].zero_()
 
     @property
@@ -55,11 +60,12 @@ class Seq2Seq(EncoderDecoder):
         return self.decoder.attention is not None
 
     def encode(self, src: Tensor, lengths: Tensor) -> Memory:
-        states, final = self.encoder(src, lengths)
+        states, final, *shortened = self.encoder(src, lengths)
+        lengths = shortened[0] if shortened else lengths
         states = speed.cast_for_autocast(states)
         attention = self.decoder.attention
         keys = None if attention is None else attention.project_keys(states)
-        return Memory(states, keys, source_mask(lengths.to(src.device), src.size(1)), final)
+        return Memory(states, keys, source_mask(lengths.to(src.device), states.size(1)), final)
 
     def init_state(self, memory: Memory) -> DecoderState:
         return self.decoder.init_state(memory)
@@ -77,11 +83,16 @@ class Seq2Seq(EncoderDecoder):
         return self.output_dropout(attentional), weights
 
 
-def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq | Transformer:
+def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int,
+                speech: SpeechConfig | None = None) -> Seq2Seq | Transformer:
     """The model of ``config.type``: an RNN encoder-decoder or a Transformer, same interface
-    (attnmt.models.base.EncoderDecoder)."""
+    (attnmt.models.base.EncoderDecoder); with ``speech`` (task: speech), the speech encoder's."""
     speed.configure()  # before the model's first computation
     try:
+        if speech is not None:
+            from attnmt.models.speech import SpeechModel
+
+            return SpeechModel(config, speech, tgt_vocab_size)
         if config.type == "transformer":
             return Transformer(config, src_vocab_size, tgt_vocab_size)
         return Seq2Seq(config, src_vocab_size, tgt_vocab_size)

@@ -22,13 +22,17 @@ class ServerLimits:
     timeout: float = 30.0  # seconds for one request from its arrival, waiting for the model included (503 above)
     max_batch: int = 64  # sentences decoded together by dynamic batching; 1 = one request at a time
     batch_wait: float = 0.005  # seconds the batcher waits for more requests after the first of a batch
+    max_audio_bytes: int = 2_000_000  # speech models: one sound file, decoded from base64 (about 60 s of 16 kHz WAV)
+    max_audio_seconds: float = 30.0  # speech models: duration of one sound file
 
     def __post_init__(self):
         for name in ("max_body_bytes", "max_sentences", "max_chars", "max_tokens", "max_beam", "max_top_k",
-                     "max_work", "max_answer_values", "max_batch"):
+                     "max_work", "max_answer_values", "max_batch", "max_audio_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise AttnmtError(f"server limit {name} must be a positive integer, got {value!r}")
+        if not self.max_audio_seconds > 0:
+            raise AttnmtError(f"server limit max_audio_seconds must be positive, got {self.max_audio_seconds!r}")
         if not self.timeout > 0:
             raise AttnmtError(f"server limit timeout must be positive, got {self.timeout!r}")
         if not 0 <= self.batch_wait < self.timeout:

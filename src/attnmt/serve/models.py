@@ -85,10 +85,10 @@ class LoadedModel:
         none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
                               "norm"))
         if self.task == "pairs":
-            return ModelInfo(name=self.name, type="decomposable", attention="decomposable", encoder_layers=0,
-                             decoder_layers=0, beam=0, labels=self.translator.labels, **none)
-        common = dict(name=self.name, type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
-                      beam=self.translator.config.decoding.beam)
+            return ModelInfo(name=self.name, task="pairs", type="decomposable", attention="decomposable",
+                             encoder_layers=0, decoder_layers=0, beam=0, labels=self.translator.labels, **none)
+        common = dict(name=self.name, task=self.task, type=m.type, encoder_layers=m.encoder_layers,
+                      decoder_layers=m.decoder_layers, beam=self.translator.config.decoding.beam)
         if m.type == "transformer":
             return ModelInfo(**common, **{**none, "attention": "multi-head", "d_model": m.d_model, "heads": m.heads,
                                           "feed_forward": m.feed_forward, "norm": m.norm})

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import Response
 
 from attnmt.decoding import max_output_lengths
+from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.bodies import StrictJSONRoute
 from attnmt.serve.limits import ServerLimits, work
 from attnmt.serve.models import LoadedModel
@@ -64,6 +65,8 @@ def check_tokens(model: LoadedModel, texts: list[str], limits: ServerLimits, sin
                  side: str = "src") -> list[int]:
     """The subword token count of each text; 422 for a text over the limit (the model's unit of
     work: its cost grows with them, and a character count says little about it for a BPE model)."""
+    if model.task == "speech":
+        raise HTTPException(422, f"'{model.name}' is a speech model: /translate and /trace take its audio")
     if model.task == "pairs":
         subwords = model.translator.subwords
     else:
@@ -136,6 +139,10 @@ async def answer(schema: type[Answer], result, limits: ServerLimits, reduce: str
 
 async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     # Through the model's batcher: decoded together with concurrent requests.
+    if body.audio is not None or model.task == "speech":
+        translations = await transcribe(body, model, limits, deadline)
+        return await answer(TranslateResponse, {"translations": translations}, limits, model=model.name,
+                            reduce='ask for "attention": false, a smaller n_best, or fewer or shorter sound files')
     texts = [body.text] if isinstance(body.text, str) else list(body.text)
     beam = body.beam if body.beam is not None else min(model.translator.config.decoding.beam, limits.max_beam)
     if body.n_best > beam:
@@ -153,8 +160,11 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
 
 
 async def trace(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
-    check_work(check_tokens(model, [body.text], limits, single=True), 1, limits)
-    result = await model.run(model.translator.trace, body.text, body.top_k, deadline=deadline)
+    if body.audio is not None or model.task == "speech":
+        result = await trace_audio(body, model, limits, deadline)
+    else:
+        check_work(check_tokens(model, [body.text], limits, single=True), 1, limits)
+        result = await model.run(model.translator.trace, body.text, body.top_k, deadline=deadline)
     return await answer(TraceResponse, result, limits, model=model.name, reduce="send a shorter text")
 
 

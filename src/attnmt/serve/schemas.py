@@ -16,7 +16,8 @@ from functools import partial
 from typing import Annotated, Any, Literal, NamedTuple, Optional, TypeVar, Union
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
+                      model_validator)
 
 from attnmt.serve.limits import ServerLimits
 
@@ -79,6 +80,9 @@ class ModelInfo(Strict):
 
     name: str = Field(description="the model's name (its folder's name, or NAME of `attnmt serve NAME=DIR`); "
                                   "the `model` of requests")
+    task: Literal["translation", "speech", "pairs"] = Field(
+        "translation", description="speech: the model transcribes audio (`audio` of /translate and /trace); "
+                                   "pairs: a sentence-pair classifier (/classify)")
     type: Literal["rnn", "transformer", "decomposable"] = Field(
         description="rnn: encoder-decoder RNN with one attention; transformer: layers of multi-head attention "
                     "(/attention); decomposable: a sentence-pair classifier (/classify; the other fields null or 0)")
@@ -136,6 +140,10 @@ class TraceResponse(Answer):
     tokens: list[str]
     encoder_states: Matrix = Field(description="one row h_j per source token")
     steps: list[StepOut]
+    features: Optional[Matrix] = Field(None, description="speech: the log-mel features, one row of mel bins per "
+                                                         "frame (the spectrogram)")
+    frames_per_state: Optional[int] = Field(None, description="speech: feature frames per encoder state")
+    hop_ms: Optional[float] = Field(None, description="speech: milliseconds between two frames")
 
 
 class BeamNodeOut(Answer):
@@ -207,10 +215,21 @@ def _text_kind(value: Any) -> Optional[str]:
     return None
 
 
+def _text_or_audio(request):
+    if (request.text is None) == (request.audio is None):
+        raise ValueError("give text (translation models) or audio (speech models), one of them")
+    return request
+
+
 def request_models(limits: ServerLimits) -> RequestModels:
     """The request bodies, with the limits as Field constraints (so /docs shows them)."""
     Sentence = Annotated[str, Field(min_length=1, max_length=limits.max_chars, strict=True),
                          AfterValidator(_not_blank)]
+    # A sound file in base64: 4 characters for 3 bytes.
+    Audio = Annotated[str, Field(min_length=1, max_length=-(-limits.max_audio_bytes // 3) * 4, strict=True)]
+    audio_field = Field(None, description=f"speech models: a sound file (WAV, FLAC, ...) in base64, at most "
+                                          f"{limits.max_audio_bytes:,} bytes and {limits.max_audio_seconds:g} s; "
+                                          "instead of text")
     ModelName = Optional[str]
     model_field = Field(None, description="model name (see /models); default: the first model")
 
@@ -220,19 +239,24 @@ def request_models(limits: ServerLimits) -> RequestModels:
                   Annotated[list[Sentence], Field(min_length=1, max_length=limits.max_sentences), Tag("list")]],
             Discriminator(_text_kind, custom_error_type="text_type",
                           custom_error_message="text must be a string or a list of strings"),
-        ] = Field(description=f"one sentence, or a list of 1 to {limits.max_sentences} sentences; "
-                              f"each 1 to {limits.max_chars} characters, not only whitespace")
+        ] = Field(None, description=f"one sentence, or a list of 1 to {limits.max_sentences} sentences; "
+                                    f"each 1 to {limits.max_chars} characters, not only whitespace")
+        audio: Optional[Union[Audio, Annotated[list[Audio], Field(min_length=1, max_length=limits.max_sentences)]]] \
+            = audio_field
         model: ModelName = model_field
         beam: Optional[int] = Field(None, ge=1, le=limits.max_beam, strict=True,
                                     description="beam size (1 = greedy); default: the model's")
         n_best: int = Field(1, ge=1, le=limits.max_beam, strict=True,
                             description="candidates per sentence, at most beam")
         attention: bool = Field(True, strict=True, description="include the attention matrices")
+        one_source = model_validator(mode="after")(_text_or_audio)
 
     class TraceRequest(Strict):
-        text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
+        text: Optional[Sentence] = Field(None, description=f"one sentence of 1 to {limits.max_chars} characters")
+        audio: Optional[Audio] = audio_field
         model: ModelName = model_field
         top_k: int = Field(5, ge=1, le=limits.max_top_k, strict=True, description="next-token candidates per step")
+        one_source = model_validator(mode="after")(_text_or_audio)
 
     class BeamRequest(Strict):
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")

@@ -6,7 +6,7 @@
 //   heatmap.js  the attention heatmap           panels.js  the translation panels (two to compare)
 //   steps.js    the decoding step by step       beam.js    the beam search tree (layout, drawing)
 //   layers.js   a Transformer's layers and heads   words.js   subword pieces merged into words
-//   pairs.js    a sentence-pair model (/classify)
+//   pairs.js    a sentence-pair model (/classify)   speech.js  audio: spectrogram, attention, steps
 
 import { api, ApiError } from "./api.js";
 import { renderBeam, renderBeamError } from "./beam.js";
@@ -14,6 +14,7 @@ import { $, clear, el } from "./dom.js";
 import { LayersView } from "./layers.js";
 import { PairView } from "./pairs.js";
 import { describeModel, renderPanel, renderPanelError } from "./panels.js";
+import { SpeechView } from "./speech.js";
 import { StepView } from "./steps.js";
 
 const TOP_K = 5;
@@ -26,6 +27,7 @@ const state = {
 const steps = new StepView();
 const layers = new LayersView();
 const pairs = new PairView();
+const speech = new SpeechView();
 
 function modelByName(name) {
   return state.models.find((m) => m.name === name);
@@ -57,7 +59,25 @@ function setBusy(busy) {
 // ---------------------------------------------------------------------------------------------
 // the main action: every view of one sentence, asked for at once
 
+async function transcribe(model, beam) {
+  document.body.dataset.state = "busy";
+  setBusy(true);
+  showErrors([]);
+  try {
+    await speech.transcribe(model, beam);
+    document.body.dataset.state = "done";
+  } catch (err) {
+    showErrors([err]);
+    document.body.dataset.state = "error";
+  }
+  setBusy(false);
+}
+
 async function translateAll() {
+  if (modelByName($("model").value)?.task === "speech") {
+    const beamValue = $("beam").value.trim();
+    return transcribe($("model").value, beamValue === "" ? null : Number(beamValue));
+  }
   const text = $("source").value;
   const modelA = $("model").value || null;
   const compare = $("compare").checked && $("model-b").value;
@@ -138,6 +158,7 @@ function onModelChange() {
   const m = modelByName($("model").value);
   pairs.toggle(m);
   if (m) $("beam").value = String(m.beam);
+  speech.setVisible(m?.task === "speech");
   const lines = [describeModel(m)];
   if ($("compare").checked) lines.push(`vs ${$("model-b").value}: ${describeModel(modelByName($("model-b").value))}`);
   $("model-info").textContent = lines.join("  ·  ");

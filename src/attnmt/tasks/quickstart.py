@@ -40,16 +40,17 @@ def quickstart_config(folder: Path, steps: int, attention: str) -> dict:
     }
 
 
-def attention_as_text(translation: Translation) -> str:
-    """The attention matrix drawn with shade characters: one row per output token."""
+def _label(piece: str) -> str:
+    return "␣" if piece in ("▁", " ") else ("$" if piece == "</s>" else piece.replace("▁", "")[:1] or "?")
+
+
+def attention_as_text(translation: Translation, header: str | None = None) -> str:
+    """The attention matrix drawn with shade characters: one row per output token, one column per
+    source token (``header`` labels the columns; default: the source tokens' first characters)."""
     if translation.attention is None:
         return "(no attention: this model reads one fixed context vector)"
-
-    def label(piece: str) -> str:
-        return "␣" if piece in ("▁", " ") else ("$" if piece == "</s>" else piece.replace("▁", "")[:1] or "?")
-
-    return shades([label(p) for p in translation.tokens], [label(p) for p in translation.source_tokens],
-                  translation.attention)
+    columns = list(header) if header is not None else [_label(p) for p in translation.source_tokens]
+    return shades([_label(p) for p in translation.tokens], columns, translation.attention)
 
 
 def shades(rows: list[str], columns: list[str], matrix) -> str:

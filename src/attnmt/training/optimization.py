@@ -47,5 +47,5 @@ def make_scheduler(optimizer: torch.optim.Optimizer, tc: TrainingConfig):
 
 
 def higher_is_better(tc: TrainingConfig) -> bool:
-    """Whether the early-stopping metric improves upwards (BLEU, accuracy) or downwards (loss)."""
+    """Whether the early-stopping metric improves upwards (BLEU, accuracy) or downwards (loss, CER)."""
     return tc.early_stopping_metric in ("bleu", "accuracy")

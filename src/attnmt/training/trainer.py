@@ -1,5 +1,6 @@
 """``attnmt train``: the processes, then the data, model and validation of a translation
-experiment (or of a sentence-pair one, task: pairs: attnmt.training.pairs), then the loop."""
+experiment (or of a sentence-pair one, task: pairs: attnmt.training.pairs, or of a speech one, task:
+speech: attnmt.training.speech), then the loop."""
 
 from __future__ import annotations
 
@@ -36,6 +37,12 @@ class Trainer:
         torch.manual_seed(tc.seed)
         if config.task == "pairs":
             self.loop = pair_training_loop(config, self.device, self.processes, log, progress)
+        elif config.task == "speech":
+            from attnmt.training.speech import speech_parts
+
+            parts = speech_parts(config, self.device, self.processes, log)
+            self.loop = TrainingLoop(config, parts.setup, parts.sizes, parts.make_batch, parts.validation,
+                                     parts.summary, processes=self.processes, log=log, progress=progress)
         else:
             self.data = prepare_data(config, self.processes, log)
             setup = setup_translation(config, self.data, self.device, self.processes)
@@ -63,6 +70,8 @@ class Trainer:
         precision, recall and F1, confusion matrix."""
         if self.config.task == "pairs":
             reports, records = pair_test_scores(self.config, self.device, self.log)
+        elif self.config.task == "speech":
+            reports, records = self.speech_test_scores()
         else:
             reports, records = self.translation_test_scores()
         atomic_write_text(self.config.experiment_dir / "test-scores.json", json.dumps(reports, indent=2) + "\n")
@@ -83,6 +92,22 @@ class Trainer:
                             "sentences": report["sentences"], "beam": report["beam"]})
             self.log(f"test set {name}: BLEU {report['bleu']['score']:.2f}, chrF {report['chrf']['score']:.2f} "
                      f"({report['sentences']} sentences, beam {report['beam']})")
+        return summary, records
+
+    def speech_test_scores(self) -> tuple[dict, list[dict]]:
+        from attnmt.api import load
+        from attnmt.error_rates import speech_test_set_reports
+
+        recognizer = load(self.config.experiment_dir, device=self.device)
+        reports = speech_test_set_reports(recognizer, recognizer.test_sets, log=self.log,
+                                          cache=self.config.experiment_dir / "features")
+        summary = {name: {key: value for key, value in report.items() if key != "hypotheses"}
+                   for name, report in reports.items()}
+        records = []
+        for name, report in summary.items():
+            records.append({"name": name, **{k: report[k] for k in ("cer", "wer", "beam")}})
+            self.log(f"test set {name}: CER {report['cer']:.2f}%, WER {report['wer']:.2f}% "
+                     f"({report['utterances']} utterances, beam {report['beam']})")
         return summary, records
 
 

@@ -106,12 +106,14 @@ class DevScores:
 
 
 @torch.inference_mode()
-def evaluate_loss(model: EncoderDecoder, data: EncodedCorpus, batch_size: int) -> dict:
+def evaluate_loss(model: EncoderDecoder, data, batch_size: int, make_batch=translation_batch) -> dict:
+    """Loss and perplexity per target token of ``data`` (anything with sizes() that
+    ``make_batch(data, indices)`` cuts into batches)."""
     model.eval()
     total, tokens = 0.0, 0
     device = next(model.parameters()).device
     for indices in inference_batches(data.sizes(), batch_size):
-        batch = translation_batch(data, indices).to(device)
+        batch = make_batch(data, indices).to(device)
         total += float(sequence_loss(model, batch))
         tokens += batch.target_tokens
     loss = total / max(tokens, 1)
@@ -121,11 +123,19 @@ def evaluate_loss(model: EncoderDecoder, data: EncodedCorpus, batch_size: int) -
 def translate_ids(model: EncoderDecoder, src_ids: list[list[int]], tgt_sw: Subwords, config: Config,
                   beam: int = 1) -> list[str]:
     """Best translation (text) of each encoded source sentence, in the input order."""
+    return best_outputs(model, [len(s) for s in src_ids], lambda indices: make_batch([src_ids[i] for i in indices]),
+                        tgt_sw, config, beam)
+
+
+def best_outputs(model: EncoderDecoder, sizes: list[int], source_batch: Callable[[list[int]], Batch],
+                 tgt_sw: Subwords, config: Config, beam: int = 1) -> list[str]:
+    """Best output text of each of len(sizes) sources, in the input order; ``source_batch(indices)``
+    is a batch of those sources (token ids, or audio features)."""
     model.eval()
     dc = config.decoding
-    out: list[str] = [""] * len(src_ids)
-    for indices in inference_batches([len(s) for s in src_ids], dc.batch_size):
-        batch = make_batch([src_ids[i] for i in indices]).to(next(model.parameters()).device)
+    out: list[str] = [""] * len(sizes)
+    for indices in inference_batches(sizes, dc.batch_size):
+        batch = source_batch(indices).to(next(model.parameters()).device)
         results = decode(model, batch.src, batch.src_lengths, beam=beam, alpha=dc.length_penalty,
                          max_length_ratio=dc.max_length_ratio, max_length_offset=dc.max_length_offset)
         for i, hyps in zip(indices, results):

@@ -1,0 +1,82 @@
+"""Figures of speech recognition: the attention above the spectrogram, on one time axis.
+
+Each encoder state covers ``frames_per_state`` frames of ``hop_ms``, so the attention of output
+character t over the states is drawn as a row whose cells span the same seconds as the frames
+below: where the decoder listened while writing each character.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from attnmt.viz.figures import HIGHLIGHT, _figure
+
+SPACE = "␣"
+
+
+def _seconds(obj) -> tuple[float, float]:
+    """Seconds per feature frame and per encoder state."""
+    frame = obj.hop_ms / 1000
+    return frame, frame * obj.frames_per_state
+
+
+def _char_labels(tokens: list[str]) -> list[str]:
+    return [SPACE if t in ("▁", " ") else "</s>" if t == "</s>" else t.replace("▁", SPACE) for t in tokens]
+
+
+def _spectrogram(ax, features: np.ndarray, frame: float):
+    ax.imshow(features.T, origin="lower", aspect="auto", cmap="magma", interpolation="nearest",
+              extent=(0, features.shape[0] * frame, 0, features.shape[1]))
+    ax.set_ylabel("mel bin", fontsize=9)
+    ax.set_xlabel("time (s)", fontsize=9)
+
+
+def spectrogram_attention(transcription, title: str | None = None) -> Figure:
+    """Attention (rows: output characters; columns: encoder states, placed on the time axis) above
+    the log-mel spectrogram of the utterance. Takes a recognizer's Transcription or DecodingTrace."""
+    features = np.asarray(transcription.features)
+    attention = np.asarray(transcription.attention)
+    frame, state = _seconds(transcription)
+    labels = _char_labels(transcription.tokens)
+    seconds = features.shape[0] * frame
+    height = 1.6 + 0.22 * len(labels) + 1.8
+    fig = _figure(max(6.0, min(16.0, 2.0 + seconds * 2.5)), height)
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[0.22 * len(labels) + 0.4, 1.8])
+    top.set_label("attention")
+    top.imshow(attention, aspect="auto", cmap="Blues", vmin=0, vmax=1, interpolation="nearest",
+               extent=(0, attention.shape[1] * state, len(labels) - 0.5, -0.5))
+    top.set_yticks(range(len(labels)), labels, fontsize=8)
+    top.set_ylabel("output characters", fontsize=9)
+    bottom.set_label("spectrogram")
+    _spectrogram(bottom, features, frame)
+    bottom.set_xlim(0, seconds)
+    if title:
+        fig.suptitle(title, fontsize=11, parse_math=False)
+    return fig
+
+
+def speech_step_figure(trace, step: int) -> Figure:
+    """Decoder step ``step`` of a speech trace: the attention weights a_j over time above the
+    spectrogram, and the most probable next characters."""
+    from attnmt.viz.figures import _check_step
+
+    _check_step(trace, step)
+    s = trace.steps[step]
+    frame, state = _seconds(trace)
+    features = np.asarray(trace.features)
+    fig = _figure(max(6.0, min(16.0, 2.0 + features.shape[0] * frame * 2.5)), 5.0)
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[1.2, 1.8])
+    top.set_label("weights")
+    if s.weights is not None:
+        weights = np.asarray(s.weights)
+        top.bar(np.arange(len(weights)) * state, weights, width=state, align="edge", color=HIGHLIGHT)
+    top.set_ylim(0, 1)
+    top.set_ylabel("attention a_j", fontsize=9)
+    written = "".join(_char_labels(trace.tokens[:step]))
+    candidates = ", ".join(f"{_char_labels([token])[0]} {p:.2f}" for token, p in s.top_k)
+    top.set_title(f"step {step}: after {written!r} writes {_char_labels([s.token])[0]!r}  (top: {candidates})",
+                  fontsize=9, parse_math=False)
+    _spectrogram(bottom, features, frame)
+    bottom.set_xlim(0, features.shape[0] * frame)
+    return fig

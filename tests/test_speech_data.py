@@ -1,0 +1,108 @@
+"""The corpora of the speech task: espeak-ng's synthesized speech (its voices, the quick start), the
+digit strings of real speech made from FSDD, and longer utterances made by joining others."""
+
+import shutil
+
+import pytest
+import soundfile
+
+from attnmt.cli import main
+from attnmt.data.audio import read_speech_tsv
+from attnmt.tasks import digits, speech
+
+from conftest import require, shared_data
+
+
+def espeak():
+    require(shutil.which("espeak-ng") is not None, "espeak-ng not found: the speech corpus is synthesized with it "
+                                                   "(Debian: apt-get install espeak-ng, as .ci/run does)")
+
+
+def columns(tsv):
+    return [line.split("\t") for line in tsv.read_text(encoding="utf-8").splitlines()]
+
+
+def test_number_words():
+    assert [speech.number_words(n) for n in (0, 7, 13, 40, 42, 100, 305, 999)] == [
+        "zero", "seven", "thirteen", "forty", "forty two", "one hundred", "three hundred five",
+        "nine hundred ninety nine"]
+
+
+def test_spoken_corpus_has_unseen_voices_in_its_test_set_only(tmp_path):
+    espeak()
+    paths = speech.write_spoken_corpus(tmp_path, n_train=6, n_dev=2, n_test=6, seed=3, log=lambda m: None)
+    seen_languages = set(speech.SEEN_LANGUAGES)
+    train, test = columns(paths["train"]), columns(paths["test"])
+    assert len(train) == 6 and len(test) == 6 and len(columns(paths["dev"])) == 2
+    for wav, text, voice, wpm, pitch in train:
+        language, variant = voice.split("+")
+        assert language in seen_languages and variant in speech.SEEN_VARIANTS
+        assert speech.SEEN_SPEEDS[0] <= int(wpm) <= speech.SEEN_SPEEDS[1]
+        assert speech.PITCHES[0] <= int(pitch) <= speech.PITCHES[1]
+        assert soundfile.info(tmp_path / wav).duration > 0.3 and text == text.lower()
+    unseen = [row for row in test if row[2].split("+")[0] not in seen_languages]
+    assert len(unseen) == 3 and all(int(row[3]) >= speech.UNSEEN_SPEEDS[0] for row in unseen)
+    assert speech.write_spoken_corpus(tmp_path, 6, 2, 6, seed=3) == paths  # already there: not made again
+
+
+def test_quickstart_speech_without_espeak_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert main(["quickstart", "--speech", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "espeak-ng is not installed" in err and "apt-get install espeak-ng" in err
+
+
+@pytest.mark.slow
+def test_quickstart_speech_end_to_end(tmp_path, capsys):
+    """The quick start on a small corpus and a few steps: it synthesizes, trains, scores the held-out
+    speech and draws an alignment (the real one is 2,950 utterances and 800 steps)."""
+    espeak()
+    from attnmt.tasks.speech_quickstart import run_speech_quickstart
+
+    messages = []
+    result = run_speech_quickstart(tmp_path, steps=6, sizes=(24, 4, 6), log=messages.append, progress=False)
+    out = capsys.readouterr().out
+    assert result["report"]["utterances"] == 6
+    assert any(m.startswith("\nheld-out speech") and "CER" in m for m in messages)
+    assert "each row an output character, each column 80 ms of audio" in out
+    assert (tmp_path / "attention.json").is_file() and (tmp_path / "model" / "test-scores.json").is_file()
+
+
+def test_digit_strings_from_real_speech(tmp_path):
+    fsdd = shared_data("speech", "fsdd")
+    paths = digits.write_digit_corpus(fsdd, tmp_path, n_train=30, n_dev=5, n_test=8, log=lambda m: None)
+    for name, tsv in paths.items():
+        rows = columns(tsv)
+        assert len(rows) == (30 if name == "train" else 5 if name == "dev" else 8)
+        for wav, text, speaker, sources in rows:
+            words = text.split()
+            low, high = (4, 8) if "long" in name else (1, 3)
+            assert low <= len(words) <= high and all(w in digits.WORDS for w in words)
+            assert (speaker == "theo") == name.endswith("speaker")
+            recordings = sources.split("+")
+            assert [digits.WORDS[int(r.split("_")[0])] for r in recordings] == words
+            assert all(r.split("_")[1] == speaker for r in recordings)
+            indices = {int(r.split("_")[2].removesuffix(".wav")) for r in recordings}
+            if name in ("dev", "test-long"):
+                assert indices <= set(digits.HELD_OUT)
+            if name == "train":
+                assert not indices & set(digits.HELD_OUT)  # dev and test-long recordings never trained on
+            assert soundfile.info(tmp_path / wav).duration > 0.2
+    again = digits.write_digit_corpus(fsdd, tmp_path / "again", n_train=30, n_dev=5, n_test=8, log=lambda m: None)
+    assert all(columns(paths[n]) == columns(again[n]) for n in paths)  # seeded
+
+
+def test_joined_utterances_are_longer_with_joined_transcripts(tmp_path):
+    import numpy as np
+
+    from speech_helpers import write_tone_corpus
+
+    tsv = write_tone_corpus(tmp_path, "set", ["ab", "cd", "dd ab"])
+    joined = speech.join_utterances(tsv, tmp_path, copies=3, count=4, seed=1)
+    _, originals = read_speech_tsv(tsv)
+    for (wav, text) in zip(*read_speech_tsv(joined)):
+        parts = text.split(" ")
+        assert len(text.split()) >= 3 and all(p in " ".join(originals).split() for p in parts)
+        samples, rate = soundfile.read(tmp_path / wav)
+        assert rate == speech.SAMPLE_RATE and np.abs(samples).max() > 0.1
+        assert len(samples) >= 3 * 2 * 0.08 * rate + 2 * 0.05 * rate  # three utterances of 2+ letters, 2 pauses
