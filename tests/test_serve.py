@@ -130,7 +130,7 @@ def test_openapi_lists_the_endpoints_with_their_limits(client):
     spec = client.get("/openapi.json").json()
     assert {"/health", "/models", "/translate", "/trace", "/beam"} <= set(spec["paths"])
     request = spec["components"]["schemas"]["TranslateRequest"]
-    assert request["additionalProperties"] is False and request["required"] == ["text"]
+    assert request["additionalProperties"] is False and {"text", "audio"} <= set(request["properties"])
     text_forms = {form["type"]: form for form in request["properties"]["text"]["oneOf"]}
     assert text_forms["array"]["maxItems"] == LIMITS.max_sentences
     assert text_forms["string"]["maxLength"] == LIMITS.max_chars
@@ -222,7 +222,7 @@ BAD_TRANSLATE = [
     ({"text": [1, 2]}, "text[0]: Input should be a valid string"),
     ({"text": {"a": 1}}, "text must be a string or a list of strings"),
     ({"text": None}, "text must be a string or a list of strings"),
-    ({}, "text: Field required"),
+    ({}, "give text (translation models) or audio (speech models), one of them"),
     ({"text": "abc", "beam": 0}, "beam: Input should be greater than or equal to 1"),
     ({"text": "abc", "beam": LIMITS.max_beam + 1}, f"beam: Input should be less than or equal to {LIMITS.max_beam}"),
     ({"text": "abc", "beam": "3"}, "beam: Input should be a valid integer"),

@@ -7,7 +7,6 @@ import json
 import socket
 import threading
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -20,13 +19,8 @@ from attnmt.cli import main
 from attnmt.serve import ServerLimits, create_app
 from attnmt.training import train
 
-from conftest import WAIT, require
+from conftest import WAIT, local_client, require
 from speech_helpers import RATE, random_texts, speech_config, tone, write_tone_corpus
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
 
 @pytest.fixture(scope="module")
 def speech_model(tmp_path_factory):
@@ -106,7 +100,7 @@ LIMITS = ServerLimits(max_audio_bytes=200_000, max_audio_seconds=3.0, max_senten
 
 def test_http_translate_and_trace_take_audio(speech_model):
     folder, _, wavs, _ = speech_model
-    with TestClient(create_app([folder], LIMITS)) as client:
+    with local_client(create_app([folder], LIMITS)) as client:
         [info] = client.get("/models").json()
         assert info["task"] == "speech"
         answer = client.post("/translate", json={"audio": b64(wavs[0]), "beam": 1}).json()
@@ -135,7 +129,7 @@ def test_http_audio_limits_and_errors(speech_model, tmp_path):
         for fragment in fragments:
             assert fragment in detail, detail
 
-    with TestClient(create_app([folder], LIMITS)) as client:
+    with local_client(create_app([folder], LIMITS)) as client:
         for path in ("/translate", "/trace"):
             error(path, {"audio": b64(long_wav)}, 422, "4.0 s of audio, longer than", "(3.0)")
             error(path, {"audio": b64(big_wav)}, 422, "at most 266668 characters")
@@ -149,7 +143,7 @@ def test_http_audio_limits_and_errors(speech_model, tmp_path):
 
 
 def test_audio_sent_to_a_translation_model_is_refused(tiny_transformer, speech_model):
-    with TestClient(create_app([tiny_transformer.folder], LIMITS)) as client:
+    with local_client(create_app([tiny_transformer.folder], LIMITS)) as client:
         response = client.post("/translate", json={"audio": b64(speech_model[2][0])})
         assert response.status_code == 422 and "is a translation model" in response.json()["detail"]
 

@@ -156,9 +156,9 @@ function fillModels(models) {
 
 function onModelChange() {
   const m = modelByName($("model").value);
+  speech.setVisible(m?.task === "speech");
   pairs.toggle(m);
   if (m) $("beam").value = String(m.beam);
-  speech.setVisible(m?.task === "speech");
   const lines = [describeModel(m)];
   if ($("compare").checked) lines.push(`vs ${$("model-b").value}: ${describeModel(modelByName($("model-b").value))}`);
   $("model-info").textContent = lines.join("  ·  ");

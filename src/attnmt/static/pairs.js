@@ -48,8 +48,8 @@ export class PairView {
     this.model = pairs ? model.name : null;
     this.card.hidden = !pairs;
     document.body.classList.toggle("pairs-mode", pairs); // hides the source box (style.css)
-    for (const id of TRANSLATION_CARDS) if (pairs) $(id).hidden = true;
-    if (!pairs) for (const id of ["results-card", "steps-card", "beam-card"]) $(id).hidden = false;
+    // after SpeechView.setVisible, which shows the cards of translation models
+    if (pairs) for (const id of TRANSLATION_CARDS) $(id).hidden = true;
   }
 
   async classify() {
