@@ -329,7 +329,7 @@ def test_a_large_request_is_decoded_in_chunks_and_answered_in_order(reverse_mode
     with local_client(app) as client, recording_calls(app.state.models[translator.folder.name], monkeypatch) as calls:
         response = client.post("/translate", json={"text": texts, "beam": 2})
     assert_answers_alone(translator, [{"text": texts, "beam": 2}], [response])
-    assert len(calls) >= 3  # a request of max_work: in chunks of a quarter of it
+    assert len(calls) >= 2  # a request of max_work: in chunks of at most half of it
     cost = dict(zip(texts, counts))
     for chunk, _, _ in calls:
         assert len(chunk) == 1 or work([cost[t] for t in chunk], 2) <= limits.chunk_work

@@ -46,7 +46,8 @@ class ServerLimits:
         return max(1, self.max_work // CHUNKS)
 
 
-CHUNKS = 4  # chunks of a request of max_work: few, as each costs a decoding loop; enough to stop early
+CHUNKS = 2  # chunks of a request of max_work: few, as each costs a whole decoding loop (4 made the worst
+# request 1.6x as slow on an idle machine: docs/http-api.md); enough to stop early
 
 
 def work(token_counts: list[int], beam: int) -> int:
