@@ -84,15 +84,11 @@ class Trainer:
 
         translator = load(self.config.experiment_dir, device=self.device)
         reports = test_set_reports(translator, translator.test_sets, log=self.log)
-        summary = {name: {key: value for key, value in report.items() if key != "hypotheses"}
-                   for name, report in reports.items()}
-        records = []
-        for name, report in summary.items():
-            records.append({"name": name, "bleu": report["bleu"]["score"], "chrf": report["chrf"]["score"],
-                            "sentences": report["sentences"], "beam": report["beam"]})
-            self.log(f"test set {name}: BLEU {report['bleu']['score']:.2f}, chrF {report['chrf']['score']:.2f} "
-                     f"({report['sentences']} sentences, beam {report['beam']})")
-        return summary, records
+        return self.summarized(
+            reports, lambda r: {"bleu": r["bleu"]["score"], "chrf": r["chrf"]["score"], "sentences": r["sentences"],
+                                "beam": r["beam"]},
+            lambda r: f"BLEU {r['bleu']['score']:.2f}, chrF {r['chrf']['score']:.2f} ({r['sentences']} sentences, "
+                      f"beam {r['beam']})")
 
     def speech_test_scores(self) -> tuple[dict, list[dict]]:
         from attnmt.api import load
@@ -101,14 +97,18 @@ class Trainer:
         recognizer = load(self.config.experiment_dir, device=self.device)
         reports = speech_test_set_reports(recognizer, recognizer.test_sets, log=self.log,
                                           cache=self.config.experiment_dir / "features")
+        return self.summarized(
+            reports, lambda r: {k: r[k] for k in ("cer", "wer", "beam")},
+            lambda r: f"CER {r['cer']:.2f}%, WER {r['wer']:.2f}% ({r['utterances']} utterances, beam {r['beam']})")
+
+    def summarized(self, reports: dict[str, dict], record: Callable[[dict], dict],
+                   line: Callable[[dict], str]) -> tuple[dict, list[dict]]:
+        """The reports without their hypotheses, and a metrics record (``record``) of each, logged (``line``)."""
         summary = {name: {key: value for key, value in report.items() if key != "hypotheses"}
                    for name, report in reports.items()}
-        records = []
         for name, report in summary.items():
-            records.append({"name": name, **{k: report[k] for k in ("cer", "wer", "beam")}})
-            self.log(f"test set {name}: CER {report['cer']:.2f}%, WER {report['wer']:.2f}% "
-                     f"({report['utterances']} utterances, beam {report['beam']})")
-        return summary, records
+            self.log(f"test set {name}: {line(report)}")
+        return summary, [{"name": name, **record(report)} for name, report in summary.items()]
 
 
 def train(config: Config, resume: bool = False, log: Callable[[str], None] = print,
