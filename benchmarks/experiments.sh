@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=runs/experiments
 LOCK=/tmp/attnmt-bench.lock
-ALIGN=(--align-pairs runs/e4-data/hansards.pairs --align-gold runs/e4-data/hansards.gold --one-based --both-directions)
+GOLD=(--align-pairs runs/e4-data/hansards.pairs --align-gold runs/e4-data/hansards.gold --one-based)
 LUONG=(--vary model.attention=luong-dot,luong-general,luong-concat --vary model.input_feeding=true,false
        --variant bahdanau:model.attention=bahdanau --variant location:model.attention=location)
 
@@ -28,13 +28,13 @@ for experiment in "$@"; do
           --variant bahdanau:model.attention=bahdanau --variant transformer=configs/experiments/transformer.yaml \
           --seeds 2 --join 2,3,4 ;;
     e2) run e2-de-en configs/experiments/e1-de-en.yaml "${LUONG[@]}" --steps 500
-        run e2-en-fr configs/experiments/e4-en-fr.yaml "${LUONG[@]}" --steps 250 "${ALIGN[@]}" ;;
+        run e2-en-fr configs/experiments/e4-en-fr.yaml "${LUONG[@]}" --steps 250 "${GOLD[@]}" ;;  # forward only: 8 runs
     e3) run e3 configs/experiments/e3-short.yaml --variant bahdanau:model.attention=bahdanau \
           --variant location:model.attention=location --variant luong-general:model.attention=luong-general \
-          --seeds 2 --join 2,3,4 ;;
+          --join 2,3,4 ;;
     e4) run e4 configs/experiments/e4-en-fr.yaml --variant bahdanau:model.attention=bahdanau \
           --variant luong-general:model.attention=luong-general --variant location:model.attention=location \
-          --variant transformer=configs/experiments/transformer.yaml "${ALIGN[@]}" ;;
+          --variant transformer=configs/experiments/transformer.yaml "${GOLD[@]}" --both-directions ;;
     *) echo "unknown experiment $experiment (e1, e2, e3 or e4)" >&2; exit 2 ;;
   esac
 done
