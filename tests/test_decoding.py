@@ -290,3 +290,56 @@ def test_an_unavailable_device_is_a_clear_error(reverse_model):
     with pytest.raises(AttnmtError, match="not a device torch knows"):
         load(translator.folder, device="gpu7")
     assert load(translator.folder, device="cpu").model.generator.weight.device.type == "cpu"
+
+
+class ConfidentModel:
+    """A scripted decoder: from BOS it writes token 5 eight times then EOS, each with probability
+    0.996; at any step on that path it may instead write 6, 7, 8 or 9 (0.001 each), after which it
+    ends at once. Its unlikely hypotheses end early, long before its likely one."""
+
+    has_attention = False
+    PATH, VOCAB = 8, 10
+
+    def encode(self, src, lengths):
+        from attnmt.models.decoder import Memory
+
+        batch = src.size(0)
+        return Memory(torch.zeros(batch, 1, 1), None, torch.ones(batch, 1, dtype=torch.bool), torch.zeros(batch, 1))
+
+    def init_state(self, memory):
+        from dataclasses import dataclass
+
+        from attnmt.models.base import Batched
+
+        @dataclass
+        class Position(Batched):
+            written: torch.Tensor  # tokens 5 written so far; -1 once off the path
+
+        return Position(torch.zeros(memory.states.size(0), dtype=torch.long))
+
+    def decode_step(self, prev, state, memory):
+        from dataclasses import replace
+
+        from attnmt.models.base import StepOutput
+
+        written = torch.where((prev == 5) | (prev == 2), state.written + (prev == 5).long(), torch.full_like(prev, -1))
+        probs = torch.full((prev.size(0), self.VOCAB), 1e-6)
+        on_path = written >= 0
+        probs[on_path, 6:10] = 1e-3
+        probs[on_path & (written < self.PATH), 5] = 0.996
+        probs[on_path & (written >= self.PATH), EOS] = 0.996
+        probs[~on_path, EOS] = 0.999
+        probs[:, :3] = 0.0  # PAD, UNK, BOS
+        log_probs = (probs / probs.sum(-1, keepdim=True)).log()
+        return StepOutput(log_probs, replace(state, written=written), None, None, torch.zeros(1), torch.zeros(1))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+@pytest.mark.parametrize("beam", [2, 5])
+def test_unlikely_hypotheses_ending_early_do_not_stop_the_search_before_the_likely_one_ends(beam, alpha):
+    model = ConfidentModel()
+    src, lengths = torch.ones(3, 1, dtype=torch.long), torch.ones(3, dtype=torch.long)
+    [greedy], *_ = greedy_search(model, src, lengths, [30] * 3, alpha)
+    [best], *_ = beam_search(model, src, lengths, [30] * 3, beam=beam, alpha=alpha)
+    assert greedy.tokens == [5] * ConfidentModel.PATH + [EOS]
+    assert best.tokens == greedy.tokens and best.score == pytest.approx(greedy.score)

@@ -171,10 +171,13 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
     A hypothesis that ends in EOS leaves the beam for the finished list of its sentence. A
-    sentence is done when it has ``beam`` finished hypotheses, when no live hypothesis can still
-    beat its ``n_best`` best finished ones (their scores only fall as they grow: see
-    ``_cannot_improve``), or at its length limit (its live hypotheses then finish). Its rows then
-    leave the batch, so later steps only compute what is still open.
+    sentence is done when no live hypothesis can still beat its ``n_best`` best finished ones
+    (their scores only fall as they grow: see ``_cannot_improve``), when it has ``beam`` finished
+    hypotheses and none of the live ones would beat them were it to end now, or at its length
+    limit (its live hypotheses then finish). Its rows then leave the batch, so later steps only
+    compute what is still open. (Stopping at ``beam`` finished hypotheses alone, as many searches
+    do, can return a worse result than greedy search: a confident model's unlikely hypotheses
+    end early, fill the finished list, and stop the sentence before its likely one has ended.)
     With ``record``, every candidate considered is added to the sentence's search tree.
     """
     if n_best > beam:
@@ -231,8 +234,10 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
             finish(t, [sentences[g] for g in (rows // k).tolist()], source_rows[rows], prev[rows],
                    scores.view(-1)[rows].tolist())
         best_live = scores.max(dim=1).values.tolist()
-        done = [t + 1 >= max_lengths[sentence] or len(finished[sentence]) >= k
+        done = [t + 1 >= max_lengths[sentence]
                 or _cannot_improve(finished[sentence], n_best, best_live[g], max_lengths[sentence], alpha)
+                or (len(finished[sentence]) >= k
+                    and _cannot_improve(finished[sentence], n_best, best_live[g], t + 1, alpha))
                 for g, sentence in enumerate(sentences)]
         keep = ~torch.tensor(done, device=device)
         if not bool(keep.any()):
@@ -258,7 +263,8 @@ def _cannot_improve(finished: list[Hypothesis], n_best: int, best_live: float, m
                     alpha: float) -> bool:
     """Whether no live hypothesis can still enter a sentence's n best. A live hypothesis' log-
     probability only falls as it grows; divided by the length penalty, the best score it can
-    reach is its log-probability over the penalty of the longest output allowed."""
+    reach is its log-probability over the penalty of the longest output allowed (``max_length``;
+    given the current length instead, whether it would beat them were it to end now)."""
     if len(finished) < n_best:
         return False
     nth_best = sorted((h.score for h in finished), reverse=True)[n_best - 1]
