@@ -51,9 +51,11 @@ def corpora(out: Path, joined: int) -> dict[str, dict[str, Path]]:
     return {"synthesized": synth, "digits": digit_sets}
 
 
-def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: int, beam: int) -> dict:
+def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: int, beam: int,
+        decoder_init: str = "bridge") -> dict:
     folder = out / f"{corpus}-{attention}"
     raw = speech_config(folder, sets, steps, attention)
+    raw["model"]["decoder_init"] = decoder_init
     raw["training"].update({"validate_every": max(steps // 5, 1), "threads": 2})
     raw["decoding"]["beam"] = beam
     config = config_from_dict(raw, Path("."))
@@ -107,6 +109,9 @@ def main(argv=None):
     parser.add_argument("--joined", type=int, default=100, help="utterances of each joined test set")
     parser.add_argument("--beam", type=int, default=1, help="beam of the test scores (default 1: greedy)")
     parser.add_argument("--only", choices=["synthesized", "digits"], help="one corpus only")
+    parser.add_argument("--decoder-init", choices=["bridge", "zeros"], default="bridge",
+                        help="the decoders' first state (model.decoder_init): a summary of the audio (bridge, the "
+                             "quick start's) or zeros, so that all they learn of the audio comes through attention")
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
     results = {}
@@ -114,7 +119,8 @@ def main(argv=None):
         if args.only and corpus != args.only:
             continue
         steps = args.steps or DEFAULT_STEPS[corpus]
-        results[corpus] = {attention: run(out, corpus, sets, attention, steps, args.beam) for attention in ATTENTIONS}
+        results[corpus] = {attention: run(out, corpus, sets, attention, steps, args.beam, args.decoder_init)
+                           for attention in ATTENTIONS}
         for attention in ATTENTIONS:
             draw(out, corpus, attention, sets["joined-3" if corpus == "synthesized" else "test-long-speaker"])
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

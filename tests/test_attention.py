@@ -146,3 +146,24 @@ def test_training_loss_is_the_cross_entropy_of_the_real_target_tokens(kind):
     expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
                                                  label_smoothing=0.1, reduction="sum")
     torch.testing.assert_close(sequence_loss(model, batch, 0.1), expected)
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "location"])
+def test_zeros_decoder_init_starts_from_zero_without_a_bridge_and_steps_equal_forward(attention):
+    config = ModelConfig(attention=attention, decoder_init="zeros", embedding_size=16, encoder_hidden=12,
+                         decoder_hidden=24, attention_size=10, decoder_layers=2, dropout=0.0, location_kernel=5)
+    model = build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
+    assert not any("bridge" in name for name, _ in model.named_parameters())
+    src, lengths, tgt = padded_batch()
+    memory = model.encode(src, lengths)
+    state = model.init_state(memory)
+    assert state.hidden.shape == (2, 3, 24) and not state.hidden.any()
+    logits, weights = model(src, lengths, tgt)
+    logits[:, :, [PAD, BOS]] = float("-inf")
+    for t in range(tgt.size(1)):
+        step = model.decode_step(tgt[:, t], state, memory)
+        state = step.state
+        torch.testing.assert_close(step.log_probs, torch.log_softmax(logits[:, t], -1), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(step.weights, weights[:, t], atol=1e-6, rtol=1e-5)
+    bridged = build_model(config.model_copy(update={"decoder_init": "bridge"}), SRC_VOCAB, TGT_VOCAB).eval()
+    assert bridged.init_state(bridged.encode(src, lengths)).hidden.any()

@@ -115,6 +115,9 @@ class ModelConfig(Section):
     attention: Literal[ATTENTIONS] = "bahdanau"
     attention_size: int = Field(512, gt=0)  # hidden size of the additive/concat scorers
     input_feeding: bool = True  # Luong: feed the previous attentional vector to the RNN
+    # The decoder's first state: tanh(W h_final), a summary of the source (Bahdanau et al.), or
+    # zeros (as in listen-attend-spell), so that all it learns of the source comes through attention.
+    decoder_init: Literal["bridge", "zeros"] = "bridge"
     location_channels: int = Field(10, gt=0)  # location attention: conv filters ...
     location_kernel: int = Field(31, gt=0)  # ... and their width (odd)
     init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults

@@ -113,7 +113,8 @@ class RNNStack(nn.Module):
 
 class RNNDecoder(nn.Module):
     def __init__(self, embedding_size: int, hidden_size: int, memory_size: int, num_layers: int,
-                 rnn_type: str, attention: Attention | None, input_feeding: bool, dropout: float):
+                 rnn_type: str, attention: Attention | None, input_feeding: bool, dropout: float,
+                 bridge: bool = True):
         super().__init__()
         self.attention = attention
         if attention is None or attention.query_is_previous_state:
@@ -125,15 +126,18 @@ class RNNDecoder(nn.Module):
         self.W_y = nn.Linear(embedding_size, gates)  # previous token -> RNN gates
         self.W_ctx = nn.Linear(memory_size, gates, bias=False) if self.path == ATTEND_FIRST else None
         self.W_feed = nn.Linear(hidden_size, gates, bias=False) if self.path == FEED_BACK else None
-        self.bridge = nn.Linear(memory_size, num_layers * hidden_size)
+        self.bridge = nn.Linear(memory_size, num_layers * hidden_size) if bridge else None
         self.W_c = nn.Linear(memory_size + hidden_size, hidden_size, bias=False)
         self.hidden_size, self.num_layers = hidden_size, num_layers
 
     def init_state(self, memory: Memory) -> DecoderState:
-        """s_0 = tanh(W_b h_final): the bridge from the encoder's summary to the decoder."""
+        """s_0 = tanh(W_b h_final), the bridge from the encoder's summary to the decoder; or 0."""
         batch = memory.final.size(0)
-        hidden = torch.tanh(self.bridge(memory.final)).view(batch, self.num_layers, self.hidden_size)
-        hidden = hidden.transpose(0, 1).contiguous()
+        if self.bridge is None:
+            hidden = memory.final.new_zeros(self.num_layers, batch, self.hidden_size)
+        else:
+            hidden = torch.tanh(self.bridge(memory.final)).view(batch, self.num_layers, self.hidden_size)
+            hidden = hidden.transpose(0, 1).contiguous()
         cell = torch.zeros_like(hidden) if self.rnn.lstm else None
         attentional = memory.final.new_zeros(batch, self.hidden_size)
         # Location attention starts from all weight on the first source token.

@@ -30,7 +30,7 @@ class Seq2Seq(EncoderDecoder):
         self.tgt_embed = nn.Embedding(tgt_vocab_size, config.embedding_size, padding_idx=PAD)
         self.decoder = RNNDecoder(config.embedding_size, config.decoder_hidden, memory_size,
                                   config.decoder_layers, config.rnn_type, attention,
-                                  config.input_feeding, config.dropout)
+                                  config.input_feeding, config.dropout, bridge=config.decoder_init == "bridge")
         self.output_dropout = Dropout(config.dropout)
         self.generator = OutputLayer(config.decoder_hidden, tgt_vocab_size)
         self._init_weights(config.init_range)
