@@ -8,6 +8,7 @@ import soundfile
 
 from attnmt.cli import main
 from attnmt.data.audio import read_speech_tsv
+from attnmt.errors import AttnmtError
 from attnmt.tasks import digits, speech
 
 from conftest import require, shared_data
@@ -74,7 +75,7 @@ def test_digit_strings_from_real_speech(tmp_path):
     for name, tsv in paths.items():
         rows = columns(tsv)
         assert len(rows) == (30 if name == "train" else 5 if name == "dev" else 8)
-        for wav, text, speaker, sources in rows:
+        for wav, text, pieces, speaker, sources in rows:
             words = text.split()
             low, high = (4, 8) if "long" in name else (1, 3)
             assert low <= len(words) <= high and all(w in digits.WORDS for w in words)
@@ -88,6 +89,10 @@ def test_digit_strings_from_real_speech(tmp_path):
             if name == "train":
                 assert not indices & set(digits.HELD_OUT)  # dev and test-long recordings never trained on
             assert soundfile.info(tmp_path / wav).duration > 0.2
+            spans = speech.parse_pieces(pieces, wav)  # one recording a digit, in order, within the audio
+            assert len(spans) == len(words) and all(p.words == 1 for p in spans)
+            assert all(a.end < b.start for a, b in zip(spans, spans[1:]))
+            assert spans[-1].end == pytest.approx(soundfile.info(tmp_path / wav).duration, abs=1e-3)
     again = digits.write_digit_corpus(fsdd, tmp_path / "again", n_train=30, n_dev=5, n_test=8, log=lambda m: None)
     assert all(columns(paths[n]) == columns(again[n]) for n in paths)  # seeded
 
@@ -100,9 +105,31 @@ def test_joined_utterances_are_longer_with_joined_transcripts(tmp_path):
     tsv = write_tone_corpus(tmp_path, "set", ["ab", "cd", "dd ab"])
     joined = speech.join_utterances(tsv, tmp_path, copies=3, count=4, seed=1)
     _, originals = read_speech_tsv(tsv)
-    for (wav, text) in zip(*read_speech_tsv(joined)):
+    for (wav, text), pieces in zip(zip(*read_speech_tsv(joined)), speech.read_pieces(joined)):
         parts = text.split(" ")
         assert len(text.split()) >= 3 and all(p in " ".join(originals).split() for p in parts)
         samples, rate = soundfile.read(tmp_path / wav)
         assert rate == speech.SAMPLE_RATE and np.abs(samples).max() > 0.1
         assert len(samples) >= 3 * 2 * 0.08 * rate + 2 * 0.05 * rate  # three utterances of 2+ letters, 2 pauses
+        # the pieces say where each utterance lies: sound inside, at least 50 ms of silence between two
+        assert len(pieces) == 3 and sum(p.words for p in pieces) == len(parts)
+        assert pieces[0].start == 0 and pieces[-1].end == pytest.approx(len(samples) / rate, abs=1e-3)  # ms
+        for piece in pieces:
+            assert np.abs(samples[int(piece.start * rate): int(piece.start * rate) + 640]).max() > 0.1  # a tone
+        for before, after in zip(pieces, pieces[1:]):
+            assert after.start - before.end >= 0.05
+            ms = rate // 1000  # the pieces are written to the millisecond
+            assert np.abs(samples[int(before.end * rate) + ms: int(after.start * rate) - ms]).max() == 0
+
+
+def test_a_bad_pieces_column_names_the_file_and_line(tmp_path):
+    tsv = tmp_path / "joined.tsv"
+    tsv.write_text("a.wav\tone two\t0.000-0.400:1 0.500-0.900:1\nb.wav\tone two\t0.000-0.400:1\n", encoding="utf-8")
+    with pytest.raises(AttnmtError, match=r"joined.tsv, line 2: the pieces say 1 words, the transcript has 2"):
+        speech.read_pieces(tsv)
+    tsv.write_text("a.wav\tone\t0.000:1\n", encoding="utf-8")
+    with pytest.raises(AttnmtError, match=r"joined.tsv, line 1: pieces column '0.000:1' is not START-END:WORDS"):
+        speech.read_pieces(tsv)
+    tsv.write_text("a.wav\tone\n", encoding="utf-8")
+    with pytest.raises(AttnmtError, match=r"joined.tsv, line 1: no pieces column"):
+        speech.read_pieces(tsv)

@@ -3,6 +3,7 @@ of single digits, 5 speakers, 50 of each digit by each; files ``{digit}_{speaker
 
 A string is 1 to n recordings of one speaker joined with short random pauses (50-300 ms); its
 transcript is the digit words ("three one four"). The TSV files' columns: WAV file, transcript,
+where each digit lies in the audio (START-END:1 in seconds, attnmt.tasks.speech.read_pieces),
 speaker, the recordings joined. Seeded: the same arguments give the same
 corpus. The sets:
 
@@ -24,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from attnmt.errors import AttnmtError
-from attnmt.tasks.speech import SAMPLE_RATE, join_with_pauses
+from attnmt.tasks.speech import SAMPLE_RATE, format_pieces, join_with_pauses
 
 WORDS = "zero one two three four five six seven eight nine".split()
 HELD_OUT = range(5)  # recording indices kept out of training (the dataset's usual test split)
@@ -62,10 +63,11 @@ def write_set(by_speaker: dict, speakers: list[str], lengths: tuple[int, int], c
         speaker = rng.choice(speakers)
         digits = [rng.randrange(10) for _ in range(rng.randint(*lengths))]
         files = [_pick(by_speaker[speaker][d], held_out, rng) for d in digits]
-        audio = join_with_pauses([read_audio(f, SAMPLE_RATE) for f in files], rng)
+        audio, spans = join_with_pauses([read_audio(f, SAMPLE_RATE) for f in files], rng)
         soundfile.write(out / name / f"{i:05d}.wav", audio, SAMPLE_RATE)
+        words = [WORDS[d] for d in digits]
         sources = "+".join(f.name for f in files)
-        lines.append(f"{name}/{i:05d}.wav\t{' '.join(WORDS[d] for d in digits)}\t{speaker}\t{sources}\n")
+        lines.append(f"{name}/{i:05d}.wav\t{' '.join(words)}\t{format_pieces(spans, words)}\t{speaker}\t{sources}\n")
     path = out / f"{name}.tsv"
     path.write_text("".join(lines), encoding="utf-8")
     return path

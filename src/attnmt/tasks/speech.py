@@ -8,6 +8,7 @@ speech rather than to recognise the training voices.
 
     write_spoken_corpus(folder, n_train, n_dev, n_test)  -> folder/{train,dev,test}.tsv + wav/
     join_utterances(tsv, out, copies, seed)              -> longer utterances: audio and text joined
+    read_pieces(tsv)                                     -> where each joined utterance lies in the audio
 """
 
 from __future__ import annotations
@@ -131,20 +132,70 @@ def write_spoken_corpus(folder: Path, n_train: int = 2500, n_dev: int = 150, n_t
 
 
 def join_with_pauses(waveforms: list[np.ndarray], rng: random.Random, sample_rate: int = SAMPLE_RATE,
-                     pause_seconds: tuple[float, float] = (0.05, 0.3)) -> np.ndarray:
-    """The waveforms one after the other, with a random pause of silence between two."""
-    pieces = []
+                     pause_seconds: tuple[float, float] = (0.05, 0.3)) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """The waveforms one after the other, with a random pause of silence between two, and where
+    each one lies in the result: (start, end) in seconds."""
+    pieces, spans, samples = [], [], 0
     for i, wave in enumerate(waveforms):
         if i:
             pieces.append(np.zeros(int(rng.uniform(*pause_seconds) * sample_rate), dtype=np.float32))
+            samples += len(pieces[-1])
         pieces.append(wave.astype(np.float32))
-    return np.concatenate(pieces)
+        spans.append((samples / sample_rate, (samples + len(wave)) / sample_rate))
+        samples += len(wave)
+    return np.concatenate(pieces), spans
+
+
+def format_pieces(spans: list[tuple[float, float]], texts: list[str]) -> str:
+    """The pieces column of a joined corpus: "START-END:WORDS" for each joined recording, in seconds,
+    e.g. "0.000-0.412:1 0.598-1.020:1"."""
+    return " ".join(f"{start:.3f}-{end:.3f}:{len(text.split())}" for (start, end), text in zip(spans, texts))
+
+
+@dataclass
+class Piece:
+    """One recording of a joined utterance: where it lies in the audio and how many words it says."""
+
+    start: float
+    end: float
+    words: int
+
+
+def parse_pieces(text: str, where: str) -> list[Piece]:
+    try:
+        pieces = []
+        for item in text.split():
+            span, words = item.split(":")
+            start, end = span.split("-")
+            pieces.append(Piece(float(start), float(end), int(words)))
+    except ValueError:
+        raise AttnmtError(f"{where}: pieces column {text!r} is not START-END:WORDS ...") from None
+    if not pieces:
+        raise AttnmtError(f"{where}: empty pieces column")
+    return pieces
+
+
+def read_pieces(tsv: Path) -> list[list[Piece]]:
+    """The pieces column (the third) of each line of a joined corpus: join_utterances' and
+    attnmt.tasks.digits' TSV files. Each transcript has as many words as its pieces together."""
+    pieces = []
+    for number, line in enumerate(Path(tsv).read_text(encoding="utf-8").splitlines(), 1):
+        columns = line.split("\t")
+        where = f"{tsv}, line {number}"
+        if len(columns) < 3:
+            raise AttnmtError(f"{where}: no pieces column (the third: START-END:WORDS ...)")
+        pieces.append(parse_pieces(columns[2], where))
+        if sum(p.words for p in pieces[-1]) != len(columns[1].split()):
+            raise AttnmtError(f"{where}: the pieces say {sum(p.words for p in pieces[-1])} words, the transcript "
+                              f"has {len(columns[1].split())}")
+    return pieces
 
 
 def join_utterances(tsv: Path, out_folder: Path, copies: int, count: int, seed: int = 1) -> Path:
     """``count`` utterances each made of ``copies`` random utterances of ``tsv`` joined (audio with
     short pauses, transcripts with spaces): the test of recognising longer utterances than in
-    training. Writes out_folder/joined-{copies}.tsv and its WAV files at 16 kHz."""
+    training. Writes out_folder/joined-{copies}.tsv (audio, transcript, pieces: where each joined
+    utterance lies, see read_pieces) and its WAV files at 16 kHz."""
     import soundfile
 
     from attnmt.data.audio import read_audio, read_speech_tsv
@@ -156,9 +207,10 @@ def join_utterances(tsv: Path, out_folder: Path, copies: int, count: int, seed: 
     lines = []
     for i in range(count):
         chosen = [rng.randrange(len(paths)) for _ in range(copies)]
-        audio = join_with_pauses([read_audio(Path(tsv).parent / paths[j], SAMPLE_RATE) for j in chosen], rng)
+        audio, spans = join_with_pauses([read_audio(Path(tsv).parent / paths[j], SAMPLE_RATE) for j in chosen], rng)
         soundfile.write(wav_folder / f"{i:05d}.wav", audio, SAMPLE_RATE)
-        lines.append(f"joined-{copies}/{i:05d}.wav\t{' '.join(texts[j] for j in chosen)}\n")
+        parts = [texts[j] for j in chosen]
+        lines.append(f"joined-{copies}/{i:05d}.wav\t{' '.join(parts)}\t{format_pieces(spans, parts)}\n")
     out = Path(out_folder) / f"joined-{copies}.tsv"
     out.write_text("".join(lines), encoding="utf-8")
     return out
