@@ -6,11 +6,17 @@ of the reference in words.
 
 Both are corpus rates (total edits over total reference length), in percent; they can exceed
 100 when a recogniser inserts much.
+
+And, for utterances joined from known pieces (attnmt.tasks.speech.read_pieces), whether the
+attention keeps its place: the share of characters whose attention, while the model is forced to
+write the reference, peaks in the piece of audio that says them (``place_kept``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import numpy as np
 from urllib.parse import quote
 
 from attnmt.evaluation import _bucket_edges, _bucket_label, _check_parallel
@@ -73,3 +79,56 @@ def speech_test_set_reports(recognizer, sets: dict, beam: int | None = None, bat
         reports[name] = {**speech_report(hypotheses, corpus.texts), "beam": beam or recognizer.config.decoding.beam,
                          "skipped": len(corpus.skipped), "hypotheses": hypotheses}
     return reports
+
+
+def _words_of_pieces(pieces: list[str]) -> list[int | None]:
+    """The word index of each target piece ("▁" starts a word; a lone "▁", a space, gets None)."""
+    word, words = -1, []
+    for piece in pieces:
+        if piece.startswith("▁") or word < 0:
+            word += 1
+        words.append(None if piece == "▁" else word)
+    return words
+
+
+def nearest_piece(times: np.ndarray, spans: list[tuple[float, float]]) -> np.ndarray:
+    """For each time (seconds), the index of the span nearest to it (0 inside a span)."""
+    distances = np.stack([np.maximum(np.maximum(start - times, times - end), 0.0) for start, end in spans])
+    return distances.argmin(0)
+
+
+def place_kept(attention: list[np.ndarray], target_pieces: list[list[str]], pieces: list[list],
+               seconds_per_state: float) -> dict:
+    """Of the characters of joined utterances, the share (%) whose attention row peaks on an encoder
+    state nearer to their own piece of audio than to any other, overall and by piece (1st, 2nd, ...).
+
+    ``attention``: per utterance (target pieces + EOS, states), as Recognizer.force_attention gives;
+    ``target_pieces``: the pieces of each reference; ``pieces``: where each joined recording lies and
+    how many words it says (attnmt.tasks.speech.Piece). Spaces and EOS are not counted.
+    """
+    kept: dict[int, list[int]] = {}
+    for matrix, tokens, parts in zip(attention, target_pieces, pieces):
+        owner = np.repeat(np.arange(len(parts)), [p.words for p in parts])  # word -> piece
+        peaks = (matrix[: len(tokens)].argmax(1) + 0.5) * seconds_per_state  # the peak state's centre
+        nearest = nearest_piece(peaks, [(p.start, p.end) for p in parts])
+        for row, word in enumerate(_words_of_pieces(tokens)):
+            if word is not None and word < len(owner):
+                kept.setdefault(int(owner[word]), []).append(int(nearest[row] == owner[word]))
+    rate = lambda hits: 100 * sum(hits) / max(len(hits), 1)  # noqa: E731
+    every = [hit for hits in kept.values() for hit in hits]
+    return {"characters": len(every), "in_place": rate(every),
+            "by_piece": [{"piece": k + 1, "characters": len(kept[k]), "in_place": rate(kept[k])} for k in sorted(kept)]}
+
+
+def place_report(recognizer, tsv: Path, log=print) -> dict:
+    """place_kept of ``recognizer`` on a joined corpus (a TSV with a pieces column)."""
+    from attnmt.data.audio import read_speech_tsv
+    from attnmt.tasks.speech import read_pieces
+
+    paths, _ = read_speech_tsv(tsv)
+    by_path = dict(zip(paths, read_pieces(tsv)))
+    corpus = recognizer.read_corpus(tsv, log=log)
+    attention = recognizer.force_attention(corpus.features, corpus.texts)
+    tokens = [recognizer.tgt_subwords.pieces(ids) for ids in recognizer.tgt_subwords.encode(corpus.texts)]
+    return place_kept(attention, tokens, [by_path[p] for p in corpus.paths],
+                      recognizer.frames_per_state * recognizer.config.speech.hop_ms / 1000)

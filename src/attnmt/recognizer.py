@@ -20,7 +20,7 @@ import torch
 from attnmt.api import Translation, Translator, _inside
 from attnmt.config import SpeechConfig
 from attnmt.data.audio import SpeechCorpus, audio_features, load_speech_corpus
-from attnmt.data.batching import inference_batches
+from attnmt.data.batching import inference_batches, target_tensors
 from attnmt.data.subwords import Subwords, subword_paths
 from attnmt.decoding import decode
 from attnmt.errors import AttnmtError
@@ -92,6 +92,25 @@ class Recognizer(Translator):
                                  max_length_offset=dc.max_length_offset)
             for i, hypotheses in zip(indices, decoded):
                 results[i] = self._transcription(names[i], features[i], [self._candidate(h) for h in hypotheses])
+        return results
+
+    def force_attention(self, features: list[torch.Tensor], texts: list[str],
+                        batch_size: int | None = None) -> list[np.ndarray]:
+        """The attention of the model forced to write each transcript: per utterance an array
+        (target pieces + EOS, encoder states) whose rows sum to 1 (see attnmt.align.force_attention)."""
+        if not self.model.has_attention:
+            raise AttnmtError(f"the model in {self.folder} has attention 'none': it has no attention weights")
+        ids = self.tgt_subwords.encode(list(texts))
+        results: list[np.ndarray | None] = [None] * len(texts)
+        for indices in inference_batches([f.size(0) for f in features], batch_size or self.config.decoding.batch_size):
+            src, lengths = feature_batch([features[i] for i in indices])
+            tgt_in, _ = target_tensors([ids[i] for i in indices])
+            with torch.inference_mode():
+                _, weights = self.model.decoder_outputs(src.to(self.device), lengths.to(self.device),
+                                                        tgt_in.to(self.device))
+            states = self.model.encoder_lengths(lengths).tolist()
+            for row, i in enumerate(indices):
+                results[i] = weights[row, : len(ids[i]) + 1, : states[row]].float().cpu().numpy()
         return results
 
     def _transcription(self, name: str, features: torch.Tensor, candidates) -> Transcription:
