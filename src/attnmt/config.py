@@ -165,6 +165,10 @@ class SpeechConfig(Section):
     subsample: Literal[4, 8] = 4  # frames per encoder state: 2 or 3 convolutions of stride 2
     conv_channels: int = Field(32, gt=0)
     spec_augment: SpecAugment | None = None
+    # Weight w of a CTC loss on the encoder states beside the decoder's (Kim et al. 2017): the
+    # loss is (1 - w) cross-entropy + w CTC. CTC makes each state carry its own stretch of speech,
+    # which helps the attention learn to align; 0 = no CTC. Needs about 2 states per character.
+    ctc_weight: float = Field(0.0, ge=0, lt=1)
 
     @model_validator(mode="after")
     def window_fits(self):

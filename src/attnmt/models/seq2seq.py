@@ -77,7 +77,10 @@ class Seq2Seq(EncoderDecoder):
         return StepOutput(log_probs, step.state, step.weights, step.scores, step.context, step.state.hidden[-1])
 
     def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor):
-        memory = self.encode(src, lengths)
+        return self.decoder_outputs_of(self.encode(src, lengths), tgt_in)
+
+    def decoder_outputs_of(self, memory: Memory, tgt_in: Tensor):
+        """decoder_outputs of an encoded source."""
         embedded = self.output_dropout(self.tgt_embed(tgt_in))
         attentional, weights = self.decoder(embedded, self.init_state(memory), memory)
         return self.output_dropout(attentional), weights

@@ -16,7 +16,9 @@ import torch
 from torch import Tensor, nn
 
 from attnmt.config import ModelConfig, SpeechConfig, SpecAugment
+from attnmt.data.subwords import EOS, PAD
 from attnmt.models.base import source_mask
+from attnmt.models.decoder import Memory
 from attnmt.models.encoder import RNNEncoder
 from attnmt.models.seq2seq import Seq2Seq
 
@@ -102,11 +104,21 @@ class SpeechEncoder(nn.Module):
 
 
 class SpeechModel(Seq2Seq):
-    """Seq2Seq with the speech encoder: same decoder, attention variants, output layer, decoding."""
+    """Seq2Seq with the speech encoder: same decoder, attention variants, output layer, decoding;
+    with speech.ctc_weight > 0, also a CTC output layer on the encoder states (training only)."""
 
     def __init__(self, config: ModelConfig, speech: SpeechConfig, tgt_vocab_size: int):
         self.speech_config = speech  # (read by build_encoder, which Seq2Seq.__init__ calls)
         super().__init__(config, 0, tgt_vocab_size)
+        self.ctc = nn.Linear(self.encoder.output_size, tgt_vocab_size) if speech.ctc_weight > 0 else None
+
+    def ctc_loss(self, memory: Memory, tgt_out: Tensor) -> Tensor:
+        """CTC of the transcripts (tgt_out without EOS and padding) over the encoder states, summed
+        over the batch; the padding id is CTC's blank (it is never a target)."""
+        log_probs = torch.log_softmax(self.ctc(memory.states).float(), dim=-1).transpose(0, 1)  # (S,B,V)
+        chars = (tgt_out != PAD) & (tgt_out != EOS)
+        return nn.functional.ctc_loss(log_probs, tgt_out[chars], memory.mask.sum(1), chars.sum(1), blank=PAD,
+                                      reduction="sum", zero_infinity=True)
 
     def build_encoder(self, config: ModelConfig, src_vocab_size: int) -> nn.Module:
         return SpeechEncoder(config, self.speech_config)

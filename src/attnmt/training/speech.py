@@ -27,7 +27,7 @@ from attnmt.errors import AttnmtError
 from attnmt.files import atomic_write_text
 from attnmt.models import build_model
 from attnmt.training.optimization import setup_training
-from attnmt.training.translation import TrainingLoss, best_outputs, evaluate_loss
+from attnmt.training.translation import TrainingLoss, best_outputs, evaluate_loss, sequence_loss
 
 FEATURES = "features"  # folder of the experiment that caches the features of each corpus
 
@@ -120,7 +120,9 @@ def speech_parts(config: Config, device: torch.device, processes: Processes = ON
     if config.speech.normalize == "global":
         model.encoder.set_global_statistics(train.corpus.features)
     model.to(device)
-    setup = setup_training(model, TrainingLoss(model, config.training.label_smoothing), config.training, processes)
+    loss = (SpeechLoss(model, config.training.label_smoothing, config.speech.ctc_weight) if config.speech.ctc_weight
+            else TrainingLoss(model, config.training.label_smoothing))
+    setup = setup_training(model, loss, config.training, processes)
     seconds = train.corpus.seconds(config.speech.hop_ms)
     summary = (f"model: speech encoder, {config.model.attention} attention, "
                f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(train):,} training utterances "
@@ -128,6 +130,21 @@ def speech_parts(config: Config, device: torch.device, processes: Processes = ON
     validation = SpeechScores(dev, tgt_sw, config) if dev is not None else None
     return SpeechParts(setup, train.sizes(), lambda indices: speech_batch(train, indices), validation, summary,
                        tgt_sw)
+
+
+class SpeechLoss(TrainingLoss):
+    """(1 - w) cross-entropy of the decoder + w CTC of the encoder states (Kim et al. 2017), both
+    summed over the batch, with the number of target tokens."""
+
+    def __init__(self, model, label_smoothing: float, ctc_weight: float):
+        super().__init__(model, label_smoothing)
+        self.ctc_weight = ctc_weight
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
+        memory = self.model.encode(batch.src, batch.src_lengths)
+        cross_entropy = sequence_loss(self.model, batch, self.label_smoothing, memory)
+        ctc = self.model.ctc_loss(memory, batch.tgt_out)
+        return (1 - self.ctc_weight) * cross_entropy + self.ctc_weight * ctc, batch.target_tokens
 
 
 def transcribe_features(model, features: list[torch.Tensor], tgt_sw: Subwords, config: Config,

@@ -64,11 +64,14 @@ def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
     return training_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
 
 
-def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0) -> torch.Tensor:
+def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0, memory=None) -> torch.Tensor:
     """Cross-entropy summed over the real (non-padding) target tokens. The output layer, the
-    largest product of a step, runs on those positions only."""
+    largest product of a step, runs on those positions only. ``memory``: the source already encoded."""
     real = batch.tgt_out != PAD
-    states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+    if memory is None:
+        states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+    else:
+        states, _ = model.decoder_outputs_of(memory, batch.tgt_in)
     return model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
 
 
