@@ -10,8 +10,9 @@ import soundfile
 import torch
 
 from attnmt.config import ModelConfig, SpeechConfig, config_from_dict
-from attnmt.data.audio import AudioError, audio_features, load_speech_corpus, log_mel, read_audio
-from attnmt.error_rates import error_rates, error_rates_by_length, format_speech_report, speech_report
+from attnmt.data.audio import AudioError, audio_features, load_speech_corpus, log_mel, read_audio, read_speech_tsv
+from attnmt.error_rates import (error_rates, error_rates_by_length, format_speech_report, nearest_piece, place_kept,
+                                speech_report)
 from attnmt.errors import AttnmtError
 from attnmt.models import build_model
 
@@ -129,6 +130,37 @@ def test_speech_encoder_lengths_and_masks_of_a_padded_batch(subsample):
     torch.testing.assert_close(step.weights.sum(1), torch.ones(4))
 
 
+def test_ctc_loss_is_over_the_characters_of_each_utterance_and_joins_the_decoder_loss():
+    from attnmt.data.batching import target_tensors
+    from attnmt.training.speech import SpeechLoss
+    from attnmt.training.translation import sequence_loss
+
+    speech = SpeechConfig(n_mels=20, conv_channels=4, subsample=4, ctc_weight=0.3)
+    model = build_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32, attention="location",
+                                    attention_size=16, location_kernel=5, dropout=0.0), 0, 12, speech).eval()
+    assert build_model(ModelConfig(), 0, 12, SpeechConfig()).ctc is None  # no CTC layer unless asked
+    lengths, targets = torch.tensor([80, 37]), [[4, 5, 5, 6], [7]]
+    features = torch.randn(2, 80, 20)
+    tgt_in, tgt_out = target_tensors(targets)  # tgt_out: the characters, EOS, padding
+    memory = model.encode(features, lengths)
+    expected = 0.0
+    for b, chars in enumerate(targets):  # each utterance alone: its states, its characters only
+        states = memory.mask[b].sum()
+        log_probs = torch.log_softmax(model.ctc(memory.states[b:b + 1, :states]), -1).transpose(0, 1)
+        expected += torch.nn.functional.ctc_loss(log_probs, torch.tensor([chars]), states.view(1),
+                                                 torch.tensor([len(chars)]), blank=0, reduction="sum")
+    torch.testing.assert_close(model.ctc_loss(memory, tgt_out), expected)
+
+    from attnmt.data.batching import Batch
+
+    batch = Batch(features, lengths, tgt_in, tgt_out)
+    loss, tokens = SpeechLoss(model, 0.0, 0.3)(batch)
+    torch.testing.assert_close(loss, 0.7 * sequence_loss(model, batch) + 0.3 * expected)
+    assert tokens == 4 + 1 + 1 + 1  # characters and EOS
+    with pytest.raises(ValueError, match="ctc_weight"):
+        SpeechConfig(ctc_weight=1.0)
+
+
 def test_spec_augment_masks_bands_of_real_frames_and_only_in_training():
     from attnmt.config import SpecAugment
     from attnmt.models.speech import spec_augment
@@ -167,6 +199,24 @@ def test_error_rates_of_hand_made_cases():
     assert report["utterances"] == 2 and "reference words" in format_speech_report(report)
 
 
+def test_place_kept_on_hand_made_attention():
+    from attnmt.tasks.speech import Piece
+
+    # two recordings: "ab" at 0-0.4 s and "cd ab" at 0.6-1.2 s; states of 0.1 s (centres 0.05, 0.15, ...)
+    pieces = [Piece(0.0, 0.4, 1), Piece(0.6, 1.2, 2)]
+    tokens = ["▁", "a", "b", "▁", "c", "d", "▁", "a", "b"]  # rows 0-8, then EOS
+    peaks = [9, 1, 2, 9, 6, 4, 0, 11, 11, 0]  # "d" peaks at 0.45 s (nearer to the first piece), EOS anywhere
+    matrix = np.full((10, 12), 0.01)
+    matrix[np.arange(10), peaks] = 1.0
+    report = place_kept([matrix / matrix.sum(1, keepdims=True)], [tokens], [pieces], seconds_per_state=0.1)
+    assert report["characters"] == 6  # spaces and EOS not counted
+    assert report["in_place"] == pytest.approx(100 * 5 / 6)
+    assert [(b["piece"], b["characters"], b["in_place"]) for b in report["by_piece"]] == [(1, 2, 100.0),
+                                                                                          (2, 4, 75.0)]
+    # the gap between two pieces goes to the nearer one; inside a piece, to that piece
+    assert nearest_piece(np.array([0.1, 0.45, 0.55, 0.9, 5.0]), [(0.0, 0.4), (0.6, 1.2)]).tolist() == [0, 0, 1, 1, 1]
+
+
 def test_speech_config_defaults_and_errors(tmp_path):
     base = {"task": "speech", "experiment_dir": "exp", "data": {"train": {"tsv": "t.tsv"}},
             "training": {"max_steps": 1}}
@@ -200,3 +250,19 @@ def test_a_tiny_model_learns_a_few_synthetic_utterances(tmp_path):
     model = load(config.experiment_dir)
     hypotheses = [t.text for t in model.transcribe([tmp_path / "train" / f"{i}.wav" for i in range(8)], beam=1)]
     assert error_rates(hypotheses, texts)["cer"] < 10
+    # forced to write the transcripts: one row per character and EOS, one column per encoder state
+    features = [model.features(tmp_path / "train" / f"{i}.wav") for i in range(8)]
+    matrices = model.force_attention(features, texts, batch_size=3)
+    for matrix, text, f in zip(matrices, texts, features):
+        assert matrix.shape == (len(model.tgt_subwords.encode([text])[0]) + 1,
+                                int(model.model.encoder_lengths(torch.tensor([f.size(0)]))))
+        np.testing.assert_allclose(matrix.sum(1), 1.0, atol=1e-5)
+    # on utterances joined three at a time, every character (not the spaces) is scored, by position
+    from attnmt.error_rates import place_report
+    from attnmt.tasks.speech import join_utterances
+
+    joined = join_utterances(tsv, tmp_path, copies=3, count=4, seed=1)
+    report = place_report(model, joined, log=lambda m: None)
+    _, joined_texts = read_speech_tsv(joined)
+    assert report["characters"] == sum(len(t.replace(" ", "")) for t in joined_texts)
+    assert [b["piece"] for b in report["by_piece"]] == [1, 2, 3] and 0 <= report["in_place"] <= 100
