@@ -2,7 +2,15 @@
 utterances longer than any seen in training, content-only (Bahdanau) attention loses it.
 
 Trains both attentions with the same step budget on two corpora, then scores each on test sets of
-longer utterances (CER and WER, by length in words):
+longer utterances in two ways:
+
+    recognition  free decoding (greedy unless --beam): CER and WER, by length in words
+    place kept   forced decoding of the reference (the paper's forced alignment): the share of
+                 characters whose attention peaks in the stretch of audio that says them, by
+                 position in the joined utterance (attnmt.error_rates.place_kept); this measures
+                 keeping one's place apart from knowing when to stop
+
+on two corpora:
 
     synthesized  espeak-ng speech (attnmt.tasks.speech): 1-5 words per utterance in training; test on
                  the held-out utterances (half by unseen voices) and on 2, 3 and 4 of them joined
@@ -11,8 +19,9 @@ longer utterances (CER and WER, by length in words):
 
 Quality figures come from step budgets, so the machine's load does not change them (run it alone:
     flock /tmp/attnmt-bench.lock python benchmarks/speech_length.py --out runs/speech-length
-). Writes runs/.../results.json, prints the tables of docs/speech.md and draws the attention of
-each model on a longer-than-training utterance in runs/.../figures/.
+). Writes runs/.../results.json, prints the tables of docs/speech.md and draws, in runs/.../figures/,
+each model's free and forced attention on a longer-than-training utterance and the place kept by
+position.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from attnmt.compare import assignment, merged  # noqa: E402
 from attnmt.config import config_from_dict  # noqa: E402
 from attnmt.tasks import digits, speech  # noqa: E402
 from attnmt.tasks.speech_quickstart import speech_config  # noqa: E402
@@ -52,12 +62,16 @@ def corpora(out: Path, joined: int) -> dict[str, dict[str, Path]]:
 
 
 def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: int, beam: int,
-        decoder_init: str = "bridge") -> dict:
+        overrides: dict) -> dict:
+    """Trains (unless trained) and scores one model: {"scores": test-scores.json, "place": {set: place_kept}}."""
+    from attnmt.api import load
+    from attnmt.error_rates import place_report
+
     folder = out / f"{corpus}-{attention}"
     raw = speech_config(folder, sets, steps, attention)
-    raw["model"]["decoder_init"] = decoder_init
     raw["training"].update({"validate_every": max(steps // 5, 1), "threads": 2})
     raw["decoding"]["beam"] = beam
+    raw = merged(raw, overrides)
     config = config_from_dict(raw, Path("."))
     features = config.experiment_dir / "features"
     for other in ATTENTIONS:  # the same corpus and settings: the other run's feature cache serves (checked)
@@ -66,38 +80,84 @@ def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: in
             shutil.copytree(cached, features)
     if not (config.experiment_dir / "test-scores.json").is_file():
         train(config, progress=False)
-    return json.loads((config.experiment_dir / "test-scores.json").read_text(encoding="utf-8"))
+    scores = json.loads((config.experiment_dir / "test-scores.json").read_text(encoding="utf-8"))
+    model = load(config.experiment_dir)
+    place = {name: place_report(model, tsv, log=lambda m: None) for name, tsv in sets.items()
+             if name not in ("train", "dev") and has_pieces(tsv)}
+    return {"scores": scores, "place": place}
+
+
+def has_pieces(tsv: Path) -> bool:
+    """Whether a test set says where its joined pieces lie (joined utterances, digit strings)."""
+    first = tsv.read_text(encoding="utf-8").split("\n", 1)[0].split("\t")
+    return len(first) > 2 and ":" in first[2]
 
 
 def draw(out: Path, corpus: str, attention: str, tsv: Path):
-    """The attention above the spectrogram of the first utterance of ``tsv`` (a longer-than-training
-    test set): out/figures/CORPUS-ATTENTION.png."""
+    """The free attention (what the model writes) and the forced attention (made to write the
+    reference) above the spectrogram of the first utterance of ``tsv``, a longer-than-training test
+    set: out/figures/CORPUS-ATTENTION.png and CORPUS-ATTENTION-forced.png."""
+    from dataclasses import replace
+
     from attnmt.api import load
     from attnmt.data.audio import read_speech_tsv
     from attnmt.viz.figures import save
     from attnmt.viz.speech import spectrogram_attention
 
     paths, texts = read_speech_tsv(tsv)
-    [t] = load(out / f"{corpus}-{attention}" / "model").transcribe([tsv.parent / paths[0]], beam=1)
-    title = f"{attention} attention, {tsv.stem}: {texts[0]!r} -> {t.text!r}"
-    save(spectrogram_attention(t, title=title), out / "figures" / f"{corpus}-{attention}.png")
+    model = load(out / f"{corpus}-{attention}" / "model")
+    [t] = model.transcribe([tsv.parent / paths[0]], beam=1)
+    save(spectrogram_attention(t, title=f"{attention} attention, {tsv.stem}: {texts[0]!r} -> {t.text!r}"),
+         out / "figures" / f"{corpus}-{attention}.png")
+    [forced] = model.force_attention([model.features(tsv.parent / paths[0])], [texts[0]])
+    pieces = model.tgt_subwords.pieces(model.tgt_subwords.encode([texts[0]])[0])
+    forced_view = replace(t, candidates=[replace(t.candidates[0], tokens=pieces + ["</s>"], attention=forced)])
+    save(spectrogram_attention(forced_view, title=f"{attention} attention, forced to write {texts[0]!r}"),
+         out / "figures" / f"{corpus}-{attention}-forced.png")
+
+
+def draw_place(out: Path, corpus: str, results: dict, test_set: str):
+    """The place kept by position in the joined utterance, one line per attention."""
+    from attnmt.viz.figures import _figure, save
+
+    fig = _figure(6.0, 3.6)
+    ax = fig.subplots()
+    for attention, result in results.items():
+        pieces = result["place"][test_set]["by_piece"]
+        ax.plot([p["piece"] for p in pieces], [p["in_place"] for p in pieces], marker="o", label=attention)
+    ax.set_xlabel("position of the piece in the utterance (recording joined)")
+    ax.set_ylabel("characters attending to it (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"{corpus}, {test_set}: forced attention in place", fontsize=10)
+    ax.legend()
+    save(fig, out / "figures" / f"{corpus}-place.png")
 
 
 def table(results: dict) -> str:
     lines = []
     for corpus, by_attention in results.items():
-        lines += [f"\n{corpus}: CER / WER (%) by test set",
-                  "test set | " + " | ".join(f"{a} CER | {a} WER" for a in by_attention)]
-        for name in next(iter(by_attention.values())):
-            cells = [f"{s[name]['cer']:.1f} | {s[name]['wer']:.1f}" for s in by_attention.values()]
-            lines.append(f"{name} ({next(iter(by_attention.values()))[name]['utterances']}) | " + " | ".join(cells))
-        lines += [f"\n{corpus}: CER (%) by reference length in words, all test sets together is not meaningful; "
-                  "per test set:"]
-        for name in next(iter(by_attention.values())):
-            for attention, scores in by_attention.items():
+        first = next(iter(by_attention.values()))
+        lines += [f"\n{corpus}: CER / WER (%) by test set (free decoding), and characters whose forced attention "
+                  "is in place (%)",
+                  "test set | " + " | ".join(f"{a} CER | {a} WER | {a} in place" for a in by_attention)]
+        for name in first["scores"]:
+            cells = []
+            for result in by_attention.values():
+                s, place = result["scores"][name], result["place"].get(name)
+                in_place = "-" if place is None else f"{place['in_place']:.1f}"
+                cells.append(f"{s['cer']:.1f} | {s['wer']:.1f} | {in_place}")
+            lines.append(f"{name} ({first['scores'][name]['utterances']}) | " + " | ".join(cells))
+        lines.append(f"\n{corpus}: CER (%) by reference length in words, per test set:")
+        for name in first["scores"]:
+            for attention, result in by_attention.items():
                 buckets = ", ".join(f"{b['low']}{'+' if b['high'] is None else ''}: {b['cer']:.1f}"
-                                    for b in scores[name]["by_length"])
+                                    for b in result["scores"][name]["by_length"])
                 lines.append(f"  {name:18} {attention:9} {buckets}")
+        lines.append(f"\n{corpus}: forced attention in place (%) by position of the piece:")
+        for name in first["place"]:
+            for attention, result in by_attention.items():
+                pieces = ", ".join(f"{p['piece']}: {p['in_place']:.1f}" for p in result["place"][name]["by_piece"])
+                lines.append(f"  {name:18} {attention:9} {pieces}")
     return "\n".join(lines)
 
 
@@ -109,20 +169,26 @@ def main(argv=None):
     parser.add_argument("--joined", type=int, default=100, help="utterances of each joined test set")
     parser.add_argument("--beam", type=int, default=1, help="beam of the test scores (default 1: greedy)")
     parser.add_argument("--only", choices=["synthesized", "digits"], help="one corpus only")
-    parser.add_argument("--decoder-init", choices=["bridge", "zeros"], default="bridge",
-                        help="the decoders' first state (model.decoder_init): a summary of the audio (bridge, the "
-                             "quick start's) or zeros, so that all they learn of the audio comes through attention")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a config field of both models, over the quick start's, e.g. model.decoder_init=zeros "
+                             "(all the decoder learns of the audio comes through attention) or speech.ctc_weight=0.3 "
+                             "(repeatable)")
     args = parser.parse_args(argv)
+    overrides = {}
+    for text in args.set:
+        overrides = merged(overrides, assignment(text, "--set"))
     out = Path(args.out).resolve()
     results = {}
     for corpus, sets in corpora(out, args.joined).items():
         if args.only and corpus != args.only:
             continue
         steps = args.steps or DEFAULT_STEPS[corpus]
-        results[corpus] = {attention: run(out, corpus, sets, attention, steps, args.beam, args.decoder_init)
+        results[corpus] = {attention: run(out, corpus, sets, attention, steps, args.beam, overrides)
                            for attention in ATTENTIONS}
+        longest = "joined-4" if corpus == "synthesized" else "test-long-speaker"
         for attention in ATTENTIONS:
             draw(out, corpus, attention, sets["joined-3" if corpus == "synthesized" else "test-long-speaker"])
+        draw_place(out, corpus, results[corpus], longest)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(table(results))
 
