@@ -27,8 +27,8 @@ for experiment in "$@"; do
     e1) run e1 configs/experiments/e1-de-en.yaml --variant none:model.attention=none \
           --variant bahdanau:model.attention=bahdanau --variant transformer=configs/experiments/transformer.yaml \
           --seeds 2 --join 2,3,4 ;;
-    e2) run e2-de-en configs/experiments/e1-de-en.yaml "${LUONG[@]}" --steps 500
-        run e2-en-fr configs/experiments/e4-en-fr.yaml "${LUONG[@]}" --steps 250 "${GOLD[@]}" ;;  # forward only: 8 runs
+    e2) run e2-de-en configs/experiments/e1-de-en.yaml "${LUONG[@]}" --steps 1000
+        run e2-en-fr configs/experiments/e4-en-fr.yaml "${LUONG[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only: 8 runs
     e3) run e3 configs/experiments/e3-short.yaml --variant bahdanau:model.attention=bahdanau \
           --variant location:model.attention=location --variant luong-general:model.attention=luong-general \
           --join 2,3,4 ;;
