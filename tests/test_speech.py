@@ -211,8 +211,8 @@ def test_place_kept_on_hand_made_attention():
     report = place_kept([matrix / matrix.sum(1, keepdims=True)], [tokens], [pieces], seconds_per_state=0.1)
     assert report["characters"] == 6  # spaces and EOS not counted
     assert report["in_place"] == pytest.approx(100 * 5 / 6)
-    assert [(b["piece"], b["characters"], b["in_place"]) for b in report["by_piece"]] == [(1, 2, 100.0),
-                                                                                          (2, 4, 75.0)]
+    assert [(b["piece"], b["characters"], b["in_place"]) for b in report["by_piece"]] == [(1, 2, 100.0)]
+    assert report["last"] == {"characters": 4, "in_place": 75.0}  # the second piece is the last
     # the gap between two pieces goes to the nearer one; inside a piece, to that piece
     assert nearest_piece(np.array([0.1, 0.45, 0.55, 0.9, 5.0]), [(0.0, 0.4), (0.6, 1.2)]).tolist() == [0, 0, 1, 1, 1]
 
@@ -265,4 +265,5 @@ def test_a_tiny_model_learns_a_few_synthetic_utterances(tmp_path):
     report = place_report(model, joined, log=lambda m: None)
     _, joined_texts = read_speech_tsv(joined)
     assert report["characters"] == sum(len(t.replace(" ", "")) for t in joined_texts)
-    assert [b["piece"] for b in report["by_piece"]] == [1, 2, 3] and 0 <= report["in_place"] <= 100
+    assert [b["piece"] for b in report["by_piece"]] == [1, 2] and 0 <= report["in_place"] <= 100
+    assert report["characters"] == sum(b["characters"] for b in report["by_piece"]) + report["last"]["characters"]

@@ -65,7 +65,7 @@ def test_quickstart_speech_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert result["report"]["utterances"] == 6
     assert any(m.startswith("\nheld-out speech") and "CER" in m for m in messages)
-    assert "each row an output character, each column 80 ms of audio" in out
+    assert "each row an output character, each column 40 ms of audio" in out
     assert (tmp_path / "attention.json").is_file() and (tmp_path / "model" / "test-scores.json").is_file()
 
 

@@ -100,24 +100,30 @@ def nearest_piece(times: np.ndarray, spans: list[tuple[float, float]]) -> np.nda
 def place_kept(attention: list[np.ndarray], target_pieces: list[list[str]], pieces: list[list],
                seconds_per_state: float) -> dict:
     """Of the characters of joined utterances, the share (%) whose attention row peaks on an encoder
-    state nearer to their own piece of audio than to any other, overall and by piece (1st, 2nd, ...).
+    state nearer to their own piece of audio than to any other: overall, for each piece but the last
+    by its position (1st, 2nd, ...), and for the last piece of each utterance (which the end of the
+    audio gives away).
 
     ``attention``: per utterance (target pieces + EOS, states), as Recognizer.force_attention gives;
     ``target_pieces``: the pieces of each reference; ``pieces``: where each joined recording lies and
     how many words it says (attnmt.tasks.speech.Piece). Spaces and EOS are not counted.
     """
-    kept: dict[int, list[int]] = {}
+    kept: dict[int, list[int]] = {}  # position (0-based) -> hits; -1: the last piece
     for matrix, tokens, parts in zip(attention, target_pieces, pieces):
         owner = np.repeat(np.arange(len(parts)), [p.words for p in parts])  # word -> piece
         peaks = (matrix[: len(tokens)].argmax(1) + 0.5) * seconds_per_state  # the peak state's centre
         nearest = nearest_piece(peaks, [(p.start, p.end) for p in parts])
         for row, word in enumerate(_words_of_pieces(tokens)):
             if word is not None and word < len(owner):
-                kept.setdefault(int(owner[word]), []).append(int(nearest[row] == owner[word]))
+                piece = int(owner[word])
+                kept.setdefault(-1 if piece == len(parts) - 1 else piece, []).append(int(nearest[row] == piece))
     rate = lambda hits: 100 * sum(hits) / max(len(hits), 1)  # noqa: E731
     every = [hit for hits in kept.values() for hit in hits]
+    last = kept.get(-1, [])
     return {"characters": len(every), "in_place": rate(every),
-            "by_piece": [{"piece": k + 1, "characters": len(kept[k]), "in_place": rate(kept[k])} for k in sorted(kept)]}
+            "by_piece": [{"piece": k + 1, "characters": len(kept[k]), "in_place": rate(kept[k])}
+                         for k in sorted(kept) if k >= 0],
+            "last": {"characters": len(last), "in_place": rate(last)}}
 
 
 def place_report(recognizer, tsv: Path, log=print) -> dict:

@@ -26,9 +26,13 @@ def speech_config(folder: Path, data: dict[str, Path], steps: int, attention: st
         "experiment_dir": str(folder / "model"),
         "data": {"train": {"tsv": str(data["train"])}, "dev": {"tsv": str(data["dev"])}, "test": tests,
                  "batch_size": 32, "max_length": 80},
-        "speech": {"subsample": 8},
+        # CTC beside the decoder's loss makes each encoder state carry its own stretch of audio, and
+        # without a summary of the audio in its first state (decoder_init: zeros) the decoder must find it
+        # by attention: the attention walks along the audio (docs/speech.md). CTC needs ~2 states a character.
+        "speech": {"subsample": 4, "ctc_weight": 0.3},
         "model": {"embedding_size": 128, "encoder_hidden": 128, "encoder_layers": 2, "decoder_hidden": 256,
-                  "attention_size": 128, "location_kernel": 15, "dropout": 0.1, "attention": attention},
+                  "attention_size": 128, "location_kernel": 15, "dropout": 0.1, "attention": attention,
+                  "decoder_init": "zeros"},
         "training": {"max_steps": steps, "validate_every": max(steps // 3, 1), "learning_rate": 0.002,
                      "log_every": 25, "early_stopping_patience": None},
         # ~15 characters a second of speech, 100 frames a second: 0.3 characters a frame is ample
