@@ -123,13 +123,17 @@ def draw_place(out: Path, corpus: str, results: dict, test_set: str):
     fig = _figure(6.0, 3.6)
     ax = fig.subplots()
     for attention, result in results.items():
-        pieces = result["place"][test_set]["by_piece"]
-        ax.plot([p["piece"] for p in pieces], [p["in_place"] for p in pieces], marker="o", label=attention)
-    ax.set_xlabel("position of the piece in the utterance (recording joined)")
+        place = result["place"][test_set]
+        pieces = place["by_piece"]
+        line, = ax.plot([p["piece"] for p in pieces], [p["in_place"] for p in pieces], marker="o", label=attention)
+        ax.plot([len(pieces) + 1.5], [place["last"]["in_place"]], marker="s", color=line.get_color())
+    ticks = range(1, len(pieces) + 1)
+    ax.set_xticks([*ticks, len(pieces) + 1.5], [*map(str, ticks), "last"])
+    ax.set_xlabel("position of the recording in the utterance (the last one apart)")
     ax.set_ylabel("characters attending to it (%)")
-    ax.set_ylim(0, 100)
+    ax.set_ylim(-2, 104)
     ax.set_title(f"{corpus}, {test_set}: forced attention in place", fontsize=10)
-    ax.legend()
+    ax.legend(loc="lower left")
     save(fig, out / "figures" / f"{corpus}-place.png")
 
 
@@ -156,8 +160,9 @@ def table(results: dict) -> str:
         lines.append(f"\n{corpus}: forced attention in place (%) by position of the piece:")
         for name in first["place"]:
             for attention, result in by_attention.items():
-                pieces = ", ".join(f"{p['piece']}: {p['in_place']:.1f}" for p in result["place"][name]["by_piece"])
-                lines.append(f"  {name:18} {attention:9} {pieces}")
+                place = result["place"][name]
+                pieces = ", ".join(f"{p['piece']}: {p['in_place']:.1f}" for p in place["by_piece"])
+                lines.append(f"  {name:18} {attention:9} {pieces}, last: {place['last']['in_place']:.1f}")
     return "\n".join(lines)
 
 
