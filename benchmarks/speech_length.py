@@ -46,7 +46,8 @@ ATTENTIONS = ("location", "bahdanau")
 DEFAULT_STEPS = {"synthesized": 800, "digits": 300}  # batches of 32: the quick start's budget; 3 epochs of digits
 
 
-def corpora(out: Path, joined: int) -> dict[str, dict[str, Path]]:
+def corpora(out: Path, joined: int, short: tuple[int, int] = (1, 3),
+            long: tuple[int, int] = (4, 8)) -> dict[str, dict[str, Path]]:
     """name -> {"train", "dev", test sets...}: the synthesized corpus with its joined test sets, and
     the digit strings."""
     synth = speech.write_spoken_corpus(out / "synthesized")
@@ -57,7 +58,7 @@ def corpora(out: Path, joined: int) -> dict[str, dict[str, Path]]:
     digit_sets = {name: out / "digits" / f"{name}.tsv" for name in ("train", "dev", "test-speaker", "test-long",
                                                                     "test-long-speaker")}
     if not all(p.is_file() for p in digit_sets.values()):
-        digit_sets = digits.write_digit_corpus(FSDD, out / "digits")
+        digit_sets = digits.write_digit_corpus(FSDD, out / "digits", short=short, long=long)
     return {"synthesized": synth, "digits": digit_sets}
 
 
@@ -174,6 +175,10 @@ def main(argv=None):
     parser.add_argument("--joined", type=int, default=100, help="utterances of each joined test set")
     parser.add_argument("--beam", type=int, default=1, help="beam of the test scores (default 1: greedy)")
     parser.add_argument("--only", choices=["synthesized", "digits"], help="one corpus only")
+    parser.add_argument("--short-digits", type=digits.lengths, default=(1, 3), metavar="MIN-MAX",
+                        help="digits of a training string (default 1-3)")
+    parser.add_argument("--long-digits", type=digits.lengths, default=(4, 8), metavar="MIN-MAX",
+                        help="digits of a longer-than-training test string (default 4-8)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="a config field of both models, over the quick start's, e.g. model.decoder_init=zeros "
                              "(all the decoder learns of the audio comes through attention) or speech.ctc_weight=0.3 "
@@ -184,7 +189,7 @@ def main(argv=None):
         overrides = merged(overrides, assignment(text, "--set"))
     out = Path(args.out).resolve()
     results = {}
-    for corpus, sets in corpora(out, args.joined).items():
+    for corpus, sets in corpora(out, args.joined, args.short_digits, args.long_digits).items():
         if args.only and corpus != args.only:
             continue
         steps = args.steps or DEFAULT_STEPS[corpus]

@@ -95,6 +95,13 @@ def test_digit_strings_from_real_speech(tmp_path):
             assert spans[-1].end == pytest.approx(soundfile.info(tmp_path / wav).duration, abs=1e-3)
     again = digits.write_digit_corpus(fsdd, tmp_path / "again", n_train=30, n_dev=5, n_test=8, log=lambda m: None)
     assert all(columns(paths[n]) == columns(again[n]) for n in paths)  # seeded
+    other = digits.write_digit_corpus(fsdd, tmp_path / "other", n_train=4, n_dev=2, n_test=6, log=lambda m: None,
+                                      short=(2, 2), long=(5, 6))
+    assert {len(row[1].split()) for row in columns(other["train"])} == {2}
+    assert {len(row[1].split()) for row in columns(other["test-long"])} <= {5, 6}
+    with pytest.raises(AttnmtError, match="digit string lengths"):
+        digits.write_digit_corpus(fsdd, tmp_path / "bad", short=(1, 4), long=(4, 8))
+    assert digits.lengths("1-6") == (1, 6) and digits.lengths("7") == (7, 7)
 
 
 def test_joined_utterances_are_longer_with_joined_transcripts(tmp_path):

@@ -7,10 +7,10 @@ where each digit lies in the audio (START-END:1 in seconds, attnmt.tasks.speech.
 speaker, the recordings joined. Seeded: the same arguments give the same
 corpus. The sets:
 
-    train         1-3 digits, 4 speakers, recordings 5-49 of each digit
+    train         1-3 digits (--short), 4 speakers, recordings 5-49 of each digit
     dev           1-3 digits, the same speakers, recordings 0-4 (never in training)
     test-speaker  1-3 digits, the fifth speaker, never heard in training
-    test-long     4-8 digits, the training speakers, recordings 0-4: longer than any in training
+    test-long     4-8 digits (--long), the training speakers, recordings 0-4: longer than any in training
     test-long-speaker  4-8 digits, the fifth speaker
 
     python -m attnmt.tasks.digits ../shared/data/speech/fsdd runs/digits/data
@@ -74,7 +74,12 @@ def write_set(by_speaker: dict, speakers: list[str], lengths: tuple[int, int], c
 
 
 def write_digit_corpus(fsdd: Path, out: Path, test_speaker: str = "theo", seed: int = 1, n_train: int = 3000,
-                       n_dev: int = 200, n_test: int = 300, log=print) -> dict[str, Path]:
+                       n_dev: int = 200, n_test: int = 300, log=print, short: tuple[int, int] = (1, 3),
+                       long: tuple[int, int] = (4, 8)) -> dict[str, Path]:
+    """``short``: the digits of a training, dev and test-speaker string (at least, at most); ``long``:
+    those of the test-long sets."""
+    if not 1 <= short[0] <= short[1] < long[0] <= long[1]:
+        raise AttnmtError(f"digit string lengths: need 1 <= {short[0]} <= {short[1]} < {long[0]} <= {long[1]}")
     by_speaker = recordings(fsdd)
     if test_speaker not in by_speaker:
         raise AttnmtError(f"{fsdd}: no recordings of speaker {test_speaker!r} (speakers: {', '.join(by_speaker)})")
@@ -82,12 +87,20 @@ def write_digit_corpus(fsdd: Path, out: Path, test_speaker: str = "theo", seed: 
     out = Path(out)
     rng = random.Random(seed)
     log(f"digit strings from {fsdd}: training speakers {', '.join(train_speakers)}; unseen: {test_speaker}")
-    plan = {"train": (train_speakers, (1, 3), n_train, False), "dev": (train_speakers, (1, 3), n_dev, True),
-            "test-speaker": ([test_speaker], (1, 3), n_test, False),
-            "test-long": (train_speakers, (4, 8), n_test, True),
-            "test-long-speaker": ([test_speaker], (4, 8), n_test, False)}
+    plan = {"train": (train_speakers, short, n_train, False), "dev": (train_speakers, short, n_dev, True),
+            "test-speaker": ([test_speaker], short, n_test, False),
+            "test-long": (train_speakers, long, n_test, True),
+            "test-long-speaker": ([test_speaker], long, n_test, False)}
     return {name: write_set(by_speaker, speakers, lengths, count, held_out, out, name, rng)
             for name, (speakers, lengths, count, held_out) in plan.items()}
+
+
+def lengths(text: str) -> tuple[int, int]:
+    """"1-3" -> (1, 3)."""
+    low, dash, high = text.partition("-")
+    if not (low.strip().isdigit() and (not dash or high.strip().isdigit())):
+        raise argparse.ArgumentTypeError(f"expected MIN-MAX digits, e.g. 1-3, got {text!r}")
+    return int(low), int(high if dash else low)
 
 
 def main(argv: list[str] | None = None):
@@ -97,9 +110,13 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--test-speaker", default="theo")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--train", type=int, default=3000, help="training strings")
+    parser.add_argument("--short", type=lengths, default=(1, 3), metavar="MIN-MAX",
+                        help="digits of the training, dev and test-speaker strings (default 1-3)")
+    parser.add_argument("--long", type=lengths, default=(4, 8), metavar="MIN-MAX",
+                        help="digits of the test-long strings (default 4-8)")
     args = parser.parse_args(argv)
     for name, path in write_digit_corpus(Path(args.fsdd), Path(args.out), args.test_speaker, args.seed,
-                                         args.train).items():
+                                         args.train, short=args.short, long=args.long).items():
         print(f"{name}: {path}")
 
 
