@@ -161,6 +161,23 @@ def test_ctc_loss_is_over_the_characters_of_each_utterance_and_joins_the_decoder
         SpeechConfig(ctc_weight=1.0)
 
 
+def test_utterances_too_short_for_ctc_are_counted_with_a_warning(tmp_path):
+    from attnmt.data.audio import SpeechCorpus
+    from attnmt.training.speech import EncodedSpeech, check_ctc_lengths, ctc_states_needed
+
+    assert ctc_states_needed([4, 5, 6]) == 3 and ctc_states_needed([4, 4, 5, 5, 5]) == 8  # blanks between repeats
+    model = build_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32), 0, 12,
+                        SpeechConfig(n_mels=20, conv_channels=4, subsample=8, ctc_weight=0.3))
+    frames = [80, 16, 24]  # 10, 2 and 3 encoder states at 8 frames a state
+    data = EncodedSpeech(SpeechCorpus(["a", "b", "c"], ["", "", ""], [torch.zeros(n, 20) for n in frames], []),
+                         [[4, 5, 6], [4, 5, 6], [4, 4, 5]])  # needs 3, 3 and 4 states
+    messages = []
+    assert check_ctc_lengths(data, model, tmp_path / "train.tsv", messages.append) == 2
+    assert messages == [f"warning: {tmp_path / 'train.tsv'}: 2 of 3 utterance(s) have fewer encoder states than "
+                        "their transcript needs for CTC (speech.ctc_weight), which ignores them; speech.subsample: 4 "
+                        "gives twice as many states"]
+
+
 def test_spec_augment_masks_bands_of_real_frames_and_only_in_training():
     from attnmt.config import SpecAugment
     from attnmt.models.speech import spec_augment

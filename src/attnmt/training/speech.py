@@ -117,6 +117,8 @@ def speech_parts(config: Config, device: torch.device, processes: Processes = ON
         dev = (encoded_speech(config.data.dev.tsv, "dev", config, tgt_sw, None, log)
                if config.data.dev is not None else None)
     model = build_model(config.model, 0, len(tgt_sw), config.speech)
+    if config.speech.ctc_weight:
+        check_ctc_lengths(train, model, config.data.train.tsv, log)
     if config.speech.normalize == "global":
         model.encoder.set_global_statistics(train.corpus.features)
     model.to(device)
@@ -130,6 +132,24 @@ def speech_parts(config: Config, device: torch.device, processes: Processes = ON
     validation = SpeechScores(dev, tgt_sw, config) if dev is not None else None
     return SpeechParts(setup, train.sizes(), lambda indices: speech_batch(train, indices), validation, summary,
                        tgt_sw)
+
+
+def ctc_states_needed(ids: list[int]) -> int:
+    """The fewest encoder states CTC can spell ``ids`` in: one per character, and a blank between two
+    equal ones."""
+    return len(ids) + sum(a == b for a, b in zip(ids, ids[1:]))
+
+
+def check_ctc_lengths(data: EncodedSpeech, model, tsv: Path, log: Callable[[str], None]) -> int:
+    """Warns when some utterances have fewer encoder states than CTC needs (their CTC loss counts
+    as 0: only the decoder learns from them); returns how many."""
+    states = model.encoder_lengths(torch.tensor(data.sizes())).tolist()
+    short = sum(n < ctc_states_needed(ids) for n, ids in zip(states, data.tgt_ids))
+    if short:
+        hint = "; speech.subsample: 4 gives twice as many states" if model.speech_config.subsample == 8 else ""
+        log(f"warning: {tsv}: {short} of {len(data)} utterance(s) have fewer encoder states than their transcript "
+            f"needs for CTC (speech.ctc_weight), which ignores them{hint}")
+    return short
 
 
 class SpeechLoss(TrainingLoss):
