@@ -15,9 +15,9 @@ write the reference, peaks in the piece of audio that says them (``place_kept``)
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
-from urllib.parse import quote
 
 from attnmt.evaluation import _bucket_edges, _bucket_label, _check_parallel
 
