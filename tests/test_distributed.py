@@ -40,6 +40,18 @@ def run(path, processes: int, resume: bool = False):
     return done
 
 
+# Trains through the Python API, then names the threads left in this process.
+THREADS_AFTER_TRAINING = """
+import os, sys
+from attnmt.config import load_config
+from attnmt.training import train
+
+train(load_config(sys.argv[1]), log=lambda message: None, progress=False)
+names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
+print("threads:", ",".join(sorted(names)))
+"""
+
+
 def weights(folder, name="last.safetensors"):
     return {k: v for k, v in load_file(str(folder / name)).items() if k.startswith("model.")}
 
@@ -86,3 +98,18 @@ def test_two_processes_resume(tmp_path):
     run(second_path, 2, resume=True)
 
     assert_close(weights(straight.experiment_dir), weights(first.experiment_dir))
+
+
+def test_training_frees_the_process_group(tmp_path):
+    """At the end, the group's gloo threads are gone: left alive (torch._dynamo imported after the
+    group was made kept it), they sometimes aborted a process at exit as they freed their last work."""
+    _, path = write_config(tmp_path, max_steps=3)
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS_AFTER_TRAINING, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(script), str(path)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = [line for line in done.stdout.splitlines() if line.startswith("threads:")]
+    assert len(reports) == 2
+    assert not any("gloo" in report for report in reports), reports

@@ -49,6 +49,11 @@ def start(device: torch.device) -> Processes:
     if world == 1:
         return Processes()
     if not dist.is_initialized():
+        # Imported after the group exists (DistributedDataParallel imports it), torch._dynamo keeps
+        # references to it, so that destroy_process_group cannot free it: gloo's threads then outlive
+        # Python's exit, and now and then abort the process (SIGABRT) as they free their last work.
+        import torch._dynamo  # noqa: F401
+
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return Processes(dist.get_rank(), dist.get_world_size(), device)
 
@@ -76,6 +81,8 @@ def main_first(processes: Processes):
 
 
 def stop(processes: Processes):
+    """Leaves the process group; DistributedDataParallel wrappers must be freed first (see
+    TrainingLoop.leave_processes)."""
     if processes.active and dist.is_initialized():
         dist.destroy_process_group()
 

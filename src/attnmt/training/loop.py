@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from attnmt import distributed
 from attnmt.checkpoint import load_training_state, save_model, save_training_state
@@ -99,6 +100,16 @@ class TrainingLoop:
             self._steps()
             self._finish()
         return self.state
+
+    def leave_processes(self):
+        """Leaves the process group, if any: first unwraps the loss from DistributedDataParallel,
+        then destroys the group. In that order, the group is freed by destroy_process_group, which
+        lets go of Python's lock while gloo's threads free their last work (they need the lock to
+        free tensors made in Python); freed with DistributedDataParallel's reducer, which keeps the
+        lock, it could wait for them forever."""
+        if isinstance(self.loss, DistributedDataParallel):
+            self.loss = self.loss.module
+        distributed.stop(self.processes)
 
     def _start(self, resume: bool):
         if resume:

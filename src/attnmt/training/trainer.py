@@ -62,7 +62,7 @@ class Trainer:
                 self.score_test_sets()
             return state
         finally:
-            distributed.stop(self.processes)
+            self.loop.leave_processes()
 
     def score_test_sets(self):
         """The best checkpoint on each test set: in test-scores.json and as "test" records of
