@@ -3,6 +3,7 @@ one: the test scores of training, `attnmt evaluate/translate/plot`, the Python A
 with its audio limits, and the explorer's audio view in Chromium."""
 
 import base64
+import dataclasses
 import json
 import socket
 import threading
@@ -140,6 +141,21 @@ def test_http_audio_limits_and_errors(speech_model, tmp_path):
             error(path, {}, 422, "give text (translation models) or audio")
         error("/translate", {"audio": [b64(wavs[0])] * 5}, 422, "at most 4 items")
         error("/beam", {"text": "abc"}, 422, "is a speech model")
+
+
+def test_the_body_limit_makes_room_for_one_sound_file(speech_model, tmp_path):
+    """A file under max_audio_bytes is read even when its base64 is larger than max_body_bytes; the
+    room is for one file, not for any number of them."""
+    folder, *_ = speech_model
+    wav = tmp_path / "tone.wav"
+    soundfile.write(wav, tone(440.0, 2.5), RATE)  # 80 kB, 107 kB in base64
+    limits = dataclasses.replace(LIMITS, max_body_bytes=100_000)
+    assert limits.max_body_bytes < len(b64(wav)) and wav.stat().st_size < limits.max_audio_bytes
+    with local_client(create_app([folder], limits)) as client:
+        response = client.post("/translate", json={"audio": b64(wav)})
+        assert response.status_code == 200, response.text
+        response = client.post("/translate", json={"audio": [b64(wav)] * 4})  # 428 kB > 100 kB + 267 kB
+        assert response.status_code == 413, response.status_code
 
 
 def test_audio_sent_to_a_translation_model_is_refused(tiny_transformer, speech_model):

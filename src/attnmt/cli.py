@@ -534,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "clients use behind a proxy; may be repeated")
     device_option(p)
     p.add_argument("--max-body-bytes", type=_positive, default=limits.max_body_bytes,
-                   help="larger request bodies get 413")
+                   help="larger request bodies get 413 (with a speech model, plus one sound file of "
+                        "--max-audio-bytes in base64)")
     p.add_argument("--max-sentences", type=_positive, default=limits.max_sentences, help="texts per /translate request")
     p.add_argument("--max-chars", type=_positive, default=limits.max_chars, help="characters per text")
     p.add_argument("--max-tokens", type=_positive, default=limits.max_tokens,
@@ -554,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-batching", action="store_true",
                    help="decode one /translate request at a time (same as --max-batch 1)")
     p.add_argument("--max-audio-bytes", type=_positive, default=limits.max_audio_bytes,
-                   help="speech models: bytes of one sound file (sent as base64: raise --max-body-bytes with it)")
+                   help="speech models: bytes of one sound file (sent as base64, for which the body limit makes room)")
     p.add_argument("--max-audio-seconds", type=_positive_float, default=limits.max_audio_seconds,
                    help="speech models: seconds of one sound file")
     p.add_argument("--threads", type=_positive, help="torch threads for decoding (default: one per core)")

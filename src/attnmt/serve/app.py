@@ -53,7 +53,8 @@ def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, 
                               "attention matrices, and every quantity of every decoder step.")
     app.state.models = loaded
     app.state.limits = limits
-    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
+    speech = any(model.translator.config.task == "speech" for model in loaded.values())
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.body_bytes(audio=speech))
     app.add_middleware(ArrivalTime)
     app.add_middleware(TrustedHostMiddleware, hosts=hosts)  # the outermost
     app.add_exception_handler(RequestValidationError, _invalid_request)

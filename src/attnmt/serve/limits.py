@@ -38,6 +38,12 @@ class ServerLimits:
         if not 0 <= self.batch_wait < self.timeout:
             raise AttnmtError(f"batch_wait must be at least 0 and below the timeout, got {self.batch_wait!r}")
 
+    def body_bytes(self, audio: bool) -> int:
+        """The request-body limit the server applies: max_body_bytes, and for a server with a
+        speech model as much again as one sound file of max_audio_bytes takes in base64, so that
+        a file meets the audio limits (size, then duration), not the body limit first."""
+        return self.max_body_bytes + (base64_length(self.max_audio_bytes) if audio else 0)
+
     @property
     def chunk_work(self) -> int:
         """The work decoded in one go: a large request or batch is decoded in a few chunks, between
@@ -54,3 +60,8 @@ def work(token_counts: list[int], beam: int) -> int:
     """The work of decoding texts of these subword token counts with this beam: hypotheses x source
     positions, which the cost of a decoder step (and the number of steps) grows with."""
     return beam * sum(n + 1 for n in token_counts)  # + 1: the end of sentence
+
+
+def base64_length(size: int) -> int:
+    """Characters of ``size`` bytes in base64: 4 for every 3 bytes begun."""
+    return -(-size // 3) * 4

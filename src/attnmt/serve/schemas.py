@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
                       model_validator)
 
-from attnmt.serve.limits import ServerLimits
+from attnmt.serve.limits import ServerLimits, base64_length
 
 
 def _listed(array) -> list:
@@ -225,8 +225,7 @@ def request_models(limits: ServerLimits) -> RequestModels:
     """The request bodies, with the limits as Field constraints (so /docs shows them)."""
     Sentence = Annotated[str, Field(min_length=1, max_length=limits.max_chars, strict=True),
                          AfterValidator(_not_blank)]
-    # A sound file in base64: 4 characters for 3 bytes.
-    Audio = Annotated[str, Field(min_length=1, max_length=-(-limits.max_audio_bytes // 3) * 4, strict=True)]
+    Audio = Annotated[str, Field(min_length=1, max_length=base64_length(limits.max_audio_bytes), strict=True)]
     audio_field = Field(None, description=f"speech models: a sound file (WAV, FLAC, ...) in base64, at most "
                                           f"{limits.max_audio_bytes:,} bytes and {limits.max_audio_seconds:g} s; "
                                           "instead of text")
