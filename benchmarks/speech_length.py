@@ -21,7 +21,8 @@ Quality figures come from step budgets, so the machine's load does not change th
     flock /tmp/attnmt-bench.lock python benchmarks/speech_length.py --out runs/speech-length
 ). Writes runs/.../results.json, prints the tables of docs/speech.md and draws, in runs/.../figures/,
 each model's free and forced attention on a longer-than-training utterance and the place kept by
-position.
+position. With --window LEFT,RIGHT it scores the trained models again, decoding with an attention
+window (results-window-LEFT-RIGHT.json, figures-window-LEFT-RIGHT/).
 """
 
 from __future__ import annotations
@@ -63,10 +64,11 @@ def corpora(out: Path, joined: int, short: tuple[int, int] = (1, 3),
 
 
 def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: int, beam: int,
-        overrides: dict) -> dict:
-    """Trains (unless trained) and scores one model: {"scores": test-scores.json, "place": {set: place_kept}}."""
+        overrides: dict, window: tuple[int, int] | None = None) -> dict:
+    """Trains (unless trained) and scores one model: {"scores": test-scores.json, "place": {set: place_kept}};
+    with a decoding ``window``, the scores of the trained model decoding within it."""
     from attnmt.api import load
-    from attnmt.error_rates import place_report
+    from attnmt.error_rates import place_report, speech_test_set_reports
 
     folder = out / f"{corpus}-{attention}"
     raw = speech_config(folder, sets, steps, attention)
@@ -83,6 +85,11 @@ def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: in
         train(config, progress=False)
     scores = json.loads((config.experiment_dir / "test-scores.json").read_text(encoding="utf-8"))
     model = load(config.experiment_dir)
+    if window is not None:
+        model.attention_window = window
+        reports = speech_test_set_reports(model, model.test_sets, beam=beam, log=lambda m: None,
+                                          cache=config.experiment_dir / "features")
+        scores = {name: {k: v for k, v in report.items() if k != "hypotheses"} for name, report in reports.items()}
     place = {name: place_report(model, tsv, log=lambda m: None) for name, tsv in sets.items()
              if name not in ("train", "dev") and has_pieces(tsv)}
     return {"scores": scores, "place": place}
@@ -94,7 +101,7 @@ def has_pieces(tsv: Path) -> bool:
     return len(first) > 2 and ":" in first[2]
 
 
-def draw(out: Path, corpus: str, attention: str, tsv: Path):
+def draw(out: Path, corpus: str, attention: str, tsv: Path, window: tuple[int, int] | None, figures: Path):
     """The free attention (what the model writes) and the forced attention (made to write the
     reference) above the spectrogram of the first utterance of ``tsv``, a longer-than-training test
     set: out/figures/CORPUS-ATTENTION.png and CORPUS-ATTENTION-forced.png."""
@@ -107,17 +114,18 @@ def draw(out: Path, corpus: str, attention: str, tsv: Path):
 
     paths, texts = read_speech_tsv(tsv)
     model = load(out / f"{corpus}-{attention}" / "model")
+    model.attention_window = window
     [t] = model.transcribe([tsv.parent / paths[0]], beam=1)
     save(spectrogram_attention(t, title=f"{attention} attention, {tsv.stem}: {texts[0]!r} -> {t.text!r}"),
-         out / "figures" / f"{corpus}-{attention}.png")
+         figures / f"{corpus}-{attention}.png")
     [forced] = model.force_attention([model.features(tsv.parent / paths[0])], [texts[0]])
     pieces = model.tgt_subwords.pieces(model.tgt_subwords.encode([texts[0]])[0])
     forced_view = replace(t, candidates=[replace(t.candidates[0], tokens=pieces + ["</s>"], attention=forced)])
     save(spectrogram_attention(forced_view, title=f"{attention} attention, forced to write {texts[0]!r}"),
-         out / "figures" / f"{corpus}-{attention}-forced.png")
+         figures / f"{corpus}-{attention}-forced.png")
 
 
-def draw_place(out: Path, corpus: str, results: dict, test_set: str):
+def draw_place(figures: Path, corpus: str, results: dict, test_set: str):
     """The place kept by position in the joined utterance, one line per attention."""
     from attnmt.viz.figures import _figure, save
 
@@ -135,7 +143,7 @@ def draw_place(out: Path, corpus: str, results: dict, test_set: str):
     ax.set_ylim(-2, 104)
     ax.set_title(f"{corpus}, {test_set}: forced attention in place", fontsize=10)
     ax.legend(loc="lower left")
-    save(fig, out / "figures" / f"{corpus}-place.png")
+    save(fig, figures / f"{corpus}-place.png")
 
 
 def table(results: dict) -> str:
@@ -167,6 +175,11 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def window_argument(text: str) -> tuple[int, int]:
+    left, right = (int(part) for part in text.split(","))
+    return left, right
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/speech-length", help="folder of corpora, models and results")
@@ -183,23 +196,30 @@ def main(argv=None):
                         help="a config field of both models, over the quick start's, e.g. model.decoder_init=zeros "
                              "(all the decoder learns of the audio comes through attention) or speech.ctc_weight=0.3 "
                              "(repeatable)")
+    parser.add_argument("--window", type=window_argument, metavar="LEFT,RIGHT",
+                        help="score the trained models decoding with an attention window (each step within LEFT "
+                             "encoder states before and RIGHT after the median of the previous step's weights): "
+                             "into results-window-LEFT-RIGHT.json and figures-window-LEFT-RIGHT/")
     args = parser.parse_args(argv)
     overrides = {}
     for text in args.set:
         overrides = merged(overrides, assignment(text, "--set"))
     out = Path(args.out).resolve()
+    suffix = "" if args.window is None else "-window-{}-{}".format(*args.window)
+    figures = out / f"figures{suffix}"
     results = {}
     for corpus, sets in corpora(out, args.joined, args.short_digits, args.long_digits).items():
         if args.only and corpus != args.only:
             continue
         steps = args.steps or DEFAULT_STEPS[corpus]
-        results[corpus] = {attention: run(out, corpus, sets, attention, steps, args.beam, overrides)
+        results[corpus] = {attention: run(out, corpus, sets, attention, steps, args.beam, overrides, args.window)
                            for attention in ATTENTIONS}
         longest = "joined-4" if corpus == "synthesized" else "test-long-speaker"
         for attention in ATTENTIONS:
-            draw(out, corpus, attention, sets["joined-3" if corpus == "synthesized" else "test-long-speaker"])
-        draw_place(out, corpus, results[corpus], longest)
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+            draw(out, corpus, attention, sets["joined-3" if corpus == "synthesized" else "test-long-speaker"],
+                 args.window, figures)
+        draw_place(figures, corpus, results[corpus], longest)
+    (out / f"results{suffix}.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(table(results))
 
 

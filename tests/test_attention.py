@@ -167,3 +167,50 @@ def test_zeros_decoder_init_starts_from_zero_without_a_bridge_and_steps_equal_fo
         torch.testing.assert_close(step.weights, weights[:, t], atol=1e-6, rtol=1e-5)
     bridged = build_model(config.model_copy(update={"decoder_init": "bridge"}), SRC_VOCAB, TGT_VOCAB).eval()
     assert bridged.init_state(bridged.encode(src, lengths)).hidden.any()
+
+
+# --- decoding with a window (Chorowski et al. 2015) ----------------------------------------------
+
+def test_window_mask_is_around_the_median_of_the_previous_weights():
+    from attnmt.models.attention import window_mask
+
+    prev = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.0, 0.0],  # running sum reaches 1/2 at 2
+                         [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],  # at 0, the first step's weights
+                         [0.0, 0.0, 0.0, 0.5, 0.5, 0.0]])  # exactly 1/2 at 3
+    mask = torch.tensor([[True] * 4 + [False] * 2, [True] * 6, [True] * 5 + [False]])
+    expected = torch.tensor([[0, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 0]], dtype=torch.bool)
+    assert torch.equal(window_mask(prev, mask, 1, 2), expected)  # [m-1, m+2] and real
+
+
+@pytest.mark.parametrize("input_feeding", [True, False])
+@pytest.mark.parametrize("attention", WITH_WEIGHTS)
+def test_windowed_steps_attend_only_near_the_previous_median(attention, input_feeding):
+    """Forced and step by step: each row's weights sum to one inside the window of the row before,
+    are zero outside it, and the steps equal the teacher-forced pass (which for Luong without input
+    feeding then runs step by step)."""
+    from attnmt.models.attention import window_mask
+
+    model = make_model(attention, input_feeding=input_feeding)
+    model.decoder.window = (1, 1)
+    src, lengths, tgt = padded_batch()
+    _, weights = model(src, lengths, tgt)
+    memory = model.encode(src, lengths)
+    state = model.init_state(memory)
+    for t in range(tgt.size(1)):
+        inside = window_mask(state.weights, memory.mask, 1, 1)
+        step = model.decode_step(tgt[:, t], state, memory)
+        assert torch.all(step.weights[~inside] == 0) and torch.all(step.weights[inside] > 0)
+        torch.testing.assert_close(step.weights.sum(-1), torch.ones(3))
+        torch.testing.assert_close(step.weights, weights[:, t], atol=1e-6, rtol=1e-5)
+        state = step.state
+    assert torch.all(weights[:, :, 5:] == 0)  # from position 0, a step moves one position at most: 5 steps
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "location"])
+def test_a_window_wider_than_the_source_changes_nothing(attention):
+    model = make_model(attention)
+    src, lengths, tgt = padded_batch()
+    _, free = model(src, lengths, tgt)
+    model.decoder.window = (7, 7)
+    _, windowed = model(src, lengths, tgt)
+    torch.testing.assert_close(windowed, free)

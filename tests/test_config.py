@@ -215,3 +215,15 @@ def test_cli_missing_config_file(tmp_path, capsys):
     assert code == 2
     assert err.startswith("attnmt: error:") and "missing.yaml" in err and "no such config file" in err
     assert "Traceback" not in err
+
+
+def test_attention_window_is_checked(tmp_path):
+    assert load_config(write_config(tmp_path / "ok", with_changes(MINIMAL, decoding={"attention_window": [2, 8]}))
+                       ).decoding.attention_window == (2, 8)
+    message = config_error(tmp_path, with_changes(MINIMAL, decoding={"attention_window": [-1, 8]}))
+    assert "decoding.attention_window" in message
+    message = config_error(tmp_path, with_changes(MINIMAL, decoding={"attention_window": [2]}))
+    assert "decoding.attention_window" in message
+    for model in ({"type": "transformer"}, {"attention": "none"}):
+        message = config_error(tmp_path, with_changes(MINIMAL, model=model, decoding={"attention_window": [2, 8]}))
+        assert "decoding.attention_window is for RNN decoders with attention" in message

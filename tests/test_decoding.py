@@ -343,3 +343,44 @@ def test_unlikely_hypotheses_ending_early_do_not_stop_the_search_before_the_like
     [best], *_ = beam_search(model, src, lengths, [30] * 3, beam=beam, alpha=alpha)
     assert greedy.tokens == [5] * ConfidentModel.PATH + [EOS]
     assert best.tokens == greedy.tokens and best.score == pytest.approx(greedy.score)
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "location", "luong-general"])
+def test_beam_of_one_equals_greedy_with_an_attention_window(attention):
+    model = untrained(attention)
+    model.decoder.window = (1, 2)
+    assert_beam_of_one_equals_greedy(model, random_batch())
+
+
+def test_attention_window_from_python_and_the_command_line(reverse_model, tiny_transformer, tmp_path, capsys):
+    """translator.attention_window and --attention-window decode within the window (each row's weight
+    only from the previous row's median to one position after it); bad windows are clear errors."""
+    from attnmt.cli import main
+    from attnmt.errors import AttnmtError
+
+    translator, sources = reverse_model
+    translator.attention_window = (0, 1)
+    try:
+        assert translator.model.decoder.window == (0, 1)
+        for t in translator.translate(sources[:20], beam=3):
+            weights = torch.as_tensor(t.attention)
+            for before, row in zip(weights, weights[1:]):
+                median = int((before.cumsum(0) < 0.5).sum())
+                assert row[:median].sum() == 0 and row[median + 2:].sum() == 0
+        with pytest.raises(AttnmtError, match="two whole numbers"):
+            translator.attention_window = (-1, 2)
+    finally:
+        translator.attention_window = None
+    assert translator.model.decoder.window is None
+    with pytest.raises(AttnmtError, match="for RNN decoders with attention"):
+        tiny_transformer.attention_window = (1, 1)
+
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(sources[:5]) + "\n", encoding="utf-8")
+    assert main(["translate", str(translator.folder), "-i", str(src), "--attention-window", "0,1", "--beam", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 5
+    with pytest.raises(SystemExit):
+        main(["translate", str(translator.folder), "-i", str(src), "--attention-window", "2"])
+    assert "give LEFT,RIGHT" in capsys.readouterr().err
+    assert main(["translate", str(tiny_transformer.folder), "-i", str(src), "--attention-window", "1,1"]) == 2
+    assert "for RNN decoders with attention" in capsys.readouterr().err

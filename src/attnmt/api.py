@@ -16,10 +16,11 @@ from typing import Callable
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 
 from attnmt import speed
 from attnmt.checkpoint import check_shapes, load_weights
-from attnmt.config import Config, load_config
+from attnmt.config import Config, DecodingConfig, load_config
 from attnmt.data import splits
 from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
@@ -88,6 +89,29 @@ class Translator:
             if self.device.type == "cpu" and not speed.cpu_has_bf16():
                 warnings.warn("quantize='bf16' (--bf16) on a CPU without bf16 units (AVX512-BF16 or AMX): the "
                               "product is emulated and slower than float32 here", stacklevel=3)
+        self.attention_window = self.config.decoding.attention_window
+
+    @property
+    def attention_window(self) -> tuple[int, int] | None:
+        """(left, right): each decoder step attends only within that many source positions of the
+        median of the previous step's weights (as in Chorowski et al. 2014); None: over the whole source.
+        The config's decoding.attention_window unless set here; RNN attention only."""
+        return self.config.decoding.attention_window
+
+    @attention_window.setter
+    def attention_window(self, window: tuple[int, int] | None):
+        decoder = getattr(self.model, "decoder", None)
+        if window is not None and getattr(decoder, "attention", None) is None:
+            raise AttnmtError(f"{self.folder}: an attention window is for RNN decoders with attention; this model "
+                              f"is a {self.config.model.type} with attention {self.config.model.attention}")
+        try:
+            decoding = DecodingConfig.model_validate({**self.config.decoding.model_dump(), "attention_window": window})
+        except ValidationError as error:
+            raise AttnmtError(f"attention window {window!r}: give two whole numbers >= 0 (left, right), "
+                              f"or None ({error.errors()[0]['msg']})") from None
+        self.config = self.config.model_copy(update={"decoding": decoding})
+        if decoder is not None and hasattr(decoder, "window"):
+            decoder.window = decoding.attention_window
 
     def _vocabularies(self):
         if self.config.task != "translation":

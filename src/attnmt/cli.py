@@ -90,10 +90,26 @@ def _quantize(args) -> str | None:
     return "int8" if args.int8 else "bf16" if args.bf16 else None
 
 
-def _load_model(args):
-    from attnmt.api import load
+def _window(text: str) -> tuple[int, int]:
+    try:
+        left, right = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give LEFT,RIGHT, two whole numbers >= 0, e.g. 2,8") from None
+    if left < 0 or right < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: LEFT and RIGHT must be >= 0")
+    return left, right
 
-    return load(args.model_dir, args.checkpoint, quantize=_quantize(args), device=args.device)
+
+def _load_model(args):
+    from attnmt.api import Translator, load
+
+    model = load(args.model_dir, args.checkpoint, quantize=_quantize(args), device=args.device)
+    if getattr(args, "attention_window", None) is not None:
+        if not isinstance(model, Translator):
+            raise AttnmtError(f"{args.model_dir}: --attention-window is for RNN decoders with attention; this is a "
+                              "sentence-pair classifier")
+        model.attention_window = args.attention_window
+    return model
 
 
 def _translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = "input"):
@@ -407,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--checkpoint", choices=["best", "last"], default="best")
         p.add_argument("--max-tokens", type=_positive, default=MAX_TOKENS,
                        help=f"a line of more subword tokens is cut to this many, with a warning (default {MAX_TOKENS})")
+        p.add_argument("--attention-window", type=_window, metavar="LEFT,RIGHT",
+                       help="RNN attention: each step attends only within LEFT positions before and RIGHT after the "
+                            "median of the previous step's weights (as in Chorowski et al. 2014; default: config, "
+                            "decoding.attention_window)")
         device_option(p)
         reduced = p.add_mutually_exclusive_group()
         reduced.add_argument("--int8", action="store_true",

@@ -219,6 +219,9 @@ class DecodingConfig(Section):
     max_length_ratio: float = Field(1.5, gt=0, le=10)  # output at most ratio * source length + offset
     max_length_offset: int = Field(10, ge=0, le=1000)
     batch_size: int = Field(64, gt=0, le=10_000)
+    # RNN attention: each step attends within [m - left, m + right], m the median of the previous
+    # step's weights (as in Chorowski et al. 2014); None: over the whole source. Decoding only.
+    attention_window: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] | None = None
 
 
 # ------------------------------------------------------------------------------ task: pairs
@@ -367,6 +370,14 @@ class Config(Section):
     def shared_embeddings_need_joint_vocabulary(self):
         if self.task == "translation" and self.model.share_embeddings and not self.data.subwords.joint:
             raise ValueError("model.share_embeddings needs one joint vocabulary: set data.subwords.joint: true")
+        return self
+
+    @model_validator(mode="after")
+    def window_needs_rnn_attention(self):
+        if self.decoding.attention_window is not None and (
+                self.task == "pairs" or self.model.type != "rnn" or self.model.attention == "none"):
+            raise ValueError("decoding.attention_window is for RNN decoders with attention (model.type: rnn, "
+                             "model.attention not none)")
         return self
 
     @model_validator(mode="after")

@@ -120,6 +120,16 @@ class LocationAttention(Attention):
         return self.w(torch.tanh(energy)).squeeze(-1).unsqueeze(1)
 
 
+def window_mask(prev_weights: Tensor, mask: Tensor, left: int, right: int) -> Tensor:
+    """Decoding with a window (as in Chorowski et al. 2014): a step attends only to the real positions j
+    with m - left <= j <= m + right, m the median of the previous step's weights a_{t-1} (the first
+    position where their running sum reaches 1/2). prev_weights (B,S), mask (B,S) -> (B,S) bool."""
+    median = (prev_weights.cumsum(-1) < 0.5).sum(-1, keepdim=True)
+    median = torch.minimum(median, mask.sum(-1, keepdim=True) - 1)  # a real position, whatever the rounding
+    j = torch.arange(mask.size(-1), device=mask.device)
+    return mask & (j >= median - left) & (j <= median + right)
+
+
 def build_attention(name: str, query_size: int, memory_size: int, hidden_size: int,
                     location_channels: int = 10, location_kernel: int = 31) -> Attention | None:
     """The attention named in the config; None for 'none' (fixed context, no attention)."""
@@ -142,4 +152,4 @@ def build_attention(name: str, query_size: int, memory_size: int, hidden_size: i
 
 
 __all__ = ["Attention", "BahdanauAttention", "LuongDotAttention", "LuongGeneralAttention",
-           "LuongConcatAttention", "LocationAttention", "build_attention"]
+           "LuongConcatAttention", "LocationAttention", "build_attention", "window_mask"]

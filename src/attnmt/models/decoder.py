@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmt import speed
-from attnmt.models.attention import Attention
+from attnmt.models.attention import Attention, window_mask
 from attnmt.models.base import Batched
 from attnmt.speed import Dropout
 
@@ -129,6 +129,9 @@ class RNNDecoder(nn.Module):
         self.bridge = nn.Linear(memory_size, num_layers * hidden_size) if bridge else None
         self.W_c = nn.Linear(memory_size + hidden_size, hidden_size, bias=False)
         self.hidden_size, self.num_layers = hidden_size, num_layers
+        # Decoding only (decoding.attention_window, set by attnmt.load): attend within
+        # (left, right) positions of the median of the previous step's weights; None: everywhere.
+        self.window: tuple[int, int] | None = None
 
     def init_state(self, memory: Memory) -> DecoderState:
         """s_0 = tanh(W_b h_final), the bridge from the encoder's summary to the decoder; or 0."""
@@ -145,16 +148,20 @@ class RNNDecoder(nn.Module):
         weights[:, 0] = 1.0
         return DecoderState(hidden, cell, attentional, weights)
 
-    def _attend(self, query: Tensor, memory: Memory, prev_weights: Tensor | None):
-        """query (B,T,H) -> context (B,T,M), weights and scores (B,T,S) or None without attention."""
+    def _attend(self, query: Tensor, memory: Memory, prev_weights: Tensor | None, mask: Tensor | None = None):
+        """query (B,T,H) -> context (B,T,M), weights and scores (B,T,S) or None without attention;
+        over the real positions, or those of ``mask`` (B,S)."""
         if self.attention is None:
             return memory.final.unsqueeze(1).expand(-1, query.size(1), -1), None, None
-        return self.attention(query, memory.states, memory.keys, memory.mask, prev_weights)
+        return self.attention(query, memory.states, memory.keys, memory.mask if mask is None else mask, prev_weights)
 
-    def _attend_one(self, query: Tensor, memory: Memory, prev_weights: Tensor | None):
-        """The attention of one step: query (B,H) -> context (B,M), weights and scores (B,S) or None."""
-        context, weights, scores = self._attend(query.unsqueeze(1), memory,
-                                                None if prev_weights is None else prev_weights.unsqueeze(1))
+    def _attend_one(self, query: Tensor, memory: Memory, state: DecoderState, read_weights: bool):
+        """The attention of one step: query (B,H) -> context (B,M), weights and scores (B,S) or None.
+        The previous weights (``state.weights``) go to the score if ``read_weights`` (location
+        attention), and to the decoding window if there is one."""
+        mask = None if self.window is None else window_mask(state.weights, memory.mask, *self.window)
+        prev_weights = state.weights.unsqueeze(1) if read_weights else None
+        context, weights, scores = self._attend(query.unsqueeze(1), memory, prev_weights, mask)
         return context.squeeze(1), *(None if x is None else x.squeeze(1) for x in (weights, scores))
 
     def _recur(self, gates: Tensor, state: DecoderState, memory: Memory):
@@ -162,7 +169,7 @@ class RNNDecoder(nn.Module):
         the ATTEND_FIRST path, the attention of s_{t-1} (context, weights, scores); else None."""
         attended = None
         if self.path == ATTEND_FIRST:
-            attended = self._attend_one(state.hidden[-1], memory, state.weights)
+            attended = self._attend_one(state.hidden[-1], memory, state, read_weights=True)
             gates = gates + self.W_ctx(attended[0])
         elif self.path == FEED_BACK:
             gates = gates + self.W_feed(state.attentional)
@@ -179,7 +186,7 @@ class RNNDecoder(nn.Module):
     def _step(self, gates: Tensor, state: DecoderState, memory: Memory) -> DecoderStep:
         hidden, cell, attended = self._recur(gates, state, memory)
         if attended is None:  # Luong: the query is the new state s_t
-            attended = self._attend_one(hidden[-1], memory, None)
+            attended = self._attend_one(hidden[-1], memory, state, read_weights=False)
         context, weights, scores = attended
         attentional = self._attentional(context, hidden[-1])
         new_state = DecoderState(hidden, cell, attentional, state.weights if weights is None else weights)
@@ -190,8 +197,8 @@ class RNNDecoder(nn.Module):
         # W_y y_{t-1} for all t in one product; unbind (not gates[:, t]) so that the backward
         # pass stacks the steps' gradients once instead of adding T full-size zero-padded copies.
         gates = speed.padded_in_time(self.W_y, embedded).unbind(1)
-        if self.path == FEED_BACK:
-            return self._every_step_in_turn(gates, state, memory)
+        if self.path == FEED_BACK or (self.path == ATTEND_AFTER and self.window is not None):
+            return self._every_step_in_turn(gates, state, memory)  # (a window needs the previous step's weights)
         return self._recurrence_then_the_rest(gates, state, memory)
 
     def _every_step_in_turn(self, gates: list[Tensor], state: DecoderState, memory: Memory):
