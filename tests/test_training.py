@@ -183,3 +183,25 @@ def test_bf16_on_a_cpu_without_bf16_units_is_warned_about(tmp_path, monkeypatch)
     lines.clear()
     Trainer(config_for(tmp_path / "fp32", max_steps=1), log=lines.append, progress=False)
     assert not any("bf16" in line for line in lines)
+
+
+def test_training_with_an_attention_window_trains_and_decodes_within_it(tmp_path):
+    """training.attention_window restricts the attention in training; the model folder decodes with
+    it (decoding.attention_window follows unless given)."""
+    from attnmt.api import load
+    from attnmt.models.attention import window_mask
+
+    config = config_for(tmp_path, max_steps=10, attention_window=[1, 2])
+    trainer = Trainer(config, log=lambda message: None, progress=False)
+    assert trainer.model.decoder.window == (1, 2)
+    batch = translation_batch(trainer.data.train, list(range(8)))
+    _, weights = trainer.model(batch.src, batch.src_lengths, batch.tgt_in)
+    assert torch.all(weights[:, 0, 3:] == 0)  # the first step: from position 0, at most 2 further
+    trainer.train()
+    translator = load(config.experiment_dir)
+    assert translator.attention_window == (1, 2) and translator.model.decoder.window == (1, 2)
+    [t] = translator.translate(["abcdefg"], beam=1)
+    weights = torch.as_tensor(t.attention)
+    for before, row in zip(weights, weights[1:]):
+        inside = window_mask(before[None], torch.ones(1, weights.size(1), dtype=torch.bool), 1, 2)[0]
+        assert row[~inside].sum() == 0

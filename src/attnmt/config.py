@@ -177,6 +177,9 @@ class SpeechConfig(Section):
         return self
 
 
+Window = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]  # (left, right) source positions
+
+
 class TrainingConfig(Section):
     seed: int = 42
     threads: int | None = Field(None, gt=0)
@@ -202,6 +205,9 @@ class TrainingConfig(Section):
     warmup_steps: int = Field(4000, gt=0)
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast matrix products, fp32 master weights
     device: str = Field("cpu", pattern=r"^(cpu|cuda)$")  # cuda: each process on its own GPU (LOCAL_RANK)
+    # RNN attention within [m - left, m + right] in training too (see decoding.attention_window, which
+    # it sets unless that is given); None: over the whole source
+    attention_window: Window | None = None
 
     @model_validator(mode="after")
     def has_a_limit(self):
@@ -221,7 +227,7 @@ class DecodingConfig(Section):
     batch_size: int = Field(64, gt=0, le=10_000)
     # RNN attention: each step attends within [m - left, m + right], m the median of the previous
     # step's weights (as in Chorowski et al. 2014); None: over the whole source. Decoding only.
-    attention_window: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] | None = None
+    attention_window: Window | None = None
 
 
 # ------------------------------------------------------------------------------ task: pairs
@@ -374,10 +380,13 @@ class Config(Section):
 
     @model_validator(mode="after")
     def window_needs_rnn_attention(self):
-        if self.decoding.attention_window is not None and (
-                self.task == "pairs" or self.model.type != "rnn" or self.model.attention == "none"):
-            raise ValueError("decoding.attention_window is for RNN decoders with attention (model.type: rnn, "
-                             "model.attention not none)")
+        for section in ("training", "decoding"):
+            if getattr(self, section).attention_window is not None and (
+                    self.task == "pairs" or self.model.type != "rnn" or self.model.attention == "none"):
+                raise ValueError(f"{section}.attention_window is for RNN decoders with attention (model.type: rnn, "
+                                 "model.attention not none)")
+        if "attention_window" not in self.decoding.model_fields_set:  # decode as trained
+            self.decoding.attention_window = self.training.attention_window
         return self
 
     @model_validator(mode="after")

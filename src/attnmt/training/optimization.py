@@ -22,7 +22,10 @@ class TrainingSetup:
 
 def setup_training(model: nn.Module, loss: nn.Module, tc: TrainingConfig, processes: Processes) -> TrainingSetup:
     """Adam and the schedule of ``tc`` for ``model``; with several processes, ``loss`` in
-    DistributedDataParallel, which adds up their gradients."""
+    DistributedDataParallel, which adds up their gradients. With tc.attention_window, the RNN
+    decoder attends within it (in training and validation)."""
+    if tc.attention_window is not None:
+        model.decoder.window = tc.attention_window
     if processes.active:
         loss = DistributedDataParallel(loss)
         torch.manual_seed(tc.seed + processes.rank)  # same weights, own dropout masks
