@@ -114,7 +114,8 @@ def draw(out: Path, corpus: str, attention: str, tsv: Path, window: tuple[int, i
 
     paths, texts = read_speech_tsv(tsv)
     model = load(out / f"{corpus}-{attention}" / "model")
-    model.attention_window = window
+    if window is not None:  # else the model's own (decoding.attention_window)
+        model.attention_window = window
     [t] = model.transcribe([tsv.parent / paths[0]], beam=1)
     save(spectrogram_attention(t, title=f"{attention} attention, {tsv.stem}: {texts[0]!r} -> {t.text!r}"),
          figures / f"{corpus}-{attention}.png")
