@@ -121,9 +121,10 @@ class LocationAttention(Attention):
 
 
 def window_mask(prev_weights: Tensor, mask: Tensor, left: int, right: int) -> Tensor:
-    """Decoding with a window (as in Chorowski et al. 2014): a step attends only to the real positions j
-    with m - left <= j <= m + right, m the median of the previous step's weights a_{t-1} (the first
-    position where their running sum reaches 1/2). prev_weights (B,S), mask (B,S) -> (B,S) bool."""
+    """Attention within a window (as in Chorowski et al. 2014): a step attends only to the real
+    positions j with m - left <= j <= m + right, m the median of the previous step's weights
+    a_{t-1} (the first position where their running sum reaches 1/2).
+    prev_weights (B,S), mask (B,S) -> (B,S) bool."""
     median = (prev_weights.cumsum(-1) < 0.5).sum(-1, keepdim=True)
     median = torch.minimum(median, mask.sum(-1, keepdim=True) - 1)  # a real position, whatever the rounding
     j = torch.arange(mask.size(-1), device=mask.device)

@@ -129,8 +129,8 @@ class RNNDecoder(nn.Module):
         self.bridge = nn.Linear(memory_size, num_layers * hidden_size) if bridge else None
         self.W_c = nn.Linear(memory_size + hidden_size, hidden_size, bias=False)
         self.hidden_size, self.num_layers = hidden_size, num_layers
-        # Decoding only (decoding.attention_window, set by attnmt.load): attend within
-        # (left, right) positions of the median of the previous step's weights; None: everywhere.
+        # Attend within (left, right) positions of the median of the previous step's weights; None:
+        # everywhere. Set from training.attention_window in training, decoding's by attnmt.load.
         self.window: tuple[int, int] | None = None
 
     def init_state(self, memory: Memory) -> DecoderState:
@@ -158,7 +158,7 @@ class RNNDecoder(nn.Module):
     def _attend_one(self, query: Tensor, memory: Memory, state: DecoderState, read_weights: bool):
         """The attention of one step: query (B,H) -> context (B,M), weights and scores (B,S) or None.
         The previous weights (``state.weights``) go to the score if ``read_weights`` (location
-        attention), and to the decoding window if there is one."""
+        attention), and to the window if there is one."""
         mask = None if self.window is None else window_mask(state.weights, memory.mask, *self.window)
         prev_weights = state.weights.unsqueeze(1) if read_weights else None
         context, weights, scores = self._attend(query.unsqueeze(1), memory, prev_weights, mask)
