@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from attnmt.cli import window_argument  # noqa: E402
 from attnmt.compare import assignment, merged  # noqa: E402
 from attnmt.config import config_from_dict  # noqa: E402
 from attnmt.tasks import digits, speech  # noqa: E402
@@ -174,11 +175,6 @@ def table(results: dict) -> str:
                 pieces = ", ".join(f"{p['piece']}: {p['in_place']:.1f}" for p in place["by_piece"])
                 lines.append(f"  {name:18} {attention:9} {pieces}, last: {place['last']['in_place']:.1f}")
     return "\n".join(lines)
-
-
-def window_argument(text: str) -> tuple[int, int]:
-    left, right = (int(part) for part in text.split(","))
-    return left, right
 
 
 def main(argv=None):

@@ -110,7 +110,7 @@ class Translator:
             raise AttnmtError(f"attention window {window!r}: give two whole numbers >= 0 (left, right), "
                               f"or None ({error.errors()[0]['msg']})") from None
         self.config = self.config.model_copy(update={"decoding": decoding})
-        if decoder is not None and hasattr(decoder, "window"):
+        if decoder is not None:  # an RNN decoder (a Transformer has none of that name)
             decoder.window = decoding.attention_window
 
     def _vocabularies(self):

@@ -90,7 +90,8 @@ def _quantize(args) -> str | None:
     return "int8" if args.int8 else "bf16" if args.bf16 else None
 
 
-def _window(text: str) -> tuple[int, int]:
+def window_argument(text: str) -> tuple[int, int]:
+    """"2,8" -> (2, 8): --attention-window LEFT,RIGHT (also benchmarks/speech_length.py --window)."""
     try:
         left, right = (int(part) for part in text.split(","))
     except ValueError:
@@ -423,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--checkpoint", choices=["best", "last"], default="best")
         p.add_argument("--max-tokens", type=_positive, default=MAX_TOKENS,
                        help=f"a line of more subword tokens is cut to this many, with a warning (default {MAX_TOKENS})")
-        p.add_argument("--attention-window", type=_window, metavar="LEFT,RIGHT",
+        p.add_argument("--attention-window", type=window_argument, metavar="LEFT,RIGHT",
                        help="RNN attention: each step attends only within LEFT positions before and RIGHT after the "
                             "median of the previous step's weights (as in Chorowski et al. 2014; default: config, "
                             "decoding.attention_window)")
