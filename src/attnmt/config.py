@@ -205,6 +205,9 @@ class TrainingConfig(Section):
     warmup_steps: int = Field(4000, gt=0)
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast matrix products, fp32 master weights
     device: str = Field("cpu", pattern=r"^(cpu|cuda)$")  # cuda: each process on its own GPU (LOCAL_RANK)
+    # On a GPU, an RNN translation model's decoder and loss are captured as a CUDA graph per batch
+    # shape and replayed (attnmt.training.graphs); false: every step launched kernel by kernel
+    cuda_graphs: bool = True
     # RNN attention within [m - left, m + right] in training too (see decoding.attention_window, which
     # it sets unless that is given); None: over the whole source
     attention_window: Window | None = None

@@ -1,4 +1,6 @@
-"""Speed tricks for CPUs, in one place.
+"""Speed tricks, in one place: for CPUs here, for GPUs in attnmt.training.graphs and
+attnmt.fast_decoding (which follow the same rules: the textbook path a switch away, a test that
+both compute the same).
 
 A small model trained or run on two CPU cores spends much of its time not in arithmetic but in
 what surrounds it: kernels compiled for each new matrix shape, passes over large tensors,
@@ -26,7 +28,11 @@ their cost is the traffic through the (tokens x vocabulary) score matrix, which 
 times instead of the dozen passes of log_softmax, gather, smoothing and their backward functions.
 
 Dropout masks drawn from random integers (``dropout``, ``Dropout``): about twice as fast as
-nn.Dropout's ``bernoulli_``, the slowest elementwise operation of a training step.
+nn.Dropout's ``bernoulli_``, the slowest elementwise operation of a training step on a CPU. (On a
+GPU, PyTorch's own dropout is one fused kernel: it is used there.)
+
+On a GPU the encoder is cuDNN's fused RNN over the packed batch (the textbook path), not
+``rnn_direction``: cuDNN skips the padding itself, and wants the weights as the one block it keeps.
 
 Encoder states cast once per batch to the autocast type (``cast_for_autocast``), instead of at
 every decoder step's context product.
@@ -132,7 +138,7 @@ def autocast_dtype(device: str, default: torch.dtype) -> torch.dtype:
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """nn.functional.dropout: each element kept with probability 1-p (to 2^-31) and scaled by 1/(1-p)."""
-    if not enabled():
+    if not enabled() or x.is_cuda:
         return F.dropout(x, p, training)
     if not training or p == 0:
         return x
@@ -153,8 +159,11 @@ class Dropout(nn.Dropout):
 # ------------------------------------------------------------------------------- the loss
 
 
-def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, eps: float) -> Tensor:
-    """F.cross_entropy(F.linear(x, weight, bias), target, label_smoothing=eps, reduction="sum").
+def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, eps: float,
+                         ignore_index: int | None = None) -> Tensor:
+    """F.cross_entropy(F.linear(x, weight, bias), target, label_smoothing=eps, reduction="sum"),
+    without the rows whose target is ``ignore_index`` (they add 0 and get no gradient: fixed shapes
+    for a CUDA graph, where selecting the other rows first would not be).
 
     With q the smoothed target distribution ((1-eps) on the reference token, eps/V on every token)
     the loss of a row of scores z is
@@ -164,13 +173,15 @@ def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor | None, target:
     and its gradient softmax(z) - q: both are computed directly.
     """
     if not enabled():
-        return F.cross_entropy(F.linear(x, weight, bias).float(), target, label_smoothing=eps, reduction="sum")
-    return _LinearCrossEntropy.apply(x, weight, bias, target, eps)
+        return F.cross_entropy(F.linear(x, weight, bias).float(), target, label_smoothing=eps, reduction="sum",
+                               ignore_index=-100 if ignore_index is None else ignore_index)
+    return _LinearCrossEntropy.apply(x, weight, bias, target, eps, ignore_index)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, target: Tensor, eps: float) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, target: Tensor, eps: float,
+                ignore_index: int | None) -> Tensor:
         # The products run in the autocast type (bf16); the softmax and the loss in float32.
         device = x.device.type
         dtype = autocast_dtype(device, weight.dtype)
@@ -184,22 +195,25 @@ class _LinearCrossEntropy(torch.autograd.Function):
             log_norm = torch.logsumexp(z, dim=-1)
             z_target = z.gather(1, target.unsqueeze(1)).squeeze(1)
             loss = log_norm - (1 - eps) * z_target - eps / z.size(1) * z.sum(dim=-1)
-        ctx.save_for_backward(x, w, z, log_norm, target)
+            # Padding rows (added here or ignored) count 0; as a float factor, for the backward too.
+            counted = (torch.arange(z.size(0), device=z.device) < rows).float()
+            if ignore_index is not None:
+                counted = counted * (target != ignore_index).float()
+        ctx.save_for_backward(x, w, z, log_norm, target, counted)
         ctx.eps, ctx.weight_dtype, ctx.has_bias, ctx.rows = eps, weight.dtype, bias is not None, rows
-        return loss[:rows].sum()
+        return (loss * counted).sum()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
-        x, w, z, log_norm, target = ctx.saved_tensors  # z is overwritten: one backward only
+        x, w, z, log_norm, target, counted = ctx.saved_tensors  # z is overwritten: one backward only
         eps = ctx.eps
         grad_z = z.sub_(log_norm.unsqueeze(1)).exp_()  # softmax(z), in place of z
         grad_z.sub_(eps / z.size(1))
         grad_z.scatter_add_(1, target.unsqueeze(1), grad_z.new_full((z.size(0), 1), -(1 - eps)))
-        grad_z.mul_(grad)
-        grad_z[ctx.rows:] = 0  # padding rows
+        grad_z.mul_((grad * counted).unsqueeze(1))  # 0 on padding rows
         grad_bias = grad_z.sum(dim=0) if ctx.has_bias else None
         grad_z = grad_z.to(x.dtype)
         grad_x = (grad_z @ w)[:ctx.rows]
         grad_weight = (grad_z.t() @ x).to(ctx.weight_dtype)
-        return grad_x, grad_weight, grad_bias, None, None
+        return grad_x, grad_weight, grad_bias, None, None, None

@@ -45,7 +45,9 @@ class RNNEncoder(nn.Module):
         # Under CPU autocast nn.GRU runs in float32 anyway, and nn.LSTM fails (oneDNN makes no bf16
         # LSTM of autocast's mixed types): both run in float32.
         with torch.autocast("cpu", enabled=False) if x.device.type == "cpu" else nullcontext():
-            states = self._unpacked(x, lengths) if speed.enabled() else self._packed(x, lengths)
+            # The unpacked trick is for CPUs; on a GPU, cuDNN's fused RNN reads the packed batch.
+            unpacked = speed.enabled() and x.device.type != "cuda"
+            states = self._unpacked(x, lengths) if unpacked else self._packed(x, lengths)
         final = states[torch.arange(states.size(0), device=states.device), lengths - 1]
         if self.rnn.bidirectional:
             final = torch.cat([final[:, :self.rnn.hidden_size], states[:, 0, self.rnn.hidden_size:]], dim=-1)

@@ -26,9 +26,10 @@ class OutputLayer(nn.Linear):
         logits = F.linear(x.to(dtype), self.weight_as(dtype)).float()
         return logits if self.bias is None else logits.add_(self.bias)
 
-    def loss(self, x: Tensor, target: Tensor, label_smoothing: float = 0.0) -> Tensor:
-        """x (N,H) decoder states, target (N,) token ids -> the cross-entropy summed over N."""
-        return speed.linear_cross_entropy(x, self.weight, self.bias, target, label_smoothing)
+    def loss(self, x: Tensor, target: Tensor, label_smoothing: float = 0.0, ignore_index: int | None = None) -> Tensor:
+        """x (N,H) decoder states, target (N,) token ids -> the cross-entropy summed over N (over
+        the rows whose target is not ``ignore_index``)."""
+        return speed.linear_cross_entropy(x, self.weight, self.bias, target, label_smoothing, ignore_index)
 
     def weight_as(self, dtype: torch.dtype) -> Tensor:
         """The weight in ``dtype``, converted once and kept until the weight changes (training

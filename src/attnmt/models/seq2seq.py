@@ -62,10 +62,15 @@ class Seq2Seq(EncoderDecoder):
     def encode(self, src: Tensor, lengths: Tensor) -> Memory:
         states, final, *shortened = self.encoder(src, lengths)
         lengths = shortened[0] if shortened else lengths
+        return self.memory_of(states, final, source_mask(lengths.to(src.device), states.size(1)))
+
+    def memory_of(self, states: Tensor, final: Tensor, mask: Tensor) -> Memory:
+        """What the decoder reads of the encoder's output: the states cast once for autocast, and
+        the attention's keys projected once per sentence."""
         states = speed.cast_for_autocast(states)
         attention = self.decoder.attention
         keys = None if attention is None else attention.project_keys(states)
-        return Memory(states, keys, source_mask(lengths.to(src.device), states.size(1)), final)
+        return Memory(states, keys, mask, final)
 
     def init_state(self, memory: Memory) -> DecoderState:
         return self.decoder.init_state(memory)

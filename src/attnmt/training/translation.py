@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from attnmt import distributed
+from attnmt import distributed, speed
 from attnmt.config import Config
 from attnmt.data.batching import Batch, inference_batches, make_batch, training_batch
 from attnmt.data import splits
@@ -21,6 +21,7 @@ from attnmt.decoding import decode
 from attnmt.distributed import ONE_PROCESS, Processes
 from attnmt.evaluation import corpus_scores
 from attnmt.models import EncoderDecoder, build_model
+from attnmt.training.graphs import GraphedLoss, graphed_loss
 from attnmt.training.optimization import TrainingSetup, setup_training
 
 
@@ -50,7 +51,9 @@ def setup_translation(config: Config, data: TranslationData, device: torch.devic
                       processes: Processes = ONE_PROCESS) -> TrainingSetup:
     """The model of the config for the data's vocabularies, its loss, optimizer and scheduler."""
     model = build_model(config.model, len(data.src_sw), len(data.tgt_sw)).to(device)
-    return setup_training(model, TrainingLoss(model, config.training.label_smoothing), config.training, processes)
+    tc = config.training
+    graphs = graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs, processes.world)
+    return setup_training(model, TrainingLoss(model, tc.label_smoothing, graphs), tc, processes)
 
 
 def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
@@ -77,13 +80,16 @@ def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 
 
 class TrainingLoss(nn.Module):
     """The model and its loss as one module: what DistributedDataParallel wraps. Returns the
-    summed loss and the number of target tokens it sums over."""
+    summed loss and the number of target tokens it sums over. With ``graphs`` (on a GPU), the
+    decoder runs as CUDA graphs (attnmt.training.graphs)."""
 
-    def __init__(self, model: EncoderDecoder, label_smoothing: float):
+    def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None):
         super().__init__()
-        self.model, self.label_smoothing = model, label_smoothing
+        self.model, self.label_smoothing, self.graphs = model, label_smoothing, graphs
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
+        if self.graphs is not None and speed.enabled():
+            return self.graphs(batch), batch.target_tokens
         return sequence_loss(self.model, batch, self.label_smoothing), batch.target_tokens
 
 

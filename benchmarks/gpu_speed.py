@@ -1,0 +1,95 @@
+"""What attnmt's GPU paths bring, each against its textbook path on the same GPU, in one run.
+
+    python benchmarks/gpu_speed.py --data ../shared/data/multi30k --steps 400
+
+Trains configs/rnn-bahdanau.yaml (Multi30k de->en, batch 64 sentences) for --steps steps twice on
+the GPU: with the decoder and loss as CUDA graphs (training.cuda_graphs, the default) and without;
+then decodes test_2016_flickr with the first model, greedy and beam 5, with the fixed-shape search
+of attnmt.fast_decoding (CUDA graphs) and with the reference search of attnmt.decoding
+(``speed.plain()``). Prints sentences/s of each and the ratios; the same for --precision bf16
+with --bf16. For the comparison with OpenNMT-py, see benchmarks/peers.py --device cuda.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def train(args, out: Path, graphs: bool, precision: str) -> dict:
+    from attnmt.config import load_config
+    from attnmt.training import train as train_config
+
+    config = load_config(REPO / "configs" / "rnn-bahdanau.yaml")
+    data = Path(args.data).resolve()
+    config.data.train.src, config.data.train.tgt = data / "train.de.gz", data / "train.en.gz"
+    config.data.dev.src, config.data.dev.tgt = data / "val.de.gz", data / "val.en.gz"
+    config.experiment_dir = out
+    config.training.device, config.training.cuda_graphs, config.training.precision = "cuda", graphs, precision
+    config.training.max_steps, config.training.max_minutes = args.steps, None
+    config.training.validate_every = args.steps  # one validation, at the end
+    state = train_config(config, log=lambda line: None, progress=False)
+    validation = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+                  if json.loads(line)["type"] == "valid"][-1]
+    # The loop's seconds include the validation at the end; its record's, written before, do not.
+    return {"sentences_per_s": state.sentences / validation["seconds"], "seconds": validation["seconds"],
+            "dev_bleu": validation["bleu"]}
+
+
+def decode(model_dir: Path, sources: list[str], beam: int, plain: bool) -> float:
+    import attnmt
+    from attnmt import speed
+
+    translator = attnmt.load(model_dir, device="cuda")
+    translator.translate(sources[:64], beam=beam)  # warm-up: cuDNN and cuBLAS choose their kernels
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    if plain:
+        with speed.plain():
+            translator.translate(sources, beam=beam, batch_size=64)
+    else:
+        translator.translate(sources, beam=beam, batch_size=64)
+    torch.cuda.synchronize()
+    return len(sources) / (time.perf_counter() - started)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "multi30k"))
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--work", default=str(REPO / "runs" / "gpu-speed"))
+    parser.add_argument("--bf16", action="store_true", help="also train with precision bf16")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("gpu_speed.py needs a CUDA GPU")
+    from attnmt.data.corpus import read_lines
+
+    work = Path(args.work)
+    results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "steps": args.steps}
+    runs = [("graphs", True, "fp32"), ("eager", False, "fp32")] + ([("graphs-bf16", True, "bf16")] if args.bf16 else [])
+    for name, graphs, precision in runs:
+        results[f"train_{name}"] = train(args, work / name, graphs, precision)
+        print(f"training, {name}: {results[f'train_{name}']}", flush=True)
+    sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")
+    for beam in (1, 5):
+        for plain in (False, True):
+            key = f"decode_beam{beam}_{'reference' if plain else 'fast'}"
+            results[key] = decode(work / "graphs", sources, beam, plain)
+            print(f"{key}: {results[key]:.0f} sentences/s", flush=True)
+    train_ratio = results["train_graphs"]["sentences_per_s"] / results["train_eager"]["sentences_per_s"]
+    print(f"\ntraining graphs / eager: {train_ratio:.2f}x")
+    for beam in (1, 5):
+        print(f"decoding beam {beam} fast / reference: "
+              f"{results[f'decode_beam{beam}_fast'] / results[f'decode_beam{beam}_reference']:.2f}x")
+    (work / "results.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

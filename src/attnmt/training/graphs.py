@@ -1,0 +1,117 @@
+"""Teacher-forced training of an RNN translation model on a GPU, its decoder as CUDA graphs.
+
+A step-by-step decoder launches a few dozen small kernels per target position, forward and
+backward: at batch 64 an H100 finishes each long before Python has launched the next, so the GPU
+waits (80-85 % idle, measured with eager PyTorch). A CUDA graph records the kernels of a whole
+pass once and replays them with one launch. What is captured, once per batch shape:
+
+    memory (encoder states, final state, source mask), tgt_in, tgt_out
+        -> keys, the T decoder steps, the output layer and the summed loss    forward graph
+        -> their gradients, for the decoder's weights and the encoder states  backward graph
+
+(``torch.cuda.make_graphed_callables``). The encoder stays outside: cuDNN's fused RNN over the
+packed batch is already a few kernels, and reads the lengths on the host. Its gradient flows from
+the graph's backward as from any autograd function, and the optimizer steps as before.
+
+A graph holds fixed shapes: the target is padded in time to a multiple of ``TIME_MULTIPLE`` (the
+source width is already one, see attnmt.speed), and the padded positions are left out of the loss
+by target rather than selected away (``linear_cross_entropy(..., ignore_index=PAD)``). Each new
+shape is captured the first time it comes, at most ``MAX_GRAPHS`` of them; the rest run as
+before. Capturing runs the pass a few times: the GPU's random-number state is put back afterwards,
+so dropout draws the same masks whether a shape was captured at that step or before (a resumed run
+repeats the uninterrupted one).
+
+``TrainingConfig.cuda_graphs: false``, ``attnmt.speed.plain()`` or ``ATTNMT_PLAIN=1`` switch this
+off; tests/test_graphs.py checks that both paths compute the same loss and gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnmt import speed
+from attnmt.data.batching import Batch
+from attnmt.data.subwords import PAD
+from attnmt.models.base import source_mask
+
+TIME_MULTIPLE = 8
+MAX_GRAPHS = 64  # shapes; each graph keeps the activations of its pass on the GPU
+WARMUP_PASSES = 2  # before a capture (cuDNN and cuBLAS choose their kernels, lazy set-up happens)
+
+
+def can_graph(model: nn.Module) -> bool:
+    """Whether ``model``'s decoder can be captured: an RNN encoder-decoder (its state has the same
+    shape at every step), not a Transformer nor a speech model (whose loss adds CTC)."""
+    from attnmt.models.seq2seq import Seq2Seq
+    from attnmt.models.speech import SpeechModel
+
+    return isinstance(model, Seq2Seq) and not isinstance(model, SpeechModel)
+
+
+class DecoderLoss(nn.Module):
+    """The captured part of a training step: encoder output and targets -> the summed loss over
+    the real target tokens. A module of its own, since make_graphed_callables replaces its forward."""
+
+    def __init__(self, model: nn.Module, label_smoothing: float):
+        super().__init__()
+        self.model, self.label_smoothing = model, label_smoothing
+
+    def forward(self, states: Tensor, final: Tensor, mask: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+        outputs, _ = self.model.decoder_outputs_of(self.model.memory_of(states, final, mask), tgt_in)
+        return self.model.generator.loss(outputs.flatten(0, 1), tgt_out.flatten(), self.label_smoothing,
+                                         ignore_index=PAD)
+
+
+def padded_targets(batch: Batch) -> tuple[Tensor, Tensor]:
+    """tgt_in, tgt_out padded with PAD to a multiple of TIME_MULTIPLE steps (masked in the loss)."""
+    extra = -batch.tgt_in.size(1) % TIME_MULTIPLE
+    return F.pad(batch.tgt_in, (0, extra), value=PAD), F.pad(batch.tgt_out, (0, extra), value=PAD)
+
+
+class GraphedLoss:
+    """The summed loss of a batch (on the GPU) with the decoder as a CUDA graph per shape."""
+
+    def __init__(self, model: nn.Module, label_smoothing: float):
+        self.model, self.label_smoothing = model, label_smoothing
+        self.graphs: dict[tuple, Callable[..., Tensor]] = {}
+
+    def __call__(self, batch: Batch) -> Tensor:
+        states, final = self.model.encoder(batch.src, batch.src_lengths)
+        mask = source_mask(batch.src_lengths, states.size(1))
+        inputs = (states, final, mask, *padded_targets(batch))
+        # Autocast's cache of cast weights cannot live across captures: inside a graph the casts
+        # are replayed with the rest.
+        with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
+                            cache_enabled=False):
+            return self.decoder_loss(inputs)(*inputs)
+
+    def decoder_loss(self, inputs: tuple[Tensor, ...]) -> Callable[..., Tensor]:
+        """The graph of these inputs' shapes (captured now if new), or the module itself."""
+        key = (tuple((tuple(x.shape), x.dtype) for x in inputs), torch.is_autocast_enabled("cuda"))
+        if key not in self.graphs:
+            if len(self.graphs) >= MAX_GRAPHS:
+                return DecoderLoss(self.model, self.label_smoothing)
+            self.graphs[key] = self.capture(inputs)
+        return self.graphs[key]
+
+    def capture(self, inputs: tuple[Tensor, ...]) -> Callable[..., Tensor]:
+        device = inputs[0].device
+        samples = tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
+        random_state = torch.cuda.get_rng_state(device)
+        graphed = torch.cuda.make_graphed_callables(DecoderLoss(self.model, self.label_smoothing), samples,
+                                                    num_warmup_iters=WARMUP_PASSES, allow_unused_input=True)
+        torch.cuda.set_rng_state(random_state, device)
+        return graphed
+
+
+def graphed_loss(model: nn.Module, label_smoothing: float, device: torch.device, enabled: bool,
+                 processes: int = 1) -> GraphedLoss | None:
+    """A GraphedLoss where it applies: a GPU, one process (DistributedDataParallel's hooks are not
+    captured), an RNN translation model, graphs and the speed tricks on; else None."""
+    if not (enabled and device.type == "cuda" and processes == 1 and speed.enabled() and can_graph(model)):
+        return None
+    return GraphedLoss(model, label_smoothing)

@@ -1,0 +1,142 @@
+"""The GPU training path of attnmt.training.graphs: what it captures computes the loss and gradients
+of the usual path, shapes are captured once each, the random state is put back after a capture,
+and the path is only taken where it applies. A CPU stands in for the GPU here (the capture is
+replaced by the module itself); tests/test_gpu.py captures for real on a GPU."""
+
+import pytest
+import torch
+
+from attnmt import speed
+from attnmt.config import ModelConfig
+from attnmt.data.batching import training_batch
+from attnmt.models import build_model
+from attnmt.training import graphs, sequence_loss
+from attnmt.training.graphs import DecoderLoss, GraphedLoss, graphed_loss, padded_targets
+from attnmt.training.translation import TrainingLoss
+
+RNN = dict(embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, location_kernel=5, dropout=0.0)
+SOURCES = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
+TARGETS = [[5, 6], [7, 8, 9, 10, 11, 12, 13, 14, 15], [16]]
+
+
+def gradients(model, loss):
+    model.zero_grad()
+    loss.backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+class FakeCuda:
+    """torch.cuda's capture and random state on a CPU: the 'graph' is the module itself."""
+
+    def __init__(self, monkeypatch):
+        self.captured, self.state_sets = [], 0
+        monkeypatch.setattr(torch.cuda, "make_graphed_callables", self.make_graphed_callables)
+        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.get_rng_state())
+        monkeypatch.setattr(torch.cuda, "set_rng_state", self.set_rng_state)
+
+    def make_graphed_callables(self, module, samples, num_warmup_iters, allow_unused_input):
+        assert not torch.is_autocast_cache_enabled() or not torch.is_autocast_enabled("cuda")
+        for _ in range(num_warmup_iters):  # warm-up passes draw random numbers, as on a GPU
+            torch.rand(3)
+        self.captured.append(tuple(x.shape for x in samples))
+        return module
+
+    def set_rng_state(self, state, device=None):
+        self.state_sets += 1
+        torch.set_rng_state(state)
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "none"])
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_the_captured_loss_is_the_usual_loss(attention, rnn_type):
+    """DecoderLoss (fixed shapes: targets padded in time, padding ignored by target) against
+    sequence_loss (padding selected away): same loss and gradients, encoder's included."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(attention=attention, rnn_type=rnn_type, **RNN), 30, 30).train()
+    batch = training_batch(SOURCES, TARGETS)
+    usual = sequence_loss(model, batch, label_smoothing=0.1)
+    usual_grads = gradients(model, usual)
+
+    states, final = model.encoder(batch.src, batch.src_lengths)
+    mask = batch.src != 0
+    tgt_in, tgt_out = padded_targets(batch)
+    assert tgt_in.size(1) % graphs.TIME_MULTIPLE == 0 and tgt_in.size(1) > batch.tgt_in.size(1)
+    captured = DecoderLoss(model, 0.1)(states, final, mask, tgt_in, tgt_out)
+    captured_grads = gradients(model, captured)
+
+    torch.testing.assert_close(captured, usual, rtol=1e-5, atol=1e-5)
+    assert captured_grads.keys() == usual_grads.keys()
+    for name in usual_grads:
+        torch.testing.assert_close(captured_grads[name], usual_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_ignored_targets_add_nothing_and_get_no_gradient():
+    torch.manual_seed(0)
+    x, weight = torch.randn(5, 4, requires_grad=True), torch.randn(7, 4, requires_grad=True)
+    target = torch.tensor([3, 0, 2, 0, 6])
+    loss = speed.linear_cross_entropy(x, weight, None, target, 0.1, ignore_index=0)
+    kept = target != 0
+    expected = speed.linear_cross_entropy(x[kept], weight, None, target[kept], 0.1)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    assert x.grad[~kept].abs().sum() == 0 and x.grad[kept].abs().sum() > 0
+    with speed.plain():  # the textbook path ignores them too
+        torch.testing.assert_close(speed.linear_cross_entropy(x, weight, None, target, 0.1, ignore_index=0), expected)
+
+
+def test_each_shape_is_captured_once_and_the_random_state_put_back(monkeypatch):
+    cuda = FakeCuda(monkeypatch)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(attention="bahdanau", **{**RNN, "dropout": 0.3}), 30, 30).train()
+    loss = GraphedLoss(model, 0.1)
+    batch = training_batch(SOURCES, TARGETS)
+    before = torch.get_rng_state()
+    loss(batch)
+    assert len(cuda.captured) == 1 and cuda.state_sets == 1
+    # the warm-up draws were undone: the pass drew what it would have drawn without a capture
+    after_captured = torch.get_rng_state()
+    torch.set_rng_state(before)
+    loss(batch)  # the same shape again: no capture
+    assert len(cuda.captured) == 1
+    assert torch.equal(torch.get_rng_state(), after_captured)
+    loss(training_batch(SOURCES, [t + [9] * 8 for t in TARGETS]))  # a longer target: a new shape
+    assert len(cuda.captured) == 2
+
+
+def test_shapes_past_the_limit_run_without_a_graph(monkeypatch):
+    cuda = FakeCuda(monkeypatch)
+    monkeypatch.setattr(graphs, "MAX_GRAPHS", 1)
+    model = build_model(ModelConfig(attention="bahdanau", **RNN), 30, 30).train()
+    loss = GraphedLoss(model, 0.0)
+    loss(training_batch(SOURCES, TARGETS))
+    value = loss(training_batch(SOURCES, [t + [9] * 8 for t in TARGETS]))
+    assert len(cuda.captured) == 1 and torch.isfinite(value)
+
+
+def test_the_graphed_path_is_taken_only_where_it_applies(monkeypatch):
+    rnn = build_model(ModelConfig(attention="bahdanau", **RNN), 30, 30)
+    transformer = build_model(ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32), 30, 30)
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert isinstance(graphed_loss(rnn, 0.1, cuda, enabled=True), GraphedLoss)
+    assert graphed_loss(rnn, 0.1, cpu, enabled=True) is None
+    assert graphed_loss(rnn, 0.1, cuda, enabled=False) is None
+    assert graphed_loss(rnn, 0.1, cuda, enabled=True, processes=2) is None
+    assert graphed_loss(transformer, 0.1, cuda, enabled=True) is None
+    with speed.plain():
+        assert graphed_loss(rnn, 0.1, cuda, enabled=True) is None
+
+
+def test_the_training_loss_leaves_the_graphs_under_plain(monkeypatch):
+    FakeCuda(monkeypatch)
+    model = build_model(ModelConfig(attention="bahdanau", **RNN), 30, 30).train()
+    calls = []
+    graphed = GraphedLoss(model, 0.0)
+    monkeypatch.setattr(graphed, "decoder_loss", lambda inputs: calls.append(1) or DecoderLoss(model, 0.0))
+    loss = TrainingLoss(model, 0.0, graphed)
+    batch = training_batch(SOURCES, TARGETS)
+    graphed_value, tokens = loss(batch)
+    assert calls and tokens == sum(len(t) + 1 for t in TARGETS)
+    with speed.plain():
+        plain_value, _ = loss(batch)
+    assert len(calls) == 1
+    torch.testing.assert_close(graphed_value, plain_value, rtol=1e-5, atol=1e-5)
