@@ -140,3 +140,21 @@ def test_the_training_loss_leaves_the_graphs_under_plain(monkeypatch):
         plain_value, _ = loss(batch)
     assert len(calls) == 1
     torch.testing.assert_close(graphed_value, plain_value, rtol=1e-5, atol=1e-5)
+
+
+def test_a_capture_that_fails_leaves_training_going_without_graphs(monkeypatch):
+    cuda = FakeCuda(monkeypatch)
+
+    def refuse(*args, **kwargs):
+        torch.rand(3)  # it had drawn random numbers before failing
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", refuse)
+    model = build_model(ModelConfig(attention="bahdanau", **RNN), 30, 30).train()
+    loss = GraphedLoss(model, 0.0)
+    before = torch.get_rng_state()
+    with pytest.warns(UserWarning, match="could not be captured"):
+        value = loss(training_batch(SOURCES, TARGETS))
+    assert torch.isfinite(value) and loss.failed and cuda.state_sets == 1
+    torch.set_rng_state(before)
+    torch.testing.assert_close(loss(training_batch(SOURCES, TARGETS)), value)  # no second try, no warning

@@ -27,6 +27,7 @@ off; tests/test_graphs.py checks that both paths compute the same loss and gradi
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import torch
@@ -78,6 +79,7 @@ class GraphedLoss:
     def __init__(self, model: nn.Module, label_smoothing: float):
         self.model, self.label_smoothing = model, label_smoothing
         self.graphs: dict[tuple, Callable[..., Tensor]] = {}
+        self.failed = False  # a capture failed: no more tries
 
     def __call__(self, batch: Batch) -> Tensor:
         states, final = self.model.encoder(batch.src, batch.src_lengths)
@@ -93,7 +95,7 @@ class GraphedLoss:
         """The graph of these inputs' shapes (captured now if new), or the module itself."""
         key = (tuple((tuple(x.shape), x.dtype) for x in inputs), torch.is_autocast_enabled("cuda"))
         if key not in self.graphs:
-            if len(self.graphs) >= MAX_GRAPHS:
+            if len(self.graphs) >= MAX_GRAPHS or self.failed:
                 return DecoderLoss(self.model, self.label_smoothing)
             self.graphs[key] = self.capture(inputs)
         return self.graphs[key]
@@ -102,10 +104,16 @@ class GraphedLoss:
         device = inputs[0].device
         samples = tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
         random_state = torch.cuda.get_rng_state(device)
-        graphed = torch.cuda.make_graphed_callables(DecoderLoss(self.model, self.label_smoothing), samples,
-                                                    num_warmup_iters=WARMUP_PASSES, allow_unused_input=True)
-        torch.cuda.set_rng_state(random_state, device)
-        return graphed
+        try:
+            return torch.cuda.make_graphed_callables(DecoderLoss(self.model, self.label_smoothing), samples,
+                                                     num_warmup_iters=WARMUP_PASSES, allow_unused_input=True)
+        except RuntimeError as e:  # an operation that cannot be captured: train as before, and say so
+            warnings.warn(f"training.cuda_graphs: the decoder could not be captured as a CUDA graph ({e}); "
+                          "training goes on without graphs")
+            self.failed = True
+            return DecoderLoss(self.model, self.label_smoothing)
+        finally:
+            torch.cuda.set_rng_state(random_state, device)
 
 
 def graphed_loss(model: nn.Module, label_smoothing: float, device: torch.device, enabled: bool,
