@@ -158,3 +158,20 @@ def test_a_capture_that_fails_leaves_training_going_without_graphs(monkeypatch):
     assert torch.isfinite(value) and loss.failed and cuda.state_sets == 1
     torch.set_rng_state(before)
     torch.testing.assert_close(loss(training_batch(SOURCES, TARGETS)), value)  # no second try, no warning
+
+
+def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
+    from attnmt.config import GPU_BATCH_TOKENS, Config
+
+    def config(data=None, device="cuda"):
+        return Config.model_validate({"experiment_dir": "x", "data": {"train": {"src": "a", "tgt": "b"}, **(data or {})},
+                                      "training": {"max_steps": 1, "device": device}})
+
+    assert config().data.batch_tokens == GPU_BATCH_TOKENS
+    assert config(device="cpu").data.batch_tokens is None
+    assert config({"batch_size": 64}).data.batch_tokens is None
+    assert config({"batch_tokens": 1000}).data.batch_tokens == 1000
+    on_cpu = config(device="cpu")
+    on_cpu.training.device = "cuda"  # as `attnmt train --device cuda` does
+    on_cpu.token_batches_on_gpus()
+    assert on_cpu.data.batch_tokens == GPU_BATCH_TOKENS

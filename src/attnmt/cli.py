@@ -63,6 +63,7 @@ def cmd_train(args):
     config = load_config(args.config)
     if args.device:
         config.training.device = args.device
+        config.token_batches_on_gpus()  # the GPU's default batches, unless the config sets them
     state = train(config, resume=args.resume, log=_log, progress=not args.no_progress)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one process reports
         _log(f"finished at step {state.step} ({state.seconds / 60:.1f} min of training); "

@@ -70,6 +70,9 @@ def named_sets(value, files: type[Section]):
     return {} if value is None else value
 
 
+GPU_BATCH_TOKENS = 4096  # data.batch_tokens on a GPU unless the config sets a batch size
+
+
 class DataConfig(Section):
     train: CorpusFiles
     dev: CorpusFiles | None = None
@@ -365,6 +368,17 @@ class Config(Section):
             if files is not None and files.tsv is None:
                 raise ValueError(f"task: speech reads TSV files of audio paths and transcripts: give data.{name} "
                                  "as {tsv: FILE}")
+        return self
+
+    @model_validator(mode="after")
+    def token_batches_on_gpus(self):
+        """On a GPU, a translation model trains on token-budget batches unless the config sets a
+        batch size: a GPU computes a batch of a few thousand tokens in about the time of 64
+        sentences (see docs/performance.md)."""
+        data = self.data
+        if (self.task == "translation" and self.training.device == "cuda"
+                and not {"batch_size", "batch_tokens"} & data.model_fields_set):
+            data.batch_tokens = GPU_BATCH_TOKENS
         return self
 
     @field_validator("data", "model", mode="wrap")
