@@ -5,6 +5,7 @@
     python benchmarks/peers.py --only opennmt,joeynmt --skip-install
     python benchmarks/peers.py --only joeynmt --joey-config uniform-init
     flock LOCKFILE python benchmarks/peers.py             # on a shared machine: one benchmark at a time
+    python benchmarks/peers.py --device cuda --minutes 2  # on a GPU: attnmt and OpenNMT-py (benchmarks/gpu_peers.sh)
 
 Steps, each a function below, in a work folder WORK (default runs/peers/):
  1. install: one virtual environment per peer (WORK/venv-opennmt, WORK/venv-joeynmt), CPU torch 2.13.0
@@ -26,6 +27,22 @@ Steps, each a function below, in a work folder WORK (default runs/peers/):
 
 Budgets shorter than 20 minutes validate (and OpenNMT-py saves checkpoints) more often, at the same
 interval for all three systems, so that each has a validation score and a checkpoint at the end.
+
+--device cuda: attnmt (batches of 64 sentences, then a second run with token batches, --batch-tokens)
+and OpenNMT-py trained one after the other on GPU 0, JoeyNMT not. No virtual environment: everything
+runs with this python (sys.executable), OpenNMT-py as `python -m onmt.bin.train` / `onmt.bin.translate`,
+which must be importable (installed beforehand from wheels with --no-deps, see benchmarks/gpu_peers.sh);
+spacy and fasttext, which OpenNMT-py imports at start-up for transforms this benchmark does not use,
+are stub modules (WORK/stubs, first on its PYTHONPATH) that say in its log when they are imported, and
+fail if used. The configurations are the same with `gpu_ranks: [0]` (training) and `gpu: 0`
+(translation), their own intervals (log every 100 steps, validate every 500; under 20 minutes, a
+checkpoint every 100). nvidia-smi is read every 0.5 s in a background thread during each timed
+command (utilisation.gpu, memory.used of GPU 0; WORK/logs/gpu-*.csv): mean utilisation over the
+training loop and over the decoding, peak memory. Decoding speed twice: decoding only (attnmt: its
+in-process translate call after loading, benchmarks/run.py; OpenNMT-py: its -report_time "Total
+translation time", 0.1 s resolution) and the whole command, start-up included (a fresh process:
+interpreter, imports, CUDA initialisation, model loading, decoding: `python -m attnmt.cli translate`,
+`python -m onmt.bin.translate`).
 """
 
 from __future__ import annotations
@@ -39,8 +56,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zipfile
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -50,8 +69,14 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 MULTI30K = SHARED / "data" / "multi30k"
 PEER_CONFIGS = SHARED / "peers"
-SYSTEMS = ("attnmt", "opennmt", "joeynmt")
-TITLES = {"attnmt": "attnmt", "opennmt": "OpenNMT-py 3.5.1", "joeynmt": "JoeyNMT 2.3.0"}
+CHOICES = ("attnmt", "opennmt", "joeynmt")  # --only
+SYSTEMS = ("attnmt", "attnmt_tokens", "opennmt", "joeynmt")  # the columns, in this order
+TITLES = {"attnmt": "attnmt", "attnmt_tokens": "attnmt, token batches", "opennmt": "OpenNMT-py 3.5.1",
+          "joeynmt": "JoeyNMT 2.3.0"}
+SHORT = {"attnmt": "attnmt", "attnmt_tokens": "attnmt tokens", "opennmt": "OpenNMT-py", "joeynmt": "JoeyNMT"}
+DEVICES = ("cpu", "cuda")
+GPU_SYSTEMS = ("attnmt", "opennmt")  # JoeyNMT is not part of the GPU run
+BATCH_TOKENS = 5000  # the token-batch run of attnmt on a GPU (--batch-tokens)
 JOEY_CONFIGS = {"default": "joeynmt-rnn_de_en.yaml", "uniform-init": "joeynmt-rnn_de_en-uniform-init.yaml"}
 SPLITS = ("train", "val", "test_2016_flickr")
 BATCH = 64  # sentences a training batch, in all three configurations
@@ -110,6 +135,213 @@ def run_logged(cmd, log: Path, env=None, stdin=None, timeout=None, stdout: Path 
     return time.perf_counter() - started
 
 
+def run_watched(cmd, log: Path, env: dict, timeout: float, marker: re.Pattern) -> dict:
+    """run_logged, and the wall-clock time (time.time()) at which a line matching `marker` first
+    appeared in the log, read twice a second while the command runs (None if it never did)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as out:
+        out.write(f"\n$ {' '.join(str(c) for c in cmd)}\n")
+        out.flush()
+        offset = out.tell()
+        process = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=out, env=env, start_new_session=True)
+    started, seen = time.monotonic(), None
+    with left_behind_killed(process):
+        while process.poll() is None:
+            if seen is None:
+                with open(log, errors="replace") as text:
+                    text.seek(offset)
+                    if marker.search(text.read()):
+                        seen = time.time()
+            if time.monotonic() - started > timeout:
+                stop(process, signal.SIGTERM)
+                raise failure(cmd, log, f"timed out after {timeout} s")
+            time.sleep(0.5)
+    if process.returncode != 0:
+        raise failure(cmd, log, f"exit status {process.returncode}")
+    return {"wall_s": time.monotonic() - started, "marker_at": seen}
+
+
+@contextmanager
+def left_behind_killed(process: subprocess.Popen):
+    """Kills the process group of a command started in its own session (start_new_session) if the
+    block is left by an exception (a failure, or SIGTERM: see `main`) while the command still runs."""
+    try:
+        yield
+    except BaseException:
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+        raise
+
+
+def terminated(signum, frame):
+    """SIGTERM (`timeout` on a machine lent for a limited time): ends the run as a failed step, so
+    that the running command is killed and what was measured so far stays (WORK/results.partial.json)."""
+    raise StepFailed(f"stopped by signal {signum} (SIGTERM)")
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+
+NVIDIA_SMI = ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
+NVIDIA_SMI_INFO = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+
+
+def smi_number(field: str) -> float | None:
+    """A field of nvidia-smi's csv; None for what it cannot read ("[N/A]", "[Not Supported]")."""
+    try:
+        return float(field)
+    except ValueError:
+        return None
+
+
+def parse_nvidia_smi(text: str) -> list[tuple[float | None, float | None]]:
+    """(utilisation %, memory used MiB) of each GPU, in nvidia-smi's order, from the output of
+    NVIDIA_SMI (`13, 2048` a line)."""
+    rows = []
+    for line in text.splitlines():
+        if line.strip():
+            fields = [f.strip() for f in line.split(",")]
+            if len(fields) != 2:
+                raise ValueError(f"unexpected nvidia-smi line: {line!r}")
+            rows.append((smi_number(fields[0]), smi_number(fields[1])))
+    return rows
+
+
+def parse_gpu_info(text: str) -> dict:
+    """GPU 0's name and driver from the output of NVIDIA_SMI_INFO (`NVIDIA H100 80GB HBM3, 580.159.04`)."""
+    first = next(line for line in text.splitlines() if line.strip())
+    name, driver = (f.strip() for f in first.rsplit(",", 1))
+    return {"gpu": name, "driver": driver}
+
+
+class GpuSampler:
+    """GPU 0's utilisation and memory in use, read with nvidia-smi every `interval` seconds in a
+    background thread while a timed command runs:
+
+        with GpuSampler(csv=log_folder / "gpu-x.csv") as gpu:
+            ...                             # the command
+        gpu.summary(start, end)             # over a window of wall-clock times (time.time())
+
+    utilization.gpu is the share of nvidia-smi's last sample period (1/6 s to 1 s) in which a kernel
+    ran; memory.used counts every process's memory on the GPU (PyTorch's cached blocks included)."""
+
+    def __init__(self, interval: float = 0.5, command: list[str] | None = None, csv: Path | None = None):
+        self.interval, self.command, self.csv = interval, command or NVIDIA_SMI, csv
+        self.samples: list[tuple[float, float | None, float | None]] = []  # (time.time(), %, MiB)
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nvidia-smi", daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            began = time.time()
+            try:
+                done = subprocess.run(self.command, capture_output=True, text=True, timeout=10)
+                if done.returncode != 0:
+                    raise OSError(f"exit status {done.returncode}: {done.stderr.strip()[-200:]}")
+                util, memory = parse_nvidia_smi(done.stdout)[0]
+                self.samples.append((time.time(), util, memory))
+            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
+                if len(self.errors) < 10:
+                    self.errors.append(f"{type(e).__name__}: {e}")
+            self._stop.wait(max(0.0, self.interval - (time.time() - began)))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        if self.csv is not None:
+            self.csv.parent.mkdir(parents=True, exist_ok=True)
+            cell = lambda value: "" if value is None else f"{value:g}"  # noqa: E731
+            self.csv.write_text("time,utilization_gpu_percent,memory_used_mib\n"
+                                + "".join(f"{t:.3f},{cell(u)},{cell(m)}\n" for t, u, m in self.samples)
+                                + "".join(f"# error: {e}\n" for e in self.errors))
+        return False
+
+    def summary(self, start: float | None = None, end: float | None = None) -> dict:
+        """Mean utilisation (%) and peak memory (GB, MiB / 1024) of the samples taken between start and
+        end (time.time(); None: unbounded), and how many there were; None where there were none."""
+        inside = [(u, m) for t, u, m in self.samples if (start is None or t >= start) and (end is None or t <= end)]
+        utils = [u for u, _ in inside if u is not None]
+        memory = [m for _, m in inside if m is not None]
+        return {"util": sum(utils) / len(utils) if utils else None, "mem_gb": max(memory) / 1024 if memory else None,
+                "samples": len(inside)}
+
+
+def gpu_figures(sampler: GpuSampler, what: str, start: float | None = None, end: float | None = None,
+                memory_over_all: bool = False) -> dict:
+    """{gpu_util_WHAT, gpu_mem_WHAT_gb, gpu_samples_WHAT} over a window; peak memory over all the
+    samples instead with memory_over_all (a decoding command: its model loading included)."""
+    window = sampler.summary(start, end) if start is not None and end is not None else sampler.summary()
+    if start is None or end is None:
+        window["util"] = None  # no window: no utilisation (its idle start-up would count)
+    memory = sampler.summary()["mem_gb"] if memory_over_all else window["mem_gb"]
+    return {f"gpu_util_{what}": window["util"], f"gpu_mem_{what}_gb": memory, f"gpu_samples_{what}": window["samples"]}
+
+
+def gpu_info() -> dict:
+    """GPU 0's name and driver (nvidia-smi), torch's version and its CUDA and cuDNN versions, read
+    in a child process (this one holds no CUDA context: it would count in the memory samples)."""
+    done = subprocess.run(NVIDIA_SMI_INFO, capture_output=True, text=True)
+    info = parse_gpu_info(done.stdout) if done.returncode == 0 and done.stdout.strip() else {}
+    code = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
+            "'cudnn': torch.backends.cudnn.version(), 'torch_device_name': torch.cuda.get_device_name(0) "
+            "if torch.cuda.is_available() else None}))")
+    versions = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if versions.returncode == 0:
+        info.update(json.loads(versions.stdout.strip().splitlines()[-1]))
+    return info
+
+
+# Stand-ins for what OpenNMT-py 3.5.1 imports at start-up for transforms this benchmark does not use
+# (onmt/transforms/terminology.py: spacy; clean.py: fasttext). On the GPU they are not installed.
+STUBBED = {"spacy": "terminology", "fasttext": "clean"}
+STUB_USED = "peers.py stub used:"
+STUB = '''"""Stand-in for {name}, written by benchmarks/peers.py --device cuda: OpenNMT-py 3.5.1 imports {name} at
+start-up for its "{transform}" transform, which this benchmark does not use. Using it fails, and says so."""
+import sys
+
+print("peers.py stub: {name} imported (by OpenNMT-py at start-up; not used by this benchmark)", file=sys.stderr,
+      flush=True)
+
+
+class StubUsed(AttributeError):
+    """{name} used: the {transform} transform is not available here."""
+
+
+def __getattr__(attribute):
+    if attribute.startswith("__"):  # introspection (copy, pickle, inspect), not a use
+        raise AttributeError(attribute)
+    print("{used} {name}." + attribute, file=sys.stderr, flush=True)
+    raise StubUsed("{name}." + attribute + ": {name} is a stub of benchmarks/peers.py here (not installed); "
+                   "the {transform} transform of OpenNMT-py is not available")
+'''
+
+
+def write_stubs(work: Path) -> Path:
+    """WORK/stubs/{spacy,fasttext}/__init__.py; returns WORK/stubs, for the front of PYTHONPATH."""
+    folder = work / "stubs"
+    for name, transform in STUBBED.items():
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        (folder / name / "__init__.py").write_text(STUB.format(name=name, transform=transform, used=STUB_USED))
+    return folder
+
+
+def stub_uses(*logs: Path) -> list[str]:
+    """The lines of the logs that say a stub was used (none, in a valid run)."""
+    found = []
+    for log in logs:
+        if log.exists():
+            found += [line for line in log.read_text(errors="replace").splitlines() if STUB_USED in line]
+    return found
+
+
 # ---------------------------------------------------------------------------------------------- 1. install
 
 def install_venv(venv: Path, requirements: list[str], no_deps: list[str], log: Path):
@@ -142,19 +374,19 @@ def install_peers(work: Path, systems: list[str]):
         install_venv(work / "venv-joeynmt", JOEYNMT_REQUIREMENTS, [], work / "logs" / "install-joeynmt.log")
 
 
-def venv_versions(venv: Path, packages: list[str]) -> dict:
-    """The installed versions of packages in a virtual environment, from its own python."""
+def venv_versions(venv: Path, packages: list[str], python: str | None = None, env: dict | None = None) -> dict:
+    """The installed versions of packages in a virtual environment, from its own python (or `python`)."""
     code = ("import importlib.metadata as m, json, platform; "
             f"print(json.dumps({{'python': platform.python_version(), "
             f"**{{p: m.version(p) for p in {packages!r}}}}}))")
-    return json.loads(subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True,
-                                     check=True).stdout)
+    return json.loads(subprocess.run([python or str(venv / "bin" / "python"), "-c", code], capture_output=True,
+                                     text=True, check=True, env=env).stdout)
 
 
 # ---------------------------------------------------------------------------------------------- 2. anchors
 
-def unzip_data(work: Path):
-    """WORK/data/{train,val,test_2016_flickr}.{de,en}: the shared files, unzipped byte for byte."""
+def unzip_data(work: Path, data: Path = MULTI30K):
+    """WORK/data/{train,val,test_2016_flickr}.{de,en}: the shared files (in `data`), unzipped byte for byte."""
     import gzip
 
     (work / "data").mkdir(parents=True, exist_ok=True)
@@ -163,11 +395,11 @@ def unzip_data(work: Path):
             target = work / "data" / f"{split}.{lang}"
             if not target.exists():  # written under another name first: never a partial file
                 partial = target.with_suffix(target.suffix + ".partial")
-                partial.write_bytes(gzip.decompress((MULTI30K / f"{split}.{lang}.gz").read_bytes()))
+                partial.write_bytes(gzip.decompress((data / f"{split}.{lang}.gz").read_bytes()))
                 partial.rename(target)
 
 
-def train_spm(work: Path):
+def train_spm(work: Path, threads: int = THREADS):
     """One joint sentencepiece BPE model, 8,000 pieces, on train.de + train.en.
 
     Its four special pieces are JoeyNMT's (<unk> 0, <pad> 1, <s> 2, </s> 3), so the model has 7,996
@@ -182,7 +414,7 @@ def train_spm(work: Path):
         input=[str(work / "data" / "train.de"), str(work / "data" / "train.en")],
         model_prefix=str(model.with_suffix("")), model_type="bpe", vocab_size=8000, character_coverage=1.0,
         unk_id=0, pad_id=1, bos_id=2, eos_id=3, unk_piece="<unk>", pad_piece="<pad>", bos_piece="<s>",
-        eos_piece="</s>", num_threads=THREADS, minloglevel=2)
+        eos_piece="</s>", num_threads=threads, minloglevel=2)
 
 
 def write_vocabularies(work: Path) -> dict:
@@ -210,19 +442,23 @@ def write_vocabularies(work: Path) -> dict:
             "target_tokens_per_sentence": sum(target_lengths) / len(target_lengths)}
 
 
-def prepare_anchors(work: Path) -> dict:
-    unzip_data(work)
-    train_spm(work)
+def prepare_anchors(work: Path, data: Path = MULTI30K, threads: int = THREADS) -> dict:
+    unzip_data(work, data)
+    train_spm(work, threads)
     stats_path = work / "spm" / "stats.json"
     if not (stats_path.exists() and (work / "onmt" / "vocab.shared").exists()):
         stats_path.write_text(json.dumps(write_vocabularies(work), indent=1))
     return json.loads(stats_path.read_text())
 
 
-def intervals(minutes: float) -> dict:
+def intervals(minutes: float, device: str = "cpu") -> dict:
     """Steps between log lines, validations and OpenNMT-py's checkpoints: the peer configurations'
     100, 500 and 500 for 20 minutes or more; for shorter budgets proportionally fewer steps between
-    validations, and a checkpoint at every log line, so that OpenNMT-py has one near the end."""
+    validations, and a checkpoint at every log line, so that OpenNMT-py has one near the end.
+    On a GPU (ten times the steps of 2 CPU threads, and more) the peers' own 100 and 500 whatever
+    the budget, with a checkpoint every 100 steps under 20 minutes."""
+    if device == "cuda":
+        return {"log": 100, "validate": 500, "save": 500 if minutes >= 20 else 100}
     validate = min(500, max(50, int(500 * minutes / 20) // 50 * 50))
     log = min(100, validate // 5)
     return {"log": log, "validate": validate, "save": validate if minutes >= 20 else log}
@@ -247,29 +483,39 @@ def render(text: str, work: Path, overrides: dict | None = None) -> str:
     return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
 
 
-def render_configs(work: Path, minutes: float, joey_config: str) -> dict[str, Path]:
-    """WORK/configs/*.yaml from ../shared/peers (read now, never copied into the repository)."""
-    every = intervals(minutes)
+def render_configs(work: Path, minutes: float, joey_config: str, peer_configs: Path = PEER_CONFIGS,
+                   device: str = "cpu") -> dict[str, Path]:
+    """WORK/configs/*.yaml from ../shared/peers (read now, never copied into the repository). On a
+    GPU: OpenNMT-py's on GPU 0 (`gpu_ranks: [0]`, `world_size: 1`, translation `gpu: 0`), no JoeyNMT."""
+    every = intervals(minutes, device)
     onmt_train = {"report_every": every["log"], "valid_steps": every["validate"],
                   "save_checkpoint_steps": every["save"]}
-    joey_train = {"training.logging_freq": every["log"], "training.validation_freq": every["validate"]}
-    joey_model_dir = yaml.safe_load(render((PEER_CONFIGS / JOEY_CONFIGS[joey_config]).read_text(), work))["model_dir"]
-    joey_decode = {"model_dir": joey_model_dir, "testing.load_model": f"{joey_model_dir}/best.ckpt"}
+    onmt_decode = None
+    if device == "cuda":
+        onmt_train.update({"gpu_ranks": [0], "world_size": 1})
+        onmt_decode = {"gpu": 0}
     wanted = {
         "opennmt-train": ("opennmt-rnn_de_en.yaml", onmt_train),
-        "opennmt-greedy": ("opennmt-translate_greedy.yaml", None),
-        "opennmt-beam5": ("opennmt-translate_beam5.yaml", None),
-        "joeynmt-train": (JOEY_CONFIGS[joey_config], joey_train),
-        "joeynmt-beam5": ("joeynmt-translate_beam5.yaml", joey_decode),
-        "joeynmt-greedy": ("joeynmt-translate_beam5.yaml", {**joey_decode, "testing.beam_size": 1}),
+        "opennmt-greedy": ("opennmt-translate_greedy.yaml", onmt_decode),
+        "opennmt-beam5": ("opennmt-translate_beam5.yaml", onmt_decode),
     }
+    if device == "cpu":
+        joey_train = {"training.logging_freq": every["log"], "training.validation_freq": every["validate"]}
+        joey_source = (peer_configs / JOEY_CONFIGS[joey_config]).read_text()
+        joey_model_dir = yaml.safe_load(render(joey_source, work))["model_dir"]
+        joey_decode = {"model_dir": joey_model_dir, "testing.load_model": f"{joey_model_dir}/best.ckpt"}
+        wanted.update({
+            "joeynmt-train": (JOEY_CONFIGS[joey_config], joey_train),
+            "joeynmt-beam5": ("joeynmt-translate_beam5.yaml", joey_decode),
+            "joeynmt-greedy": ("joeynmt-translate_beam5.yaml", {**joey_decode, "testing.beam_size": 1}),
+        })
     (work / "configs").mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, (source, overrides) in wanted.items():
         paths[name] = work / "configs" / f"{name}.yaml"
-        defaults = yaml.safe_load((PEER_CONFIGS / source).read_text())
+        defaults = yaml.safe_load((peer_configs / source).read_text())
         changed = {k: v for k, v in (overrides or {}).items() if lookup(defaults, k) != v}
-        paths[name].write_text(render((PEER_CONFIGS / source).read_text(), work, changed))
+        paths[name].write_text(render((peer_configs / source).read_text(), work, changed))
     return paths
 
 
@@ -293,7 +539,9 @@ JOEY_VALID = re.compile(r"Evaluation result \((?:greedy|beam search)\): bleu:\s+
 
 def parse_onmt_log(text: str) -> dict:
     """OpenNMT-py's training log: the last step logged and its seconds since the training loop began,
-    target tokens/s (the mean of its report lines) and the validation BLEU scores by step."""
+    target tokens/s (the mean of its report lines), the validation BLEU scores by step, and the steps
+    a second from its first log line to its last (the loop's start-up left out: its bucket of
+    examples filled, the first kernels)."""
     steps, validation, last_step = [], [], 0
     for line in text.splitlines():
         if match := ONMT_STEP.search(line):
@@ -303,8 +551,26 @@ def parse_onmt_log(text: str) -> dict:
             validation.append({"step": last_step, "bleu": float(match[1])})
     if not steps:
         return {"steps": 0, "seconds": None, "tokens_per_s": None, "validation": validation}
+    steady = ((steps[-1][0] - steps[0][0]) / (steps[-1][2] - steps[0][2])
+              if len(steps) > 1 and steps[-1][2] > steps[0][2] else None)
     return {"steps": steps[-1][0], "seconds": steps[-1][2], "validation": validation,
-            "tokens_per_s": sum(s[1] for s in steps) / len(steps)}
+            "tokens_per_s": sum(s[1] for s in steps) / len(steps), "steady_steps_per_s": steady}
+
+
+ONMT_TIME = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO\] "
+ONMT_TRANSLATION_TIME = re.compile(ONMT_TIME + r"Total translation time \(s\): ([\d.]+)")
+
+
+def parse_onmt_translate_log(text: str) -> dict:
+    """OpenNMT-py's -report_time of its last translation in a log: its decoding seconds (model loaded,
+    input read as it goes, output written; 0.1 s resolution) and the wall-clock times (time.time(),
+    from the log's local timestamps) of their start and end; Nones without the line."""
+    found = ONMT_TRANSLATION_TIME.findall(text)
+    if not found:
+        return {"seconds": None, "window": None}
+    stamp, seconds = found[-1]
+    end = joey_time(stamp)  # the same timestamp format
+    return {"seconds": float(seconds), "window": [end - float(seconds), end]}
 
 
 def joey_time(stamp: str) -> float:
@@ -398,12 +664,14 @@ def train_for(cmd, log: Path, env: dict, minutes: float, loop_started: re.Patter
                                    start_new_session=True)
     memory, started = PeakMemory(process.pid), time.monotonic()
     deadline = started + STARTUP_ALLOWANCE + 60 * minutes
-    loop_seen = False
-    while process.poll() is None and time.monotonic() < deadline:
-        memory.sample()
-        if not loop_seen and loop_started.search(log.read_text(errors="replace")):
-            loop_seen, deadline = True, time.monotonic() + 60 * minutes
-        time.sleep(0.5)
+    loop_seen, loop_window = False, [None, None]  # wall clock (time.time()): the GPU samples of the loop
+    with left_behind_killed(process):
+        while process.poll() is None and time.monotonic() < deadline:
+            memory.sample()
+            if not loop_seen and loop_started.search(log.read_text(errors="replace")):
+                loop_seen, deadline, loop_window[0] = True, time.monotonic() + 60 * minutes, time.time()
+            time.sleep(0.5)
+    loop_window[1] = time.time()
     if process.poll() is None:
         memory.sample()  # the high-water marks up to the stop
         stop(process, stop_with)
@@ -411,19 +679,57 @@ def train_for(cmd, log: Path, env: dict, minutes: float, loop_started: re.Patter
         raise failure(cmd, log, f"training ended early with status {process.returncode}")
     if not loop_seen:
         raise failure(cmd, log, f"no training loop within {STARTUP_ALLOWANCE} s")
-    return {"peak_rss_gb": memory.gb, "wall_s": time.monotonic() - started}
+    return {"peak_rss_gb": memory.gb, "wall_s": time.monotonic() - started, "loop_window": loop_window}
 
 
-def train_attnmt(work: Path, minutes: float) -> dict:
-    """benchmarks/run.py does attnmt's training, decoding and scoring: its results.json is the column."""
-    out = work / "attnmt"
-    shutil.rmtree(out, ignore_errors=True)  # run.py refuses an existing model folder
+# attnmt's line right before its first training step (attnmt.training.translation.summary).
+ATTNMT_LOOP = re.compile(r"parameters; [\d,]+ training pairs")
+
+
+def attnmt_command(out: Path, minutes: float, device: str = "cpu", data: Path = MULTI30K,
+                   batch_tokens: int | None = None, precision: str | None = None) -> list:
+    """benchmarks/run.py with the reference configuration, the budget and the benchmark's options."""
     cmd = [sys.executable, REPO / "benchmarks" / "run.py", "--config", REPO / "configs" / "rnn-bahdanau.yaml",
            "--minutes", str(minutes), "--threads", str(THREADS), "--out", out,
-           "--validate-every", str(intervals(minutes)["validate"])]
-    run_logged(cmd, work / "logs" / "attnmt.log", env=thread_env(), timeout=60 * minutes + DECODE_TIMEOUT + 1800)
+           "--validate-every", str(intervals(minutes, device)["validate"])]
+    if device != "cpu" or Path(data).resolve() != MULTI30K.resolve():
+        cmd += ["--device", device, "--data", Path(data).resolve()]
+    if batch_tokens:
+        cmd += ["--batch-tokens", str(batch_tokens)]
+    if precision:
+        cmd += ["--precision", precision]
+    return cmd
+
+
+def train_attnmt(work: Path, minutes: float, device: str = "cpu", data: Path = MULTI30K, name: str = "attnmt",
+                 batch_tokens: int | None = None, precision: str | None = None) -> dict:
+    """benchmarks/run.py does attnmt's training, decoding and scoring: its results.json is the column.
+    On a GPU, with the GPU's samples of its training loop (from the line before its first step, for
+    the seconds its loop took) and of its two decodings (their windows, from run.py)."""
+    out = work / name.replace("_", "-")
+    shutil.rmtree(out, ignore_errors=True)  # run.py refuses an existing model folder
+    cmd = attnmt_command(out, minutes, device, data, batch_tokens, precision)
+    log, timeout = work / "logs" / f"{name}.log", 60 * minutes + DECODE_TIMEOUT + 1800
+    gpu = {}
+    if device == "cuda":
+        # PYTHONUNBUFFERED: attnmt's lines reach the log as they are written (the loop's start is read there).
+        with GpuSampler(csv=work / "logs" / f"gpu-{name}.csv") as sampler:
+            run = run_watched(cmd, log, thread_env(PYTHONUNBUFFERED="1"), timeout, ATTNMT_LOOP)
+    else:
+        run_logged(cmd, log, env=thread_env(), timeout=timeout)
     results = json.loads((out / "results.json").read_text())
     ours, last_valid = results["attnmt"], results["validation"][-1]
+    if device == "cuda":
+        start = run["marker_at"]
+        gpu = gpu_figures(sampler, "train", start, start and start + ours["train_seconds"])
+        for search in ("greedy", "beam5"):
+            gpu.update(gpu_figures(sampler, search, *results[search]["decoding_window"]))
+        gpu.update({"decode_greedy_only": results["greedy"]["sentences_per_s"],
+                    "decode_beam5_only": results["beam5"]["sentences_per_s"],
+                    # in run.py's process: model loading included, not the process's start-up
+                    "decode_greedy_loaded": ours["decode_greedy"], "decode_beam5_loaded": ours["decode_beam5"],
+                    "decode_greedy": None, "decode_beam5": None,  # whole commands: decode_attnmt_commands
+                    "gpu_sampler_errors": sampler.errors})
     return {"sentences_per_s": ours["sentences_per_s"], "tokens_per_s_reported": ours["tokens_per_s"],
             "steps": ours["steps"], "valid_bleu_end": last_valid["bleu"], "valid_step_end": last_valid["step"],
             "validation": [{"step": r["step"], "bleu": r["bleu"]} for r in results["validation"]],
@@ -432,32 +738,102 @@ def train_attnmt(work: Path, minutes: float) -> dict:
             "peak_rss_gb": ours["peak_rss_gb"], "precision": results["args"]["precision"],
             **{key: ours.get(key) for key in PEER_KEY},
             "checkpoint": "best.safetensors (best validation BLEU; attnmt also validates at the end)",
-            "signature": results["beam5"]["signature"]}
+            "signature": results["beam5"]["signature"], "train_seconds": ours["train_seconds"],
+            # sentences a step: 64, or with token batches their mean (sentences/s x seconds / steps)
+            "sentences_per_s_steady": attnmt_steady(out / "model",
+                                                    ours["sentences_per_s"] * ours["train_seconds"] / ours["steps"]),
+            "batch_tokens": batch_tokens, "device": device, **gpu}
+
+
+def attnmt_steady(model_dir: Path, sentences_per_step: float) -> float | None:
+    """attnmt's training sentences/s from its first train record (metrics.jsonl, every log_every steps)
+    to its last, as OpenNMT-py's from its first log line to its last (validations included)."""
+    path = model_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    train = [r for r in records if r.get("type") == "train"]
+    if len(train) < 2 or train[-1]["seconds"] <= train[0]["seconds"]:
+        return None
+    return (train[-1]["step"] - train[0]["step"]) * sentences_per_step / (train[-1]["seconds"] - train[0]["seconds"])
+
+
+def decode_attnmt_commands(work: Path, name: str = "attnmt") -> dict:
+    """On a GPU: `python -m attnmt.cli translate` of test_2016_flickr, greedy and beam 5, batch 64, each
+    a fresh process timed whole (interpreter, imports, CUDA initialisation, model loading, decoding),
+    as OpenNMT-py's translate command is; its output is scored too (the same as run.py's)."""
+    folder = work / name.replace("_", "-")
+    figures = {}
+    for search, beam in (("greedy", 1), ("beam5", 5)):
+        hypotheses = folder / f"test_2016_flickr.{search}.command.en"
+        cmd = [sys.executable, "-m", "attnmt.cli", "translate", folder / "model", "--device", "cuda",
+               "--beam", str(beam), "--batch-size", str(BATCH), "-i", work / "data" / "test_2016_flickr.de",
+               "-o", hypotheses]
+        with GpuSampler(csv=work / "logs" / f"gpu-{name}-{search}-command.csv") as sampler:
+            seconds = run_logged(cmd, work / "logs" / f"{name}-{search}-command.log", env=thread_env(),
+                                 timeout=DECODE_TIMEOUT)
+        scores = score(hypotheses, work)
+        figures.update({f"decode_{search}": scores["sentences"] / seconds, f"bleu_{search}_command": scores["bleu"],
+                        f"gpu_mem_{search}_command_gb": sampler.summary()["mem_gb"]})
+    figures["gpu_mem_beam5_gb"] = figures["gpu_mem_beam5_command_gb"]  # the table's row: whole command
+    return figures
 
 
 def training_figures(parsed: dict, run: dict, log: Path) -> dict:
     if not parsed["steps"]:
         raise StepFailed(f"no training step in the log {log}:\n{tail(log)}")
     last = parsed["validation"][-1] if parsed["validation"] else {"step": None, "bleu": None}
+    steady = parsed.get("steady_steps_per_s")
     return {"steps": parsed["steps"], "train_seconds": parsed["seconds"],
             "sentences_per_s": parsed["steps"] * BATCH / parsed["seconds"],
+            "sentences_per_s_steady": steady * BATCH if steady else None,
             "tokens_per_s_reported": parsed["tokens_per_s"], "validation": parsed["validation"],
             "valid_bleu_end": last["bleu"], "valid_step_end": last["step"], **run}
 
 
-def onmt_env() -> dict:
+def onmt_env(work: Path | None = None, device: str = "cpu") -> dict:
     # OpenNMT-py's checkpoints are pickles (optimizer and options), which torch >= 2.6 refuses to load
     # by default: these are files this benchmark has just written itself, so the full load is safe.
-    return thread_env(TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    extra = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    if device == "cuda":  # this python, with the stubs of spacy and fasttext first
+        extra["PYTHONPATH"] = os.pathsep.join(p for p in (str(work / "stubs"), os.environ.get("PYTHONPATH")) if p)
+    return thread_env(**extra)
 
 
-def train_opennmt(work: Path, configs: dict, minutes: float) -> dict:
+def onmt_command(work: Path, program: str, device: str = "cpu") -> list:
+    """OpenNMT-py's `onmt_train` or `onmt_translate`: its virtual environment's on the CPU; on a GPU
+    `python -m onmt.bin.train|translate` with this python."""
+    if device == "cuda":
+        return [sys.executable, "-m", f"onmt.bin.{program}"]
+    return [work / "venv-opennmt" / "bin" / f"onmt_{program}"]
+
+
+def check_opennmt_importable(work: Path):
+    """On a GPU: OpenNMT-py 3.5.1 must be importable by this python, with the stubs."""
+    code = ("import importlib.metadata as m, onmt.bin.train, onmt.bin.translate; "
+            "print(m.version('OpenNMT-py'))")
+    done = subprocess.run([sys.executable, "-c", code], env=onmt_env(work, "cuda"), capture_output=True, text=True)
+    if done.returncode != 0 or done.stdout.strip().splitlines()[-1:] != ["3.5.1"]:
+        raise StepFailed(f"OpenNMT-py 3.5.1 is not importable by {sys.executable} (found: {done.stdout.strip()!r}); "
+                         "install the wheels first (benchmarks/gpu_peers.sh): python3 -m pip install --no-index "
+                         "--no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site\n"
+                         + done.stderr[-3000:])
+
+
+def train_opennmt(work: Path, configs: dict, minutes: float, device: str = "cpu") -> dict:
     shutil.rmtree(work / "onmt" / "model", ignore_errors=True)  # no checkpoint of an earlier run
     log = work / "logs" / "opennmt-train.log"
-    cmd = [work / "venv-opennmt" / "bin" / "onmt_train", "-config", configs["opennmt-train"]]
+    cmd = [*onmt_command(work, "train", device), "-config", configs["opennmt-train"]]
     # SIGTERM, as `timeout` sends: OpenNMT-py saves nothing then; its last checkpoint is used.
-    run = train_for(cmd, log, onmt_env(), minutes, re.compile("Start training loop"), signal.SIGTERM)
-    return training_figures(parse_onmt_log(log.read_text(errors="replace")), run, log)
+    if device == "cuda":
+        with GpuSampler(csv=work / "logs" / "gpu-opennmt-train.csv") as sampler:
+            run = train_for(cmd, log, onmt_env(work, device), minutes, re.compile("Start training loop"),
+                            signal.SIGTERM)
+        gpu = {**gpu_figures(sampler, "train", *run["loop_window"]), "gpu_sampler_errors": sampler.errors}
+    else:
+        run, gpu = train_for(cmd, log, onmt_env(), minutes, re.compile("Start training loop"), signal.SIGTERM), {}
+    run.pop("loop_window")
+    return {**training_figures(parse_onmt_log(log.read_text(errors="replace")), run, log), **gpu}
 
 
 def train_joeynmt(work: Path, configs: dict, minutes: float) -> dict:
@@ -482,6 +858,12 @@ def score(hypotheses_path: Path, work: Path) -> dict:
             "sentences": len(references)}
 
 
+def test_sentences(work: Path) -> int:
+    from attnmt.data.corpus import read_lines
+
+    return len(read_lines(work / "data" / "test_2016_flickr.de"))
+
+
 def complete_checkpoint(folder: Path) -> Path:
     """OpenNMT-py's newest checkpoint that is a whole file (the stop may cut a checkpoint being written)."""
     def step(path: Path) -> int:
@@ -504,16 +886,29 @@ def decode_figures(outputs: dict[str, tuple[Path, float]], work: Path) -> dict:
             "decode_beam5": beam5["sentences"] / outputs["beam5"][1], "signature": beam5["signature"]}
 
 
-def decode_opennmt(work: Path, configs: dict) -> dict:
+def decode_opennmt(work: Path, configs: dict, device: str = "cpu") -> dict:
+    """Its translate command for greedy search and beam 5 (wall clock: the whole command), with
+    -report_time: its own decoding seconds too (decode_*_only)."""
     checkpoint = complete_checkpoint(work / "onmt" / "model")
-    outputs = {}
+    outputs, extra = {}, {}
     for search in ("greedy", "beam5"):
-        hypotheses = work / "onmt" / f"test_2016_flickr.{search}.en"
-        cmd = [work / "venv-opennmt" / "bin" / "onmt_translate", "-config", configs[f"opennmt-{search}"],
-               "-model", checkpoint, "-src", work / "data" / "test_2016_flickr.de", "-output", hypotheses]
-        outputs[search] = hypotheses, run_logged(cmd, work / "logs" / f"opennmt-{search}.log", env=onmt_env(),
-                                                  timeout=DECODE_TIMEOUT)
-    return {"checkpoint": checkpoint.name, **decode_figures(outputs, work)}
+        hypotheses, log = work / "onmt" / f"test_2016_flickr.{search}.en", work / "logs" / f"opennmt-{search}.log"
+        log.unlink(missing_ok=True)  # its report of this run only
+        cmd = [*onmt_command(work, "translate", device), "-config", configs[f"opennmt-{search}"],
+               "-model", checkpoint, "-src", work / "data" / "test_2016_flickr.de", "-output", hypotheses,
+               "-report_time"]
+        if device == "cuda":
+            with GpuSampler(csv=work / "logs" / f"gpu-opennmt-{search}.csv") as sampler:
+                outputs[search] = hypotheses, run_logged(cmd, log, env=onmt_env(work, device), timeout=DECODE_TIMEOUT)
+        else:
+            outputs[search] = hypotheses, run_logged(cmd, log, env=onmt_env(), timeout=DECODE_TIMEOUT)
+        report = parse_onmt_translate_log(log.read_text(errors="replace"))
+        if report["seconds"]:
+            extra[f"decode_{search}_only"] = test_sentences(work) / report["seconds"]
+        if device == "cuda":
+            window = report["window"] or (None, None)
+            extra.update(gpu_figures(sampler, search, *window, memory_over_all=True))
+    return {"checkpoint": checkpoint.name, **decode_figures(outputs, work), **extra}
 
 
 def decode_joeynmt(work: Path, configs: dict) -> dict:
@@ -565,6 +960,31 @@ ROWS = [  # label, key, format
 ]
 
 
+# On a GPU (--device cuda): the same figures, decoding twice (decoding only; the whole command), and
+# nvidia-smi's (mean utilisation over the training loop and over the beam-5 decoding, peak memory).
+GPU_ROWS = [
+    ("training sentences/s", "sentences_per_s", "{:.0f}"),
+    ("training sentences/s from the first log line on (the loop's start-up left out)", "sentences_per_s_steady",
+     "{:.0f}"),
+    ("training target tokens/s, as the system reports", "tokens_per_s_reported", "{:,.0f}"),
+    ("training target tokens/s, spm8k pieces + </s> of train.en", "tokens_per_s_counted", "{:,.0f}"),
+    ("steps", "steps", "{:,}"),
+    ("GPU utilisation while training, mean % (nvidia-smi every 0.5 s)", "gpu_util_train", "{:.0f}"),
+    ("GPU memory while training, peak GB (nvidia-smi memory.used; lower is better)", "gpu_mem_train_gb", "{:.1f}"),
+    ("validation BLEU at the end (last validation)", "valid_bleu_end", "{:.1f}"),
+    ("test_2016 BLEU greedy", "bleu_greedy", "{:.1f}"),
+    ("test_2016 BLEU beam 5", "bleu_beam5", "{:.1f}"),
+    ("test_2016 chrF beam 5", "chrf_beam5", "{:.1f}"),
+    ("decode sent/s greedy, batch 64, decoding only", "decode_greedy_only", "{:.0f}"),
+    ("decode sent/s beam 5, batch 64, decoding only", "decode_beam5_only", "{:.0f}"),
+    ("decode sent/s greedy, batch 64, whole command (start-up and model loading included)", "decode_greedy", "{:.0f}"),
+    ("decode sent/s beam 5, batch 64, whole command (start-up and model loading included)", "decode_beam5", "{:.0f}"),
+    ("GPU utilisation decoding beam 5, mean % (decoding only)", "gpu_util_beam5", "{:.0f}"),
+    ("GPU memory decoding beam 5, peak GB (whole command; lower is better)", "gpu_mem_beam5_gb", "{:.1f}"),
+    ("training peak RSS GB (lower is better)", "peak_rss_gb", "{:.2f}"),
+]
+
+
 PEER_KEY = {f"{figure}_beam5_{q}": f"{figure}_beam5" for q in ("bf16", "int8") for figure in ("bleu", "decode")}
 
 
@@ -574,17 +994,25 @@ def ratio(ours, theirs) -> str:
     return f"{ours / theirs:.2f}"
 
 
-def table(systems: dict[str, dict]) -> str:
-    """The markdown table: one row a figure; columns attnmt, the peers, then attnmt / each peer."""
-    peers = [s for s in ("opennmt", "joeynmt") if s in systems]
-    names = [TITLES[s] for s in SYSTEMS if s in systems]
-    header = ["figure", *names, *(f"attnmt / {TITLES[p].split()[0]}" for p in peers if "attnmt" in systems)]
+def title(name: str, figures: dict) -> str:
+    if name == "attnmt_tokens" and figures.get("batch_tokens"):
+        return f"attnmt, batch_tokens {figures['batch_tokens']:,}"
+    return TITLES[name]
+
+
+def table(systems: dict[str, dict], rows: list | None = None) -> str:
+    """The markdown table: one row a figure; columns attnmt (and its token-batch run), the peers,
+    then each attnmt column / each peer."""
+    present = [s for s in SYSTEMS if s in systems]
+    ours = [s for s in present if s.startswith("attnmt")]
+    peers = [s for s in present if not s.startswith("attnmt")]
+    header = ["figure", *(title(s, systems[s]) for s in present),
+              *(f"{SHORT[o]} / {SHORT[p]}" for o in ours for p in peers)]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    for label, key, fmt in ROWS:
-        values = [systems[s].get(key if s == "attnmt" else PEER_KEY.get(key, key)) for s in SYSTEMS if s in systems]
+    for label, key, fmt in rows or ROWS:
+        values = [systems[s].get(key if s in ours else PEER_KEY.get(key, key)) for s in present]
         cells = [fmt.format(v) if v is not None else "—" for v in values]
-        if "attnmt" in systems:
-            cells += [ratio(systems["attnmt"].get(key), systems[p].get(PEER_KEY.get(key, key))) for p in peers]
+        cells += [ratio(systems[o].get(key), systems[p].get(PEER_KEY.get(key, key))) for o in ours for p in peers]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -597,7 +1025,7 @@ def machine() -> dict:
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
 
 
-def versions(work: Path, systems: list[str]) -> dict:
+def versions(work: Path, systems: list[str], device: str = "cpu") -> dict:
     import sacrebleu
     import sentencepiece
     import torch
@@ -609,7 +1037,8 @@ def versions(work: Path, systems: list[str]) -> dict:
                         "python": platform.python_version(), "torch": torch.__version__,
                         "sacrebleu": sacrebleu.__version__, "sentencepiece": sentencepiece.__version__}}
     if "opennmt" in systems:
-        found["opennmt"] = venv_versions(work / "venv-opennmt", ["OpenNMT-py", "torch", "sentencepiece", "sacrebleu"])
+        found["opennmt"] = venv_versions(work / "venv-opennmt", ["OpenNMT-py", "torch", "sentencepiece", "sacrebleu"],
+                                         *((sys.executable, onmt_env(work, device)) if device == "cuda" else ()))
     if "joeynmt" in systems:
         found["joeynmt"] = venv_versions(work / "venv-joeynmt", ["joeynmt", "torch", "sentencepiece", "sacrebleu"])
     return found
@@ -621,10 +1050,14 @@ def save_results(work: Path, args, systems: dict, anchors: dict, ran: list[str])
     earlier = json.loads(path.read_text())["systems"] if path.exists() else {}
     merged = {s: systems.get(s, earlier.get(s)) for s in SYSTEMS if s in systems or s in earlier}
     results = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "command": " ".join(["python", *sys.argv]), "minutes": args.minutes,
-               "intervals": intervals(args.minutes), "joey_config": JOEY_CONFIGS[args.joey_config],
-               "machine": machine(), "versions": versions(work, ran), "anchors": anchors, "ran": ran,
-               "systems": merged}
+               "command": " ".join(["python", *sys.argv]), "minutes": args.minutes, "device": args.device,
+               "intervals": intervals(args.minutes, args.device), "joey_config": JOEY_CONFIGS[args.joey_config],
+               "machine": machine(), "versions": versions(work, ran, args.device), "anchors": anchors, "ran": ran,
+               "data": str(args.data), "peer_configs": str(args.peer_configs), "systems": merged}
+    if args.device == "cuda":
+        results["gpu"] = gpu_info()
+        results["stubs"] = {"modules": sorted(STUBBED), "folder": str(work / "stubs"),
+                            "uses": stub_uses(*sorted((work / "logs").glob("opennmt-*.log")))}
     path.write_text(json.dumps(results, indent=2))
     return results
 
@@ -635,15 +1068,43 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=20.0,
                         help="training budget of each system, wall clock of its training loop (default 20)")
-    parser.add_argument("--only", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
-    parser.add_argument("--work", default=str(REPO / "runs" / "peers"), help="work folder (default runs/peers)")
+    parser.add_argument("--only", default=None, help="comma-separated subset of " + ",".join(CHOICES)
+                        + " (default: all; with --device cuda: attnmt,opennmt)")
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="cpu (default; 2 threads a system) or cuda: attnmt and OpenNMT-py on GPU 0, with this "
+                             "python and no virtual environments (see benchmarks/gpu_peers.sh)")
+    parser.add_argument("--work", default=None, help="work folder (default runs/peers; with --device cuda "
+                                                     "runs/peers-cuda)")
+    parser.add_argument("--data", default=str(MULTI30K),
+                        help="folder of the Multi30k files train, val, test_2016_flickr .de/.en .gz "
+                             "(default ../shared/data/multi30k)")
+    parser.add_argument("--peer-configs", default=str(PEER_CONFIGS),
+                        help="folder of the peers' configurations (default ../shared/peers)")
+    parser.add_argument("--batch-tokens", type=int, default=None,
+                        help="also train attnmt with data.batch_tokens N (a column beside its 64-sentence batches); "
+                             f"0: not (default {BATCH_TOKENS:,} with --device cuda, 0 on the CPU)")
+    parser.add_argument("--attnmt-precision", choices=["fp32", "bf16"], default=None,
+                        help="attnmt's training precision (default: benchmarks/run.py's: bf16 on GPUs and on CPUs "
+                             "with bf16 units)")
     parser.add_argument("--skip-install", action="store_true", help="use the virtual environments as they are")
     parser.add_argument("--joey-config", choices=sorted(JOEY_CONFIGS), default="default",
                         help="JoeyNMT's configuration: default (xavier init, as JoeyNMT ships) or uniform-init")
     args = parser.parse_args(argv)
+    allowed = CHOICES if args.device == "cpu" else GPU_SYSTEMS
+    if args.only is None:
+        args.only = ",".join(allowed)
     args.systems = [s.strip() for s in args.only.split(",") if s.strip()]
-    if unknown := set(args.systems) - set(SYSTEMS):
-        parser.error(f"--only: unknown {', '.join(sorted(unknown))}; choose among {', '.join(SYSTEMS)}")
+    if unknown := set(args.systems) - set(allowed):
+        parser.error(f"--only: {', '.join(sorted(unknown))} not with --device {args.device}; choose among "
+                     f"{', '.join(allowed)}")
+    if args.batch_tokens is None:
+        args.batch_tokens = BATCH_TOKENS if args.device == "cuda" else 0
+    if args.batch_tokens < 0:
+        parser.error("--batch-tokens: 0 (no token-batch run) or more")
+    if args.batch_tokens and "attnmt" in args.systems:  # its column right after attnmt's
+        args.systems.insert(args.systems.index("attnmt") + 1, "attnmt_tokens")
+    args.work = args.work or str(REPO / "runs" / ("peers" if args.device == "cpu" else "peers-cuda"))
+    args.data, args.peer_configs = Path(args.data).resolve(), Path(args.peer_configs).resolve()
     return args
 
 
@@ -673,54 +1134,101 @@ def machine_speed(seconds: float = 5.0) -> float:
     return round(float(done.stdout), 1)
 
 
-def run_system(name: str, work: Path, configs: dict, minutes: float, per_sentence: float) -> dict:
-    print(f"{TITLES[name]}: training {minutes:g} min, then decoding test_2016_flickr (logs in {work / 'logs'})",
-          flush=True)
-    probe_before = machine_speed()
-    if name == "attnmt":
-        figures = train_attnmt(work, minutes)
+def run_system(name: str, work: Path, configs: dict, args, per_sentence: float) -> dict:
+    minutes, device = args.minutes, args.device
+    what = title(name, {"batch_tokens": args.batch_tokens})
+    print(f"{what}: training {minutes:g} min, then decoding test_2016_flickr (logs in {work / 'logs'})", flush=True)
+    started = time.monotonic()
+    probe_before = machine_speed() if device == "cpu" else None  # the CPU's speed: not what a GPU run measures
+    if name.startswith("attnmt"):
+        tokens = args.batch_tokens if name == "attnmt_tokens" else None
+        figures = train_attnmt(work, minutes, device, args.data, name, tokens, args.attnmt_precision)
+        if device == "cuda" and name == "attnmt":  # the token-batch run decodes the same way: not timed again
+            figures.update(decode_attnmt_commands(work, name))
     elif name == "opennmt":
-        figures = {**train_opennmt(work, configs, minutes), **decode_opennmt(work, configs)}
+        figures = {**train_opennmt(work, configs, minutes, device), **decode_opennmt(work, configs, device)}
     else:
         figures = {**train_joeynmt(work, configs, minutes), **decode_joeynmt(work, configs)}
-    figures["probe_gflops_before"], figures["probe_gflops_after"] = probe_before, machine_speed()
+    if device == "cpu":
+        figures["probe_gflops_before"], figures["probe_gflops_after"] = probe_before, machine_speed()
     figures["tokens_per_s_counted"] = figures["sentences_per_s"] * per_sentence
     figures["minutes"] = minutes
     figures["load_average"] = [round(x, 2) for x in os.getloadavg()]  # 1, 5, 15 min: others' work on the cores
     figures["measured"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    figures["step_seconds"] = round(time.monotonic() - started, 1)  # this system's part of the run, all in
+    print(f"  {what}: done in {figures['step_seconds']:.0f} s", flush=True)
     return figures
+
+
+def check_inputs(args):
+    """The data and configuration files a run reads, before anything starts."""
+    needed = [args.data / f"{split}.{lang}.gz" for split in SPLITS for lang in ("de", "en")]
+    needed += [args.peer_configs / f for f in ("opennmt-rnn_de_en.yaml", "opennmt-translate_greedy.yaml",
+                                               "opennmt-translate_beam5.yaml")]
+    if "joeynmt" in args.systems:
+        needed += [args.peer_configs / JOEY_CONFIGS[args.joey_config],
+                   args.peer_configs / "joeynmt-translate_beam5.yaml"]
+    if missing := [str(p) for p in needed if not p.is_file()]:
+        sys.exit("not found: " + ", ".join(missing) + " (--data, --peer-configs)")
+    if args.device == "cuda" and shutil.which("nvidia-smi") is None:
+        sys.exit("--device cuda: nvidia-smi is not on the PATH (it samples the GPU's utilisation and memory)")
 
 
 def main(argv=None):
     args = parse_args(argv)
     work = Path(args.work).resolve()
-    for needed in (MULTI30K, PEER_CONFIGS):
-        if not needed.is_dir():
-            sys.exit(f"not found: {needed}")
+    check_inputs(args)
+    began = time.monotonic()
+    signal.signal(signal.SIGTERM, terminated)
     try:
-        peers = [s for s in args.systems if s != "attnmt"]
-        if peers and not args.skip_install:
-            install_peers(work, peers)
-        for peer in peers:
-            if not (work / f"venv-{peer}" / "bin" / "python").exists():
-                raise StepFailed(f"{work}/venv-{peer} is missing: run without --skip-install")
-        anchors = prepare_anchors(work)
-        configs = render_configs(work, args.minutes, args.joey_config)
-        systems = {name: run_system(name, work, configs, args.minutes, anchors["target_tokens_per_sentence"])
-                   for name in SYSTEMS if name in args.systems}
+        peers = [s for s in args.systems if not s.startswith("attnmt")]
+        if args.device == "cuda":
+            write_stubs(work)
+            if peers:
+                check_opennmt_importable(work)
+        else:
+            if peers and not args.skip_install:
+                install_peers(work, peers)
+            for peer in peers:
+                if not (work / f"venv-{peer}" / "bin" / "python").exists():
+                    raise StepFailed(f"{work}/venv-{peer} is missing: run without --skip-install")
+        # On a GPU the machine is the run's own: sentencepiece learns on all its cores (not timed).
+        anchors = prepare_anchors(work, args.data, THREADS if args.device == "cpu" else os.cpu_count() or THREADS)
+        configs = render_configs(work, args.minutes, args.joey_config, args.peer_configs, args.device)
+        print(f"prepared in {time.monotonic() - began:.0f} s (data, sentencepiece model, vocabularies, configs in "
+              f"{work})", flush=True)
+        systems = {}
+        for name in (s for s in SYSTEMS if s in args.systems):
+            systems[name] = run_system(name, work, configs, args, anchors["target_tokens_per_sentence"])
+            # each system's figures as soon as they are measured (results.json comes at the end)
+            (work / "results.partial.json").write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
+                                                                   "systems": systems}, indent=2))
     except StepFailed as e:
         sys.exit(f"peers.py: {e}")
     results = save_results(work, args, systems, anchors, args.systems)
-    print(f"\nMulti30k de-en, {args.minutes:g} min of training per system, {THREADS} threads; "
-          f"{results['date']}; {results['machine']['cpu']} ({results['machine']['nproc']} cores)")
+    if args.device == "cuda":
+        gpu = results["gpu"]
+        print(f"\nMulti30k de-en, {args.minutes:g} min of training per system, on {gpu.get('gpu')} (driver "
+              f"{gpu.get('driver')}, torch {gpu.get('torch')}, CUDA {gpu.get('cuda')}); {results['date']}; "
+              f"{results['machine']['cpu']} ({results['machine']['nproc']} cores), {THREADS} threads; "
+              f"{time.monotonic() - began:.0f} s in all")
+    else:
+        print(f"\nMulti30k de-en, {args.minutes:g} min of training per system, {THREADS} threads; "
+              f"{results['date']}; {results['machine']['cpu']} ({results['machine']['nproc']} cores)")
     for name, figures in results["systems"].items():
         note = "" if name in args.systems else f"; from an earlier run ({figures['measured']})"
-        print(f"  {TITLES[name]}: validation BLEU by step "
+        print(f"  {title(name, figures)}: validation BLEU by step "
               + (", ".join(f"{v['step']}: {v['bleu']:.1f}" for v in figures["validation"]) or "none")
               + f"; decoded with {figures.get('checkpoint', 'its best checkpoint')}"
               + f"; load average at the end {figures['load_average'][0]:.1f}" + note)
-    print(table(results["systems"]))
-    print(f"\nratios: attnmt / peer; above 1 is better for attnmt except for memory. {work / 'results.json'}")
+    if args.device == "cuda" and "opennmt" in args.systems:
+        uses = results["stubs"]["uses"]
+        print(f"  stubs {', '.join(sorted(STUBBED))}: " + (
+            "imported by OpenNMT-py, never used (no '" + STUB_USED + "' line in its logs)" if not uses
+            else "USED, see the logs: " + "; ".join(uses)))
+    print(table(results["systems"], GPU_ROWS if args.device == "cuda" else ROWS))
+    print(f"\nratios: attnmt / peer; above 1 is better for attnmt except where lower is better. "
+          f"{work / 'results.json'}")
 
 
 if __name__ == "__main__":

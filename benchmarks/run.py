@@ -5,6 +5,7 @@
     python benchmarks/run.py --config configs/transformer-small.yaml --minutes 1   # a quick check
     python benchmarks/run.py --config configs/transformer-small.yaml \\
         --beside runs/bench-rnn-bahdanau/results.json                  # a column for an earlier run
+    python benchmarks/run.py --device cuda --data DIR --batch-tokens 5000   # on a GPU, Multi30k in DIR
 
 Trains the configuration (its data, model and training sections; experiment_dir, time budget,
 threads and precision from here) in a child process, so its peak memory is measured on its own,
@@ -12,6 +13,12 @@ then translates test_2016_flickr with greedy search and beam 5 and prints: train
 the validation BLEU curve, test BLEU and chrF (sacreBLEU, 13a, cased), decoding speed and peak
 memory, beside the peers' figures measured on this machine for the same configuration, if any.
 Results go to OUT/results.json (OUT defaults to runs/bench-NAME, NAME the config's file name).
+
+--device cuda trains and decodes on the GPU (training.device: cuda; precision bf16 unless --precision
+says otherwise); the cheaper CPU inference modes (--bf16, --int8) are then not decoded. --data DIR
+reads the Multi30k files (train, val, test_2016_flickr .de/.en .gz) from DIR instead of the
+config's paths and ../shared/data/multi30k. Without an installed attnmt, PYTHONPATH=src works too
+(the training runs as `python -m attnmt.cli` with this environment).
 """
 
 from __future__ import annotations
@@ -69,6 +76,16 @@ def write_config(args, out: Path) -> Path:
     config.experiment_dir = out / "model"
     config.training.max_minutes, config.training.threads = args.minutes, args.threads
     config.training.precision = args.precision
+    config.training.device = args.device
+    if args.batch_tokens:
+        config.data.batch_tokens = args.batch_tokens
+    if args.data:  # the benchmark's copy of Multi30k, wherever it lies
+        data = Path(args.data).resolve()
+        config.data.train = config.data.train.model_copy(update={"src": data / "train.de.gz",
+                                                                 "tgt": data / "train.en.gz"})
+        if config.data.dev is not None:
+            config.data.dev = config.data.dev.model_copy(update={"src": data / "val.de.gz",
+                                                                 "tgt": data / "val.en.gz"})
     if args.validate_every:
         config.training.validate_every = args.validate_every
     out.mkdir(parents=True, exist_ok=True)
@@ -83,7 +100,8 @@ def train(config_path: Path) -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 / 1024  # KiB -> GiB
 
 
-def decode_test(model_dir: Path, beam: int, threads: int, quantize: str | None = None) -> dict:
+def decode_test(model_dir: Path, beam: int, threads: int, quantize: str | None = None, data: Path = MULTI30K,
+                device: str = "cpu") -> dict:
     import torch
 
     import attnmt
@@ -91,19 +109,20 @@ def decode_test(model_dir: Path, beam: int, threads: int, quantize: str | None =
     from attnmt.evaluation import corpus_scores
 
     torch.set_num_threads(threads)
-    sources = read_lines(MULTI30K / "test_2016_flickr.de.gz")
-    references = read_lines(MULTI30K / "test_2016_flickr.en.gz")
+    sources = read_lines(data / "test_2016_flickr.de.gz")
+    references = read_lines(data / "test_2016_flickr.en.gz")
     started = time.perf_counter()
-    model = attnmt.load(model_dir, quantize=quantize)
-    loaded = time.perf_counter()
-    hypotheses = [t.text for t in model.translate(sources, beam=beam, batch_size=64)]
-    done = time.perf_counter()
+    model = attnmt.load(model_dir, quantize=quantize, device=device)
+    loaded, loaded_at = time.perf_counter(), time.time()
+    hypotheses = [t.text for t in model.translate(sources, beam=beam, batch_size=64)]  # texts: on the host
+    done, done_at = time.perf_counter(), time.time()
     scores = corpus_scores(hypotheses, references)
     suffix = f".{quantize}" if quantize else ""
     (model_dir / f"test_2016_flickr.beam{beam}{suffix}.en").write_text("\n".join(hypotheses) + "\n")
     return {"bleu": scores["bleu"].score, "chrf": scores["chrf"].score, "signature": scores["bleu"].signature,
             "sentences_per_s": len(sources) / (done - loaded),
-            "sentences_per_s_wall": len(sources) / (done - started)}
+            "sentences_per_s_wall": len(sources) / (done - started),
+            "decoding_window": [loaded_at, done_at]}  # wall clock: benchmarks/peers.py's GPU samples
 
 
 def print_table(name: str, ours: dict, others: dict[str, dict]):
@@ -130,18 +149,28 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
                         help="training precision (default: bf16 on CPUs with bf16 units, AVX512-BF16/AMX; else fp32)")
     parser.add_argument("--validate-every", type=int, default=None)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train and decode")
+    parser.add_argument("--batch-tokens", type=int, default=None,
+                        help="data.batch_tokens: batches of about this many (padded) tokens instead of sentences")
+    parser.add_argument("--data", help="folder of the Multi30k .gz files (default ../shared/data/multi30k, and the "
+                                       "config's training paths)")
     parser.add_argument("--out", help="output folder (default: runs/bench-NAME)")
     parser.add_argument("--beside", action="append", default=[], metavar="RESULTS_JSON",
                         help="results.json of an earlier run to show as a column (repeatable)")
     args = parser.parse_args(argv)
     from attnmt.speed import cpu_has_bf16
 
-    args.precision = args.precision or ("bf16" if cpu_has_bf16() else "fp32")
-    cheaper_kinds = [q for q in CHEAPER if q != "bf16" or cpu_has_bf16()]  # emulated bf16: only slower
+    if args.device == "cuda":  # (no CUDA call here: the training process is the first to use the GPU)
+        args.precision = args.precision or "bf16"
+        cheaper_kinds = []  # --int8 and --bf16 are CPU inference modes
+    else:
+        args.precision = args.precision or ("bf16" if cpu_has_bf16() else "fp32")
+        cheaper_kinds = [q for q in CHEAPER if q != "bf16" or cpu_has_bf16()]  # emulated bf16: only slower
     name = Path(args.config).stem
     out = Path(args.out or REPO / "runs" / f"bench-{name}").resolve()
-    if not MULTI30K.is_dir():
-        sys.exit(f"benchmark data not found: {MULTI30K}")
+    data = Path(args.data).resolve() if args.data else MULTI30K
+    if not data.is_dir():
+        sys.exit(f"benchmark data not found: {data}")
     if (out / "model").exists():
         sys.exit(f"{out}/model exists: remove it or pass --out")
 
@@ -151,22 +180,23 @@ def main(argv: list[str] | None = None):
     validation = [r for r in records if r["type"] == "valid"]
     with safe_open(str(model_dir / "last.safetensors"), "pt") as f:
         last = json.loads(f.metadata()["info"])["trainer"]
-    greedy, beam5 = decode_test(model_dir, 1, args.threads), decode_test(model_dir, 5, args.threads)
-    cheaper = {q: decode_test(model_dir, 5, args.threads, quantize=q) for q in cheaper_kinds}
+    greedy, beam5 = (decode_test(model_dir, beam, args.threads, data=data, device=args.device) for beam in (1, 5))
+    cheaper = {q: decode_test(model_dir, 5, args.threads, quantize=q, data=data) for q in cheaper_kinds}
     ours = {"sentences_per_s": last["sentences"] / last["seconds"],
             "tokens_per_s": last["target_tokens"] / last["seconds"], "steps": last["step"],
+            "train_seconds": last["seconds"],
             "bleu_greedy": greedy["bleu"], "bleu_beam5": beam5["bleu"], "chrf_beam5": beam5["chrf"],
             "decode_greedy": greedy["sentences_per_s_wall"], "decode_beam5": beam5["sentences_per_s_wall"],
             "peak_rss_gb": peak_gb,
             **{f"bleu_beam5_{q}": r["bleu"] for q, r in cheaper.items()},
             **{f"decode_beam5_{q}": r["sentences_per_s_wall"] for q, r in cheaper.items()}}
-    others = dict(PEERS.get(name, {}))
+    others = dict(PEERS.get(name, {})) if args.device == "cpu" else {}  # PEERS: CPU figures
     for path in args.beside:
         earlier = json.loads(Path(path).read_text())
         others[f"attnmt {earlier.get('name', Path(path).parent.name)}"] = earlier["attnmt"]
 
     print(f"\n{name}, Multi30k de-en, {args.minutes:g} min of training, {args.threads} threads, "
-          f"{args.precision}; {time.strftime('%Y-%m-%d')}")
+          f"{args.precision}, {args.device}; {time.strftime('%Y-%m-%d')}")
     print("validation BLEU (greedy) by step: " + ", ".join(
         f"{r['step']}: {r['bleu']:.1f}" for r in validation))
     print(f"sacreBLEU signature: {beam5['signature']}")
@@ -174,7 +204,8 @@ def main(argv: list[str] | None = None):
           f"beam 5 {beam5['sentences_per_s']:.0f} sent/s")
     print_table(name, ours, others)
     results = {"name": name, "date": time.strftime("%Y-%m-%d"), "args": vars(args), "attnmt": ours,
-               "peers": PEERS.get(name, {}), "greedy": greedy, "beam5": beam5, "validation": validation}
+               "peers": PEERS.get(name, {}) if args.device == "cpu" else {}, "greedy": greedy, "beam5": beam5,
+               "validation": validation}
     (out / "results.json").write_text(json.dumps(results, indent=2))
 
 

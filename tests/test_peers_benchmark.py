@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -155,3 +159,173 @@ def test_only_accepts_the_three_systems():
 def test_machine_speed_probe_gives_the_gflops_of_its_products():
     gflops = peers.machine_speed(seconds=0.2)
     assert isinstance(gflops, float) and 0.1 < gflops < 100_000
+
+
+# ---------------------------------------------------------------------------------------------- --device cuda
+# The parts of the GPU run that need no GPU: rendering, nvidia-smi's output, the stubs, the table.
+
+def test_cuda_rendering_puts_opennmt_on_gpu_0_with_the_peers_intervals_and_no_joeynmt(tmp_path):
+    require(peers.PEER_CONFIGS.is_dir(), f"{peers.PEER_CONFIGS} not found: the peer configurations are "
+                                         "../shared/peers beside the checkout")
+    paths = peers.render_configs(tmp_path, 2, "default", peers.PEER_CONFIGS, "cuda")
+    assert set(paths) == {"opennmt-train", "opennmt-greedy", "opennmt-beam5"}
+    onmt = yaml.safe_load(paths["opennmt-train"].read_text())
+    assert (onmt["gpu_ranks"], onmt["world_size"]) == ([0], 1)
+    assert (onmt["valid_steps"], onmt["save_checkpoint_steps"], onmt["report_every"]) == (500, 100, 100)
+    source = yaml.safe_load((peers.PEER_CONFIGS / "opennmt-rnn_de_en.yaml").read_text())
+    for key in ("batch_size", "batch_type", "rnn_type", "global_attention", "learning_rate", "dropout", "seed"):
+        assert onmt[key] == source[key]  # the shared configuration otherwise
+    assert onmt["src_vocab"] == f"{tmp_path.resolve()}/onmt/vocab.shared"
+    for search, beam in (("greedy", 1), ("beam5", 5)):
+        decode = yaml.safe_load(paths[f"opennmt-{search}"].read_text())
+        assert (decode["gpu"], decode["beam_size"], decode["batch_size"]) == (0, beam, 64)
+    assert peers.intervals(20, "cuda") == {"log": 100, "validate": 500, "save": 500}
+
+
+def test_cuda_commands_use_this_python_with_the_stubs_first():
+    work = Path("/w")
+    assert peers.onmt_command(work, "train", "cuda") == [peers.sys.executable, "-m", "onmt.bin.train"]
+    assert peers.onmt_command(work, "translate") == [work / "venv-opennmt" / "bin" / "onmt_translate"]
+    env = peers.onmt_env(work, "cuda")
+    assert env["PYTHONPATH"].split(peers.os.pathsep)[0] == "/w/stubs"
+    assert env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1"
+    assert "PYTHONPATH" not in peers.onmt_env() or peers.onmt_env()["PYTHONPATH"] == peers.os.environ["PYTHONPATH"]
+    cmd = [str(c) for c in peers.attnmt_command(Path("/w/attnmt-tokens"), 2, "cuda", Path("/d"), 5000)]
+    assert cmd[cmd.index("--device") + 1] == "cuda" and cmd[cmd.index("--data") + 1] == "/d"
+    assert cmd[cmd.index("--batch-tokens") + 1] == "5000" and cmd[cmd.index("--validate-every") + 1] == "500"
+    cpu = [str(c) for c in peers.attnmt_command(Path("/w/attnmt"), 2)]
+    assert "--device" not in cpu and "--batch-tokens" not in cpu  # the CPU command as before
+
+
+def test_cuda_arguments_run_attnmt_twice_and_opennmt_and_refuse_joeynmt():
+    args = peers.parse_args(["--device", "cuda", "--minutes", "2"])
+    assert args.systems == ["attnmt", "attnmt_tokens", "opennmt"] and args.batch_tokens == 5000
+    assert args.work.endswith("peers-cuda")
+    assert peers.parse_args(["--device", "cuda", "--batch-tokens", "0"]).systems == ["attnmt", "opennmt"]
+    assert peers.parse_args([]).systems == ["attnmt", "opennmt", "joeynmt"]  # the CPU run as before
+    data = peers.parse_args(["--device", "cuda", "--data", ".peers-data", "--peer-configs", ".peers-data/peers"])
+    assert data.data == Path(".peers-data").resolve() and data.peer_configs == Path(".peers-data/peers").resolve()
+    with pytest.raises(SystemExit):
+        peers.parse_args(["--device", "cuda", "--only", "opennmt,joeynmt"])
+
+
+def test_nvidia_smi_lines_give_utilisation_and_memory_per_gpu():
+    assert peers.parse_nvidia_smi("13, 2048\n") == [(13.0, 2048.0)]
+    assert peers.parse_nvidia_smi("85, 70123\n0, 1\n\n") == [(85.0, 70123.0), (0.0, 1.0)]
+    assert peers.parse_nvidia_smi("[N/A], 512\n") == [(None, 512.0)]
+    assert peers.parse_nvidia_smi("") == []
+    with pytest.raises(ValueError):
+        peers.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 580.159.04, 3\n")
+    assert peers.parse_gpu_info("NVIDIA H100 80GB HBM3, 580.159.04\n") == {"gpu": "NVIDIA H100 80GB HBM3",
+                                                                            "driver": "580.159.04"}
+
+
+def test_gpu_sampler_reads_in_the_background_and_sums_up_a_window(tmp_path):
+    with peers.GpuSampler(interval=0.02, command=["echo", "40, 1024"], csv=tmp_path / "gpu.csv") as sampler:
+        peers.time.sleep(0.2)
+    assert len(sampler.samples) >= 2 and not sampler.errors
+    assert sampler.summary() == {"util": 40.0, "mem_gb": 1.0, "samples": len(sampler.samples)}
+    assert (tmp_path / "gpu.csv").read_text().splitlines()[1].endswith(",40,1024")
+    sampler.samples = [(10.0, 0.0, 1024.0), (10.5, 60.0, 2048.0), (11.0, 80.0, 4096.0), (11.5, None, 512.0)]
+    assert sampler.summary(10.4, 11.6) == {"util": 70.0, "mem_gb": 4.0, "samples": 3}
+    assert sampler.summary(20, 30) == {"util": None, "mem_gb": None, "samples": 0}
+    figures = peers.gpu_figures(sampler, "train", 10.4, 11.1)
+    assert figures == {"gpu_util_train": 70.0, "gpu_mem_train_gb": 4.0, "gpu_samples_train": 2}
+    decoding = peers.gpu_figures(sampler, "beam5", 11.2, 11.6, memory_over_all=True)
+    assert decoding == {"gpu_util_beam5": None, "gpu_mem_beam5_gb": 4.0, "gpu_samples_beam5": 1}
+    assert peers.gpu_figures(sampler, "train", None, None)["gpu_util_train"] is None  # no window: no mean
+    with peers.GpuSampler(interval=0.02, command=["false"]) as failing:
+        peers.time.sleep(0.05)
+    assert not failing.samples and failing.errors and failing.summary()["util"] is None
+
+
+def test_stubs_say_they_were_imported_and_fail_with_a_marker_when_used(tmp_path):
+    stubs = peers.write_stubs(tmp_path)
+    code = ("import spacy, fasttext\n"
+            "assert not hasattr(spacy, '__version__')\n"  # introspection: no use
+            "try:\n    spacy.load('en_core_web_sm')\nexcept AttributeError as e:\n    print('failed:', e)\n")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(stubs)},
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "peers.py stub: spacy imported" in done.stderr and "peers.py stub: fasttext imported" in done.stderr
+    assert "failed: spacy.load: spacy is a stub of benchmarks/peers.py" in done.stdout
+    log = tmp_path / "opennmt-train.log"
+    log.write_text(done.stderr)
+    assert peers.stub_uses(log) == ["peers.py stub used: spacy.load"]
+    log.write_text("peers.py stub: spacy imported (by OpenNMT-py at start-up; not used by this benchmark)\n")
+    assert peers.stub_uses(log, tmp_path / "absent.log") == []
+
+
+def test_onmt_report_time_gives_the_decoding_seconds_and_their_window():
+    text = ("[2026-11-26 10:00:00,000 INFO] Loading checkpoint from rnn_step_900.pt\n"
+            "[2026-11-26 10:00:04,500 INFO] PRED SCORE: -0.3, PRED PPL: 1.35 NB SENTENCES: 1000\n"
+            "[2026-11-26 10:00:04,500 INFO] Total translation time (s): 1.8\n"
+            "[2026-11-26 10:00:04,501 INFO] Average translation time (ms): 1.8\n"
+            "Time w/o python interpreter load/terminate:  6.2\n")
+    report = peers.parse_onmt_translate_log(text)
+    assert report["seconds"] == 1.8
+    end = peers.joey_time("2026-11-26 10:00:04,500")
+    assert report["window"] == [pytest.approx(end - 1.8), end]
+    assert peers.parse_onmt_translate_log("no report\n") == {"seconds": None, "window": None}
+
+
+def test_gpu_table_has_gpu_rows_and_a_ratio_column_per_attnmt_run():
+    systems = {
+        "attnmt": {"sentences_per_s": 2400.0, "gpu_util_train": 65.0, "gpu_mem_train_gb": 2.5,
+                   "decode_beam5_only": 1200.0, "decode_beam5": 300.0, "batch_tokens": None},
+        "attnmt_tokens": {"sentences_per_s": 4800.0, "gpu_util_train": 80.0, "batch_tokens": 5000},
+        "opennmt": {"sentences_per_s": 800.0, "gpu_util_train": 20.0, "gpu_mem_train_gb": 5.0,
+                    "decode_beam5_only": 600.0, "decode_beam5": 100.0},
+    }
+    lines = peers.table(systems, peers.GPU_ROWS).splitlines()
+    assert lines[0] == ("| figure | attnmt | attnmt, batch_tokens 5,000 | OpenNMT-py 3.5.1 | attnmt / OpenNMT-py "
+                        "| attnmt tokens / OpenNMT-py |")
+    assert "| training sentences/s | 2400 | 4800 | 800 | 3.00 | 6.00 |" in lines
+    assert "| GPU utilisation while training, mean % (nvidia-smi every 0.5 s) | 65 | 80 | 20 | 3.25 | 4.00 |" in lines
+    assert ("| GPU memory while training, peak GB (nvidia-smi memory.used; lower is better) | 2.5 | — | 5.0 | 0.50 "
+            "| — |") in lines
+    assert "| decode sent/s beam 5, batch 64, decoding only | 1200 | — | 600 | 2.00 | — |" in lines
+    assert ("| decode sent/s beam 5, batch 64, whole command (start-up and model loading included) | 300 | — | 100 "
+            "| 3.00 | — |") in lines
+    assert len(lines) == 2 + len(peers.GPU_ROWS)
+    assert not any("GFLOP" in line or "--int8" in line for line in lines)  # the CPU's rows
+
+
+def test_run_py_writes_a_cuda_config_with_token_batches_and_the_given_data(tmp_path):
+    spec = importlib.util.spec_from_file_location("run_benchmark", REPO / "benchmarks" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    from attnmt.config import load_config
+
+    args = SimpleNamespace(config=str(REPO / "configs" / "rnn-bahdanau.yaml"), minutes=2.0, threads=2,
+                           precision="bf16", validate_every=500, device="cuda", batch_tokens=5000,
+                           data=str(tmp_path / "multi30k"))
+    config = load_config(run.write_config(args, tmp_path / "out"))
+    assert (config.training.device, config.training.precision, config.data.batch_tokens) == ("cuda", "bf16", 5000)
+    assert config.data.train.src == tmp_path / "multi30k" / "train.de.gz"
+    assert config.data.dev.tgt == tmp_path / "multi30k" / "val.en.gz"
+    assert config.experiment_dir == tmp_path / "out" / "model" and config.training.max_minutes == 2.0
+
+
+def test_run_watched_notes_when_the_marker_line_appears_and_fails_with_the_exit_status(tmp_path):
+    code = ("import time; print('starting'); time.sleep(0.6); "
+            "print('model: bahdanau attention, 9 parameters; 29,000 training pairs'); time.sleep(0.6)")
+    before = peers.time.time()
+    run = peers.run_watched([sys.executable, "-c", code], tmp_path / "log", {**os.environ, "PYTHONUNBUFFERED": "1"},
+                            60, peers.ATTNMT_LOOP)
+    assert before + 0.5 < run["marker_at"] < before + run["wall_s"]
+    assert "29,000 training pairs" in (tmp_path / "log").read_text()
+    with pytest.raises(peers.StepFailed, match="exit status 3"):
+        peers.run_watched([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "log", dict(os.environ), 60,
+                          peers.ATTNMT_LOOP)
+
+
+def test_steady_speed_counts_from_the_first_log_line_for_both_systems(tmp_path):
+    assert peers.parse_onmt_log(ONMT_LOG)["steady_steps_per_s"] == pytest.approx((100 - 10) / (69 - 7))
+    figures = peers.training_figures(peers.parse_onmt_log(ONMT_LOG), {}, Path("log"))
+    assert figures["sentences_per_s_steady"] == pytest.approx(90 * 64 / 62)
+    records = [{"type": "train", "step": 50, "seconds": 10.0}, {"type": "valid", "step": 100, "seconds": 19.0},
+               {"type": "train", "step": 100, "seconds": 20.0}, {"type": "train", "step": 150, "seconds": 30.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(peers.json.dumps(r) + "\n" for r in records))
+    assert peers.attnmt_steady(tmp_path, 64) == pytest.approx(100 * 64 / 20)
+    assert peers.attnmt_steady(tmp_path / "absent", 64) is None
