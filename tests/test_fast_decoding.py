@@ -1,0 +1,323 @@
+"""attnmt.fast_decoding: its fixed-shape searches return attnmt.decoding's hypotheses (tokens,
+scores, attention), run eagerly or on static buffers as a CUDA graph runs them; a search step reads
+no value back from the device, and the loop asks whether all sentences are done only every
+CHECK_EVERY steps."""
+
+import copy
+
+import pytest
+import torch
+
+from attnmt import decoding, fast_decoding, speed
+from attnmt.config import ModelConfig
+from attnmt.decoding import max_output_lengths
+from attnmt.models import EOS, build_model
+
+from test_decoding import ConfidentModel, random_batch
+
+TRANSFORMER = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
+               "decoder_layers": 2, "attention_dropout": 0.0}
+MODELS = {
+    "gru-none": {"attention": "none"},
+    "gru-bahdanau": {"attention": "bahdanau"},
+    "gru-bahdanau-window": {"attention": "bahdanau", "window": (1, 2)},
+    "gru-luong-general": {"attention": "luong-general"},
+    "gru-luong-dot": {"attention": "luong-dot"},
+    "gru-luong-concat-no-input-feeding": {"attention": "luong-concat", "input_feeding": False},
+    "gru-location": {"attention": "location"},
+    "lstm-bahdanau-2-layers": {"rnn_type": "lstm", "decoder_layers": 2},
+    "lstm-location": {"rnn_type": "lstm", "attention": "location"},
+    "transformer": TRANSFORMER,
+}
+# The bias added to EOS's score: 0, sentences end at various steps; +3, most end within a few
+# steps; -10, none ends and all reach their length limits.
+ENDS_EARLY, NEVER_ENDS = 3.0, -10.0
+
+
+def tiny(name: str, eos_bias: float = 0.0):
+    """An untrained model of MODELS[name] (vocabularies of 20), its output layer biased by ``eos_bias`` towards EOS."""
+    options = dict(MODELS[name])
+    window = options.pop("window", None)
+    config = ModelConfig(embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0,
+                         location_kernel=3, **options)
+    model = build_model(config, 20, 20).eval()
+    if window is not None:
+        model.decoder.window = window
+    with torch.no_grad():
+        model.generator.bias[EOS] += eos_bias
+    return model
+
+
+def limits_of(batch, kind: str) -> list[int]:
+    if kind == "tight":  # 1, 2, 3, ...: the first sentences stop at their limits
+        return list(range(1, batch.src.size(0) + 1))
+    return max_output_lengths(batch.src_lengths, 1.5, 5)
+
+
+def assert_same_hypotheses(fast, reference, atol=1e-5):
+    assert len(fast) == len(reference)
+    for ours, theirs in zip(fast, reference):
+        assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+        assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], abs=atol)
+        assert [h.log_prob for h in ours] == pytest.approx([h.log_prob for h in theirs], abs=atol)
+        for a, b in zip(ours, theirs):
+            if b.attention is None:
+                assert a.attention is None
+            else:
+                torch.testing.assert_close(a.attention, b.attention, atol=atol, rtol=0)
+
+
+# (EOS bias, length limits): early ends, ends at any step within the usual limits, only limits.
+CASES = [(ENDS_EARLY, "usual"), (0.0, "tight"), (0.0, "usual"), (NEVER_ENDS, "tight")]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_greedy_search_finds_the_reference_hypotheses(name):
+    batch = random_batch(6, seed=1)
+    for eos_bias, limits in CASES:
+        model, limits = tiny(name, eos_bias), limits_of(batch, limits)
+        reference = decoding.greedy_search(model, batch.src, batch.src_lengths, limits)
+        for graphs in (False, True):  # (True on a CPU: the static buffers a graph replays, run eagerly)
+            assert_same_hypotheses(fast_decoding.greedy_search(model, batch.src, batch.src_lengths, limits,
+                                                               graphs=graphs), reference)
+
+
+# (beam, n_best, alpha)
+BEAMS = [(1, 1, 1.0), (3, 1, 0.0), (3, 3, 1.0), (5, 1, 1.0), (5, 3, 0.0)]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_beam_search_finds_the_reference_n_best(name):
+    batch = random_batch(6, seed=2)
+    for case, (eos_bias, limits) in enumerate(CASES):
+        model, limits = tiny(name, eos_bias), limits_of(batch, limits)
+        for beam, n_best, alpha in BEAMS:
+            reference = decoding.beam_search(model, batch.src, batch.src_lengths, limits, beam, n_best, alpha)
+            graphs = (case + beam) % 2 == 0  # half of them on static buffers
+            fast = fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, beam, n_best, alpha,
+                                             graphs=graphs)
+            assert_same_hypotheses(fast, reference)
+
+
+def test_the_cases_cover_early_ends_and_length_limits():
+    batch = random_batch(6, seed=2)
+    limits = limits_of(batch, "usual")
+    early = fast_decoding.beam_search(tiny("gru-bahdanau", ENDS_EARLY), batch.src, batch.src_lengths, limits, 3, 3)
+    assert all(h.tokens[-1] == EOS and len(h.tokens) < limit for hyps, limit in zip(early, limits) for h in hyps)
+    never = fast_decoding.beam_search(tiny("gru-bahdanau", NEVER_ENDS), batch.src, batch.src_lengths, limits, 3, 3)
+    assert all(EOS not in h.tokens and len(h.tokens) == limit for hyps, limit in zip(never, limits) for h in hyps)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+@pytest.mark.parametrize("beam, n_best", [(2, 1), (2, 2), (5, 1), (5, 3)])
+def test_stopping_rules_and_ties_as_the_reference(beam, n_best, alpha):
+    """A scripted model whose unlikely hypotheses end early and tie (decoding's test of its
+    stopping rules): the same n best, in the same order among equal scores."""
+    model, limits = ConfidentModel(), [30, 5, 12]
+    src, lengths = torch.ones(3, 1, dtype=torch.long), torch.ones(3, dtype=torch.long)
+    reference = decoding.beam_search(model, src, lengths, limits, beam, n_best, alpha)
+    assert_same_hypotheses(fast_decoding.beam_search(model, src, lengths, limits, beam, n_best, alpha), reference)
+
+
+def test_a_beam_wider_than_half_the_vocabulary():
+    model, batch = tiny("gru-bahdanau"), random_batch()
+    reference = decoding.beam_search(model, batch.src, batch.src_lengths, [6] * 5, beam=12, n_best=12)
+    assert_same_hypotheses(fast_decoding.beam_search(model, batch.src, batch.src_lengths, [6] * 5, beam=12,
+                                                     n_best=12), reference)
+
+
+def test_a_speech_model_whose_encoder_shortens_its_input():
+    """The attention matrices are cut to the encoder's output (a quarter of the frames), as decoding cuts them."""
+    from attnmt.config import SpeechConfig
+
+    config = ModelConfig(embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0)
+    model = build_model(config, 0, 20, speech=SpeechConfig(n_mels=8, conv_channels=4)).eval()
+    g = torch.Generator().manual_seed(0)
+    frames, lengths = torch.randn(4, 40, 8, generator=g), torch.tensor([40, 33, 17, 9])
+    limits = [6, 9, 3, 12]
+    for graphs in (False, True):
+        assert_same_hypotheses(fast_decoding.greedy_search(model, frames, lengths, limits, graphs=graphs),
+                               decoding.greedy_search(model, frames, lengths, limits))
+        assert_same_hypotheses(fast_decoding.beam_search(model, frames, lengths, limits, 3, 2, graphs=graphs),
+                               decoding.beam_search(model, frames, lengths, limits, 3, 2))
+
+
+@pytest.mark.parametrize("name", ["gru-location", "transformer"])
+def test_every_tensor_is_made_on_the_models_device(name):
+    """With "meta" as the default device, a tensor made without naming its device lands there and
+    the first operation mixing it with the model's (CPU) tensors fails."""
+    model, batch = tiny(name), random_batch()
+    limits = limits_of(batch, "usual")
+    greedy = decoding.greedy_search(model, batch.src, batch.src_lengths, limits)
+    beam = decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2)
+    with torch.device("meta"):
+        for graphs in (False, True):
+            assert_same_hypotheses(fast_decoding.greedy_search(model, batch.src, batch.src_lengths, limits,
+                                                               graphs=graphs), greedy)
+            assert_same_hypotheses(fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2,
+                                                             graphs=graphs), beam)
+
+
+def test_n_best_above_the_beam_is_refused():
+    batch = random_batch()
+    with pytest.raises(ValueError, match="cannot exceed"):
+        fast_decoding.beam_search(tiny("gru-bahdanau"), batch.src, batch.src_lengths, [5] * 5, beam=2, n_best=3)
+
+
+def test_a_graph_is_captured_only_where_the_state_keeps_its_shape(monkeypatch):
+    """RNN states keep their shape: after the warm-up the step runs on static buffers. The
+    Transformer's cache grows: its steps all run eagerly."""
+    captured = []
+    original = fast_decoding._StepGraph.__init__
+
+    def spy(self, step, loop):
+        captured.append(step)
+        original(self, step, loop)
+
+    monkeypatch.setattr(fast_decoding._StepGraph, "__init__", spy)
+    batch = random_batch()
+    for name, expected in (("lstm-location", 2), ("transformer", 0)):
+        captured.clear()
+        model = tiny(name, NEVER_ENDS)
+        fast_decoding.greedy_search(model, batch.src, batch.src_lengths, [12] * 5, graphs=True)
+        fast_decoding.beam_search(model, batch.src, batch.src_lengths, [12] * 5, beam=3, graphs=True)
+        assert len(captured) == expected
+
+
+def on_meta(value):
+    return fast_decoding._map(lambda t: t.to("meta"), value)
+
+
+@pytest.mark.parametrize("name", ["gru-bahdanau-window", "gru-location", "lstm-bahdanau-2-layers", "gru-none",
+                                  "transformer"])
+def test_a_step_reads_no_value_back(name):
+    """A step runs on the "meta" device, where tensors have shapes but no values: anything that
+    reads one (item, tolist, bool, nonzero, a boolean mask, an index from a tensor) fails there.
+    So neither the model's decode_step nor the search's bookkeeping waits for the device."""
+    model, batch = tiny(name), random_batch(4)
+    with torch.inference_mode():
+        memory = on_meta(model.encode(batch.src, batch.src_lengths))
+        model = copy.deepcopy(model).to("meta")
+        for search in (fast_decoding._Greedy(model, memory, [6, 6, 6, 6], 1.0),
+                       fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0)):
+            loop = search.start()
+            for _ in range(4):
+                loop = search.step(loop)
+            assert loop.prev.device.type == "meta"
+
+
+READS = ("item", "tolist", "nonzero", "__bool__", "__int__", "__float__")
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_the_loop_asks_whether_all_are_done_only_every_few_steps(monkeypatch, graphs):
+    """Values read from tensors while the step loop runs (not before: encoding; nor after:
+    reading the hypotheses back): one per CHECK_EVERY steps."""
+    reads, inside = [], [False]
+    for name in READS:
+        method = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _method=method, _name=name, **kwargs):
+            if inside[0]:
+                reads.append(_name)
+            return _method(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    steps_run, run = [], fast_decoding._run
+
+    def loop(search, steps, graphs):
+        inside[0] = True
+        try:
+            result = run(search, steps, graphs)
+        finally:
+            inside[0] = False
+        steps_run.append(result[1])
+        return result
+
+    monkeypatch.setattr(fast_decoding, "_run", loop)
+    batch = random_batch()
+    model = tiny("gru-bahdanau", NEVER_ENDS)  # every sentence runs to its limit, 30 steps
+    fast_decoding.greedy_search(model, batch.src, batch.src_lengths, [30] * 5, graphs=graphs)
+    fast_decoding.beam_search(model, batch.src, batch.src_lengths, [30] * 5, beam=3, graphs=graphs)
+    assert steps_run == [30, 30]
+    assert reads == ["__bool__"] * 2 * (30 // fast_decoding.CHECK_EVERY)
+
+
+def test_all_done_ends_the_loop_at_the_next_check():
+    batch = random_batch()
+    model = tiny("gru-bahdanau", ENDS_EARLY)
+    search = fast_decoding._Beam(model, model.encode(batch.src, batch.src_lengths), [40] * 5, 3, 1, 1.0)
+    with torch.inference_mode():
+        loop, steps = fast_decoding._run(search, 40, graphs=False)
+    assert steps < 40 and steps % fast_decoding.CHECK_EVERY == 0 and bool(loop.done.all())
+
+
+def test_decode_keeps_the_reference_searches_on_a_cpu(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the fast searches are for GPUs")
+
+    monkeypatch.setattr(fast_decoding, "greedy_search", refuse)
+    monkeypatch.setattr(fast_decoding, "beam_search", refuse)
+    batch = random_batch()
+    decoding.decode(tiny("gru-bahdanau"), batch.src, batch.src_lengths, beam=1)
+    decoding.decode(tiny("gru-bahdanau"), batch.src, batch.src_lengths, beam=3)
+
+
+def strict_steps(monkeypatch):
+    """Makes every eager search step run in CUDA's sync debug mode "error": a step that waits for
+    the GPU raises (and a capture would fail)."""
+    for search in (fast_decoding._Greedy, fast_decoding._Beam):
+        def strict(self, loop, _step=search.step):
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                return _step(self, loop)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+
+        monkeypatch.setattr(search, "step", strict)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "gru-bahdanau-window", "transformer"])
+def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
+    """On CUDA: graphs on, graphs off and the reference give the same hypotheses for greedy and
+    beam 5; a step never synchronises; decode() takes the fast searches on a GPU, and the
+    reference ones with speed.plain()."""
+    strict_steps(monkeypatch)
+    batch = random_batch(16, seed=3).to("cuda")
+    for eos_bias, limits in CASES:
+        model, limits = tiny(name, eos_bias).cuda(), limits_of(batch, limits)
+        args = (model, batch.src, batch.src_lengths, limits)
+        reference = decoding.greedy_search(*args)
+        for graphs in (False, True):
+            assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs), reference, atol=1e-4)
+        reference = decoding.beam_search(*args, beam=5, n_best=3)
+        for graphs in (False, True):
+            assert_same_hypotheses(fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs), reference,
+                                   atol=1e-4)
+
+    calls = []
+    monkeypatch.setattr(fast_decoding, "beam_search", lambda *args: calls.append("fast") or [])
+    decoding.decode(model, batch.src, batch.src_lengths, beam=3)
+    with speed.plain():
+        decoding.decode(model, batch.src, batch.src_lengths, beam=3)
+    assert calls == ["fast"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location"])
+def test_on_a_gpu_graphs_under_autocast_and_a_bf16_output_layer(monkeypatch, name):
+    """bf16 autocast (whose cache of cast weights a graph must not read) and the output layer's
+    bf16 weight (cast once, before the capture): the graph computes what the eager steps compute."""
+    strict_steps(monkeypatch)
+    batch = random_batch(16, seed=4).to("cuda")
+    model = tiny(name).cuda()
+    limits = limits_of(batch, "usual")
+    args = (model, batch.src, batch.src_lengths, limits)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        for search in (fast_decoding.greedy_search, fast_decoding.beam_search):
+            assert_same_hypotheses(search(*args, graphs=True), search(*args, graphs=False), atol=1e-4)
+    model.generator.compute_dtype = torch.bfloat16
+    for search in (fast_decoding.greedy_search, fast_decoding.beam_search):
+        assert_same_hypotheses(search(*args, graphs=True), search(*args, graphs=False), atol=1e-4)
+
