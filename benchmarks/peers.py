@@ -529,7 +529,7 @@ def lookup(config: dict, dotted: str):
 
 # ---------------------------------------------------------------------------------------------- log parsing
 
-ONMT_STEP = re.compile(r"Step (\d+)(?:/\s*\d+)?; .*?([\d.]+)/\s*([\d.]+) tok/s;\s*([\d.]+) sec")
+ONMT_STEP = re.compile(r"Step\s+(\d+)(?:/\s*\d+)?; .*?([\d.]+)/\s*([\d.]+) tok/s;\s*([\d.]+) sec")
 ONMT_VALID = re.compile(r"validation BLEU: ([\d.]+)")
 JOEY_TIME = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - "
 JOEY_STEP = re.compile(JOEY_TIME + r".*Epoch\s+\d+, Step:\s+(\d+), .*Tokens per Sec:\s+([\d.]+)", re.M)
@@ -1068,8 +1068,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=20.0,
                         help="training budget of each system, wall clock of its training loop (default 20)")
-    parser.add_argument("--only", default=None, help="comma-separated subset of " + ",".join(CHOICES)
-                        + " (default: all; with --device cuda: attnmt,opennmt)")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated subset of attnmt,attnmt_tokens (the token-batch run),opennmt,joeynmt "
+                             "(default: all, attnmt_tokens if --batch-tokens; with --device cuda: no joeynmt)")
     parser.add_argument("--device", choices=DEVICES, default="cpu",
                         help="cpu (default; 2 threads a system) or cuda: attnmt and OpenNMT-py on GPU 0, with this "
                              "python and no virtual environments (see benchmarks/gpu_peers.sh)")
@@ -1090,19 +1091,19 @@ def parse_args(argv=None):
     parser.add_argument("--joey-config", choices=sorted(JOEY_CONFIGS), default="default",
                         help="JoeyNMT's configuration: default (xavier init, as JoeyNMT ships) or uniform-init")
     args = parser.parse_args(argv)
-    allowed = CHOICES if args.device == "cpu" else GPU_SYSTEMS
-    if args.only is None:
-        args.only = ",".join(allowed)
-    args.systems = [s.strip() for s in args.only.split(",") if s.strip()]
-    if unknown := set(args.systems) - set(allowed):
-        parser.error(f"--only: {', '.join(sorted(unknown))} not with --device {args.device}; choose among "
-                     f"{', '.join(allowed)}")
     if args.batch_tokens is None:
         args.batch_tokens = BATCH_TOKENS if args.device == "cuda" else 0
     if args.batch_tokens < 0:
         parser.error("--batch-tokens: 0 (no token-batch run) or more")
-    if args.batch_tokens and "attnmt" in args.systems:  # its column right after attnmt's
-        args.systems.insert(args.systems.index("attnmt") + 1, "attnmt_tokens")
+    allowed = [s for s in SYSTEMS if s in (CHOICES if args.device == "cpu" else GPU_SYSTEMS) or s == "attnmt_tokens"]
+    if args.only is None:  # all, the token-batch run of attnmt if --batch-tokens
+        args.only = ",".join(s for s in allowed if s != "attnmt_tokens" or args.batch_tokens)
+    args.systems = [s.strip() for s in args.only.split(",") if s.strip()]
+    if unknown := set(args.systems) - set(allowed):
+        parser.error(f"--only: {', '.join(sorted(unknown))} not with --device {args.device}; choose among "
+                     f"{', '.join(allowed)}")
+    if "attnmt_tokens" in args.systems and not args.batch_tokens:
+        parser.error("--only attnmt_tokens: give --batch-tokens N")
     args.work = args.work or str(REPO / "runs" / ("peers" if args.device == "cpu" else "peers-cuda"))
     args.data, args.peer_configs = Path(args.data).resolve(), Path(args.peer_configs).resolve()
     return args

@@ -207,6 +207,11 @@ def test_cuda_arguments_run_attnmt_twice_and_opennmt_and_refuse_joeynmt():
     assert data.data == Path(".peers-data").resolve() and data.peer_configs == Path(".peers-data/peers").resolve()
     with pytest.raises(SystemExit):
         peers.parse_args(["--device", "cuda", "--only", "opennmt,joeynmt"])
+    # a system a command, for budgets that do not fit one command
+    assert peers.parse_args(["--device", "cuda", "--only", "attnmt"]).systems == ["attnmt"]
+    assert peers.parse_args(["--device", "cuda", "--only", "attnmt_tokens"]).systems == ["attnmt_tokens"]
+    with pytest.raises(SystemExit):
+        peers.parse_args(["--only", "attnmt_tokens"])  # on the CPU, without --batch-tokens
 
 
 def test_nvidia_smi_lines_give_utilisation_and_memory_per_gpu():
@@ -329,3 +334,6 @@ def test_steady_speed_counts_from_the_first_log_line_for_both_systems(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(peers.json.dumps(r) + "\n" for r in records))
     assert peers.attnmt_steady(tmp_path, 64) == pytest.approx(100 * 64 / 20)
     assert peers.attnmt_steady(tmp_path / "absent", 64) is None
+    padded = ("[2026-11-25 17:55:39,841 INFO] Step  5/   10; acc: 4.4; ppl: 5730.4; xent: 8.7; lr: 0.00050; sents: "
+              "320; bsz:  947/ 940/64; 903/897 tok/s;      5 sec;\n")  # OpenNMT-py pads steps under 10
+    assert peers.parse_onmt_log(padded)["steps"] == 5
