@@ -32,7 +32,7 @@ def train(args, out: Path, graphs: bool, precision: str) -> dict:
     config.data.train.src, config.data.train.tgt = data / "train.de.gz", data / "train.en.gz"
     config.data.dev.src, config.data.dev.tgt = data / "val.de.gz", data / "val.en.gz"
     config.experiment_dir = out
-    config.training.device, config.training.cuda_graphs, config.training.precision = "cuda", graphs, precision
+    config.training.device, config.training.cuda_graphs, config.training.precision = args.device, graphs, precision
     config.training.max_steps, config.training.max_minutes = args.steps, None
     config.training.validate_every = args.steps  # one validation, at the end
     state = train_config(config, log=lambda line: None, progress=False)
@@ -43,21 +43,26 @@ def train(args, out: Path, graphs: bool, precision: str) -> dict:
             "dev_bleu": validation["bleu"]}
 
 
-def decode(model_dir: Path, sources: list[str], beam: int, plain: bool) -> float:
+def decode(model_dir: Path, sources: list[str], beam: int, plain: bool, device: str) -> float:
     import attnmt
     from attnmt import speed
 
-    translator = attnmt.load(model_dir, device="cuda")
+    translator = attnmt.load(model_dir, device=device)
     translator.translate(sources[:64], beam=beam)  # warm-up: cuDNN and cuBLAS choose their kernels
-    torch.cuda.synchronize()
+    synchronize(device)
     started = time.perf_counter()
     if plain:
         with speed.plain():
             translator.translate(sources, beam=beam, batch_size=64)
     else:
         translator.translate(sources, beam=beam, batch_size=64)
-    torch.cuda.synchronize()
+    synchronize(device)
     return len(sources) / (time.perf_counter() - started)
+
+
+def synchronize(device: str):
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def main(argv=None):
@@ -66,13 +71,15 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--work", default=str(REPO / "runs" / "gpu-speed"))
     parser.add_argument("--bf16", action="store_true", help="also train with precision bf16")
+    parser.add_argument("--sentences", type=int, default=None, help="decode only the first N test sentences")
+    parser.add_argument("--device", default="cuda", help="cuda (cpu: a check of this script, nothing to measure)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu_speed.py needs a CUDA GPU")
     from attnmt.data.corpus import read_lines
 
     work = Path(args.work)
-    results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "steps": args.steps}
+    results = {"gpu": torch.cuda.get_device_name() if args.device == "cuda" else "none", "torch": torch.__version__, "steps": args.steps}
     runs = [("graphs", True, "fp32"), ("eager", False, "fp32")] + ([("graphs-bf16", True, "bf16")] if args.bf16 else [])
     for name, graphs, precision in runs:
         results[f"train_{name}"] = train(args, work / name, graphs, precision)
@@ -81,7 +88,7 @@ def main(argv=None):
     for beam in (1, 5):
         for plain in (False, True):
             key = f"decode_beam{beam}_{'reference' if plain else 'fast'}"
-            results[key] = decode(work / "graphs", sources, beam, plain)
+            results[key] = decode(work / "graphs", sources[:args.sentences], beam, plain, args.device)
             print(f"{key}: {results[key]:.0f} sentences/s", flush=True)
     train_ratio = results["train_graphs"]["sentences_per_s"] / results["train_eager"]["sentences_per_s"]
     print(f"\ntraining graphs / eager: {train_ratio:.2f}x")
