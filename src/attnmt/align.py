@@ -18,6 +18,7 @@ import torch
 from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.corpus import read_lines
 from attnmt.data.subwords import EOS
+from attnmt.devices import model_device, to_numpy
 from attnmt.errors import AttnmtError
 from attnmt.viz.words import merge_pieces, word_spans
 
@@ -53,16 +54,17 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
     results: list[np.ndarray | None] = [None] * len(sources)
     was_training = model.training
     model.eval()
+    device = model_device(model)
     try:
         lengths = [len(s) + len(t) for s, t in zip(src_ids, tgt_ids)]
         for indices in inference_batches(lengths, batch_size):
-            batch = make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices])
+            batch = make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices]).to(device)
             with torch.inference_mode():  # only the weights: no output layer
                 if layers:  # (B,L,H,T,S) -> (B,L,T,S)
                     weights = model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)["cross"].mean(dim=2)
                 else:
                     _, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
-            weights = weights.float().numpy()
+            weights = to_numpy(weights.float())
             for row, i in enumerate(indices):
                 results[i] = weights[row, ..., : len(tgt_ids[i]) + 1, : len(src_ids[i]) + 1].copy()
     finally:

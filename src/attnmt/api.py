@@ -25,6 +25,7 @@ from attnmt.data import splits
 from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
 from attnmt.decoding import BeamRecorder, beam_search, decode, max_output_lengths
+from attnmt.devices import to_numpy
 from attnmt.errors import AttnmtError
 from attnmt.models import build_model
 
@@ -232,12 +233,12 @@ class Translator:
         with torch.inference_mode():
             maps = self.model.attention_maps(batch.src, batch.src_lengths, tgt_in)
         tokens = self.tgt_subwords.pieces(tgt_ids)
-        return {**{name: weights[0].float().numpy() for name, weights in maps.items()},
+        return {**{name: to_numpy(weights[0].float()) for name, weights in maps.items()},
                 "source_tokens": self.src_subwords.pieces(src_ids + [EOS]), "tokens": tokens,
                 "decoder_tokens": self.tgt_subwords.pieces(tgt_in[0].tolist())}
 
     def _candidate(self, hypothesis) -> Candidate:
-        attention = None if hypothesis.attention is None else hypothesis.attention.numpy()
+        attention = None if hypothesis.attention is None else to_numpy(hypothesis.attention)
         return Candidate(self.tgt_subwords.decode(hypothesis.tokens), self.tgt_subwords.pieces(hypothesis.tokens),
                          hypothesis.score, attention)
 

@@ -23,6 +23,7 @@ from attnmt.config import Config, PairFiles
 from attnmt.data.batching import inference_batches, pad
 from attnmt.data.pairs import EncodedPairs, encode_pairs, read_pairs
 from attnmt.data.subwords import EOS, Subwords, subword_paths, valid_text
+from attnmt.devices import model_device, to_numpy
 from attnmt.errors import AttnmtError
 from attnmt.evaluation import classification_report
 from attnmt.models.decomposable import DecomposableAttention, PairOutput, build_pair_model
@@ -42,7 +43,8 @@ class PairBatch:
 
 
 def pair_batch(premise_ids: list[list[int]], hypothesis_ids: list[list[int]], labels: list[int] | None = None):
-    return PairBatch(pad(premise_ids)[0], pad(hypothesis_ids)[0], None if labels is None else torch.tensor(labels))
+    return PairBatch(pad(premise_ids)[0], pad(hypothesis_ids)[0],
+                     None if labels is None else torch.tensor(labels, device="cpu"))  # made on the CPU, then moved
 
 
 @torch.inference_mode()
@@ -50,7 +52,7 @@ def run_pairs(model: DecomposableAttention, premise_ids: list[list[int]], hypoth
               batch_size: int) -> Iterator[tuple[list[int], PairOutput]]:
     """The model's outputs for the pairs, in batches of similar length: (indices, their outputs)."""
     model.eval()
-    device = next(model.parameters()).device
+    device = model_device(model)
     sizes = [max(len(p), len(h)) for p, h in zip(premise_ids, hypothesis_ids)]
     for indices in inference_batches(sizes, batch_size):
         batch = pair_batch([premise_ids[i] for i in indices], [hypothesis_ids[i] for i in indices]).to(device)
@@ -160,7 +162,7 @@ class PairClassifier:
         la, lb = len(premise), len(hypothesis)
 
         def take(tensor: torch.Tensor, *lengths: int) -> np.ndarray:
-            return tensor[(row, *(slice(n) for n in lengths))].float().cpu().numpy()
+            return to_numpy(tensor[(row, *(slice(n) for n in lengths))].float())
 
         probabilities = torch.softmax(out.logits[row].float(), dim=-1).tolist()
         return PairResult(

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from attnmt.data.subwords import BOS, EOS, PAD, UNK
+from attnmt.devices import to_numpy
 from attnmt.errors import AttnmtError
 
 # attnmt never produces PAD or BOS (its decode_step sets their logits to -inf); the exported
@@ -109,7 +110,7 @@ def transformer_spec(model, src_vocab: list[str], tgt_vocab: list[str]):
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().float().cpu().numpy().copy()
+    return to_numpy(tensor.float(), copy=True)
 
 
 def _set_stack(spec, embeddings, final_norm):

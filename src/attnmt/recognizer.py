@@ -23,6 +23,7 @@ from attnmt.data.audio import SpeechCorpus, audio_features, load_speech_corpus
 from attnmt.data.batching import inference_batches, target_tensors
 from attnmt.data.subwords import Subwords, subword_paths
 from attnmt.decoding import decode
+from attnmt.devices import to_numpy
 from attnmt.errors import AttnmtError
 from attnmt.models import build_model
 from attnmt.training.speech import feature_batch
@@ -110,18 +111,18 @@ class Recognizer(Translator):
                                                         tgt_in.to(self.device))
             states = self.model.encoder_lengths(lengths).tolist()
             for row, i in enumerate(indices):
-                results[i] = weights[row, : len(ids[i]) + 1, : states[row]].float().cpu().numpy()
+                results[i] = to_numpy(weights[row, : len(ids[i]) + 1, : states[row]].float())
         return results
 
     def _transcription(self, name: str, features: torch.Tensor, candidates) -> Transcription:
         return Transcription(name, self.state_labels(features.size(0)), candidates,
-                             features=features.numpy(), frames_per_state=self.frames_per_state,
+                             features=to_numpy(features), frames_per_state=self.frames_per_state,
                              hop_ms=self.config.speech.hop_ms)
 
     def state_labels(self, frames: int) -> list[str]:
         """The start time of each encoder state, e.g. "0.32s": the source tokens of speech."""
         step = self.frames_per_state * self.config.speech.hop_ms / 1000
-        states = int(self.model.encoder_lengths(torch.tensor([frames])))
+        states = int(self.model.encoder_lengths(torch.tensor([frames], device="cpu")))
         return [f"{i * step:.2f}s" for i in range(states)]
 
     def translate(self, texts, *args, **kwargs):
@@ -138,7 +139,7 @@ class Recognizer(Translator):
 
         src, lengths = feature_batch([features])
         result = trace_source(self, src, lengths, name, self.state_labels(features.size(0)), top_k)
-        return replace(result, features=features.numpy(), frames_per_state=self.frames_per_state,
+        return replace(result, features=to_numpy(features), frames_per_state=self.frames_per_state,
                        hop_ms=self.config.speech.hop_ms)
 
     @property

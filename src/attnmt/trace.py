@@ -14,6 +14,7 @@ import torch
 
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import BOS, EOS
+from attnmt.devices import model_device, to_numpy
 
 
 @dataclass
@@ -70,7 +71,7 @@ def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, sourc
     recording each step; ``source_tokens`` label its encoder states."""
     model = translator.model
     model.eval()
-    device = next(model.parameters()).device
+    device = model_device(model)
     src, src_lengths = src.to(device), src_lengths.to(device)
     memory = model.encode(src, src_lengths)
     state = model.init_state(memory)
@@ -87,15 +88,16 @@ def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, sourc
         steps.append(StepTrace(
             token=translator.tgt_subwords.pieces([best])[0], token_id=best, probability=float(probs[best]),
             scores=_row(step.scores), weights=_row(step.weights), context=_row(step.context), state=_row(step.output),
-            top_k=[(translator.tgt_subwords.pieces([int(i)])[0], float(p)) for p, i in zip(top.values, top.indices)],
+            top_k=[(translator.tgt_subwords.pieces([i])[0], p)
+                   for p, i in zip(top.values.tolist(), top.indices.tolist())],
         ))
         if best == EOS:
             break
         prev = torch.tensor([best], device=device)
     ids = [s.token_id for s in steps]
-    return DecodingTrace(source, source_tokens, memory.states[0].float().numpy().copy(), steps,
+    return DecodingTrace(source, source_tokens, to_numpy(memory.states[0].float(), copy=True), steps,
                          translator.tgt_subwords.decode(ids))
 
 
 def _row(batch_of_one: torch.Tensor | None) -> np.ndarray | None:
-    return None if batch_of_one is None else batch_of_one[0].float().numpy().copy()
+    return None if batch_of_one is None else to_numpy(batch_of_one[0].float(), copy=True)

@@ -75,7 +75,7 @@ def word2vec_embeddings(corpus: Path, subwords: Subwords, random_start: Tensor, 
     weights = random_start.clone()
     known = [(i, piece) for i, piece in enumerate(subwords.pieces(range(len(subwords)))) if piece in vectors]
     if known:
-        trained = torch.tensor(vectors[[piece for _, piece in known]])
+        trained = torch.tensor(vectors[[piece for _, piece in known]], device=random_start.device)
         weights[[i for i, _ in known]] = trained * (random_start.std() / trained.std())
     log(f"word2vec on {len(lines):,} sentences of {corpus}: vectors for {len(known):,} of the {len(subwords):,} "
         "subwords")

@@ -60,8 +60,9 @@ class SpeechParts:
 
 
 def feature_batch(features: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B,T,n_mels) features padded with zeros, and their lengths."""
-    return pad_sequence(features, batch_first=True), torch.tensor([f.size(0) for f in features])
+    """(B,T,n_mels) features padded with zeros, and their lengths: on the CPU, where the features
+    are (a batch is moved to the model's device by its user)."""
+    return pad_sequence(features, batch_first=True), torch.tensor([f.size(0) for f in features], device="cpu")
 
 
 def speech_batch(data: EncodedSpeech, indices: list[int]) -> Batch:
@@ -143,7 +144,7 @@ def ctc_states_needed(ids: list[int]) -> int:
 def check_ctc_lengths(data: EncodedSpeech, model, tsv: Path, log: Callable[[str], None]) -> int:
     """Warns when some utterances have fewer encoder states than CTC needs (their CTC loss counts
     as 0: only the decoder learns from them); returns how many."""
-    states = model.encoder_lengths(torch.tensor(data.sizes())).tolist()
+    states = model.encoder_lengths(torch.tensor(data.sizes(), device="cpu")).tolist()
     short = sum(n < ctc_states_needed(ids) for n, ids in zip(states, data.tgt_ids))
     if short:
         hint = "; speech.subsample: 4 gives twice as many states" if model.speech_config.subsample == 8 else ""
