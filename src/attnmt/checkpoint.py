@@ -1,8 +1,10 @@
 """Checkpoints in safetensors (no pickle), written atomically, with a checksum checked on load.
 
 ``best.safetensors`` holds the model weights; ``last.safetensors`` holds the weights, the
-optimizer's tensors and the random-number state, with the rest of the trainer's state
-(step, data position, scheduler, optimizer settings) as JSON in the file's metadata.
+optimizer's tensors and the random-number state (the CPU generator's, and the GPU's when the model
+is on one), with the rest of the trainer's state (step, data position, scheduler, optimizer
+settings) as JSON in the file's metadata. Tensors are copied to the CPU before they are hashed and
+written, wherever the model lives.
 
 The metadata also holds ``sha256``: a SHA-256 over the other metadata and every tensor (name,
 dtype, shape, bytes). A truncated file fails to parse; a file whose bytes changed after it was
@@ -22,6 +24,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
 from torch import nn
 
+from attnmt.devices import host_copy, model_device, to_numpy
 from attnmt.errors import AttnmtError
 from attnmt.files import atomic_write
 
@@ -29,17 +32,19 @@ CHECKSUM = "sha256"
 
 
 def checksum(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
-    """SHA-256 over the metadata (without the checksum itself) and the tensors, in name order."""
+    """SHA-256 over the metadata (without the checksum itself) and the tensors, in name order
+    (tensors on any device: their bytes are read on the CPU)."""
     digest = hashlib.sha256()
     digest.update(json.dumps({k: v for k, v in metadata.items() if k != CHECKSUM}, sort_keys=True).encode())
     for name in sorted(tensors):
         tensor = tensors[name].contiguous()
         digest.update(json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # the raw bytes, without a copy
+        digest.update(to_numpy(tensor.reshape(-1).view(torch.uint8)))  # the raw bytes (on the CPU: no copy)
     return digest.hexdigest()
 
 
 def _atomic_save(tensors: dict, path: Path, metadata: dict[str, str]):
+    tensors = {name: tensor if tensor.device.type == "cpu" else host_copy(tensor) for name, tensor in tensors.items()}
     metadata = {**metadata, CHECKSUM: checksum(tensors, metadata)}
     atomic_write(path, save(tensors, metadata=metadata))
 
@@ -73,8 +78,9 @@ def _json_field(path: Path, metadata: dict, key: str, default: str | None = None
 
 
 def model_tensors(model: nn.Module) -> dict:
-    # Tied weights share storage, which safetensors refuses: store each tensor once, as a copy.
-    return {name: t.detach().clone().contiguous() for name, t in model.state_dict().items()}
+    # Tied weights share storage, which safetensors refuses: store each tensor once, as a copy
+    # (on the CPU, whatever the model's device).
+    return {name: host_copy(t) for name, t in model.state_dict().items()}
 
 
 def save_model(model: nn.Module, path: Path, info: dict | None = None):
@@ -129,15 +135,21 @@ def save_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Opt
     optim = optimizer.state_dict()
     for index, values in optim["state"].items():
         for name, value in values.items():
-            tensors[f"optim.{index}.{name}"] = value.detach().clone().contiguous()
+            tensors[f"optim.{index}.{name}"] = host_copy(value)
     tensors["rng.torch"] = torch.get_rng_state()
+    device = model_device(model)
+    if device.type == "cuda":  # dropout on a GPU draws from that GPU's generator
+        tensors["rng.cuda"] = torch.cuda.get_rng_state(device)
     metadata = {"info": json.dumps(trainer_state),
                 "param_groups": json.dumps(optim["param_groups"])}
     _atomic_save(tensors, path, metadata)
 
 
 def load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Restores model, optimizer and RNG from ``last.safetensors``; returns the trainer state."""
+    """Restores model, optimizer and RNG from ``last.safetensors``; returns the trainer state.
+    The GPU generator is restored when the checkpoint holds one and the model is on a GPU; a
+    checkpoint of a GPU run resumed on a CPU (or the reverse) continues with the CPU's generator
+    restored only, so its dropout masks differ from the uninterrupted run's."""
     tensors, metadata = read_checkpoint(path)
     info = _load_model(model, path, tensors, metadata)
     if "rng.torch" not in tensors:
@@ -154,6 +166,9 @@ def load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Opt
     except (ValueError, KeyError, TypeError) as e:
         raise AttnmtError(f"{path}: optimizer state does not fit the model of the config ({e})") from None
     torch.set_rng_state(tensors["rng.torch"])
+    device = model_device(model)
+    if "rng.cuda" in tensors and device.type == "cuda":
+        torch.cuda.set_rng_state(tensors["rng.cuda"], device)
     return info
 
 
