@@ -136,7 +136,7 @@ def test_openapi_lists_the_endpoints_with_their_limits(client):
     assert text_forms["string"]["maxLength"] == LIMITS.max_chars
     assert request["properties"]["n_best"]["maximum"] == LIMITS.max_beam
     responses = spec["paths"]["/translate"]["post"]["responses"]
-    assert {"200", "400", "404", "413", "422", "503"} <= set(responses)
+    assert {"200", "400", "404", "413", "422", "500", "503"} <= set(responses)
     assert "TranslateResponse" in json.dumps(responses["200"])
     assert "TraceResponse" in json.dumps(spec["paths"]["/trace"]["post"]["responses"]["200"])
     assert "BeamResponse" in json.dumps(spec["paths"]["/beam"]["post"]["responses"]["200"])
@@ -255,6 +255,35 @@ def test_unknown_model_is_404(served):
     for path in ("/translate", "/trace", "/beam"):
         assert_error(client.post(path, json={"text": "abc", "model": "x"}), 404,
                      f"unknown model 'x'; available: {name}")
+
+
+def test_an_unexpected_error_is_a_json_500_with_its_traceback_in_the_servers_log(served, monkeypatch, caplog):
+    """An exception nothing handles (a bug, a GPU out of memory) gets the JSON error body, not
+    Starlette's plain-text "Internal Server Error"; its traceback goes to the log, and its
+    message (which may name files) not to the client."""
+    from attnmt.serve.models import LoadedModel
+
+    client, app, name, _, dev = served
+    translator = app.state.models[name].translator
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered in /home/someone/model")
+
+    monkeypatch.setattr(translator, "trace", broken)  # a model's work, in its worker thread
+    monkeypatch.setattr(translator, "translate", broken)  # through the batcher
+    monkeypatch.setattr(LoadedModel, "info", broken)  # outside any model work
+    requests = [("POST", "/trace", {"text": dev[0]}), ("POST", "/translate", {"text": [dev[0], dev[1]]}),
+                ("GET", "/models", None)]
+    with caplog.at_level("ERROR", logger="attnmt.serve"):
+        for method, path, body in requests:
+            response = client.request(method, path, json=body)
+            detail = assert_error(response, 500, "internal server error (RuntimeError)", "the server's log")
+            assert "illegal memory access" not in detail and "someone" not in response.text
+    records = [r for r in caplog.records if r.name == "attnmt.serve"]
+    assert [r.getMessage() for r in records] == [f"internal error answering {m} {p}" for m, p, _ in requests]
+    assert all(r.exc_info[0] is RuntimeError for r in records)
+    assert caplog.text.count("Traceback (most recent call last)") == 3 and "in broken" in caplog.text
+    assert client.get("/health").status_code == 200  # and the server goes on
 
 
 # --- body size and time limits -------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The application: models, routes, Host check, body limit, JSON errors and the explorer page; and serving it."""
+"""The application: models, routes, Host check, body limit, JSON errors (500s included) and the
+explorer page; and serving it."""
 
 import signal
 import threading
@@ -12,8 +13,8 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from attnmt.serve.limits import ServerLimits
-from attnmt.serve.middleware import (LOOPBACK_HOSTS, ArrivalTime, BodyLimitMiddleware, TrustedHostMiddleware,
-                                     host_name)
+from attnmt.serve.middleware import (LOOPBACK_HOSTS, ArrivalTime, BodyLimitMiddleware, InternalErrors,
+                                     TrustedHostMiddleware, host_name)
 from attnmt.serve.models import ModelEntry, ModelTimeout, load_models
 from attnmt.serve.routes import model_routes, router
 
@@ -46,7 +47,8 @@ def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, 
     async def lifespan(app):
         yield
         for model in loaded.values():  # after uvicorn has let the requests in flight finish
-            await model.batcher.stop()
+            if model.batcher is not None:  # (a sentence-pair model has none)
+                await model.batcher.stop()
 
     app = FastAPI(title="attnmt", version=_version(), lifespan=lifespan,
                   description="Neural machine translation with attention: translations with their "
@@ -56,7 +58,8 @@ def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, 
     speech = any(model.translator.config.task == "speech" for model in loaded.values())
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.body_bytes(audio=speech))
     app.add_middleware(ArrivalTime)
-    app.add_middleware(TrustedHostMiddleware, hosts=hosts)  # the outermost
+    app.add_middleware(TrustedHostMiddleware, hosts=hosts)
+    app.add_middleware(InternalErrors)  # the outermost: any exception of the others too is a JSON 500
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(ModelTimeout, _too_slow)
     app.include_router(router)

@@ -1,6 +1,8 @@
-"""What is checked before anything reads a request: its Host header, the time it arrived, its body size."""
+"""What is checked before anything reads a request: its Host header, the time it arrived, its body
+size; and what becomes of an exception nothing else handled (a 500 with the JSON error body)."""
 
 import ipaddress
+import logging
 import time
 
 from fastapi.responses import JSONResponse
@@ -9,6 +11,40 @@ from starlette.datastructures import Headers
 from attnmt.errors import AttnmtError
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+LOG = logging.getLogger("attnmt.serve")
+
+
+class InternalErrors:
+    """A 500 with the JSON error body of every other error (``{"detail": "..."}``) for an exception
+    that nothing else handled (a bug, a GPU out of memory, ...), instead of Starlette's plain-text
+    "Internal Server Error"; its traceback goes to the server's log (logger "attnmt.serve", with the
+    request's method and path), not to the client, which learns only the exception's class. An
+    exception after the answer has begun cannot change it: the server's own handler (which closes
+    the connection) gets it."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as error:
+            if started:
+                raise
+            LOG.exception("internal error answering %s %s", scope.get("method", ""), scope.get("path", ""))
+            await JSONResponse(status_code=500, content={
+                "detail": f"internal server error ({type(error).__name__}): the request could not be answered; "
+                          "the server's log has the details"})(scope, receive, send)
 
 
 class TrustedHostMiddleware:

@@ -38,7 +38,7 @@ def _limits(request: Request) -> ServerLimits:
 
 Models = Annotated[dict[str, LoadedModel], Depends(_models)]
 Limits = Annotated[ServerLimits, Depends(_limits)]
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 413, 422, 503)}  # 400: the Host check
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 413, 422, 500, 503)}  # 400: the Host check
 
 router = APIRouter()
 
@@ -93,7 +93,7 @@ def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: S
     n_best candidates per text, each up to its output length limit x its source tokens."""
     dc = model.translator.config.decoding
     sources = [n + 1 for n in tokens]  # + 1: the end of sentence
-    outputs = max_output_lengths(torch.tensor(sources), dc.max_length_ratio, dc.max_length_offset)
+    outputs = max_output_lengths(torch.tensor(sources, device="cpu"), dc.max_length_ratio, dc.max_length_offset)
     bound = n_best * sum(s * t for s, t in zip(sources, outputs))
     if bound > limits.max_answer_values:
         raise HTTPException(422, f"the answer could hold up to {bound} attention weights ({n_best} matrices per text "
