@@ -3,7 +3,9 @@ the ``slow`` marker; what the tests need from outside the checkout.
 
 ``pytest -m "not slow"`` runs the fast subset (under a minute): every test that trains a model,
 uses a trained one or drives a browser is marked slow, by the fixtures it uses (SLOW_FIXTURES)
-or by hand. ``.ci/run`` runs everything.
+or by hand. ``.ci/run`` runs everything. Tests marked ``gpu`` (tests/test_gpu.py) need a CUDA GPU:
+``pytest -m gpu`` on a machine with one; elsewhere they are skipped with a message, even under
+ATTNMT_STRICT=1 (CI has no GPU).
 
 The shared data (../shared/data) and Debian's Chromium are needed by some tests: a developer
 without them sees those tests skipped with a message that says what is missing and how to get it;
@@ -66,10 +68,18 @@ SLOW_FIXTURES = {"reverse_model", "tiny_transformer", "served", "browser", "trai
                  "pair_model", "speech_model"}
 
 
+NO_GPU = "needs a CUDA GPU: torch.cuda.is_available() is False here (run pytest -m gpu on a machine with one)"
+
+
 def pytest_collection_modifyitems(items):
+    gpu = None  # asked once, and only if a gpu test was collected
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("gpu") is not None:
+            gpu = torch.cuda.is_available() if gpu is None else gpu
+            if not gpu:  # also under ATTNMT_STRICT: CI has no GPU
+                item.add_marker(pytest.mark.skip(reason=NO_GPU))
 
 
 def local_client(app, base_url: str = "http://localhost", **kwargs):
