@@ -279,6 +279,43 @@ def test_every_tensor_of_decoding_is_made_on_the_models_device(reverse_model, ti
         tiny_transformer.attention("abc", "")
 
 
+def test_every_tensor_of_the_servers_work_is_made_on_the_models_device(reverse_model, tiny_transformer, pair_model,
+                                                                       monkeypatch):
+    """The same for the HTTP API: the work of each request (run in a worker thread, where "meta"
+    is made the default device) for a translation model, a Transformer and a sentence-pair model."""
+    from attnmt.serve import ServerLimits, create_app
+    from attnmt.serve.models import LoadedModel
+
+    from conftest import local_client
+
+    run_chunks = LoadedModel.run_chunks
+
+    async def on_meta(self, chunks, deadline, wanted=lambda: True):
+        def made_on_meta(chunk):
+            def run():
+                with torch.device("meta"):
+                    return chunk()
+            return run
+
+        return await run_chunks(self, [made_on_meta(chunk) for chunk in chunks], deadline, wanted)
+
+    monkeypatch.setattr(LoadedModel, "run_chunks", on_meta)
+    translator, sources = reverse_model
+    app = create_app([translator.folder, tiny_transformer.folder, ("pairs", pair_model)], ServerLimits(timeout=60.0))
+    transformer = tiny_transformer.folder.name
+    with local_client(app) as client:
+        for path, body in (("/translate", {"text": sources[:3], "beam": 3, "n_best": 2}),
+                           ("/translate", {"text": sources[0]}), ("/trace", {"text": sources[0]}),
+                           ("/beam", {"text": sources[0], "beam": 3}),
+                           ("/translate", {"text": "abc", "model": transformer}),
+                           ("/attention", {"text": "abc", "model": transformer}),
+                           ("/classify", {"premise": "two red cats", "hypothesis": "two cats", "model": "pairs"})):
+            response = client.post(path, json=body)
+            assert response.status_code == 200, (path, response.text)
+        [translation] = client.post("/translate", json={"text": sources[0]}).json()["translations"]
+        assert translation["candidates"][0]["text"] == reverse(sources[0])
+
+
 def test_an_unavailable_device_is_a_clear_error(reverse_model):
     from attnmt.api import load
     from attnmt.errors import AttnmtError
