@@ -144,6 +144,8 @@ def test_bad_requests_are_errors_before_any_training(tmp_path, capsys):
 
 
 def test_transformer_alignments_are_read_from_each_cross_attention_layer(tmp_path):
+    require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments]): the table's statistical "
+                                              "aligner")
     from attnmt.align import force_attention
     from attnmt.api import load
 

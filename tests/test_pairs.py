@@ -5,6 +5,7 @@ report, training through `attnmt train`, attnmt.load(...).classify, `attnmt clas
 from __future__ import annotations
 
 import json
+from importlib.util import find_spec
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from attnmt.evaluation import classification_report, format_classification_repor
 
 from attnmt.tasks.pairs import make_pairs
 
-from conftest import pair_config, write
+from conftest import pair_config, require, write
 
 LABELS = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL"]
 
@@ -257,6 +258,8 @@ def test_plot_of_a_pair_model_needs_the_hypothesis(pair_model, tmp_path, capsys)
 
 def test_word2vec_embeddings_replace_the_rows_of_the_corpus_pieces(tmp_path):
     import torch
+
+    require(find_spec("gensim") is not None, "pip install gensim (attnmt[vectors])")
 
     from attnmt.config import SubwordConfig
     from attnmt.data.subwords import train_subwords
