@@ -1044,10 +1044,20 @@ def versions(work: Path, systems: list[str], device: str = "cpu") -> dict:
     return found
 
 
-def save_results(work: Path, args, systems: dict, anchors: dict, ran: list[str]) -> dict:
-    """WORK/results.json; the figures of systems not run this time (--only) are kept from the last one."""
-    path = work / "results.json"
+def earlier_systems(work: Path) -> dict:
+    """The figures of the last run (WORK/results.json), updated by those of a run stopped since then
+    (WORK/results.partial.json, written after each system)."""
+    path, partial = work / "results.json", work / "results.partial.json"
     earlier = json.loads(path.read_text())["systems"] if path.exists() else {}
+    if partial.exists() and (not path.exists() or partial.stat().st_mtime > path.stat().st_mtime):
+        earlier.update(json.loads(partial.read_text())["systems"])
+    return earlier
+
+
+def save_results(work: Path, args, systems: dict, anchors: dict, ran: list[str]) -> dict:
+    """WORK/results.json; the figures of systems not run this time (--only) are kept from the last one
+    (or from a stopped run's results.partial.json, if that is newer)."""
+    path, earlier = work / "results.json", earlier_systems(work)
     merged = {s: systems.get(s, earlier.get(s)) for s in SYSTEMS if s in systems or s in earlier}
     results = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "command": " ".join(["python", *sys.argv]), "minutes": args.minutes, "device": args.device,
@@ -1198,12 +1208,12 @@ def main(argv=None):
         configs = render_configs(work, args.minutes, args.joey_config, args.peer_configs, args.device)
         print(f"prepared in {time.monotonic() - began:.0f} s (data, sentencepiece model, vocabularies, configs in "
               f"{work})", flush=True)
-        systems = {}
+        systems, carried = {}, earlier_systems(work)
         for name in (s for s in SYSTEMS if s in args.systems):
             systems[name] = run_system(name, work, configs, args, anchors["target_tokens_per_sentence"])
             # each system's figures as soon as they are measured (results.json comes at the end)
             (work / "results.partial.json").write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
-                                                                   "systems": systems}, indent=2))
+                                                                   "systems": {**carried, **systems}}, indent=2))
     except StepFailed as e:
         sys.exit(f"peers.py: {e}")
     results = save_results(work, args, systems, anchors, args.systems)

@@ -337,3 +337,16 @@ def test_steady_speed_counts_from_the_first_log_line_for_both_systems(tmp_path):
     padded = ("[2026-11-25 17:55:39,841 INFO] Step  5/   10; acc: 4.4; ppl: 5730.4; xent: 8.7; lr: 0.00050; sents: "
               "320; bsz:  947/ 940/64; 903/897 tok/s;      5 sec;\n")  # OpenNMT-py pads steps under 10
     assert peers.parse_onmt_log(padded)["steps"] == 5
+
+
+def test_figures_of_a_stopped_run_are_kept_for_the_next_one(tmp_path):
+    assert peers.earlier_systems(tmp_path) == {}
+    (tmp_path / "results.json").write_text(peers.json.dumps({"systems": {"attnmt": {"steps": 1},
+                                                                          "opennmt": {"steps": 2}}}))
+    assert peers.earlier_systems(tmp_path) == {"attnmt": {"steps": 1}, "opennmt": {"steps": 2}}
+    partial = tmp_path / "results.partial.json"
+    partial.write_text(peers.json.dumps({"systems": {"attnmt": {"steps": 3}}}))
+    os.utime(partial, (peers.time.time() + 10, peers.time.time() + 10))  # newer than results.json
+    assert peers.earlier_systems(tmp_path) == {"attnmt": {"steps": 3}, "opennmt": {"steps": 2}}
+    os.utime(partial, (peers.time.time() - 1000, peers.time.time() - 1000))  # older: a finished run's
+    assert peers.earlier_systems(tmp_path)["attnmt"] == {"steps": 1}
