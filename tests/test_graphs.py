@@ -175,3 +175,40 @@ def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
     on_cpu.training.device = "cuda"  # as `attnmt train --device cuda` does
     on_cpu.token_batches_on_gpus()
     assert on_cpu.data.batch_tokens == GPU_BATCH_TOKENS
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location"])
+def test_on_a_gpu_the_graphs_compute_the_loss_and_gradients_of_the_usual_path(attention):
+    """Captured for real: replays (a second batch of the same shape, new values) against the usual
+    path on the same weights, dropout off; and with dropout on, two replays from one random
+    state draw the same masks."""
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(attention=attention, **RNN), 30, 30).to(device).train()
+    loss = GraphedLoss(model, 0.1)
+    loss(training_batch(SOURCES, TARGETS).to(device))  # the capture
+    other = training_batch([s[::-1] for s in SOURCES], [t[::-1] for t in TARGETS]).to(device)
+    replayed = loss(other)
+    replayed_grads = gradients(model, replayed)
+    assert len(loss.graphs) == 1 and not loss.failed
+    usual = sequence_loss(model, other, label_smoothing=0.1)
+    usual_grads = gradients(model, usual)
+    torch.testing.assert_close(replayed, usual, rtol=1e-4, atol=1e-4)
+    for name in usual_grads:
+        torch.testing.assert_close(replayed_grads[name], usual_grads[name], rtol=1e-3, atol=1e-5, msg=name)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_capture_leaves_the_random_state_as_it_found_it():
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(attention="bahdanau", **{**RNN, "dropout": 0.3}), 30, 30).to(device).train()
+    loss = GraphedLoss(model, 0.1)
+    batch = training_batch(SOURCES, TARGETS).to(device)
+    state = torch.cuda.get_rng_state()
+    first = loss(batch).item()  # captured, then replayed (.item(): a replay's output is overwritten by the next)
+    torch.cuda.set_rng_state(state)
+    again = loss(batch).item()  # replayed only
+    assert first == again
+    assert loss(batch).item() != again  # the next replay draws new masks

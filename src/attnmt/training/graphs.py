@@ -82,7 +82,7 @@ class GraphedLoss:
         self.failed = False  # a capture failed: no more tries
 
     def __call__(self, batch: Batch) -> Tensor:
-        states, final = self.model.encoder(batch.src, batch.src_lengths)
+        states, final = self.model.encoder(batch.src, batch.src_lengths, batch.src_lengths_cpu)
         mask = source_mask(batch.src_lengths, states.size(1))
         inputs = (states, final, mask, *padded_targets(batch))
         # Autocast's cache of cast weights cannot live across captures: inside a graph the casts
@@ -103,6 +103,12 @@ class GraphedLoss:
     def capture(self, inputs: tuple[Tensor, ...]) -> Callable[..., Tensor]:
         device = inputs[0].device
         samples = tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
+        # The weights' gradient accumulators, made during the warm-up passes on a side stream, then
+        # serve the backward passes on the main one: harmless (one event between the streams), but
+        # PyTorch warns at every step.
+        quiet = getattr(torch.autograd.graph, "set_warn_on_accumulate_grad_stream_mismatch", None)
+        if quiet is not None:
+            quiet(False)
         random_state = torch.cuda.get_rng_state(device)
         try:
             return torch.cuda.make_graphed_callables(DecoderLoss(self.model, self.label_smoothing), samples,
