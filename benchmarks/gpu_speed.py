@@ -23,6 +23,28 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
+def profiled(steps: int):
+    """Prints where the time of `steps` training steps goes (by the host's time per operation, and
+    the GPU's busy time), measured after the first 200 steps (the shapes' captures): patches
+    TrainingLoop.train_step to step a torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from attnmt.training.loop import TrainingLoop
+
+    plain_step = TrainingLoop.train_step
+    profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                       schedule=schedule(wait=200, warmup=5, active=steps, repeat=1))
+
+    def train_step(self, batch):
+        result = plain_step(self, batch)
+        profiler.step()
+        return result
+
+    TrainingLoop.train_step = train_step
+    profiler.start()
+    return profiler
+
+
 def train(args, out: Path, graphs: bool, precision: str) -> dict:
     from attnmt.config import load_config
     from attnmt.training import train as train_config
@@ -72,6 +94,8 @@ def main(argv=None):
     parser.add_argument("--work", default=str(REPO / "runs" / "gpu-speed"))
     parser.add_argument("--bf16", action="store_true", help="also train with precision bf16")
     parser.add_argument("--sentences", type=int, default=None, help="decode only the first N test sentences")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="only profile STEPS training steps (after 200), with graphs, and print where the time goes")
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a check of this script, nothing to measure)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -81,6 +105,16 @@ def main(argv=None):
     work = Path(args.work)
     results = {"gpu": torch.cuda.get_device_name() if args.device == "cuda" else "none", "torch": torch.__version__, "steps": args.steps}
     runs = [("graphs", True, "fp32"), ("eager", False, "fp32")] + ([("graphs-bf16", True, "bf16")] if args.bf16 else [])
+    if args.profile:
+        profiler = profiled(args.profile)
+        train(args, work / "profile", True, "fp32")
+        profiler.stop()
+        events = profiler.key_averages()
+        print(events.table(sort_by="self_cpu_time_total", row_limit=30))
+        gpu = sum(e.self_device_time_total for e in events) / 1e3
+        wall = sum(e.cpu_time_total for e in events if e.key.startswith("ProfilerStep")) / 1e3
+        print(f"{args.profile} steps: {wall:.0f} ms of wall time, kernels busy {gpu:.0f} ms ({100 * gpu / wall:.0f} %)")
+        return
     for name, graphs, precision in runs:
         results[f"train_{name}"] = train(args, work / name, graphs, precision)
         print(f"training, {name}: {results[f'train_{name}']}", flush=True)

@@ -64,7 +64,7 @@ def assert_same_hypotheses(fast, reference, atol=1e-5):
             if b.attention is None:
                 assert a.attention is None
             else:
-                torch.testing.assert_close(a.attention, b.attention, atol=atol, rtol=0)
+                torch.testing.assert_close(a.attention.cpu(), b.attention.cpu(), atol=atol, rtol=0)
 
 
 # (EOS bias, length limits): early ends, ends at any step within the usual limits, only limits.

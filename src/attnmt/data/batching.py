@@ -34,7 +34,8 @@ class Batch:
             return self.counted_target_tokens
         return int((self.tgt_out != PAD).sum())
 
-    def to(self, device: torch.device) -> Batch:
+    def to(self, device: torch.device | str) -> Batch:
+        device = torch.device(device)
         if device.type == "cpu":
             return self
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
