@@ -45,7 +45,7 @@ def profiled(steps: int):
     return profiler
 
 
-def train(args, out: Path, graphs: bool, precision: str) -> dict:
+def train(args, out: Path, graphs: bool, precision: str, tokens: int | None = None) -> dict:
     from attnmt.config import load_config
     from attnmt.training import train as train_config
 
@@ -57,12 +57,16 @@ def train(args, out: Path, graphs: bool, precision: str) -> dict:
     config.training.device, config.training.cuda_graphs, config.training.precision = args.device, graphs, precision
     config.training.max_steps, config.training.max_minutes = args.steps, None
     config.training.validate_every = args.steps  # one validation, at the end
+    config.data.batch_tokens = tokens
+    if args.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     state = train_config(config, log=lambda line: None, progress=False)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if args.device == "cuda" else None
     validation = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
                   if json.loads(line)["type"] == "valid"][-1]
     # The loop's seconds include the validation at the end; its record's, written before, do not.
     return {"sentences_per_s": state.sentences / validation["seconds"], "seconds": validation["seconds"],
-            "dev_bleu": validation["bleu"]}
+            "dev_bleu": validation["bleu"], "peak_memory_gb": peak}
 
 
 def decode(model_dir: Path, sources: list[str], beam: int, plain: bool, device: str) -> float:
@@ -93,9 +97,10 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--work", default=str(REPO / "runs" / "gpu-speed"))
     parser.add_argument("--bf16", action="store_true", help="also train with precision bf16")
+    parser.add_argument("--batch-tokens", type=int, default=None, help="also train on batches of this many tokens")
     parser.add_argument("--sentences", type=int, default=None, help="decode only the first N test sentences")
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                        help="only profile STEPS training steps (after 200), with graphs, and print where the time goes")
+                        help="only profile STEPS training steps (after 200), with graphs: where the time goes")
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a check of this script, nothing to measure)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -103,8 +108,11 @@ def main(argv=None):
     from attnmt.data.corpus import read_lines
 
     work = Path(args.work)
-    results = {"gpu": torch.cuda.get_device_name() if args.device == "cuda" else "none", "torch": torch.__version__, "steps": args.steps}
-    runs = [("graphs", True, "fp32"), ("eager", False, "fp32")] + ([("graphs-bf16", True, "bf16")] if args.bf16 else [])
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "none"
+    results = {"gpu": gpu, "torch": torch.__version__, "steps": args.steps}
+    runs = [("graphs", True, "fp32", None), ("eager", False, "fp32", None)]
+    runs += [("graphs-bf16", True, "bf16", None)] if args.bf16 else []
+    runs += [(f"graphs-{args.batch_tokens}-tokens", True, "fp32", args.batch_tokens)] if args.batch_tokens else []
     if args.profile:
         profiler = profiled(args.profile)
         train(args, work / "profile", True, "fp32")
@@ -115,8 +123,8 @@ def main(argv=None):
         wall = sum(e.cpu_time_total for e in events if e.key.startswith("ProfilerStep")) / 1e3
         print(f"{args.profile} steps: {wall:.0f} ms of wall time, kernels busy {gpu:.0f} ms ({100 * gpu / wall:.0f} %)")
         return
-    for name, graphs, precision in runs:
-        results[f"train_{name}"] = train(args, work / name, graphs, precision)
+    for name, graphs, precision, tokens in runs:
+        results[f"train_{name}"] = train(args, work / name, graphs, precision, tokens)
         print(f"training, {name}: {results[f'train_{name}']}", flush=True)
     sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")
     for beam in (1, 5):

@@ -29,12 +29,14 @@ class FakeCuda:
     """torch.cuda's capture and random state on a CPU: the 'graph' is the module itself."""
 
     def __init__(self, monkeypatch):
-        self.captured, self.state_sets = [], 0
+        self.captured, self.state_sets, self.pools = [], 0, []
         monkeypatch.setattr(torch.cuda, "make_graphed_callables", self.make_graphed_callables)
+        monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
         monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.get_rng_state())
         monkeypatch.setattr(torch.cuda, "set_rng_state", self.set_rng_state)
 
-    def make_graphed_callables(self, module, samples, num_warmup_iters, allow_unused_input):
+    def make_graphed_callables(self, module, samples, num_warmup_iters, allow_unused_input, pool):
+        self.pools.append(pool)
         assert not torch.is_autocast_cache_enabled() or not torch.is_autocast_enabled("cuda")
         for _ in range(num_warmup_iters):  # warm-up passes draw random numbers, as on a GPU
             torch.rand(3)
@@ -101,6 +103,7 @@ def test_each_shape_is_captured_once_and_the_random_state_put_back(monkeypatch):
     assert torch.equal(torch.get_rng_state(), after_captured)
     loss(training_batch(SOURCES, [t + [9] * 8 for t in TARGETS]))  # a longer target: a new shape
     assert len(cuda.captured) == 2
+    assert cuda.pools[0] is cuda.pools[1] is not None  # one memory pool for all shapes
 
 
 def test_shapes_past_the_limit_run_without_a_graph(monkeypatch):
@@ -164,8 +167,8 @@ def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
     from attnmt.config import GPU_BATCH_TOKENS, Config
 
     def config(data=None, device="cuda"):
-        return Config.model_validate({"experiment_dir": "x", "data": {"train": {"src": "a", "tgt": "b"}, **(data or {})},
-                                      "training": {"max_steps": 1, "device": device}})
+        data = {"train": {"src": "a", "tgt": "b"}, **(data or {})}
+        return Config.model_validate({"experiment_dir": "x", "data": data, "training": {"max_steps": 1, "device": device}})
 
     assert config().data.batch_tokens == GPU_BATCH_TOKENS
     assert config(device="cpu").data.batch_tokens is None
@@ -188,10 +191,11 @@ def test_on_a_gpu_the_graphs_compute_the_loss_and_gradients_of_the_usual_path(at
     model = build_model(ModelConfig(attention=attention, **RNN), 30, 30).to(device).train()
     loss = GraphedLoss(model, 0.1)
     loss(training_batch(SOURCES, TARGETS).to(device))  # the capture
+    loss(training_batch(SOURCES, [t + [9] * 8 for t in TARGETS]).to(device))  # another shape, the same pool
     other = training_batch([s[::-1] for s in SOURCES], [t[::-1] for t in TARGETS]).to(device)
     replayed = loss(other)
     replayed_grads = gradients(model, replayed)
-    assert len(loss.graphs) == 1 and not loss.failed
+    assert len(loss.graphs) == 2 and not loss.failed
     usual = sequence_loss(model, other, label_smoothing=0.1)
     usual_grads = gradients(model, usual)
     torch.testing.assert_close(replayed, usual, rtol=1e-4, atol=1e-4)

@@ -17,9 +17,10 @@ A graph holds fixed shapes: the target is padded in time to a multiple of ``TIME
 source width is already one, see attnmt.speed), and the padded positions are left out of the loss
 by target rather than selected away (``linear_cross_entropy(..., ignore_index=PAD)``). Each new
 shape is captured the first time it comes, at most ``MAX_GRAPHS`` of them; the rest run as
-before. Capturing runs the pass a few times: the GPU's random-number state is put back afterwards,
-so dropout draws the same masks whether a shape was captured at that step or before (a resumed run
-repeats the uninterrupted one).
+before. The graphs share one memory pool (``GraphedLoss.pool``): the GPU memory of the largest
+shape's pass, not of all of them. Capturing runs the pass a few times: the GPU's random-number
+state is put back afterwards, so dropout draws the same masks whether a shape was captured at that
+step or before (a resumed run repeats the uninterrupted one).
 
 ``TrainingConfig.cuda_graphs: false``, ``attnmt.speed.plain()`` or ``ATTNMT_PLAIN=1`` switch this
 off; tests/test_graphs.py checks that both paths compute the same loss and gradients.
@@ -80,6 +81,11 @@ class GraphedLoss:
         self.model, self.label_smoothing = model, label_smoothing
         self.graphs: dict[tuple, Callable[..., Tensor]] = {}
         self.failed = False  # a capture failed: no more tries
+        # One memory pool for all the graphs: a step replays one graph's forward and backward, and
+        # nothing of it is read after the step (the loss is read, the gradients are added to the
+        # weights' own), so the graphs can reuse each other's memory. Each graph with a pool of its
+        # own held the activations of every shape at once: 64 GB with 5,000-token batches.
+        self.pool = None
 
     def __call__(self, batch: Batch) -> Tensor:
         states, final = self.model.encoder(batch.src, batch.src_lengths, batch.src_lengths_cpu)
@@ -110,12 +116,15 @@ class GraphedLoss:
         if quiet is not None:
             quiet(False)
         random_state = torch.cuda.get_rng_state(device)
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
         try:
             return torch.cuda.make_graphed_callables(DecoderLoss(self.model, self.label_smoothing), samples,
-                                                     num_warmup_iters=WARMUP_PASSES, allow_unused_input=True)
+                                                     num_warmup_iters=WARMUP_PASSES, allow_unused_input=True,
+                                                     pool=self.pool)
         except RuntimeError as e:  # an operation that cannot be captured: train as before, and say so
             warnings.warn(f"training.cuda_graphs: the decoder could not be captured as a CUDA graph ({e}); "
-                          "training goes on without graphs")
+                          "training goes on without graphs", stacklevel=2)
             self.failed = True
             return DecoderLoss(self.model, self.label_smoothing)
         finally:
