@@ -168,7 +168,8 @@ def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
 
     def config(data=None, device="cuda"):
         data = {"train": {"src": "a", "tgt": "b"}, **(data or {})}
-        return Config.model_validate({"experiment_dir": "x", "data": data, "training": {"max_steps": 1, "device": device}})
+        training = {"max_steps": 1, "device": device}
+        return Config.model_validate({"experiment_dir": "x", "data": data, "training": training})
 
     assert config().data.batch_tokens == GPU_BATCH_TOKENS
     assert config(device="cpu").data.batch_tokens is None
