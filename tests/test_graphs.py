@@ -11,7 +11,7 @@ from attnmt.config import ModelConfig
 from attnmt.data.batching import training_batch
 from attnmt.models import build_model
 from attnmt.training import graphs, sequence_loss
-from attnmt.training.graphs import DecoderLoss, GraphedLoss, graphed_loss, padded_targets
+from attnmt.training.graphs import BatchLoss, GraphedLoss, graphed_loss, padded_targets
 from attnmt.training.translation import TrainingLoss
 
 RNN = dict(embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, location_kernel=5, dropout=0.0)
@@ -51,19 +51,18 @@ class FakeCuda:
 @pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "none"])
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
 def test_the_captured_loss_is_the_usual_loss(attention, rnn_type):
-    """DecoderLoss (fixed shapes: targets padded in time, padding ignored by target) against
-    sequence_loss (padding selected away): same loss and gradients, encoder's included."""
+    """BatchLoss (fixed shapes: unpacked encoder, targets padded in time, padding ignored by
+    target) against sequence_loss on the textbook path (packed encoder, padding selected away):
+    same loss and gradients."""
     torch.manual_seed(0)
     model = build_model(ModelConfig(attention=attention, rnn_type=rnn_type, **RNN), 30, 30).train()
     batch = training_batch(SOURCES, TARGETS)
-    usual = sequence_loss(model, batch, label_smoothing=0.1)
-    usual_grads = gradients(model, usual)
-
-    states, final = model.encoder(batch.src, batch.src_lengths)
-    mask = batch.src != 0
     tgt_in, tgt_out = padded_targets(batch)
     assert tgt_in.size(1) % graphs.TIME_MULTIPLE == 0 and tgt_in.size(1) > batch.tgt_in.size(1)
-    captured = DecoderLoss(model, 0.1)(states, final, mask, tgt_in, tgt_out)
+    with speed.plain():  # the usual path's packed encoder, against the unpacked one of the capture
+        usual = sequence_loss(model, batch, label_smoothing=0.1)
+        usual_grads = gradients(model, usual)
+    captured = BatchLoss(model, 0.1)(batch.src, batch.src_lengths, tgt_in, tgt_out)
     captured_grads = gradients(model, captured)
 
     torch.testing.assert_close(captured, usual, rtol=1e-5, atol=1e-5)
@@ -134,7 +133,7 @@ def test_the_training_loss_leaves_the_graphs_under_plain(monkeypatch):
     model = build_model(ModelConfig(attention="bahdanau", **RNN), 30, 30).train()
     calls = []
     graphed = GraphedLoss(model, 0.0)
-    monkeypatch.setattr(graphed, "decoder_loss", lambda inputs: calls.append(1) or DecoderLoss(model, 0.0))
+    monkeypatch.setattr(graphed, "batch_loss", lambda inputs: calls.append(1) or BatchLoss(model, 0.0))
     loss = TrainingLoss(model, 0.0, graphed)
     batch = training_batch(SOURCES, TARGETS)
     graphed_value, tokens = loss(batch)

@@ -25,8 +25,6 @@ class Batch:
     indices: list[int] | None = None  # positions of these examples in the corpus
     # Counted on the CPU before the batch moves to a GPU, where counting would wait for the GPU.
     counted_target_tokens: int | None = None
-    # The source lengths on the CPU, which cuDNN's packed RNN reads (the CPU batch's own, or a copy).
-    src_lengths_cpu: Tensor | None = None
 
     @property
     def target_tokens(self) -> int:
@@ -41,7 +39,7 @@ class Batch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
         counted = None if self.tgt_out is None else self.target_tokens
         return Batch(move(self.src), move(self.src_lengths), move(self.tgt_in), move(self.tgt_out), self.indices,
-                     counted, self.src_lengths.cpu() if self.src_lengths_cpu is None else self.src_lengths_cpu)
+                     counted)
 
 
 def pad(sequences: list[list[int]], multiple: int = 1) -> tuple[Tensor, Tensor]:

@@ -31,37 +31,35 @@ class RNNEncoder(nn.Module):
         self.dropout = Dropout(dropout)
         self.output_size = hidden_size * (2 if bidirectional else 1)
 
-    def forward(self, src: Tensor, lengths: Tensor, lengths_cpu: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, src: Tensor, lengths: Tensor, unpacked: bool | None = None) -> tuple[Tensor, Tensor]:
         """src (B,S) token ids, lengths (B,) -> states (B,S,output_size), final (B,output_size).
 
         States at padding positions are meaningless (the attention masks them); ``final`` is the
         state after the last real token of the top layer, directions concatenated (the backward
         direction ends after the first token)."""
-        return self.read(self.dropout(self.embed(src)), lengths, lengths_cpu)
+        return self.read(self.dropout(self.embed(src)), lengths, unpacked)
 
-    def read(self, x: Tensor, lengths: Tensor, lengths_cpu: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """The RNN over vectors x (B,S,embedding_size) -> states, final (see forward). ``lengths_cpu``:
-        the lengths on the CPU too, if at hand (a copy from a GPU waits for it)."""
-        if lengths_cpu is None:
-            lengths_cpu = lengths if lengths.device.type == "cpu" else None
+    def read(self, x: Tensor, lengths: Tensor, unpacked: bool | None = None) -> tuple[Tensor, Tensor]:
+        """The RNN over vectors x (B,S,embedding_size) -> states, final (see forward). ``unpacked``: each
+        direction over the padded batch (``_unpacked``) or the packed batch; None: unpacked on a
+        CPU, packed on a GPU (a CUDA graph, which cannot read lengths from the host, asks for
+        unpacked)."""
         lengths = lengths.to(x.device)
         # Under CPU autocast nn.GRU runs in float32 anyway, and nn.LSTM fails (oneDNN makes no bf16
         # LSTM of autocast's mixed types): both run in float32.
         with torch.autocast("cpu", enabled=False) if x.device.type == "cpu" else nullcontext():
             # The unpacked trick is for CPUs; on a GPU, cuDNN's fused RNN reads the packed batch.
-            unpacked = speed.enabled() and x.device.type != "cuda"
-            if unpacked:
-                states = self._unpacked(x, lengths)
-            else:
-                states = self._packed(x, lengths.cpu() if lengths_cpu is None else lengths_cpu)
+            if unpacked is None:
+                unpacked = speed.enabled() and x.device.type != "cuda"
+            states = self._unpacked(x, lengths) if unpacked else self._packed(x, lengths)
         final = states[torch.arange(states.size(0), device=states.device), lengths - 1]
         if self.rnn.bidirectional:
             final = torch.cat([final[:, :self.rnn.hidden_size], states[:, 0, self.rnn.hidden_size:]], dim=-1)
         return self.dropout(states), final
 
-    def _packed(self, x: Tensor, lengths_cpu: Tensor) -> Tensor:
+    def _packed(self, x: Tensor, lengths: Tensor) -> Tensor:
         """The textbook way: the RNN over a packed batch, which skips the padding."""
-        packed = pack_padded_sequence(x, lengths_cpu, batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         return pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.size(1))[0]
 
     def _unpacked(self, x: Tensor, lengths: Tensor) -> Tensor:

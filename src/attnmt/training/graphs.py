@@ -1,17 +1,18 @@
-"""Teacher-forced training of an RNN translation model on a GPU, its decoder as CUDA graphs.
+"""Teacher-forced training of an RNN translation model on a GPU, as CUDA graphs.
 
 A step-by-step decoder launches a few dozen small kernels per target position, forward and
 backward: at batch 64 an H100 finishes each long before Python has launched the next, so the GPU
 waits (80-85 % idle, measured with eager PyTorch). A CUDA graph records the kernels of a whole
 pass once and replays them with one launch. What is captured, once per batch shape:
 
-    memory (encoder states, final state, source mask), tgt_in, tgt_out
-        -> keys, the T decoder steps, the output layer and the summed loss    forward graph
-        -> their gradients, for the decoder's weights and the encoder states  backward graph
+    src, lengths, tgt_in, tgt_out
+        -> the encoder, keys, the T decoder steps, the output layer, the summed loss   forward graph
+        -> the gradients of every weight                                               backward graph
 
-(``torch.cuda.make_graphed_callables``). The encoder stays outside: cuDNN's fused RNN over the
-packed batch is already a few kernels, and reads the lengths on the host. Its gradient flows from
-the graph's backward as from any autograd function, and the optimizer steps as before.
+(``torch.cuda.make_graphed_callables``); the optimizer steps as before. In the graph the encoder
+runs as on a CPU (attnmt.speed): cuDNN's RNN kernel per direction over the padded batch, the
+backward direction on each sentence reversed within its length, since a packed batch (what the
+encoder does on a GPU outside graphs) takes its lengths from the host at every call.
 
 A graph holds fixed shapes: the target is padded in time to a multiple of ``TIME_MULTIPLE`` (the
 source width is already one, see attnmt.speed), and the padded positions are left out of the loss
@@ -54,16 +55,18 @@ def can_graph(model: nn.Module) -> bool:
     return isinstance(model, Seq2Seq) and not isinstance(model, SpeechModel)
 
 
-class DecoderLoss(nn.Module):
-    """The captured part of a training step: encoder output and targets -> the summed loss over
-    the real target tokens. A module of its own, since make_graphed_callables replaces its forward."""
+class BatchLoss(nn.Module):
+    """The captured part of a training step: a batch's tensors -> the summed loss over its real
+    target tokens. A module of its own, since make_graphed_callables replaces its forward."""
 
     def __init__(self, model: nn.Module, label_smoothing: float):
         super().__init__()
         self.model, self.label_smoothing = model, label_smoothing
 
-    def forward(self, states: Tensor, final: Tensor, mask: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
-        outputs, _ = self.model.decoder_outputs_of(self.model.memory_of(states, final, mask), tgt_in)
+    def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+        states, final = self.model.encoder(src, lengths, unpacked=True)
+        memory = self.model.memory_of(states, final, source_mask(lengths, states.size(1)))
+        outputs, _ = self.model.decoder_outputs_of(memory, tgt_in)
         return self.model.generator.loss(outputs.flatten(0, 1), tgt_out.flatten(), self.label_smoothing,
                                          ignore_index=PAD)
 
@@ -75,7 +78,7 @@ def padded_targets(batch: Batch) -> tuple[Tensor, Tensor]:
 
 
 class GraphedLoss:
-    """The summed loss of a batch (on the GPU) with the decoder as a CUDA graph per shape."""
+    """The summed loss of a batch (on the GPU) as a CUDA graph per shape."""
 
     def __init__(self, model: nn.Module, label_smoothing: float):
         self.model, self.label_smoothing = model, label_smoothing
@@ -88,21 +91,19 @@ class GraphedLoss:
         self.pool = None
 
     def __call__(self, batch: Batch) -> Tensor:
-        states, final = self.model.encoder(batch.src, batch.src_lengths, batch.src_lengths_cpu)
-        mask = source_mask(batch.src_lengths, states.size(1))
-        inputs = (states, final, mask, *padded_targets(batch))
+        inputs = (batch.src, batch.src_lengths, *padded_targets(batch))
         # Autocast's cache of cast weights cannot live across captures: inside a graph the casts
         # are replayed with the rest.
         with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
                             cache_enabled=False):
-            return self.decoder_loss(inputs)(*inputs)
+            return self.batch_loss(inputs)(*inputs)
 
-    def decoder_loss(self, inputs: tuple[Tensor, ...]) -> Callable[..., Tensor]:
+    def batch_loss(self, inputs: tuple[Tensor, ...]) -> Callable[..., Tensor]:
         """The graph of these inputs' shapes (captured now if new), or the module itself."""
         key = (tuple((tuple(x.shape), x.dtype) for x in inputs), torch.is_autocast_enabled("cuda"))
         if key not in self.graphs:
             if len(self.graphs) >= MAX_GRAPHS or self.failed:
-                return DecoderLoss(self.model, self.label_smoothing)
+                return BatchLoss(self.model, self.label_smoothing)
             self.graphs[key] = self.capture(inputs)
         return self.graphs[key]
 
@@ -119,14 +120,17 @@ class GraphedLoss:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         try:
-            return torch.cuda.make_graphed_callables(DecoderLoss(self.model, self.label_smoothing), samples,
-                                                     num_warmup_iters=WARMUP_PASSES, allow_unused_input=True,
-                                                     pool=self.pool)
+            with warnings.catch_warnings():
+                # cuDNN copies each direction's weights into one block: inside the graph, a copy kernel
+                warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous")
+                return torch.cuda.make_graphed_callables(BatchLoss(self.model, self.label_smoothing), samples,
+                                                         num_warmup_iters=WARMUP_PASSES, allow_unused_input=True,
+                                                         pool=self.pool)
         except RuntimeError as e:  # an operation that cannot be captured: train as before, and say so
             warnings.warn(f"training.cuda_graphs: the decoder could not be captured as a CUDA graph ({e}); "
                           "training goes on without graphs", stacklevel=2)
             self.failed = True
-            return DecoderLoss(self.model, self.label_smoothing)
+            return BatchLoss(self.model, self.label_smoothing)
         finally:
             torch.cuda.set_rng_state(random_state, device)
 
