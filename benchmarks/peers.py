@@ -1095,8 +1095,8 @@ def parse_args(argv=None):
                         help="also train attnmt with data.batch_tokens N (a column beside its 64-sentence batches); "
                              f"0: not (default {BATCH_TOKENS:,} with --device cuda, 0 on the CPU)")
     parser.add_argument("--attnmt-precision", choices=["fp32", "bf16"], default=None,
-                        help="attnmt's training precision (default: benchmarks/run.py's: bf16 on GPUs and on CPUs "
-                             "with bf16 units)")
+                        help="attnmt's training precision (default: benchmarks/run.py's: bf16 on CPUs with bf16 "
+                             "units, else fp32)")
     parser.add_argument("--skip-install", action="store_true", help="use the virtual environments as they are")
     parser.add_argument("--joey-config", choices=sorted(JOEY_CONFIGS), default="default",
                         help="JoeyNMT's configuration: default (xavier init, as JoeyNMT ships) or uniform-init")

@@ -14,8 +14,8 @@ the validation BLEU curve, test BLEU and chrF (sacreBLEU, 13a, cased), decoding 
 memory, beside the peers' figures measured on this machine for the same configuration, if any.
 Results go to OUT/results.json (OUT defaults to runs/bench-NAME, NAME the config's file name).
 
---device cuda trains and decodes on the GPU (training.device: cuda; precision bf16 unless --precision
-says otherwise); the cheaper CPU inference modes (--bf16, --int8) are then not decoded. --data DIR
+--device cuda trains and decodes on the GPU (training.device: cuda; precision fp32 unless --precision
+says otherwise: bf16 was slower at batch 64, docs/performance.md); the cheaper CPU inference modes (--bf16, --int8) are then not decoded. --data DIR
 reads the Multi30k files (train, val, test_2016_flickr .de/.en .gz) from DIR instead of the
 config's paths and ../shared/data/multi30k. Without an installed attnmt, PYTHONPATH=src works too
 (the training runs as `python -m attnmt.cli` with this environment).
@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--minutes", type=float, default=20.0, help="training budget (wall clock of training steps)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
-                        help="training precision (default: bf16 on CPUs with bf16 units, AVX512-BF16/AMX; else fp32)")
+                        help="training precision (default: bf16 on CPUs with bf16 units, AVX512-BF16/AMX; "
+                             "else fp32, also on GPUs)")
     parser.add_argument("--validate-every", type=int, default=None)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train and decode")
     parser.add_argument("--batch-tokens", type=int, default=None,
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None):
     from attnmt.speed import cpu_has_bf16
 
     if args.device == "cuda":  # (no CUDA call here: the training process is the first to use the GPU)
-        args.precision = args.precision or "bf16"
+        args.precision = args.precision or "fp32"
         cheaper_kinds = []  # --int8 and --bf16 are CPU inference modes
     else:
         args.precision = args.precision or ("bf16" if cpu_has_bf16() else "fp32")

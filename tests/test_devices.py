@@ -304,15 +304,6 @@ def test_every_tensor_of_training_is_made_on_the_models_device(tmp_path, monkeyp
     steps, validation and checkpoints of each task, and resuming, name their device everywhere.
     (The models are built before, as they are built on the CPU and then moved; no test set, whose
     scoring loads a model.)"""
-    from attnmt.training.loop import TrainingLoop
-
-    epoch_batches = TrainingLoop.epoch_batches
-
-    def drawn_on_the_cpu(self, epoch):  # the epoch's order: batching.epoch_batches names no device for randperm
-        with torch.device("cpu"):
-            return epoch_batches(self, epoch)
-
-    monkeypatch.setattr(TrainingLoop, "epoch_batches", drawn_on_the_cpu)
     transformer = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "dropout": 0.1,
                    "attention_dropout": 0.1}
     texts = random_texts(6, seed=4)

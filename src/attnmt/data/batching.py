@@ -99,13 +99,13 @@ def epoch_batches(sizes: list[int], batch_size: int, batch_tokens: int | None, p
     """The batches of one epoch, as lists of example indices; a function of (seed, epoch) only,
     so resuming at batch k of epoch e replays exactly the same order."""
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    order = torch.randperm(len(sizes), generator=generator).tolist()
+    order = torch.randperm(len(sizes), generator=generator, device="cpu").tolist()
     pool = pool_batches * (batch_size if batch_tokens is None else max(1, batch_tokens // max(sizes)))
     batches = []
     for start in range(0, len(order), pool):
         chunk = sorted(order[start:start + pool], key=lambda i: sizes[i])
         batches += split_by_budget(chunk, sizes, batch_size, batch_tokens)
-    shuffled = torch.randperm(len(batches), generator=generator).tolist()
+    shuffled = torch.randperm(len(batches), generator=generator, device="cpu").tolist()
     return [batches[i] for i in shuffled]
 
 
