@@ -64,6 +64,8 @@ def cmd_train(args):
     if args.device:
         config.training.device = args.device
         config.token_batches_on_gpus()  # the GPU's default batches, unless the config sets them
+    if args.threads:
+        config.training.threads = args.threads
     state = train(config, resume=args.resume, log=_log, progress=not args.no_progress)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one process reports
         _log(f"finished at step {state.step} ({state.seconds / 60:.1f} min of training); "
@@ -350,10 +352,6 @@ def cmd_serve(args):
     from attnmt.serve import ServerLimits, create_app, is_loopback, run_server, url_of
     from attnmt.serve.models import model_entry
 
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     limits = ServerLimits(max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
                           max_chars=args.max_chars, max_tokens=args.max_tokens, max_beam=args.max_beam,
                           max_work=args.max_work, max_answer_values=args.max_answer_values,
@@ -411,11 +409,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--device", choices=["cpu", "cuda"],
                    help="where to train (default: training.device of the config, cpu)")
+    threads_option(p)
     p.set_defaults(func=cmd_train)
 
     def device_option(p):
         p.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda or cuda:N "
-                                                       "(untested on real GPUs: docs/performance.md)")
+                                                       "(GPU figures: docs/performance.md)")
 
     def decoding_options(p):
         p.add_argument("model_dir", help="folder of a trained model (its experiment_dir)")
@@ -492,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "sentence-pair task (entailment, contradiction, neutral)")
     p.add_argument("--speech", action="store_true", help="instead: speech recognition with location-aware attention "
                                                           "on speech synthesized with espeak-ng (docs/speech.md)")
+    threads_option(p)
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("align", help="word alignments from the attention of forced decoding (Pharaoh format)")
@@ -580,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="speech models: bytes of one sound file (sent as base64, for which the body limit makes room)")
     p.add_argument("--max-audio-seconds", type=_positive_float, default=limits.max_audio_seconds,
                    help="speech models: seconds of one sound file")
-    p.add_argument("--threads", type=_positive, help="torch threads for decoding (default: one per core)")
+    threads_option(p)
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("plot", help="draw attention (heatmap, encoder states, decoder steps, GIF) or training "
@@ -625,9 +625,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def threads_option(p):
+    p.add_argument("--threads", type=_positive,
+                   help="CPU threads (default: the usable cores that other work leaves free, at least one)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from attnmt import threads
+
+        threads.choose(getattr(args, "threads", None), _log)  # --threads, or a fair share of the machine
         args.func(args)
     except AttnmtError as e:
         print(f"attnmt: error: {e}", file=sys.stderr)

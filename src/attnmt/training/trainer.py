@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from attnmt import distributed, speed
+from attnmt import distributed, speed, threads
 from attnmt.config import Config
 from attnmt.files import atomic_write_text
 from attnmt.training.loop import TrainerState, TrainingLoop
@@ -29,8 +29,7 @@ class Trainer:
         if not self.processes.main:  # one voice: the main process logs and shows progress
             log, progress = (lambda message: None), False
         self.log = log
-        if tc.threads:
-            torch.set_num_threads(tc.threads)
+        threads.choose(tc.threads, log)
         if tc.precision == "bf16" and self.device.type == "cpu" and not speed.cpu_has_bf16():
             log("warning: training.precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): its products are "
                 "emulated, tens of times slower than fp32 here; set training.precision: fp32")
