@@ -15,7 +15,8 @@ memory, beside the peers' figures measured on this machine for the same configur
 Results go to OUT/results.json (OUT defaults to runs/bench-NAME, NAME the config's file name).
 
 --device cuda trains and decodes on the GPU (training.device: cuda; precision fp32 unless --precision
-says otherwise: bf16 was slower at batch 64, docs/performance.md); the cheaper CPU inference modes (--bf16, --int8) are then not decoded. --data DIR
+says otherwise: bf16 was slower at batch 64, docs/performance.md); the cheaper CPU inference
+modes (--bf16, --int8) are then not decoded. --data DIR
 reads the Multi30k files (train, val, test_2016_flickr .de/.en .gz) from DIR instead of the
 config's paths and ../shared/data/multi30k. Without an installed attnmt, PYTHONPATH=src works too
 (the training runs as `python -m attnmt.cli` with this environment).
