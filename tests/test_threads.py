@@ -1,5 +1,6 @@
 """attnmt.threads: how threads wait, and how many there are on a busy machine."""
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ def fresh(monkeypatch):
     """choose() as in a new process, and torch's thread count put back afterwards."""
     before = torch.get_num_threads()
     monkeypatch.setattr(threads, "_chosen", None)
+    monkeypatch.setattr(threads, "_automatic", False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     yield
     torch.set_num_threads(before)
@@ -94,3 +96,46 @@ def test_the_command_line_chooses_the_threads(monkeypatch):
     assert cli.main(["quickstart", "--threads", "1"]) == 0
     assert cli.main(["quickstart"]) == 0
     assert chosen == [1, None]  # None: a fair share of the machine
+
+
+def test_a_resumed_run_takes_the_thread_count_of_the_run_it_continues(fresh, monkeypatch):
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(threads, "busy_cpus", lambda: 1.9)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert threads.choose(None) == 1  # a fair share: the machine is busy now
+    said = []
+    threads.resume_with(2, said.append)  # the checkpoint's run computed with 2
+    assert torch.get_num_threads() == 2 and threads.choose(None) == 2
+    assert said and said[0].startswith("2 CPU threads, as the run being resumed")
+    threads.resume_with(None)  # a checkpoint written before the count was stored: no change
+    assert torch.get_num_threads() == 2
+
+
+def test_a_number_the_user_chose_stays_on_resume(fresh):
+    threads.choose(1)
+    threads.resume_with(2)
+    assert torch.get_num_threads() == 1
+
+
+def test_the_checkpoint_holds_the_thread_count_and_resume_restores_it(fresh, monkeypatch, tmp_path):
+    from attnmt.checkpoint import read_checkpoint
+    from attnmt.training import train
+
+    from conftest import reverse, toy_config
+
+    pairs = [(w, reverse(w)) for w in ["abc", "bca", "cab", "abd"]]
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "busy_cpus", lambda: 0.0)
+    config = toy_config(tmp_path, pairs, training={"max_steps": 2, "validate_every": 100, "threads": None})
+    train(config, log=lambda line: None, progress=False)
+    _, metadata = read_checkpoint(config.experiment_dir / "last.safetensors")
+    assert json.loads(metadata["info"])["threads"] == 2
+
+    monkeypatch.setattr(threads, "_chosen", None)  # a new process, on a busy machine
+    monkeypatch.setattr(threads, "busy_cpus", lambda: 1.9)
+    config.training.max_steps = 4
+    said = []
+    train(config, resume=True, log=said.append, progress=False)
+    assert torch.get_num_threads() == 2
+    assert any(line.startswith("2 CPU threads, as the run being resumed (instead of 1") for line in said)

@@ -14,7 +14,8 @@ Two defaults, each giving way to the usual setting when there is one:
   ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` to choose otherwise.
 - The number of threads (``choose``): the CPUs this process may use (``os.sched_getaffinity``) less
   those that other work keeps busy when attnmt starts (``/proc/stat`` over 0.2 s), at least one.
-  ``OMP_NUM_THREADS``, ``training.threads`` or ``--threads`` choose instead.
+  ``OMP_NUM_THREADS``, ``training.threads`` or ``--threads`` choose instead. A resumed training
+  run takes the count of the run it continues (``resume_with``), so that it repeats it bit for bit.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ SPIN_ROUNDS = 1000
 SAMPLE_SECONDS = 0.2
 
 _chosen: int | None = None  # the number set by choose(), once
+_automatic = False  # whether choose() took the fair share (no request, no OMP_NUM_THREADS)
 
 
 def configure_waiting():
@@ -75,20 +77,37 @@ def choose(requested: int | None = None, log: Callable[[str], None] | None = Non
     """Sets torch's thread count: ``requested`` if given, else the environment's OMP_NUM_THREADS if
     set, else a fair share of the machine (measured once a process; the number is kept for later
     calls without a request). Returns the number in use."""
-    global _chosen
+    global _chosen, _automatic
     import torch
 
     if requested is not None:
         torch.set_num_threads(requested)
-        _chosen = requested
+        _chosen, _automatic = requested, False
     elif _chosen is None:
         if "OMP_NUM_THREADS" in os.environ:
             _chosen = torch.get_num_threads()
         else:
             usable, busy = usable_cpus(), busy_cpus()
-            _chosen = fair_share(usable, busy, os.cpu_count() or usable)
+            _chosen, _automatic = fair_share(usable, busy, os.cpu_count() or usable), True
             torch.set_num_threads(_chosen)
             if _chosen < usable and log is not None:
                 log(f"{_chosen} CPU thread{'s' if _chosen > 1 else ''}: {busy:.1f} of the machine's CPUs are busy with "
                     f"other work ({usable} usable; --threads or training.threads to choose)")
     return _chosen
+
+
+def resume_with(threads: int | None, log: Callable[[str], None] | None = None):
+    """A resumed training run computes with the thread count of the run it continues (stored in its
+    checkpoint): products split over another number of threads can round differently, and a
+    resumed run must repeat the uninterrupted one bit for bit. Only where the count was chosen as a
+    fair share: a number the user chose stays."""
+    global _chosen
+    import torch
+
+    if threads is None or not _automatic or threads == _chosen:
+        return
+    if log is not None:
+        log(f"{threads} CPU threads, as the run being resumed (instead of {_chosen}: --threads or training.threads "
+            "to choose)")
+    torch.set_num_threads(threads)
+    _chosen = threads

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from attnmt import distributed
+from attnmt import distributed, threads
 from attnmt.checkpoint import load_training_state, save_model, save_training_state
 from attnmt.config import Config
 from attnmt.data import batching
@@ -227,6 +227,8 @@ class TrainingLoop:
             self.scheduler.load_state_dict(info["scheduler"])
         except (KeyError, TypeError) as e:
             raise AttnmtError(f"{path}: not a training checkpoint of attnmt (trainer state: {e!r})") from None
+        if isinstance(info.get("threads"), int) and info["threads"] > 0:
+            threads.resume_with(info["threads"], self.log)
         # Records past the checkpoint come from the run that died; they will be logged again.
         if self.processes.main:
             trim_metrics(self.folder / "metrics.jsonl", self.state.step)
@@ -237,7 +239,8 @@ class TrainingLoop:
     def save_checkpoint(self):
         if not self.processes.main:
             return
-        info = {"trainer": asdict(self.state), "scheduler": self.scheduler.state_dict()}
+        info = {"trainer": asdict(self.state), "scheduler": self.scheduler.state_dict(),
+                "threads": torch.get_num_threads()}
         save_training_state(self.folder / "last.safetensors", self.model, self.optimizer, info)
 
     def _periodic(self, bar: ProgressBar) -> bool:
