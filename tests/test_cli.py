@@ -375,3 +375,11 @@ def test_usage_errors_exit_2(capsys):
             main(argv)
         assert info.value.code == 2, argv
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    from attnmt import __version__
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"attnmt {__version__}"

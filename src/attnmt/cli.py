@@ -395,7 +395,10 @@ def _log(message: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from attnmt import __version__
+
     parser = argparse.ArgumentParser(prog="attnmt", description="Neural machine translation with attention.")
+    parser.add_argument("--version", action="version", version=f"attnmt {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("prepare", help="train the subword model(s) of an experiment")
