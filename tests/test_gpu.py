@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -30,6 +27,7 @@ from attnmt.training import Trainer, train
 
 from conftest import local_client, pair_config, random_strings, reverse, toy_config, write, write_tsv
 from speech_helpers import random_texts, speech_config, write_tone_corpus
+from test_distributed import run  # train with torchrun (or one process), checked to succeed
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -247,15 +245,6 @@ def test_torchrun_trains_on_two_gpus_with_nccl_as_one_process_does(tmp_path):
         path = folder / "train.yaml"
         path.write_text(config_to_yaml(config), encoding="utf-8")
         return config, path
-
-    def run(path, processes: int, resume: bool = False):
-        launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-                    if processes > 1 else [sys.executable])
-        done = subprocess.run(launcher + ["-m", "attnmt.cli", "train", str(path), "--no-progress"]
-                              + (["--resume"] if resume else []),
-                              capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done
 
     single, single_path = config_file(tmp_path / "single", 12)
     double, double_path = config_file(tmp_path / "double", 12)

@@ -33,6 +33,7 @@ GPU, PyTorch's own dropout is one fused kernel: it is used there.)
 
 On a GPU the encoder is cuDNN's fused RNN over the packed batch (the textbook path), not
 ``rnn_direction``: cuDNN skips the padding itself, and wants the weights as the one block it keeps.
+(Inside the CUDA graphs of training, which cannot read lengths from the host, it runs unpacked.)
 
 Encoder states cast once per batch to the autocast type (``cast_for_autocast``), instead of at
 every decoder step's context product.
