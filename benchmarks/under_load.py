@@ -10,8 +10,9 @@ stopped when the run ends). Settings: `1` thread; `2-openmp-default`, 2 threads 
 OpenMP's threads do unless told (spinning 300,000 rounds); `2-passive` (OMP_WAIT_POLICY=PASSIVE:
 waiting threads sleep at once); `2`, with attnmt's waiting (a short spin, attnmt.threads); `auto`,
 attnmt's defaults (its waiting, and the cores that other work leaves free). Prints, per setting
-and load, the run's wall-clock seconds and CPU seconds (the child's user + system time): a process that gets its fair share of a
-busy machine takes more wall-clock time but the same CPU time.
+and load, the run's wall-clock seconds and CPU seconds (the child's user + system time): a
+process that gets its fair share of a busy machine takes more wall-clock time but the same CPU
+time.
 """
 
 from __future__ import annotations
