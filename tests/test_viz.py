@@ -511,3 +511,69 @@ def test_cli_plot_transformer_options_on_an_rnn_model(reverse_model, tmp_path):
     assert code != 0
     assert "--grid, --kind: for the layers and heads of Transformer models" in err and "RNN model" in err
     assert not list(tmp_path.iterdir())
+
+
+# --- issue 28: the step's decoder state, one colour convention, figures that display in Jupyter -------
+
+def test_step_figure_and_html_draw_the_decoder_state():
+    trace = fake_trace(["▁a", "b", "</s>"], ["▁x", "y", "</s>"], dims=12)
+    fig = decoder_step_figure(trace, 1)
+    np.testing.assert_allclose(axis(fig, "state").get_images()[0].get_array()[0], trace.steps[1].state)
+    context, state = axis(fig, "context").get_images()[0], axis(fig, "state").get_images()[0]
+    assert context.get_clim() == state.get_clim()  # one scale, as in the explorer
+    page = step_html(trace, 1)
+    assert "decoder state s_t" in page and page.count('title="s_t[') == len(trace.steps[1].state)
+
+
+def is_blue(rgba) -> bool:
+    red, _, blue = rgba[:3]
+    return blue > red + 0.2
+
+
+def is_red(rgba) -> bool:
+    red, _, blue = rgba[:3]
+    return red > blue + 0.2
+
+
+def test_signed_values_are_blue_when_positive_and_red_when_negative_as_in_the_explorer():
+    trace = fake_trace(["▁a", "b", "c", "</s>"], ["▁x", "y", "</s>"], dims=12)
+    image = axis(encoder_states_figure(trace), "encoder_states").get_images()[0]
+    assert is_blue(image.cmap(image.norm(image.norm.vmax))) and is_red(image.cmap(image.norm(image.norm.vmin)))
+    step = trace.steps[1]
+    step.scores = np.array([2.0, -1.0, 0.5, -3.0])
+    fig = decoder_step_figure(trace, 1)
+    colours = [bar.get_facecolor() for bar in axis(fig, "scores").patches]
+    assert [is_blue(c) for c in colours] == [s > 0 for s in step.scores]
+    assert [is_red(c) for c in colours] == [s < 0 for s in step.scores]
+    for name in ("context", "state"):
+        image = axis(fig, name).get_images()[0]
+        assert is_blue(image.cmap(1.0)) and is_red(image.cmap(0.0))
+    # the notebook's HTML, like the explorer: rgb(33,102,172) for +1, rgb(178,24,43) for -1
+    small = fake_trace(["▁a", "</s>"], ["▁x", "</s>"], dims=2)
+    small.steps[0].context = small.steps[0].state = np.array([1.0, -1.0])
+    page = step_html(small, 0)
+    assert 'background:rgb(33,102,172)" title="dim 0' in page and 'background:rgb(178,24,43)" title="dim 1' in page
+
+
+def test_figures_display_in_jupyter():
+    trace = fake_trace(["▁a", "b", "</s>"], ["▁x", "y", "</s>"], dims=12)
+    figures = [attention_heatmap(trace), encoder_states_figure(trace), decoder_step_figure(trace, 0),
+               training_curves_of_a_handmade_log()]
+    try:
+        from IPython.core.formatters import DisplayFormatter
+    except ImportError:  # without IPython, what it would call
+        formats = [{"image/png": fig._repr_png_()} for fig in figures]
+    else:
+        formats = [DisplayFormatter().format(fig)[0] for fig in figures]
+    for shown in formats:
+        assert shown["image/png"].startswith(PNG_MAGIC)
+
+
+def training_curves_of_a_handmade_log():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "metrics.jsonl"
+        path.write_text('{"type": "train", "step": 1, "loss": 2.0}\n{"type": "valid", "step": 1, "loss": 1.5, '
+                        '"perplexity": 4.5, "bleu": 3.0}\n', encoding="utf-8")
+        return training_curves(path)

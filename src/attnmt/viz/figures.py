@@ -9,10 +9,14 @@ keep one readable label per token.
 
 Token labels are shown as they are, "▁" (the sentencepiece start-of-word mark) included;
 ``space_marker=""`` strips it, ``space_marker="␣"`` (or any string) replaces it.
+
+Signed values (states, context vectors, scores) follow the explorer's convention: blue positive,
+red negative, white zero. The figures display themselves in Jupyter (``_repr_png_``).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -37,12 +41,27 @@ __all__ = ["attention_heatmap", "encoder_states_figure", "decoder_step_figure", 
 HIGHLIGHT = "#d62728"
 BAR = "#4c72b0"
 MUTED = "#9aa5b8"
+# Signed values, as in the explorer (static/dom.js) and the HTML views: red < 0 < blue
+DIVERGING = "RdBu"
+POSITIVE = "#2166ac"
+NEGATIVE = "#b2182b"
+
+
+class NotebookFigure(Figure):
+    """A matplotlib Figure that Jupyter displays as a PNG: the figures here are made without
+    pyplot, so IPython's inline backend, which registers itself through pyplot, may not know them
+    (they would show as "<Figure size ...>")."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+        return buffer.getvalue()
 
 
 # --- helpers -------------------------------------------------------------------------------------
 
 def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = NotebookFigure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -196,7 +215,7 @@ def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: 
 
 
 def encoder_states_figure(trace, max_dims: int | None = 32, *, space_marker: str | None = None,
-                          cmap: str = "RdBu_r") -> Figure:
+                          cmap: str = DIVERGING) -> Figure:
     """The encoder states h_j (one row of coloured cells per source token) above the context vector
     c_t of every decoding step (one row per output token), on one symmetric colour scale.
 
@@ -240,11 +259,12 @@ def encoder_states_figure(trace, max_dims: int | None = 32, *, space_marker: str
 
 
 def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) -> Figure:
-    """One decoder step (numbered from 0) in detail: the scores e_j of every source token, their
-    softmax weights a_j, the context vector c_t as a row of cells, and the top-k next tokens with
+    """One decoder step (numbered from 0) in detail: the scores e_j of every source token (blue
+    positive, red negative), their softmax weights a_j (the largest outlined), the context vector
+    c_t and the decoder state s_t as rows of cells on one scale, and the top-k next tokens with
     their probabilities (the chosen one in red).
 
-    The axes are labelled "scores", "weights", "context" and "top_k" (``ax.get_label()``).
+    The axes are labelled "scores", "weights", "context", "state" and "top_k" (``ax.get_label()``).
     """
     st = _check_step(trace, step)
     sources = _labels(trace.source_tokens, space_marker)
@@ -252,11 +272,12 @@ def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) ->
     top_k = list(st.top_k)
     width = max(7.0, n * _cell(n) + 2.5)
     height_top_k = max(1.2, 0.3 * len(top_k) + 0.6)
-    fig = _figure(width, 2.4 + 2.4 + 1.0 + height_top_k + 0.8)
-    ax_scores, ax_weights, ax_context, ax_top = fig.subplots(
-        4, 1, gridspec_kw={"height_ratios": [2.4, 2.4, 0.8, height_top_k]})
-    for ax, name in zip((ax_scores, ax_weights, ax_context, ax_top), ("scores", "weights", "context", "top_k")):
+    fig = _figure(width, 2.4 + 2.4 + 0.8 + 0.8 + height_top_k + 1.2)
+    names = ("scores", "weights", "context", "state", "top_k")
+    axes = fig.subplots(5, 1, gridspec_kw={"height_ratios": [2.4, 2.4, 0.8, 0.8, height_top_k]})
+    for ax, name in zip(axes, names):
         ax.set_label(name)
+    ax_scores, ax_weights, ax_context, ax_state, ax_top = axes
 
     token = _labels([st.token], space_marker)[0]
     fig.suptitle(f"step {step}: output \u201c{token}\u201d (p = {st.probability:.3f})", fontsize=11,
@@ -268,42 +289,61 @@ def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) ->
             ax.set_xticks([])
             ax.set_yticks([])
     else:
-        weights = np.asarray(st.weights, dtype=np.float64)
-        best = int(weights.argmax())
-        colours = [HIGHLIGHT if j == best else BAR for j in range(n)]
-        if st.scores is not None:
-            scores = np.asarray(st.scores, dtype=np.float64)
-            ax_scores.bar(range(n), scores, color=colours, width=0.8)
-            ax_scores.axhline(0, color="black", linewidth=0.6)
-        ax_scores.set_ylabel("score e_j", fontsize=9)
-        ax_scores.set_title("attention scores (before the softmax)", fontsize=10)
-        ax_weights.bar(range(n), weights, color=colours, width=0.8)
-        ax_weights.set_ylim(0, max(float(weights.max()) * 1.15, 0.05))
-        ax_weights.set_ylabel("weight a_j", fontsize=9)
-        ax_weights.set_title("attention weights a_j = softmax(e)_j", fontsize=10)
-        if n <= 30:
-            for j, w in enumerate(weights):
-                ax_weights.text(j, w, f"{w:.2f}", ha="center", va="bottom", fontsize=7)
-        for ax in (ax_scores, ax_weights):
-            ax.set_xlim(-0.6, n - 0.4)
-            _set_xlabels(ax, sources, top=False)
-            ax.tick_params(axis="y", labelsize=8)
+        _attention_bars(ax_scores, ax_weights, st, sources)
+    _vector_rows(fig, ax_context, ax_state, np.asarray(st.context, dtype=np.float64),
+                 np.asarray(st.state, dtype=np.float64))
+    _top_k_bars(ax_top, top_k, st.token, space_marker)
+    return fig
 
-    context = np.asarray(st.context, dtype=np.float64)
-    limit = float(np.abs(context).max(initial=0.0)) or 1.0
-    image = ax_context.imshow(context[None, :], cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto",
-                              interpolation="nearest")
-    ax_context.set_yticks([])
-    ax_context.set_title(f"context vector c_t ({context.size} dimensions)", fontsize=10)
-    ax_context.tick_params(axis="x", labelsize=7)
-    ax_context.xaxis.set_major_locator(MaxNLocator(integer=True))
-    bar = fig.colorbar(image, ax=ax_context, aspect=8, pad=0.01)
+
+def _attention_bars(ax_scores, ax_weights, st, sources: list[str]):
+    """Scores e_j coloured by sign, weights a_j; the most attended token outlined, its label bold."""
+    n = len(sources)
+    weights = np.asarray(st.weights, dtype=np.float64)
+    best = int(weights.argmax())
+    edges = ["black" if j == best else "none" for j in range(n)]
+    if st.scores is not None:
+        scores = np.asarray(st.scores, dtype=np.float64)
+        ax_scores.bar(range(n), scores, color=[POSITIVE if e >= 0 else NEGATIVE for e in scores], width=0.8,
+                      edgecolor=edges, linewidth=1.5)
+        ax_scores.axhline(0, color="black", linewidth=0.6)
+    ax_scores.set_ylabel("score e_j", fontsize=9)
+    ax_scores.set_title("attention scores (before the softmax; blue > 0, red < 0)", fontsize=10)
+    ax_weights.bar(range(n), weights, color=BAR, width=0.8, edgecolor=edges, linewidth=1.5)
+    ax_weights.set_ylim(0, max(float(weights.max()) * 1.15, 0.05))
+    ax_weights.set_ylabel("weight a_j", fontsize=9)
+    ax_weights.set_title("attention weights a_j = softmax(e)_j (the largest outlined)", fontsize=10)
+    if n <= 30:
+        for j, w in enumerate(weights):
+            ax_weights.text(j, w, f"{w:.2f}", ha="center", va="bottom", fontsize=7)
+    for ax in (ax_scores, ax_weights):
+        ax.set_xlim(-0.6, n - 0.4)
+        _set_xlabels(ax, sources, top=False)
+        ax.get_xticklabels()[best].set_fontweight("bold")
+        ax.tick_params(axis="y", labelsize=8)
+
+
+def _vector_rows(fig, ax_context, ax_state, context: np.ndarray, state: np.ndarray):
+    """c_t and s_t as rows of cells on one symmetric scale (blue > 0, red < 0)."""
+    limit = float(max(np.abs(context).max(initial=0.0), np.abs(state).max(initial=0.0))) or 1.0
+    image = None
+    for ax, vector, title in ((ax_context, context, f"context vector c_t ({context.size} dimensions)"),
+                              (ax_state, state, f"decoder state s_t ({state.size} dimensions)")):
+        image = ax.imshow(vector[None, :], cmap=DIVERGING, vmin=-limit, vmax=limit, aspect="auto",
+                          interpolation="nearest")
+        ax.set_yticks([])
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    bar = fig.colorbar(image, ax=[ax_context, ax_state], aspect=8, pad=0.01)
     bar.ax.tick_params(labelsize=6)
 
+
+def _top_k_bars(ax_top, top_k: list, chosen: str, space_marker: str | None):
     if top_k:
         names = _labels([t for t, _ in top_k], space_marker)
         probabilities = [p for _, p in top_k]
-        colours = [HIGHLIGHT if t == st.token else MUTED for t, _ in top_k]
+        colours = [HIGHLIGHT if t == chosen else MUTED for t, _ in top_k]
         ax_top.barh(range(len(top_k)), probabilities, color=colours, height=0.7)
         ax_top.set_yticks(range(len(top_k)), labels=names, fontsize=9, parse_math=False)
         ax_top.invert_yaxis()
@@ -313,7 +353,6 @@ def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) ->
     ax_top.set_title(f"top {len(top_k)} next tokens", fontsize=10)
     ax_top.set_xlabel("probability", fontsize=9)
     ax_top.tick_params(axis="x", labelsize=8)
-    return fig
 
 
 def decoding_animation(trace, path, fps: float = 1, *, space_marker: str | None = None,

@@ -5,7 +5,7 @@ CSS; every token passes through ``html.escape``). ``show(translation)`` and ``sh
 wrap them in objects with ``_repr_html_``, which Jupyter renders inline when they end a cell::
 
     import attnmt, attnmt.viz
-    model = attnmt.load("runs/quickstart")
+    model = attnmt.load("runs/quickstart/model")
     [t] = model.translate(["le 14 juillet 1989"])
     attnmt.viz.show(t)                       # the heatmap; hover a cell for its weight
     attnmt.viz.show_step(model.trace("le 14 juillet 1989"), 3)
@@ -96,7 +96,8 @@ def heatmap_html(source_tokens, target_tokens=None, attention=None, *, title: st
 
 def step_html(trace, step: int, *, space_marker: str | None = None) -> str:
     """One decoder step (numbered from 0) as HTML: per source token its score e_j and weight a_j
-    (as a bar), the context vector as a row of cells, and the top-k next tokens with probabilities."""
+    (as a bar), the context vector c_t and the decoder state s_t as rows of cells on one scale
+    (blue > 0, red < 0, as in the explorer), and the top-k next tokens with probabilities."""
     from attnmt.viz.figures import _check_step
 
     st = _check_step(trace, step)
@@ -136,14 +137,14 @@ def step_html(trace, step: int, *, space_marker: str | None = None) -> str:
                      for j, x in enumerate(sources))
         parts.append("</tr></table>")
 
-    context = np.asarray(st.context, dtype=np.float64)
-    limit = float(np.abs(context).max(initial=0.0)) or 1.0
-    parts.append(f'<div style="margin:4px 0 2px">context vector c_t ({context.size} dimensions; '
-                 "blue &gt; 0, red &lt; 0)</div>")
-    parts.append('<div style="display:flex;flex-wrap:wrap;max-width:100%">')
-    parts.extend(f'<span style="display:inline-block;width:6px;height:18px;background:{_diverging(v, limit)}" '
-                 f'title="dim {i}: {v:.3f}"></span>' for i, v in enumerate(context))
-    parts.append("</div>")
+    context, state = (np.asarray(v, dtype=np.float64) for v in (st.context, st.state))
+    limit = float(max(np.abs(context).max(initial=0.0), np.abs(state).max(initial=0.0))) or 1.0
+    for vector, name, title in ((context, "context vector c_t", "dim {i}"), (state, "decoder state s_t", "s_t[{i}]")):
+        parts.append(f'<div style="margin:4px 0 2px">{name} ({vector.size} dimensions; blue &gt; 0, red &lt; 0)</div>')
+        parts.append('<div style="display:flex;flex-wrap:wrap;max-width:100%">')
+        parts.extend(f'<span style="display:inline-block;width:6px;height:18px;background:{_diverging(v, limit)}" '
+                     f'title="{title.format(i=i)}: {v:.3f}"></span>' for i, v in enumerate(vector))
+        parts.append("</div>")
 
     if st.top_k:
         parts.append(f'<div style="margin:8px 0 2px">top {len(st.top_k)} next tokens</div>')

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from attnmt.viz.figures import (_cell, _cell_grid, _dimension_ticks, _figure, _labels, _set_xlabels, _set_ylabels,
-                                select_dimensions)
+from attnmt.viz.figures import (DIVERGING, _cell, _cell_grid, _dimension_ticks, _figure, _labels, _set_xlabels,
+                                _set_ylabels, select_dimensions)
 from attnmt.viz.notebook import HTMLView, heatmap_html
 
 DIRECTION_TITLES = {"premise": "attend: softmax over the hypothesis (rows sum to 1)",
@@ -50,7 +50,7 @@ def pair_figure(result, direction: str = "premise", max_dims: int | None = 24, *
                                                    ("v2_j = G([b_j; alpha_j])", result.compared_hypothesis,
                                                     hypothesis))):
         ax = fig.add_subplot(grid[row, 1])
-        _matrix(ax, vectors[:, dims], tokens, None, vmin=-limit, vmax=limit, cmap="RdBu_r")
+        _matrix(ax, vectors[:, dims], tokens, None, vmin=-limit, vmax=limit, cmap=DIVERGING)
         _dimension_ticks(ax, dims)
         ax.set_title(f"compare: {name}", fontsize=9)
     _aggregate(fig.add_subplot(grid[2, 0]), result, dims)
@@ -73,7 +73,7 @@ def _matrix(ax, values, rows: list[str], columns: list[str] | None, **style):
 def _aggregate(ax, result, dims):
     summaries = np.stack([result.premise_summary[dims], result.hypothesis_summary[dims]])
     limit = float(np.abs(summaries).max()) or 1.0
-    ax.imshow(summaries, aspect="auto", interpolation="nearest", cmap="RdBu_r", vmin=-limit, vmax=limit)
+    ax.imshow(summaries, aspect="auto", interpolation="nearest", cmap=DIVERGING, vmin=-limit, vmax=limit)
     ax.set_yticks([0, 1], labels=["v1 = sum_i v1_i", "v2 = sum_j v2_j"], fontsize=8)
     _dimension_ticks(ax, dims)
     ax.set_title("aggregate", fontsize=9)
