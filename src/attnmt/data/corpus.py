@@ -30,6 +30,9 @@ class Corpus:
     sources: list[str]
     targets: list[str]
     dropped_empty: int = 0  # pairs dropped because a side was empty/whitespace
+    # The line (0-based) of each pair in its files: what a file of one line per corpus line (word
+    # alignments, attnmt.training.guided_alignment) is matched by. None where not known.
+    lines: list[int] | None = None
 
 
 # ---------------------------------------------------------------- reading lines
@@ -151,14 +154,15 @@ def _check_columns(src_column: object, tgt_column: object) -> None:
 
 
 def _keep_nonblank(pairs) -> Corpus:
-    sources, targets, dropped = [], [], 0
-    for src, tgt in pairs:
+    sources, targets, lines, dropped = [], [], [], 0
+    for line, (src, tgt) in enumerate(pairs):
         if _is_blank(src) or _is_blank(tgt):
             dropped += 1
         else:
             sources.append(src)
             targets.append(tgt)
-    return Corpus(sources, targets, dropped_empty=dropped)
+            lines.append(line)
+    return Corpus(sources, targets, dropped_empty=dropped, lines=lines)
 
 
 _SPEC_FORMS = (

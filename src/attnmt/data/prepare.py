@@ -21,6 +21,9 @@ class EncodedCorpus:
     targets: list[str]
     src_ids: list[list[int]]
     tgt_ids: list[list[int]]
+    lines: list[int] | None = None  # each pair's line in the corpus files (Corpus.lines)
+    # Guided alignment: each pair's reference links between pieces, (source piece, target piece)
+    alignments: list[list[tuple[int, int]]] | None = None
 
     def __len__(self):
         return len(self.src_ids)
@@ -82,7 +85,7 @@ def encode_corpus(files: CorpusFiles, src_sw: Subwords, tgt_sw: Subwords, max_le
     a count in the log."""
     corpus = corpus or read_corpus(files.as_spec())
     data = EncodedCorpus(corpus.sources, corpus.targets, src_sw.encode(corpus.sources),
-                         tgt_sw.encode(corpus.targets))
+                         tgt_sw.encode(corpus.targets), corpus.lines)
     if max_length is None and max_source_words is None:
         _report_dropped(files, corpus.dropped_empty, 0, log)
         return data
@@ -99,7 +102,8 @@ def encode_corpus(files: CorpusFiles, src_sw: Subwords, tgt_sw: Subwords, max_le
         raise AttnmtError(f"{files.tsv or files.src}: no sentence pair is short enough (data.max_length "
                           f"{max_length} subwords, data.max_source_words {max_source_words}); raise them")
     return EncodedCorpus(*([column[i] for i in keep] for column in
-                           (data.sources, data.targets, data.src_ids, data.tgt_ids)))
+                           (data.sources, data.targets, data.src_ids, data.tgt_ids)),
+                         None if data.lines is None else [data.lines[i] for i in keep])
 
 
 def _report_dropped(files: CorpusFiles, empty: int, long: int, log, max_length: int | None = None):
