@@ -144,7 +144,7 @@ def test_read_parallel_aligns_pairs(tmp_path):
     src = write(tmp_path / "a.de", "Hallo\nWelt\n")
     tgt = write_gz(tmp_path / "a.en.gz", "Hello\nWorld\n")
     corpus = read_parallel(src, tgt)
-    assert corpus == Corpus(["Hallo", "Welt"], ["Hello", "World"], 0)
+    assert corpus == Corpus(["Hallo", "Welt"], ["Hello", "World"], 0, lines=[0, 1])
 
 
 def test_read_parallel_mismatched_counts_names_both_files_and_counts(tmp_path):
@@ -162,6 +162,7 @@ def test_read_parallel_drops_and_counts_blank_pairs(tmp_path):
     assert corpus.sources == ["eins", "vier"]
     assert corpus.targets == ["one", "four"]
     assert corpus.dropped_empty == 3
+    assert corpus.lines == [0, 3]  # each kept pair's line, for files of one line per corpus line
 
 
 def test_read_parallel_keeps_surrounding_spaces(tmp_path):
@@ -212,6 +213,7 @@ def test_read_tsv_drops_and_counts_empty_lines_and_cells(tmp_path):
     corpus = read_tsv(path)
     assert corpus.sources == ["a", "d"]
     assert corpus.dropped_empty == 4
+    assert corpus.lines == [0, 5]
 
 
 def test_read_tsv_too_few_columns_names_line(tmp_path):
@@ -249,7 +251,7 @@ def test_read_tsv_bad_column_indices(tmp_path, columns):
 def test_read_corpus_parallel_form(tmp_path):
     src = write(tmp_path / "a.de", "x\n")
     tgt = write(tmp_path / "a.en", "y\n")
-    assert read_corpus({"src": str(src), "tgt": tgt}) == Corpus(["x"], ["y"])
+    assert read_corpus({"src": str(src), "tgt": tgt}) == Corpus(["x"], ["y"], lines=[0])
 
 
 def test_read_corpus_tsv_form_with_columns(tmp_path):
