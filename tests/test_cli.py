@@ -233,6 +233,17 @@ def test_translate_a_folder_that_is_not_a_model(tmp_path):
                       "not a model folder")
 
 
+def test_the_folder_around_a_model_names_the_model_inside(tmp_path):
+    """attnmt quickstart's layout: data, config.yaml and the model in model/ (issue 28)."""
+    (tmp_path / "model").mkdir()
+    for name in ("config.yaml", "best.safetensors"):
+        (tmp_path / "model" / name).write_text("", encoding="utf-8")
+    (tmp_path / "config.yaml").write_text("experiment_dir: model\n", encoding="utf-8")
+    message = assert_user_error(run("translate", tmp_path, "-i", write_lines(tmp_path / "in", ["a"])),
+                                f"did you mean {tmp_path / 'model'}?")
+    assert "prepare" not in message
+
+
 def test_translate_a_prepared_but_untrained_folder(tmp_path):
     config = toy_files(tmp_path, [("abc", "cba")] * 10)
     assert_ok(run("prepare", config))

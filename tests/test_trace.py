@@ -19,3 +19,20 @@ def test_trace_matches_greedy_translation_and_equations(reverse_model, text):
         assert step.top_k[0][0] == step.token and len(step.top_k) == 3
         assert step.top_k[0][1] == pytest.approx(step.probability)
         assert [p for _, p in step.top_k] == sorted((p for _, p in step.top_k), reverse=True)
+
+
+def test_short_reprs_of_the_translator_its_translations_and_traces(reverse_model):
+    """A trace printed in a notebook is one line, not tens of thousands of characters (issue 28)."""
+    model, _ = reverse_model
+    text = "abcdefghij" * 5
+    traced = model.trace(text, top_k=3)
+    [translation] = model.translate([text], beam=2, n_best=2)
+    parameters = sum(p.numel() for p in model.model.parameters())
+    assert repr(model).startswith(f"<Translator {model.folder}:") and f"{parameters:,} parameters" in repr(model)
+    assert repr(traced) == (f"DecodingTrace({text!r} -> {traced.text!r}, {len(traced.source_tokens)} source tokens, "
+                            f"{len(traced.steps)} steps, encoder states {traced.encoder_states.shape[0]}x"
+                            f"{traced.encoder_states.shape[1]})")
+    assert repr(traced.steps[0]).startswith(f"StepTrace({traced.steps[0].token!r}, p ")
+    assert f"attention {len(translation.tokens)}x{len(translation.source_tokens)}" in repr(translation)
+    assert "2 candidates" in repr(translation) and repr(translation.best).startswith("Candidate(")
+    assert max(len(repr(x)) for x in (model, traced, translation, translation.best, traced.steps[0])) < 300

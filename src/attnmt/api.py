@@ -1,7 +1,7 @@
 """Python API: load a trained model folder and translate text.
 
     >>> import attnmt
-    >>> model = attnmt.load("runs/quickstart")
+    >>> model = attnmt.load("runs/quickstart/model")
     >>> [t] = model.translate(["22. November 2026"], beam=5)
     >>> t.text, t.tokens, t.score, t.attention.shape
 """
@@ -39,6 +39,14 @@ class Candidate:
     score: float  # log-probability / length penalty
     attention: np.ndarray | None  # (len(tokens), len(source_tokens)); None for attention "none"
 
+    def __repr__(self) -> str:
+        return f"Candidate({self.text!r}, score {self.score:.3f}, {len(self.tokens)} tokens, {_shape(self.attention)})"
+
+
+def _shape(attention: np.ndarray | None) -> str:
+    """The attention matrix in a repr: its shape, not its numbers."""
+    return "no attention" if attention is None else "attention " + "x".join(map(str, np.shape(attention)))
+
 
 @dataclass
 class Translation:
@@ -50,6 +58,12 @@ class Translation:
     @property
     def best(self) -> Candidate:
         return self.candidates[0]
+
+    def __repr__(self) -> str:
+        n = len(self.candidates)
+        return (f"Translation({self.source!r} -> {self.text!r}, score {self.score:.3f}, "
+                f"{len(self.source_tokens)} source tokens, {len(self.tokens)} output tokens, {_shape(self.attention)}, "
+                f"{n} candidate{'s' * (n != 1)}{', truncated' if self.truncated else ''})")
 
     @property
     def text(self) -> str:
@@ -113,6 +127,14 @@ class Translator:
         self.config = self.config.model_copy(update={"decoding": decoding})
         if decoder is not None:  # an RNN decoder (a Transformer has none of that name)
             decoder.window = decoding.attention_window
+
+    def __repr__(self) -> str:
+        model = self.config.model
+        kind = "transformer" if model.type == "transformer" else f"{model.rnn_type} {model.attention} attention"
+        parameters = sum(p.numel() for p in self.model.parameters())
+        return (f"<Translator {self.folder}: {kind}, {parameters:,} parameters, vocabularies "
+                f"{len(self.src_subwords):,}/{len(self.tgt_subwords):,}, beam {self.config.decoding.beam}, "
+                f"{self.device}{', ' + self.quantize if self.quantize else ''}>")
 
     def _vocabularies(self):
         if self.config.task != "translation":
@@ -256,11 +278,27 @@ def _inside(folder: Path, path: Path) -> Path:
 def model_config(folder: Path) -> Config:
     """The config of a trained model folder, its experiment_dir the folder (which may have moved)."""
     config_path = _inside(folder, folder / "config.yaml")
+    trained = _model_folders_in(folder)
+    if trained and not any((folder / name).is_file() for name in WEIGHTS):
+        # A quick start's folder (data, config.yaml and the model in model/) given for its model
+        names = " or ".join(str(sub) for sub in trained)
+        raise AttnmtError(f"{folder}: not a model folder (no weights); did you mean {names}?")
     if not config_path.is_file():
         raise AttnmtError(f"{folder}: not a model folder (no config.yaml)")
     config = load_config(config_path)
     config.experiment_dir = folder
     return config
+
+
+WEIGHTS = ("best.safetensors", "last.safetensors")
+
+
+def _model_folders_in(folder: Path) -> list[Path]:
+    """The subfolders of ``folder`` that hold a trained model (config.yaml and weights)."""
+    if not folder.is_dir():
+        return []
+    return sorted(sub for sub in folder.iterdir() if sub.is_dir() and (sub / "config.yaml").is_file()
+                  and any((sub / name).is_file() for name in WEIGHTS))
 
 
 def weights_path(folder: Path, checkpoint: str) -> Path:

@@ -31,6 +31,12 @@ class StepTrace:
     # output, state the top layer's output.
     top_k: list[tuple[str, float]] = field(default_factory=list)  # next-token candidates and probabilities
 
+    def __repr__(self) -> str:
+        # The sizes of the vectors, not their numbers (a trace's steps would print tens of thousands of characters)
+        weights = "no attention" if self.weights is None else f"{len(self.weights)} weights"
+        return (f"StepTrace({self.token!r}, p {self.probability:.3f}, {weights}, context {np.size(self.context)}, "
+                f"state {np.size(self.state)}, top {len(self.top_k)})")
+
 
 @dataclass
 class DecodingTrace:
@@ -47,6 +53,12 @@ class DecodingTrace:
     @property
     def tokens(self) -> list[str]:
         return [s.token for s in self.steps]
+
+    def __repr__(self) -> str:
+        states = "x".join(map(str, np.shape(self.encoder_states)))
+        speech = "" if self.features is None else f", {len(self.features)} audio frames"
+        return (f"DecodingTrace({self.source!r} -> {self.text!r}, {len(self.source_tokens)} source tokens, "
+                f"{len(self.steps)} steps, encoder states {states}{speech})")
 
     @property
     def attention(self) -> np.ndarray | None:

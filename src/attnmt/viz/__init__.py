@@ -1,7 +1,7 @@
 """Pictures of attention: matplotlib figures, HTML for notebooks, subword-to-word merging.
 
     import attnmt, attnmt.viz as viz
-    model = attnmt.load("runs/quickstart")
+    model = attnmt.load("runs/quickstart/model")
     [t] = model.translate(["le 14 juillet 1989"])
     viz.save(viz.attention_heatmap(t), "heat.png")
     trace = model.trace("le 14 juillet 1989")
