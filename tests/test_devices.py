@@ -193,7 +193,7 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     src = write(tmp_path / "src.txt", "\n".join(sources) + "\n")
     tgt = write(tmp_path / "tgt.txt", "\n".join(reverse(s) for s in sources) + "\n")
     for argv in (["translate", folder, "-i", src, "-o", tmp_path / "out.txt", "--beam", "2"],
-                 ["evaluate", folder, "--json", tmp_path / "scores.json"],
+                 ["evaluate", folder, "--trust-config", "--json", tmp_path / "scores.json"],
                  ["evaluate", folder, "--src", src, "--ref", tgt],
                  ["align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt"],
                  ["plot", folder, sources[0], "--out", tmp_path / "heatmap.png", "--states", tmp_path / "states.png",
@@ -258,7 +258,7 @@ def test_sentence_pair_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     assert 0 <= classifier.evaluate(classifier.test_sets["test"])["accuracy"] <= 1
     pairs = write(tmp_path / "pairs.txt", "two red cats\ttwo cats\n")
     for argv in (["classify", folder, "-i", pairs, "-o", tmp_path / "labels.txt"],
-                 ["evaluate", folder],
+                 ["evaluate", folder, "--trust-config"],
                  ["plot", folder, "two red cats", "--hypothesis", "two cats", "--out", tmp_path / "pair.png"]):
         assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
     with local_client(create_app([folder], LIMITS)) as client:
@@ -286,7 +286,7 @@ def test_speech_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     assert matrix.shape[0] == len(model.tgt_subwords.encode(texts[:1])[0]) + 1
     lines = write(tmp_path / "wavs.txt", "".join(f"{w}\n" for w in wavs))
     for argv in (["translate", folder, "-i", lines, "-o", tmp_path / "out.txt"],
-                 ["evaluate", folder],
+                 ["evaluate", folder, "--trust-config"],
                  ["plot", folder, wavs[0], "--out", tmp_path / "speech.png"]):
         assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
     audio = base64.b64encode(wavs[0].read_bytes()).decode()

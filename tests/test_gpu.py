@@ -81,7 +81,7 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
                  ("translate", folder, "-i", src, "-o", tmp_path / "nbest.txt", "--device", "cuda", "--beam", "3",
                   "--n-best", "2"),
                  ("translate", folder, "-i", src, "-o", tmp_path / "bf16.txt", "--device", "cuda", "--bf16"),
-                 ("evaluate", folder, "--device", "cuda", "--json", tmp_path / "scores.json"),
+                 ("evaluate", folder, "--trust-config", "--device", "cuda", "--json", tmp_path / "scores.json"),
                  ("evaluate", folder, "--device", "cuda", "--src", src, "--ref", tgt),
                  ("align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt", "--device", "cuda"),
                  ("plot", folder, sources[0], "--device", "cuda", "--out", tmp_path / "heatmap.png",

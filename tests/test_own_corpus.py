@@ -81,7 +81,9 @@ def test_training_ends_by_scoring_every_test_set(run_dir):
 def test_evaluate_scores_the_configs_test_sets_by_default(run_dir, tmp_path, capsys):
     _, _, exp = run_dir
     report = tmp_path / "report.json"
-    assert main(["evaluate", str(exp), "--json", str(report), "--hypotheses", str(tmp_path / "hyp")]) == 0
+    # (--trust-config: the extra set lies beside the experiment folder, not in it)
+    assert main(["evaluate", str(exp), "--trust-config", "--json", str(report), "--hypotheses",
+                 str(tmp_path / "hyp")]) == 0
     out = capsys.readouterr().out
     assert "== test set held-out (beam 2)" in out and "== test set extra (beam 2)" in out
     reports = json.loads(report.read_text())

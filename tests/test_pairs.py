@@ -204,7 +204,7 @@ def test_translate_refuses_a_pair_model(pair_model, tmp_path, capsys):
 
 def test_evaluate_a_pair_model_text_and_json(pair_model, tmp_path, capsys):
     out_json = tmp_path / "report.json"
-    assert main(["evaluate", str(pair_model), "--json", str(out_json)]) == 0
+    assert main(["evaluate", str(pair_model), "--trust-config", "--json", str(out_json)]) == 0
     text = capsys.readouterr().out
     assert "accuracy" in text and "confusion matrix (rows: gold, columns: predicted)" in text
     report = json.loads(out_json.read_text())["test"]

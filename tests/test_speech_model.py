@@ -67,7 +67,7 @@ def test_recognizer_transcribes_traces_and_aligns_to_the_audio(speech_model):
 
 def test_cli_evaluate_translate_and_plot(speech_model, tmp_path, capsys):
     folder, test_tsv, wavs, _ = speech_model
-    assert main(["evaluate", str(folder), "--beam", "1", "--json", str(tmp_path / "r.json")]) == 0
+    assert main(["evaluate", str(folder), "--trust-config", "--beam", "1", "--json", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
     assert "CER" in out and "WER" in out and "reference words" in out
     assert json.loads((tmp_path / "r.json").read_text())["test"]["utterances"] == 4

@@ -177,7 +177,7 @@ def cmd_evaluate(args):
     """One test set given on the command line (--src/--ref or --tsv), or else every test set of the
     model's config (data.test), each scored alone."""
     from attnmt.classify import PairClassifier
-    from attnmt.evaluation import evaluation_report, format_report, test_set_reports
+    from attnmt.evaluation import config_test_sets, evaluation_report, format_report, test_set_reports
 
     if (args.src is None) != (args.ref is None) or (args.tsv and args.src):
         raise AttnmtError("give --src and --ref (two line-aligned files), or --tsv FILE, or neither to score the "
@@ -197,7 +197,7 @@ def cmd_evaluate(args):
         from attnmt.config import CorpusFiles
 
         sets = ({"": CorpusFiles(tsv=args.tsv, src_column=args.src_column, tgt_column=args.tgt_column)} if args.tsv
-                else model.test_sets)
+                else config_test_sets(model, args.trust_config))
         if not sets:
             raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --src and --ref, "
                               "or --tsv FILE")
@@ -224,9 +224,9 @@ def _write_reports(reports: dict[str, dict], args, outputs: str, format_report):
 def _evaluate_pairs(model, args):
     """A sentence-pair model on --tsv FILE (its columns those of the training data) or on the test
     sets of its config: accuracy, per-class precision, recall and F1, confusion matrix."""
-    from attnmt.evaluation import format_classification_report
+    from attnmt.evaluation import config_test_sets, format_classification_report
 
-    sets = {"": model.files_like_training(args.tsv)} if args.tsv else model.test_sets
+    sets = {"": model.files_like_training(args.tsv)} if args.tsv else config_test_sets(model, args.trust_config)
     if not sets:
         raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --tsv FILE")
     reports = {name: model.evaluate(files, args.batch_size or 64) for name, files in sets.items()}
@@ -238,11 +238,12 @@ def _evaluate_speech(model, args):
     on the test sets of its config."""
     from attnmt.config import CorpusFiles
     from attnmt.error_rates import format_speech_report, speech_test_set_reports
+    from attnmt.evaluation import config_test_sets
 
     if args.src:
         raise AttnmtError(f"{args.model_dir} is a speech model: give --tsv FILE (audio path TAB transcript), or "
                           "nothing to score the test sets of its config")
-    sets = {"": CorpusFiles(tsv=args.tsv)} if args.tsv else model.test_sets
+    sets = {"": CorpusFiles(tsv=args.tsv)} if args.tsv else config_test_sets(model, args.trust_config)
     if not sets:
         raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --tsv FILE")
     reports = speech_test_set_reports(model, sets, beam=args.beam, batch_size=args.batch_size, log=_log)
@@ -461,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="also write the report as JSON to this file (several test sets: {name: report})")
     p.add_argument("--hypotheses", help="also write the translations (or predicted labels) to this file (several test "
                                         "sets: FILE.NAME)")
+    p.add_argument("--trust-config", action="store_true",
+                   help="read the test sets that the folder's config names outside the folder (a folder you trained: "
+                        "without it, a model folder cannot make attnmt read other files; see docs/security.md)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("classify", help="sentence-pair model: premise<TAB>hypothesis lines -> label and "

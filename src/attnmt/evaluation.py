@@ -12,6 +12,7 @@ Bahdanau et al. (2014), Fig. 2, to show how attention helps on long sentences.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -30,6 +31,7 @@ __all__ = [
     "score_translations",
     "joined",
     "attention_failures",
+    "config_test_sets",
 ]
 
 
@@ -170,6 +172,39 @@ def evaluation_report(
     report["sentences"] = n
     report["by_length"] = [asdict(b) for b in buckets]
     return report
+
+
+def config_test_sets(model, trust: bool = False) -> dict:
+    """The test sets of a model folder's config (data.test: name -> files), as ``attnmt evaluate``
+    reads them. The held-out sets must be those drawn (attnmt.data.splits: never trained on). The
+    config of a model folder from someone else could name any file (``/etc/passwd``, ``~/.ssh/...``),
+    so every file a set names, and each sound file a speech test set lists, must lie inside the
+    folder, symbolic links followed, unless ``trust`` (a folder the user trained: its test sets
+    normally lie beside it). AttnmtError naming the set and the file otherwise."""
+    from attnmt.data import splits
+
+    splits.check_held_out(model.config, model.folder)
+    sets = model.test_sets
+    if trust:
+        return sets
+    for name, files in sets.items():
+        for path in (getattr(files, side, None) for side in ("src", "tgt", "tsv")):
+            if path is not None:
+                _inside_model(model.folder, name, path)
+        if model.config.task == "speech":  # the TSV lists sound files, relative to its folder
+            from attnmt.data.audio import read_speech_tsv
+
+            for audio in read_speech_tsv(files.tsv)[0]:
+                _inside_model(model.folder, name, files.tsv.parent / audio)
+    return sets
+
+
+def _inside_model(folder: Path, name: str, path: Path):
+    target = Path(path).resolve()
+    if not target.is_relative_to(Path(folder).resolve()):
+        raise AttnmtError(f"{folder / 'config.yaml'}: test set {name} names {path}, outside the model folder: a model "
+                          "folder cannot make attnmt read other files. Give the set yourself (--tsv FILE, or --src "
+                          "and --ref), or pass --trust-config if you trained this folder")
 
 
 def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size: int | None = None,
