@@ -146,3 +146,11 @@ def test_format_report_has_table():
     # The empty 20-29 bucket shows "-" for BLEU.
     row = next(line for line in text.splitlines() if line.startswith("20-29"))
     assert row.rstrip().endswith("-")
+
+
+def test_exact_match_beside_bleu():
+    """Outputs identical to their reference, in the report and its text (issue 28)."""
+    report = evaluation_report(["a", "b", "c", "d"], ["1989-07-14", "x", "2026-11-22", "y"],
+                               ["1989-07-14", "z", "2026-11-22", "w"])
+    assert report["exact_match"] == 0.5
+    assert "exact match 50.00 % (2 of 4 identical to their reference)" in format_report(report)

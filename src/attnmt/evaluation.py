@@ -170,6 +170,9 @@ def evaluation_report(
         for key, s in scores.items()
     }
     report["sentences"] = n
+    # Outputs identical to their reference: the measure of tasks with one right answer (the dates of
+    # attnmt quickstart), where BLEU of one-word outputs says little
+    report["exact_match"] = sum(h == r for h, r in zip(hypotheses, references)) / n if n else 0.0
     report["by_length"] = [asdict(b) for b in buckets]
     return report
 
@@ -292,8 +295,12 @@ def format_report(report: dict) -> str:
         f"BLEU {report['bleu']['score']:.2f}  ({report['bleu']['signature']})",
         f"chrF {report['chrf']['score']:.2f}  ({report['chrf']['signature']})",
         f"sentences: {report['sentences']}",
-        "",
     ]
+    if "exact_match" in report:
+        identical = round(report["exact_match"] * report["sentences"])
+        lines.append(f"exact match {100 * report['exact_match']:.2f} % ({identical} of {report['sentences']} "
+                     "identical to their reference)")
+    lines.append("")
 
     header = ("source words", "sentences", "BLEU")
     rows = [
