@@ -3,7 +3,10 @@ drawn, compare variants and results.json files, model folders whose config names
 elsewhere, sentence-pair labels that would break the output of `attnmt classify`."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,12 +14,14 @@ import pytest
 import yaml
 
 from attnmt.cli import main
+from attnmt.compare import ALIGNMENT_ROWS, STATISTICAL_SCORES, Comparison, Variant, locked, read_results
 from attnmt.config import CorpusFiles, load_config
 from attnmt.data.prepare import training_corpus
 from attnmt.errors import AttnmtError
 from attnmt.evaluation import config_test_sets
 
 from conftest import random_strings, reverse, write_tsv
+from test_compare import toy_experiment
 
 PAIRS = [(s, reverse(s)) for s in random_strings(300, 3, 8, seed=5)]
 
@@ -230,3 +235,90 @@ def test_the_sound_files_of_a_speech_test_set_must_lie_in_the_folder_too(tmp_pat
     with pytest.raises(AttnmtError, match="test set test names .*b.wav, outside the model folder"):
         config_test_sets(model)
     assert config_test_sets(model, trust=True) == model.test_sets
+
+
+# ------------------------------------------------------------------------------ point 6: attnmt compare
+
+
+@pytest.mark.parametrize("name", ["..", ".", "", " ", "../escape", "a/b", ".hidden", "a\\b"])
+def test_variant_names_that_are_not_plain_file_names_are_refused(tmp_path, capsys, name):
+    config, out = toy_experiment(tmp_path), tmp_path / "out"
+    before = set(tmp_path.iterdir())
+    assert run("compare", config, "--variant", f"{name}:model.attention=none", "--steps", 1, "--out", out) == 2
+    assert "must be a plain file name" in capsys.readouterr().err
+    assert set(tmp_path.iterdir()) == before  # nothing written, in --out or beside it
+    with pytest.raises(AttnmtError, match="plain file name"):
+        Comparison(config, [Variant(name, {})], out)
+
+
+HOLD_THE_LOCK = """
+import sys
+from pathlib import Path
+from attnmt.compare import locked
+with locked(Path(sys.argv[1])):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_two_compares_on_one_out_folder_cannot_run_at_once(tmp_path, capsys):
+    config, out = toy_experiment(tmp_path), tmp_path / "out"
+    out.mkdir()
+    lock = out / "compare.lock"
+    other = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(lock)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline() == "locked\n"
+        assert run("compare", config, "--variant", "b:model.attention=none", "--steps", 1, "--out", out) == 2
+        [error] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("attnmt: error")]
+        assert f"{lock}: another attnmt compare (process {other.pid}) is working in {out}" in error
+        assert sorted(p.name for p in out.iterdir()) == ["compare.lock"]  # nothing prepared or trained
+    finally:
+        other.communicate("")
+    with locked(lock):  # free once the other process has ended
+        assert lock.read_text() == f"{os.getpid()}\n"
+
+
+BENT_RESULTS = [("{not json", "Invalid JSON"), ("", "Invalid JSON"), ("[]", "Input should be an object"),
+                ("[" * 100_000 + "]" * 100_000, "recursion limit"),
+                ('"steps": 2,', '"steps": "2",', "steps: Input should be a valid integer"),
+                ('"reverse": false', '"reverse": 0', "reverse: Input should be a valid boolean"),
+                ('"score": ', '"score": NaN, "x": ', "tests.test.bleu.score: Input should be a finite number"),
+                ('"score": ', '"score": 1e999, "x": ', "tests.test.bleu.score: Input should be a finite number"),
+                ('"score": ', '"score": "high", "x": ', "tests.test.bleu.score: Input should be a valid number"),
+                ('"by_length": [', '"by_length": [{}, ', "tests.test.by_length.0.low: Field required"),
+                ('"seed": 42', '"seed": 7', "seed: 7, but the run in this folder has 42")]
+
+
+@pytest.mark.slow
+def test_hand_edited_results_are_refused_naming_the_file_and_field(tmp_path, capsys):
+    config, out = toy_experiment(tmp_path), tmp_path / "out"
+    argv = ("compare", config, "--variant", "b:model.attention=bahdanau", "--steps", 2, "--out", out, "--no-progress")
+    assert run(*argv) == 0
+    path = out / "b" / "seed42" / "results.json"
+    good = path.read_text()
+    for *edit, message in BENT_RESULTS:
+        assert len(edit) == 1 or edit[0] in good, edit
+        path.write_text(edit[0] if len(edit) == 1 else good.replace(edit[0], edit[1], 1))
+        capsys.readouterr()
+        assert run(*argv) == 2, edit
+        [error] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("attnmt: error")]
+        assert error.startswith(f"attnmt: error: {path}: ") and message in error, error
+    path.write_text(good)
+    assert run(*argv) == 0
+
+
+@pytest.mark.parametrize("schema, text, message", [
+    (ALIGNMENT_ROWS, '{"a": 1}', "Input should be a valid array"),
+    (ALIGNMENT_ROWS, '[{"attention": "x", "shift": false, "links": "argmax", "scores": {"forward": {"aer": Infinity, '
+                     '"precision": 1, "recall": 1, "sentences": 2}}}]', "0.scores.forward.aer: .* finite number"),
+    (ALIGNMENT_ROWS, '[{"attention": "x", "shift": false, "links": "argmax", "scores": {"forward": {"aer": 1e400, '
+                     '"precision": 1, "recall": 1, "sentences": 2}}}]', "0.scores.forward.aer: Input should be a"),
+    (STATISTICAL_SCORES, '{"IBM1": {"forward": {"aer": "0.3"}}}', "IBM1.forward.aer: Input should be a valid number"),
+    (STATISTICAL_SCORES, "[" * 50_000, "Invalid JSON")])
+def test_alignment_results_are_validated_too(tmp_path, schema, text, message):
+    path = tmp_path / "scores.json"
+    path.write_text(text)
+    with pytest.raises(AttnmtError, match=message) as error:
+        read_results(path, schema)
+    assert str(error.value).startswith(f"{path}: ")

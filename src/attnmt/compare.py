@@ -17,21 +17,28 @@ over CONFIG). Everything a variant sees is prepared once, in ``OUT/shared``:
 
 A run whose results.json exists is not trained again; an unfinished one (a checkpoint without
 results) continues with ``resume=True``; a run folder trained with another configuration is an
-error, never silently reused.
+error, never silently reused. The results files read back (each run's results.json and
+alignment.json, eflomal.json) are validated: a file that is not what compare wrote (invalid JSON,
+a number that is not finite, a field of the wrong type) is an error naming the file and the field.
+One compare at a time works in an --out folder: it holds a lock on OUT/compare.lock.
 """
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
+import os
 import re
 import shutil
 import statistics
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from attnmt.config import Config, config_from_dict, load_config
 from attnmt.data import splits
@@ -57,6 +64,13 @@ class Variant:
     @property
     def folder(self) -> str:
         return re.sub(r"[^A-Za-z0-9._=+-]+", "_", self.name)
+
+
+def check_name(name: str):
+    """A variant's name names its folder in --out: it must be a plain file name."""
+    if not name.strip() or name.startswith(".") or any(c in name for c in "/\\\0"):
+        raise AttnmtError(f"variant name {name!r}: a variant's name is the name of its folder in --out, so it must be "
+                          "a plain file name (not empty, not starting with '.', without '/' or '\\')")
 
 
 def merged(base: dict, overrides: dict) -> dict:
@@ -192,6 +206,8 @@ class Comparison:
         if not variants:
             raise AttnmtError("nothing to compare: give variants (--vary FIELD=V1,V2 and/or --variant ...)")
         names = [v.name for v in variants]
+        for name in names:
+            check_name(name)
         if len(set(names)) < len(names) or len({v.folder for v in variants}) < len(variants):
             raise AttnmtError(f"variant names must differ (as folder names too): {names}")
         if (align_pairs is None) != (align_gold is None):
@@ -331,7 +347,7 @@ class Comparison:
 
         path = run.folder / "results.json"
         if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8"))
+            return checked_run_record(path, run)
         translator = load(run.folder)
         record = {"variant": run.variant.name, "seed": run.seed, "reverse": run.reverse, **training_record(run.folder)}
         if not run.reverse:
@@ -361,7 +377,7 @@ class Comparison:
 
         path = forward.folder / "alignment.json"
         if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8"))
+            return read_results(path, ALIGNMENT_ROWS)
         model = load(forward.folder)
         if not model.model.has_attention:
             return None
@@ -384,7 +400,7 @@ class Comparison:
 
         path = self.out / "eflomal.json"
         if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8"))
+            return read_results(path, STATISTICAL_SCORES)
         corpus = read_corpus({"tsv": self.shared / "train.tsv"})
         sure, possible = self._gold()
         start = len(corpus.sources) - len(sure)
@@ -402,6 +418,10 @@ class Comparison:
         data = self.shared_data()
         runs = self.runs(data)  # every variant's config checked before anything is trained
         self.out.mkdir(parents=True, exist_ok=True)
+        with locked(self.out / LOCK):
+            return self._run(runs, data)
+
+    def _run(self, runs: list[Run], data: dict) -> dict:
         self.prepare_shared(data)
         test_sets = self.test_sets()
         records = []
@@ -449,6 +469,128 @@ def compare(config: str | Path, out: str | Path, varies: list[str] = (), variant
     align_pairs, align_gold, one_based, both_directions, threshold, example, log, progress."""
     listed = [v if isinstance(v, Variant) else parse_variant(v) for v in variants]
     return Comparison(config, grid(list(varies)) + listed if varies else listed, out, **options).run()
+
+
+LOCK = "compare.lock"
+
+
+@contextmanager
+def locked(path: Path):
+    """Holds an exclusive lock on ``path`` (created if need be, holding the process id): two
+    compares in one --out would train the same runs at once and mix their records. The kernel
+    drops the lock when the process ends, however it ends."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            by = f" (process {holder})" if holder.isdigit() else ""
+            raise AttnmtError(f"{path}: another attnmt compare{by} is working in {path.parent}; wait for it to end, "
+                              "or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
+# ---------------------------------------------------------------- results read back
+
+
+class _Strict(BaseModel):
+    # strict: no "12" for 12 or true for 1; allow_inf_nan=False: 1e999 and NaN are refused too.
+    # Fields written by other versions are ignored (and left out of the tables).
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
+
+
+class _Metric(_Strict):
+    score: float
+    signature: str
+    detail: str
+
+
+class _Bucket(_Strict):
+    low: int
+    high: int | None
+    sentences: int
+    bleu: float | None
+
+
+class _Failures(_Strict):
+    sentences: int
+    source_words: int | None
+    unattended: int | None
+    over_attended: int | None
+    too_long: int
+    too_short: int
+
+
+class _TestReport(_Strict):
+    bleu: _Metric
+    chrf: _Metric
+    sentences: int
+    by_length: list[_Bucket]
+    beam: int
+    perplexity: float | None = None
+    failures: _Failures | None = None
+
+
+class RunRecord(_Strict):
+    """A run's results.json."""
+
+    variant: str
+    seed: int
+    reverse: bool
+    steps: int
+    minutes: float
+    target_tokens_per_s: float | None
+    sentences_per_s: float | None
+    tests: dict[str, _TestReport] = {}
+
+
+class _LinkScores(_Strict):
+    aer: float
+    precision: float
+    recall: float
+    sentences: int
+
+
+class _AlignmentRow(_Strict):
+    attention: str
+    shift: bool
+    links: str
+    scores: dict[str, _LinkScores]
+
+
+ALIGNMENT_ROWS = TypeAdapter(list[_AlignmentRow])  # a forward run's alignment.json
+STATISTICAL_SCORES = TypeAdapter(dict[str, dict[str, _LinkScores]])  # eflomal.json
+
+
+def read_results(path: Path, schema: TypeAdapter):
+    """A results file as ``schema`` describes it (plain dicts and lists), or AttnmtError naming the
+    file and the field: a file edited by hand must not make the tables wrong without a word."""
+    try:
+        value = schema.validate_json(path.read_bytes())
+    except OSError as e:
+        raise AttnmtError(f"{path}: cannot read: {e.strerror or e}") from None
+    except ValidationError as e:
+        error = e.errors()[0]
+        where = ".".join(map(str, error["loc"]))
+        raise AttnmtError(f"{path}: {where + ': ' if where else ''}{error['msg']}; not the file compare wrote: "
+                          "delete it to score the run again") from None
+    return schema.dump_python(value)
+
+
+def checked_run_record(path: Path, run: Run) -> dict:
+    """A run's results.json, checked, and of that run."""
+    record = read_results(path, TypeAdapter(RunRecord))
+    wanted = {"variant": run.variant.name, "seed": run.seed, "reverse": run.reverse}
+    for key, value in wanted.items():
+        if record[key] != value:
+            raise AttnmtError(f"{path}: {key}: {record[key]!r}, but the run in this folder has {value!r}; not the file "
+                              "compare wrote: delete it to score the run again")
+    return record
 
 
 def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
