@@ -17,6 +17,8 @@ import hashlib
 import io
 import json
 import math
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -40,32 +42,156 @@ class AudioError(AttnmtError):
 
 # ---------------------------------------------------------------- reading
 
+# Sample rates a sound file may have: telephone audio (8 kHz) to studio audio (192 kHz), and
+# the 4 kHz the config allows. A rate outside is refused before decoding: resampling a file
+# that declares 1 Hz to 16 kHz would multiply its samples by 16,000.
+SAMPLE_RATES = (4_000, 192_000)
+# Float sound files hold samples around -1 to 1 (a little over when clipped); far beyond (up to
+# float32's 3.4e38) the power spectrum overflows to infinity. Such files are refused, as NaN and
+# infinite samples are, rather than rescaled: their loudness says they are not sound.
+MAX_AMPLITUDE = 1000.0
+BLOCK_SAMPLES = 1 << 20  # samples (frames x channels) decoded at a time: 4 MB of float32
+UNKNOWN_FRAMES = 2**63 - 1  # what libsndfile says of a file whose header gives no length (a streamed FLAC)
 
-def decode_audio(data: bytes | Path, sample_rate: int, name: str) -> np.ndarray:
-    """The samples of a sound file (a path, or the file's bytes) as mono float32 at ``sample_rate``."""
+
+@dataclass(frozen=True)
+class AudioHeader:
+    """What a sound file's header declares: read before any sample is decoded."""
+
+    frames: int  # samples per channel; UNKNOWN_FRAMES if the header does not say
+    rate: int
+    channels: int
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.frames == UNKNOWN_FRAMES else self.frames / self.rate
+
+
+def _source(data: bytes | Path, name: str):
+    """What soundfile opens: the bytes as a file, or the path once it is known to be a regular
+    file (opening a FIFO would wait for a writer, and /dev/zero never ends)."""
+    if isinstance(data, bytes):
+        return io.BytesIO(data)
+    try:
+        mode = data.stat().st_mode
+    except FileNotFoundError:
+        raise AudioError(f"{name}: no such file") from None
+    except OSError as e:
+        raise AudioError(f"{name}: cannot read ({e.strerror or e})") from None
+    if stat.S_ISDIR(mode):
+        raise AudioError(f"{name}: is a directory, not a sound file")
+    if not stat.S_ISREG(mode):
+        raise AudioError(f"{name}: not a regular file (a FIFO, device or socket), not a sound file")
+    return data
+
+
+def _reason(error: Exception, name: str) -> str:
+    """soundfile's message without the file object it names (``<_io.BytesIO object at 0x...>``:
+    a heap address, which tells the user nothing and an attacker something)."""
+    text = getattr(error, "error_string", None) or str(error)
+    return re.sub(r"<[^<>]* at 0x[0-9a-fA-F]+>", name, text)
+
+
+def open_audio(data: bytes | Path, name: str):
+    """The open soundfile.SoundFile of a sound file (a path, or the file's bytes)."""
     import soundfile
 
-    if isinstance(data, Path) and not data.is_file():
-        raise AudioError(f"{name}: no such file")
+    source = _source(data, name)
     try:
-        samples, rate = soundfile.read(io.BytesIO(data) if isinstance(data, bytes) else data, dtype="float32",
-                                       always_2d=True)
+        return soundfile.SoundFile(source)
     except (soundfile.LibsndfileError, RuntimeError, TypeError, OSError) as e:
-        raise AudioError(f"{name}: cannot read audio ({e})") from None
-    samples = samples.mean(axis=1)  # channels averaged
+        raise AudioError(f"{name}: cannot read audio ({_reason(e, name)})") from None
+
+
+def audio_header(data: bytes | Path, name: str, max_seconds: float | None = None) -> AudioHeader:
+    """The frames, rate and channels a sound file declares, without decoding it; AudioError for
+    a rate outside SAMPLE_RATES or a declared duration over ``max_seconds``."""
+    with open_audio(data, name) as f:
+        return _checked_header(AudioHeader(f.frames, f.samplerate, f.channels), name, max_seconds)
+
+
+def _checked_header(header: AudioHeader, name: str, max_seconds: float | None) -> AudioHeader:
+    low, high = SAMPLE_RATES
+    if not low <= header.rate <= high:
+        raise AudioError(f"{name}: a sample rate of {header.rate:,} Hz; sound files of {low:,} to {high:,} Hz are read")
+    if header.frames == 0:
+        raise AudioError(f"{name}: empty audio (no samples)")
+    if max_seconds is not None and header.seconds is not None and header.seconds > max_seconds:
+        raise AudioError(too_long(name, header.seconds, max_seconds))
+    return header
+
+
+def too_long(name: str, seconds: float, max_seconds: float) -> str:
+    return f"{name}: {seconds:.1f} s of audio, longer than speech.max_seconds ({max_seconds:g})"
+
+
+def decode_audio(data: bytes | Path, sample_rate: int, name: str, max_seconds: float | None = None,
+                 check: Callable[[], None] | None = None) -> np.ndarray:
+    """The samples of a sound file (a path, or the file's bytes) as mono float32 at ``sample_rate``.
+
+    The header is checked first (rate, declared duration), then the file is decoded in blocks,
+    so that neither a forged length nor a file longer than it says (a FLAC header may say anything)
+    can make it read more than ``max_seconds`` (and one block): decoding stops there. ``check`` is
+    called between blocks (it may raise to stop: the server's time limit)."""
+    with open_audio(data, name) as f:
+        header = _checked_header(AudioHeader(f.frames, f.samplerate, f.channels), name, max_seconds)
+        samples = _decode_blocks(f, header, name, max_seconds, check or (lambda: None))
     if samples.size == 0:
         raise AudioError(f"{name}: empty audio (no samples)")
     if not np.isfinite(samples).all():
-        raise AudioError(f"{name}: audio samples that are not numbers")
-    if rate != sample_rate:
+        raise AudioError(f"{name}: audio samples that are not numbers (NaN or infinite)")
+    peak = float(np.abs(samples).max())
+    if peak > MAX_AMPLITUDE:
+        raise AudioError(f"{name}: audio samples up to {peak:.3g}; sound is within -1 to 1 (float files may go a "
+                         f"little over), and samples beyond {MAX_AMPLITUDE:g} are refused")
+    if header.rate != sample_rate:
         import soxr
 
-        samples = soxr.resample(samples, rate, sample_rate).astype(np.float32)
+        samples = soxr.resample(samples, header.rate, sample_rate).astype(np.float32)
     return samples
 
 
-def read_audio(path: Path, sample_rate: int) -> np.ndarray:
-    return decode_audio(Path(path), sample_rate, str(path))
+def _decode_blocks(f, header: AudioHeader, name: str, max_seconds: float | None, check) -> np.ndarray:
+    """The samples of open file ``f``, channels averaged, read a block at a time."""
+    limit = None if max_seconds is None else math.floor(max_seconds * header.rate)
+    block = np.empty((max(1, BLOCK_SAMPLES // header.channels), header.channels), np.float32)
+    blocks, total, more = [], 0, True
+    while more:
+        check()
+        read, more = _read_block(f, block, name, first=not blocks)
+        blocks.append(block[:read].mean(axis=1))  # channels averaged
+        total += read
+        if limit is not None and total > limit:
+            raise AudioError(f"{name}: more than {max_seconds} s of audio, the limit of speech.max_seconds, though "
+                             "its header does not say so: decoding stopped there")
+    return np.concatenate(blocks)
+
+
+def _read_block(f, block: np.ndarray, name: str, first: bool) -> tuple[int, bool]:
+    """Reads the next frames of ``f`` into ``block``: (frames read, whether more may follow)."""
+    import soundfile
+
+    block.fill(np.nan)  # what a failed read left unwritten (see below)
+    try:
+        read = len(f.read(len(block), dtype="float32", always_2d=True, out=block))
+        return read, read == len(block)
+    except (soundfile.LibsndfileError, RuntimeError) as e:
+        # A header promising more than the file holds (or no length at all) makes soundfile fail
+        # after the last samples were read, when it moves past them: keep those, and stop.
+        read = _written(block)
+        if first and read == 0:
+            raise AudioError(f"{name}: cannot read audio ({_reason(e, name)})") from None
+        return read, False
+
+
+def _written(block: np.ndarray) -> int:
+    """The frames at the start of ``block`` that a read wrote (the rest is still NaN)."""
+    unwritten = np.isnan(block).all(axis=1)
+    return len(block) - int(np.argmin(unwritten[::-1])) if not unwritten.all() else 0
+
+
+def read_audio(path: Path, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
+    return decode_audio(Path(path), sample_rate, str(path), max_seconds)
 
 
 # ---------------------------------------------------------------- features
@@ -110,14 +236,21 @@ def log_mel(samples: np.ndarray | torch.Tensor, settings: SpeechConfig) -> torch
     return torch.log(power @ mel_filterbank(n_fft, settings.sample_rate, settings.n_mels) + LOG_FLOOR)
 
 
-def audio_features(data: bytes | Path, settings: SpeechConfig, name: str) -> torch.Tensor:
+def feature_frames(header: AudioHeader, settings: SpeechConfig, max_seconds: float) -> int:
+    """The log-mel frames of a sound file at most, from its header (a file that gives no length
+    counts as ``max_seconds`` long: decoding stops there): what its work is reckoned from."""
+    seconds = max_seconds if header.seconds is None else min(header.seconds, max_seconds)
+    window, hop, _ = frame_sizes(settings)
+    samples = math.ceil(seconds * settings.sample_rate)
+    return 1 + max(0, samples - window) // hop
+
+
+def audio_features(data: bytes | Path, settings: SpeechConfig, name: str,
+                   check: Callable[[], None] | None = None) -> torch.Tensor:
     """The log-mels of one sound file, or AudioError if it is unusable (also when longer than
-    settings.max_seconds)."""
-    samples = decode_audio(data, settings.sample_rate, name)
-    seconds = samples.size / settings.sample_rate
-    if seconds > settings.max_seconds:
-        raise AudioError(f"{name}: {seconds:.1f} s of audio, longer than speech.max_seconds ({settings.max_seconds})")
-    return log_mel(samples, settings)
+    settings.max_seconds, which is known before decoding but for a header that lies); ``check``:
+    see decode_audio."""
+    return log_mel(decode_audio(data, settings.sample_rate, name, settings.max_seconds, check), settings)
 
 
 # ---------------------------------------------------------------- corpora and the cache
@@ -152,8 +285,8 @@ def _fingerprint(tsv: Path, paths: list[str], settings: SpeechConfig) -> str:
     digest.update(Path(tsv).read_bytes())
     for path in paths:
         try:
-            stat = (Path(tsv).parent / path).stat()
-            digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+            info = (Path(tsv).parent / path).stat()
+            digest.update(f"{path}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
         except OSError:
             digest.update(f"{path}\0missing\n".encode())
     return digest.hexdigest()
