@@ -4,18 +4,27 @@ not files (a FIFO, /dev/zero, a folder), sizes counted in base64, speech request
 limit, and a list of sound files with bad lines. Every hostile file is made here. Memory bounds
 are checked by what is decoded (soundfile's reads counted), not by measuring the process."""
 
+import base64
 import io
 import os
 import re
+import threading
+import time
 
 import numpy as np
 import pytest
 import soundfile
+import torch
 
 import attnmt.data.audio as audio
+from attnmt.api import load
 from attnmt.data.audio import AudioError, decode_audio
+from attnmt.serve import ServerLimits, create_app
+from attnmt.training import train
 
-from speech_helpers import RATE, tone_utterance
+from conftest import WAIT, local_client, random_strings, reverse, toy_config
+from speech_helpers import RATE, random_texts, speech_config, tone_utterance, write_tone_corpus
+from test_serve import assert_error, run_cli
 
 STREAMINFO = 8  # bytes before FLAC's STREAMINFO block: "fLaC" and the block's header
 
@@ -124,3 +133,203 @@ def test_error_messages_name_the_file_not_a_heap_address():
     with pytest.raises(AudioError) as error:
         decode_audio(b"RIFF junk that is no sound file", RATE, "audio[2]")
     assert str(error.value).startswith("audio[2]: cannot read audio (") and " at 0x" not in str(error.value)
+
+
+def test_decoding_stops_between_blocks_when_told(decoded, monkeypatch):
+    """The server's time limit reaches into decoding: ``check`` is called between blocks."""
+    monkeypatch.setattr(audio, "BLOCK_SAMPLES", 4096)
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) > 2:
+            raise TimeoutError("past the deadline")
+
+    with pytest.raises(TimeoutError):
+        decode_audio(flac(5.0), RATE, "a", max_seconds=30, check=check)
+    assert decoded == [4096, 4096]
+
+
+# --- the HTTP API: points 1-4 and 10 over HTTP ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_speech(tmp_path_factory):
+    """A speech model trained one step (a second; its imports aside): it ends no transcript before its
+    length limit, so each request does the most work it can."""
+    folder = tmp_path_factory.mktemp("tiny-speech")
+    config = speech_config(folder, write_tone_corpus(folder, "train", random_texts(4, seed=1)), steps=1)
+    config.experiment_dir = folder / "tones"
+    torch.manual_seed(0)
+    train(config, log=lambda m: None, progress=False)
+    return config.experiment_dir
+
+
+@pytest.fixture
+def spied(tiny_speech, monkeypatch):
+    """(app, client, calls): calls records every sound file the model decodes and every transcription."""
+    def serve(limits: ServerLimits):
+        app = create_app([tiny_speech], limits)
+        translator = app.state.models["tones"].translator
+        for name in ("features", "transcribe_features", "trace_features"):
+            real = getattr(translator, name)
+            monkeypatch.setattr(translator, name, lambda *a, real=real, name=name, **k: calls.append(name) or
+                                real(*a, **k))
+        return local_client(app)
+
+    calls = []
+    return serve, calls
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def silence(seconds: float, format="FLAC") -> bytes:
+    return sound(np.zeros(int(seconds * RATE), np.float32), format=format)
+
+
+REFUSED = [  # (name, body, limits, fragments of the 422): nothing decoded for any
+    ("forged FLAC length", {"audio": b64(flac(1.0, total_samples=2**36 - 1))}, {},
+     ["audio: 4294967.3 s of audio, longer than"]),
+    ("1 Hz WAV", {"audio": [b64(silence(0.1, "WAV")), b64(sound(np.zeros(20_000), 1, subtype="PCM_U8"))]}, {},
+     ["audio[1]: a sample rate of 1 Hz"]),
+    ("30 s of silence at beam 16", {"audio": b64(silence(30)), "beam": 16}, {},
+     ["asks for 12016 units of work (beam 16 x (encoder states + 1)", "30.0 s of audio", "the limit is 4112"]),
+    ("two files over the work", {"audio": [b64(silence(3))] * 2, "beam": 8}, {"max_work": 1000},
+     ["asks for 1216 units of work", "the limit is 1000", "smaller beam"]),
+    ("attention matrices", {"audio": b64(silence(3)), "beam": 3, "n_best": 3}, {"max_answer_values": 10_000},
+     ["could hold up to 21150 attention weights (3 matrices per sound file of up to 94 characters",
+      '"attention": false']),
+    ("one byte over", {"audio": b64(silence(1, "WAV") + b"\0")}, {"max_audio_bytes": len(silence(1, "WAV"))},
+     ["audio is 32,045 bytes (decoded from base64); the limit is 32,044"]),
+]
+
+
+@pytest.mark.parametrize("body, limits, fragments", [case[1:] for case in REFUSED], ids=[c[0] for c in REFUSED])
+def test_speech_requests_over_the_limits_are_refused_before_decoding(spied, body, limits, fragments):
+    serve, calls = spied
+    with serve(ServerLimits(**limits)) as client:
+        assert_error(client.post("/translate", json=body), 422, *fragments)
+    assert calls == []
+
+
+def test_the_byte_limit_counts_bytes_not_base64_characters():
+    """(the case of REFUSED above: one byte over the limit has as many base64 characters)"""
+    from attnmt.serve.limits import base64_length
+
+    size = len(silence(1, "WAV"))
+    assert base64_length(size + 1) == base64_length(size)
+
+
+def test_speech_requests_within_the_limits_are_answered(spied):
+    serve, calls = spied
+    body = {"audio": b64(silence(3)), "beam": 3, "n_best": 3}
+    with serve(ServerLimits(max_answer_values=10_000)) as client:
+        answer = client.post("/translate", json={**body, "attention": False})
+        assert answer.status_code == 200, answer.text
+        assert len(answer.json()["translations"][0]["candidates"]) == 3
+        assert client.post("/translate", json={**body, "n_best": 1}).status_code == 200  # 7,200 weights at most
+    assert calls.count("transcribe_features") == 2
+
+
+@pytest.mark.parametrize("path", ["/translate", "/trace"])
+@pytest.mark.parametrize("value, fragment", [(3.4e38, "audio samples up to 3.4e+38"),
+                                             (np.nan, "audio samples that are not numbers")])
+def test_samples_that_are_not_sound_are_a_422_naming_the_problem(spied, path, value, fragment):
+    serve, calls = spied
+    samples = tone_utterance("ab")
+    samples[::7] = value
+    with serve(ServerLimits()) as client:
+        assert_error(client.post(path, json={"audio": b64(sound(samples, subtype="FLOAT"))}), 422,
+                     f"audio: {fragment}")
+    assert "transcribe_features" not in calls and "trace_features" not in calls
+
+
+def test_classify_on_a_speech_model_says_it_transcribes(spied):
+    serve, _ = spied
+    with serve(ServerLimits()) as client:
+        assert_error(client.post("/classify", json={"premise": "a", "hypothesis": "b"}), 422,
+                     "'tones' is a speech model (it transcribes audio): use /translate or /trace")
+
+
+def test_a_speech_request_past_its_limit_stops_after_the_chunk_under_way(tiny_speech, monkeypatch):
+    """Files of a request are decoded and transcribed in chunks; past the time limit, the 503 comes
+    and the chunks after the one under way are not decoded (point 9: nothing outlives its request)."""
+    app = create_app([tiny_speech], ServerLimits(max_work=4 * 2 * 26, timeout=1.0))  # 4 files of 25 states, beam 2
+    model = app.state.models["tones"]
+    release, transcribed = threading.Event(), []
+    real = model.translator.transcribe_features
+
+    def slow(features, *args):
+        release.wait(WAIT)  # the first chunk computes until the test lets it go
+        transcribed.append(len(features))
+        return real(features, *args)
+
+    monkeypatch.setattr(model.translator, "transcribe_features", slow)
+    with local_client(app) as client:
+        response = client.post("/translate", json={"audio": [b64(silence(1))] * 4, "beam": 2})
+        assert_error(response, 503, "longer than the limit of 1 s")
+        release.set()
+        deadline = time.monotonic() + WAIT
+        while model.lock.locked() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not model.lock.locked()
+    assert transcribed == [2]  # the chunk under way only (chunks of half of max_work: 2 files)
+
+
+# --- point 10: `attnmt translate` of a list of sound files with bad lines ---------------------------------
+
+
+def test_bad_lines_of_a_sound_file_list_cost_only_themselves(tiny_speech, tmp_path):
+    good = tmp_path / "good.wav"
+    soundfile.write(good, tone_utterance("abc"), RATE)
+    fifo = tmp_path / "fifo.wav"
+    os.mkfifo(fifo)
+    lines = [good, tmp_path / "missing.wav", tmp_path, fifo, "/dev/zero", "", good]
+    paths = tmp_path / "paths.txt"
+    paths.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    out = tmp_path / "out.txt"
+    code, _, err = run_cli("translate", tiny_speech, "-i", paths, "-o", out, "--beam", "1")
+    assert code == 2
+    [expected] = load(tiny_speech).transcribe([good], beam=1)
+    assert out.read_text(encoding="utf-8").split("\n") == [expected.text, "", "", "", "", "", expected.text, ""]
+    assert f"{paths}, line 2: {tmp_path / 'missing.wav'}: no such file" in err
+    assert f"line 3: {tmp_path}: is a directory" in err and f"line 4: {fifo}: not a regular file" in err
+    assert "line 5: /dev/zero: not a regular file" in err and "line 6" not in err
+    assert "4 of 7 sound file(s) not transcribed (empty lines in the output); first: line 2" in err
+
+
+# --- point 9: /attention of a Transformer bounds its answer before the work ------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_step_transformer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("transformer")
+    pairs = [(s, reverse(s)) for s in random_strings(50, 3, 8, seed=1)]
+    config = toy_config(folder, pairs, model={"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32,
+                                              "encoder_layers": 2, "decoder_layers": 1},
+                        training={"max_steps": 1, "validate_every": 1, "threads": 1})
+    train(config, log=lambda m: None, progress=False)
+    return config.experiment_dir
+
+
+def test_attention_weights_that_could_be_too_many_are_refused_before_the_work(one_step_transformer, monkeypatch):
+    """layers x heads x (S x S + T x T + T x S): known before the work from the source, and the forced
+    translation or else the output length limit."""
+    app = create_app([one_step_transformer], ServerLimits(max_answer_values=1000))
+    translator = app.state.models[one_step_transformer.name].translator
+    calls = []
+    real = translator.attention
+    monkeypatch.setattr(translator, "attention", lambda *a: calls.append(a) or real(*a))
+    with local_client(app) as client:
+        assert_error(client.post("/attention", json={"text": "abcdefghij"}), 422,
+                              "could hold up to", "2 encoder and 1 decoder layers x 2 heads", "the limit is 1000")
+        assert calls == []
+        answer = client.post("/attention", json={"text": "abcdefghij", "translation": "ab"})  # a shorter output
+        assert answer.status_code == 200, answer.text
+        maps = answer.json()
+        held = sum(np.size(maps[k]) for k in ("encoder", "decoder", "cross"))
+        source, forced = len(maps["source_tokens"]), len(maps["tokens"])
+        assert held == 2 * (2 * source ** 2 + forced ** 2 + forced * source) <= 1000  # the bound, exactly
+        assert len(calls) == 1

@@ -134,8 +134,12 @@ def cmd_translate(args):
         raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
                           "config); give a larger --beam")
     lines = _read_input(args.input)
+    unusable = {}  # speech: line index -> why its sound file was not transcribed
     if model.config.task == "speech":  # lines of sound file paths
-        translations = model.transcribe(lines, beam=args.beam, n_best=args.n_best, batch_size=args.batch_size)
+        translations, unusable = model.transcribe_files(lines, beam=args.beam, n_best=args.n_best,
+                                                        batch_size=args.batch_size)
+        for i, message in unusable.items():
+            _log(f"attnmt: warning: {args.input or '<stdin>'}, line {i + 1}: {message}; an empty line written")
     else:
         translations = _translate_lines(model, lines, args, args.n_best, args.input or "<stdin>")
     out = _open_output(args.output)
@@ -149,6 +153,10 @@ def cmd_translate(args):
     finally:
         if out is not sys.stdout:
             out.close()
+    if unusable:
+        first = min(unusable)
+        raise AttnmtError(f"{len(unusable)} of {len(lines)} sound file(s) not transcribed (empty lines in the output); "
+                          f"first: line {first + 1}: {unusable[first]}")
 
 
 def cmd_classify(args):

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
-from attnmt.api import Translation, Translator, _inside
+from attnmt.api import Candidate, Translation, Translator, _inside
 from attnmt.config import SpeechConfig
 from attnmt.data.audio import SpeechCorpus, audio_features, load_speech_corpus
 from attnmt.data.batching import inference_batches, target_tensors
@@ -57,11 +58,17 @@ class Recognizer(Translator):
     def frames_per_state(self) -> int:
         return self.config.speech.subsample
 
-    def features(self, audio: Audio, name: str | None = None, settings: SpeechConfig | None = None) -> torch.Tensor:
+    def features(self, audio: Audio, name: str | None = None, settings: SpeechConfig | None = None,
+                 check: Callable[[], None] | None = None) -> torch.Tensor:
         """The log-mels (frames, n_mels) of a sound file; AttnmtError if it cannot be used (or is
-        longer than max_seconds of ``settings``, by default the model's)."""
+        longer than max_seconds of ``settings``, by default the model's). ``check`` is called
+        between blocks of decoding, and may raise to stop it (attnmt.data.audio.decode_audio)."""
         return audio_features(audio if isinstance(audio, bytes) else Path(audio), settings or self.config.speech,
-                              name or ("audio" if isinstance(audio, bytes) else str(audio)))
+                              name or ("audio" if isinstance(audio, bytes) else str(audio)), check)
+
+    def encoder_states(self, frames: list[int]) -> list[int]:
+        """The encoder states of utterances of these feature frame counts."""
+        return self.model.encoder_lengths(torch.tensor(frames, device="cpu")).tolist()
 
     def read_corpus(self, tsv: Path, log=print, cache: Path | None = None) -> SpeechCorpus:
         """The utterances of a TSV file of audio paths and transcripts (unusable files skipped and
@@ -76,6 +83,26 @@ class Recognizer(Translator):
         names = names or [("audio" if isinstance(a, bytes) else str(a)) for a in audios]
         features = [self.features(audio, name) for audio, name in zip(audios, names)]
         return self.transcribe_features(features, beam, n_best, batch_size, names)
+
+    def transcribe_files(self, paths: list[str], beam: int | None = None, n_best: int = 1,
+                         batch_size: int | None = None) -> tuple[list[Transcription], dict[int, str]]:
+        """The transcript of each sound file of a list (`attnmt translate`), and the errors by index:
+        a file that cannot be used (missing, not a sound file, too long ...) gives an empty
+        transcript and its error, so that one bad line does not cost the others; an empty line
+        gives an empty transcript, as an empty line of text does."""
+        features, errors = {}, {}
+        for i, path in enumerate(paths):
+            if path.strip():
+                try:
+                    features[i] = self.features(path)
+                except AttnmtError as e:
+                    errors[i] = str(e)
+        done = self.transcribe_features(list(features.values()), beam, n_best, batch_size,
+                                        [paths[i] for i in features])
+        results = [Transcription(path, [], [Candidate("", [], 0.0, None)]) for path in paths]
+        for i, transcription in zip(features, done):
+            results[i] = transcription
+        return results, errors
 
     def transcribe_features(self, features: list[torch.Tensor], beam: int | None = None, n_best: int = 1,
                             batch_size: int | None = None, names: list[str] | None = None) -> list[Transcription]:
@@ -122,7 +149,7 @@ class Recognizer(Translator):
     def state_labels(self, frames: int) -> list[str]:
         """The start time of each encoder state, e.g. "0.32s": the source tokens of speech."""
         step = self.frames_per_state * self.config.speech.hop_ms / 1000
-        states = int(self.model.encoder_lengths(torch.tensor([frames], device="cpu")))
+        [states] = self.encoder_states([frames])
         return [f"{i * step:.2f}s" for i in range(states)]
 
     def translate(self, texts, *args, **kwargs):

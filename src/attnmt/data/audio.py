@@ -122,7 +122,7 @@ def _checked_header(header: AudioHeader, name: str, max_seconds: float | None) -
 
 
 def too_long(name: str, seconds: float, max_seconds: float) -> str:
-    return f"{name}: {seconds:.1f} s of audio, longer than speech.max_seconds ({max_seconds:g})"
+    return f"{name}: {seconds:.1f} s of audio, longer than speech.max_seconds ({max_seconds})"
 
 
 def decode_audio(data: bytes | Path, sample_rate: int, name: str, max_seconds: float | None = None,

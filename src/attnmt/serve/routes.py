@@ -101,6 +101,23 @@ def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: S
                                  f"{limits.max_answer_values}: {REDUCE_TRANSLATION}")
 
 
+def check_attention_maps(model: LoadedModel, tokens: int, forced: Optional[int], limits: ServerLimits):
+    """422 before any work for /attention weights that could exceed ``max_answer_values``: every
+    layer and head of a Transformer, encoder S x S, decoder T x T and cross T x S, where S is the
+    source tokens + 1 and T the forced translation's tokens + 1, or else the output length limit."""
+    m, dc = model.translator.config.model, model.translator.config.decoding
+    source = tokens + 1  # + 1: the end of sentence
+    [output] = (max_output_lengths(torch.tensor([source]), dc.max_length_ratio, dc.max_length_offset)
+                if forced is None else [forced])
+    output += 1  # the end of sentence
+    bound = m.heads * (m.encoder_layers * source * source + m.decoder_layers * (output * output + output * source))
+    if bound > limits.max_answer_values:
+        raise HTTPException(422, f"the answer could hold up to {bound} attention weights ({m.encoder_layers} encoder "
+                                 f"and {m.decoder_layers} decoder layers x {m.heads} heads, {source} source and up to "
+                                 f"{output} output tokens); the limit is {limits.max_answer_values}: send a shorter "
+                                 "text (or translation)")
+
+
 REDUCE_TRANSLATION = 'ask for "attention": false, a smaller n_best, or fewer or shorter texts'
 
 
@@ -188,8 +205,10 @@ async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     tokens = check_tokens(model, [body.text], limits, single=True)
     if body.translation is None:  # translated first, with the model's beam
         check_work(tokens, model.translator.config.decoding.beam, limits)
+        forced = None
     else:
-        check_tokens(model, [body.translation], limits, single=True, field="translation", side="tgt")
+        [forced] = check_tokens(model, [body.translation], limits, single=True, field="translation", side="tgt")
+    check_attention_maps(model, tokens[0], forced, limits)
     maps = await model.run(model.translator.attention, body.text, body.translation, deadline=deadline)
     return await answer(AttentionResponse, maps, limits, model=model.name,
                         reduce="send a shorter text (or translation)")
@@ -222,6 +241,13 @@ def model_routes(limits: ServerLimits) -> APIRouter:
     return routes
 
 
+WRONG_ENDPOINT = {  # by the model's task: what it does, where to ask
+    "pairs": "'{name}' is a sentence-pair classifier: use /classify",
+    "translation": "/classify is for sentence-pair models; '{name}' is a translation model: use /translate",
+    "speech": "/classify is for sentence-pair models; '{name}' is a speech model (it transcribes audio): use "
+              "/translate or /trace with audio"}
+
+
 def _endpoint(handler, request_model):
     """``handler`` as a FastAPI endpoint taking a body of ``request_model``."""
 
@@ -229,8 +255,7 @@ def _endpoint(handler, request_model):
         deadline = getattr(request.state, "arrived", time.monotonic()) + limits.timeout
         model = find_model(models, body.model)
         if (model.task == "pairs") != (handler is classify):
-            raise HTTPException(422, f"'{model.name}' is a sentence-pair classifier: use /classify" if model.task ==
-                                "pairs" else f"/classify is for sentence-pair models; '{model.name}' translates")
+            raise HTTPException(422, WRONG_ENDPOINT[model.task].format(name=model.name))
         return await handler(body, model, limits, deadline)
 
     endpoint.__name__, endpoint.__doc__ = handler.__name__, handler.__doc__  # for /docs
