@@ -372,12 +372,24 @@ def test_translate_input_errors(tmp_path):
 # ---------------------------------------------------------------- help and usage
 
 
-@pytest.mark.parametrize("command", ["prepare", "train", "translate", "evaluate", "quickstart"])
+@pytest.mark.parametrize("command", ["prepare", "train", "translate", "evaluate", "quickstart", "info"])
 def test_help_exits_0(command, capsys):
     with pytest.raises(SystemExit) as info:
         main([command, "--help"])
     assert info.value.code == 0
     assert "usage: attnmt " + command in capsys.readouterr().out
+
+
+def test_help_names_the_explorer_and_every_figure_format(capsys):
+    for command, words in (("serve", ["explorer", "/docs"]), ("plot", ["GIF", "HTML", "PNG", "SVG"])):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = capsys.readouterr().out
+        assert all(word in text for word in words), (command, text)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    summary = capsys.readouterr().out
+    assert "explorer page" in summary and "GIF" in summary and "info" in summary
 
 
 def test_usage_errors_exit_2(capsys):

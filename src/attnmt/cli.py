@@ -1,4 +1,4 @@
-"""The ``attnmt`` command line: prepare, train, translate, evaluate, quickstart."""
+"""The ``attnmt`` command line: prepare, train, translate, evaluate, quickstart, plot, serve, info, ..."""
 
 from __future__ import annotations
 
@@ -378,6 +378,13 @@ def cmd_serve(args):
     run_server(app, host=args.host, port=args.port, log_level=args.log_level)
 
 
+def cmd_info(args):
+    from attnmt.info import format_info, model_info
+
+    info = model_info(args.model_dir)
+    print(json.dumps(info, indent=2) if args.json else format_info(info))
+
+
 def cmd_plot(args):
     """Figures of one sentence (heatmap, encoder states, decoder steps, GIF) and/or training curves:
     the options as a FigureRequest; attnmt.viz.plan chooses, checks and builds the figures."""
@@ -561,7 +568,12 @@ def build_parser() -> argparse.ArgumentParser:
     from attnmt.serve.limits import ServerLimits  # without FastAPI: cheap to import
 
     limits = ServerLimits()  # the defaults of the limits are those of create_app
-    p = sub.add_parser("serve", help="HTTP API: translate, trace and list models (loopback by default)")
+    p = sub.add_parser("serve", help="the explorer page (at /: translate, heatmaps, step through the decoding, beam "
+                                     "tree, compare models) and the HTTP API (/docs); loopback by default",
+                       description="Serves the explorer page at http://HOST:PORT/ (type a sentence, see its "
+                                   "attention, step through the decoding, compare models: docs/explorer.md) and the "
+                                   "HTTP API (POST /translate, /trace, /beam, ...; OpenAPI documentation at /docs: "
+                                   "docs/http-api.md).")
     p.add_argument("model_dir", nargs="+", metavar="[NAME=]DIR",
                    help="trained model folder(s), named after the folder or NAME (letters, digits, . - _)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -598,8 +610,12 @@ def build_parser() -> argparse.ArgumentParser:
     threads_option(p)
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=cmd_serve)
-    p = sub.add_parser("plot", help="draw attention (heatmap, encoder states, decoder steps, GIF) or training "
-                                    "curves as PNG/SVG files")
+    p = sub.add_parser("plot", help="draw attention (heatmap, encoder states, decoder steps, GIF animation, HTML "
+                                    "heatmap) or training curves into PNG, SVG, GIF or HTML files",
+                       description="Figures of one sentence and of training, each written to the file its option "
+                                   "names: PNG or SVG (by the suffix), --gif FILE.gif (the decoding as an "
+                                   "animation), --out FILE.html (the heatmap as a standalone HTML page). "
+                                   "See docs/visualization.md.")
     p.add_argument("model_dir", help="folder of a trained model; for --curves alone also a metrics.jsonl file")
     p.add_argument("sentence", nargs="?", help="source sentence to translate and draw (speech models: a sound "
                                                "file, drawn with its spectrogram)")
@@ -617,7 +633,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", nargs=2, action="append", metavar=("K", "FILE"),
                    help="decoder step K (counting from 0) in detail (.png or .svg); may be repeated")
     p.add_argument("--top-k", type=_positive, default=5, help="next-token candidates shown by --step")
-    p.add_argument("--gif", metavar="FILE", help="animation of the decoding, one frame per step (.gif)")
+    p.add_argument("--gif", metavar="FILE", help="animated GIF of the decoding, one frame per step (.gif)")
     p.add_argument("--fps", type=float, default=1.0, help="frames per second of --gif")
     p.add_argument("--curves", metavar="FILE",
                    help="training curves (loss, perplexity, BLEU) from MODEL_DIR/metrics.jsonl (.png or .svg)")
@@ -637,6 +653,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a sentence-pair model: the softmax drawn, over the hypothesis for each premise word "
                         "(default) or over the premise for each hypothesis word")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("info", help="what a trained model folder holds: task, model, parameters, vocabularies, "
+                                    "data, training and scores")
+    p.add_argument("model_dir", help="folder of a trained model (its experiment_dir)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_info)
     return parser
 
 

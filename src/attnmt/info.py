@@ -1,0 +1,120 @@
+"""`attnmt info MODEL_DIR`: what a trained model folder holds, without translating anything:
+its task and model, its size (parameters, vocabularies), the data it was trained on, how far it
+was trained, and its scores (the best validation and the test sets, from metrics.jsonl)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attnmt.checkpoint import read_trainer_state
+
+# Fields of a metrics record that are bookkeeping, not scores
+NOT_SCORES = {"type", "step", "epoch", "seconds", "lr", "best", "name", "sentences", "beam", "utterances"}
+
+
+def model_info(folder: str | Path) -> dict:
+    """A JSON-serialisable summary of a trained model folder (AttnmtError if it is not one)."""
+    from attnmt.api import load
+
+    folder = Path(folder)
+    model = load(folder)  # checks the folder, the config and the weights' checksum
+    config = model.config
+    info = {"folder": str(folder), "task": config.task, "model": _architecture(config),
+            "parameters": sum(p.numel() for p in model.model.parameters()),
+            "vocabularies": _vocabularies(model), "data": _data(config)}
+    last = folder / "last.safetensors"
+    if last.is_file():
+        state = read_trainer_state(last)
+        minutes = round(state["seconds"] / 60, 2)
+        info["training"] = {"steps": state["step"], "epochs": state["epoch"], "minutes": minutes,
+                            "stopped_early": bool(state.get("stopped_early"))}
+    info["scores"] = _scores(folder / "metrics.jsonl")
+    return info
+
+
+def _architecture(config) -> str:
+    m = config.model
+    if config.task == "pairs":
+        return (f"decomposable attention, hidden {m.hidden_size}, embeddings {m.embedding_size}"
+                f"{', intra-sentence attention' if m.intra_attention else ''}")
+    if m.type == "transformer":
+        return (f"transformer, d_model {m.d_model}, {m.heads} heads, {m.encoder_layers}+{m.decoder_layers} layers, "
+                f"feed-forward {m.feed_forward}")
+    encoder = f"{'bidirectional ' if m.bidirectional else ''}{m.rnn_type} encoder {m.encoder_layers}x{m.encoder_hidden}"
+    if config.task == "speech":
+        encoder = f"{config.speech.n_mels} log-mels, {encoder}"
+    return f"rnn, {m.attention} attention, {encoder}, decoder {m.decoder_layers}x{m.decoder_hidden}"
+
+
+def _vocabularies(model) -> dict:
+    """Sizes of the vocabularies: source and target, or one joint (and a classifier's labels)."""
+    kind = model.config.data.subwords.type
+    if hasattr(model, "labels"):  # a sentence-pair classifier: one vocabulary, and the classes
+        return {"joint": len(model.subwords), "type": kind, "labels": list(model.labels)}
+    if model.src_subwords is model.tgt_subwords:
+        return {"joint": len(model.src_subwords), "type": kind}
+    sizes = {"source": model.src_subwords, "target": model.tgt_subwords}  # speech: no source vocabulary
+    return {**{side: len(v) for side, v in sizes.items() if v is not None}, "type": kind}
+
+
+def _files(files) -> str:
+    if getattr(files, "split", None) is not None:
+        return f"{files.split} pairs held out of the training data"
+    if getattr(files, "tsv", None) is not None:
+        return str(files.tsv)
+    return f"{files.src} + {files.tgt}"
+
+
+def _data(config) -> dict:
+    data = config.data
+    sets = {"train": _files(data.train)}
+    if data.dev is not None:
+        sets["dev"] = _files(data.dev)
+    sets.update({f"test {name}": _files(files) for name, files in data.test.items()})
+    return sets
+
+
+def _scores(metrics: Path) -> dict:
+    """The best validation record (the last marked best) and each test set's latest record."""
+    scores = {}
+    if not metrics.is_file():
+        return scores
+    for line in metrics.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash: the others still count
+        if not isinstance(record, dict):
+            continue
+        values = {k: v for k, v in record.items() if k not in NOT_SCORES and isinstance(v, (int, float))}
+        if record.get("type") == "valid" and record.get("best"):
+            scores["best validation"] = {"step": record.get("step"), **values}
+        elif record.get("type") == "test":
+            scores[f"test {record.get('name', '')}".strip()] = values
+    return scores
+
+
+def format_info(info: dict) -> str:
+    """The summary as aligned "name  value" lines."""
+    vocab = info["vocabularies"]
+    sizes = ", ".join(f"{side} {vocab[side]:,}" for side in ("source", "target", "joint") if side in vocab)
+    rows = [("folder", info["folder"]), ("task", info["task"]), ("model", info["model"]),
+            ("parameters", f"{info['parameters']:,}"), ("vocabularies", f"{sizes} ({vocab['type']} pieces)")]
+    if "labels" in vocab:
+        rows.append(("labels", ", ".join(vocab["labels"])))
+    rows += [(f"data {name}", files) for name, files in info["data"].items()]
+    if "training" in info:
+        t = info["training"]
+        rows.append(("trained", f"{t['steps']:,} steps (epoch {t['epochs']}), {t['minutes']:.1f} minutes"
+                                f"{', stopped early' if t['stopped_early'] else ''}"))
+    for name, values in info["scores"].items():
+        rows.append((name, ", ".join(f"{k} {_number(v)}" for k, v in values.items())))
+    if not info["scores"]:
+        rows.append(("scores", "none recorded (no metrics.jsonl)"))
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _number(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
