@@ -211,7 +211,7 @@ def _inside_model(folder: Path, name: str, path: Path):
 
 
 def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size: int | None = None,
-                     max_tokens: int | None = None, log=print) -> dict[str, dict]:
+                     max_tokens: int | None = None, log=print, progress: bool = False) -> dict[str, dict]:
     """Each test set of ``sets`` (name -> config.CorpusFiles) translated by ``translator`` (an
     attnmt.api.Translator; sources cut to ``max_tokens`` pieces, with a warning) and scored:
     name -> evaluation_report, with the beam used and the hypotheses."""
@@ -223,15 +223,18 @@ def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size
         if corpus.dropped_empty:
             log(f"test set {name}: {corpus.dropped_empty} pair(s) with an empty side left out")
         reports[name] = score_translations(translator, name, corpus.sources, corpus.targets, beam, batch_size,
-                                           max_tokens, log)[0]
+                                           max_tokens, log, progress)[0]
     return reports
 
 
 def score_translations(translator, name: str, sources: list[str], references: list[str], beam: int | None = None,
-                       batch_size: int | None = None, max_tokens: int | None = None, log=print) -> tuple[dict, list]:
+                       batch_size: int | None = None, max_tokens: int | None = None, log=print,
+                       progress: bool = False) -> tuple[dict, list]:
     """The sources translated and scored against the references: (evaluation_report with the beam
-    and the hypotheses, the attnmt.api.Translation of each source)."""
-    translations = translator.translate(sources, beam=beam, batch_size=batch_size, max_tokens=max_tokens)
+    and the hypotheses, the attnmt.api.Translation of each source). ``progress``: a progress bar
+    while translating (on a terminal)."""
+    translations = translator.translate(sources, beam=beam, batch_size=batch_size, max_tokens=max_tokens,
+                                        progress=f"test set {name}" if progress else None)
     for number, t in enumerate(translations, start=1):
         if t.truncated:
             log(f"warning: test set {name}, pair {number}: more than {max_tokens} subword tokens; its first "
