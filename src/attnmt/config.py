@@ -183,6 +183,18 @@ class SpeechConfig(Section):
 Window = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]  # (left, right) source positions
 
 
+class GuidedAlignment(Section):
+    """Guided alignment (Garg et al. 2019): the attention trained towards reference word links, by
+    a cross-entropy beside the translation loss (attnmt.training.guided_alignment)."""
+
+    # A Pharaoh file ("i-j": source word i, target word j) of one line per line of data.train, or
+    # "eflomal": links that attnmt computes with eflomal on the training text (grow-diag-final)
+    links: str = Field(min_length=1)
+    weight: float = Field(0.05, gt=0)  # lambda: loss = cross-entropy + weight * alignment cross-entropy
+    one_based: bool = False  # the file's indices start at 1
+    units: Literal["words", "pieces"] = "words"  # what the file's indices count: words, or subword pieces
+
+
 class TrainingConfig(Section):
     seed: int = 42
     threads: int | None = Field(None, gt=0)
@@ -214,6 +226,7 @@ class TrainingConfig(Section):
     # RNN attention within [m - left, m + right] in training too (see decoding.attention_window, which
     # it sets unless that is given); None: over the whole source
     attention_window: Window | None = None
+    guided_alignment: GuidedAlignment | None = None  # RNN translation models with attention
 
     @model_validator(mode="after")
     def has_a_limit(self):
@@ -393,6 +406,17 @@ class Config(Section):
     def shared_embeddings_need_joint_vocabulary(self):
         if self.task == "translation" and self.model.share_embeddings and not self.data.subwords.joint:
             raise ValueError("model.share_embeddings needs one joint vocabulary: set data.subwords.joint: true")
+        return self
+
+    @model_validator(mode="after")
+    def guided_alignment_needs_rnn_attention(self):
+        if self.training.guided_alignment is None:
+            return self
+        if self.task != "translation":
+            raise ValueError("training.guided_alignment is for task: translation")
+        if self.model.type != "rnn" or self.model.attention == "none":
+            raise ValueError("training.guided_alignment trains the attention of an RNN model (model.type: rnn, "
+                             "model.attention other than none); Transformer heads are not supported yet")
         return self
 
     @model_validator(mode="after")

@@ -25,6 +25,8 @@ class Batch:
     indices: list[int] | None = None  # positions of these examples in the corpus
     # Counted on the CPU before the batch moves to a GPU, where counting would wait for the GPU.
     counted_target_tokens: int | None = None
+    # Guided alignment: (B,T,S) the reference attention of each target token (attnmt.training.guided_alignment)
+    alignment: Tensor | None = None
 
     @property
     def target_tokens(self) -> int:
@@ -39,7 +41,7 @@ class Batch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
         counted = None if self.tgt_out is None else self.target_tokens
         return Batch(move(self.src), move(self.src_lengths), move(self.tgt_in), move(self.tgt_out), self.indices,
-                     counted)
+                     counted, move(self.alignment))
 
 
 def pad(sequences: list[list[int]], multiple: int = 1) -> tuple[Tensor, Tensor]:

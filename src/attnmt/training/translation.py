@@ -21,6 +21,8 @@ from attnmt.decoding import decode
 from attnmt.distributed import ONE_PROCESS, Processes
 from attnmt.evaluation import corpus_scores
 from attnmt.models import EncoderDecoder, build_model
+from attnmt.progress import phase_bar
+from attnmt.training import guided_alignment
 from attnmt.training.graphs import GraphedLoss, graphed_loss
 from attnmt.training.optimization import TrainingSetup, setup_training
 
@@ -44,6 +46,9 @@ def prepare_data(config: Config, processes: Processes = ONE_PROCESS,
     dev = None
     if config.data.dev:
         dev = encode_corpus(splits.resolved(config.data.dev, "dev", config.experiment_dir), src_sw, tgt_sw, None, log)
+    if config.training.guided_alignment is not None:
+        with distributed.main_first(processes):  # (eflomal runs once, in the main process)
+            guided_alignment.attach_links(config, train, src_sw, tgt_sw, log)
     return TranslationData(src_sw, tgt_sw, train, dev)
 
 
@@ -52,8 +57,11 @@ def setup_translation(config: Config, data: TranslationData, device: torch.devic
     """The model of the config for the data's vocabularies, its loss, optimizer and scheduler."""
     model = build_model(config.model, len(data.src_sw), len(data.tgt_sw)).to(device)
     tc = config.training
-    graphs = graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs, processes.world)
-    return setup_training(model, TrainingLoss(model, tc.label_smoothing, graphs), tc, processes)
+    guided = tc.guided_alignment
+    # (the graphs capture the translation loss only: guided alignment trains without them)
+    graphs = None if guided else graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs, processes.world)
+    loss = TrainingLoss(model, tc.label_smoothing, graphs, guided.weight if guided else 0.0)
+    return setup_training(model, loss, tc, processes)
 
 
 def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
@@ -63,34 +71,48 @@ def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
 
 
 def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
-    """The pairs ``indices`` of ``data`` as a batch for the loss (training and dev loss)."""
-    return training_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
+    """The pairs ``indices`` of ``data`` as a batch for the loss (training and dev loss); with the
+    reference attention of guided alignment where ``data`` has links."""
+    batch = training_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
+    if data.alignments is not None:
+        batch.alignment = guided_alignment.reference_attention([data.alignments[i] for i in indices],
+                                                               batch.src.size(1), batch.tgt_out.size(1))
+    return batch
 
 
-def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0, memory=None) -> torch.Tensor:
+def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0, memory=None,
+                  alignment_weight: float = 0.0) -> torch.Tensor:
     """Cross-entropy summed over the real (non-padding) target tokens. The output layer, the
-    largest product of a step, runs on those positions only. ``memory``: the source already encoded."""
+    largest product of a step, runs on those positions only. ``memory``: the source already encoded.
+    With ``alignment_weight`` and the batch's reference attention, plus that weight times the
+    guided-alignment loss (attnmt.training.guided_alignment)."""
     real = batch.tgt_out != PAD
     if memory is None:
-        states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+        states, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
     else:
-        states, _ = model.decoder_outputs_of(memory, batch.tgt_in)
-    return model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
+        states, weights = model.decoder_outputs_of(memory, batch.tgt_in)
+    loss = model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
+    if alignment_weight and batch.alignment is not None:
+        loss = loss + alignment_weight * guided_alignment.alignment_loss(weights, batch.alignment)
+    return loss
 
 
 class TrainingLoss(nn.Module):
     """The model and its loss as one module: what DistributedDataParallel wraps. Returns the
     summed loss and the number of target tokens it sums over. With ``graphs`` (on a GPU), the
-    decoder runs as CUDA graphs (attnmt.training.graphs)."""
+    decoder runs as CUDA graphs (attnmt.training.graphs); ``alignment_weight``: guided alignment."""
 
-    def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None):
+    def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None,
+                 alignment_weight: float = 0.0):
         super().__init__()
         self.model, self.label_smoothing, self.graphs = model, label_smoothing, graphs
+        self.alignment_weight = alignment_weight
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
         if self.graphs is not None and speed.enabled():
             return self.graphs(batch), batch.target_tokens
-        return sequence_loss(self.model, batch, self.label_smoothing), batch.target_tokens
+        return sequence_loss(self.model, batch, self.label_smoothing, alignment_weight=self.alignment_weight), \
+            batch.target_tokens
 
 
 @dataclass
@@ -102,10 +124,12 @@ class DevScores:
     tgt_sw: Subwords
     config: Config
 
+    progress: bool = True  # a bar while the dev set is translated (on a terminal)
+
     def __call__(self, model: EncoderDecoder) -> dict:
         record = evaluate_loss(model, self.dev, self.config.data.batch_size)
         hypotheses = translate_ids(model, self.dev.src_ids, self.tgt_sw, self.config,
-                                   beam=self.config.training.dev_beam)
+                                   beam=self.config.training.dev_beam, progress="validation" if self.progress else None)
         record["bleu"] = corpus_scores(hypotheses, self.dev.targets)["bleu"].score
         return record
 
@@ -130,23 +154,26 @@ def evaluate_loss(model: EncoderDecoder, data, batch_size: int, make_batch=trans
 
 
 def translate_ids(model: EncoderDecoder, src_ids: list[list[int]], tgt_sw: Subwords, config: Config,
-                  beam: int = 1) -> list[str]:
+                  beam: int = 1, progress: str | None = None) -> list[str]:
     """Best translation (text) of each encoded source sentence, in the input order."""
     return best_outputs(model, [len(s) for s in src_ids], lambda indices: make_batch([src_ids[i] for i in indices]),
-                        tgt_sw, config, beam)
+                        tgt_sw, config, beam, progress)
 
 
 def best_outputs(model: EncoderDecoder, sizes: list[int], source_batch: Callable[[list[int]], Batch],
-                 tgt_sw: Subwords, config: Config, beam: int = 1) -> list[str]:
+                 tgt_sw: Subwords, config: Config, beam: int = 1, progress: str | None = None) -> list[str]:
     """Best output text of each of len(sizes) sources, in the input order; ``source_batch(indices)``
-    is a batch of those sources (token ids, or audio features)."""
+    is a batch of those sources (token ids, or audio features). ``progress``: the description of
+    a progress bar over the sources (on a terminal), or None for none."""
     model.eval()
     dc = config.decoding
     out: list[str] = [""] * len(sizes)
-    for indices in inference_batches(sizes, dc.batch_size):
-        batch = source_batch(indices).to(next(model.parameters()).device)
-        results = decode(model, batch.src, batch.src_lengths, beam=beam, alpha=dc.length_penalty,
-                         max_length_ratio=dc.max_length_ratio, max_length_offset=dc.max_length_offset)
-        for i, hyps in zip(indices, results):
-            out[i] = tgt_sw.decode(hyps[0].tokens)
+    with phase_bar(len(sizes), progress or "", enabled=progress is not None) as bar:
+        for indices in inference_batches(sizes, dc.batch_size):
+            batch = source_batch(indices).to(next(model.parameters()).device)
+            results = decode(model, batch.src, batch.src_lengths, beam=beam, alpha=dc.length_penalty,
+                             max_length_ratio=dc.max_length_ratio, max_length_offset=dc.max_length_offset)
+            for i, hyps in zip(indices, results):
+                out[i] = tgt_sw.decode(hyps[0].tokens)
+            bar.update(len(indices))
     return out
