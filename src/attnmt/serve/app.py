@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 
 from attnmt.serve.limits import ServerLimits
 from attnmt.serve.middleware import (LOOPBACK_HOSTS, ArrivalTime, BodyLimitMiddleware, InternalErrors,
@@ -19,6 +20,7 @@ from attnmt.serve.models import ModelEntry, ModelTimeout, load_models
 from attnmt.serve.routes import model_routes, router
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+DOCS_ASSETS = "/docs-assets"  # where /docs and /redoc find Swagger UI's and ReDoc's files
 
 PLACEHOLDER_HTML = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>attnmt</title></head>
@@ -50,9 +52,11 @@ def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, 
             if model.batcher is not None:  # (a sentence-pair model has none)
                 await model.batcher.stop()
 
-    app = FastAPI(title="attnmt", version=_version(), lifespan=lifespan,
-                  description="Neural machine translation with attention: translations with their "
-                              "attention matrices, and every quantity of every decoder step.")
+    # FastAPIOffline: FastAPI whose /docs (Swagger UI) and /redoc load their scripts and styles
+    # from files in the fastapi-offline package, under /docs-assets, not from a CDN: they work offline.
+    app = FastAPIOffline(title="attnmt", version=_version(), lifespan=lifespan, static_url=DOCS_ASSETS,
+                         description="Neural machine translation with attention: translations with their "
+                                     "attention matrices, and every quantity of every decoder step.")
     app.state.models = loaded
     app.state.limits = limits
     speech = any(model.translator.config.task == "speech" for model in loaded.values())

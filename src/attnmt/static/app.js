@@ -53,7 +53,13 @@ function distinct(errors) {
 
 function setBusy(busy) {
   $("translate").disabled = busy;
-  $("translate").textContent = busy ? "Translating…" : "Translate";
+  labelButton();
+}
+
+/** The main button's label: Translate, or Transcribe for a speech model; "…ing…" while it works. */
+function labelButton() {
+  const speech = modelByName($("model").value)?.task === "speech", busy = $("translate").disabled;
+  $("translate").textContent = speech ? (busy ? "Transcribing…" : "Transcribe") : (busy ? "Translating…" : "Translate");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -64,7 +70,7 @@ async function transcribe(model, beam) {
   setBusy(true);
   showErrors([]);
   try {
-    await speech.transcribe(model, beam);
+    await speech.transcribe(model, beam, modelByName(model)?.beam);
     document.body.dataset.state = "done";
   } catch (err) {
     showErrors([err]);
@@ -133,10 +139,11 @@ async function translateAll() {
   setBusy(false);
 }
 
-/** The translation panels shown, with heatmaps of words or of pieces as "words" says. */
+/** The translation panels shown, with heatmaps of words or of pieces as "words" says; two panels
+ *  side by side get compact heatmaps, so that a sentence fits in half the card. */
 function drawPanels() {
-  const words = $("words").checked;
-  for (const [panel, [name, answer]] of state.shown) renderPanel(panel, name, modelByName(name), answer, words);
+  const words = $("words").checked, compact = !$("panel-b").hidden;
+  for (const [panel, [name, answer]] of state.shown) renderPanel(panel, name, modelByName(name), answer, words, compact);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -144,20 +151,38 @@ function drawPanels() {
 
 function fillModels(models) {
   state.models = models;
-  for (const [select, preferred] of [[$("model"), 0], [$("model-b"), 1]]) {
-    clear(select);
-    for (const m of models) select.append(el("option", { value: m.name }, m.name));
-    select.value = models[Math.min(preferred, models.length - 1)].name;
-  }
+  clear($("model"));
+  for (const m of models) $("model").append(el("option", { value: m.name }, m.name));
+  $("model").value = models[0].name;
   onModelChange();
-  $("compare").disabled = models.length < 2;
-  $("compare").title = models.length < 2 ? "the server has only one model" : "";
+}
+
+/** The second model's list: the translation models (compare shows two /translate answers side by
+ *  side; a sentence-pair or speech model has none to give). Compare is off, and says why, unless
+ *  the first model and at least one other are translation models. */
+function fillCompareList() {
+  const first = modelByName($("model").value);
+  const others = state.models.filter((m) => m.task === "translation");
+  const select = $("model-b"), previous = select.value;
+  clear(select);
+  for (const m of others) select.append(el("option", { value: m.name }, m.name));
+  const fallback = others.find((m) => m.name !== first?.name) || others[0];
+  if (fallback) select.value = others.some((m) => m.name === previous) ? previous : fallback.name;
+  const why = state.models.length < 2 ? "the server has only one model"
+    : first?.task !== "translation" ? `only translation models can be compared ('${first?.name}' is a ${first?.task} model)`
+      : others.length < 2 ? "the server has only one translation model" : "";
+  $("compare").disabled = Boolean(why);
+  if (why) $("compare").checked = false;
+  $("compare").title = why;
+  select.disabled = !$("compare").checked;
 }
 
 function onModelChange() {
   const m = modelByName($("model").value);
   speech.setVisible(m?.task === "speech");
   pairs.toggle(m);
+  fillCompareList();
+  labelButton();
   if (m) $("beam").value = String(m.beam);
   const lines = [describeModel(m)];
   if ($("compare").checked) lines.push(`vs ${$("model-b").value}: ${describeModel(modelByName($("model-b").value))}`);
@@ -181,10 +206,7 @@ function init() {
   });
   $("model").addEventListener("change", onModelChange);
   $("model-b").addEventListener("change", onModelChange);
-  $("compare").addEventListener("change", () => {
-    $("model-b").disabled = !$("compare").checked;
-    onModelChange();
-  });
+  $("compare").addEventListener("change", onModelChange);
 
   api("/models", undefined, "list models").then((models) => {
     if (!models.length) throw new ApiError(0, "the server has no model", "list models");

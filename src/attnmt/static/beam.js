@@ -5,7 +5,27 @@
 import { $, clear, el, fmt, svg } from "./dom.js";
 
 /** Sizes of the drawing, in pixels: a column per step, a row per candidate of the step. */
-export const BOX = { colW: 104, nodeW: 82, nodeH: 20, rowH: 25, pad: 14, head: 18 };
+export const BOX = { colW: 116, nodeW: 94, nodeH: 20, rowH: 25, pad: 14, head: 18 };
+const GAP = 4; // pixels at least between a box's token and its score
+
+const measure = document.createElement("canvas").getContext("2d");
+
+/** The width in pixels of `text` drawn in `font` (a CSS font), as the SVG will draw it. */
+function textWidth(text, font) {
+  measure.font = font;
+  return measure.measureText(text).width;
+}
+
+/** `label`, cut with "…" to what fits in `room` pixels in `font` (the whole of it when it fits). */
+export function fitLabel(label, font, room) {
+  const chars = [...label];
+  if (textWidth(label, font) <= room) return label;
+  for (let n = chars.length - 1; n > 0; n--) {
+    const cut = `${chars.slice(0, n).join("")}…`;
+    if (textWidth(cut, font) <= room) return cut;
+  }
+  return "…";
+}
 
 /** The ids of the nodes on the path of the best translation (its `tokens`), the root included: the
  *  path ending at a finished node if there is one, else at a kept one; empty if none spells them. */
@@ -84,6 +104,9 @@ function drawTree(nodes, { columns, pos, width, height }, best) {
   const { colW, nodeW, nodeH, pad } = BOX;
   const root = svg("svg", { class: "beam-tree", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
     "aria-label": "beam search tree" });
+  // The fonts of style.css (svg.beam-tree .node .tok and .lp): a token gets the room its score leaves.
+  const mono = getComputedStyle(document.documentElement).getPropertyValue("--mono").trim() || "monospace";
+  const tokFont = `650 12px ${mono}`, lpFont = "10px system-ui, sans-serif";
   columns.forEach((list, s) => root.append(svg("text", { x: pad + s * colW + nodeW / 2, y: pad + 4, class: "step-label" },
     s === 0 ? "start" : `step ${s}`)));
   const edges = svg("g", { class: "edges" });
@@ -98,12 +121,14 @@ function drawTree(nodes, { columns, pos, width, height }, best) {
       edges.append(svg("path", { d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, class: `edge ${n.status}${onPath}` }));
     }
     const label = n.status === "root" ? "<s>" : n.token;
+    const score = n.status === "root" ? null : fmt(n.log_prob, 2);
+    const room = nodeW - 6 - 5 - (score === null ? 0 : textWidth(score, lpFont) + GAP);
     group.append(svg("g", { class: `node ${n.status}${onPath}`, "data-id": n.id, "data-status": n.status,
       "data-step": n.step, transform: `translate(${p.x},${p.y})` },
     svg("title", {}, `step ${n.step} · ${label} · log p = ${n.log_prob.toFixed(4)} · ${n.status}`),
     svg("rect", { width: nodeW, height: nodeH, rx: 4 }),
-    svg("text", { x: 6, y: 14, class: "tok" }, label.length > 6 ? `${label.slice(0, 5)}…` : label),
-    n.status === "root" ? null : svg("text", { x: nodeW - 5, y: 14, class: "lp" }, fmt(n.log_prob, 2))));
+    svg("text", { x: 6, y: 14, class: "tok" }, fitLabel(label, tokFont, room)),
+    score === null ? null : svg("text", { x: nodeW - 5, y: 14, class: "lp" }, score)));
   }
   return root;
 }

@@ -33,8 +33,9 @@ export class Heatmap {
       "data-rows": targetTokens.length, "data-cols": sourceTokens.length, "data-unit": unit,
     });
     if (caption) this.table.append(el("caption", {}, caption));
-    const head = el("tr", {}, el("th", { class: "corner", scope: "col" },
-      el("span", { class: "axis" }, `${this.names.columns} →`), el("span", { class: "axis" }, `${this.names.rows} ↓`)));
+    this.corner = el("th", { class: "corner", scope: "col" },
+      el("span", { class: "axis" }, `${this.names.columns} →`), el("span", { class: "axis" }, `${this.names.rows} ↓`));
+    const head = el("tr", {}, this.corner);
     this.sourceLabels = sourceTokens.map((tok, j) => {
       const th = el("th", { class: "src-label", scope: "col", "data-col": j, title: `${this.names.columns} ${unit} ${j + 1}: ${tok}` },
         el("span", {}, tok));
@@ -63,8 +64,12 @@ export class Heatmap {
     this.table.append(el("thead", {}, head), body);
 
     this.info = el("p", { class: "focus-info" });
+    this.scroller = el("div", { class: "heatmap-scroll" }, this.table);
+    this.scrollNote = el("p", { class: "scroll-note", hidden: true });
+    this.scroller.addEventListener("scroll", () => this.updateScrollNote(), { passive: true });
+    new ResizeObserver(() => this.updateScrollNote()).observe(this.scroller);
     this.element = el("div", { class: "heatmap-block" },
-      el("div", { class: "heatmap-scroll" }, this.table),
+      this.scroller, this.scrollNote,
       el("div", { class: "legend" }, el("span", {}, "0"), el("span", { class: "ramp" }), el("span", {}, "1"),
         el("span", { class: "muted" }, ` weight · highlighted: ≥ ${HIGHLIGHT_RATIO} × the row's largest weight`)),
       this.info);
@@ -82,6 +87,42 @@ export class Heatmap {
       td.classList.toggle("dark", w > 0.55);
     }));
     this.render();
+  }
+
+  /** The columns in view, when not all are: "columns 3–17 of 40 shown", so that a cut-off look
+   *  (a phone hides scroll bars) reads as what it is, a box to scroll. */
+  updateScrollNote() {
+    const box = this.scroller;
+    const overflowing = box.scrollWidth > box.clientWidth + 1;
+    this.scrollNote.hidden = !overflowing;
+    if (!overflowing) return;
+    const shown = this.visibleColumns();
+    const range = shown.length ? `${shown[0] + 1}–${shown[shown.length - 1] + 1}` : "none";
+    this.scrollNote.textContent = `columns ${range} of ${this.source.length} shown · scroll sideways for the others`;
+  }
+
+  /** The indices of the columns wholly in view, right of the sticky row labels. */
+  visibleColumns() {
+    const box = this.scroller.getBoundingClientRect();
+    const left = this.corner.getBoundingClientRect().right;
+    return this.sourceLabels.flatMap((th, j) => {
+      const r = th.getBoundingClientRect();
+      return r.left >= left - 1 && r.right <= box.right + 1 ? [j] : [];
+    });
+  }
+
+  /** Scrolls the heatmap sideways (not the page) so that column j is in view beside the row labels. */
+  revealColumn(j) {
+    const box = this.scroller, th = this.sourceLabels[j];
+    if (!th || box.scrollWidth <= box.clientWidth) return;
+    const boxLeft = box.getBoundingClientRect().left;
+    const labels = this.corner.getBoundingClientRect().right - boxLeft; // the sticky labels' width
+    const r = th.getBoundingClientRect();
+    const left = r.left - boxLeft, right = r.right - boxLeft;
+    const margin = 2 * r.width; // a column or two of context on the side it was reached from
+    if (left < labels) box.scrollLeft -= labels - left + margin;
+    else if (right > box.clientWidth) box.scrollLeft += right - box.clientWidth + margin;
+    this.updateScrollNote();
   }
 
   hover(focus) {

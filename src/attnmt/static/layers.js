@@ -74,11 +74,13 @@ export class LayersView {
     const which = head === "mean" ? "all heads averaged" : `head ${head}`;
     const view = $("layers-view");
     clear(view);
+    // rows are the queries, columns the keys: the corner names them as the head view's sides do
     const heatmap = new Heatmap(data[k.keys], data[k.queries], matrix,
-      { name: data.model, caption: `${k.name} · layer ${layer} · ${which}`, compact: true });
+      { name: data.model, caption: `${k.name} · layer ${layer} · ${which}`, compact: true,
+        names: { rows: k.sides[0], columns: k.sides[1] } });
     view.append(
       el("div", { class: "layers-top" }, headView(data[k.queries], data[k.keys], matrix, kind), heatmap.element),
-      headGrid(data[kind], kind, layer, head, (l, h) => this.select(l, h)));
+      el("div", { class: "head-grid-wrap" }, headGrid(data[kind], kind, layer, head, (l, h) => this.select(l, h))));
   }
 }
 

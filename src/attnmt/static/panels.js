@@ -18,8 +18,9 @@ export function describeModel(m) {
 }
 
 /** The best translation of a /translate answer, with its heatmap (of words when `words`, else of
- *  subword pieces); `info` is the model's entry of /models. */
-export function renderPanel(panel, modelName, info, result, words = false) {
+ *  subword pieces; with smaller cells when `compact`, for two panels side by side); `info` is the
+ *  model's entry of /models. */
+export function renderPanel(panel, modelName, info, result, words = false, compact = false) {
   clear(panel);
   panel.dataset.model = modelName;
   panel.append(el("div", { class: "panel-head" },
@@ -38,7 +39,7 @@ export function renderPanel(panel, modelName, info, result, words = false) {
   }
   const { source, target, matrix } = words ? mergePieces(translation.source_tokens, best.tokens, best.attention)
     : { source: translation.source_tokens, target: best.tokens, matrix: best.attention };
-  const heatmap = new Heatmap(source, target, matrix, { name: modelName, unit: words ? "word" : "token" });
+  const heatmap = new Heatmap(source, target, matrix, { name: modelName, unit: words ? "word" : "token", compact });
   panel.append(heatmap.element);
 }
 

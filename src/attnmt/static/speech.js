@@ -1,6 +1,7 @@
 // The audio view, for speech models (task: speech): a WAV file uploaded, played, sent as base64 to
 // /translate (transcript and attention, beam) and /trace (spectrogram and every greedy step); drawn as
-// the attention of each output character above the spectrogram, on one time axis, with step-through.
+// the attention of each character of the beam transcript above the spectrogram, on one time axis
+// across the card's width, with the greedy decoding's steps to walk through.
 
 import { api } from "./api.js";
 import { $, clear, el } from "./dom.js";
@@ -9,6 +10,18 @@ const TOP_K = 5;
 const ROW = 14; // pixels per output character of the attention
 const SPECTROGRAM = 160; // pixels of height of the spectrogram
 const LABEL = 28; // left margin for the character labels
+const AXIS = 18; // pixels under the spectrogram for the time labels
+const TICK_SPACING = 64; // pixels at least between two time labels
+const TICK_STEPS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300];
+
+/** The times (seconds) to label on an axis of `duration` seconds drawn `width` pixels wide: every
+ *  multiple of the smallest round step that leaves TICK_SPACING pixels between labels. */
+export function timeTicks(duration, width) {
+  const step = TICK_STEPS.find((s) => (s / duration) * width >= TICK_SPACING) || duration;
+  const ticks = [];
+  for (let k = 0; k * step <= duration + 1e-9; k++) ticks.push(Number((k * step).toFixed(3)));
+  return ticks;
+}
 
 /** The bytes of a File as base64, in chunks (String.fromCharCode of millions of arguments fails). */
 async function base64Of(file) {
@@ -35,6 +48,10 @@ export class SpeechView {
     this.audio = null; // base64 of the chosen file
     this.result = null; // {translation, trace}
     this.step = 0;
+    this.drawnWidth = 0; // the width of #audio-view drawn for: redrawn when the card's width changes
+    new ResizeObserver(() => {
+      if (this.result && $("audio-view").clientWidth !== this.drawnWidth) this.draw();
+    }).observe($("audio-view"));
     $("audio-file").addEventListener("change", () => this.choose($("audio-file").files[0]));
     $("audio-step-back").addEventListener("click", () => this.go(this.step - 1));
     $("audio-step-next").addEventListener("click", () => this.go(this.step + 1));
@@ -46,7 +63,6 @@ export class SpeechView {
     $("steps-card").hidden = visible;
     $("beam-card").hidden = visible;
     $("input-card").classList.toggle("speech", visible);
-    $("translate").textContent = visible ? "Transcribe" : "Translate";
   }
 
   async choose(file) {
@@ -57,15 +73,19 @@ export class SpeechView {
     this.audio = await base64Of(file);
   }
 
-  /** Transcribes the chosen file with `model` (beam, or the model's); errors go to onError. */
-  async transcribe(model, beam) {
+  /** Transcribes the chosen file with `model` and `beam` (null: the model's, `defaultBeam`): the
+   *  beam search's transcript (/translate) and the greedy decoding's steps (/trace). */
+  async transcribe(model, beam, defaultBeam) {
     if (!this.audio) throw new Error("choose a WAV file first");
     const [translated, traced] = await Promise.all([
       api("/translate", { audio: this.audio, model, beam, n_best: 1, attention: true }, `transcribe (${model})`),
       api("/trace", { audio: this.audio, model, top_k: TOP_K }, `trace (${model})`),
     ]);
     this.result = { candidate: translated.translations[0].candidates[0], trace: traced };
+    const used = beam ?? defaultBeam;
+    $("audio-transcript-how").textContent = used === 1 ? "(beam 1: greedy)" : `(beam search, beam ${used ?? "of the model"})`;
     $("audio-transcript").textContent = this.result.candidate.text || "(empty transcript)";
+    $("audio-greedy").textContent = traced.text || "(empty transcript)";
     this.go(0);
   }
 
@@ -82,10 +102,14 @@ export class SpeechView {
     const { candidate, trace } = this.result;
     const frames = trace.features.length, bins = trace.features[0].length;
     const perState = trace.frames_per_state;
-    const width = Math.max(300, Math.min(1100, frames * 2));
+    this.drawnWidth = $("audio-view").clientWidth;
+    const width = Math.max(160, this.drawnWidth - LABEL); // the card's width: the time axis as long as it can be
     const x = (frame) => LABEL + (frame / frames) * width;
     const rows = candidate.tokens.length;
-    const canvas = el("canvas", { id: "audio-canvas", width: LABEL + width, height: rows * ROW + SPECTROGRAM + 24 });
+    const duration = (frames * trace.hop_ms) / 1000;
+    const ticks = timeTicks(duration, width);
+    const canvas = el("canvas", { id: "audio-canvas", width: LABEL + width, height: rows * ROW + SPECTROGRAM + 4 + AXIS,
+      "data-ticks": ticks.join(" "), "data-duration": duration.toFixed(3) });
     const ctx = canvas.getContext("2d");
     ctx.font = "11px sans-serif";
     // attention: row t, column j covers frames j*perState .. (j+1)*perState
@@ -122,8 +146,7 @@ export class SpeechView {
       });
       ctx.stroke();
     }
-    ctx.fillStyle = "#555";
-    ctx.fillText(`${(frames * trace.hop_ms / 1000).toFixed(2)} s`, LABEL + width - 40, top + SPECTROGRAM + 14);
+    drawTimeAxis(ctx, ticks, duration, { left: LABEL, width, y: top + SPECTROGRAM });
     clear($("audio-view"));
     $("audio-view").append(canvas);
     const stepLine = $("audio-step-line");
@@ -134,4 +157,22 @@ export class SpeechView {
         step.top_k.map(([token, p]) => `${label(token)} ${p.toFixed(2)}`).join(", "));
     }
   }
+}
+
+/** Tick marks and labels ("0.5 s") under the spectrogram, the first left-aligned and the last
+ *  right-aligned so that none is cut at the canvas's edges. */
+function drawTimeAxis(ctx, ticks, duration, { left, width, y }) {
+  ctx.fillStyle = "#555";
+  ctx.strokeStyle = "#98a2b3";
+  ctx.lineWidth = 1;
+  ticks.forEach((t, k) => {
+    const px = left + (t / duration) * width;
+    ctx.beginPath();
+    ctx.moveTo(px, y);
+    ctx.lineTo(px, y + 4);
+    ctx.stroke();
+    ctx.textAlign = k === 0 ? "left" : px > left + width - 24 ? "right" : "center";
+    ctx.fillText(`${t} s`, px, y + 15);
+  });
+  ctx.textAlign = "left";
 }

@@ -63,7 +63,8 @@ export class StepView {
     view.append(
       el("div", { class: "step-grid" },
         el("div", { class: "step-main" }, this.parts.output, this.parts.attention, this.parts.vectors),
-        el("div", { class: "step-side" }, this.parts.topk, this.heatmap ? this.heatmap.element : null)));
+        el("div", { class: "step-side" }, this.parts.topk),
+        this.heatmap ? el("div", { class: "step-map" }, this.heatmap.element) : null));
     this.go(0);
   }
 
@@ -123,6 +124,13 @@ export class StepView {
     topk.append(topKTable(step, t));
     if (this.merged) this.showWordsSoFar(t);
     else if (this.heatmap) this.heatmap.setProgress(t);
+    if (this.heatmap) this.revealCurrentColumn();
+  }
+
+  /** Scrolls the matrix so sideways that the column the current row attends to most is in view. */
+  revealCurrentColumn() {
+    const row = this.heatmap.matrix[this.heatmap.progress];
+    if (row) this.heatmap.revealColumn(row.indexOf(Math.max(...row)));
   }
 
   /** With words, the heatmap at step t: the rows of the words begun, each the mean of its pieces
@@ -157,6 +165,7 @@ function topKTable(step, t) {
 // CJK and the like, twice); a label rotated to read bottom to top needs LINE pixels across, which a
 // column always has. Labels longer than LABEL_CHARS are cut, the whole token in their tooltip.
 const MONO_CHAR = 7.8, LINE = 17, LABEL_CHARS = 12;
+const AXIS = 92; // the width of the axis titles left of the bars
 
 /** A source label: its text (cut) and its width in pixels when horizontal. */
 function sourceLabel(tok) {
@@ -173,7 +182,7 @@ function attentionBars(sourceTokens, scores, weights) {
   const labels = sourceTokens.map(sourceLabel);
   const longest = Math.max(...labels.map((l) => l.width));
   const rotated = longest > colW - 4;
-  const left = 96;
+  const left = 4; // the axis titles are in an svg of their own, AXIS wide, which stays in view
   const width = left + colW * sourceTokens.length + 8;
   // A Transformer's step has weights (its last layer's cross-attention averaged over the heads)
   // but no scores: there is no single score vector before one softmax. Then only the weights.
@@ -183,15 +192,17 @@ function attentionBars(sourceTokens, scores, weights) {
   const height = top + scoreH + gap + weightH + labelH;
   const root = svg("svg", { class: "bars", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
     "aria-label": "attention scores and weights of this step" });
+  const axis = svg("svg", { class: "bars-axis", width: AXIS, height, viewBox: `0 0 ${AXIS} ${height}` });
 
   const best = weights.indexOf(Math.max(...weights));
-  if (hasScores) drawScores(root, scores, { left, width, top, scoreH, colW, best });
+  if (hasScores) drawScores(root, axis, scores, { left, width, top, scoreH, colW, best });
 
   // weights in [0, 1]
   const wTop = top + scoreH + gap;
-  root.append(svg("text", { x: 4, y: wTop + 12, class: "axis-title" }, "weights aⱼ"),
-    svg("text", { x: 4, y: wTop + 28, class: "axis-note" }, hasScores ? "softmax(e)" : "last layer, heads averaged"),
-    svg("line", { x1: left, x2: width - 4, y1: wTop + weightH, y2: wTop + weightH, class: "zero" }));
+  const notes = hasScores ? ["softmax(e)"] : ["last layer,", "heads averaged"]; // lines that fit in AXIS
+  axis.append(svg("text", { x: 4, y: wTop + 12, class: "axis-title" }, "weights aⱼ"),
+    ...notes.map((note, k) => svg("text", { x: 4, y: wTop + 28 + 13 * k, class: "axis-note" }, note)));
+  root.append(svg("line", { x1: left, x2: width - 4, y1: wTop + weightH, y2: wTop + weightH, class: "zero" }));
   weights.forEach((w, j) => {
     const x = left + j * colW + 4;
     const h = Math.max(1, w * weightH);
@@ -208,18 +219,18 @@ function attentionBars(sourceTokens, scores, weights) {
       "data-token": sourceTokens[j] },
       text, svg("title", {}, sourceTokens[j])));
   });
-  return el("div", { class: "bars-wrap" }, root);
+  return el("div", { class: "bars-wrap" }, axis, root);
 }
 
 /** The scores e_j as signed bars, the zero line inside [min, max]. */
-function drawScores(root, scores, { left, width, top, scoreH, colW, best }) {
+function drawScores(root, axis, scores, { left, width, top, scoreH, colW, best }) {
   const lo = Math.min(0, ...scores), hi = Math.max(0, ...scores);
   const span = hi - lo || 1;
   const yOf = (v) => top + ((hi - v) / span) * scoreH;
   const zero = yOf(0);
-  root.append(svg("text", { x: 4, y: top + 12, class: "axis-title" }, "scores eⱼ"),
-    svg("text", { x: 4, y: top + 28, class: "axis-note" }, "before softmax"),
-    svg("line", { x1: left, x2: width - 4, y1: zero, y2: zero, class: "zero" }));
+  axis.append(svg("text", { x: 4, y: top + 12, class: "axis-title" }, "scores eⱼ"),
+    svg("text", { x: 4, y: top + 28, class: "axis-note" }, "before softmax"));
+  root.append(svg("line", { x1: left, x2: width - 4, y1: zero, y2: zero, class: "zero" }));
   scores.forEach((v, j) => {
     const x = left + j * colW + 4;
     const y = Math.min(zero, yOf(v));
@@ -237,7 +248,8 @@ function vectorRow(values, scale, label, attrs = {}) {
   const cells = values.map((v, k) => el("span", {
     class: "vcell", style: `width:${width}px;background-color:${diverging(v / scale)}`, title: `[${k}] ${v.toFixed(4)}`,
   }));
-  return el("div", { class: "vrow", ...attrs }, el("span", { class: "vlabel" }, label), el("span", { class: "vcells" }, ...cells));
+  return el("div", { class: "vrow", ...attrs }, el("span", { class: "vlabel", title: label || null }, label),
+    el("span", { class: "vcells" }, ...cells));
 }
 
 function vectorsView(trace, step, scales) {
@@ -249,6 +261,7 @@ function vectorsView(trace, step, scales) {
       const row = vectorRow(h, scales.encoder, "", { "data-col": j });
       const label = row.querySelector(".vlabel");
       label.append(el("span", { class: "tok" }, trace.source_tokens[j]), el("span", { class: "muted" }, ` ${shortWeight(step.weights[j])}`));
+      label.title = `${trace.source_tokens[j]} ${shortWeight(step.weights[j])}`;
       row.style.opacity = String(0.15 + 0.85 * (step.weights[j] / (wmax || 1)));
       box.append(row);
     });
