@@ -237,7 +237,8 @@ def _evaluate_pairs(model, args):
     sets = {"": model.files_like_training(args.tsv)} if args.tsv else config_test_sets(model, args.trust_config)
     if not sets:
         raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --tsv FILE")
-    reports = {name: model.evaluate(files, args.batch_size or 64) for name, files in sets.items()}
+    reports = {name: model.evaluate(files, args.batch_size or 64, args.max_tokens, log=_log)
+               for name, files in sets.items()}
     _write_reports(reports, args, "predictions", format_classification_report)
 
 
