@@ -12,7 +12,7 @@ import pytest
 
 from attnmt.cli import main
 from attnmt.config import PairFiles, config_from_dict
-from attnmt.data.pairs import encode_pairs, read_pairs
+from attnmt.data.pairs import encode_pairs, labels_of, read_pairs
 from attnmt.errors import AttnmtError
 from attnmt.evaluation import classification_report, format_classification_report
 
@@ -52,6 +52,22 @@ def test_bad_lines_are_errors_naming_file_and_line(tmp_path, text, files, messag
     with pytest.raises(AttnmtError) as e:
         read_pairs(PairFiles(tsv=path, **{"premise_column": 0, "hypothesis_column": 1, **files}))
     assert str(path) in str(e.value) and message in str(e.value)
+
+
+@pytest.mark.parametrize("label, problem", [
+    ("NOT SURE", "whitespace (U+0020)"), ("A\u00a0B", "whitespace (U+00A0)"), ("x=0.9", "contains '='"),
+    ("E\u202eLEN", "U+202E (RIGHT-TO-LEFT OVERRIDE)"), ("E\u2066", "U+2066 (LEFT-TO-RIGHT ISOLATE)"),
+    ("E\u200b", "U+200B (ZERO WIDTH SPACE)"), ("E\x1b[31m", "U+001B"), ("E\u2028N", "whitespace (U+2028)"),
+    ("ERROR", "could not classify")])
+def test_labels_that_would_make_classify_output_unreadable_are_refused(tmp_path, label, problem):
+    """`attnmt classify` writes LABEL<TAB>LABEL=P LABEL=P ...: a label must split as it was written."""
+    path = write(tmp_path / "labels.tsv", f"a\tb\tE\nc\td\t{label}\n")
+    with pytest.raises(AttnmtError) as e:
+        read_pairs(PairFiles(tsv=path))
+    assert f"{path}: line 2: the label {label!r} (column 2) cannot be a class name" in str(e.value)
+    assert problem in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(AttnmtError, match=r"data.labels: the label .* cannot be a class name"):
+        labels_of(config_from_dict(pair_config(tmp_path, data={"labels": ["E", label]}), tmp_path), None)
 
 
 def test_bad_utf8_is_an_error_naming_the_file(tmp_path):
@@ -215,6 +231,39 @@ def test_evaluate_a_pair_model_text_and_json(pair_model, tmp_path, capsys):
                  "--hypotheses", str(predictions)]) == 0
     assert "(100 pairs)" in capsys.readouterr().out
     assert len(predictions.read_text().splitlines()) == 100
+
+
+def test_evaluate_cuts_over_long_sentences_to_max_tokens(pair_model, tmp_path, capsys):
+    import attnmt
+
+    long = " ".join(["three red dogs are running in the park"] * 1000)  # 8,000 words
+    pairs = [("two cats are sleeping", "two cats are sleeping", "ENTAILMENT"), (long, long, "ENTAILMENT"),
+             ("a dog runs", long, "NEUTRAL")]
+    tsv = write(tmp_path / "long.tsv", "".join("\t".join(p) + "\n" for p in pairs))
+    assert main(["evaluate", str(pair_model), "--tsv", str(tsv), "--max-tokens", "20", "--hypotheses",
+                 str(tmp_path / "labels.txt")]) == 0
+    err = capsys.readouterr().err
+    assert f"{tsv}, line 2: more than 20 subword tokens in a sentence; its first 20 were used" in err
+    assert f"{tsv}, line 3: more than 20" in err and "line 1:" not in err
+    # the labels of classify cutting the same way
+    model = attnmt.load(pair_model)
+    expected = [r.label for r in model.classify([p[:2] for p in pairs], max_tokens=20)]
+    assert (tmp_path / "labels.txt").read_text().splitlines() == expected
+
+
+def test_a_model_folder_with_unreadable_labels_is_refused(pair_model, tmp_path):
+    import shutil
+
+    import attnmt
+    import yaml
+
+    folder = tmp_path / "model"
+    shutil.copytree(pair_model, folder)
+    raw = yaml.safe_load((folder / "config.yaml").read_text())
+    raw["data"]["labels"] = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL=1.0000 ENTAILMENT"]
+    (folder / "config.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(AttnmtError, match=r"config.yaml: data.labels: the label .* contains '='"):
+        attnmt.load(folder)
 
 
 # ------------------------------------------------------------------------------ figures

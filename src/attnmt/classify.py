@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from attnmt.api import _inside, inference_device, load_model, model_config, weights_path
 from attnmt.config import Config, PairFiles
 from attnmt.data.batching import inference_batches, pad
-from attnmt.data.pairs import EncodedPairs, encode_pairs, read_pairs
+from attnmt.data.pairs import EncodedPairs, check_labels, encode_pairs, read_pairs
 from attnmt.data.subwords import EOS, Subwords, subword_paths, valid_text
 from attnmt.devices import model_device, to_numpy
 from attnmt.errors import AttnmtError
@@ -120,6 +120,7 @@ class PairClassifier:
         if self.config.task != "pairs":
             raise AttnmtError(f"{self.folder}: a {self.config.task} model, not a sentence-pair classifier")
         self.labels: list[str] = self.config.data.labels
+        check_labels(self.labels, f"{self.folder / 'config.yaml'}: data.labels")  # (they are written by classify)
         self.subwords = Subwords(_inside(self.folder, subword_paths(self.folder, joint=True)[0]))
         self.model = load_model(partial(build_pair_model, self.config.model, len(self.subwords), len(self.labels)),
                                 weights_path(self.folder, checkpoint), self.device)
@@ -172,11 +173,20 @@ class PairClassifier:
             take(out.compared_premise, la), take(out.compared_hypothesis, lb), take(out.premise_summary),
             take(out.hypothesis_summary), take(out.logits), truncated)
 
-    def evaluate(self, files: PairFiles, batch_size: int = 64) -> dict:
+    def evaluate(self, files: PairFiles, batch_size: int = 64, max_tokens: int | None = None,
+                 log: Callable[[str], None] = print) -> dict:
         """Accuracy, per-class precision, recall and F1, and the confusion matrix on a labelled TSV
-        file (see attnmt.evaluation.classification_report), with the predicted label of each pair."""
+        file (see attnmt.evaluation.classification_report), with the predicted label of each pair.
+        A sentence of more than ``max_tokens`` subword pieces is cut to its first ``max_tokens``,
+        with a warning naming its line, so that no line can ask for unbounded work."""
         name = str(files.tsv)
         data = encode_pairs(read_pairs(files), self.subwords, self.labels, name, None, log=lambda message: None)
+        for i, size in enumerate(data.sizes() if max_tokens is not None else []):
+            if size > max_tokens + 1:  # (+1: the EOS)
+                data.premise_ids[i] = _cut(data.premise_ids[i], max_tokens)
+                data.hypothesis_ids[i] = _cut(data.hypothesis_ids[i], max_tokens)
+                log(f"warning: {name}, line {data.corpus.lines[i]}: more than {max_tokens} subword tokens in a "
+                    f"sentence; its first {max_tokens} were used (--max-tokens)")
         predicted, loss = predict(self.model, data, batch_size)
         report = classification_report(data.corpus.labels, [self.labels[p] for p in predicted], self.labels)
         report.update(loss=loss, dropped_empty=data.corpus.dropped_empty,
@@ -186,6 +196,11 @@ class PairClassifier:
     def translate(self, *args, **kwargs):
         raise AttnmtError(f"{self.folder} is a sentence-pair classifier (task: pairs), not a translation model: "
                           "use classify() (attnmt classify MODEL_DIR with premise<TAB>hypothesis lines)")
+
+
+def _cut(ids: list[int], max_tokens: int) -> list[int]:
+    """Ids ending in EOS, cut to ``max_tokens`` pieces and the EOS."""
+    return ids if len(ids) <= max_tokens + 1 else ids[:max_tokens] + [EOS]
 
 
 # ------------------------------------------------------------------------------ attnmt classify

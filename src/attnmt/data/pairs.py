@@ -1,11 +1,13 @@
 """Sentence-pair corpora (task: pairs): TSV files of premise, hypothesis and label, read with the
 same care as the translation corpora (attnmt.data.corpus): a missing file, bad UTF-8, a line with
-too few columns, a column name missing from the header or an empty label is an AttnmtError naming
-the file and line; pairs with an empty sentence are dropped with a count in the log.
+too few columns, a column name missing from the header, an empty label or one that would make the
+output of ``attnmt classify`` unreadable (see ``label_problem``) is an AttnmtError naming the file
+and line; pairs with an empty sentence are dropped with a count in the log.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -51,6 +53,10 @@ def read_pairs(files: PairFiles) -> PairCorpus:
         premise, hypothesis, label = (fields[c] for c in columns)
         if not label.strip():
             raise AttnmtError(f"{path}: line {number} has an empty label (column {columns[2]})")
+        problem = label_problem(label.strip())
+        if problem:
+            raise AttnmtError(f"{path}: line {number}: the label {label.strip()!r} (column {columns[2]}) cannot be a "
+                              f"class name: {problem}")
         if not premise.strip() or not hypothesis.strip():
             corpus.dropped_empty += 1
             continue
@@ -61,6 +67,33 @@ def read_pairs(files: PairFiles) -> PairCorpus:
     if not corpus.premises:
         raise AttnmtError(f"empty corpus: {path} contains no sentence pairs")
     return corpus
+
+
+def label_problem(label: str) -> str | None:
+    """Why ``label`` cannot be a class name, or None. ``attnmt classify`` writes
+    ``LABEL<TAB>LABEL=P LABEL=P ...`` and ``ERROR<TAB>message`` lines: a label with whitespace or '='
+    would split differently than it was written, one with a control or format character (the bidi
+    overrides U+202A-U+202E and U+2066-U+2069 among them) would display otherwise than it parses,
+    and a label ERROR would read as a line that was not classified."""
+    if label == "ERROR":
+        return "ERROR is what attnmt classify writes for a line it could not classify"
+    for char in label:
+        if char == "=":
+            return "it contains '=', which attnmt classify writes between a label and its probability"
+        if char.isspace():
+            return f"it contains whitespace (U+{ord(char):04X}), which separates the labels attnmt classify writes"
+        if unicodedata.category(char)[0] == "C" or unicodedata.category(char) in ("Zl", "Zp"):
+            return (f"it contains U+{ord(char):04X} ({unicodedata.name(char, 'unnamed')}), a control, format "
+                    "(bidi) or unassigned character")
+    return None
+
+
+def check_labels(labels: list[str], where: str):
+    """AttnmtError naming ``where`` (a config's data.labels) if a label cannot be a class name."""
+    for label in labels:
+        problem = label_problem(label)
+        if problem:
+            raise AttnmtError(f"{where}: the label {label!r} cannot be a class name: {problem}")
 
 
 def _column_index(files: PairFiles, name: str, header: str | None) -> int:
@@ -118,6 +151,7 @@ def encode_pairs(corpus: PairCorpus, subwords: Subwords, labels: list[str], name
 def labels_of(config: Config, train: PairCorpus) -> list[str]:
     """The classes: data.labels, or else the labels of the training pairs, sorted."""
     labels = config.data.labels or sorted(set(train.labels))
+    check_labels(labels, "data.labels")
     if len(labels) < 2:
         raise AttnmtError(f"{config.data.train.tsv}: every pair has the label {labels[0]!r}; a classifier needs "
                           "at least two")
