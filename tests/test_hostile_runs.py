@@ -306,6 +306,11 @@ def test_hand_edited_results_are_refused_naming_the_file_and_field(tmp_path, cap
         assert error.startswith(f"attnmt: error: {path}: ") and message in error, error
     path.write_text(good)
     assert run(*argv) == 0
+    # the held-out test set that every run is scored on, edited: refused too
+    test_set = out / "shared" / "splits" / "test.tsv"
+    test_set.write_text(test_set.read_text().replace("a", "b"))
+    assert run(*argv) == 2
+    assert f"{test_set}: the held-out set was changed after it was drawn" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("schema, text, message", [

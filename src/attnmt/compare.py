@@ -265,6 +265,7 @@ class Comparison:
     def test_sets(self) -> dict[str, tuple[list[str], list[str]]]:
         """name -> (sources, references): the config's test sets, and each joined k at a time ("NAME-xK")."""
         config = self._config({"experiment_dir": str(self.shared)})
+        splits.check_held_out(config, self.shared)  # the held-out sets as drawn, their files unchanged
         sets = {}
         for name, files in config.data.test.items():
             corpus = read_corpus(splits.resolved(files, name, self.shared).as_spec())
