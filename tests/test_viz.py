@@ -577,3 +577,33 @@ def training_curves_of_a_handmade_log():
         path.write_text('{"type": "train", "step": 1, "loss": 2.0}\n{"type": "valid", "step": 1, "loss": 1.5, '
                         '"perplexity": 4.5, "bleu": 3.0}\n', encoding="utf-8")
         return training_curves(path)
+
+
+# --- speech figures: legible attention, cropped to the speech (issue 28) -------------------------
+
+def fake_transcription(frames: int = 160, speech=(20, 130), seed: int = 0):
+    """Log-mels with speech between frames speech[0] and speech[1] (10 ms each), and an attention
+    spread thinly over 4-frame states, as a speech model's often is."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(frames, 80)) - 8.0
+    features[speech[0]:speech[1]] += 6.0
+    tokens = ["h", "i", "</s>"]
+    attention = random_attention(len(tokens), frames // 4, seed) * 0.5 + 0.5 / (frames // 4)
+    return SimpleNamespace(features=features, attention=attention, tokens=tokens, hop_ms=10.0, frames_per_state=4)
+
+
+def test_speech_alignment_is_cropped_to_the_speech_and_each_row_reaches_the_darkest_colour():
+    from attnmt.viz.speech import spectrogram_attention, speech_span
+
+    t = fake_transcription()
+    start, end = speech_span(t.features, 0.01)
+    assert start == pytest.approx(0.1) and end == pytest.approx(1.4)  # 0.2-1.3 s, with 0.1 s around
+    fig = spectrogram_attention(t)
+    assert axis(fig, "spectrogram").get_xlim() == pytest.approx((0.1, 1.4))
+    shown = axis(fig, "attention").get_images()[0].get_array()
+    np.testing.assert_allclose(shown.max(axis=1), 1.0)  # a row's largest weight is the darkest colour
+    np.testing.assert_allclose(shown * t.attention.max(axis=1, keepdims=True), t.attention)
+    whole = spectrogram_attention(t, crop=False)
+    assert axis(whole, "spectrogram").get_xlim() == pytest.approx((0.0, 1.6))

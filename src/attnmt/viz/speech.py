@@ -1,4 +1,5 @@
-"""Figures of speech recognition: the attention above the spectrogram, on one time axis.
+"""Figures of speech recognition: the attention above the spectrogram, on one time axis, cropped
+to the speech (the silence before and after it left out).
 
 Each encoder state covers ``frames_per_state`` frames of ``hop_ms``, so the attention of output
 character t over the states is drawn as a row whose cells span the same seconds as the frames
@@ -32,25 +33,50 @@ def _spectrogram(ax, features: np.ndarray, frame: float):
     ax.set_xlabel("time (s)", fontsize=9)
 
 
-def spectrogram_attention(transcription, title: str | None = None) -> Figure:
+def speech_span(features: np.ndarray, frame: float, margin: float = 0.1) -> tuple[float, float]:
+    """The seconds (start, end) between the first and the last frame louder than the quiet frames
+    (a fifth of the way from the quietest to the loudest, by mean log-mel), widened by ``margin``
+    seconds: the stretch of the recording that holds speech, without the silence around it."""
+    energy = np.asarray(features, dtype=np.float64).mean(axis=1)
+    quiet, loud = np.percentile(energy, 5), np.percentile(energy, 95)
+    voiced = np.flatnonzero(energy > quiet + 0.2 * (loud - quiet))
+    total = len(energy) * frame
+    if len(voiced) == 0:
+        return 0.0, total
+    return max(0.0, voiced[0] * frame - margin), min(total, (voiced[-1] + 1) * frame + margin)
+
+
+def spectrogram_attention(transcription, title: str | None = None, crop: bool = True) -> Figure:
     """Attention (rows: output characters; columns: encoder states, placed on the time axis) above
-    the log-mel spectrogram of the utterance. Takes a recognizer's Transcription or DecodingTrace."""
+    the log-mel spectrogram of the utterance. Takes a recognizer's Transcription or DecodingTrace.
+
+    Each row is coloured relative to its own largest weight (white 0, darkest = the row's maximum,
+    written at the right): a character's attention often spreads over a few states, and on a 0-1
+    scale its rows would be nearly white. ``crop``: the time axis shows the speech only (see
+    ``speech_span``), not the silence before and after it."""
     features = np.asarray(transcription.features)
-    attention = np.asarray(transcription.attention)
+    attention = np.asarray(transcription.attention, dtype=np.float64)
     frame, state = _seconds(transcription)
     labels = _char_labels(transcription.tokens)
-    seconds = features.shape[0] * frame
+    start, end = speech_span(features, frame) if crop else (0.0, features.shape[0] * frame)
     height = 1.6 + 0.22 * len(labels) + 1.8
-    fig = _figure(max(6.0, min(16.0, 2.0 + seconds * 2.5)), height)
+    fig = _figure(max(6.0, min(16.0, 2.5 + (end - start) * 3.5)), height)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[0.22 * len(labels) + 0.4, 1.8])
     top.set_label("attention")
-    top.imshow(attention, aspect="auto", cmap="Blues", vmin=0, vmax=1, interpolation="nearest",
-               extent=(0, attention.shape[1] * state, len(labels) - 0.5, -0.5))
+    peaks = attention.max(axis=1, keepdims=True)
+    image = top.imshow(attention / np.where(peaks > 0, peaks, 1.0), aspect="auto", cmap="Blues", vmin=0, vmax=1,
+                       interpolation="nearest", extent=(0, attention.shape[1] * state, len(labels) - 0.5, -0.5))
     top.set_yticks(range(len(labels)), labels, fontsize=8)
     top.set_ylabel("output characters", fontsize=9)
+    right = top.secondary_yaxis("right")
+    right.set_yticks(range(len(labels)), [f"{p:.2f}" for p in peaks[:, 0]], fontsize=6)
+    right.set_ylabel("largest weight of the row", fontsize=7)
+    bar = fig.colorbar(image, ax=[top, bottom], shrink=0.5, aspect=25, pad=0.08)
+    bar.set_label("weight / the row's largest", fontsize=7)
+    bar.ax.tick_params(labelsize=6)
     bottom.set_label("spectrogram")
     _spectrogram(bottom, features, frame)
-    bottom.set_xlim(0, seconds)
+    bottom.set_xlim(start, end)
     if title:
         fig.suptitle(title, fontsize=11, parse_math=False)
     return fig
@@ -68,15 +94,16 @@ def speech_step_figure(trace, step: int) -> Figure:
     fig = _figure(max(6.0, min(16.0, 2.0 + features.shape[0] * frame * 2.5)), 5.0)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[1.2, 1.8])
     top.set_label("weights")
+    top.set_ylim(0, 1)
     if s.weights is not None:
         weights = np.asarray(s.weights)
         top.bar(np.arange(len(weights)) * state, weights, width=state, align="edge", color=HIGHLIGHT)
-    top.set_ylim(0, 1)
+        top.set_ylim(0, max(float(weights.max()) * 1.15, 0.05))  # spread weights stay visible
     top.set_ylabel("attention a_j", fontsize=9)
     written = "".join(_char_labels(trace.tokens[:step]))
     candidates = ", ".join(f"{_char_labels([token])[0]} {p:.2f}" for token, p in s.top_k)
     top.set_title(f"step {step}: after {written!r} writes {_char_labels([s.token])[0]!r}  (top: {candidates})",
                   fontsize=9, parse_math=False)
     _spectrogram(bottom, features, frame)
-    bottom.set_xlim(0, features.shape[0] * frame)
+    bottom.set_xlim(*speech_span(features, frame))
     return fig
