@@ -286,18 +286,21 @@ def test_bad_lines_of_a_sound_file_list_cost_only_themselves(tiny_speech, tmp_pa
     soundfile.write(good, tone_utterance("abc"), RATE)
     fifo = tmp_path / "fifo.wav"
     os.mkfifo(fifo)
-    lines = [good, tmp_path / "missing.wav", tmp_path, fifo, "/dev/zero", "", good]
+    forged = tmp_path / "forged.flac"
+    forged.write_bytes(flac(1.0, total_samples=2**36 - 1))  # a traceback asking for 256 GiB before
+    lines = [good, tmp_path / "missing.wav", tmp_path, fifo, "/dev/zero", "", forged, good]
     paths = tmp_path / "paths.txt"
     paths.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     out = tmp_path / "out.txt"
     code, _, err = run_cli("translate", tiny_speech, "-i", paths, "-o", out, "--beam", "1")
     assert code == 2
     [expected] = load(tiny_speech).transcribe([good], beam=1)
-    assert out.read_text(encoding="utf-8").split("\n") == [expected.text, "", "", "", "", "", expected.text, ""]
+    assert out.read_text(encoding="utf-8").split("\n") == [expected.text] + [""] * 6 + [expected.text, ""]
     assert f"{paths}, line 2: {tmp_path / 'missing.wav'}: no such file" in err
     assert f"line 3: {tmp_path}: is a directory" in err and f"line 4: {fifo}: not a regular file" in err
     assert "line 5: /dev/zero: not a regular file" in err and "line 6" not in err
-    assert "4 of 7 sound file(s) not transcribed (empty lines in the output); first: line 2" in err
+    assert f"line 7: {forged}: 4294967.3 s of audio, longer than speech.max_seconds" in err
+    assert "5 of 8 sound file(s) not transcribed (empty lines in the output); first: line 2" in err
 
 
 # --- point 9: /attention of a Transformer bounds its answer before the work ------------------------------
