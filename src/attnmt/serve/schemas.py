@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
                       model_validator)
 
+from attnmt.data.audio import SAMPLE_RATES
 from attnmt.serve.limits import ServerLimits, base64_length
 
 
@@ -227,8 +228,9 @@ def request_models(limits: ServerLimits) -> RequestModels:
                          AfterValidator(_not_blank)]
     Audio = Annotated[str, Field(min_length=1, max_length=base64_length(limits.max_audio_bytes), strict=True)]
     audio_field = Field(None, description=f"speech models: a sound file (WAV, FLAC, ...) in base64, at most "
-                                          f"{limits.max_audio_bytes:,} bytes and {limits.max_audio_seconds:g} s; "
-                                          "instead of text")
+                                          f"{limits.max_audio_bytes:,} bytes (decoded) and "
+                                          f"{limits.max_audio_seconds:g} s, at {SAMPLE_RATES[0]:,} to "
+                                          f"{SAMPLE_RATES[1]:,} Hz; instead of text")
     ModelName = Optional[str]
     model_field = Field(None, description="model name (see /models); default: the first model")
 
