@@ -3,6 +3,10 @@
     waveform  = read_audio(path, sample_rate)        mono float32, resampled (soundfile + soxr)
     features  = log_mel(waveform, settings)         (frames, n_mels): log of mel-weighted power spectra
 
+A sound file is judged by its header (rate, declared duration) before any sample is decoded, then
+decoded in blocks that stop at the duration limit: neither a header that lies nor a long file can
+make reading it cost more than that (docs/security.md, "Audio").
+
 A frame is a window of ``window_ms`` every ``hop_ms`` (25 ms every 10 ms: 100 frames a second).
 Normalisation (per utterance or global mean and variance) belongs to the model
 (attnmt.models.speech), so the cache holds the plain log-mels and one cache serves both.
