@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attnmt.align import (alignment_scores, align, alignments_from_attention, force_attention, format_pharaoh,
-                          parse_pharaoh, read_gold, read_hypotheses, score_files, word_matrix)
+                          output_links, parse_pharaoh, read_gold, read_hypotheses, score_files, word_matrix)
 from attnmt.viz.words import word_spans
 from attnmt.cli import main
 from attnmt.errors import AttnmtError
@@ -155,6 +155,20 @@ def test_alignment_methods():
     assert alignments_from_attention(np.zeros((2, 0))) == []  # an empty source: no links
     with pytest.raises(ValueError, match="unknown alignment method"):
         alignments_from_attention(matrix, "intersection")
+
+
+def test_output_links_merge_words_and_leave_out_the_end_of_sentence():
+    src, tgt = ["▁Das", "▁Haus", "chen", "</s>"], ["▁The", "▁little", "▁house", "</s>"]
+    matrix = np.array([[0.9, 0.05, 0.05, 0.0],   # The -> Das
+                       [0.1, 0.3, 0.5, 0.1],     # little -> Haus+chen (0.8)
+                       [0.2, 0.7, 0.1, 0.0],     # house -> Hauschen
+                       [0.0, 0.0, 0.1, 0.9]])    # </s>: no link, even though it attends to </s>
+    assert output_links(matrix, src, tgt) == [(0, 0), (1, 1), (1, 2)]
+    assert output_links(matrix, src, tgt, words=False) == [(0, 0), (1, 2), (2, 1)]
+    # shifted: row t is the step after piece t (the last row keeps its own weights)
+    assert output_links(matrix, src, tgt, words=False, shift=True) == [(1, 1), (2, 0), (2, 2)]
+    assert output_links(matrix, src, tgt, method="threshold", threshold=0.85) == [(0, 0)]
+    assert output_links(matrix[:3, :3], src[:3], tgt[:3]) == [(0, 0), (1, 1), (1, 2)]  # without "</s>"
 
 
 # ---------------------------------------------------------------- a trained model

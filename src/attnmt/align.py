@@ -162,6 +162,17 @@ def word_attention(translator, sources: list[str], targets: list[str], matrices:
     return result
 
 
+def output_links(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str], method: str = "argmax",
+                 threshold: float = 0.5, words: bool = True, shift: bool = False) -> list[Link]:
+    """The links of one translation's attention (rows: its output pieces, columns: its source
+    pieces, "</s>" included or not; it is left out): word links (i source word, j output word, the
+    words that the pieces make, which are the whitespace-separated words of the texts), or with
+    ``words=False`` piece links; ``shift``: see shifted_by_one."""
+    matrix = shifted_by_one(matrix) if shift else np.asarray(matrix)
+    merged = word_matrix(matrix, src_pieces, tgt_pieces) if words else drop_eos(matrix, src_pieces, tgt_pieces)
+    return alignments_from_attention(merged, method, threshold)
+
+
 def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str = "argmax",
           threshold: float = 0.5, words: bool = True, shift: bool = False) -> list[list[Link]]:
     """Word alignments of sentence pairs from forced attention (one list of links per pair).
