@@ -28,6 +28,7 @@ from attnmt.decoding import BeamRecorder, beam_search, decode, max_output_length
 from attnmt.devices import to_numpy
 from attnmt.errors import AttnmtError
 from attnmt.models import build_model
+from attnmt.progress import phase_bar
 
 
 @dataclass
@@ -132,9 +133,9 @@ class Translator:
         model = self.config.model
         kind = "transformer" if model.type == "transformer" else f"{model.rnn_type} {model.attention} attention"
         parameters = sum(p.numel() for p in self.model.parameters())
-        return (f"<Translator {self.folder}: {kind}, {parameters:,} parameters, vocabularies "
-                f"{len(self.src_subwords):,}/{len(self.tgt_subwords):,}, beam {self.config.decoding.beam}, "
-                f"{self.device}{', ' + self.quantize if self.quantize else ''}>")
+        sizes = "/".join("-" if v is None else f"{len(v):,}" for v in (self.src_subwords, self.tgt_subwords))
+        return (f"<{type(self).__name__} {self.folder}: {kind}, {parameters:,} parameters, vocabularies {sizes}, "
+                f"beam {self.config.decoding.beam}, {self.device}{', ' + self.quantize if self.quantize else ''}>")
 
     def _vocabularies(self):
         if self.config.task != "translation":
@@ -159,12 +160,14 @@ class Translator:
         return sets
 
     def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
-                  batch_size: int | None = None, max_tokens: int | None = None) -> list[Translation]:
+                  batch_size: int | None = None, max_tokens: int | None = None,
+                  progress: str | None = None) -> list[Translation]:
         """Translates each text; the output has one Translation per input, in order.
 
         Empty (or whitespace-only) inputs give an empty translation without running the model.
         ``max_tokens``: a text of more subword pieces is cut to its first ``max_tokens`` (its
         Translation says ``truncated``), so that no line can ask for unbounded work.
+        ``progress``: the description of a progress bar over the texts (on stderr, on a terminal only).
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
@@ -180,16 +183,18 @@ class Translator:
         results = [Translation(text, [], [Candidate("", [], 0.0, None)]) for text in texts]
         # Whitespace-only as Python sees it: sentencepiece keeps some Unicode spaces (U+0085) as pieces.
         todo = [i for i, ids in enumerate(src_ids) if ids and texts[i].strip()]
-        for batch_indices in inference_batches([len(src_ids[i]) for i in todo], batch_size or dc.batch_size):
-            indices = [todo[j] for j in batch_indices]
-            batch = make_batch([src_ids[i] for i in indices]).to(self.device)
-            with torch.inference_mode():
-                decoded = decode(self.model, batch.src, batch.src_lengths, beam=beam, n_best=n_best,
-                                 alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
-                                 max_length_offset=dc.max_length_offset)
-            for i, hypotheses in zip(indices, decoded):
-                results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
-                                         [self._candidate(h) for h in hypotheses], i in truncated)
+        with phase_bar(len(todo), progress or "", enabled=progress is not None) as bar:
+            for batch_indices in inference_batches([len(src_ids[i]) for i in todo], batch_size or dc.batch_size):
+                indices = [todo[j] for j in batch_indices]
+                batch = make_batch([src_ids[i] for i in indices]).to(self.device)
+                with torch.inference_mode():
+                    decoded = decode(self.model, batch.src, batch.src_lengths, beam=beam, n_best=n_best,
+                                     alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
+                                     max_length_offset=dc.max_length_offset)
+                for i, hypotheses in zip(indices, decoded):
+                    results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
+                                             [self._candidate(h) for h in hypotheses], i in truncated)
+                bar.update(len(indices))
         return results
 
     def beam_tree(self, text: str, beam: int | None = None) -> tuple[Translation, list[dict]]:

@@ -119,7 +119,7 @@ def _load_model(args):
 def _translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = "input"):
     """The translations of ``lines``, each cut to --max-tokens subword pieces with a warning."""
     translations = model.translate(lines, beam=args.beam, n_best=n_best, batch_size=args.batch_size,
-                                   max_tokens=args.max_tokens)
+                                   max_tokens=args.max_tokens, progress="translating")
     for number, t in enumerate(translations, start=1):
         if t.truncated:
             _log(f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "
@@ -210,7 +210,7 @@ def cmd_evaluate(args):
             raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --src and --ref, "
                               "or --tsv FILE")
         reports = test_set_reports(model, sets, beam=args.beam, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                                   log=_log)
+                                   log=_log, progress=True)
     _write_reports(reports, args, "hypotheses", format_report)
 
 

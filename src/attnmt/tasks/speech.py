@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from attnmt.errors import AttnmtError
+from attnmt.progress import phase_bar
 
 SAMPLE_RATE = 16000  # the joined corpora are written at this rate
 
@@ -124,8 +125,9 @@ def write_spoken_corpus(folder: Path, n_train: int = 2500, n_dev: int = 150, n_t
             jobs.append((text, voice, folder / wav))
             lines[name].append(f"{wav}\t{text}\t{voice.name}\t{voice.speed}\t{voice.pitch}\n")
     log(f"synthesizing {len(jobs):,} utterances with espeak-ng into {folder}")
-    with ThreadPoolExecutor(max_workers=2) as pool:  # espeak-ng runs as processes: two at a time
-        list(pool.map(lambda job: synthesize(*job, espeak=espeak), jobs))
+    with ThreadPoolExecutor(max_workers=2) as pool, phase_bar(len(jobs), "synthesizing", "utterance") as bar:
+        for _ in pool.map(lambda job: synthesize(*job, espeak=espeak), jobs):  # espeak-ng processes, two at a time
+            bar.update(1)
     for name in sets:  # written last: a corpus interrupted half-way is made again
         paths[name].write_text("".join(lines[name]), encoding="utf-8")
     return paths

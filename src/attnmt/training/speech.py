@@ -110,7 +110,7 @@ def encoded_speech(tsv: Path, name: str, config: Config, tgt_sw: Subwords, max_l
 
 
 def speech_parts(config: Config, device: torch.device, processes: Processes = ONE_PROCESS,
-                 log: Callable[[str], None] = print) -> SpeechParts:
+                 log: Callable[[str], None] = print, progress: bool = True) -> SpeechParts:
     """Vocabulary, features, model, loss, optimizer, batches and validation of a speech experiment."""
     with distributed.main_first(processes):  # the main process trains the vocabulary and fills the cache
         tgt_sw = prepare_vocabulary(config, log)
@@ -130,7 +130,7 @@ def speech_parts(config: Config, device: torch.device, processes: Processes = ON
     summary = (f"model: speech encoder, {config.model.attention} attention, "
                f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(train):,} training utterances "
                f"({seconds / 3600:.2f} h of audio)")
-    validation = SpeechScores(dev, tgt_sw, config) if dev is not None else None
+    validation = SpeechScores(dev, tgt_sw, config, progress) if dev is not None else None
     return SpeechParts(setup, train.sizes(), lambda indices: speech_batch(train, indices), validation, summary,
                        tgt_sw)
 
@@ -169,10 +169,11 @@ class SpeechLoss(TrainingLoss):
 
 
 def transcribe_features(model, features: list[torch.Tensor], tgt_sw: Subwords, config: Config,
-                        beam: int = 1) -> list[str]:
-    """The best transcript of each utterance, in the input order."""
+                        beam: int = 1, progress: str | None = None) -> list[str]:
+    """The best transcript of each utterance, in the input order (``progress``: a bar's description)."""
     return best_outputs(model, [f.size(0) for f in features],
-                        lambda indices: Batch(*feature_batch([features[i] for i in indices])), tgt_sw, config, beam)
+                        lambda indices: Batch(*feature_batch([features[i] for i in indices])), tgt_sw, config, beam,
+                        progress)
 
 
 @dataclass
@@ -184,10 +185,12 @@ class SpeechScores:
     tgt_sw: Subwords
     config: Config
 
+    progress: bool = True  # a bar while the dev set is transcribed (on a terminal)
+
     def __call__(self, model) -> dict:
         record = evaluate_loss(model, self.dev, self.config.data.batch_size, speech_batch)
         hypotheses = transcribe_features(model, self.dev.corpus.features, self.tgt_sw, self.config,
-                                         self.config.training.dev_beam)
+                                         self.config.training.dev_beam, "validation" if self.progress else None)
         return {**record, **error_rates(hypotheses, self.dev.corpus.texts)}
 
     @staticmethod

@@ -28,7 +28,7 @@ class Trainer:
         self.processes = distributed.start(self.device)
         if not self.processes.main:  # one voice: the main process logs and shows progress
             log, progress = (lambda message: None), False
-        self.log = log
+        self.log, self.progress = log, progress
         threads.choose(tc.threads, log)
         if tc.precision == "bf16" and self.device.type == "cpu" and not speed.cpu_has_bf16():
             log("warning: training.precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): its products are "
@@ -39,13 +39,14 @@ class Trainer:
         elif config.task == "speech":
             from attnmt.training.speech import speech_parts
 
-            parts = speech_parts(config, self.device, self.processes, log)
+            parts = speech_parts(config, self.device, self.processes, log, progress)
             self.loop = TrainingLoop(config, parts.setup, parts.sizes, parts.make_batch, parts.validation,
                                      parts.summary, processes=self.processes, log=log, progress=progress)
         else:
             self.data = prepare_data(config, self.processes, log)
             setup = setup_translation(config, self.data, self.device, self.processes)
-            validation = DevScores(self.data.dev, self.data.tgt_sw, config) if self.data.dev is not None else None
+            validation = (DevScores(self.data.dev, self.data.tgt_sw, config, progress) if self.data.dev is not None
+                          else None)
             self.loop = TrainingLoop(config, setup, self.data.train.sizes(),
                                      partial(translation_batch, self.data.train), validation,
                                      summary(config, setup.model, self.data),
@@ -82,7 +83,7 @@ class Trainer:
         from attnmt.evaluation import test_set_reports
 
         translator = load(self.config.experiment_dir, device=self.device)
-        reports = test_set_reports(translator, translator.test_sets, log=self.log)
+        reports = test_set_reports(translator, translator.test_sets, log=self.log, progress=self.progress)
         return self.summarized(
             reports, lambda r: {"bleu": r["bleu"]["score"], "chrf": r["chrf"]["score"], "sentences": r["sentences"],
                                 "beam": r["beam"]},

@@ -1,0 +1,49 @@
+"""Progress bars of the long silent phases (issue 28): on stderr when it is a terminal, never in a
+log or a pipe, and wiped when done."""
+
+import io
+
+from attnmt.progress import phase_bar
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_phase_bar_shows_on_a_terminal_only(monkeypatch):
+    for stderr, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr("sys.stderr", stderr)
+        with phase_bar(10, "validation") as bar:
+            bar.update(10)
+        assert ("validation" in stderr.getvalue()) == shown
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    with phase_bar(10, "validation", enabled=False) as bar:  # --no-progress
+        bar.update(10)
+    assert terminal.getvalue() == ""
+
+
+def test_translate_shows_a_bar_on_a_terminal_and_translates_the_same(tiny_transformer, monkeypatch):
+    texts = ["abc", "hello", "", "abcdefg"] * 5
+    quiet = [t.text for t in tiny_transformer.translate(texts, beam=1)]
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert [t.text for t in tiny_transformer.translate(texts, beam=1, progress="test set x")] == quiet
+    assert "test set x" in terminal.getvalue() and "/15" in terminal.getvalue()  # the 15 non-empty texts
+    piped = io.StringIO()
+    monkeypatch.setattr("sys.stderr", piped)
+    tiny_transformer.translate(texts, beam=1, progress="test set x")
+    assert piped.getvalue() == ""
+
+
+def test_validation_translates_the_dev_set_under_a_bar(tiny_transformer, monkeypatch):
+    from attnmt.training.translation import translate_ids
+
+    model = tiny_transformer
+    src_ids = model.src_subwords.encode(["abc", "hello", "abcdefg"] * 4)
+    quiet = translate_ids(model.model, src_ids, model.tgt_subwords, model.config)
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert translate_ids(model.model, src_ids, model.tgt_subwords, model.config, progress="validation") == quiet
+    assert "validation" in terminal.getvalue() and "/12" in terminal.getvalue()
