@@ -193,6 +193,11 @@ class GuidedAlignment(Section):
     weight: float = Field(0.05, gt=0)  # lambda: loss = cross-entropy + weight * alignment cross-entropy
     one_based: bool = False  # the file's indices start at 1
     units: Literal["words", "pieces"] = "words"  # what the file's indices count: words, or subword pieces
+    # Transformer: the decoder layer (negative: from the last; default: the penultimate, or the only
+    # one) and the heads of its cross-attention that are trained, averaged (Garg et al. 2019: one
+    # head of the penultimate layer)
+    layer: int | None = None
+    heads: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
 
 
 class TrainingConfig(Section):
@@ -412,11 +417,20 @@ class Config(Section):
     def guided_alignment_needs_rnn_attention(self):
         if self.training.guided_alignment is None:
             return self
+        guided, model = self.training.guided_alignment, self.model
         if self.task != "translation":
             raise ValueError("training.guided_alignment is for task: translation")
-        if self.model.type != "rnn" or self.model.attention == "none":
-            raise ValueError("training.guided_alignment trains the attention of an RNN model (model.type: rnn, "
-                             "model.attention other than none); Transformer heads are not supported yet")
+        if model.type == "rnn" and model.attention == "none":
+            raise ValueError("training.guided_alignment trains attention: model.attention none has none")
+        if model.type == "transformer":
+            if guided.layer is None:
+                guided.layer = -2 if model.decoder_layers > 1 else -1
+            if not -model.decoder_layers <= guided.layer < model.decoder_layers:
+                raise ValueError(f"training.guided_alignment.layer {guided.layer}: the decoder has "
+                                 f"{model.decoder_layers} layers (0 to {model.decoder_layers - 1}, or -1 for the last)")
+            if max(guided.heads) >= model.heads:
+                raise ValueError(f"training.guided_alignment.heads {guided.heads}: the model has {model.heads} heads "
+                                 f"(0 to {model.heads - 1})")
         return self
 
     @model_validator(mode="after")

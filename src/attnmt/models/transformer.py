@@ -135,17 +135,19 @@ class DecoderLayer(Layer):
         self.feed_forward = FeedForward(config.d_model, config.feed_forward)
 
     def forward(self, x: Tensor, cache: tuple[Tensor, Tensor], source: tuple[Tensor, Tensor],
-                causal: Tensor, src_mask: Tensor, need_weights: bool = False):
+                causal: Tensor, src_mask: Tensor, need_weights: bool = False, need_cross_weights: bool = False):
         """x (B,T,d_model): the new positions; cache: self-attention keys and values (B,H,t,d_k)
         of the t positions before them; source: cross-attention keys and values of the encoder
         output -> x, the cache extended by the new positions, (self, cross) weights or Nones, and
-        the cross-attention's output (B,T,d_model): what the layer read from the source."""
+        the cross-attention's output (B,T,d_model): what the layer read from the source.
+        ``need_cross_weights``: the cross-attention's weights only (guided alignment trains them)."""
         h = self.pre(0, x)
         k, v = self.self_attention.keys_values(h)
         k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
         y, self_weights = self.self_attention(h, k, v, causal, need_weights)
         x = self.post(0, x + self.dropout(y))
-        context, cross_weights = self.cross_attention(self.pre(1, x), *source, src_mask, need_weights)
+        context, cross_weights = self.cross_attention(self.pre(1, x), *source, src_mask,
+                                                      need_weights or need_cross_weights)
         x = self.post(1, x + self.dropout(context))
         x = self.post(2, x + self.dropout(self.feed_forward(self.pre(2, x))))
         return x, (k, v), (self_weights, cross_weights), context
@@ -273,10 +275,12 @@ class Transformer(EncoderDecoder):
         empty = memory.states.new_zeros(batch, heads, 0, self.config.d_model // heads)
         return TransformerState([empty] * len(self.decoder_layers), [empty] * len(self.decoder_layers))
 
-    def _decode(self, tgt_in: Tensor, state: TransformerState, memory: TransformerMemory, need_weights: bool):
+    def _decode(self, tgt_in: Tensor, state: TransformerState, memory: TransformerMemory, need_weights: bool,
+                cross_weights_of: int | None = None):
         """tgt_in (B,T): tokens of the positions after the state's -> top outputs (B,T,d_model), the
         extended state, per layer the self- (B,H,T,t+T) and cross-attention (B,H,T,S) weights, and
-        what the last layer's cross-attention read (B,T,d_model)."""
+        what the last layer's cross-attention read (B,T,d_model). ``cross_weights_of``: a layer
+        whose cross-attention weights come back even without ``need_weights``."""
         start, length = state.length, tgt_in.size(1)
         x = self.tgt_embed(tgt_in, start)
         # The query at position start + i may look at keys 0 .. start + i: the causal mask.
@@ -286,7 +290,7 @@ class Transformer(EncoderDecoder):
         for i, layer in enumerate(self.decoder_layers):
             x, (k, v), (w_self, w_cross), context = layer(x, (state.keys[i], state.values[i]),
                                                           (memory.keys[i], memory.values[i]), causal,
-                                                          src_mask, need_weights)
+                                                          src_mask, need_weights, i == cross_weights_of)
             keys.append(k)
             values.append(v)
             self_weights.append(w_self)
@@ -308,6 +312,15 @@ class Transformer(EncoderDecoder):
         memory, _ = self._encode(src, lengths, need_weights)
         x, _, _, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights)
         return x, (cross[-1].mean(dim=1) if need_weights else None)
+
+    def cross_attention_of(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        """decoder_outputs with the cross-attention weights (B,H,T,S) of every head of decoder layer
+        ``layer`` (negative: from the last), in training too: what guided alignment trains."""
+        layer = range(len(self.decoder_layers))[layer]
+        memory, _ = self._encode(src, lengths, need_weights=False)
+        x, _, _, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights=False,
+                                         cross_weights_of=layer)
+        return x, cross[layer]
 
     @torch.no_grad()
     def attention_maps(self, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> dict[str, Tensor]:

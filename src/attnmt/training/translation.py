@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from attnmt import distributed, speed
-from attnmt.config import Config
+from attnmt.config import Config, GuidedAlignment
 from attnmt.data.batching import Batch, inference_batches, make_batch, training_batch
 from attnmt.data import splits
 from attnmt.data.prepare import EncodedCorpus, encode_corpus, prepare, training_corpus
@@ -60,8 +60,7 @@ def setup_translation(config: Config, data: TranslationData, device: torch.devic
     guided = tc.guided_alignment
     # (the graphs capture the translation loss only: guided alignment trains without them)
     graphs = None if guided else graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs, processes.world)
-    loss = TrainingLoss(model, tc.label_smoothing, graphs, guided.weight if guided else 0.0)
-    return setup_training(model, loss, tc, processes)
+    return setup_training(model, TrainingLoss(model, tc.label_smoothing, graphs, guided), tc, processes)
 
 
 def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
@@ -81,38 +80,38 @@ def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
 
 
 def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0, memory=None,
-                  alignment_weight: float = 0.0) -> torch.Tensor:
+                  guided: GuidedAlignment | None = None) -> torch.Tensor:
     """Cross-entropy summed over the real (non-padding) target tokens. The output layer, the
     largest product of a step, runs on those positions only. ``memory``: the source already encoded.
-    With ``alignment_weight`` and the batch's reference attention, plus that weight times the
+    With ``guided`` and the batch's reference attention, plus guided.weight times the
     guided-alignment loss (attnmt.training.guided_alignment)."""
     real = batch.tgt_out != PAD
-    if memory is None:
+    if guided is not None and batch.alignment is not None:
+        states, weights = guided_alignment.trained_attention(model, batch, guided)
+    elif memory is None:
         states, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
     else:
         states, weights = model.decoder_outputs_of(memory, batch.tgt_in)
     loss = model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
-    if alignment_weight and batch.alignment is not None:
-        loss = loss + alignment_weight * guided_alignment.alignment_loss(weights, batch.alignment)
+    if guided is not None and batch.alignment is not None:
+        loss = loss + guided.weight * guided_alignment.alignment_loss(weights, batch.alignment)
     return loss
 
 
 class TrainingLoss(nn.Module):
     """The model and its loss as one module: what DistributedDataParallel wraps. Returns the
     summed loss and the number of target tokens it sums over. With ``graphs`` (on a GPU), the
-    decoder runs as CUDA graphs (attnmt.training.graphs); ``alignment_weight``: guided alignment."""
+    decoder runs as CUDA graphs (attnmt.training.graphs); ``guided``: guided alignment."""
 
     def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None,
-                 alignment_weight: float = 0.0):
+                 guided: GuidedAlignment | None = None):
         super().__init__()
-        self.model, self.label_smoothing, self.graphs = model, label_smoothing, graphs
-        self.alignment_weight = alignment_weight
+        self.model, self.label_smoothing, self.graphs, self.guided = model, label_smoothing, graphs, guided
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
         if self.graphs is not None and speed.enabled():
             return self.graphs(batch), batch.target_tokens
-        return sequence_loss(self.model, batch, self.label_smoothing, alignment_weight=self.alignment_weight), \
-            batch.target_tokens
+        return sequence_loss(self.model, batch, self.label_smoothing, guided=self.guided), batch.target_tokens
 
 
 @dataclass
