@@ -32,7 +32,7 @@ from attnmt.training.speech import feature_batch
 Audio = str | Path | bytes  # a sound file's path, or its contents
 
 
-@dataclass
+@dataclass(repr=False)  # Translation's short repr: not the numbers of the features
 class Transcription(Translation):
     """A Translation of audio: ``source`` names the audio, ``source_tokens`` label the encoder
     states by their start time, and ``features`` are the log-mels that were read (frames, n_mels)."""
