@@ -36,3 +36,20 @@ def test_short_reprs_of_the_translator_its_translations_and_traces(reverse_model
     assert f"attention {len(translation.tokens)}x{len(translation.source_tokens)}" in repr(translation)
     assert "2 candidates" in repr(translation) and repr(translation.best).startswith("Candidate(")
     assert max(len(repr(x)) for x in (model, traced, translation, translation.best, traced.steps[0])) < 300
+
+
+def test_reprs_show_shapes_not_numbers():
+    """Hand-made objects: a transcription with its log-mels, a trace of many steps (issue 28)."""
+    from attnmt.api import Candidate
+    from attnmt.recognizer import Transcription
+    from attnmt.trace import DecodingTrace, StepTrace
+
+    attention = np.full((3, 200), 1 / 200)
+    transcription = Transcription("a.wav", [f"{i * 0.04:.2f}s" for i in range(200)],
+                                  [Candidate("hi", ["h", "i", "</s>"], -0.5, attention)], features=np.ones((800, 80)))
+    assert repr(transcription) == ("Transcription('a.wav' -> 'hi', score -0.500, 200 source tokens, 3 output tokens, "
+                                   "attention 3x200, 1 candidate)")
+    steps = [StepTrace("x", 4, 0.9, np.zeros(200), attention[0], np.ones(512), np.ones(1024), [("x", 0.9)])] * 60
+    trace = DecodingTrace("a.wav", ["s"] * 200, np.ones((200, 512)), steps, "x" * 60, features=np.ones((800, 80)))
+    assert repr(trace).endswith("60 steps, encoder states 200x512, 800 audio frames)") and len(repr(trace)) < 200
+    assert repr(steps[0]) == "StepTrace('x', p 0.900, 200 weights, context 512, state 1024, top 1)"

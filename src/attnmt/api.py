@@ -62,7 +62,7 @@ class Translation:
 
     def __repr__(self) -> str:
         n = len(self.candidates)
-        return (f"Translation({self.source!r} -> {self.text!r}, score {self.score:.3f}, "
+        return (f"{type(self).__name__}({self.source!r} -> {self.text!r}, score {self.score:.3f}, "
                 f"{len(self.source_tokens)} source tokens, {len(self.tokens)} output tokens, {_shape(self.attention)}, "
                 f"{n} candidate{'s' * (n != 1)}{', truncated' if self.truncated else ''})")
 
