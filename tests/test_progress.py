@@ -47,3 +47,17 @@ def test_validation_translates_the_dev_set_under_a_bar(tiny_transformer, monkeyp
     monkeypatch.setattr("sys.stderr", terminal)
     assert translate_ids(model.model, src_ids, model.tgt_subwords, model.config, progress="validation") == quiet
     assert "validation" in terminal.getvalue() and "/12" in terminal.getvalue()
+
+
+def test_speech_features_are_computed_under_a_bar(tmp_path, monkeypatch):
+    from attnmt.config import SpeechConfig
+    from attnmt.data.audio import load_speech_corpus
+
+    from speech_helpers import random_texts, write_tone_corpus
+
+    tsv = write_tone_corpus(tmp_path, "train", random_texts(12, seed=1))
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    corpus = load_speech_corpus(tsv, SpeechConfig(), None, log=lambda message: None)
+    assert len(corpus.texts) == 12
+    assert "features of train.tsv" in terminal.getvalue() and "/12" in terminal.getvalue()

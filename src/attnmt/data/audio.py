@@ -36,6 +36,7 @@ from attnmt.config import SpeechConfig
 from attnmt.data.corpus import read_tsv
 from attnmt.errors import AttnmtError
 from attnmt.files import atomic_write
+from attnmt.progress import phase_bar
 
 LOG_FLOOR = 1e-6  # added to the mel energies before the log: silence gives log(1e-6), not -inf
 
@@ -323,7 +324,7 @@ def load_speech_corpus(tsv: Path, settings: SpeechConfig, cache: Path | None,
 
 def _compute(tsv: Path, paths: list[str], texts: list[str], settings: SpeechConfig) -> SpeechCorpus:
     corpus = SpeechCorpus([], [], [], [])
-    for path, text in zip(paths, texts):
+    for path, text in zip(paths, phase_bar(texts, f"features of {Path(tsv).name}", "file")):
         try:
             features = audio_features(Path(tsv).parent / path, settings, path)
         except AudioError as e:
