@@ -27,6 +27,7 @@ from attnmt.decoding import decode
 from attnmt.devices import to_numpy
 from attnmt.errors import AttnmtError
 from attnmt.models import build_model
+from attnmt.progress import phase_bar
 from attnmt.training.speech import feature_batch
 
 Audio = str | Path | bytes  # a sound file's path, or its contents
@@ -105,21 +106,26 @@ class Recognizer(Translator):
         return results, errors
 
     def transcribe_features(self, features: list[torch.Tensor], beam: int | None = None, n_best: int = 1,
-                            batch_size: int | None = None, names: list[str] | None = None) -> list[Transcription]:
+                            batch_size: int | None = None, names: list[str] | None = None,
+                            progress: str | None = None) -> list[Transcription]:
+        """The transcriptions of log-mel features; ``progress``: the description of a progress bar
+        (stderr, on a terminal only)."""
         dc = self.config.decoding
         beam = dc.beam if beam is None else beam
         if beam < 1 or n_best < 1 or n_best > beam:
             raise ValueError(f"need 1 <= n_best <= beam (got beam {beam}, n_best {n_best})")
         names = names or [f"utterance {i}" for i in range(len(features))]
         results: list[Transcription | None] = [None] * len(features)
-        for indices in inference_batches([f.size(0) for f in features], batch_size or dc.batch_size):
-            src, lengths = feature_batch([features[i] for i in indices])
-            with torch.inference_mode():
-                decoded = decode(self.model, src.to(self.device), lengths.to(self.device), beam=beam, n_best=n_best,
-                                 alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
-                                 max_length_offset=dc.max_length_offset)
-            for i, hypotheses in zip(indices, decoded):
-                results[i] = self._transcription(names[i], features[i], [self._candidate(h) for h in hypotheses])
+        with phase_bar(len(features), progress or "", "utterance", enabled=progress is not None) as bar:
+            for indices in inference_batches([f.size(0) for f in features], batch_size or dc.batch_size):
+                src, lengths = feature_batch([features[i] for i in indices])
+                with torch.inference_mode():
+                    decoded = decode(self.model, src.to(self.device), lengths.to(self.device), beam=beam,
+                                     n_best=n_best, alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
+                                     max_length_offset=dc.max_length_offset)
+                for i, hypotheses in zip(indices, decoded):
+                    results[i] = self._transcription(names[i], features[i], [self._candidate(h) for h in hypotheses])
+                bar.update(len(indices))
         return results
 
     def force_attention(self, features: list[torch.Tensor], texts: list[str],
