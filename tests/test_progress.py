@@ -61,3 +61,22 @@ def test_speech_features_are_computed_under_a_bar(tmp_path, monkeypatch):
     corpus = load_speech_corpus(tsv, SpeechConfig(), None, log=lambda message: None)
     assert len(corpus.texts) == 12
     assert "features of train.tsv" in terminal.getvalue() and "/12" in terminal.getvalue()
+
+
+def test_speech_test_sets_are_transcribed_under_a_bar(tmp_path, monkeypatch):
+    from attnmt.api import load
+    from attnmt.error_rates import speech_test_set_reports
+    from attnmt.training import train
+
+    from speech_helpers import random_texts, speech_config, write_tone_corpus
+
+    train_tsv = write_tone_corpus(tmp_path, "train", random_texts(8, seed=1))
+    test_tsv = write_tone_corpus(tmp_path, "test", random_texts(5, seed=2))
+    train(speech_config(tmp_path, train_tsv, test=test_tsv, steps=2), log=lambda m: None, progress=False)
+    recognizer = load(tmp_path / "exp")
+    quiet = speech_test_set_reports(recognizer, recognizer.test_sets, beam=1, log=lambda m: None)
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    shown = speech_test_set_reports(recognizer, recognizer.test_sets, beam=1, log=lambda m: None, progress=True)
+    assert shown["test"]["hypotheses"] == quiet["test"]["hypotheses"]
+    assert "test set test" in terminal.getvalue() and "/5" in terminal.getvalue()

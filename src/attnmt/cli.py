@@ -255,7 +255,8 @@ def _evaluate_speech(model, args):
     sets = {"": CorpusFiles(tsv=args.tsv)} if args.tsv else config_test_sets(model, args.trust_config)
     if not sets:
         raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --tsv FILE")
-    reports = speech_test_set_reports(model, sets, beam=args.beam, batch_size=args.batch_size, log=_log)
+    reports = speech_test_set_reports(model, sets, beam=args.beam, batch_size=args.batch_size, log=_log,
+                                      progress=True)
     _write_reports(reports, args, "hypotheses", format_speech_report)
 
 

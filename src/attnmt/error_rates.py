@@ -66,7 +66,7 @@ def format_speech_report(report: dict) -> str:
 
 
 def speech_test_set_reports(recognizer, sets: dict, beam: int | None = None, batch_size: int | None = None,
-                            log=print, cache: Path | None = None) -> dict[str, dict]:
+                            log=print, cache: Path | None = None, progress: bool = False) -> dict[str, dict]:
     """Each test set of ``sets`` (name -> config.CorpusFiles with a TSV of audio and transcripts)
     transcribed by ``recognizer`` (attnmt.recognizer.Recognizer) and scored: name -> speech_report,
     with the beam and the hypotheses. ``cache``: a folder caching the features as test-NAME.safetensors."""
@@ -74,8 +74,8 @@ def speech_test_set_reports(recognizer, sets: dict, beam: int | None = None, bat
     for name, files in sets.items():
         cached = cache / f"test-{quote(name, safe='')}.safetensors" if cache is not None else None
         corpus = recognizer.read_corpus(files.tsv, log=log, cache=cached)
-        hypotheses = [t.text for t in recognizer.transcribe_features(corpus.features, beam=beam,
-                                                                     batch_size=batch_size)]
+        hypotheses = [t.text for t in recognizer.transcribe_features(
+            corpus.features, beam=beam, batch_size=batch_size, progress=f"test set {name}" if progress else None)]
         reports[name] = {**speech_report(hypotheses, corpus.texts), "beam": beam or recognizer.config.decoding.beam,
                          "skipped": len(corpus.skipped), "hypotheses": hypotheses}
     return reports

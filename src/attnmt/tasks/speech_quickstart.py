@@ -61,7 +61,7 @@ def run_speech_quickstart(folder: Path, steps: int = 800, attention: str = "loca
                         f"a speech model with {attention} attention on {data['train']} ({steps} steps)", log, progress)
 
     model = load(config.experiment_dir)
-    report = speech_test_set_reports(model, model.test_sets, beam=1, log=log)["test"]
+    report = speech_test_set_reports(model, model.test_sets, beam=1, log=log, progress=progress)["test"]
     hypotheses = report.pop("hypotheses")
     log(f"\nheld-out speech (half of it by voices and speeds not heard in training), greedy:\n"
         f"{format_speech_report(report)}")

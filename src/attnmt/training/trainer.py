@@ -96,7 +96,7 @@ class Trainer:
 
         recognizer = load(self.config.experiment_dir, device=self.device)
         reports = speech_test_set_reports(recognizer, recognizer.test_sets, log=self.log,
-                                          cache=self.config.experiment_dir / "features")
+                                          cache=self.config.experiment_dir / "features", progress=self.progress)
         return self.summarized(
             reports, lambda r: {k: r[k] for k in ("cer", "wer", "beam")},
             lambda r: f"CER {r['cer']:.2f}%, WER {r['wer']:.2f}% ({r['utterances']} utterances, beam {r['beam']})")
