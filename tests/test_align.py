@@ -8,8 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from attnmt.align import (alignment_scores, align, alignments_from_attention, force_attention, format_pharaoh,
-                          output_links, parse_pharaoh, read_gold, read_hypotheses, score_files, word_matrix)
+from attnmt.align import (alignment_scores, align, align_both_ways, alignments_from_attention, force_attention,
+                          format_pharaoh, output_links, parse_pharaoh, read_gold, read_hypotheses, score_files,
+                          word_matrix)
 from attnmt.viz.words import word_spans
 from attnmt.cli import main
 from attnmt.errors import AttnmtError
@@ -229,6 +230,38 @@ def test_word_alignment_indices_are_those_of_whitespace_words(reverse_model):
     assert {(i, j) for i in (0, 1) for j in (0, 1)} >= set(links) and links
     with pytest.raises(AttnmtError, match="threshold must be in"):
         align(model, ["abc"], ["cba"], method="threshold", threshold=1.5)
+
+
+def test_both_directions_symmetrized(reverse_model):
+    model, sources = reverse_model
+    sources = [" ".join(s[:3]) for s in sources[:20]]  # words of one character: "a b c" <-> "c b a"
+    targets = [reverse(s) for s in sources]
+    forward = align(model, sources, targets)
+    backward = [sorted((j, i) for i, j in links) for links in align(model, targets, sources)]
+    both = {method: align_both_ways(model, model, sources, targets, method)
+            for method in ("intersection", "union", "grow-diag-final")}
+    for k in range(len(sources)):
+        assert set(both["intersection"][k]) == set(forward[k]) & set(backward[k])
+        assert set(both["union"][k]) == set(forward[k]) | set(backward[k])
+        assert set(both["intersection"][k]) <= set(both["grow-diag-final"][k]) <= set(both["union"][k])
+    with pytest.raises(AttnmtError, match="unknown symmetrization"):
+        align_both_ways(model, model, sources, targets, "grow")
+
+
+def test_transformer_layer_and_heads_choose_the_attention_aligned(tiny_transformer):
+    sources, targets = ["ab cd", "efg h"], ["ab cd", "efg h"]
+    maps = force_attention(tiny_transformer, sources, targets, layers=True, heads=[1])
+    every_head = force_attention(tiny_transformer, sources, targets, layers=True)
+    assert maps[0].shape == every_head[0].shape and not np.allclose(maps[0], every_head[0])
+    piece_links = align(tiny_transformer, sources, targets, words=False, layer=0, heads=[1])
+    expected = [alignments_from_attention(m[0][:-1, :-1]) for m in maps]
+    assert piece_links == expected
+    default = align(tiny_transformer, sources, targets, words=False)
+    assert default == align(tiny_transformer, sources, targets, words=False, layer=-1)
+    with pytest.raises(AttnmtError, match="has 2 decoder layers"):
+        align(tiny_transformer, sources, targets, layer=2)
+    with pytest.raises(AttnmtError, match="has 4 heads"):
+        align(tiny_transformer, sources, targets, layer=0, heads=[4])
 
 
 def test_cli_align_writes_one_line_per_pair(reverse_model, tmp_path):

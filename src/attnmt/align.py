@@ -30,14 +30,14 @@ Link = tuple[int, int]  # (source word index i, target word index j), 0-based
 
 
 def force_attention(translator, sources: list[str], targets: list[str], batch_size: int = 32,
-                    layers: bool = False) -> list[np.ndarray]:
+                    layers: bool = False, heads: list[int] | None = None) -> list[np.ndarray]:
     """Attention of the model while it is forced to produce each given target.
 
     Returns, per pair, an array (target pieces + EOS) x (source pieces + EOS) whose rows are the
     attention weights of each output step; rows sum to 1. Pairs are batched by length; the output
     is in input order. An empty side is just EOS (a matrix with one row or one column).
     ``layers=True`` (Transformers): the cross-attention of every decoder layer, averaged over its
-    heads, as an array (layers, target pieces + EOS, source pieces + EOS).
+    heads (``heads``: those heads only), as an array (layers, target pieces + EOS, source pieces + EOS).
     """
     if isinstance(sources, str) or isinstance(targets, str):
         raise TypeError("force_attention() takes lists of strings")
@@ -46,6 +46,11 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
     model = translator.model
     if layers and not hasattr(model, "attention_maps"):
         raise AttnmtError(f"the model in {translator.folder} has no attention layers (layers=True is for Transformers)")
+    if heads is not None and not layers:
+        raise AttnmtError("heads are chosen among a Transformer's heads: give layers=True (a layer) too")
+    if heads is not None and not all(0 <= h < model.config.heads for h in heads):
+        raise AttnmtError(f"heads {heads}: the model in {translator.folder} has {model.config.heads} heads "
+                          f"(0 to {model.config.heads - 1})")
     if not model.has_attention:
         raise AttnmtError(f"the model in {translator.folder} has attention 'none': it has no attention "
                           "weights to align with")
@@ -61,7 +66,8 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
             batch = make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices]).to(device)
             with torch.inference_mode():  # only the weights: no output layer
                 if layers:  # (B,L,H,T,S) -> (B,L,T,S)
-                    weights = model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)["cross"].mean(dim=2)
+                    cross = model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)["cross"]
+                    weights = (cross if heads is None else cross[:, :, heads]).mean(dim=2)
                 else:
                     _, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
             weights = to_numpy(weights.float())
@@ -174,21 +180,49 @@ def output_links(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str
 
 
 def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str = "argmax",
-          threshold: float = 0.5, words: bool = True, shift: bool = False) -> list[list[Link]]:
+          threshold: float = 0.5, words: bool = True, shift: bool = False, layer: int | None = None,
+          heads: list[int] | None = None) -> list[list[Link]]:
     """Word alignments of sentence pairs from forced attention (one list of links per pair).
 
     With ``words=False`` the indices are those of the subword pieces (without "</s>"), unmerged.
     With words, the word indices are those of the whitespace-separated tokens of each text;
     a text whose pieces do not give the same number of words is an error. ``shift``: the
-    attention of the step after each word (shifted_by_one).
+    attention of the step after each word (shifted_by_one). A Transformer's ``layer`` (negative:
+    from the last; default: the last) and ``heads`` (default: all, averaged).
     """
     if method not in ("argmax", "threshold"):
         raise AttnmtError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
     if method == "threshold" and not 0 < threshold <= 1:
         raise AttnmtError(f"the alignment threshold must be in (0, 1], got {threshold}")
-    matrices = force_attention(translator, sources, targets, batch_size)
+    if layer is None and heads is None:
+        matrices = force_attention(translator, sources, targets, batch_size)
+    else:
+        index = _layer_index(translator, layer)
+        matrices = [maps[index] for maps in
+                    force_attention(translator, sources, targets, batch_size, layers=True, heads=heads)]
     return [alignments_from_attention(matrix, method, threshold)
             for matrix in word_attention(translator, sources, targets, matrices, words, shift)]
+
+
+def _layer_index(translator, layer: int | None) -> int:
+    count = translator.config.model.decoder_layers
+    layer = -1 if layer is None else layer
+    if not -count <= layer < count:
+        raise AttnmtError(f"layer {layer}: the model in {translator.folder} has {count} decoder layers "
+                          f"(0 to {count - 1}, or -1 for the last)")
+    return layer
+
+
+def align_both_ways(forward, backward, sources: list[str], targets: list[str], symmetrization: str,
+                    **options) -> list[list[Link]]:
+    """The links of ``forward`` (a source->target model) and of ``backward`` (target->source, its
+    links turned around) made one alignment per pair (``symmetrization``: see symmetrize);
+    ``options``: those of align, for both."""
+    if symmetrization not in SYMMETRIZATIONS:
+        raise AttnmtError(f"unknown symmetrization {symmetrization!r}; expected one of {', '.join(SYMMETRIZATIONS)}")
+    there = align(forward, sources, targets, **options)
+    back = align(backward, targets, sources, **options)
+    return [symmetrize(f, transposed(b), symmetrization) for f, b in zip(there, back)]
 
 
 # ---------------------------------------------------------------- symmetrization
