@@ -42,7 +42,8 @@ LAYOUT_PROBLEMS = """() => {
   for (const box of [...document.querySelectorAll(".heatmap-scroll")].filter(shown)) {
     const where = name(box);
     if (box.scrollWidth <= box.clientWidth + 1) continue;
-    if (box.parentElement.querySelector(".scroll-note").hidden) problems.push(`${where}: no scroll note`);
+    const note = box.parentElement.querySelector(".scroll-note");
+    if (!note || note.hidden) problems.push(`${where}: no note saying that it scrolls`);
     box.scrollLeft = box.scrollWidth;
     const r = box.getBoundingClientRect();
     const corner = box.querySelector("th.corner").getBoundingClientRect();
@@ -284,9 +285,9 @@ def test_audio_view_spans_its_card_and_says_beam_or_greedy(browser, mixed_server
     assert len(drawn["ticks"]) >= 3 and drawn["ticks"][0] == 0 and drawn["ticks"][-1] <= drawn["duration"]
     assert problems(page) == []
     page.set_viewport_size({"width": 390 if width > 390 else 1280, "height": 900})  # redrawn for the new width
-    page.wait_for_function("c => c.width === c.parentElement.clientWidth",
-                           arg=page.query_selector("#audio-canvas"))
-    assert canvas()["width"] != drawn["width"] and problems(page) == []
+    page.wait_for_function("""old => { const c = document.getElementById("audio-canvas");  // a new canvas
+        return c.width !== old && c.width === c.parentElement.clientWidth; }""", arg=drawn["width"])
+    assert problems(page) == []
     page.context.close()
     assert not page.errors, page.errors
 
