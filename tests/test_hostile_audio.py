@@ -246,6 +246,14 @@ def test_samples_that_are_not_sound_are_a_422_naming_the_problem(spied, path, va
     assert "transcribe_features" not in calls and "trace_features" not in calls
 
 
+def test_align_on_a_speech_model_says_it_has_no_source_words(spied):
+    serve, calls = spied
+    with serve(ServerLimits()) as client:
+        assert_error(client.post("/translate", json={"audio": b64(silence(1)), "align": True}), 422,
+                     '"align" links the words of a text and of its translation: a speech model has no source words')
+    assert calls == []
+
+
 def test_classify_on_a_speech_model_says_it_transcribes(spied):
     serve, _ = spied
     with serve(ServerLimits()) as client:

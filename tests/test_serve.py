@@ -17,6 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
+from attnmt.align import output_links
 from attnmt.cli import build_parser, main
 from attnmt.errors import AttnmtError
 from attnmt.serve import ServerLimits, create_app
@@ -196,6 +197,23 @@ def test_translate_n_best_and_no_attention(served):
         assert [c["text"] for c in candidates] == [c.text for c in expected.candidates]
     body = client.post("/translate", json={"text": dev[1], "beam": 4, "n_best": 2, "attention": False}).json()
     assert [c["attention"] for c in body["translations"][0]["candidates"]] == [None, None]
+
+
+def test_translate_with_align_gives_each_candidates_word_links(served):
+    client, _, _, translator, dev = served
+    text = dev[3] + " " + dev[4]  # two "words"
+    body = client.post("/translate", json={"text": text, "beam": 3, "n_best": 2, "align": True,
+                                           "attention": False}).json()
+    [expected] = translator.translate([text], beam=3, n_best=2)
+    for c, e in zip(body["translations"][0]["candidates"], expected.candidates):
+        assert c["attention"] is None  # dropped as asked, after the links were read from it
+        links = [tuple(link) for link in c["alignment"]]
+        assert links == output_links(e.attention, expected.source_tokens, e.tokens)
+        assert sorted(j for _, j in links) == list(range(len(c["text"].split())))  # one link per output word
+        assert all(0 <= i < 2 for i, _ in links)
+    assert [tuple(x) for x in body["translations"][0]["candidates"][0]["alignment"]] == expected.alignment
+    plain = client.post("/translate", json={"text": text}).json()
+    assert plain["translations"][0]["candidates"][0]["alignment"] is None  # only when asked
 
 
 def test_translate_default_beam_is_the_models(served):

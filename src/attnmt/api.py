@@ -39,9 +39,21 @@ class Candidate:
     tokens: list[str]  # subword pieces, ending in "</s>" when the model produced it
     score: float  # log-probability / length penalty
     attention: np.ndarray | None  # (len(tokens), len(source_tokens)); None for attention "none"
+    # Word links (source word i, output word j), "</s>" left out: filled where asked for (the
+    # server's "align": true); Translation.alignment reads them from the attention
+    alignment: list[tuple[int, int]] | None = None
 
     def __repr__(self) -> str:
         return f"Candidate({self.text!r}, score {self.score:.3f}, {len(self.tokens)} tokens, {_shape(self.attention)})"
+
+
+def links_of(translation: "Translation", candidate: Candidate, **options) -> list[tuple[int, int]] | None:
+    """The word links of ``candidate`` of ``translation`` (attnmt.align.output_links with ``options``)."""
+    from attnmt.align import output_links
+
+    if candidate.attention is None:
+        return None
+    return output_links(candidate.attention, translation.source_tokens, candidate.tokens, **options)
 
 
 def _shape(attention: np.ndarray | None) -> str:
@@ -81,6 +93,13 @@ class Translation:
     @property
     def attention(self) -> np.ndarray | None:
         return self.best.attention
+
+    @property
+    def alignment(self) -> list[tuple[int, int]] | None:
+        """Word links of the best candidate, (source word i, output word j), both 0-based and
+        counting whitespace-separated words, "</s>" left out: each output word linked to the source
+        word it attended to most (attnmt.align.output_links; None without attention)."""
+        return links_of(self, self.best)
 
 
 class Translator:

@@ -18,6 +18,7 @@ import torch
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import Response
 
+from attnmt.api import links_of
 from attnmt.decoding import max_output_lengths
 from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.bodies import StrictJSONRoute
@@ -157,6 +158,9 @@ async def answer(schema: type[Answer], result, limits: ServerLimits, reduce: str
 async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     # Through the model's batcher: decoded together with concurrent requests.
     if body.audio is not None or model.task == "speech":
+        if body.align:
+            raise HTTPException(422, '"align" links the words of a text and of its translation: a speech model has '
+                                     "no source words (its attention over the audio is in \"attention\")")
         translations = await transcribe(body, model, limits, deadline)
         return await answer(TranslateResponse, {"translations": translations}, limits, model=model.name,
                             reduce='ask for "attention": false, a smaller n_best, or fewer or shorter sound files')
@@ -169,6 +173,9 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     if body.attention:
         check_matrices(model, tokens, body.n_best, limits)
     translations = await model.batcher.translate(texts, tokens, beam, body.n_best, deadline)
+    if body.align:  # read from the attention, before it may be dropped
+        translations = [replace(t, candidates=[replace(c, alignment=links_of(t, c)) for c in t.candidates])
+                        for t in translations]
     if not body.attention:  # dropped before the answer is made: the matrices are most of its work
         translations = [replace(t, candidates=[replace(c, attention=None) for c in t.candidates])
                         for t in translations]

@@ -110,6 +110,10 @@ class CandidateOut(Answer):
     attention: Optional[WeightMatrix] = Field(
         description="len(tokens) x len(source_tokens), rows sum to 1, rounded to 6 decimals; null without "
                     "attention or when not asked")
+    alignment: Optional[list[tuple[int, int]]] = Field(
+        None, description='with "align": true, the word links of this output as [i, j] pairs: source word i, output '
+                          "word j, both 0-based, counting whitespace-separated words, '</s>' left out; each output "
+                          "word linked to the source word it attends to most (null without attention)")
 
 
 class TranslationOut(Answer):
@@ -250,6 +254,7 @@ def request_models(limits: ServerLimits) -> RequestModels:
         n_best: int = Field(1, ge=1, le=limits.max_beam, strict=True,
                             description="candidates per sentence, at most beam")
         attention: bool = Field(True, strict=True, description="include the attention matrices")
+        align: bool = Field(False, strict=True, description="include each output's word links (text models)")
         one_source = model_validator(mode="after")(_text_or_audio)
 
     class TraceRequest(Strict):
