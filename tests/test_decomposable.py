@@ -8,16 +8,16 @@ import pytest
 import torch
 
 from attnmt.config import PairModelConfig
-from attnmt.models.decomposable import (DecomposableAttention, IntraAttention, build_pair_model, masked_softmax,
-                                        masked_sum)
+from attnmt.models.decomposable import (DecomposableAttention, IntraAttention, build_pair_model, centred,
+                                        masked_softmax, masked_sum, sinkhorn)
 
 PAD = 0
 
 
-def model(intra: bool = False, seed: int = 0) -> DecomposableAttention:
+def model(intra: bool = False, seed: int = 0, attend: str = "dot") -> DecomposableAttention:
     torch.manual_seed(seed)
     return DecomposableAttention(vocab_size=12, classes=3, embedding_size=6, hidden_size=5, intra_attention=intra,
-                                 max_distance=2, dropout=0.0, pad_id=PAD).eval()
+                                 max_distance=2, dropout=0.0, pad_id=PAD, attend=attend).eval()
 
 
 def test_masked_softmax_ignores_masked_positions():
@@ -70,10 +70,11 @@ def test_padded_premise_positions_get_no_weight_from_the_hypothesis():
     assert torch.allclose(out.premise_weights[0, :2].sum(dim=1), torch.ones(2))
 
 
-@pytest.mark.parametrize("intra", [False, True])
-def test_a_pair_scores_the_same_alone_or_padded_in_a_batch(intra):
+@pytest.mark.parametrize("intra,attend", [(False, "dot"), (True, "dot"), (False, "one-to-one"),
+                                          (True, "one-to-one")])
+def test_a_pair_scores_the_same_alone_or_padded_in_a_batch(intra, attend):
     """Masking in both softmax directions and sums over real positions: padding changes nothing."""
-    m = model(intra)
+    m = model(intra, attend=attend)
     alone = m(torch.tensor([[3, 4, 1]]), torch.tensor([[5, 1]]))
     batch = m(torch.tensor([[3, 4, 1, PAD, PAD], [5, 6, 7, 8, 1]]), torch.tensor([[5, 1, PAD, PAD], [9, 10, 11, 1]]))
     assert torch.allclose(alone.logits[0], batch.logits[0], atol=1e-5)
@@ -109,6 +110,8 @@ def test_build_pair_model_follows_the_config():
     assert m.intra is not None and m.classify.out_features == 4
     assert m.G[1].in_features == 4 * 6  # [a_i; beta_i] with a_i = [x_i; x'_i]
     assert build_pair_model(PairModelConfig(), 20, 3).intra is None
+    one_to_one = build_pair_model(PairModelConfig(attend="one-to-one", temperature=0.2, sinkhorn_rounds=3), 20, 3)
+    assert (one_to_one.attend, one_to_one.temperature, one_to_one.sinkhorn_rounds) == ("one-to-one", 0.2, 3)
 
 
 def test_padding_rows_have_no_weights_in_either_direction():
@@ -116,3 +119,64 @@ def test_padding_rows_have_no_weights_in_either_direction():
     out = m(torch.tensor([[3, 4, PAD]]), torch.tensor([[6, 7, 8]]))
     assert out.premise_weights[0, 2].abs().sum() == 0
     assert out.hypothesis_weights[0, 2].abs().sum() == 0
+
+
+# ------------------------------------------------------------------------------ attend="one-to-one"
+
+
+def test_centred_subtracts_the_mean_of_the_real_positions():
+    values = torch.tensor([[[1.0, 2.0], [3.0, 6.0], [100.0, 100.0]]])
+    out = centred(values, torch.tensor([[True, True, False]]))
+    assert torch.allclose(out[0, :2], torch.tensor([[-1.0, -2.0], [1.0, 2.0]]))
+
+
+def test_sinkhorn_rounds_make_the_real_block_doubly_stochastic_and_padding_stays_out():
+    torch.manual_seed(0)
+    real = torch.ones(1, 4, 4, dtype=torch.bool)
+    real[0, 3, :] = real[0, :, 3] = False  # a padded premise and hypothesis position
+    weights = sinkhorn(torch.randn(1, 4, 4), real, rounds=50).exp()
+    assert torch.allclose(weights[0, :3, :3].sum(dim=0), torch.ones(3), atol=1e-4)
+    assert torch.allclose(weights[0, :3, :3].sum(dim=1), torch.ones(3), atol=1e-4)
+    assert weights[0, 3].sum() == 0 and weights[0, :, 3].sum() == 0
+
+
+def test_one_to_one_scores_are_centred_cosines_over_the_temperature_then_sinkhorn():
+    m = model(attend="one-to-one")
+    premise, hypothesis = torch.tensor([[3, 4, 5]]), torch.tensor([[6, 7]])
+    out = m(premise, hypothesis)
+    fa, fb = m.F(m.represent(premise, premise != PAD))[0], m.F(m.represent(hypothesis, hypothesis != PAD))[0]
+    fa, fb = fa - fa.mean(dim=0), fb - fb.mean(dim=0)
+    cosines = torch.nn.functional.cosine_similarity(fa[:, None], fb[None, :], dim=-1)
+    expected = sinkhorn(cosines[None] / m.temperature, torch.ones(1, 3, 2, dtype=torch.bool), m.sinkhorn_rounds)
+    assert torch.allclose(out.scores, expected, atol=1e-5)
+    assert torch.allclose(out.premise_weights[0], torch.softmax(expected[0], dim=1), atol=1e-5)
+
+
+def collapsing_model(attend: str) -> DecomposableAttention:
+    """Words 1..5 one-hot, each with a shared part; word 5 ("are") has the largest shared part, as
+    F's ReLU outputs had in the trained quick-start model; words 2 ("red") and 3 ("blue") share a
+    colour dimension. F passes its input through (identity weights, positive inputs)."""
+    m = DecomposableAttention(vocab_size=6, classes=3, embedding_size=6, hidden_size=6, dropout=0.0, pad_id=PAD,
+                              attend=attend).eval()
+    with torch.no_grad():
+        shared = torch.tensor([0.0, 1.0, 1.0, 1.0, 1.0, 3.0])[:, None]
+        m.embed.weight.copy_(torch.eye(6) + shared * torch.tensor([0, 0, 0, 0, 0, 1.0]))
+        m.embed.weight[2, 0] = m.embed.weight[3, 0] = 0.5  # the colour dimension
+        m.embed.weight[PAD] = 0
+        m.project.weight.copy_(torch.eye(6))
+        for layer in (m.F[1], m.F[4]):
+            layer.weight.copy_(torch.eye(6))
+            layer.bias.zero_()
+    return m
+
+
+def test_one_to_one_attention_aligns_the_changed_word_where_dot_products_collapse():
+    """'three red dogs are' against 'three blue dogs are': with the paper's dot products every word
+    attends to the word with the largest shared part ("are"); one-to-one scores send each unchanged
+    word to its copy and "red" to "blue"."""
+    premise, hypothesis = torch.tensor([[1, 2, 4, 5]]), torch.tensor([[1, 3, 4, 5]])
+    dot = collapsing_model("dot")(premise, hypothesis).premise_weights[0].argmax(dim=1)
+    assert dot.tolist() == [3, 3, 3, 3]
+    aligned = collapsing_model("one-to-one")(premise, hypothesis)
+    assert aligned.premise_weights[0].argmax(dim=1).tolist() == [0, 1, 2, 3]
+    assert aligned.hypothesis_weights[0].argmax(dim=0).tolist() == [0, 1, 2, 3]

@@ -347,6 +347,11 @@ class PairModelConfig(Section):
     max_distance: int = Field(10, gt=0)  # intra-sentence attention: longer distances share one bias
     dropout: float = Field(0.2, ge=0, lt=1)
     embeddings: EmbeddingsConfig | None = None  # default: random
+    # attend: the paper's e_ij = F(a_i)^T F(b_j) ("dot"), or centred cosines over a temperature with
+    # Sinkhorn rounds ("one-to-one"), which align a changed word with its counterpart (docs/decomposable.md)
+    attend: Literal["dot", "one-to-one"] = "dot"
+    temperature: float = Field(0.1, gt=0)  # one-to-one: of the cosines
+    sinkhorn_rounds: int = Field(5, ge=0)  # one-to-one: row and column normalisations
 
 
 TASK_SECTIONS = {"pairs": {"data": PairDataConfig, "model": PairModelConfig}}  # other tasks: those above

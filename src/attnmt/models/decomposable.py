@@ -10,7 +10,19 @@ projected to ``hidden_size``:
     compare     v1_i = G([a_i; beta_i])      v2_j = G([b_j; alpha_j])
     aggregate   v1 = sum_i v1_i    v2 = sum_j v2_j    y = H([v1; v2])    (class scores)
 
-F, G and H are two-layer feed-forward networks with ReLU. Optionally (``intra_attention``) each
+F, G and H are two-layer feed-forward networks with ReLU. ``attend="one-to-one"`` replaces the
+paper's scores, whose softmaxes tend to send every word to one word of the other sentence (F's ReLU
+outputs share a large component, and the task can be learned from the aggregate sums without any
+alignment), by scores that align each word with its counterpart:
+
+    e_ij  = cos(F(a_i) - mean_k F(a_k), F(b_j) - mean_k F(b_k)) / temperature
+    then ``sinkhorn_rounds`` times: e_ij -= logsumexp_j e_ij; e_ij -= logsumexp_i e_ij
+
+Centring removes the part F gives every word of a sentence, the cosine bounds the scores (a word is
+most like itself: an unchanged word aligns with its copy), and the Sinkhorn rounds (normalising rows,
+then columns, in the log domain) share each word's weight out about once, so that a word whose copy
+is missing ("red") goes to the word left over in its place ("blue"). The softmaxes below then run on
+these scores. Optionally (``intra_attention``) each
 sentence first attends to itself, with a bias for each distance between words:
 
     f_ij = F_intra(a_i)^T F_intra(a_j)
@@ -27,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.nn.functional import normalize
 from torch import Tensor, nn
 
 from attnmt.config import PairModelConfig
@@ -50,6 +63,23 @@ def masked_softmax(scores: Tensor, mask: Tensor, dim: int) -> Tensor:
 def masked_sum(values: Tensor, mask: Tensor) -> Tensor:
     """(B,L,H) values summed over the real positions of mask (B,L) -> (B,H)."""
     return (values * mask.unsqueeze(-1)).sum(dim=1)
+
+
+def centred(values: Tensor, mask: Tensor) -> Tensor:
+    """(B,L,H) values less their mean over the real positions of mask (B,L)."""
+    mean = masked_sum(values, mask) / mask.sum(dim=1, keepdim=True).clamp(min=1)
+    return values - mean.unsqueeze(1)
+
+
+def sinkhorn(scores: Tensor, real: Tensor, rounds: int) -> Tensor:
+    """(B,la,lb) log-domain scores with rows, then columns, normalised ``rounds`` times over the
+    positions where ``real`` is True (others stay at a large negative score: no weight)."""
+    low = -1e4  # finite, unlike -inf, so that a padding row normalises to itself without NaN
+    scores = scores.masked_fill(~real, low)
+    for _ in range(rounds):
+        scores = (scores - scores.logsumexp(dim=2, keepdim=True)).masked_fill(~real, low)
+        scores = (scores - scores.logsumexp(dim=1, keepdim=True)).masked_fill(~real, low)
+    return scores
 
 
 @dataclass
@@ -87,7 +117,8 @@ class IntraAttention(nn.Module):
 
 class DecomposableAttention(nn.Module):
     def __init__(self, vocab_size: int, classes: int, embedding_size: int = 100, hidden_size: int = 200,
-                 intra_attention: bool = False, max_distance: int = 10, dropout: float = 0.2, pad_id: int = 0):
+                 intra_attention: bool = False, max_distance: int = 10, dropout: float = 0.2, pad_id: int = 0,
+                 attend: str = "dot", temperature: float = 0.1, sinkhorn_rounds: int = 5):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_id)
         self.project = nn.Linear(embedding_size, hidden_size, bias=False)
@@ -98,6 +129,7 @@ class DecomposableAttention(nn.Module):
         self.H = FeedForward(2 * hidden_size, hidden_size, dropout)
         self.classify = nn.Linear(hidden_size, classes)  # the last layer of H: class scores y
         self.pad_id = pad_id
+        self.attend, self.temperature, self.sinkhorn_rounds = attend, temperature, sinkhorn_rounds
 
     def represent(self, tokens: Tensor, mask: Tensor) -> Tensor:
         """The words of one side: embedded, projected, and with intra-sentence attention, [a_i; a'_i]."""
@@ -109,8 +141,8 @@ class DecomposableAttention(nn.Module):
         mask_a, mask_b = premise != self.pad_id, hypothesis != self.pad_id
         a, b = self.represent(premise, mask_a), self.represent(hypothesis, mask_b)
         # attend
-        e = self.F(a) @ self.F(b).transpose(1, 2)  # (B,la,lb)
         real = mask_a.unsqueeze(2) & mask_b.unsqueeze(1)  # (B,la,lb): both positions real
+        e = self.scores(self.F(a), self.F(b), mask_a, mask_b, real)  # (B,la,lb)
         premise_weights = masked_softmax(e, mask_b.unsqueeze(1), dim=2) * real  # over j; padding rows zero
         hypothesis_weights = masked_softmax(e, mask_a.unsqueeze(2), dim=1) * real  # over i; padding columns zero
         beta = premise_weights @ b  # (B,la,size)
@@ -123,8 +155,17 @@ class DecomposableAttention(nn.Module):
         y = self.classify(self.H(torch.cat([v1, v2], dim=-1)))
         return PairOutput(y, e, premise_weights, hypothesis_weights, v1_i, v2_j, v1, v2)
 
+    def scores(self, fa: Tensor, fb: Tensor, mask_a: Tensor, mask_b: Tensor, real: Tensor) -> Tensor:
+        """e_ij from F(a) (B,la,H) and F(b) (B,lb,H): the paper's dot products, or one-to-one scores."""
+        if self.attend == "dot":
+            return fa @ fb.transpose(1, 2)
+        fa = normalize(centred(fa, mask_a), dim=-1)
+        fb = normalize(centred(fb, mask_b), dim=-1)
+        return sinkhorn(fa @ fb.transpose(1, 2) / self.temperature, real, self.sinkhorn_rounds)
+
 
 def build_pair_model(config: PairModelConfig, vocab_size: int, classes: int) -> DecomposableAttention:
     """The pair model of the config's model section (task: pairs) for a vocabulary and classes."""
     return DecomposableAttention(vocab_size, classes, config.embedding_size, config.hidden_size,
-                                 config.intra_attention, config.max_distance, config.dropout, PAD)
+                                 config.intra_attention, config.max_distance, config.dropout, PAD,
+                                 config.attend, config.temperature, config.sinkhorn_rounds)
