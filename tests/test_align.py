@@ -283,6 +283,47 @@ def test_cli_align_writes_one_line_per_pair(reverse_model, tmp_path):
     assert stdout.split("\n")[:-1] == lines
 
 
+def test_cli_translate_report_align_writes_the_links_of_each_output(reverse_model, tmp_path):
+    model, sources = reverse_model
+    lines = [" ".join(s[i:i + 2] for i in range(0, len(s), 2)) for s in sources[:30]] + [""]  # words of 2 letters
+    src, links_file = write(tmp_path / "src.txt", lines), tmp_path / "out.links"
+    code, stdout, err = run("translate", model.folder, "-i", src, "--beam", 1, "--report-align",
+                            "--align-file", links_file)
+    assert code == 0, err
+    written, links = stdout.split("\n")[:-1], links_file.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(written) == len(links) == len(lines) and written[-1] == " ||| " and links[-1] == ""
+    expected = model.translate(lines[:-1], beam=1)
+    for line, pharaoh, t in zip(written, links, expected):
+        assert line == f"{t.text} ||| {pharaoh}" and pharaoh == format_pharaoh(t.alignment)
+        words, source_words = len(t.text.split()), len(t.source.split())
+        assert sorted(j for _, j in t.alignment) == list(range(words))  # argmax: one link per output word
+        assert all(i < source_words for i, _ in t.alignment)
+    # (that the links are right is tested on a model whose alignment is known: test_guided_alignment.py)
+    code, stdout, err = run("translate", model.folder, "-i", src, "--beam", 2, "--n-best", 2, "--align-file",
+                            links_file)
+    assert code == 0, err and " ||| " not in stdout.split("\n")[0].split(" ||| ", 2)[2]  # links in the file only
+    assert len(links_file.read_text(encoding="utf-8").split("\n")[:-1]) == len(stdout.split("\n")[:-1])
+
+
+def test_cli_align_both_ways_shifted_and_layers(reverse_model, tmp_path):
+    model, sources = reverse_model
+    src_lines = [" ".join(s[:3]) for s in sources[:10]]
+    tgt_lines = [reverse(s) for s in src_lines]
+    src, tgt = write(tmp_path / "src.txt", src_lines), write(tmp_path / "tgt.txt", tgt_lines)
+    code, stdout, err = run("align", model.folder, "--src", src, "--tgt", tgt, "--backward", model.folder,
+                            "--symmetrize", "intersection")
+    assert code == 0, err
+    expected = align_both_ways(model, model, src_lines, tgt_lines, "intersection")
+    assert stdout.split("\n")[:-1] == [format_pharaoh(links) for links in expected]
+    code, stdout, err = run("align", model.folder, "--src", src, "--tgt", tgt, "--shift")
+    assert code == 0, err
+    assert stdout.split("\n")[:-1] == [format_pharaoh(x) for x in align(model, src_lines, tgt_lines, shift=True)]
+    code, _, err = run("align", model.folder, "--src", src, "--tgt", tgt, "--layer", 0)
+    assert code == 2 and "no attention layers" in err
+    with pytest.raises(SystemExit):  # argparse: usage and the message on stderr
+        run("align", model.folder, "--src", src, "--tgt", tgt, "--heads", "0,x")
+
+
 def test_cli_align_line_count_mismatch(reverse_model, tmp_path):
     model, _ = reverse_model
     src, tgt = write(tmp_path / "src.txt", ["abc", "de"]), write(tmp_path / "tgt.txt", ["cba"])

@@ -134,6 +134,10 @@ def cmd_translate(args):
         raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
                           "config); give a larger --beam")
     lines = _read_input(args.input)
+    aligned = args.report_align or args.align_file
+    if aligned and model.config.task == "speech":
+        raise AttnmtError("--report-align links the words of a text and of its translation: a speech model has no "
+                          "source words")
     unusable = {}  # speech: line index -> why its sound file was not transcribed
     if model.config.task == "speech":  # lines of sound file paths
         translations, unusable = model.transcribe_files(lines, beam=args.beam, n_best=args.n_best,
@@ -143,20 +147,37 @@ def cmd_translate(args):
     else:
         translations = _translate_lines(model, lines, args, args.n_best, args.input or "<stdin>")
     out = _open_output(args.output)
+    links = _open_output(args.align_file) if args.align_file else None
     try:
         for i, t in enumerate(translations):
-            if args.n_best == 1:
-                out.write(t.text + "\n")
-            else:  # Moses n-best format: sentence index ||| text ||| score
-                for c in t.candidates:
-                    out.write(f"{i} ||| {c.text} ||| {c.score:.4f}\n")
+            for c in t.candidates[:args.n_best]:
+                line = c.text if args.n_best == 1 else f"{i} ||| {c.text} ||| {c.score:.4f}"  # Moses n-best format
+                if aligned:  # the output's word links, after " ||| " as OpenNMT-py writes them, or to their own file
+                    pharaoh = _output_links(t, c, args)
+                    line += f" ||| {pharaoh}" if args.report_align else ""
+                    if links is not None:
+                        links.write(pharaoh + "\n")
+                out.write(line + "\n")
     finally:
-        if out is not sys.stdout:
-            out.close()
+        for stream in (out, links):
+            if stream is not None and stream is not sys.stdout:
+                stream.close()
     if unusable:
         first = min(unusable)
         raise AttnmtError(f"{len(unusable)} of {len(lines)} sound file(s) not transcribed (empty lines in the output); "
                           f"first: line {first + 1}: {unusable[first]}")
+
+
+def _output_links(translation, candidate, args) -> str:
+    from attnmt.align import format_pharaoh
+    from attnmt.api import links_of
+
+    if not translation.source.strip():
+        return ""
+    links = links_of(translation, candidate, method=args.align_method, threshold=args.align_threshold)
+    if links is None:
+        raise AttnmtError("--report-align reads the attention, and this model has attention 'none'")
+    return format_pharaoh(links)
 
 
 def cmd_classify(args):
@@ -296,13 +317,18 @@ def cmd_quickstart(args):
 
 
 def cmd_align(args):
-    from attnmt.align import align, format_pharaoh
+    from attnmt.align import align, align_both_ways, format_pharaoh
     from attnmt.api import load
 
     sources, targets = _read_line_pairs(args.src, args.tgt)
     model = load(args.model_dir, args.checkpoint, device=args.device)
-    links = align(model, sources, targets, batch_size=args.batch_size, method=args.method,
-                  threshold=args.threshold)
+    options = dict(batch_size=args.batch_size, method=args.method, threshold=args.threshold, shift=args.shift,
+                   layer=args.layer, heads=args.heads)
+    if args.backward:
+        backward = load(args.backward, args.checkpoint, device=args.device)
+        links = align_both_ways(model, backward, sources, targets, args.symmetrize, **options)
+    else:
+        links = align(model, sources, targets, **options)
     out = _open_output(args.output)
     try:
         for pair_links in links:
@@ -336,6 +362,17 @@ def cmd_align_score(args):
         _write_text(args.json, json.dumps(scores, indent=2) + "\n")
     print(f"AER        {scores['aer']:.4f}\nprecision  {scores['precision']:.4f}\n"
           f"recall     {scores['recall']:.4f}\nsentences  {scores['sentences']}")
+
+
+def _head_list(text: str) -> list[int]:
+    try:
+        heads = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected head numbers separated by commas (e.g. 0,2), got {text!r}") \
+            from None
+    if any(h < 0 for h in heads):
+        raise argparse.ArgumentTypeError(f"head numbers count from 0, got {text!r}")
+    return heads
 
 
 def _port(text: str) -> int:
@@ -464,6 +501,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--input", help="input file (plain or .gz); default stdin")
     p.add_argument("-o", "--output", help="output file; default stdout")
     p.add_argument("--n-best", type=_positive, default=1, help="write the N best ('i ||| text ||| score')")
+    p.add_argument("--report-align", action="store_true",
+                   help="write each output's word links after ' ||| ' (Pharaoh 'i-j': source word i, output word j, "
+                        "0-based; '</s>' left out), as OpenNMT-py does")
+    p.add_argument("--align-file", metavar="FILE",
+                   help="write the word links to FILE, one line per output line (without --report-align: only there)")
+    p.add_argument("--align-method", choices=["argmax", "threshold"], default="argmax",
+                   help="argmax: each output word to its most attended source word; threshold: every link with "
+                        "weight >= --align-threshold")
+    p.add_argument("--align-threshold", type=float, default=0.5, help="for --align-method threshold")
     p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("evaluate", help="sacreBLEU and chrF against references, BLEU by source length (speech "
@@ -530,6 +576,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="argmax: each target word to its most attended source word; "
                         "threshold: every link with weight >= --threshold")
     p.add_argument("--threshold", type=float, default=0.5, help="for --method threshold")
+    p.add_argument("--shift", action="store_true", help="read each target word's links from the step after it "
+                                                        "(Shift-Att, Chen et al. 2020)")
+    p.add_argument("--layer", type=int, help="Transformer: the decoder layer whose cross-attention is read "
+                                             "(negative: from the last; default the last)")
+    p.add_argument("--heads", type=_head_list, help="Transformer: those heads of it, averaged (e.g. 0,2; default all)")
+    p.add_argument("--backward", metavar="MODEL_DIR", help="a target->source model: its links, turned around, are "
+                                                             "symmetrized with the forward model's")
+    p.add_argument("--symmetrize", choices=["intersection", "union", "grow-diag-final"], default="grow-diag-final",
+                   help="with --backward (default grow-diag-final)")
     p.set_defaults(func=cmd_align)
 
     p = sub.add_parser("align-score", help="AER, precision and recall of word alignments against a gold file")
