@@ -9,6 +9,7 @@ below: where the decoder listened while writing each character.
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 
 from attnmt.viz.figures import HIGHLIGHT, _figure
@@ -50,10 +51,10 @@ def spectrogram_attention(transcription, title: str | None = None, crop: bool = 
     """Attention (rows: output characters; columns: encoder states, placed on the time axis) above
     the log-mel spectrogram of the utterance. Takes a recognizer's Transcription or DecodingTrace.
 
-    Each row is coloured relative to its own largest weight (white 0, darkest = the row's maximum,
-    written at the right): a character's attention often spreads over a few states, and on a 0-1
-    scale its rows would be nearly white. ``crop``: the time axis shows the speech only (see
-    ``speech_span``), not the silence before and after it."""
+    The weights are coloured on a square-root scale from 0 to the largest weight of the matrix: a
+    character's attention often spreads over a few states, and on a linear 0-1 scale its cells
+    would be nearly white. ``crop``: the time axis shows the speech only (see ``speech_span``),
+    not the silence before and after it."""
     features = np.asarray(transcription.features)
     attention = np.asarray(transcription.attention, dtype=np.float64)
     frame, state = _seconds(transcription)
@@ -63,16 +64,13 @@ def spectrogram_attention(transcription, title: str | None = None, crop: bool = 
     fig = _figure(max(6.0, min(16.0, 2.5 + (end - start) * 3.5)), height)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[0.22 * len(labels) + 0.4, 1.8])
     top.set_label("attention")
-    peaks = attention.max(axis=1, keepdims=True)
-    image = top.imshow(attention / np.where(peaks > 0, peaks, 1.0), aspect="auto", cmap="Blues", vmin=0, vmax=1,
+    largest = float(attention.max(initial=0.0)) or 1.0
+    image = top.imshow(attention, aspect="auto", cmap="Blues", norm=PowerNorm(0.5, vmin=0.0, vmax=largest),
                        interpolation="nearest", extent=(0, attention.shape[1] * state, len(labels) - 0.5, -0.5))
     top.set_yticks(range(len(labels)), labels, fontsize=8)
     top.set_ylabel("output characters", fontsize=9)
-    right = top.secondary_yaxis("right")
-    right.set_yticks(range(len(labels)), [f"{p:.2f}" for p in peaks[:, 0]], fontsize=6)
-    right.set_ylabel("largest weight of the row", fontsize=7)
-    bar = fig.colorbar(image, ax=[top, bottom], shrink=0.5, aspect=25, pad=0.08)
-    bar.set_label("weight / the row's largest", fontsize=7)
+    bar = fig.colorbar(image, ax=[top, bottom], shrink=0.5, aspect=25, pad=0.02)
+    bar.set_label("attention weight (square-root scale)", fontsize=7)
     bar.ax.tick_params(labelsize=6)
     bottom.set_label("spectrogram")
     _spectrogram(bottom, features, frame)
