@@ -138,6 +138,26 @@ def test_translation_and_heatmap(page, server):
         assert w == pytest.approx(attention[i][j], abs=1e-5)
 
 
+def test_heatmap_marks_the_word_links(page, server):
+    from attnmt.viz.words import word_spans
+
+    text = "abc de fghi"
+    translate_in_page(page, text)
+    expected = post(server, "/translate", {"text": text, "model": server[1], "align": True, "attention": False})
+    translation = expected.json()["translations"][0]
+    best = translation["candidates"][0]
+    links = [tuple(link) for link in best["alignment"]]
+    assert links and sorted(j for _, j in links) == list(range(len(best["text"].split())))
+    marked = lambda: sorted(map(tuple, page.eval_on_selector_all(  # noqa: E731
+        "#panel-a td.cell.link", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col])")))
+    source_spans, target_spans = word_spans(translation["source_tokens"]), word_spans(best["tokens"])
+    assert marked() == sorted((row, col) for i, j in links for row in range(*target_spans[j])
+                              for col in range(*source_spans[i]))  # pieces: every piece of both words
+    assert "link: the source word each output word attends to most" in page.text_content("#panel-a .legend")
+    page.check("#words")
+    assert marked() == sorted((j, i) for i, j in links)  # words: one cell per link
+
+
 def test_target_and_source_highlighting(page, server):
     translate_in_page(page, "abcdef", press_enter=False)
     best = api_translation(server, "abcdef")["candidates"][0]

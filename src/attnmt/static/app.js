@@ -95,7 +95,7 @@ async function translateAll() {
   setBusy(true);
   showErrors([]);
 
-  const translateBody = (model) => ({ text, model, beam, n_best: 1, attention: true });
+  const translateBody = (model) => ({ text, model, beam, n_best: 1, attention: true, align: true });
   const jobs = [
     api("/translate", translateBody(modelA), `translate (${modelA})`),
     modelB ? api("/translate", translateBody(modelB), `translate (${modelB})`) : Promise.resolve(null),

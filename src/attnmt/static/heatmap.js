@@ -19,7 +19,7 @@ export class Heatmap {
    * @param {number[][]} matrix rows = target tokens, columns = source tokens
    */
   constructor(sourceTokens, targetTokens, matrix,
-              { name = "", caption = null, compact = false, unit = "token", names = null } = {}) {
+              { name = "", caption = null, compact = false, unit = "token", names = null, links = null } = {}) {
     this.names = names || { columns: "source", rows: "output" }; // what the columns and rows are, in the labels
     this.source = sourceTokens;
     this.target = targetTokens;
@@ -56,6 +56,7 @@ export class Heatmap {
       th.addEventListener("click", () => this.pin({ kind: "row", index: i }));
       this.targetLabels.push(th);
       const cells = sourceTokens.map((_, j) => el("td", { class: "cell", "data-row": i, "data-col": j }));
+      for (const [row, col] of links || []) if (row === i && cells[col]) cells[col].classList.add("link");
       this.cells.push(cells);
       const tr = el("tr", { "data-row": i }, th, ...cells);
       this.rows.push(tr);
@@ -71,7 +72,9 @@ export class Heatmap {
     this.element = el("div", { class: "heatmap-block" },
       this.scroller, this.scrollNote,
       el("div", { class: "legend" }, el("span", {}, "0"), el("span", { class: "ramp" }), el("span", {}, "1"),
-        el("span", { class: "muted" }, ` weight · highlighted: ≥ ${HIGHLIGHT_RATIO} × the row's largest weight`)),
+        el("span", { class: "muted" }, ` weight · highlighted: ≥ ${HIGHLIGHT_RATIO} × the row's largest weight`),
+        ...(links ? [el("span", { class: "link-key muted", title: "the word alignment of attnmt translate --report-align" },
+          " · ● link: the source word each output word attends to most")] : [])),
       this.info);
     this.setMatrix(matrix);
   }

@@ -2,7 +2,7 @@
 
 import { clear, el, fmt } from "./dom.js";
 import { Heatmap, noAttentionNotice } from "./heatmap.js";
-import { mergePieces } from "./words.js";
+import { linkedCells, mergePieces } from "./words.js";
 
 /** One line about a model of /models. */
 export function describeModel(m) {
@@ -39,7 +39,8 @@ export function renderPanel(panel, modelName, info, result, words = false, compa
   }
   const { source, target, matrix } = words ? mergePieces(translation.source_tokens, best.tokens, best.attention)
     : { source: translation.source_tokens, target: best.tokens, matrix: best.attention };
-  const heatmap = new Heatmap(source, target, matrix, { name: modelName, unit: words ? "word" : "token", compact });
+  const links = best.alignment ? linkedCells(translation.source_tokens, best.tokens, best.alignment, words) : null;
+  const heatmap = new Heatmap(source, target, matrix, { name: modelName, unit: words ? "word" : "token", compact, links });
   panel.append(heatmap.element);
 }
 

@@ -52,3 +52,17 @@ export function mergePieces(sourceTokens, targetTokens, matrix) {
   const rows = targetSpans.map(([a, b]) => sourceSpans.map((_, j) => sum(columns.slice(a, b).map((r) => r[j])) / (b - a)));
   return { source: wordsOf(sourceTokens, sourceSpans), target: wordsOf(targetTokens, targetSpans), matrix: rows };
 }
+
+/** The heatmap cells [row, column] that word links [i, j] (source word i, output word j: the
+ *  "alignment" of /translate) mark: in a heatmap of words one cell per link; in one of pieces, every
+ *  piece of output word j against every piece of source word i. */
+export function linkedCells(sourceTokens, targetTokens, links, words) {
+  if (words) return links.map(([i, j]) => [j, i]);
+  const sourceSpans = wordSpans(sourceTokens), targetSpans = wordSpans(targetTokens);
+  return links.flatMap(([i, j]) => {
+    const [s0, s1] = sourceSpans[i], [t0, t1] = targetSpans[j];
+    const cells = [];
+    for (let row = t0; row < t1; row++) for (let col = s0; col < s1; col++) cells.push([row, col]);
+    return cells;
+  });
+}
