@@ -140,13 +140,14 @@ def test_sinkhorn_rounds_make_the_real_block_doubly_stochastic_and_padding_stays
     assert weights[0, 3].sum() == 0 and weights[0, :, 3].sum() == 0
 
 
-def test_one_to_one_scores_are_centred_cosines_over_the_temperature_then_sinkhorn():
+def test_one_to_one_scores_are_centred_cosines_and_same_words_over_the_temperature_then_sinkhorn():
     m = model(attend="one-to-one")
-    premise, hypothesis = torch.tensor([[3, 4, 5]]), torch.tensor([[6, 7]])
+    premise, hypothesis = torch.tensor([[3, 4, 5]]), torch.tensor([[5, 7]])  # premise word 3 is hypothesis word 1
     out = m(premise, hypothesis)
     fa, fb = m.F(m.represent(premise, premise != PAD))[0], m.F(m.represent(hypothesis, hypothesis != PAD))[0]
     fa, fb = fa - fa.mean(dim=0), fb - fb.mean(dim=0)
     cosines = torch.nn.functional.cosine_similarity(fa[:, None], fb[None, :], dim=-1)
+    cosines[2, 0] += 1  # [a_i is b_j]
     expected = sinkhorn(cosines[None] / m.temperature, torch.ones(1, 3, 2, dtype=torch.bool), m.sinkhorn_rounds)
     assert torch.allclose(out.scores, expected, atol=1e-5)
     assert torch.allclose(out.premise_weights[0], torch.softmax(expected[0], dim=1), atol=1e-5)

@@ -46,6 +46,5 @@ def test_a_changed_word_attends_most_to_its_counterpart(quickstart_pairs):
     one_word = [(p, h) for p, h, _ in make_pairs(400, seed=7) if changed_words(p, h)]
     assert len(one_word) >= 100
     found = [counterpart_found(r) for r in model.classify(one_word)]
-    # issue 26 asks for 80 %; measured 72.7 % (one-to-one attention; the paper's dot products: 0 %, every
-    # word to one word), 68-79 % over settings and seeds: docs/results/decomposable.md
-    assert sum(found) >= 0.6 * len(found)
+    # measured 89.1 % (114 of 128); with the paper's dot-product scores 4.9 % (docs/results/decomposable.md)
+    assert sum(found) >= 0.8 * len(found)

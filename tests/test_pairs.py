@@ -105,6 +105,10 @@ def test_pair_config_validates_the_pair_model_fields(tmp_path):
         config_from_dict(pair_config(tmp_path, model={"hiden_size": 3}), tmp_path)
     with pytest.raises(AttnmtError, match="attention"):  # a translation field is not a pair model field
         config_from_dict(pair_config(tmp_path, model={"attention": "luong-dot"}), tmp_path)
+    with pytest.raises(AttnmtError, match="attend"):  # dot or one-to-one
+        config_from_dict(pair_config(tmp_path, model={"attend": "cosine"}), tmp_path)
+    with pytest.raises(AttnmtError, match="temperature"):
+        config_from_dict(pair_config(tmp_path, model={"attend": "one-to-one", "temperature": 0}), tmp_path)
 
 
 def test_accuracy_is_a_metric_of_pairs_only(tmp_path):

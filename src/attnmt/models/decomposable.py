@@ -15,11 +15,12 @@ paper's scores, whose softmaxes tend to send every word to one word of the other
 outputs share a large component, and the task can be learned from the aggregate sums without any
 alignment), by scores that align each word with its counterpart:
 
-    e_ij  = cos(F(a_i) - mean_k F(a_k), F(b_j) - mean_k F(b_k)) / temperature
+    e_ij  = (cos(F(a_i) - mean_k F(a_k), F(b_j) - mean_k F(b_k)) + [a_i is b_j]) / temperature
     then ``sinkhorn_rounds`` times: e_ij -= logsumexp_j e_ij; e_ij -= logsumexp_i e_ij
 
-Centring removes the part F gives every word of a sentence, the cosine bounds the scores (a word is
-most like itself: an unchanged word aligns with its copy), and the Sinkhorn rounds (normalising rows,
+Centring removes the part F gives every word of a sentence, the cosine bounds the scores, and
+[a_i is b_j], 1 where the two tokens are the same word, makes an unchanged word align with its copy
+(the lexical overlap of NLI models); the Sinkhorn rounds (normalising rows,
 then columns, in the log domain) share each word's weight out about once, so that a word whose copy
 is missing ("red") goes to the word left over in its place ("blue"). The softmaxes below then run on
 these scores. Optionally (``intra_attention``) each
@@ -142,7 +143,8 @@ class DecomposableAttention(nn.Module):
         a, b = self.represent(premise, mask_a), self.represent(hypothesis, mask_b)
         # attend
         real = mask_a.unsqueeze(2) & mask_b.unsqueeze(1)  # (B,la,lb): both positions real
-        e = self.scores(self.F(a), self.F(b), mask_a, mask_b, real)  # (B,la,lb)
+        same = (premise.unsqueeze(2) == hypothesis.unsqueeze(1)) & real  # [a_i is b_j]
+        e = self.scores(self.F(a), self.F(b), mask_a, mask_b, real, same)  # (B,la,lb)
         premise_weights = masked_softmax(e, mask_b.unsqueeze(1), dim=2) * real  # over j; padding rows zero
         hypothesis_weights = masked_softmax(e, mask_a.unsqueeze(2), dim=1) * real  # over i; padding columns zero
         beta = premise_weights @ b  # (B,la,size)
@@ -155,13 +157,14 @@ class DecomposableAttention(nn.Module):
         y = self.classify(self.H(torch.cat([v1, v2], dim=-1)))
         return PairOutput(y, e, premise_weights, hypothesis_weights, v1_i, v2_j, v1, v2)
 
-    def scores(self, fa: Tensor, fb: Tensor, mask_a: Tensor, mask_b: Tensor, real: Tensor) -> Tensor:
-        """e_ij from F(a) (B,la,H) and F(b) (B,lb,H): the paper's dot products, or one-to-one scores."""
+    def scores(self, fa: Tensor, fb: Tensor, mask_a: Tensor, mask_b: Tensor, real: Tensor, same: Tensor) -> Tensor:
+        """e_ij from F(a) (B,la,H) and F(b) (B,lb,H): the paper's dot products, or one-to-one scores
+        (``same``: the pairs of positions holding the same token)."""
         if self.attend == "dot":
             return fa @ fb.transpose(1, 2)
         fa = normalize(centred(fa, mask_a), dim=-1)
         fb = normalize(centred(fb, mask_b), dim=-1)
-        return sinkhorn(fa @ fb.transpose(1, 2) / self.temperature, real, self.sinkhorn_rounds)
+        return sinkhorn((fa @ fb.transpose(1, 2) + same) / self.temperature, real, self.sinkhorn_rounds)
 
 
 def build_pair_model(config: PairModelConfig, vocab_size: int, classes: int) -> DecomposableAttention:
