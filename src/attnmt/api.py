@@ -29,6 +29,8 @@ from attnmt.devices import to_numpy
 from attnmt.errors import AttnmtError
 from attnmt.models import build_model
 from attnmt.progress import phase_bar
+from attnmt.shortlist import FILE_NAME as SHORTLIST_FILE
+from attnmt.shortlist import Shortlist, load_shortlist
 
 
 @dataclass
@@ -125,6 +127,9 @@ class Translator:
                 warnings.warn("quantize='bf16' (--bf16) on a CPU without bf16 units (AVX512-BF16 or AMX): the "
                               "product is emulated and slower than float32 here", stacklevel=3)
         self.attention_window = self.config.decoding.attention_window
+        # translate()'s shortlist when it is given none (None: the config's decoding.shortlist)
+        self.shortlist: bool | str | Path | None = None
+        self._shortlists: dict[Path, Shortlist] = {}  # the tables read so far, by file
 
     @property
     def attention_window(self) -> tuple[int, int] | None:
@@ -180,13 +185,16 @@ class Translator:
 
     def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
                   batch_size: int | None = None, max_tokens: int | None = None,
-                  progress: str | None = None) -> list[Translation]:
+                  progress: str | None = None, shortlist: bool | str | Path | None = None) -> list[Translation]:
         """Translates each text; the output has one Translation per input, in order.
 
         Empty (or whitespace-only) inputs give an empty translation without running the model.
         ``max_tokens``: a text of more subword pieces is cut to its first ``max_tokens`` (its
         Translation says ``truncated``), so that no line can ask for unbounded work.
         ``progress``: the description of a progress bar over the texts (on stderr, on a terminal only).
+        ``shortlist``: the output layer restricted to each batch's likely pieces (attnmt.shortlist):
+        True, the folder's shortlist.json; a path, that table; False, none; None, as the config's
+        decoding.shortlist says (unless ``Translator.shortlist`` is set).
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
@@ -194,6 +202,7 @@ class Translator:
         beam = dc.beam if beam is None else beam
         if beam < 1 or n_best < 1 or n_best > beam:
             raise ValueError(f"need 1 <= n_best <= beam (got beam {beam}, n_best {n_best})")
+        table = self.shortlist_table(self.shortlist if shortlist is None else shortlist)
         texts = [valid_text(text) for text in texts]
         src_ids = self.src_subwords.encode(texts)
         truncated = {i for i, ids in enumerate(src_ids) if max_tokens is not None and len(ids) > max_tokens}
@@ -209,12 +218,25 @@ class Translator:
                 with torch.inference_mode():
                     decoded = decode(self.model, batch.src, batch.src_lengths, beam=beam, n_best=n_best,
                                      alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
-                                     max_length_offset=dc.max_length_offset)
+                                     max_length_offset=dc.max_length_offset, shortlist=table)
                 for i, hypotheses in zip(indices, decoded):
                     results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
                                              [self._candidate(h) for h in hypotheses], i in truncated)
                 bar.update(len(indices))
         return results
+
+    def shortlist_table(self, shortlist: bool | str | Path | None) -> Shortlist | None:
+        """The table that ``translate(shortlist=...)`` means, read once."""
+        if shortlist is None:  # the config's: a file of the model folder, which must stay inside it
+            name = self.config.decoding.shortlist
+            path = None if name is None else _inside(self.folder, self.folder / name)
+        else:
+            path = self.folder / SHORTLIST_FILE if shortlist is True else Path(shortlist) if shortlist else None
+        if path is None:
+            return None
+        if path not in self._shortlists:
+            self._shortlists[path] = load_shortlist(path, self.src_subwords, self.tgt_subwords).to(self.device)
+        return self._shortlists[path]
 
     def beam_tree(self, text: str, beam: int | None = None) -> tuple[Translation, list[dict]]:
         """Beam search on one sentence, with its search tree: every candidate looked at, as

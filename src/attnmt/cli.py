@@ -113,6 +113,10 @@ def _load_model(args):
             raise AttnmtError(f"{args.model_dir}: --attention-window is for RNN decoders with attention; this is a "
                               "sentence-pair classifier")
         model.attention_window = args.attention_window
+    if getattr(args, "shortlist", None) is not None:
+        if not isinstance(model, Translator) or model.config.task != "translation":
+            raise AttnmtError(f"{args.model_dir}: --shortlist is for translation models")
+        model.shortlist = True if args.shortlist == "" else args.shortlist
     return model
 
 
@@ -178,6 +182,12 @@ def _output_links(translation, candidate, args) -> str:
     if links is None:
         raise AttnmtError("--report-align reads the attention, and this model has attention 'none'")
     return format_pharaoh(links)
+
+
+def cmd_shortlist(args):
+    from attnmt.shortlist import build_shortlist
+
+    build_shortlist(args.model_dir, args.top, args.frequent, log=_log)
 
 
 def cmd_classify(args):
@@ -486,6 +496,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="RNN attention: each step attends only within LEFT positions before and RIGHT after the "
                             "median of the previous step's weights (as in Chorowski et al. 2014; default: config, "
                             "decoding.attention_window)")
+        p.add_argument("--shortlist", nargs="?", const="", metavar="FILE",
+                       help="vocabulary shortlist: the output layer scores only the likely target pieces of each "
+                            "batch (MODEL_DIR/shortlist.json, or FILE; build it with 'attnmt shortlist MODEL_DIR'; "
+                            "default: config, decoding.shortlist)")
         device_option(p)
         reduced = p.add_mutually_exclusive_group()
         reduced.add_argument("--int8", action="store_true",
@@ -529,6 +543,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the test sets that the folder's config names outside the folder (a folder you trained: "
                         "without it, a model folder cannot make attnmt read other files; see docs/security.md)")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("shortlist", help="the lexical table of a translation model for vocabulary shortlists "
+                                         "(MODEL_DIR/shortlist.json), from eflomal's word links of its training corpus")
+    p.add_argument("model_dir", help="folder of a trained translation model; its config names the training corpus")
+    p.add_argument("--top", type=_positive, default=50, help="target pieces kept per source piece (default 50)")
+    p.add_argument("--frequent", type=_positive, default=100,
+                   help="most frequent target pieces, always in the shortlist (default 100)")
+    p.set_defaults(func=cmd_shortlist)
 
     p = sub.add_parser("classify", help="sentence-pair model: premise<TAB>hypothesis lines -> label and "
                                         "probabilities, one output line per input line")

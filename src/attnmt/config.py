@@ -252,6 +252,9 @@ class DecodingConfig(Section):
     # RNN attention: each step attends within [m - left, m + right], m the median of the previous
     # step's weights (as in Chorowski et al. 2014); None: over the whole source. Decoding only.
     attention_window: Window | None = None
+    # A vocabulary shortlist: a lexical table in the model folder (attnmt shortlist MODEL_DIR writes
+    # shortlist.json); the output layer scores only the candidates of each batch (docs/performance.md).
+    shortlist: str | None = None
 
 
 # ------------------------------------------------------------------------------ task: pairs

@@ -4,6 +4,10 @@ Both return, for each sentence, hypotheses with their token ids (ending in EOS w
 model produced it), score and attention matrix (one row per output token, one column
 per source token). Scores are log-probabilities divided by the length penalty of
 Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6) ** alpha, so greedy and beam scores compare.
+
+With a vocabulary shortlist (attnmt.shortlist) the output layer scores the ids of ``vocabulary``
+only: a step's log-probabilities then have one column per id of it, and the searches map the
+columns they choose back to token ids (``vocabulary[column]``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from attnmt import speed
 from attnmt.data.subwords import BOS, EOS, PAD
 from attnmt.errors import AttnmtError
 from attnmt.models.base import EncoderDecoder
+from attnmt.shortlist import Shortlist, restricted
 
 
 @dataclass
@@ -97,11 +102,18 @@ def _hypothesis(tokens: list[int], log_prob: float, attention: Tensor | None, al
     return Hypothesis(tokens, log_prob / length_penalty(len(tokens), alpha), log_prob, attention)
 
 
+def token_ids(columns: Tensor, vocabulary: Tensor | None) -> Tensor:
+    """The token ids of columns of a step's log-probabilities: the columns themselves, or under a
+    shortlist the ids of ``vocabulary`` they stand for."""
+    return columns if vocabulary is None else vocabulary[columns]
+
+
 @torch.inference_mode()
 def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
-                  alpha: float = 1.0) -> list[list[Hypothesis]]:
+                  alpha: float = 1.0, vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
-    and leaves the batch, so later steps compute only the sentences still going."""
+    and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
+    the ids of a shortlist that the output layer is restricted to (see ``decode``)."""
     batch = src.size(0)
     memory = model.encode(src, src_lengths)
     memory_widths = memory_lengths(memory)
@@ -114,7 +126,8 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
     rows, tokens, weights = [], [], []
     for t in range(max(max_lengths)):
         step = model.decode_step(prev, state, memory)
-        best, prev = step.log_probs.max(dim=-1)
+        best, column = step.log_probs.max(dim=-1)
+        prev = token_ids(column, vocabulary)
         log_probs[active] += best
         rows.append(active)
         tokens.append(prev)
@@ -168,7 +181,8 @@ class _History:
 
 @torch.inference_mode()
 def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
-                n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None) -> list[list[Hypothesis]]:
+                n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None,
+                vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
     A hypothesis that ends in EOS leaves the beam for the finished list of its sentence. A
@@ -180,6 +194,7 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
     do, can return a worse result than greedy search: a confident model's unlikely hypotheses
     end early, fill the finished list, and stop the sentence before its likely one has ended.)
     With ``record``, every candidate considered is added to the sentence's search tree.
+    ``vocabulary``: the ids of a shortlist that the output layer is restricted to (see ``decode``).
     """
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
@@ -207,7 +222,8 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
         history.weights.append(step.weights)
         n = active.numel()
         sentences = active.tolist()
-        top_scores, origin, next_token = _best_candidates(scores, step.log_probs, k)
+        top_scores, origin, next_column = _best_candidates(scores, step.log_probs, k)
+        next_token = token_ids(next_column, vocabulary)
         source_rows = torch.arange(n, device=device).unsqueeze(1) * width + origin  # (n, 2k): row of batch t
         is_eos = next_token == EOS
 
@@ -305,9 +321,18 @@ def _best_candidates(scores: Tensor, log_probs: Tensor, k: int) -> tuple[Tensor,
 
 
 def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, beam: int = 1, n_best: int = 1,
-           alpha: float = 1.0, max_length_ratio: float = 1.5, max_length_offset: int = 10):
+           alpha: float = 1.0, max_length_ratio: float = 1.5, max_length_offset: int = 10,
+           shortlist: Shortlist | None = None):
     """Greedy search (beam 1) or beam search. On a GPU with the speed tricks on, those of
-    attnmt.fast_decoding: the same hypotheses, without waiting for the GPU at every step."""
+    attnmt.fast_decoding: the same hypotheses, without waiting for the GPU at every step.
+    ``shortlist``: the output layer restricted to the batch's candidates (attnmt.shortlist)."""
+    vocabulary = None if shortlist is None else shortlist.vocabulary(src)
+    with restricted(model, vocabulary):
+        return _search(model, src, src_lengths, beam, n_best, alpha, max_length_ratio, max_length_offset,
+                       vocabulary)
+
+
+def _search(model, src, src_lengths, beam, n_best, alpha, max_length_ratio, max_length_offset, vocabulary):
     max_lengths = max_output_lengths(src_lengths, max_length_ratio, max_length_offset)
     greedy, beamed = greedy_search, beam_search
     if src.device.type == "cuda" and speed.enabled():
@@ -315,5 +340,5 @@ def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, beam: int = 
 
         greedy, beamed = fast_decoding.greedy_search, fast_decoding.beam_search
     if beam == 1 and n_best == 1:
-        return greedy(model, src, src_lengths, max_lengths, alpha)
-    return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha)
+        return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary)
+    return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary=vocabulary)

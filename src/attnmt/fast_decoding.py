@@ -52,7 +52,8 @@ import torch
 from torch import Tensor
 
 from attnmt.data.subwords import BOS, EOS
-from attnmt.decoding import Hypothesis, _best_candidates, _checked, _hypothesis, length_penalty, memory_lengths
+from attnmt.decoding import (Hypothesis, _best_candidates, _checked, _hypothesis, length_penalty, memory_lengths,
+                              token_ids)
 from attnmt.models.base import EncoderDecoder
 
 CHECK_EVERY = 8  # steps between two "are all sentences done?", each a host synchronisation
@@ -64,21 +65,23 @@ _ONE_CAPTURE_AT_A_TIME = threading.Lock()
 
 @torch.inference_mode()
 def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
-                  alpha: float = 1.0, graphs: bool | None = None) -> list[list[Hypothesis]]:
+                  alpha: float = 1.0, graphs: bool | None = None,
+                  vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
     """decoding.greedy_search's hypotheses, every sentence computed until all have ended."""
-    search = _Greedy(model, model.encode(src, src_lengths), max_lengths, alpha)
+    search = _Greedy(model, model.encode(src, src_lengths), max_lengths, alpha, vocabulary)
     loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
     return _checked(search.results(loop, steps))
 
 
 @torch.inference_mode()
 def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
-                n_best: int = 1, alpha: float = 1.0, graphs: bool | None = None) -> list[list[Hypothesis]]:
+                n_best: int = 1, alpha: float = 1.0, graphs: bool | None = None,
+                vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
     """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
     sentence keeping its k rows until all are done."""
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
-    search = _Beam(model, model.encode(src, src_lengths), max_lengths, beam, n_best, alpha)
+    search = _Beam(model, model.encode(src, src_lengths), max_lengths, beam, n_best, alpha, vocabulary)
     loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
     return _checked(search.results(loop, steps))
 
@@ -235,8 +238,9 @@ class _Greedy:
     """Greedy search on one row per sentence: start() the loop, step() it (no value read back),
     all_done() for the host's check, results() at the end."""
 
-    def __init__(self, model: EncoderDecoder, memory, max_lengths: list[int], alpha: float):
-        self.model, self.memory, self.alpha = model, memory, alpha
+    def __init__(self, model: EncoderDecoder, memory, max_lengths: list[int], alpha: float,
+                 vocabulary: Tensor | None = None):
+        self.model, self.memory, self.alpha, self.vocabulary = model, memory, alpha, vocabulary
         device = memory.states.device
         self.limits = torch.tensor(max_lengths, device=device)
         self.history = _History(max(max_lengths), _batch_size(memory), device)
@@ -252,7 +256,8 @@ class _Greedy:
     def step(self, loop: _GreedyLoop) -> _GreedyLoop:
         t = loop.step
         out = self.model.decode_step(loop.prev, loop.state, self.memory)
-        best, token = out.log_probs.max(dim=-1)
+        best, column = out.log_probs.max(dim=-1)
+        token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         going = ~loop.ended
         self.history.write(t, token, None, out.weights)
         return _GreedyLoop(t + 1, token, out.state, torch.where(going, loop.log_prob + best, loop.log_prob),
@@ -305,9 +310,10 @@ class _Beam:
     memory repeated k times): the same methods as _Greedy."""
 
     def __init__(self, model: EncoderDecoder, memory, max_lengths: list[int], beam: int, n_best: int,
-                 alpha: float):
+                 alpha: float, vocabulary: Tensor | None = None):
         batch, device, steps = _batch_size(memory), memory.states.device, max(max_lengths)
         self.model, self.beam, self.n_best, self.alpha, self.batch = model, beam, n_best, alpha, batch
+        self.vocabulary = vocabulary
         self.memory = memory.select(torch.arange(batch, device=device).repeat_interleave(beam))  # k rows each
         self.first_row = torch.arange(batch, device=device).unsqueeze(1) * beam  # (B,1)
         self.limits = torch.tensor(max_lengths, device=device)
@@ -338,7 +344,8 @@ class _Beam:
         out = self.model.decode_step(loop.prev, loop.state, self.memory)
         width = loop.scores.size(1)  # rows extended per sentence: 1 at the first step, then k
         log_probs = out.log_probs.view(self.batch, k, -1)[:, :width].flatten(0, 1)
-        candidates, origin, token = _best_candidates(loop.scores, log_probs, k)  # (B,2k), best first
+        candidates, origin, column = _best_candidates(loop.scores, log_probs, k)  # (B,2k), best first
+        token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         parent = self.first_row + origin  # the row of this step each candidate extends
         is_eos = token == EOS
 
