@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from torch import Tensor
 
 from attnmt.data.subwords import BOS, EOS, PAD, UNK, Subwords
 from attnmt.errors import AttnmtError
-from attnmt.files import atomic_write_text, read_checked_json
+from attnmt.files import atomic_write_text
 
 FILE_NAME = "shortlist.json"
 SPECIALS = (PAD, UNK, BOS, EOS)  # always in a shortlist, in their own columns (ids 0..3)
@@ -106,8 +106,7 @@ def load_shortlist(path: str | Path, src_sw: Subwords, tgt_sw: Subwords) -> Shor
     path = Path(path)
     if not path.is_file():
         raise AttnmtError(f"{path}: no shortlist table there; build one with 'attnmt shortlist MODEL_DIR'")
-    table = read_checked_json(path, TableFile.model_validate_json, "a shortlist table",
-                              "build it again with 'attnmt shortlist MODEL_DIR'")
+    table = _read_table(path)
     if (table.source_vocabulary, table.target_vocabulary) != (vocabulary_fingerprint(src_sw),
                                                               vocabulary_fingerprint(tgt_sw)):
         raise AttnmtError(f"{path}: a shortlist table built for other vocabularies than this model's subwords; "
@@ -117,6 +116,18 @@ def load_shortlist(path: str | Path, src_sw: Subwords, tgt_sw: Subwords) -> Shor
         raise AttnmtError(f"{path}: the table's rows or ids do not fit the vocabularies ({len(src_sw)} source, "
                           f"{len(tgt_sw)} target pieces); build it again with 'attnmt shortlist MODEL_DIR'")
     return Shortlist(table.candidates, table.frequent)
+
+
+def _read_table(path: Path) -> TableFile:
+    try:
+        return TableFile.model_validate_json(path.read_bytes())
+    except OSError as e:
+        raise AttnmtError(f"{path}: cannot read the shortlist table: {e.strerror or e}") from None
+    except ValidationError as e:
+        error = e.errors()[0]
+        where = ".".join(map(str, error["loc"]))
+        raise AttnmtError(f"{path}: {where + ': ' if where else ''}{error['msg']}; build it again with "
+                          "'attnmt shortlist MODEL_DIR'") from None
 
 
 @contextmanager
