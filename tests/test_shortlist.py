@@ -4,6 +4,7 @@ its errors."""
 
 import json
 import shutil
+from importlib.util import find_spec
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from attnmt.decoding import decode, max_output_lengths
 from attnmt.errors import AttnmtError
 from attnmt.shortlist import Shortlist, lexical_table, restricted
 
+from conftest import require
 from test_decoding import random_batch
 from test_fast_decoding import tiny
 
@@ -41,6 +43,13 @@ def test_a_shortlist_of_every_piece_gives_the_full_vocabularys_result_exactly(na
     full = decode(model, batch.src, batch.src_lengths, beam=beam, n_best=min(beam, 3))
     short = decode(model, batch.src, batch.src_lengths, beam=beam, n_best=min(beam, 3), shortlist=every_piece())
     assert_identical(short, full)
+
+
+def test_a_shortlist_of_every_piece_is_exact_with_the_bf16_output_layer_too():
+    model, batch = tiny("gru-bahdanau"), random_batch(6)
+    model.generator.compute_dtype = torch.bfloat16
+    full = decode(model, batch.src, batch.src_lengths, beam=4, n_best=2)
+    assert_identical(decode(model, batch.src, batch.src_lengths, beam=4, n_best=2, shortlist=every_piece()), full)
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -98,6 +107,7 @@ def test_the_lexical_table_counts_piece_links_and_target_frequencies():
 @pytest.fixture(scope="module")
 def shortlisted(reverse_model, tmp_path_factory):
     """A copy of the reverse model's folder with its shortlist.json, built by the command."""
+    require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments])")
     model, dev = reverse_model
     folder = tmp_path_factory.mktemp("shortlisted") / "model"
     shutil.copytree(model.folder, folder)
