@@ -161,3 +161,27 @@ def test_a_missing_or_foreign_table_is_a_clear_one_line_error(shortlisted, tmp_p
         model.translate(dev[:2], shortlist=broken)
     with pytest.raises(AttnmtError, match="not int8"):
         load(folder, quantize="int8").translate(dev[:2], shortlist=True)
+
+
+def test_the_configs_decoding_shortlist_is_the_default_and_stays_inside_the_folder(shortlisted, tmp_path):
+    import yaml
+
+    from attnmt.api import load
+
+    source, dev = shortlisted
+    folder = tmp_path / "model"
+    shutil.copytree(source, folder)
+
+    def with_shortlist(name):
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        config["decoding"]["shortlist"] = name
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+        return load(folder)
+
+    model = with_shortlist("shortlist.json")
+    assert model.shortlist_table(None) is model.shortlist_table(True) is not None
+    assert [t.text for t in model.translate(dev[:5])] == [t.text for t in model.translate(dev[:5], shortlist=True)]
+    assert model.shortlist_table(False) is None
+    shutil.copy(folder / "shortlist.json", tmp_path / "outside.json")
+    with pytest.raises(AttnmtError, match="leads outside the model folder"):
+        with_shortlist("../outside.json").translate(dev[:2])

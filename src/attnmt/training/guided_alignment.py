@@ -99,7 +99,7 @@ def eflomal_file(config: Config, sources: list[str], targets: list[str], log: Ca
     path, stamp = folder / "train.eflomal.links", folder / "train.eflomal.sha256"
     if path.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
         return path
-    log(f"guided alignment: aligning {len(sources):,} training pairs with eflomal")
+    log(f"word links: aligning {len(sources):,} training pairs with eflomal")
     forward, backward = eflomal_links(sources, targets)
     links = [grow_diag_final(f, b) for f, b in zip(forward, backward)]
     atomic_write_text(path, "".join(format_pharaoh(pair) + "\n" for pair in links))
