@@ -132,7 +132,9 @@ def _read_table(path: Path) -> TableFile:
 
 @contextmanager
 def restricted(model, vocabulary: Tensor | None):
-    """Within the block, ``model``'s output layer scores the ids ``vocabulary`` only (None: all)."""
+    """Within the block, ``model``'s output layer scores the ids ``vocabulary`` only (None: all).
+    The layer itself is changed meanwhile: one model must not decode in two threads at once (the
+    server runs a model's work under its lock)."""
     if vocabulary is None:
         yield
         return
