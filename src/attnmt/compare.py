@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from attnmt.config import Config, config_from_dict, load_config
 from attnmt.data import splits
@@ -47,7 +47,7 @@ from attnmt.data.prepare import EncodedCorpus, prepare, training_corpus
 from attnmt.data.subwords import subword_paths
 from attnmt.errors import AttnmtError
 from attnmt.evaluation import attention_failures, joined, score_translations
-from attnmt.files import atomic_write_text
+from attnmt.files import atomic_write_text, read_checked_json
 
 FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 SHARED_DATA_FIELDS = ("experiment_dir", "data.train", "data.dev", "data.test")  # the same for every variant
@@ -571,15 +571,8 @@ STATISTICAL_SCORES = TypeAdapter(dict[str, dict[str, _LinkScores]])  # eflomal.j
 def read_results(path: Path, schema: TypeAdapter):
     """A results file as ``schema`` describes it (plain dicts and lists), or AttnmtError naming the
     file and the field: a file edited by hand must not make the tables wrong without a word."""
-    try:
-        value = schema.validate_json(path.read_bytes())
-    except OSError as e:
-        raise AttnmtError(f"{path}: cannot read: {e.strerror or e}") from None
-    except ValidationError as e:
-        error = e.errors()[0]
-        where = ".".join(map(str, error["loc"]))
-        raise AttnmtError(f"{path}: {where + ': ' if where else ''}{error['msg']}; not the file compare wrote: "
-                          "delete it to score the run again") from None
+    value = read_checked_json(path, schema.validate_json, "the results",
+                              "not the file compare wrote: delete it to score the run again")
     return schema.dump_python(value)
 
 

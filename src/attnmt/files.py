@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable, TypeVar
+
+from pydantic import ValidationError
 
 from attnmt.errors import AttnmtError
+
+T = TypeVar("T")
 
 
 def atomic_write(path: Path, data: bytes):
@@ -56,3 +61,17 @@ def fsync_dir(folder: Path):
 def write_error(path: Path, error: OSError) -> AttnmtError:
     return AttnmtError(f"cannot write {Path(path).name} in {Path(path).parent}: {error.strerror or error} "
                        "(full disk or unwritable folder?); files already there are unchanged")
+
+
+def read_checked_json(path: Path, validate: Callable[[bytes], T], what: str, advice: str) -> T:
+    """``validate(the file's bytes)`` (a pydantic model's or TypeAdapter's validate_json), or
+    AttnmtError naming the file and the first field at fault, then ``advice``: a file edited by hand
+    is refused in one line, never half-read. ``what`` says what the file is, in "cannot read WHAT"."""
+    try:
+        return validate(Path(path).read_bytes())
+    except OSError as e:
+        raise AttnmtError(f"{path}: cannot read {what}: {e.strerror or e}") from None
+    except ValidationError as e:
+        error = e.errors()[0]
+        where = ".".join(map(str, error["loc"]))
+        raise AttnmtError(f"{path}: {where + ': ' if where else ''}{error['msg']}; {advice}") from None

@@ -25,12 +25,12 @@ import json
 import random
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from attnmt.config import Config, CorpusFiles
 from attnmt.data.corpus import Corpus
 from attnmt.errors import AttnmtError
-from attnmt.files import atomic_write_text
+from attnmt.files import atomic_write_text, read_checked_json
 
 FOLDER = "splits"
 RECORD = "held-out.json"
@@ -109,14 +109,7 @@ def checked_record(folder: Path) -> HeldOutRecord:
     its seed and against their TSV files; AttnmtError naming the file and what is wrong otherwise.
     No corpus is needed: the record holds its size, and the seed draws the sets."""
     path = folder / FOLDER / RECORD
-    try:
-        record = HeldOutRecord.model_validate_json(path.read_bytes())
-    except OSError as e:
-        raise AttnmtError(f"{path}: cannot read the record of the held-out sets: {e.strerror or e}") from None
-    except ValidationError as e:
-        error = e.errors()[0]
-        where = ".".join(map(str, error["loc"]))
-        raise AttnmtError(f"{path}: {where + ': ' if where else ''}{error['msg']}; {BENT}") from None
+    record = read_checked_json(path, HeldOutRecord.model_validate_json, "the record of the held-out sets", BENT)
     if set(record.sets) != set(record.sizes):
         raise AttnmtError(f"{path}: sets ({', '.join(record.sets) or 'none'}) and sizes "
                           f"({', '.join(record.sizes) or 'none'}) name different sets; {BENT}")
