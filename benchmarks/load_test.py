@@ -115,9 +115,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: Path, flags: list[str]) -> tuple[subprocess.Popen, str]:
+def start_server(model: Path | list[str], flags: list[str]) -> tuple[subprocess.Popen, str]:
+    """`attnmt serve` of one model folder, or of several ("name=folder", as the CLI takes them)."""
     port = free_port()
-    command = [sys.executable, "-m", "attnmt.cli", "serve", str(model), "--host", "127.0.0.1", "--port",
+    models = [str(m) for m in model] if isinstance(model, list) else [str(model)]
+    command = [sys.executable, "-m", "attnmt.cli", "serve", *models, "--host", "127.0.0.1", "--port",
                str(port), "--log-level", "warning", *flags]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
