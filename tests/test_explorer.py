@@ -139,7 +139,7 @@ def test_translation_and_heatmap(page, server):
 
 
 def test_heatmap_marks_the_word_links(page, server):
-    from attnmt.viz.words import word_spans
+    from attnmt.align import output_links
 
     text = "abc de fghi"
     translate_in_page(page, text)
@@ -150,12 +150,14 @@ def test_heatmap_marks_the_word_links(page, server):
     assert links and sorted(j for _, j in links) == list(range(len(best["text"].split())))
     marked = lambda: sorted(map(tuple, page.eval_on_selector_all(  # noqa: E731
         "#panel-a td.cell.link", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col])")))
-    source_spans, target_spans = word_spans(translation["source_tokens"]), word_spans(best["tokens"])
-    assert marked() == sorted((row, col) for i, j in links for row in range(*target_spans[j])
-                              for col in range(*source_spans[i]))  # pieces: every piece of both words
-    assert "link: the source word each output word attends to most" in page.text_content("#panel-a .legend")
+    shown = api_translation(server, text)  # the page's request: its attention
+    pieces = output_links(np.array(shown["candidates"][0]["attention"]), shown["source_tokens"],
+                          shown["candidates"][0]["tokens"], words=False)
+    assert marked() == sorted((j, i) for i, j in pieces)  # pieces: each output piece's most attended piece
+    assert "link: the source token each output token attends to most" in page.text_content("#panel-a .legend")
     page.check("#words")
-    assert marked() == sorted((j, i) for i, j in links)  # words: one cell per link
+    assert marked() == sorted((j, i) for i, j in links)  # words: one cell per word link of /translate
+    assert "link: the source word each output word attends to most" in page.text_content("#panel-a .legend")
 
 
 def test_target_and_source_highlighting(page, server):

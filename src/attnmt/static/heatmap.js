@@ -74,7 +74,7 @@ export class Heatmap {
       el("div", { class: "legend" }, el("span", {}, "0"), el("span", { class: "ramp" }), el("span", {}, "1"),
         el("span", { class: "muted" }, ` weight · highlighted: ≥ ${HIGHLIGHT_RATIO} × the row's largest weight`),
         ...(links ? [el("span", { class: "link-key muted", title: "the word alignment of attnmt translate --report-align" },
-          " · ● link: the source word each output word attends to most")] : [])),
+          ` · ● link: the source ${unit} each output ${unit} attends to most`)] : [])),
       this.info);
     this.setMatrix(matrix);
   }

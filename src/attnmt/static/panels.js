@@ -39,7 +39,7 @@ export function renderPanel(panel, modelName, info, result, words = false, compa
   }
   const { source, target, matrix } = words ? mergePieces(translation.source_tokens, best.tokens, best.attention)
     : { source: translation.source_tokens, target: best.tokens, matrix: best.attention };
-  const links = best.alignment ? linkedCells(translation.source_tokens, best.tokens, best.alignment, words) : null;
+  const links = best.alignment ? linkedCells(source, target, matrix, best.alignment, words) : null;
   const heatmap = new Heatmap(source, target, matrix, { name: modelName, unit: words ? "word" : "token", compact, links });
   panel.append(heatmap.element);
 }

@@ -53,16 +53,17 @@ export function mergePieces(sourceTokens, targetTokens, matrix) {
   return { source: wordsOf(sourceTokens, sourceSpans), target: wordsOf(targetTokens, targetSpans), matrix: rows };
 }
 
-/** The heatmap cells [row, column] that word links [i, j] (source word i, output word j: the
- *  "alignment" of /translate) mark: in a heatmap of words one cell per link; in one of pieces, every
- *  piece of output word j against every piece of source word i. */
-export function linkedCells(sourceTokens, targetTokens, links, words) {
+/** The heatmap cells [row, column] of the hard links: over words, one cell per word link [i, j]
+ *  (source word i, output word j: the "alignment" of /translate); over pieces, each output piece's
+ *  most attended source piece ("</s>" left out on both sides, as attnmt.align.output_links with
+ *  words=False), since a word link spread over all the pieces of two words would mark pieces that
+ *  do not align (a date's digits against every digit of a year). */
+export function linkedCells(sourceTokens, targetTokens, matrix, links, words) {
   if (words) return links.map(([i, j]) => [j, i]);
-  const sourceSpans = wordSpans(sourceTokens), targetSpans = wordSpans(targetTokens);
-  return links.flatMap(([i, j]) => {
-    const [s0, s1] = sourceSpans[i], [t0, t1] = targetSpans[j];
-    const cells = [];
-    for (let row = t0; row < t1; row++) for (let col = s0; col < s1; col++) cells.push([row, col]);
-    return cells;
+  const columns = sourceTokens.flatMap((tok, j) => (tok === "</s>" ? [] : [j]));
+  return targetTokens.flatMap((tok, row) => {
+    if (tok === "</s>" || !columns.length) return [];
+    const best = columns.reduce((a, b) => (matrix[row][b] > matrix[row][a] ? b : a));
+    return [[row, best]];
   });
 }
