@@ -26,7 +26,7 @@ import json, sys, time
 from pathlib import Path
 import torch
 import attnmt
-from attnmt.config import load_config
+from attnmt.core.config import load_config
 from attnmt.data.corpus import read_lines
 from attnmt.training import train
 

@@ -49,7 +49,7 @@ LENGTHS = [5, 10, 20, 40, 60, 80, 100]
 def trainer_for(name: str):
     """A Trainer of the configuration, in a scratch folder holding a copy of the benchmark
     model's subwords (so none are trained), without dev set (no validation is run)."""
-    from attnmt.config import load_config
+    from attnmt.core.config import load_config
     from attnmt.training import Trainer
 
     config = load_config(REPO / "configs" / f"{name}.yaml")
@@ -114,7 +114,7 @@ def sources_of_length(subwords, length: int, count: int) -> list[list[int]]:
 def decoding_curves(name: str, batch: int, repeats: int, threads: int) -> list[dict]:
     import attnmt
     from attnmt.data.batching import make_batch
-    from attnmt.decoding import decode
+    from attnmt.seq2seq.decoding import decode
 
     torch.set_num_threads(threads)
     translator = attnmt.load(MODELS[name])
@@ -172,7 +172,7 @@ def profile_beam(name: str, batch: int, beam: int, threads: int, rounds: int) ->
     import attnmt
     from attnmt.data.batching import make_batch
     from attnmt.data.corpus import read_lines
-    from attnmt.decoding import decode
+    from attnmt.seq2seq.decoding import decode
 
     torch.set_num_threads(threads)
     translator = attnmt.load(MODELS[name])

@@ -27,7 +27,7 @@ MULTI30K_EN = REPO.parent / "shared" / "data" / "multi30k" / "train.en.gz"
 def run(config_path: Path, out: Path, name: str, steps: int | None, threads: int, word2vec: Path | None) -> dict:
     from safetensors.torch import load_file
 
-    from attnmt.config import load_config
+    from attnmt.core.config import load_config
     from attnmt.training import train
 
     config = load_config(config_path)
@@ -37,7 +37,7 @@ def run(config_path: Path, out: Path, name: str, steps: int | None, threads: int
         config.training.max_steps = steps
         config.training.validate_every = min(config.training.validate_every, steps)
     if word2vec is not None:
-        from attnmt.config import EmbeddingsConfig
+        from attnmt.core.config import EmbeddingsConfig
 
         config.model.embeddings = EmbeddingsConfig(word2vec=word2vec)
     if (config.experiment_dir / "last.safetensors").exists():

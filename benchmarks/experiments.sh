@@ -20,7 +20,7 @@ run() {  # NAME ARGS...: one experiment, its date, commit and command logged bes
     date -u +"end %Y-%m-%dT%H:%M:%SZ" | tee -a "$OUT/$name.log"
 }
 
-[ -f runs/e4-data/hansards.gold ] || python -m attnmt.tasks.hansards runs/e4-data --data ../shared/data
+[ -f runs/e4-data/hansards.gold ] || python -m attnmt.translation.hansards runs/e4-data --data ../shared/data
 [ $# -gt 0 ] || set -- e1 e2 e3 e4
 for experiment in "$@"; do
   case $experiment in

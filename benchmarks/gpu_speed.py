@@ -5,7 +5,7 @@
 Trains configs/rnn-bahdanau.yaml (Multi30k de->en, batch 64 sentences) for --steps steps twice on
 the GPU: with the decoder and loss as CUDA graphs (training.cuda_graphs, the default) and without;
 then decodes test_2016_flickr with the first model, greedy and beam 5, with the fixed-shape search
-of attnmt.fast_decoding (CUDA graphs) and with the reference search of attnmt.decoding
+of attnmt.seq2seq.fast_decoding (CUDA graphs) and with the reference search of attnmt.seq2seq.decoding
 (``speed.plain()``). Prints sentences/s of each and the ratios; the same for --precision bf16
 with --bf16. For the comparison with OpenNMT-py, see benchmarks/peers.py --device cuda.
 """
@@ -46,7 +46,7 @@ def profiled(steps: int):
 
 
 def train(args, out: Path, graphs: bool, precision: str, tokens: int | None = None) -> dict:
-    from attnmt.config import load_config
+    from attnmt.core.config import load_config
     from attnmt.training import train as train_config
 
     config = load_config(REPO / "configs" / "rnn-bahdanau.yaml")
@@ -71,7 +71,7 @@ def train(args, out: Path, graphs: bool, precision: str, tokens: int | None = No
 
 def decode(model_dir: Path, sources: list[str], beam: int, plain: bool, device: str) -> float:
     import attnmt
-    from attnmt import speed
+    from attnmt.core import speed
 
     translator = attnmt.load(model_dir, device=device)
     translator.translate(sources[:64], beam=beam)  # warm-up: cuDNN and cuBLAS choose their kernels

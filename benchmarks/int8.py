@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None):
     if args.transformer:
         import ctranslate2
 
-        from attnmt.export import export_ct2
+        from attnmt.translation.export import export_ct2
 
         transformer = Path(args.transformer)
         with tempfile.TemporaryDirectory() as tmp:

@@ -89,7 +89,7 @@ def text_items(model: Path, distinct: int) -> list[Item]:
 
 def audio_items(model: Path, distinct: int) -> list[Item]:
     import attnmt
-    from attnmt.data.audio import read_speech_tsv
+    from attnmt.speech.audio import read_speech_tsv
 
     recognizer = attnmt.load(model)
     beam = recognizer.config.decoding.beam

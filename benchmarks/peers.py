@@ -682,7 +682,7 @@ def train_for(cmd, log: Path, env: dict, minutes: float, loop_started: re.Patter
     return {"peak_rss_gb": memory.gb, "wall_s": time.monotonic() - started, "loop_window": loop_window}
 
 
-# attnmt's line right before its first training step (attnmt.training.translation.summary).
+# attnmt's line right before its first training step (attnmt.translation.training.summary).
 ATTNMT_LOOP = re.compile(r"parameters; [\d,]+ training pairs")
 
 

@@ -71,7 +71,7 @@ ROWS = [("training sentences/s", "sentences_per_s", "{:.0f}"),
 
 def write_config(args, out: Path) -> Path:
     """The benchmark's copy of the configuration, its paths made absolute."""
-    from attnmt.config import config_to_yaml, load_config
+    from attnmt.core.config import config_to_yaml, load_config
 
     config = load_config(args.config)
     config.experiment_dir = out / "model"
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--beside", action="append", default=[], metavar="RESULTS_JSON",
                         help="results.json of an earlier run to show as a column (repeatable)")
     args = parser.parse_args(argv)
-    from attnmt.speed import cpu_has_bf16
+    from attnmt.core.speed import cpu_has_bf16
 
     if args.device == "cuda":  # (no CUDA call here: the training process is the first to use the GPU)
         args.precision = args.precision or "fp32"

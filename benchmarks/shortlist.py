@@ -1,4 +1,4 @@
-"""Speed and BLEU of vocabulary shortlists (attnmt.shortlist): attnmt float32 with the full output
+"""Speed and BLEU of vocabulary shortlists (attnmt.translation.shortlist): attnmt float32 with the full output
 layer against the same model with its shortlist.json (built first by `attnmt shortlist MODEL_DIR`).
 
     attnmt shortlist runs/bench-rnn-bahdanau/model            # the lexical table, once

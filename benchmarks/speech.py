@@ -25,11 +25,11 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from attnmt.config import config_from_dict  # noqa: E402
-from attnmt.data.audio import audio_features, read_speech_tsv  # noqa: E402
-from attnmt.tasks import speech  # noqa: E402
-from attnmt.tasks.speech_quickstart import speech_config  # noqa: E402
-from attnmt.training.speech import speech_parts  # noqa: E402
+from attnmt.core.config import config_from_dict  # noqa: E402
+from attnmt.speech import corpora as speech  # noqa: E402
+from attnmt.speech.audio import audio_features, read_speech_tsv  # noqa: E402
+from attnmt.speech.quickstart import speech_config  # noqa: E402
+from attnmt.speech.training import speech_parts  # noqa: E402
 
 
 def peak_mb() -> float:
@@ -88,8 +88,8 @@ def main(argv=None):
     parts = speech_parts(config, torch.device("cpu"), log=lambda m: None)
     training = training_speed(parts, args.steps, config.speech.hop_ms)
 
-    from attnmt.checkpoint import save_model
-    from attnmt.recognizer import Recognizer
+    from attnmt.core.checkpoint import save_model
+    from attnmt.speech.recognizer import Recognizer
 
     model_dir = Path(args.model)
     if not (model_dir / "config.yaml").is_file():

@@ -7,14 +7,14 @@ longer utterances in two ways:
     recognition  free decoding (greedy unless --beam): CER and WER, by length in words
     place kept   forced decoding of the reference (the paper's forced alignment): the share of
                  characters whose attention peaks in the stretch of audio that says them, by
-                 position in the joined utterance (attnmt.error_rates.place_kept); this measures
+                 position in the joined utterance (attnmt.speech.error_rates.place_kept); this measures
                  keeping one's place apart from knowing when to stop
 
 on two corpora:
 
-    synthesized  espeak-ng speech (attnmt.tasks.speech): 1-5 words per utterance in training; test on
+    synthesized  espeak-ng speech (attnmt.speech.corpora): 1-5 words per utterance in training; test on
                  the held-out utterances (half by unseen voices) and on 2, 3 and 4 of them joined
-    digits       real speech (FSDD, attnmt.tasks.digits): strings of 1-3 digits by 4 speakers in
+    digits       real speech (FSDD, attnmt.speech.digits): strings of 1-3 digits by 4 speakers in
                  training; test on 1-3 digits by the fifth speaker and on 4-8 digits by all five
 
 Quality figures come from step budgets, so the machine's load does not change them (run it alone:
@@ -38,9 +38,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from attnmt.cli import window_argument  # noqa: E402
 from attnmt.compare import assignment, merged  # noqa: E402
-from attnmt.config import config_from_dict  # noqa: E402
-from attnmt.tasks import digits, speech  # noqa: E402
-from attnmt.tasks.speech_quickstart import speech_config  # noqa: E402
+from attnmt.core.config import config_from_dict  # noqa: E402
+from attnmt.speech import corpora as speech  # noqa: E402
+from attnmt.speech import digits  # noqa: E402
+from attnmt.speech.quickstart import speech_config  # noqa: E402
 from attnmt.training import train  # noqa: E402
 
 FSDD = ROOT.parent / "shared" / "data" / "speech" / "fsdd"
@@ -69,7 +70,7 @@ def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: in
     """Trains (unless trained) and scores one model: {"scores": test-scores.json, "place": {set: place_kept}};
     with a decoding ``window``, the scores of the trained model decoding within it."""
     from attnmt.api import load
-    from attnmt.error_rates import place_report, speech_test_set_reports
+    from attnmt.speech.error_rates import place_report, speech_test_set_reports
 
     folder = out / f"{corpus}-{attention}"
     raw = speech_config(folder, sets, steps, attention)
@@ -109,9 +110,9 @@ def draw(out: Path, corpus: str, attention: str, tsv: Path, window: tuple[int, i
     from dataclasses import replace
 
     from attnmt.api import load
-    from attnmt.data.audio import read_speech_tsv
+    from attnmt.speech.audio import read_speech_tsv
+    from attnmt.speech.figures import spectrogram_attention
     from attnmt.viz.figures import save
-    from attnmt.viz.speech import spectrogram_attention
 
     paths, texts = read_speech_tsv(tsv)
     model = load(out / f"{corpus}-{attention}" / "model")

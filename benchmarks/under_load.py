@@ -8,7 +8,7 @@ Trains the dates quick start's model (character level, batch 64) for --steps ste
 once per thread setting, each beside 0, then N busy processes (pure-Python loops, one core each,
 stopped when the run ends). Settings: `1` thread; `2-openmp-default`, 2 threads waiting as GNU
 OpenMP's threads do unless told (spinning 300,000 rounds); `2-passive` (OMP_WAIT_POLICY=PASSIVE:
-waiting threads sleep at once); `2`, with attnmt's waiting (a short spin, attnmt.threads); `auto`,
+waiting threads sleep at once); `2`, with attnmt's waiting (a short spin, attnmt.core.threads); `auto`,
 attnmt's defaults (its waiting, and the cores that other work leaves free). Prints, per setting
 and load, the run's wall-clock seconds and CPU seconds (the child's user + system time): a
 process that gets its fair share of a busy machine takes more wall-clock time but the same CPU
@@ -28,9 +28,9 @@ from pathlib import Path
 PROBE = r"""
 import sys, time
 from pathlib import Path
-from attnmt.tasks import dates
-from attnmt.tasks.quickstart import quickstart_config
-from attnmt.config import config_from_dict
+from attnmt.translation import dates
+from attnmt.translation.quickstart import quickstart_config
+from attnmt.core.config import config_from_dict
 from attnmt.training import train
 
 folder, steps = Path(sys.argv[1]), int(sys.argv[2])
@@ -46,7 +46,7 @@ print("THREADS", torch.get_num_threads(), "SECONDS", state.seconds)
 SETTINGS = {"1": {"OMP_NUM_THREADS": "1"},
             "2-openmp-default": {"OMP_NUM_THREADS": "2", "GOMP_SPINCOUNT": "300000"},  # GNU OpenMP's own
             "2-passive": {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"},
-            "2": {"OMP_NUM_THREADS": "2"},  # attnmt's waiting: a short spin (attnmt.threads)
+            "2": {"OMP_NUM_THREADS": "2"},  # attnmt's waiting: a short spin (attnmt.core.threads)
             "auto": {}}  # attnmt's defaults: its waiting, and a fair share of the cores
 BUSY = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnmt.config import config_from_dict
-from attnmt.tasks.pairs import make_pairs
+from attnmt.core.config import config_from_dict
+from attnmt.pairs.quickstart import make_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -118,7 +118,7 @@ def _deterministic():
 
 def assert_beam_of_one_equals_greedy(model, batch):
     """Beam search with one hypothesis is greedy search: same tokens, scores and attention."""
-    from attnmt.decoding import beam_search, greedy_search, max_output_lengths
+    from attnmt.seq2seq.decoding import beam_search, greedy_search, max_output_lengths
 
     limits = max_output_lengths(batch.src_lengths, 1.5, 5)
     greedy = greedy_search(model, batch.src, batch.src_lengths, limits)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from attnmt.config import config_from_dict
+from attnmt.core.config import config_from_dict
 
 RATE = 16000
 LETTERS = "abcd"

@@ -8,13 +8,23 @@ import re
 import numpy as np
 import pytest
 
-from attnmt.align import (alignment_scores, align, align_both_ways, alignments_from_attention, force_attention,
-                          format_pharaoh, output_links, parse_pharaoh, read_gold, read_hypotheses, score_files,
-                          word_matrix)
-from attnmt.viz.words import word_spans
 from attnmt.cli import main
-from attnmt.errors import AttnmtError
-
+from attnmt.core.errors import AttnmtError
+from attnmt.translation.align import (
+    align,
+    align_both_ways,
+    alignment_scores,
+    alignments_from_attention,
+    force_attention,
+    format_pharaoh,
+    output_links,
+    parse_pharaoh,
+    read_gold,
+    read_hypotheses,
+    score_files,
+    word_matrix,
+)
+from attnmt.viz.words import word_spans
 from conftest import random_strings, reverse, toy_config
 
 

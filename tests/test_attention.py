@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from attnmt.config import ATTENTIONS, ModelConfig
-from attnmt.errors import AttnmtError
-from attnmt.models import BOS, EOS, PAD, build_model
-from attnmt.models.attention import BahdanauAttention, LocationAttention, LuongDotAttention, build_attention
+from attnmt.core.config import ATTENTIONS, ModelConfig
+from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq import BOS, EOS, PAD, build_model
+from attnmt.seq2seq.attention import BahdanauAttention, LocationAttention, LuongDotAttention, build_attention
 
 WITH_WEIGHTS = [a for a in ATTENTIONS if a != "none"]
 SRC_VOCAB, TGT_VOCAB = 30, 25
@@ -172,7 +172,7 @@ def test_zeros_decoder_init_starts_from_zero_without_a_bridge_and_steps_equal_fo
 # --- decoding with a window (Chorowski et al. 2015) ----------------------------------------------
 
 def test_window_mask_is_around_the_median_of_the_previous_weights():
-    from attnmt.models.attention import window_mask
+    from attnmt.seq2seq.attention import window_mask
 
     prev = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.0, 0.0],  # running sum reaches 1/2 at 2
                          [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],  # at 0, the first step's weights
@@ -188,7 +188,7 @@ def test_windowed_steps_attend_only_near_the_previous_median(attention, input_fe
     """Forced and step by step: each row's weights sum to one inside the window of the row before,
     are zero outside it, and the steps equal the teacher-forced pass (which for Luong without input
     feeding then runs step by step)."""
-    from attnmt.models.attention import window_mask
+    from attnmt.seq2seq.attention import window_mask
 
     model = make_model(attention, input_feeding=input_feeding)
     model.decoder.window = (1, 1)

@@ -15,7 +15,6 @@ import yaml
 
 from attnmt.api import load
 from attnmt.cli import main
-
 from conftest import random_strings, reverse, shared_data
 
 TRAIN_PAIRS, DEV_PAIRS, TEST_PAIRS = 2000, 100, 40

@@ -9,8 +9,7 @@ import pytest
 
 from attnmt.cli import main
 from attnmt.compare import Variant, compare, grid, merged, parse_variant
-from attnmt.errors import AttnmtError
-
+from attnmt.core.errors import AttnmtError
 from conftest import random_strings, require, reverse, write_tsv
 
 
@@ -146,8 +145,8 @@ def test_bad_requests_are_errors_before_any_training(tmp_path, capsys):
 def test_transformer_alignments_are_read_from_each_cross_attention_layer(tmp_path):
     require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments]): the table's statistical "
                                               "aligner")
-    from attnmt.align import force_attention
     from attnmt.api import load
+    from attnmt.translation.align import force_attention
 
     config, out = toy_experiment(tmp_path), tmp_path / "out"
     small = {"model": {"type": "transformer", "d_model": 16, "heads": 2, "encoder_layers": 2, "decoder_layers": 3,

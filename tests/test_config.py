@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from attnmt.cli import main
-from attnmt.config import load_config
-from attnmt.errors import AttnmtError
+from attnmt.core.config import load_config
+from attnmt.core.errors import AttnmtError
 
 MINIMAL = {
     "experiment_dir": "runs/exp",

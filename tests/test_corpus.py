@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from attnmt.core.errors import AttnmtError
 from attnmt.data.corpus import (
     Corpus,
     read_corpus,
@@ -12,8 +13,6 @@ from attnmt.data.corpus import (
     read_parallel,
     read_tsv,
 )
-from attnmt.errors import AttnmtError
-
 from conftest import shared_data
 
 

@@ -16,11 +16,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from attnmt.api import load
-from attnmt.checkpoint import read_checkpoint
-from attnmt.config import config_to_yaml
-from attnmt.errors import AttnmtError
+from attnmt.core.checkpoint import read_checkpoint
+from attnmt.core.config import config_to_yaml
+from attnmt.core.errors import AttnmtError
 from attnmt.training import train
-
 from conftest import random_strings, reverse, toy_config
 
 pytestmark = pytest.mark.slow  # every test here trains models (or starts processes that do)
@@ -168,7 +167,7 @@ def test_unwritable_folder_gives_a_clear_error_and_keeps_the_last_checkpoint(tmp
     def refuse(path, *args, **kwargs):  # what a read-only folder does (tests run as root, which may write anyway)
         raise PermissionError(errno.EACCES, "Permission denied", str(path))
 
-    monkeypatch.setattr("attnmt.files.open", refuse, raising=False)
+    monkeypatch.setattr("attnmt.core.files.open", refuse, raising=False)
     with pytest.raises(AttnmtError, match=f"cannot write .* in {folder}: Permission denied"):
         train(tiny_config(tmp_path, max_steps=8), resume=True, **QUIET)
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
@@ -239,7 +238,7 @@ def test_an_experiment_folder_that_cannot_be_created_is_an_error_naming_it(tmp_p
 def test_prepare_that_died_before_writing_its_settings_is_done_again(tmp_path):
     # settings.yaml is written after the subword model: a model without it is from a prepare that
     # was killed in between, and is trained again instead of being refused as "other settings".
-    from attnmt.data.prepare import prepare
+    from attnmt.translation.prepare import prepare
 
     config = tiny_config(tmp_path)
     prepare(config, log=lambda m: None)

@@ -1,12 +1,12 @@
-"""Tests for the synthetic date-normalisation task (attnmt.tasks.dates)."""
+"""Tests for the synthetic date-normalisation task (attnmt.translation.dates)."""
 
 import datetime
 import random
 
 import pytest
 
-from attnmt.tasks import dates
-from attnmt.tasks.dates import format_date
+from attnmt.translation import dates
+from attnmt.translation.dates import format_date
 
 SUNDAY = datetime.date(2026, 11, 22)
 

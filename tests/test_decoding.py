@@ -3,12 +3,17 @@
 import pytest
 import torch
 
-from attnmt.config import ModelConfig
+from attnmt.core.config import ModelConfig
 from attnmt.data.batching import make_batch
-from attnmt.decoding import (_best_candidates, beam_search, decode, greedy_search, length_penalty,
-                             max_output_lengths)
-from attnmt.models import EOS, build_model
-
+from attnmt.seq2seq import EOS, build_model
+from attnmt.seq2seq.decoding import (
+    _best_candidates,
+    beam_search,
+    decode,
+    greedy_search,
+    length_penalty,
+    max_output_lengths,
+)
 from conftest import assert_beam_of_one_equals_greedy, reverse
 
 
@@ -223,7 +228,7 @@ def test_bf16_weight_copy_is_kept_until_the_weight_changes():
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_a_model_computing_nan_is_a_clear_error_not_an_empty_result(beam):
-    from attnmt.errors import AttnmtError
+    from attnmt.core.errors import AttnmtError
 
     model = untrained("bahdanau")
     with torch.no_grad():
@@ -236,7 +241,7 @@ def test_a_model_computing_nan_is_a_clear_error_not_an_empty_result(beam):
 def test_beam_search_stops_a_sentence_that_cannot_improve_with_the_same_results(reverse_model, monkeypatch):
     """A sentence ends once no live hypothesis can reach its n best, even before ``beam`` of them
     have finished: fewer rows computed, the same hypotheses as the search without that rule."""
-    import attnmt.decoding as decoding
+    import attnmt.seq2seq.decoding as decoding
 
     translator, sources = reverse_model
     batch = make_batch(translator.src_subwords.encode(sources[:40]))
@@ -264,7 +269,7 @@ def test_every_tensor_of_decoding_is_made_on_the_models_device(reverse_model, ti
     """With "meta" as the default device, a tensor made without naming its device lands there
     and the first operation mixing it with the model's (CPU) tensors fails: decoding, tracing,
     beam trees, forced attention and Transformer attention maps name their device everywhere."""
-    from attnmt.align import force_attention
+    from attnmt.translation.align import force_attention
 
     translator, sources = reverse_model
     with torch.device("meta"):
@@ -285,7 +290,6 @@ def test_every_tensor_of_the_servers_work_is_made_on_the_models_device(reverse_m
     is made the default device) for a translation model, a Transformer and a sentence-pair model."""
     from attnmt.serve import ServerLimits, create_app
     from attnmt.serve.models import LoadedModel
-
     from conftest import local_client
 
     run_chunks = LoadedModel.run_chunks
@@ -318,7 +322,7 @@ def test_every_tensor_of_the_servers_work_is_made_on_the_models_device(reverse_m
 
 def test_an_unavailable_device_is_a_clear_error(reverse_model):
     from attnmt.api import load
-    from attnmt.errors import AttnmtError
+    from attnmt.core.errors import AttnmtError
 
     translator, _ = reverse_model
     if not torch.cuda.is_available():
@@ -338,7 +342,7 @@ class ConfidentModel:
     PATH, VOCAB = 8, 10
 
     def encode(self, src, lengths):
-        from attnmt.models.decoder import Memory
+        from attnmt.seq2seq.decoder import Memory
 
         batch = src.size(0)
         return Memory(torch.zeros(batch, 1, 1), None, torch.ones(batch, 1, dtype=torch.bool), torch.zeros(batch, 1))
@@ -346,7 +350,7 @@ class ConfidentModel:
     def init_state(self, memory):
         from dataclasses import dataclass
 
-        from attnmt.models.base import Batched
+        from attnmt.seq2seq.base import Batched
 
         @dataclass
         class Position(Batched):
@@ -357,7 +361,7 @@ class ConfidentModel:
     def decode_step(self, prev, state, memory):
         from dataclasses import replace
 
-        from attnmt.models.base import StepOutput
+        from attnmt.seq2seq.base import StepOutput
 
         written = torch.where((prev == 5) | (prev == 2), state.written + (prev == 5).long(), torch.full_like(prev, -1))
         probs = torch.full((prev.size(0), self.VOCAB), 1e-6)
@@ -393,7 +397,7 @@ def test_attention_window_from_python_and_the_command_line(reverse_model, tiny_t
     """translator.attention_window and --attention-window decode within the window (each row's weight
     only from the previous row's median to one position after it); bad windows are clear errors."""
     from attnmt.cli import main
-    from attnmt.errors import AttnmtError
+    from attnmt.core.errors import AttnmtError
 
     translator, sources = reverse_model
     translator.attention_window = (0, 1)

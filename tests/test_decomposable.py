@@ -1,4 +1,4 @@
-"""The decomposable attention model (attnmt.models.decomposable), each equation on hand-made
+"""The decomposable attention model (attnmt.pairs.model), each equation on hand-made
 tensors: attend (both softmax directions, padding masked), compare, aggregate (sums over real
 positions only), intra-sentence attention with its distance bias."""
 
@@ -7,9 +7,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnmt.config import PairModelConfig
-from attnmt.models.decomposable import (DecomposableAttention, IntraAttention, build_pair_model, centred,
-                                        masked_softmax, masked_sum, sinkhorn)
+from attnmt.core.config import PairModelConfig
+from attnmt.pairs.model import (
+    DecomposableAttention,
+    IntraAttention,
+    build_pair_model,
+    centred,
+    masked_softmax,
+    masked_sum,
+    sinkhorn,
+)
 
 PAD = 0
 

@@ -5,7 +5,7 @@ lives on the GPU, and an operation between a tensor made on the host (a batch) t
 moved to the model's device and the model's own tensors. The ``as_on_a_gpu`` fixture makes both
 fail here too:
 
-- ``torch.Tensor.numpy`` refuses every caller but attnmt.devices (``to_numpy``, which copies to
+- ``torch.Tensor.numpy`` refuses every caller but attnmt.core.devices (``to_numpy``, which copies to
   the CPU first): a tensor reaching numpy any other way is an error, wherever it lives;
 - the batches attnmt makes on the host (``data.batching.pad``, speech's ``feature_batch``) are
   HostTensors, which refuse to meet the model's tensors until moved with ``.to(device)``, as a
@@ -30,19 +30,21 @@ import pytest
 import torch
 from torch.utils import _pytree as pytree
 
-from attnmt import classify, devices, recognizer
 from attnmt.api import load
 from attnmt.cli import main
-from attnmt.classify import PairBatch
-from attnmt.config import config_from_dict
+from attnmt.core import devices
+from attnmt.core.config import config_from_dict
 from attnmt.data import batching
 from attnmt.data.batching import Batch
+from attnmt.pairs import classifier as classify
+from attnmt.pairs.classifier import PairBatch
 from attnmt.serve import ServerLimits, create_app
+from attnmt.speech import recognizer
+from attnmt.speech import training as speech_training
 from attnmt.training import Trainer, train
-from attnmt.training import speech as speech_training
-
 from conftest import local_client, pair_config, random_strings, reverse, toy_config, write, write_tsv
 from speech_helpers import random_texts, speech_config, write_tone_corpus
+
 
 class HostTensor(torch.Tensor):
     """A tensor made on the host for a model on another device: any operation with the model's
@@ -72,7 +74,7 @@ def on_the_host(tensors):
 
 @pytest.fixture
 def as_on_a_gpu(monkeypatch):
-    """Tensors reach numpy through attnmt.devices only, and batches are host tensors (see the
+    """Tensors reach numpy through attnmt.core.devices only, and batches are host tensors (see the
     module's docstring). Yields the list of refused ``.numpy()`` calls, which must stay empty
     (also where the code under test catches the error)."""
     refused = []
@@ -83,7 +85,7 @@ def as_on_a_gpu(monkeypatch):
         if caller.f_globals.get("__name__") != devices.__name__:
             where = f"{caller.f_code.co_filename}:{caller.f_lineno} ({caller.f_code.co_name})"
             refused.append(where)
-            raise RuntimeError(f"Tensor.numpy() called at {where}, not through attnmt.devices.to_numpy: on a GPU, "
+            raise RuntimeError(f"Tensor.numpy() called at {where}, not through attnmt.core.devices.to_numpy: on a GPU, "
                                "'can't convert cuda:0 device type tensor to numpy'")
         return real_numpy(self, *args, **kwargs)
 
@@ -103,15 +105,15 @@ def as_on_a_gpu(monkeypatch):
     monkeypatch.setattr(PairBatch, "to", lambda self, device: PairBatch(
         move(self.premise, device), move(self.hypothesis, device), move(self.labels, device)))
     yield refused
-    assert not refused, f"Tensor.numpy() called outside attnmt.devices at {refused}"
+    assert not refused, f"Tensor.numpy() called outside attnmt.core.devices at {refused}"
 
 
 def test_the_guards_catch_what_fails_on_a_gpu(as_on_a_gpu):
     """The fixture refuses what a GPU refuses, and lets the helper through."""
     tensor = torch.arange(6.0).view(2, 3)
-    with pytest.raises(RuntimeError, match="not through attnmt.devices.to_numpy"):
+    with pytest.raises(RuntimeError, match="not through attnmt.core.devices.to_numpy"):
         tensor.numpy()
-    with pytest.raises(RuntimeError, match="not through attnmt.devices.to_numpy"):
+    with pytest.raises(RuntimeError, match="not through attnmt.core.devices.to_numpy"):
         np.asarray(tensor)
     as_on_a_gpu.clear()
     np.testing.assert_array_equal(devices.to_numpy(tensor), [[0, 1, 2], [3, 4, 5]])
@@ -170,7 +172,7 @@ def post(client, path: str, body: dict) -> dict:
 def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     """Training (validation, checkpoints, test scores), resume, translate, evaluate, beam tree,
     trace, align, plot and the HTTP API of an RNN model with attention."""
-    from attnmt.align import align, force_attention
+    from attnmt.translation.align import align, force_attention
 
     config = translation_experiment(tmp_path, {"attention": "bahdanau", "dropout": 0.2}, steps=3)
     train_and_resume(config, 3)
@@ -213,7 +215,7 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
 def test_transformer_commands_and_attention_maps_on_a_device(as_on_a_gpu, tmp_path, capsys):
     """A Transformer: training and resume (dropout on), translation, every layer's and head's
     attention (API and /attention), forced attention of every layer, the head view, export."""
-    from attnmt.align import force_attention
+    from attnmt.translation.align import force_attention
 
     model = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 2,
              "decoder_layers": 2, "dropout": 0.1, "attention_dropout": 0.1}
@@ -243,7 +245,7 @@ def test_transformer_commands_and_attention_maps_on_a_device(as_on_a_gpu, tmp_pa
 def test_sentence_pair_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     """A sentence-pair classifier: training with validation and test scores, resume, classify,
     evaluate, plot and /classify."""
-    from attnmt.tasks.pairs import make_pairs
+    from attnmt.pairs.quickstart import make_pairs
 
     test = write(tmp_path / "test.tsv", "".join("\t".join(t) + "\n" for t in make_pairs(20, seed=3)))
     raw = pair_config(tmp_path, data={"dev": {"tsv": str(test)}, "test": {"test": {"tsv": str(test)}}},
@@ -308,7 +310,7 @@ def test_every_tensor_of_training_is_made_on_the_models_device(tmp_path, monkeyp
                    "attention_dropout": 0.1}
     texts = random_texts(6, seed=4)
     tsv = write_tone_corpus(tmp_path, "tones", texts)
-    from attnmt.tasks.pairs import make_pairs
+    from attnmt.pairs.quickstart import make_pairs
 
     (tmp_path / "pairs").mkdir()
     write(tmp_path / "pairs" / "d.tsv", "".join("\t".join(t) + "\n" for t in make_pairs(20, seed=3)))
@@ -332,7 +334,7 @@ def test_checkpoints_keep_the_gpus_generator_and_load_without_a_gpu(tmp_path, mo
     """The training state of a model on a GPU holds that GPU's generator (rng.cuda), restored on
     resume on that GPU; on a CPU, a checkpoint holding one loads all the same (its generator is
     ignored). The GPU is faked here: tests/test_gpu.py resumes on a real one."""
-    from attnmt import checkpoint
+    from attnmt.core import checkpoint
 
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.Adam(model.parameters())
@@ -365,7 +367,7 @@ def test_processes_on_gpus_join_with_nccl_and_on_cpus_with_gloo(monkeypatch):
     CPU ones. The group is faked (tests/test_gpu.py runs torchrun on two GPUs)."""
     import torch.distributed as dist
 
-    from attnmt import distributed
+    from attnmt.core import distributed
 
     backends = []
     monkeypatch.setenv("WORLD_SIZE", "2")

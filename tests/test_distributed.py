@@ -1,17 +1,16 @@
 """Training on 2 processes (torchrun, gloo on the CPU) equals training on 1 with the same batches."""
 
-import pytest
 import json
 import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from attnmt.config import config_to_yaml
-
+from attnmt.core.config import config_to_yaml
 from conftest import random_strings, reverse, toy_config
 
 pytestmark = pytest.mark.slow  # every test here trains models (or starts processes that do)
@@ -43,7 +42,7 @@ def run(path, processes: int, resume: bool = False):
 # Trains through the Python API, then names the threads left in this process.
 THREADS_AFTER_TRAINING = """
 import os, sys
-from attnmt.config import load_config
+from attnmt.core.config import load_config
 from attnmt.training import train
 
 train(load_config(sys.argv[1]), log=lambda message: None, progress=False)

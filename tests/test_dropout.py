@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from attnmt.config import ModelConfig
-from attnmt.models import build_model
-from attnmt.speed import Dropout, dropout
+from attnmt.core.config import ModelConfig
+from attnmt.core.speed import Dropout, dropout
+from attnmt.seq2seq import build_model
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnmt.models.encoder import RNNEncoder
+from attnmt.seq2seq.encoder import RNNEncoder
 
 
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])

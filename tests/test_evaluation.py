@@ -5,7 +5,7 @@ import json
 import pytest
 import sacrebleu
 
-from attnmt.errors import AttnmtError
+from attnmt.core.errors import AttnmtError
 from attnmt.evaluation import (
     bleu_by_length,
     corpus_scores,

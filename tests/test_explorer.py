@@ -16,7 +16,6 @@ import pytest
 import uvicorn
 
 from attnmt.serve import ServerLimits, create_app
-
 from conftest import WAIT, random_strings, require
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -139,7 +138,7 @@ def test_translation_and_heatmap(page, server):
 
 
 def test_heatmap_marks_the_word_links(page, server):
-    from attnmt.align import output_links
+    from attnmt.translation.align import output_links
 
     text = "abc de fghi"
     translate_in_page(page, text)

@@ -14,8 +14,7 @@ import httpx
 import pytest
 
 from attnmt.serve import create_app
-from test_explorer import (TIMEOUT_MS, browser, post, running_server, server,  # noqa: F401 (fixtures)
-                           translate_in_page)
+from test_explorer import TIMEOUT_MS, browser, post, running_server, server, translate_in_page  # noqa: F401 (fixtures)
 from test_speech_model import speech_model  # noqa: F401 (a fixture: a tiny speech model, a few seconds)
 
 WIDTHS = [390, 1280, 1920]

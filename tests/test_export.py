@@ -5,9 +5,8 @@ import torch
 
 import attnmt
 from attnmt.cli import main
-from attnmt.decoding import length_penalty, max_output_lengths
+from attnmt.seq2seq.decoding import length_penalty, max_output_lengths
 from attnmt.training import train
-
 from conftest import random_strings, require, toy_config
 
 try:  # an optional dependency (the [test] and [ct2] extras): its absence must not stop the collection of the others

@@ -1,4 +1,4 @@
-"""attnmt.fast_decoding: its fixed-shape searches return attnmt.decoding's hypotheses (tokens,
+"""attnmt.seq2seq.fast_decoding: its fixed-shape searches return attnmt.seq2seq.decoding's hypotheses (tokens,
 scores, attention), run eagerly or on static buffers as a CUDA graph runs them; a search step reads
 no value back from the device, and the loop asks whether all sentences are done only every
 CHECK_EVERY steps."""
@@ -8,11 +8,10 @@ import copy
 import pytest
 import torch
 
-from attnmt import decoding, fast_decoding, speed
-from attnmt.config import ModelConfig
-from attnmt.decoding import max_output_lengths
-from attnmt.models import EOS, build_model
-
+from attnmt.core import speed
+from attnmt.core.config import ModelConfig
+from attnmt.seq2seq import EOS, build_model, decoding, fast_decoding
+from attnmt.seq2seq.decoding import max_output_lengths
 from test_decoding import ConfidentModel, random_batch
 
 TRANSFORMER = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
@@ -128,7 +127,7 @@ def test_a_beam_wider_than_half_the_vocabulary():
 
 def test_a_speech_model_whose_encoder_shortens_its_input():
     """The attention matrices are cut to the encoder's output (a quarter of the frames), as decoding cuts them."""
-    from attnmt.config import SpeechConfig
+    from attnmt.core.config import SpeechConfig
 
     config = ModelConfig(embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0)
     model = build_model(config, 0, 20, speech=SpeechConfig(n_mels=8, conv_channels=4)).eval()

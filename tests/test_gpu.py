@@ -20,11 +20,10 @@ from safetensors.torch import load_file
 
 from attnmt.api import load
 from attnmt.cli import main
-from attnmt.checkpoint import read_trainer_state
-from attnmt.config import config_from_dict, config_to_yaml
-from attnmt.errors import AttnmtError
+from attnmt.core.checkpoint import read_trainer_state
+from attnmt.core.config import config_from_dict, config_to_yaml
+from attnmt.core.errors import AttnmtError
 from attnmt.training import Trainer, train
-
 from conftest import local_client, pair_config, random_strings, reverse, toy_config, write, write_tsv
 from speech_helpers import random_texts, speech_config, write_tone_corpus
 from test_distributed import run  # train with torchrun (or one process), checked to succeed
@@ -60,7 +59,7 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
     """An RNN model trained on cuda (validation, checkpoints, test scores), resumed on cuda and on
     the CPU, then translate, evaluate, align and plot with --device cuda, and the Python API on
     cuda: the same forced attention as on the CPU."""
-    from attnmt.align import force_attention
+    from attnmt.translation.align import force_attention
 
     config = cuda_experiment(tmp_path, steps=6)
     state = Trainer(config, **QUIET).train()
@@ -127,8 +126,8 @@ def test_resume_on_cuda_repeats_the_uninterrupted_run_bit_for_bit(tmp_path, mode
 def test_transformer_pairs_and_speech_on_cuda(tmp_path, capsys):
     """The other tasks: a Transformer (every layer's and head's attention, forced attention of
     every layer, the head view), a sentence-pair classifier and a speech model, trained and used on cuda."""
-    from attnmt.align import force_attention
-    from attnmt.tasks.pairs import make_pairs
+    from attnmt.pairs.quickstart import make_pairs
+    from attnmt.translation.align import force_attention
 
     config = cuda_experiment(tmp_path / "transformer", TRANSFORMER, steps=6)
     train(config, **QUIET)
@@ -216,7 +215,7 @@ def test_processes_on_gpus_join_with_nccl(monkeypatch):
     CPUs). The group itself is faked here: one GPU is enough."""
     import torch.distributed as dist
 
-    from attnmt import distributed
+    from attnmt.core import distributed
 
     backends = []
     monkeypatch.setenv("WORLD_SIZE", "2")

@@ -1,4 +1,4 @@
-"""The GPU training path of attnmt.training.graphs: what it captures computes the loss and gradients
+"""The GPU training path of attnmt.seq2seq.graphs: what it captures computes the loss and gradients
 of the usual path, shapes are captured once each, the random state is put back after a capture,
 and the path is only taken where it applies. A CPU stands in for the GPU here (the capture is
 replaced by the module itself); tests/test_gpu.py captures for real on a GPU."""
@@ -6,13 +6,13 @@ replaced by the module itself); tests/test_gpu.py captures for real on a GPU."""
 import pytest
 import torch
 
-from attnmt import speed
-from attnmt.config import ModelConfig
+from attnmt.core import speed
+from attnmt.core.config import ModelConfig
 from attnmt.data.batching import training_batch
-from attnmt.models import build_model
-from attnmt.training import graphs, sequence_loss
-from attnmt.training.graphs import BatchLoss, GraphedLoss, graphed_loss, padded_targets
-from attnmt.training.translation import TrainingLoss
+from attnmt.seq2seq import build_model, graphs
+from attnmt.seq2seq.graphs import BatchLoss, GraphedLoss, graphed_loss, padded_targets
+from attnmt.training import sequence_loss
+from attnmt.translation.training import TrainingLoss
 
 RNN = dict(embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, location_kernel=5, dropout=0.0)
 SOURCES = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
@@ -163,7 +163,7 @@ def test_a_capture_that_fails_leaves_training_going_without_graphs(monkeypatch):
 
 
 def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
-    from attnmt.config import GPU_BATCH_TOKENS, Config
+    from attnmt.core.config import GPU_BATCH_TOKENS, Config
 
     def config(data=None, device="cuda"):
         data = {"train": {"src": "a", "tgt": "b"}, **(data or {})}

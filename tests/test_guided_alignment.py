@@ -8,14 +8,12 @@ from importlib.util import find_spec
 import pytest
 import torch
 
-from attnmt.align import align, alignment_scores
 from attnmt.api import load
-from attnmt.config import config_from_dict
-from attnmt.errors import AttnmtError
+from attnmt.core.config import config_from_dict
+from attnmt.core.errors import AttnmtError
 from attnmt.training import prepare_data, train
-from attnmt.training.guided_alignment import (alignment_loss, piece_links, read_link_file,
-                                              reference_attention)
-
+from attnmt.translation.align import align, alignment_scores
+from attnmt.translation.guided_alignment import alignment_loss, piece_links, read_link_file, reference_attention
 from conftest import require, toy_config
 
 
@@ -87,7 +85,7 @@ def test_a_transformer_trains_the_penultimate_layer_by_default(tmp_path, layers,
 
 
 def test_a_transformer_gives_one_layers_cross_attention_in_training(tmp_path):
-    from attnmt.models import build_model
+    from attnmt.seq2seq import build_model
 
     config = config_from_dict({"experiment_dir": str(tmp_path), "data": {"train": {"tsv": "t.tsv"}},
                                "model": {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32,

@@ -5,8 +5,7 @@ from importlib.util import find_spec
 
 import pytest
 
-from attnmt.tasks.hansards import tokenize, write_corpus
-
+from attnmt.translation.hansards import tokenize, write_corpus
 from conftest import require
 
 

@@ -16,12 +16,11 @@ import pytest
 import soundfile
 import torch
 
-import attnmt.data.audio as audio
+import attnmt.speech.audio as audio
 from attnmt.api import load
-from attnmt.data.audio import AudioError, decode_audio
 from attnmt.serve import ServerLimits, create_app
+from attnmt.speech.audio import AudioError, decode_audio
 from attnmt.training import train
-
 from conftest import WAIT, local_client, random_strings, reverse, toy_config
 from speech_helpers import RATE, random_texts, speech_config, tone_utterance, write_tone_corpus
 from test_serve import assert_error, run_cli

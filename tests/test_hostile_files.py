@@ -13,10 +13,9 @@ import torch
 import yaml
 
 from attnmt.api import load
-from attnmt.config import load_config
-from attnmt.errors import AttnmtError
+from attnmt.core.config import load_config
+from attnmt.core.errors import AttnmtError
 from attnmt.training import Trainer, train
-
 from conftest import REPO, random_strings, reverse, toy_config
 
 PAIRS = [(s, reverse(s)) for s in random_strings(100, 3, 6, seed=3)]
@@ -186,7 +185,7 @@ def test_the_source_never_loads_data_in_a_way_that_can_run_code():
 
 def test_non_finite_weights_are_refused_on_load_and_resume(model_folder):
     """A diverged run or a tampered file (checksum recomputed): NaN or infinity in any weight."""
-    from attnmt.checkpoint import save_model, save_training_state
+    from attnmt.core.checkpoint import save_model, save_training_state
 
     def trainer():
         config = load_config(model_folder / "config.yaml")

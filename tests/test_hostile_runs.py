@@ -15,11 +15,10 @@ import yaml
 
 from attnmt.cli import main
 from attnmt.compare import ALIGNMENT_ROWS, STATISTICAL_SCORES, Comparison, Variant, locked, read_results
-from attnmt.config import CorpusFiles, load_config
-from attnmt.data.prepare import training_corpus
-from attnmt.errors import AttnmtError
+from attnmt.core.config import CorpusFiles, load_config
+from attnmt.core.errors import AttnmtError
 from attnmt.evaluation import config_test_sets
-
+from attnmt.translation.prepare import training_corpus
 from conftest import random_strings, reverse, write_tsv
 from test_compare import toy_experiment
 

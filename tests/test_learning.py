@@ -1,9 +1,9 @@
 """Models learn: a synthetic task to 95%, and attention beats a fixed context on long inputs."""
 
 import pytest
+
 import attnmt
 from attnmt.training import train
-
 from conftest import random_strings, reverse, toy_config
 
 pytestmark = pytest.mark.slow  # every test here trains models (or starts processes that do)

@@ -3,9 +3,8 @@
 import numpy as np
 import pytest
 
-from attnmt.errors import AttnmtError
+from attnmt.core.errors import AttnmtError
 from attnmt.evaluation import attention_failures, joined
-
 from conftest import toy_config
 
 
@@ -55,7 +54,7 @@ def test_failure_thresholds_are_parameters():
 
 
 def test_max_source_words_drops_long_training_pairs(tmp_path):
-    from attnmt.training.translation import prepare_data
+    from attnmt.translation.training import prepare_data
 
     pairs = [(" ".join("ab" for _ in range(n)), "x" * n) for n in range(1, 21)]
     messages = []

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnmt.models.output import OutputLayer
+from attnmt.seq2seq.output import OutputLayer
 
 
 def _loss_and_grads(layer, x, target, smoothing, fused: bool, bf16: bool):

@@ -9,11 +9,10 @@ import torch
 import yaml
 
 from attnmt.cli import main
-from attnmt.config import load_config
+from attnmt.core.config import load_config
+from attnmt.core.errors import AttnmtError
 from attnmt.data.corpus import read_tsv
-from attnmt.data.prepare import training_corpus
-from attnmt.errors import AttnmtError
-
+from attnmt.translation.prepare import training_corpus
 from conftest import random_strings, reverse, write_tsv
 
 PAIRS = [(s, reverse(s)) for s in random_strings(600, 3, 8, seed=11)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from attnmt.cli import main
-from attnmt.tasks.pairs import changed_words, counterpart_found, make_pairs
+from attnmt.pairs.quickstart import changed_words, counterpart_found, make_pairs
 
 
 @pytest.fixture(scope="module")

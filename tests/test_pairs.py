@@ -11,13 +11,11 @@ import numpy as np
 import pytest
 
 from attnmt.cli import main
-from attnmt.config import PairFiles, config_from_dict
-from attnmt.data.pairs import encode_pairs, labels_of, read_pairs
-from attnmt.errors import AttnmtError
+from attnmt.core.config import PairFiles, config_from_dict
+from attnmt.core.errors import AttnmtError
 from attnmt.evaluation import classification_report, format_classification_report
-
-from attnmt.tasks.pairs import make_pairs
-
+from attnmt.pairs.data import encode_pairs, labels_of, read_pairs
+from attnmt.pairs.quickstart import make_pairs
 from conftest import pair_config, require, write
 
 LABELS = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL"]
@@ -84,8 +82,8 @@ def test_empty_sentences_are_dropped_and_counted(tmp_path):
 
 
 def test_a_label_the_model_does_not_know_names_its_line(tmp_path):
+    from attnmt.core.config import SubwordConfig
     from attnmt.data.subwords import train_subwords
-    from attnmt.config import SubwordConfig
 
     path = write(tmp_path / "p.tsv", "a b\tb a\tE\nc d\td c\tMAYBE\n")
     corpus = read_pairs(PairFiles(tsv=path))
@@ -161,7 +159,7 @@ def test_training_writes_checkpoints_metrics_and_test_scores(pair_model):
 def test_resume_continues_from_the_last_step(pair_model, tmp_path):
     import shutil
 
-    from attnmt.config import load_config
+    from attnmt.core.config import load_config
     from attnmt.training import train
 
     folder = tmp_path / "resumed"
@@ -174,7 +172,7 @@ def test_resume_continues_from_the_last_step(pair_model, tmp_path):
 
 def test_load_classify_returns_label_probabilities_and_both_attentions(pair_model):
     import attnmt
-    from attnmt.classify import PairClassifier
+    from attnmt.pairs.classifier import PairClassifier
 
     model = attnmt.load(pair_model)
     assert isinstance(model, PairClassifier) and model.labels == LABELS
@@ -258,8 +256,9 @@ def test_evaluate_cuts_over_long_sentences_to_max_tokens(pair_model, tmp_path, c
 def test_a_model_folder_with_unreadable_labels_is_refused(pair_model, tmp_path):
     import shutil
 
-    import attnmt
     import yaml
+
+    import attnmt
 
     folder = tmp_path / "model"
     shutil.copytree(pair_model, folder)
@@ -274,9 +273,8 @@ def test_a_model_folder_with_unreadable_labels_is_refused(pair_model, tmp_path):
 
 
 def test_plot_draws_attend_compare_aggregate(pair_model, tmp_path, capsys):
-    from attnmt.viz.pairs import pair_figure
-
     import attnmt
+    from attnmt.pairs.figures import pair_figure
 
     [r] = attnmt.load(pair_model).classify([("two red cats are sleeping", "two cats are sleeping")])
     fig = pair_figure(r, "hypothesis", max_dims=5)
@@ -314,9 +312,9 @@ def test_word2vec_embeddings_replace_the_rows_of_the_corpus_pieces(tmp_path):
 
     require(find_spec("gensim") is not None, "pip install gensim (attnmt[vectors])")
 
-    from attnmt.config import SubwordConfig
+    from attnmt.core.config import SubwordConfig
     from attnmt.data.subwords import train_subwords
-    from attnmt.training.embeddings import word2vec_embeddings
+    from attnmt.pairs.embeddings import word2vec_embeddings
 
     sentences = [p for p, _, _ in make_pairs(200, seed=1)]
     subwords = train_subwords(sentences + ["zebra"], sentences, SubwordConfig(type="word", vocab_size=100),
@@ -339,7 +337,7 @@ def test_embeddings_from_a_translation_model(reverse_model, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from attnmt.training.pairs import prepare_pair_data, setup_pairs
+    from attnmt.pairs.training import prepare_pair_data, setup_pairs
 
     translator, _ = reverse_model
     size = translator.config.model.embedding_size

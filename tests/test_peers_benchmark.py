@@ -300,7 +300,7 @@ def test_run_py_writes_a_cuda_config_with_token_batches_and_the_given_data(tmp_p
     spec = importlib.util.spec_from_file_location("run_benchmark", REPO / "benchmarks" / "run.py")
     run = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(run)
-    from attnmt.config import load_config
+    from attnmt.core.config import load_config
 
     args = SimpleNamespace(config=str(REPO / "configs" / "rnn-bahdanau.yaml"), minutes=2.0, threads=2,
                            precision="bf16", validate_every=500, device="cuda", batch_tokens=5000,

@@ -3,7 +3,7 @@ log or a pipe, and wiped when done."""
 
 import io
 
-from attnmt.progress import phase_bar
+from attnmt.core.progress import phase_bar
 
 
 class Terminal(io.StringIO):
@@ -38,7 +38,7 @@ def test_translate_shows_a_bar_on_a_terminal_and_translates_the_same(tiny_transf
 
 
 def test_validation_translates_the_dev_set_under_a_bar(tiny_transformer, monkeypatch):
-    from attnmt.training.translation import translate_ids
+    from attnmt.translation.training import translate_ids
 
     model = tiny_transformer
     src_ids = model.src_subwords.encode(["abc", "hello", "abcdefg"] * 4)
@@ -50,9 +50,8 @@ def test_validation_translates_the_dev_set_under_a_bar(tiny_transformer, monkeyp
 
 
 def test_speech_features_are_computed_under_a_bar(tmp_path, monkeypatch):
-    from attnmt.config import SpeechConfig
-    from attnmt.data.audio import load_speech_corpus
-
+    from attnmt.core.config import SpeechConfig
+    from attnmt.speech.audio import load_speech_corpus
     from speech_helpers import random_texts, write_tone_corpus
 
     tsv = write_tone_corpus(tmp_path, "train", random_texts(12, seed=1))
@@ -65,9 +64,8 @@ def test_speech_features_are_computed_under_a_bar(tmp_path, monkeypatch):
 
 def test_speech_test_sets_are_transcribed_under_a_bar(tmp_path, monkeypatch):
     from attnmt.api import load
-    from attnmt.error_rates import speech_test_set_reports
+    from attnmt.speech.error_rates import speech_test_set_reports
     from attnmt.training import train
-
     from speech_helpers import random_texts, speech_config, write_tone_corpus
 
     train_tsv = write_tone_corpus(tmp_path, "train", random_texts(8, seed=1))

@@ -15,11 +15,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from attnmt.cli import main
-from attnmt.config import SubwordConfig
+from attnmt.core.config import SubwordConfig
+from attnmt.core.errors import AttnmtError
 from attnmt.data.corpus import read_lines, read_parallel, read_tsv
 from attnmt.data.subwords import BOS, EOS, PAD, train_subwords, valid_text
-from attnmt.errors import AttnmtError
-
 from conftest import reverse
 
 # Characters that break naive line handling: str.splitlines() splits on all of \r, \x0b, \x0c,

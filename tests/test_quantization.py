@@ -7,11 +7,10 @@ from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
 import attnmt
 from attnmt.api import quantize_int8
 from attnmt.cli import main
-from attnmt.config import ModelConfig
+from attnmt.core.config import ModelConfig
+from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
-from attnmt.errors import AttnmtError
-from attnmt.models import build_model
-
+from attnmt.seq2seq import build_model
 from conftest import reverse
 
 
@@ -75,7 +74,7 @@ def test_cli_int8_flag(reverse_model, tmp_path, capsys):
 
 def test_bf16_output_layer_translates_like_float32(reverse_model, tmp_path, monkeypatch):
     """quantize="bf16" (--bf16): the output layer's product runs in bfloat16; translations ~ float32."""
-    from attnmt.models import output
+    from attnmt.seq2seq import output
 
     model, dev = reverse_model
     bf16 = attnmt.load(model.folder, quantize="bf16")

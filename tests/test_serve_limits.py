@@ -24,7 +24,6 @@ from attnmt.serve.bodies import parse_json
 from attnmt.serve.limits import work
 from attnmt.serve.middleware import LOOPBACK_HOSTS, TrustedHostMiddleware
 from attnmt.serve.models import model_entry
-
 from conftest import WAIT, local_client
 from test_serve import assert_answers_alone, assert_error, free_port, recording_calls, run_cli
 
@@ -184,7 +183,7 @@ def test_serve_flags_reach_the_app(reverse_model, monkeypatch):
 
 
 def test_allowed_hosts_must_be_host_names():
-    from attnmt.errors import AttnmtError
+    from attnmt.core.errors import AttnmtError
 
     for bad in ("", "http://x", "a b", "*", "x/y"):
         with pytest.raises(AttnmtError, match="not a host name"):

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from attnmt.data.subwords import valid_text
 from attnmt.serve import create_app
 from attnmt.training import train
-
 from conftest import local_client, random_strings, reverse, toy_config
 
 pytestmark = pytest.mark.slow  # every test here trains models (or starts processes that do)

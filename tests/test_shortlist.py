@@ -1,4 +1,4 @@
-"""Vocabulary shortlists (attnmt.shortlist): the lexical table from piece links, the output layer
+"""Vocabulary shortlists (attnmt.translation.shortlist): the lexical table from piece links, the output layer
 restricted to a batch's candidates, exactness with a shortlist of every piece, the command and
 its errors."""
 
@@ -9,13 +9,12 @@ from importlib.util import find_spec
 import pytest
 import torch
 
-from attnmt import fast_decoding
 from attnmt.cli import main
+from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import EOS, UNK
-from attnmt.decoding import decode, max_output_lengths
-from attnmt.errors import AttnmtError
-from attnmt.shortlist import Shortlist, lexical_table, restricted
-
+from attnmt.seq2seq import fast_decoding
+from attnmt.seq2seq.decoding import decode, max_output_lengths
+from attnmt.translation.shortlist import Shortlist, lexical_table, restricted
 from conftest import require
 from test_decoding import random_batch
 from test_fast_decoding import tiny

@@ -9,13 +9,18 @@ import pytest
 import soundfile
 import torch
 
-from attnmt.config import ModelConfig, SpeechConfig, config_from_dict
-from attnmt.data.audio import AudioError, audio_features, load_speech_corpus, log_mel, read_audio, read_speech_tsv
-from attnmt.error_rates import (error_rates, error_rates_by_length, format_speech_report, nearest_piece, place_kept,
-                                speech_report)
-from attnmt.errors import AttnmtError
-from attnmt.models import build_model
-
+from attnmt.core.config import ModelConfig, SpeechConfig, config_from_dict
+from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq import build_model
+from attnmt.speech.audio import AudioError, audio_features, load_speech_corpus, log_mel, read_audio, read_speech_tsv
+from attnmt.speech.error_rates import (
+    error_rates,
+    error_rates_by_length,
+    format_speech_report,
+    nearest_piece,
+    place_kept,
+    speech_report,
+)
 from speech_helpers import RATE, random_texts, speech_config, tone, write_tone_corpus
 
 
@@ -132,8 +137,8 @@ def test_speech_encoder_lengths_and_masks_of_a_padded_batch(subsample):
 
 def test_ctc_loss_is_over_the_characters_of_each_utterance_and_joins_the_decoder_loss():
     from attnmt.data.batching import target_tensors
-    from attnmt.training.speech import SpeechLoss
-    from attnmt.training.translation import sequence_loss
+    from attnmt.speech.training import SpeechLoss
+    from attnmt.translation.training import sequence_loss
 
     speech = SpeechConfig(n_mels=20, conv_channels=4, subsample=4, ctc_weight=0.3)
     model = build_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32, attention="location",
@@ -162,8 +167,8 @@ def test_ctc_loss_is_over_the_characters_of_each_utterance_and_joins_the_decoder
 
 
 def test_utterances_too_short_for_ctc_are_counted_with_a_warning(tmp_path):
-    from attnmt.data.audio import SpeechCorpus
-    from attnmt.training.speech import EncodedSpeech, check_ctc_lengths, ctc_states_needed
+    from attnmt.speech.audio import SpeechCorpus
+    from attnmt.speech.training import EncodedSpeech, check_ctc_lengths, ctc_states_needed
 
     assert ctc_states_needed([4, 5, 6]) == 3 and ctc_states_needed([4, 4, 5, 5, 5]) == 8  # blanks between repeats
     model = build_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32), 0, 12,
@@ -179,8 +184,8 @@ def test_utterances_too_short_for_ctc_are_counted_with_a_warning(tmp_path):
 
 
 def test_spec_augment_masks_bands_of_real_frames_and_only_in_training():
-    from attnmt.config import SpecAugment
-    from attnmt.models.speech import spec_augment
+    from attnmt.core.config import SpecAugment
+    from attnmt.speech.model import spec_augment
 
     torch.manual_seed(0)
     x, lengths = torch.ones(3, 50, 20), torch.tensor([50, 30, 10])
@@ -217,7 +222,7 @@ def test_error_rates_of_hand_made_cases():
 
 
 def test_place_kept_on_hand_made_attention():
-    from attnmt.tasks.speech import Piece
+    from attnmt.speech.corpora import Piece
 
     # two recordings: "ab" at 0-0.4 s and "cd ab" at 0.6-1.2 s; states of 0.1 s (centres 0.05, 0.15, ...)
     pieces = [Piece(0.0, 0.4, 1), Piece(0.6, 1.2, 2)]
@@ -275,8 +280,8 @@ def test_a_tiny_model_learns_a_few_synthetic_utterances(tmp_path):
                                 int(model.model.encoder_lengths(torch.tensor([f.size(0)]))))
         np.testing.assert_allclose(matrix.sum(1), 1.0, atol=1e-5)
     # on utterances joined three at a time, every character (not the spaces) is scored, by position
-    from attnmt.error_rates import place_report
-    from attnmt.tasks.speech import join_utterances
+    from attnmt.speech.corpora import join_utterances
+    from attnmt.speech.error_rates import place_report
 
     joined = join_utterances(tsv, tmp_path, copies=3, count=4, seed=1)
     report = place_report(model, joined, log=lambda m: None)

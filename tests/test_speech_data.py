@@ -7,10 +7,10 @@ import pytest
 import soundfile
 
 from attnmt.cli import main
-from attnmt.data.audio import read_speech_tsv
-from attnmt.errors import AttnmtError
-from attnmt.tasks import digits, speech
-
+from attnmt.core.errors import AttnmtError
+from attnmt.speech import corpora as speech
+from attnmt.speech import digits
+from attnmt.speech.audio import read_speech_tsv
 from conftest import require, shared_data
 
 
@@ -58,7 +58,7 @@ def test_quickstart_speech_end_to_end(tmp_path, capsys):
     """The quick start on a small corpus and a few steps: it synthesizes, trains, scores the held-out
     speech and draws an alignment (the real one is 2,950 utterances and 800 steps)."""
     espeak()
-    from attnmt.tasks.speech_quickstart import run_speech_quickstart
+    from attnmt.speech.quickstart import run_speech_quickstart
 
     messages = []
     result = run_speech_quickstart(tmp_path, steps=6, sizes=(24, 4, 6), log=messages.append, progress=False)

@@ -19,9 +19,9 @@ from attnmt.api import load
 from attnmt.cli import main
 from attnmt.serve import ServerLimits, create_app
 from attnmt.training import train
-
 from conftest import WAIT, local_client, require
 from speech_helpers import RATE, random_texts, speech_config, tone, write_tone_corpus
+
 
 @pytest.fixture(scope="module")
 def speech_model(tmp_path_factory):

@@ -1,4 +1,4 @@
-"""Every speed trick of attnmt.speed computes what the textbook path (speed.plain()) computes."""
+"""Every speed trick of attnmt.core.speed computes what the textbook path (speed.plain()) computes."""
 
 import os
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnmt import speed
-from attnmt.config import ModelConfig
+from attnmt.core import speed
+from attnmt.core.config import ModelConfig
 from attnmt.data.batching import make_batch, training_batch
-from attnmt.models import build_model
+from attnmt.seq2seq import build_model
 from attnmt.training import sequence_loss
 
 RNN = dict(embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, location_kernel=5)

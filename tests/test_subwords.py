@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from attnmt.config import SubwordConfig
+from attnmt.core.config import SubwordConfig
+from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS, PAD, UNK, Subwords, load_subwords, subword_paths, train_subwords
-from attnmt.errors import AttnmtError
 
 SRC_WORDS = ["der", "die", "das", "Hund", "Katze", "läuft", "schnell", "über", "eine", "Straße", "und", "sieht",
              "einen", "Mann", "mit", "Hut", "im", "Park", "spielt", "Ball"]

@@ -6,9 +6,14 @@ from importlib.util import find_spec
 import numpy as np
 import pytest
 
-from attnmt.align import (alignment_scores, grow_diag_final, shifted_by_one, symmetrize, symmetrized_scores,
-                          transposed)
-
+from attnmt.translation.align import (
+    alignment_scores,
+    grow_diag_final,
+    shifted_by_one,
+    symmetrize,
+    symmetrized_scores,
+    transposed,
+)
 from conftest import require
 
 # Hand-made: a 3x3 sentence pair.
@@ -82,7 +87,7 @@ def test_symmetrized_scores_score_each_way_with_the_one_aer_function():
 
 def test_eflomal_output_is_scored_by_the_same_function():
     require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments])")
-    from attnmt.statistical_align import eflomal_links
+    from attnmt.translation.statistical_align import eflomal_links
 
     # Word i of the source always translates as word i of the target (distinct words, varied orders).
     rng = np.random.default_rng(1)

@@ -1,4 +1,4 @@
-"""attnmt.threads: how threads wait, and how many there are on a busy machine."""
+"""attnmt.core.threads: how threads wait, and how many there are on a busy machine."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from attnmt import threads
+from attnmt.core import threads
 
 
 @pytest.fixture
@@ -118,9 +118,8 @@ def test_a_number_the_user_chose_stays_on_resume(fresh):
 
 
 def test_the_checkpoint_holds_the_thread_count_and_resume_restores_it(fresh, monkeypatch, tmp_path):
-    from attnmt.checkpoint import read_checkpoint
+    from attnmt.core.checkpoint import read_checkpoint
     from attnmt.training import train
-
     from conftest import reverse, toy_config
 
     pairs = [(w, reverse(w)) for w in ["abc", "bca", "cab", "abd"]]

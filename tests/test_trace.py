@@ -41,8 +41,8 @@ def test_short_reprs_of_the_translator_its_translations_and_traces(reverse_model
 def test_reprs_show_shapes_not_numbers():
     """Hand-made objects: a transcription with its log-mels, a trace of many steps (issue 28)."""
     from attnmt.api import Candidate
-    from attnmt.recognizer import Transcription
-    from attnmt.trace import DecodingTrace, StepTrace
+    from attnmt.seq2seq.trace import DecodingTrace, StepTrace
+    from attnmt.speech.recognizer import Transcription
 
     attention = np.full((3, 200), 1 / 200)
     transcription = Transcription("a.wav", [f"{i * 0.04:.2f}s" for i in range(200)],

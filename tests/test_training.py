@@ -6,9 +6,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from attnmt.errors import AttnmtError
-from attnmt.training import Trainer, translation_batch, train
-
+from attnmt.core.errors import AttnmtError
+from attnmt.training import Trainer, train, translation_batch
 from conftest import random_strings, reverse, toy_config
 
 PAIRS = [(s, reverse(s)) for s in random_strings(300, 3, 8, seed=5)]
@@ -108,7 +107,7 @@ def test_time_limit_stops_training(tmp_path):
 
 
 def test_prepare_refuses_subwords_trained_with_other_settings(tmp_path):
-    from attnmt.data.prepare import prepare
+    from attnmt.translation.prepare import prepare
 
     prepare(config_for(tmp_path, max_steps=1), log=lambda m: None)
     changed = toy_config(tmp_path, PAIRS, DEV, data={"subwords": {"type": "bpe", "vocab_size": 30}},
@@ -145,9 +144,9 @@ def test_source_padding_of_training_batches_changes_no_loss(tmp_path, model):
 @pytest.mark.parametrize("what", ["loss", "gradient norm"])
 def test_a_diverging_run_stops_with_a_clear_message_and_keeps_its_last_checkpoint(tmp_path, monkeypatch, capsys,
                                                                                    what):
-    import attnmt.training.translation as translation
+    import attnmt.translation.training as translation
     from attnmt.cli import main
-    from attnmt.config import config_to_yaml
+    from attnmt.core.config import config_to_yaml
 
     config = config_for(tmp_path, max_steps=20, checkpoint_every=4)
     calls, loss = [0], translation.sequence_loss
@@ -174,7 +173,7 @@ def test_a_diverging_run_stops_with_a_clear_message_and_keeps_its_last_checkpoin
 
 
 def test_bf16_on_a_cpu_without_bf16_units_is_warned_about(tmp_path, monkeypatch):
-    from attnmt import speed
+    from attnmt.core import speed
 
     monkeypatch.setattr(speed, "cpu_has_bf16", lambda: False)
     lines = []
@@ -189,7 +188,7 @@ def test_training_with_an_attention_window_trains_and_decodes_within_it(tmp_path
     """training.attention_window restricts the attention in training; the model folder decodes with
     it (decoding.attention_window follows unless given)."""
     from attnmt.api import load
-    from attnmt.models.attention import window_mask
+    from attnmt.seq2seq.attention import window_mask
 
     config = config_for(tmp_path, max_steps=10, attention_window=[1, 2])
     trainer = Trainer(config, log=lambda message: None, progress=False)

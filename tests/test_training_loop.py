@@ -11,13 +11,11 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from attnmt.config import config_from_dict
+from attnmt.core.config import config_from_dict
+from attnmt.core.distributed import ONE_PROCESS
+from attnmt.core.distributed import device as distributed_device
 from attnmt.data.batching import epoch_batches
-from attnmt.distributed import ONE_PROCESS
-from attnmt.distributed import device as distributed_device
-from attnmt.training import (MetricsWindow, TrainerState, TrainingLoop, batches_to_train, prepare_data,
-                             setup_training)
-
+from attnmt.training import MetricsWindow, TrainerState, TrainingLoop, batches_to_train, prepare_data, setup_training
 from conftest import random_strings, reverse, toy_config, write_tsv
 
 SIZES = [3, 9, 4, 7, 5, 8, 2, 6, 9, 4, 3, 5, 7, 8, 6, 2, 4, 9, 5, 3, 6, 7, 8, 2, 5, 4, 9]
@@ -157,7 +155,7 @@ def test_numbers_exchanged_between_processes_live_on_their_device(monkeypatch, e
     """NCCL (GPUs) takes only GPU tensors: the numbers go on the processes' device."""
     import torch.distributed as dist
 
-    from attnmt import distributed
+    from attnmt.core import distributed
 
     class Sent(Exception):
         pass

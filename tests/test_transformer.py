@@ -6,14 +6,13 @@ import pytest
 import torch
 
 import attnmt
-from attnmt.align import force_attention
-from attnmt.config import ModelConfig
+from attnmt.core.config import ModelConfig
+from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
-from attnmt.errors import AttnmtError
-from attnmt.models import BOS, PAD, build_model
-from attnmt.models.transformer import MultiHeadAttention, attend
+from attnmt.seq2seq import BOS, PAD, build_model
+from attnmt.seq2seq.transformer import MultiHeadAttention, attend
 from attnmt.training import make_scheduler, noam, train
-
+from attnmt.translation.align import force_attention
 from conftest import assert_beam_of_one_equals_greedy, random_strings, toy_config
 
 

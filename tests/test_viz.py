@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from attnmt.cli import main
-from attnmt.errors import AttnmtError
-from attnmt.trace import DecodingTrace, StepTrace
+from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq.trace import DecodingTrace, StepTrace
 from attnmt.viz import (
     attention_grid,
     attention_heatmap,
@@ -595,7 +595,7 @@ def fake_transcription(frames: int = 160, speech=(20, 130), seed: int = 0):
 
 
 def test_speech_alignment_is_cropped_to_the_speech_and_coloured_up_to_its_largest_weight():
-    from attnmt.viz.speech import spectrogram_attention, speech_span
+    from attnmt.speech.figures import spectrogram_attention, speech_span
 
     t = fake_transcription()
     start, end = speech_span(t.features, 0.01)

@@ -18,19 +18,19 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
-from attnmt import speed
-from attnmt.checkpoint import check_shapes, load_weights
-from attnmt.config import Config, DecodingConfig, load_config
+from attnmt.core import speed
+from attnmt.core.checkpoint import check_shapes, load_weights
+from attnmt.core.config import Config, DecodingConfig, load_config
+from attnmt.core.devices import to_numpy
+from attnmt.core.errors import AttnmtError
+from attnmt.core.progress import phase_bar
 from attnmt.data import splits
 from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
-from attnmt.decoding import BeamRecorder, beam_search, decode, max_output_lengths
-from attnmt.devices import to_numpy
-from attnmt.errors import AttnmtError
-from attnmt.models import build_model
-from attnmt.progress import phase_bar
-from attnmt.shortlist import FILE_NAME as SHORTLIST_FILE
-from attnmt.shortlist import Shortlist, load_shortlist
+from attnmt.seq2seq import build_model
+from attnmt.seq2seq.decoding import BeamRecorder, beam_search, decode, max_output_lengths
+from attnmt.translation.shortlist import FILE_NAME as SHORTLIST_FILE
+from attnmt.translation.shortlist import Shortlist, load_shortlist
 
 
 @dataclass
@@ -50,8 +50,8 @@ class Candidate:
 
 
 def links_of(translation: "Translation", candidate: Candidate, **options) -> list[tuple[int, int]] | None:
-    """The word links of ``candidate`` of ``translation`` (attnmt.align.output_links with ``options``)."""
-    from attnmt.align import output_links
+    """The word links of ``candidate`` of ``translation`` (attnmt.translation.align.output_links with ``options``)."""
+    from attnmt.translation.align import output_links
 
     if candidate.attention is None:
         return None
@@ -100,7 +100,7 @@ class Translation:
     def alignment(self) -> list[tuple[int, int]] | None:
         """Word links of the best candidate, (source word i, output word j), both 0-based and
         counting whitespace-separated words, "</s>" left out: each output word linked to the source
-        word it attended to most (attnmt.align.output_links; None without attention)."""
+        word it attended to most (attnmt.translation.align.output_links; None without attention)."""
         return links_of(self, self.best)
 
 
@@ -192,7 +192,7 @@ class Translator:
         ``max_tokens``: a text of more subword pieces is cut to its first ``max_tokens`` (its
         Translation says ``truncated``), so that no line can ask for unbounded work.
         ``progress``: the description of a progress bar over the texts (on stderr, on a terminal only).
-        ``shortlist``: the output layer restricted to each batch's likely pieces (attnmt.shortlist):
+        ``shortlist``: the output layer restricted to each batch's likely pieces (attnmt.translation.shortlist):
         True, the folder's shortlist.json; a path, that table; False, none; None, as the config's
         decoding.shortlist says (unless ``Translator.shortlist`` is set).
         """
@@ -259,8 +259,8 @@ class Translator:
 
     def trace(self, text: str, top_k: int = 5):
         """Greedy translation of one sentence with every quantity of every decoder step
-        (scores, weights, context, state, top-k next tokens): see attnmt.trace."""
-        from attnmt.trace import trace
+        (scores, weights, context, state, top-k next tokens): see attnmt.seq2seq.trace."""
+        from attnmt.seq2seq.trace import trace
 
         return trace(self, valid_text(text), top_k)
 
@@ -369,7 +369,7 @@ def load_model(build: Callable[[], torch.nn.Module], weights: Path, device: torc
 def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
          device: str | torch.device = "cpu"):
     """Loads a trained model folder (the ``experiment_dir`` of its config): a Translator, or for a
-    sentence-pair classifier (task: pairs) an attnmt.classify.PairClassifier.
+    sentence-pair classifier (task: pairs) an attnmt.pairs.classifier.PairClassifier.
 
     ``device``: where the model runs and decodes ("cpu", "cuda", "cuda:1", ...).
 
@@ -378,18 +378,18 @@ def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = No
     bf16 training (faster beam search on CPUs with AVX512-BF16 or AMX; a few translations
     change). See docs/performance.md.
 
-    A sentence-pair classifier (task: pairs) loads as an attnmt.classify.PairClassifier, a speech
-    model (task: speech) as an attnmt.recognizer.Recognizer, which transcribes audio (docs/speech.md)."""
+    A sentence-pair classifier (task: pairs) loads as an attnmt.pairs.classifier.PairClassifier, a speech
+    model (task: speech) as an attnmt.speech.recognizer.Recognizer, which transcribes audio (docs/speech.md)."""
     inference_device(device)  # a device that is not here is the first error
     task = model_config(Path(folder)).task
     if task == "pairs":
-        from attnmt.classify import PairClassifier
+        from attnmt.pairs.classifier import PairClassifier
 
         if quantize is not None:
             raise AttnmtError(f"{folder}: quantize is for translation models; this is a sentence-pair classifier")
         return PairClassifier(folder, checkpoint, device)
     if task == "speech":
-        from attnmt.recognizer import Recognizer
+        from attnmt.speech.recognizer import Recognizer
 
         return Recognizer(folder, checkpoint, quantize, device)
     return Translator(folder, checkpoint, quantize, device)
@@ -427,7 +427,7 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     would leave it in float32, and it is the largest product of a decoder step."""
     from torch.ao.quantization import quantize_dynamic
 
-    from attnmt.models.output import OutputLayer
+    from attnmt.seq2seq.output import OutputLayer
 
     model = copy.deepcopy(model)  # the caller's float model stays as it was (deepcopy keeps ties)
     for parent in list(model.modules()):

@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from attnmt.config import MAX_BEAM
-from attnmt.errors import AttnmtError
+from attnmt.core.config import MAX_BEAM
+from attnmt.core.errors import AttnmtError
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -47,9 +47,9 @@ def _write_text(path: str, text: str):
 
 
 def cmd_prepare(args):
-    from attnmt.config import load_config
-    from attnmt.data.pairs import prepare_pairs
-    from attnmt.data.prepare import prepare
+    from attnmt.core.config import load_config
+    from attnmt.pairs.data import prepare_pairs
+    from attnmt.translation.prepare import prepare
 
     config = load_config(args.config)
     (prepare_pairs if config.task == "pairs" else prepare)(config, log=_log, force=args.force)
@@ -57,7 +57,7 @@ def cmd_prepare(args):
 
 
 def cmd_train(args):
-    from attnmt.config import load_config
+    from attnmt.core.config import load_config
     from attnmt.training import train
 
     config = load_config(args.config)
@@ -173,8 +173,8 @@ def cmd_translate(args):
 
 
 def _output_links(translation, candidate, args) -> str:
-    from attnmt.align import format_pharaoh
     from attnmt.api import links_of
+    from attnmt.translation.align import format_pharaoh
 
     if not translation.source.strip():
         return ""
@@ -185,7 +185,7 @@ def _output_links(translation, candidate, args) -> str:
 
 
 def cmd_shortlist(args):
-    from attnmt.shortlist import build_shortlist
+    from attnmt.translation.shortlist import build_shortlist
 
     build_shortlist(args.model_dir, args.top, args.frequent, log=_log)
 
@@ -193,7 +193,7 @@ def cmd_shortlist(args):
 def cmd_classify(args):
     """premise<TAB>hypothesis lines -> label and probabilities, one output line per input line."""
     from attnmt.api import load
-    from attnmt.classify import PairClassifier, classify_lines
+    from attnmt.pairs.classifier import PairClassifier, classify_lines
 
     model = load(args.model_dir, args.checkpoint, device=args.device)
     if not isinstance(model, PairClassifier):
@@ -215,8 +215,8 @@ def cmd_classify(args):
 def cmd_evaluate(args):
     """One test set given on the command line (--src/--ref or --tsv), or else every test set of the
     model's config (data.test), each scored alone."""
-    from attnmt.classify import PairClassifier
     from attnmt.evaluation import config_test_sets, evaluation_report, format_report, test_set_reports
+    from attnmt.pairs.classifier import PairClassifier
 
     if (args.src is None) != (args.ref is None) or (args.tsv and args.src):
         raise AttnmtError("give --src and --ref (two line-aligned files), or --tsv FILE, or neither to score the "
@@ -233,7 +233,7 @@ def cmd_evaluate(args):
         reports = {"": {**evaluation_report(sources, hypotheses, references), "hypotheses": hypotheses,
                         "beam": args.beam or model.config.decoding.beam}}
     else:
-        from attnmt.config import CorpusFiles
+        from attnmt.core.config import CorpusFiles
 
         sets = ({"": CorpusFiles(tsv=args.tsv, src_column=args.src_column, tgt_column=args.tgt_column)} if args.tsv
                 else config_test_sets(model, args.trust_config))
@@ -276,9 +276,9 @@ def _evaluate_pairs(model, args):
 def _evaluate_speech(model, args):
     """CER and WER (and by length) of a speech model on a TSV of audio files and transcripts (--tsv), or
     on the test sets of its config."""
-    from attnmt.config import CorpusFiles
-    from attnmt.error_rates import format_speech_report, speech_test_set_reports
+    from attnmt.core.config import CorpusFiles
     from attnmt.evaluation import config_test_sets
+    from attnmt.speech.error_rates import format_speech_report, speech_test_set_reports
 
     if args.src:
         raise AttnmtError(f"{args.model_dir} is a speech model: give --tsv FILE (audio path TAB transcript), or "
@@ -301,7 +301,7 @@ def _warn_if_tabular(sources: list[str], path: str):
 
 
 def cmd_export(args):
-    from attnmt.export import export_ct2
+    from attnmt.translation.export import export_ct2
 
     out = export_ct2(args.model_dir, args.ct2, quantization=args.quantization, force=args.force)
     _log(f"CTranslate2 model in {out}")
@@ -309,26 +309,26 @@ def cmd_export(args):
 
 def cmd_quickstart(args):
     if args.pairs:
-        from attnmt.tasks.pairs import run_pair_quickstart
+        from attnmt.pairs.quickstart import run_pair_quickstart
 
         folder = args.dir or "runs/quickstart-pairs"
         run_pair_quickstart(Path(folder), **({"steps": args.steps} if args.steps else {}), log=_log)
         return
     if args.speech:
-        from attnmt.tasks.speech_quickstart import run_speech_quickstart
+        from attnmt.speech.quickstart import run_speech_quickstart
 
         run_speech_quickstart(Path(args.dir or "runs/quickstart-speech"), steps=args.steps or 800,
                               attention=args.attention or "location", log=_log)
         return
-    from attnmt.tasks.quickstart import run_quickstart
+    from attnmt.translation.quickstart import run_quickstart
 
     run_quickstart(Path(args.dir or "runs/quickstart"), steps=args.steps or 500, attention=args.attention or "bahdanau",
                    log=_log)
 
 
 def cmd_align(args):
-    from attnmt.align import align, align_both_ways, format_pharaoh
     from attnmt.api import load
+    from attnmt.translation.align import align, align_both_ways, format_pharaoh
 
     sources, targets = _read_line_pairs(args.src, args.tgt)
     model = load(args.model_dir, args.checkpoint, device=args.device)
@@ -362,7 +362,7 @@ def cmd_compare(args):
 
 
 def cmd_align_score(args):
-    from attnmt.align import score_files
+    from attnmt.translation.align import score_files
 
     scores = score_files(args.gold, args.hyp, one_based=args.one_based)
     if args.json == "-":
@@ -749,7 +749,7 @@ def threads_option(p):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from attnmt import threads
+        from attnmt.core import threads
 
         threads.choose(getattr(args, "threads", None), _log)  # --threads, or a fair share of the machine
         args.func(args)

@@ -40,14 +40,14 @@ from typing import Any, Callable
 import yaml
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from attnmt.config import Config, config_from_dict, load_config
+from attnmt.core.config import Config, config_from_dict, load_config
+from attnmt.core.errors import AttnmtError
+from attnmt.core.files import atomic_write_text, read_checked_json
 from attnmt.data import splits
 from attnmt.data.corpus import read_corpus, read_lines
-from attnmt.data.prepare import EncodedCorpus, prepare, training_corpus
 from attnmt.data.subwords import subword_paths
-from attnmt.errors import AttnmtError
 from attnmt.evaluation import attention_failures, joined, score_translations
-from attnmt.files import atomic_write_text, read_checked_json
+from attnmt.translation.prepare import EncodedCorpus, prepare, training_corpus
 
 FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 SHARED_DATA_FIELDS = ("experiment_dir", "data.train", "data.dev", "data.test")  # the same for every variant
@@ -357,8 +357,8 @@ class Comparison:
         return record
 
     def score_test_set(self, translator, name: str, sources: list[str], references: list[str]) -> dict:
-        from attnmt.align import word_matrix
-        from attnmt.training.translation import evaluate_loss
+        from attnmt.translation.align import word_matrix
+        from attnmt.translation.training import evaluate_loss
 
         report, translations = score_translations(translator, name, sources, references, beam=self.beam, log=self.log)
         hypotheses = report.pop("hypotheses")
@@ -389,15 +389,15 @@ class Comparison:
         return scores
 
     def _gold(self):
-        from attnmt.align import read_gold
+        from attnmt.translation.align import read_gold
 
         return read_gold(self.align_gold, self.one_based)
 
     def score_statistical(self) -> dict:
         """The statistical aligner (eflomal models 1-3) on exactly the training text of the runs:
         scores of its links of the gold pairs (appended last)."""
-        from attnmt.align import symmetrized_scores
-        from attnmt.statistical_align import eflomal_links
+        from attnmt.translation.align import symmetrized_scores
+        from attnmt.translation.statistical_align import eflomal_links
 
         path = self.out / "eflomal.json"
         if path.is_file():
@@ -600,7 +600,7 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 def training_record(folder: Path) -> dict:
     """Steps, minutes and speed of a finished training, from its checkpoint and metrics.jsonl."""
-    from attnmt.checkpoint import read_trainer_state
+    from attnmt.core.checkpoint import read_trainer_state
     from attnmt.viz.figures import read_metrics
 
     state = read_trainer_state(folder / "last.safetensors")
@@ -612,7 +612,7 @@ def training_record(folder: Path) -> dict:
 
 def example_attention(translator, source: str, reference: str):
     """Word attention of the model forced to write the reference (None without attention)."""
-    from attnmt.align import force_attention, word_attention
+    from attnmt.translation.align import force_attention, word_attention
 
     if not translator.model.has_attention:
         return None
@@ -625,7 +625,7 @@ def attention_alignment_scores(forward, backward, sources: list[str], targets: l
     """Scores of the attention's word alignments of the gold pairs, every way of reading them:
     which attention (the model's, or each Transformer layer's averaged over heads), shifted by one
     step or not, argmax or threshold links; then each direction and symmetrization."""
-    from attnmt.align import alignments_from_attention, symmetrized_scores, transposed, word_attention
+    from attnmt.translation.align import alignments_from_attention, symmetrized_scores, transposed, word_attention
 
     rows = []
     for name, forward_matrices, backward_matrices in _attention_sources(forward, backward, sources, targets):
@@ -642,7 +642,7 @@ def attention_alignment_scores(forward, backward, sources: list[str], targets: l
 
 def _attention_sources(forward, backward, sources, targets):
     """(name, forward matrices, backward matrices or None) of each attention to read alignments from."""
-    from attnmt.align import force_attention
+    from attnmt.translation.align import force_attention
 
     layered = forward.config.model.type == "transformer"
     f = force_attention(forward, sources, targets, layers=layered)

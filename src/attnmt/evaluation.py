@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
-from attnmt.errors import AttnmtError
+from attnmt.core.errors import AttnmtError
 
 __all__ = [
     "Score",
@@ -195,7 +195,7 @@ def config_test_sets(model, trust: bool = False) -> dict:
             if path is not None:
                 _inside_model(model.folder, name, path)
         if model.config.task == "speech":  # the TSV lists sound files, relative to its folder
-            from attnmt.data.audio import read_speech_tsv
+            from attnmt.speech.audio import read_speech_tsv
 
             for audio in read_speech_tsv(files.tsv)[0]:
                 _inside_model(model.folder, name, files.tsv.parent / audio)
@@ -266,7 +266,7 @@ def attention_failures(matrices: list, hypotheses: list[str], references: list[s
     too_short       outputs with fewer than half the words of their reference
 
     ``matrices``: per sentence the word attention (output words x source words, as from
-    attnmt.align.word_matrix), or None (a model without attention: only the lengths count; with no
+    attnmt.translation.align.word_matrix), or None (a model without attention: only the lengths count; with no
     matrix at all, the attention counts are None).
     """
     _check_parallel(matrices=matrices, hypotheses=hypotheses, references=references)

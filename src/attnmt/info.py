@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attnmt.checkpoint import read_trainer_state
+from attnmt.core.checkpoint import read_trainer_state
 
 # Fields of a metrics record that are bookkeeping, not scores
 NOT_SCORES = {"type", "step", "epoch", "seconds", "lr", "best", "name", "sentences", "beam", "utterances"}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnmt import speed
+from attnmt.core import speed
 from attnmt.data.subwords import BOS, EOS, PAD
 
 
@@ -25,7 +25,7 @@ class Batch:
     indices: list[int] | None = None  # positions of these examples in the corpus
     # Counted on the CPU before the batch moves to a GPU, where counting would wait for the GPU.
     counted_target_tokens: int | None = None
-    # Guided alignment: (B,T,S) the reference attention of each target token (attnmt.training.guided_alignment)
+    # Guided alignment: (B,T,S) the reference attention of each target token (attnmt.translation.guided_alignment)
     alignment: Tensor | None = None
 
     @property
@@ -61,7 +61,7 @@ def make_batch(src: list[list[int]], tgt: list[list[int]] | None = None,
 
 
 def training_batch(src: list[list[int]], tgt: list[list[int]], indices: list[int] | None = None) -> Batch:
-    """make_batch, with the source width rounded up for few matrix shapes (attnmt.speed; the
+    """make_batch, with the source width rounded up for few matrix shapes (attnmt.core.speed; the
     padding is masked). Not the target: its padding would add decoder steps."""
     return _batch(src, tgt, indices, speed.source_width_multiple())
 

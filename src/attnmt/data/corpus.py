@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
-from attnmt.errors import AttnmtError
+from attnmt.core.errors import AttnmtError
 
 PathLike = Union[str, os.PathLike]
 
@@ -31,7 +31,7 @@ class Corpus:
     targets: list[str]
     dropped_empty: int = 0  # pairs dropped because a side was empty/whitespace
     # The line (0-based) of each pair in its files: what a file of one line per corpus line (word
-    # alignments, attnmt.training.guided_alignment) is matched by. None where not known.
+    # alignments, attnmt.translation.guided_alignment) is matched by. None where not known.
     lines: list[int] | None = None
 
 

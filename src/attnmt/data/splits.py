@@ -27,10 +27,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from attnmt.config import Config, CorpusFiles
+from attnmt.core.config import Config, CorpusFiles
+from attnmt.core.errors import AttnmtError
+from attnmt.core.files import atomic_write_text, read_checked_json
 from attnmt.data.corpus import Corpus
-from attnmt.errors import AttnmtError
-from attnmt.files import atomic_write_text, read_checked_json
 
 FOLDER = "splits"
 RECORD = "held-out.json"

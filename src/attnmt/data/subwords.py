@@ -16,9 +16,9 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from attnmt.config import SubwordConfig
-from attnmt.errors import AttnmtError
-from attnmt.files import write_error
+from attnmt.core.config import SubwordConfig
+from attnmt.core.errors import AttnmtError
+from attnmt.core.files import write_error
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 

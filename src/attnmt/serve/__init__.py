@@ -11,7 +11,7 @@ objects whose ``detail`` is a readable string: 422 invalid request (a body that 
 included, and a request asking for too much work or too large an answer), 404 unknown model, 413
 body too large, 400 a Host header that does not name this machine (DNS rebinding), 503 over the
 time limit, counted from the request's arrival. ``/beam`` returns the search tree recorded by
-``attnmt.decoding.BeamRecorder``; ``/attention`` every layer and head of a Transformer's attention
+``attnmt.seq2seq.decoding.BeamRecorder``; ``/attention`` every layer and head of a Transformer's attention
 (``Translator.attention``).
 
 Decoding runs in a worker thread, one computation at a time per model (a lock per model).
@@ -21,7 +21,7 @@ thread too, so that the event loop keeps every request's time limit. ``run_serve
 shuts down gracefully: on SIGTERM or SIGINT, requests in flight finish and get their answers.
 
     limits.py      ServerLimits: what a request may ask for, how requests are batched; the work of a request
-    schemas.py     request and answer bodies; answers read from attnmt.api's and attnmt.trace's results
+    schemas.py     request and answer bodies; answers read from attnmt.api's and attnmt.seq2seq.trace's results
     bodies.py      request bodies read as strict UTF-8 JSON (422 for anything else)
     models.py      LoadedModel: a model, its lock, and ``run``: its work off the event loop, within the time limit;
                    model names (NAME=DIR)

@@ -14,8 +14,14 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from attnmt.serve.limits import ServerLimits
-from attnmt.serve.middleware import (LOOPBACK_HOSTS, ArrivalTime, BodyLimitMiddleware, InternalErrors,
-                                     TrustedHostMiddleware, host_name)
+from attnmt.serve.middleware import (
+    LOOPBACK_HOSTS,
+    ArrivalTime,
+    BodyLimitMiddleware,
+    InternalErrors,
+    TrustedHostMiddleware,
+    host_name,
+)
 from attnmt.serve.models import ModelEntry, ModelTimeout, load_models
 from attnmt.serve.routes import model_routes, router
 

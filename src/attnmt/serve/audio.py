@@ -12,12 +12,12 @@ from dataclasses import replace
 import torch
 from fastapi import HTTPException
 
-from attnmt.data.audio import AudioHeader, audio_header, feature_frames
-from attnmt.decoding import max_output_lengths
-from attnmt.errors import AttnmtError
+from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.serve.batching import chunked
 from attnmt.serve.limits import ServerLimits, work
 from attnmt.serve.models import LoadedModel, ModelTimeout
+from attnmt.speech.audio import AudioHeader, audio_header, feature_frames
 
 
 def _check_task(body, model: LoadedModel):
@@ -145,7 +145,7 @@ async def transcribe(body, model: LoadedModel, limits: ServerLimits, deadline: f
 
 
 async def trace_audio(body, model: LoadedModel, limits: ServerLimits, deadline: float):
-    """The trace (attnmt.trace.Trace) of the request's audio: greedy (beam 1), so its work is
+    """The trace (attnmt.seq2seq.trace.Trace) of the request's audio: greedy (beam 1), so its work is
     that of its encoder states; its answer is bounded after the work, like that of text."""
     _check_task(body, model)
     files = _sound_files(model, [body.audio], True, limits)

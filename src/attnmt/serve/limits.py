@@ -3,7 +3,7 @@ here are those of ``attnmt serve`` too (cli.py reads them)."""
 
 from dataclasses import dataclass
 
-from attnmt.errors import AttnmtError
+from attnmt.core.errors import AttnmtError
 
 
 @dataclass(frozen=True)

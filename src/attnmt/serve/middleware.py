@@ -8,7 +8,7 @@ import time
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 
-from attnmt.errors import AttnmtError
+from attnmt.core.errors import AttnmtError
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 LOG = logging.getLogger("attnmt.serve")

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Union
 import anyio
 import anyio.to_thread
 
-from attnmt.errors import AttnmtError
+from attnmt.core.errors import AttnmtError
 from attnmt.serve.batching import Batcher
 from attnmt.serve.limits import ServerLimits
 from attnmt.serve.schemas import ModelInfo

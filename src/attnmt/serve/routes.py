@@ -19,14 +19,24 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import Response
 
 from attnmt.api import links_of
-from attnmt.decoding import max_output_lengths
+from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.bodies import StrictJSONRoute
 from attnmt.serve.limits import ServerLimits, work
 from attnmt.serve.models import LoadedModel
-from attnmt.serve.schemas import (AttentionResponse, Answer, BeamResponse, ClassifyResponse, ErrorResponse,
-                                  HealthResponse, ModelInfo, TraceResponse, TranslateResponse, request_models,
-                                  respond)
+from attnmt.serve.schemas import (
+    Answer,
+    AttentionResponse,
+    BeamResponse,
+    ClassifyResponse,
+    ErrorResponse,
+    HealthResponse,
+    ModelInfo,
+    TraceResponse,
+    TranslateResponse,
+    request_models,
+    respond,
+)
 
 
 def _models(request: Request) -> dict[str, LoadedModel]:

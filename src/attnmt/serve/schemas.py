@@ -16,11 +16,10 @@ from functools import partial
 from typing import Annotated, Any, Literal, NamedTuple, Optional, TypeVar, Union
 
 import numpy as np
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
-                      model_validator)
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from attnmt.data.audio import SAMPLE_RATES
 from attnmt.serve.limits import ServerLimits, base64_length
+from attnmt.speech.audio import SAMPLE_RATES
 
 
 def _listed(array) -> list:

@@ -23,8 +23,17 @@ from attnmt.training.loop import TrainerState, TrainingLoop, Validation, batches
 from attnmt.training.metrics import MetricsWindow, ProgressBar, trim_metrics
 from attnmt.training.optimization import TrainingSetup, make_scheduler, noam, setup_training
 from attnmt.training.trainer import Trainer, train
-from attnmt.training.translation import (DevScores, TrainingLoss, TranslationData, evaluate_loss, prepare_data,
-                                         sequence_loss, setup_translation, translation_batch, translate_ids)
+from attnmt.translation.training import (
+                                         DevScores,
+                                         TrainingLoss,
+                                         TranslationData,
+                                         evaluate_loss,
+                                         prepare_data,
+                                         sequence_loss,
+                                         setup_translation,
+                                         translate_ids,
+                                         translation_batch,
+)
 
 __all__ = [
     "train", "Trainer", "TrainerState", "TrainingLoop", "Validation", "batches_to_train",

@@ -20,14 +20,14 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from attnmt import distributed, threads
-from attnmt.checkpoint import load_training_state, save_model, save_training_state
-from attnmt.config import Config
+from attnmt.core import distributed, threads
+from attnmt.core.checkpoint import load_training_state, save_model, save_training_state
+from attnmt.core.config import Config
+from attnmt.core.distributed import ONE_PROCESS, Processes
+from attnmt.core.errors import AttnmtError
+from attnmt.core.files import append_text
+from attnmt.core.interrupt import deferred_interrupt
 from attnmt.data import batching
-from attnmt.distributed import ONE_PROCESS, Processes
-from attnmt.errors import AttnmtError
-from attnmt.files import append_text
-from attnmt.interrupt import deferred_interrupt
 from attnmt.training.metrics import MetricsWindow, ProgressBar, trim_metrics
 from attnmt.training.optimization import TrainingSetup, higher_is_better
 
@@ -94,7 +94,7 @@ class TrainingLoop:
 
     def run(self, resume: bool = False) -> TrainerState:
         """Trains until a limit; Ctrl-C saves a checkpoint after the step under way and raises
-        KeyboardInterrupt (see attnmt.interrupt)."""
+        KeyboardInterrupt (see attnmt.core.interrupt)."""
         with deferred_interrupt() as self._interrupt:
             self._start(resume)
             self._steps()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from attnmt.files import atomic_write_text
+from attnmt.core.files import atomic_write_text
 
 
 class MetricsWindow:

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from attnmt.config import TrainingConfig
-from attnmt.distributed import Processes
+from attnmt.core.config import TrainingConfig
+from attnmt.core.distributed import Processes
 
 
 @dataclass

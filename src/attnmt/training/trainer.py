@@ -1,6 +1,6 @@
 """``attnmt train``: the processes, then the data, model and validation of a translation
-experiment (or of a sentence-pair one, task: pairs: attnmt.training.pairs, or of a speech one, task:
-speech: attnmt.training.speech), then the loop."""
+experiment (or of a sentence-pair one, task: pairs: attnmt.pairs.training, or of a speech one, task:
+speech: attnmt.speech.training), then the loop."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Callable
 
 import torch
 
-from attnmt import distributed, speed, threads
-from attnmt.config import Config
-from attnmt.files import atomic_write_text
+from attnmt.core import distributed, speed, threads
+from attnmt.core.config import Config
+from attnmt.core.files import atomic_write_text
+from attnmt.pairs.training import pair_test_scores, pair_training_loop
 from attnmt.training.loop import TrainerState, TrainingLoop
-from attnmt.training.pairs import pair_test_scores, pair_training_loop
-from attnmt.training.translation import DevScores, prepare_data, setup_translation, summary, translation_batch
+from attnmt.translation.training import DevScores, prepare_data, setup_translation, summary, translation_batch
 
 
 class Trainer:
@@ -37,7 +37,7 @@ class Trainer:
         if config.task == "pairs":
             self.loop = pair_training_loop(config, self.device, self.processes, log, progress)
         elif config.task == "speech":
-            from attnmt.training.speech import speech_parts
+            from attnmt.speech.training import speech_parts
 
             parts = speech_parts(config, self.device, self.processes, log, progress)
             self.loop = TrainingLoop(config, parts.setup, parts.sizes, parts.make_batch, parts.validation,
@@ -92,7 +92,7 @@ class Trainer:
 
     def speech_test_scores(self) -> tuple[dict, list[dict]]:
         from attnmt.api import load
-        from attnmt.error_rates import speech_test_set_reports
+        from attnmt.speech.error_rates import speech_test_set_reports
 
         recognizer = load(self.config.experiment_dir, device=self.device)
         reports = speech_test_set_reports(recognizer, recognizer.test_sets, log=self.log,

@@ -17,6 +17,7 @@
 See docs/visualization.md.
 """
 
+from attnmt.pairs.figures import pair_figure, show_pair
 from attnmt.viz.figures import (
     attention_grid,
     attention_heatmap,
@@ -30,7 +31,6 @@ from attnmt.viz.figures import (
     training_curves,
 )
 from attnmt.viz.notebook import HTMLView, heatmap_html, show, show_step, step_html
-from attnmt.viz.pairs import pair_figure, show_pair
 from attnmt.viz.words import merge_pieces, word_spans
 
 __all__ = [

@@ -31,7 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from attnmt.errors import AttnmtError
+from attnmt.core.errors import AttnmtError
 from attnmt.viz.words import SPECIAL_TOKENS, WORD_START, merge_pieces
 
 __all__ = ["attention_heatmap", "encoder_states_figure", "decoder_step_figure", "decoding_animation",

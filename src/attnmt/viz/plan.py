@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from attnmt.errors import AttnmtError
+from attnmt.core.errors import AttnmtError
 from attnmt.viz import figures
 from attnmt.viz.notebook import show
 
@@ -131,7 +131,7 @@ def _sentence_writers(r: FigureRequest) -> list[Writer]:
 
 def _pair_writers(r: FigureRequest, model) -> list[Writer]:
     """A sentence-pair model: attend, compare and aggregate in one figure (or the attention as HTML)."""
-    from attnmt.viz.pairs import pair_figure, show_pair
+    from attnmt.pairs.figures import pair_figure, show_pair
 
     other = [option for option, value in (("--states", r.states), ("--step", r.steps), ("--gif", r.gif),
                                           ("--merge-words", r.merge_words), ("--beam", r.beam)) if value]
@@ -164,7 +164,7 @@ def _layer_head_writers(r: FigureRequest, maps) -> list[Writer]:
 def _speech_writers(r: FigureRequest, model) -> list[Writer]:
     """A speech model's figures: the "sentence" is a sound file; --out draws the attention above
     the spectrogram, --step the step view over the spectrogram, --states and --gif as for text."""
-    from attnmt.viz import speech
+    from attnmt.speech import figures as speech
 
     unusable = [o for o, v in (("--head-view", r.head_view), ("--grid", r.grid), ("--merge-words", r.merge_words))
                 if v]

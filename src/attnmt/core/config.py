@@ -1,0 +1,531 @@
+"""Experiment configuration: one YAML file, validated field by field.
+
+Every section is a pydantic model that forbids unknown keys, so a typo such as
+``atention: bahdanau`` is an error naming the field instead of a silent default.
+Relative paths in the file are resolved against the folder of the config file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from attnmt.core.errors import AttnmtError
+
+ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "location")
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CorpusFiles(Section):
+    """Two line-aligned files (``src``, ``tgt``), one TSV file (``tsv``), or, for a dev or test
+    set, ``split: N``: N pairs held out of the training corpus (see attnmt.data.splits)."""
+
+    src: Path | None = None
+    tgt: Path | None = None
+    tsv: Path | None = None
+    src_column: int = Field(0, ge=0)
+    tgt_column: int = Field(1, ge=0)
+    split: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def one_form(self):
+        forms = [self.src is not None or self.tgt is not None, self.tsv is not None, self.split is not None]
+        choices = "'src' and 'tgt' files, one 'tsv' file, or 'split: N' (N pairs held out of data.train)"
+        if sum(forms) > 1:
+            raise ValueError(f"give one of {choices}, not both")
+        if sum(forms) == 0 or (forms[0] and (self.src is None or self.tgt is None)):
+            raise ValueError(f"give {choices}")
+        return self
+
+    def as_spec(self) -> dict:
+        if self.tsv is not None:
+            return {"tsv": self.tsv, "src_column": self.src_column, "tgt_column": self.tgt_column}
+        return {"src": self.src, "tgt": self.tgt}
+
+
+class SubwordConfig(Section):
+    type: Literal["bpe", "unigram", "char", "word"] = "bpe"
+    vocab_size: int = Field(8000, gt=4)
+    joint: bool = True
+    character_coverage: float = Field(1.0, gt=0, le=1)
+    max_sentences: int = Field(1_000_000, gt=0)  # sentences sampled to train sentencepiece
+    lowercase: bool = False  # fold case, in training and encoding (sentencepiece's nmt_nfkc_cf rule)
+
+
+SET_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+SetName = Annotated[str, StringConstraints(pattern=SET_NAME, max_length=64)]
+
+
+def named_sets(value, files: type[Section]):
+    """Test sets by name, {name: files}; the files of one set alone are the set named "test"."""
+    if isinstance(value, dict) and set(value) & set(files.model_fields):
+        return {"test": value}
+    return {} if value is None else value
+
+
+GPU_BATCH_TOKENS = 4096  # data.batch_tokens on a GPU unless the config sets a batch size
+
+
+class DataConfig(Section):
+    train: CorpusFiles
+    dev: CorpusFiles | None = None
+    # test sets by name: {name: files}, or the files of one, named "test"; scored at the end of training and by
+    # `attnmt evaluate`
+    test: dict[SetName, CorpusFiles] = {}
+    subwords: SubwordConfig = SubwordConfig()
+    max_length: int = Field(100, gt=0)  # pairs with more subwords on either side are dropped
+    max_source_words: int | None = Field(None, gt=0)  # training pairs whose source has more words are dropped
+    batch_size: int = Field(64, gt=0)  # sentences per batch ...
+    batch_tokens: int | None = Field(None, gt=0)  # ... or a budget of (padded) tokens per batch
+    bucket_batches: int = Field(100, gt=0)  # batches per pool sorted by length
+
+    @field_validator("test", mode="before")
+    @classmethod
+    def one_test_set_is_named_test(cls, value):
+        return named_sets(value, CorpusFiles)
+
+    @model_validator(mode="after")
+    def train_is_files(self):
+        if self.train.split is not None:
+            raise ValueError("data.train must be files ('split' is for the dev and test sets held out of it)")
+        return self
+
+    @property
+    def held_out(self) -> dict[str, int]:
+        """The sets held out of data.train, by name ("dev" and the test names), with their sizes."""
+        sets = {"dev": self.dev} if self.dev is not None else {}
+        sets.update(self.test)
+        return {name: files.split for name, files in sets.items() if files.split is not None}
+
+
+class ModelConfig(Section):
+    type: Literal["rnn", "transformer"] = "rnn"
+    # RNN encoder-decoder (type: rnn)
+    rnn_type: Literal["gru", "lstm"] = "gru"
+    embedding_size: int = Field(256, gt=0)
+    encoder_hidden: int = Field(256, gt=0)  # per direction
+    encoder_layers: int = Field(1, gt=0)
+    bidirectional: bool = True
+    decoder_hidden: int = Field(512, gt=0)
+    decoder_layers: int = Field(1, gt=0)
+    attention: Literal[ATTENTIONS] = "bahdanau"
+    attention_size: int = Field(512, gt=0)  # hidden size of the additive/concat scorers
+    input_feeding: bool = True  # Luong: feed the previous attentional vector to the RNN
+    # The decoder's first state: tanh(W h_final), a summary of the source (Bahdanau et al.), or
+    # zeros (as in listen-attend-spell), so that all it learns of the source comes through attention.
+    decoder_init: Literal["bridge", "zeros"] = "bridge"
+    location_channels: int = Field(10, gt=0)  # location attention: conv filters ...
+    location_kernel: int = Field(31, gt=0)  # ... and their width (odd)
+    init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
+    # Transformer (type: transformer); encoder_layers and decoder_layers count its layers too
+    d_model: int = Field(256, gt=0)
+    heads: int = Field(4, gt=0)
+    feed_forward: int = Field(1024, gt=0)  # inner size of the position-wise feed-forward layers
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = Field(1024, gt=0, le=100_000)  # longest sequence with learned positions
+    norm: Literal["pre", "post"] = "pre"  # LayerNorm before each sublayer (pre) or after the residual (post)
+    attention_dropout: float = Field(0.1, ge=0, lt=1)  # on the attention weights
+    share_embeddings: bool = False  # source = target embeddings = output projection (joint vocabulary)
+    # Both
+    dropout: float = Field(0.3, ge=0, lt=1)
+    tie_embeddings: bool = False  # target embeddings = output projection
+
+    @model_validator(mode="after")
+    def transformer_sizes(self):
+        if self.type == "transformer" and self.d_model % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
+        if self.type == "rnn" and self.share_embeddings:
+            raise ValueError("share_embeddings is for type: transformer (RNN models have tie_embeddings)")
+        return self
+
+
+class SpecAugment(Section):
+    """Masks on the normalised features during training (Park et al., 2019): up to
+    ``freq_width`` mel bins ``freq_masks`` times, up to ``time_width`` frames ``time_masks`` times."""
+
+    freq_masks: int = Field(2, ge=0)
+    freq_width: int = Field(10, ge=0)
+    time_masks: int = Field(2, ge=0)
+    time_width: int = Field(20, ge=0)
+
+
+class SpeechConfig(Section):
+    """task: speech: the audio features and the speech encoder (attnmt.speech.audio, attnmt.speech.model)."""
+
+    sample_rate: int = Field(16000, ge=4000, le=96000)  # audio is resampled to this rate
+    n_mels: int = Field(80, gt=0, le=256)
+    window_ms: float = Field(25.0, gt=0, le=200)
+    hop_ms: float = Field(10.0, gt=0, le=100)
+    max_seconds: float = Field(30.0, gt=0, le=600)  # longer files are skipped (training) or refused
+    normalize: Literal["utterance", "global"] = "utterance"  # mean and variance of each bin
+    subsample: Literal[4, 8] = 4  # frames per encoder state: 2 or 3 convolutions of stride 2
+    conv_channels: int = Field(32, gt=0)
+    spec_augment: SpecAugment | None = None
+    # Weight w of a CTC loss on the encoder states beside the decoder's (Kim et al. 2017): the
+    # loss is (1 - w) cross-entropy + w CTC. CTC makes each state carry its own stretch of speech,
+    # which helps the attention learn to align; 0 = no CTC. Needs about 2 states per character.
+    ctc_weight: float = Field(0.0, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def window_fits(self):
+        if self.sample_rate * self.window_ms / 1000 < 16:
+            raise ValueError(f"window_ms ({self.window_ms}) is under 16 samples at {self.sample_rate} Hz")
+        return self
+
+
+Window = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]  # (left, right) source positions
+
+
+class GuidedAlignment(Section):
+    """Guided alignment (Garg et al. 2019): the attention trained towards reference word links, by
+    a cross-entropy beside the translation loss (attnmt.translation.guided_alignment)."""
+
+    # A Pharaoh file ("i-j": source word i, target word j) of one line per line of data.train, or
+    # "eflomal": links that attnmt computes with eflomal on the training text (grow-diag-final)
+    links: str = Field(min_length=1)
+    weight: float = Field(0.05, gt=0)  # lambda: loss = cross-entropy + weight * alignment cross-entropy
+    one_based: bool = False  # the file's indices start at 1
+    units: Literal["words", "pieces"] = "words"  # what the file's indices count: words, or subword pieces
+    # Transformer: the decoder layer (negative: from the last; default: the penultimate, or the only
+    # one) and the heads of its cross-attention that are trained, averaged (Garg et al. 2019: one
+    # head of the penultimate layer)
+    layer: int | None = None
+    heads: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
+
+
+class TrainingConfig(Section):
+    seed: int = 42
+    threads: int | None = Field(None, gt=0)
+    learning_rate: float = Field(5e-4, gt=0)
+    clip_grad_norm: float | None = Field(1.0, gt=0)
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
+    lr_decay_factor: float = Field(0.5, gt=0, le=1)  # on plateau of the validation metric
+    lr_decay_patience: int = Field(2, ge=0)  # validations without improvement before decay
+    min_learning_rate: float = Field(1e-6, ge=0)
+    early_stopping_patience: int | None = Field(8, gt=0)  # validations; None = never stop early
+    early_stopping_metric: Literal["bleu", "loss", "accuracy", "cer"] = "bleu"  # task: pairs: accuracy; speech: cer
+    max_steps: int | None = Field(None, gt=0)
+    max_epochs: int | None = Field(None, gt=0)
+    max_minutes: float | None = Field(None, gt=0)
+    validate_every: int = Field(500, gt=0)
+    checkpoint_every: int | None = Field(None, gt=0)  # default: at each validation
+    log_every: int = Field(50, gt=0)
+    dev_beam: int = Field(1, gt=0)  # beam for dev BLEU (1 = greedy, fast)
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # (0.9, 0.98) in Vaswani et al. (2017)
+    # plateau: multiply the rate by lr_decay_factor when validation stops improving;
+    # noam: linear warm-up to learning_rate at warmup_steps, then decay as 1/sqrt(step)
+    schedule: Literal["plateau", "noam"] = "plateau"
+    warmup_steps: int = Field(4000, gt=0)
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast matrix products, fp32 master weights
+    device: str = Field("cpu", pattern=r"^(cpu|cuda)$")  # cuda: each process on its own GPU (LOCAL_RANK)
+    # On a GPU, an RNN translation model's decoder and loss are captured as a CUDA graph per batch
+    # shape and replayed (attnmt.seq2seq.graphs); false: every step launched kernel by kernel
+    cuda_graphs: bool = True
+    # RNN attention within [m - left, m + right] in training too (see decoding.attention_window, which
+    # it sets unless that is given); None: over the whole source
+    attention_window: Window | None = None
+    guided_alignment: GuidedAlignment | None = None  # RNN translation models with attention
+
+    @model_validator(mode="after")
+    def has_a_limit(self):
+        if self.max_steps is None and self.max_epochs is None and self.max_minutes is None:
+            raise ValueError("set at least one of max_steps, max_epochs, max_minutes")
+        return self
+
+
+MAX_BEAM = 100  # larger beams cost time and memory for nothing (and a model folder sets its default)
+
+
+class DecodingConfig(Section):
+    beam: int = Field(5, gt=0, le=MAX_BEAM)
+    length_penalty: float = Field(1.0, ge=0)  # alpha of Wu et al. (2016); 0 = none
+    max_length_ratio: float = Field(1.5, gt=0, le=10)  # output at most ratio * source length + offset
+    max_length_offset: int = Field(10, ge=0, le=1000)
+    batch_size: int = Field(64, gt=0, le=10_000)
+    # RNN attention: each step attends within [m - left, m + right], m the median of the previous
+    # step's weights (as in Chorowski et al. 2014); None: over the whole source. Decoding only.
+    attention_window: Window | None = None
+    # A vocabulary shortlist: a lexical table in the model folder (attnmt shortlist MODEL_DIR writes
+    # shortlist.json); the output layer scores only the candidates of each batch (docs/performance.md).
+    shortlist: str | None = None
+
+
+# ------------------------------------------------------------------------------ task: pairs
+
+
+Column = int | str  # an index (from 0) or a name in the header line
+
+
+class PairFiles(Section):
+    """A TSV file of labelled sentence pairs: premise, hypothesis and label columns, each by index
+    (from 0) or by its name in the header line."""
+
+    tsv: Path
+    premise_column: Column = 0
+    hypothesis_column: Column = 1
+    label_column: Column = 2
+    header: bool | None = None  # the first line names the columns; default: when a column is given by name
+
+    @model_validator(mode="after")
+    def distinct_columns(self):
+        columns = [self.premise_column, self.hypothesis_column, self.label_column]
+        if any(isinstance(c, int) and c < 0 for c in columns):
+            raise ValueError(f"column indices count from 0, got {columns}")
+        if len(set(columns)) < 3:
+            raise ValueError(f"premise, hypothesis and label need three different columns, got {columns}")
+        if self.header is False and any(isinstance(c, str) for c in columns):
+            raise ValueError("columns given by name need the header line (header: true)")
+        return self
+
+    @property
+    def has_header(self) -> bool:
+        return self.header if self.header is not None else any(
+            isinstance(c, str) for c in (self.premise_column, self.hypothesis_column, self.label_column))
+
+
+class PairDataConfig(Section):
+    """The data of a sentence-pair classifier: TSV files of premise, hypothesis and label."""
+
+    train: PairFiles
+    dev: PairFiles | None = None
+    test: dict[SetName, PairFiles] = {}  # by name, or the files of one set (named "test")
+    labels: list[str] | None = Field(None, min_length=2)  # the classes in order; default: data.train's, sorted
+    subwords: SubwordConfig = SubwordConfig(vocab_size=4000)  # one vocabulary (joint) for both sentences
+    max_length: int = Field(100, gt=0)  # pairs with a longer sentence (subwords) are dropped
+    batch_size: int = Field(32, gt=0)
+    batch_tokens: int | None = Field(None, gt=0)
+    bucket_batches: int = Field(100, gt=0)
+
+    @field_validator("test", mode="before")
+    @classmethod
+    def one_test_set_is_named_test(cls, value):
+        return named_sets(value, PairFiles)
+
+    @model_validator(mode="after")
+    def one_vocabulary(self):
+        if not self.subwords.joint:
+            raise ValueError("subwords.joint must be true: premise and hypothesis share one vocabulary")
+        if self.labels is not None and len(set(self.labels)) < len(self.labels):
+            raise ValueError(f"labels: each label once, got {self.labels}")
+        return self
+
+    @property
+    def held_out(self) -> dict[str, int]:
+        """No set is held out of data.train: dev and test sets are files."""
+        return {}
+
+
+class EmbeddingsConfig(Section):
+    """Where the word embeddings of a pair model start: a trained attnmt translation model's (its
+    subwords become the pair model's), or word2vec vectors trained (gensim) on a text corpus."""
+
+    model: Path | None = None  # a trained attnmt translation model folder
+    side: Literal["src", "tgt"] = "tgt"  # of ``model``: the embeddings of the side in the pairs' language
+    word2vec: Path | None = None  # a text file (plain or gzip), one sentence a line
+    epochs: int = Field(5, gt=0)  # word2vec
+    window: int = Field(5, gt=0)  # word2vec
+    freeze: bool = False  # keep them fixed during training (Parikh et al. fix theirs)
+
+    @model_validator(mode="after")
+    def one_source(self):
+        if (self.model is None) == (self.word2vec is None):
+            raise ValueError("give one of 'model' (a trained translation model folder) or 'word2vec' (a text corpus)")
+        return self
+
+
+class PairModelConfig(Section):
+    """The decomposable attention model (Parikh et al. 2016): attend, compare, aggregate."""
+
+    type: Literal["decomposable"] = "decomposable"
+    embedding_size: int = Field(100, gt=0)
+    hidden_size: int = Field(200, gt=0)  # of F, G, H; the embeddings are projected to it
+    intra_attention: bool = False  # each sentence attends to itself first (with a distance bias)
+    max_distance: int = Field(10, gt=0)  # intra-sentence attention: longer distances share one bias
+    dropout: float = Field(0.2, ge=0, lt=1)
+    embeddings: EmbeddingsConfig | None = None  # default: random
+    # attend: the paper's e_ij = F(a_i)^T F(b_j) ("dot"), or centred cosines over a temperature with
+    # Sinkhorn rounds ("one-to-one"), which align a changed word with its counterpart (docs/decomposable.md)
+    attend: Literal["dot", "one-to-one"] = "dot"
+    temperature: float = Field(0.1, gt=0)  # one-to-one: of the cosines
+    sinkhorn_rounds: int = Field(5, ge=0)  # one-to-one: row and column normalisations
+
+
+TASK_SECTIONS = {"pairs": {"data": PairDataConfig, "model": PairModelConfig}}  # other tasks: those above
+
+
+class Config(Section):
+    experiment_dir: Path
+    # pairs: sentence-pair classification (the data and model sections below are PairDataConfig,
+    # PairModelConfig); speech: speech recognition (the speech section)
+    task: Literal["translation", "speech", "pairs"] = "translation"
+    data: DataConfig | PairDataConfig
+    model: ModelConfig | PairModelConfig = Field(default_factory=dict, validate_default=True)
+    training: TrainingConfig
+    decoding: DecodingConfig = DecodingConfig()
+    speech: SpeechConfig | None = None  # task: speech
+
+    @model_validator(mode="after")
+    def speech_settings(self):
+        """task: speech gets its section, character targets and CER for early stopping unless set;
+        its corpora are TSV files of audio paths and transcripts."""
+        if self.task != "speech":
+            if self.speech is not None:
+                raise ValueError("the speech section is for task: speech")
+            return self
+        self.speech = self.speech or SpeechConfig()
+        if "subwords" not in self.data.model_fields_set:
+            self.data.subwords = SubwordConfig(type="char", vocab_size=100, joint=False)
+        if self.data.subwords.joint:
+            raise ValueError("task: speech has no source text: set data.subwords.joint: false")
+        if "early_stopping_metric" not in self.training.model_fields_set:
+            self.training.early_stopping_metric = "cer"
+        if self.training.early_stopping_metric == "bleu":
+            raise ValueError("task: speech is scored by cer (or loss), not bleu: set training.early_stopping_metric")
+        if self.model.type != "rnn":
+            raise ValueError("task: speech uses the RNN decoder (model.type: rnn)")
+        for name, files in {"train": self.data.train, "dev": self.data.dev, **self.data.test}.items():
+            if files is not None and files.tsv is None:
+                raise ValueError(f"task: speech reads TSV files of audio paths and transcripts: give data.{name} "
+                                 "as {tsv: FILE}")
+        return self
+
+    @model_validator(mode="after")
+    def token_batches_on_gpus(self):
+        """On a GPU, a translation model trains on token-budget batches unless the config sets a
+        batch size: a GPU computes a batch of a few thousand tokens in about the time of 64
+        sentences (see docs/performance.md)."""
+        data = self.data
+        if (self.task == "translation" and self.training.device == "cuda"
+                and not {"batch_size", "batch_tokens"} & data.model_fields_set):
+            data.batch_tokens = GPU_BATCH_TOKENS
+        return self
+
+    @field_validator("data", "model", mode="wrap")
+    @classmethod
+    def sections_of_the_task(cls, value, handler, info: ValidationInfo):
+        section = TASK_SECTIONS.get(info.data.get("task"), {}).get(info.field_name)
+        if section is None:
+            section = {"data": DataConfig, "model": ModelConfig}[info.field_name]
+        return value if isinstance(value, section) else section.model_validate(value)
+
+    @model_validator(mode="after")
+    def shared_embeddings_need_joint_vocabulary(self):
+        if self.task == "translation" and self.model.share_embeddings and not self.data.subwords.joint:
+            raise ValueError("model.share_embeddings needs one joint vocabulary: set data.subwords.joint: true")
+        return self
+
+    @model_validator(mode="after")
+    def guided_alignment_needs_rnn_attention(self):
+        if self.training.guided_alignment is None:
+            return self
+        guided, model = self.training.guided_alignment, self.model
+        if self.task != "translation":
+            raise ValueError("training.guided_alignment is for task: translation")
+        if model.type == "rnn" and model.attention == "none":
+            raise ValueError("training.guided_alignment trains attention: model.attention none has none")
+        if model.type == "transformer":
+            if guided.layer is None:
+                guided.layer = -2 if model.decoder_layers > 1 else -1
+            if not -model.decoder_layers <= guided.layer < model.decoder_layers:
+                raise ValueError(f"training.guided_alignment.layer {guided.layer}: the decoder has "
+                                 f"{model.decoder_layers} layers (0 to {model.decoder_layers - 1}, or -1 for the last)")
+            if max(guided.heads) >= model.heads:
+                raise ValueError(f"training.guided_alignment.heads {guided.heads}: the model has {model.heads} heads "
+                                 f"(0 to {model.heads - 1})")
+        return self
+
+    @model_validator(mode="after")
+    def window_needs_rnn_attention(self):
+        for section in ("training", "decoding"):
+            if getattr(self, section).attention_window is not None and (
+                    self.task == "pairs" or self.model.type != "rnn" or self.model.attention == "none"):
+                raise ValueError(f"{section}.attention_window is for RNN decoders with attention (model.type: rnn, "
+                                 "model.attention not none)")
+        if "attention_window" not in self.decoding.model_fields_set:  # decode as trained
+            self.decoding.attention_window = self.training.attention_window
+        return self
+
+    @model_validator(mode="after")
+    def metric_of_the_task(self):
+        tc = self.training
+        if self.task == "pairs" and "early_stopping_metric" not in tc.model_fields_set:
+            tc.early_stopping_metric = "accuracy"
+        if (tc.early_stopping_metric == "accuracy") != (self.task == "pairs") or (
+                tc.early_stopping_metric == "cer" and self.task != "speech"):
+            raise ValueError(f"training.early_stopping_metric: {tc.early_stopping_metric} is not a metric of task "
+                             f"{self.task} (translation: bleu or loss; pairs: accuracy or loss; speech: cer or loss)")
+        return self
+
+
+def _resolve_paths(config: Config, base: Path) -> Config:
+    def resolve(section: Section | None):
+        for name, value in dict(section or {}).items():  # every path of the section
+            if isinstance(value, Path) and not value.is_absolute():
+                setattr(section, name, (base / value).resolve())
+
+    config.experiment_dir = config.experiment_dir if config.experiment_dir.is_absolute() \
+        else (base / config.experiment_dir).resolve()
+    for files in (config.data.train, config.data.dev, *config.data.test.values()):
+        resolve(files)
+    if config.task == "pairs":
+        resolve(config.model.embeddings)
+    return config
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for e in error.errors():
+        where = ".".join(str(part) for part in e["loc"]) or "(top level)"
+        message = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
+
+
+def config_from_dict(raw: dict, base: Path, source: str = "config") -> Config:
+    if not isinstance(raw, dict):
+        raise AttnmtError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as e:
+        raise AttnmtError(f"{source}: invalid configuration\n{_describe(e)}") from None
+    return _resolve_paths(config, base)
+
+
+MAX_CONFIG_BYTES = 1_000_000  # a config is a page of settings; a huge one is a mistake or an attack
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise AttnmtError(f"{path}: {size:,} bytes is too large for a config (at most {MAX_CONFIG_BYTES:,})")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AttnmtError(f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise AttnmtError(f"{path}: cannot read config: {e}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise AttnmtError(f"{path}: not valid YAML: {e}") from None
+    return config_from_dict(raw, path.resolve().parent, source=str(path))
+
+
+def config_to_yaml(config: Config) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

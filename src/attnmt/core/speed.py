@@ -1,0 +1,220 @@
+"""Speed tricks, in one place: for CPUs here, for GPUs in attnmt.seq2seq.graphs and
+attnmt.seq2seq.fast_decoding (which follow the same rules: the textbook path a switch away, a test that
+both compute the same).
+
+A small model trained or run on two CPU cores spends much of its time not in arithmetic but in
+what surrounds it: kernels compiled for each new matrix shape, passes over large tensors,
+elementwise work. Each trick below computes what the textbook version computes (to float
+rounding, and dropout to the same distribution); ``plain()`` switches them all off, so that tests
+compare the two (tests/test_speed.py) and a benchmark can measure what they bring
+(``ATTNMT_PLAIN=1`` in the environment does the same for a whole process). Measurements:
+docs/performance.md.
+
+Few matrix shapes. oneDNN, which runs the bf16 products on CPUs, compiles kernels per shape and
+keeps a bounded number of them (``ONEDNN_CACHE``, set by ``configure``). Training meets every
+sentence length, so shapes are rounded up:
+  - the source width of a training batch to a multiple of ``SOURCE_WIDTH_MULTIPLE`` (the padding
+    is masked: ``source_width_multiple``);
+  - the target steps of the products that teacher forcing does outside the recurrence to a
+    multiple of ``TIME_MULTIPLE`` (``padded_in_time``);
+  - the rows of the output layer's product to a multiple of ``ROW_MULTIPLE`` (in the fused loss).
+
+An unpacked encoder (``rnn_direction``): each direction of each nn.GRU / nn.LSTM layer runs over
+the whole padded batch with PyTorch's own kernel, the backward direction on each sentence reversed
+within its length. A packed batch would shrink step by step, a new shape at every step.
+
+The output layer and the label-smoothed cross-entropy as one function (``linear_cross_entropy``):
+their cost is the traffic through the (tokens x vocabulary) score matrix, which this reads a few
+times instead of the dozen passes of log_softmax, gather, smoothing and their backward functions.
+
+Dropout masks drawn from random integers (``dropout``, ``Dropout``): about twice as fast as
+nn.Dropout's ``bernoulli_``, the slowest elementwise operation of a training step on a CPU. (On a
+GPU, PyTorch's own dropout is one fused kernel: it is used there.)
+
+On a GPU the encoder is cuDNN's fused RNN over the packed batch (the textbook path), not
+``rnn_direction``: cuDNN skips the padding itself, and wants the weights as the one block it keeps.
+(Inside the CUDA graphs of training, which cannot read lengths from the host, it runs unpacked.)
+
+Encoder states cast once per batch to the autocast type (``cast_for_autocast``), instead of at
+every decoder step's context product.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import _VF, Tensor, nn  # _VF: nn.GRU / nn.LSTM's own kernels, one direction at a time
+
+SOURCE_WIDTH_MULTIPLE = 8
+TIME_MULTIPLE = 8
+ROW_MULTIPLE = 128
+# About 300 kernel shapes in a 20-minute run of the reference model: 512 holds them all, so none
+# is compiled twice, and bounds the memory if a corpus brings more (oneDNN's default is 1,024).
+ONEDNN_CACHE = 512
+
+_plain = os.environ.get("ATTNMT_PLAIN") == "1"
+
+
+def enabled() -> bool:
+    return not _plain
+
+
+@contextmanager
+def plain():
+    """The textbook path for everything inside the block: no trick of this module."""
+    global _plain
+    before, _plain = _plain, True
+    try:
+        yield
+    finally:
+        _plain = before
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX). Without, oneDNN falls
+    back to kernels that run bf16 products tens of times slower than float32 (measured on an AVX2
+    AMD EPYC: 1.8 against 74 GFLOP/s): bf16 training or decoding then only costs time."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def configure():
+    """Settings that must precede the first computation: oneDNN reads its cache size when it makes
+    its first kernel. A value set by the user wins."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE))
+
+
+# ------------------------------------------------------------------------------- few shapes
+
+
+def source_width_multiple() -> int:
+    return SOURCE_WIDTH_MULTIPLE if enabled() else 1
+
+
+def padded_in_time(function, *inputs: Tensor) -> Tensor:
+    """function(*inputs) on (B,T,.) inputs, computed with T zero-padded up to a multiple of
+    TIME_MULTIPLE and cut back (function must treat time steps independently)."""
+    steps = inputs[0].size(1)
+    extra = -steps % TIME_MULTIPLE if enabled() else 0
+    if extra:
+        inputs = [F.pad(x, (0, 0, 0, extra)) for x in inputs]
+    return function(*inputs)[:, :steps]
+
+
+def _pad_rows(t: Tensor) -> Tensor:
+    extra = -t.size(0) % ROW_MULTIPLE
+    return torch.cat([t, t.new_zeros((extra, *t.shape[1:]))]) if extra else t
+
+
+# ------------------------------------------------------------------------------- the encoder
+
+
+def rnn_direction(rnn: nn.RNNBase, layer: int, reverse: bool, x: Tensor) -> Tensor:
+    """One direction of one layer of ``rnn`` (with its own weights) over x (B,S,I) -> (B,S,H),
+    starting from a zero state."""
+    suffix = "_reverse" if reverse else ""
+    weights = [getattr(rnn, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    h0 = x.new_zeros(1, x.size(0), rnn.hidden_size)
+    options = dict(has_biases=True, num_layers=1, dropout=0.0, train=rnn.training, bidirectional=False,
+                   batch_first=True)
+    if isinstance(rnn, nn.LSTM):
+        return _VF.lstm(x, (h0, h0), weights, *options.values())[0]
+    return _VF.gru(x, h0, weights, *options.values())[0]
+
+
+def cast_for_autocast(states: Tensor) -> Tensor:
+    """``states`` in the type autocast computes products in (bf16 here), or unchanged outside it."""
+    return states.to(autocast_dtype(states.device.type, states.dtype)) if enabled() else states
+
+
+def autocast_dtype(device: str, default: torch.dtype) -> torch.dtype:
+    """The type autocast computes products in on ``device``, or ``default`` outside it."""
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else default
+
+
+# ------------------------------------------------------------------------------- dropout
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """nn.functional.dropout: each element kept with probability 1-p (to 2^-31) and scaled by 1/(1-p)."""
+    if not enabled() or x.is_cuda:
+        return F.dropout(x, p, training)
+    if not training or p == 0:
+        return x
+    if p == 1:
+        return x * 0
+    # int32 random_() draws uniformly from [0, 2^31): below p 2^31 with probability p.
+    keep = torch.empty(x.shape, dtype=torch.int32, device=x.device).random_() >= round(p * 2**31)
+    return x * keep.to(x.dtype).mul_(1 / (1 - p))
+
+
+class Dropout(nn.Dropout):
+    """nn.Dropout (same attribute ``p``, no parameters) with the faster mask."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+
+# ------------------------------------------------------------------------------- the loss
+
+
+def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, eps: float,
+                         ignore_index: int | None = None) -> Tensor:
+    """F.cross_entropy(F.linear(x, weight, bias), target, label_smoothing=eps, reduction="sum"),
+    without the rows whose target is ``ignore_index`` (they add 0 and get no gradient: fixed shapes
+    for a CUDA graph, where selecting the other rows first would not be).
+
+    With q the smoothed target distribution ((1-eps) on the reference token, eps/V on every token)
+    the loss of a row of scores z is
+
+        -sum_v q_v log softmax(z)_v = logsumexp(z) - (1-eps) z_y - (eps/V) sum_v z_v
+
+    and its gradient softmax(z) - q: both are computed directly.
+    """
+    if not enabled():
+        return F.cross_entropy(F.linear(x, weight, bias).float(), target, label_smoothing=eps, reduction="sum",
+                               ignore_index=-100 if ignore_index is None else ignore_index)
+    return _LinearCrossEntropy.apply(x, weight, bias, target, eps, ignore_index)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, target: Tensor, eps: float,
+                ignore_index: int | None) -> Tensor:
+        # The products run in the autocast type (bf16); the softmax and the loss in float32.
+        device = x.device.type
+        dtype = autocast_dtype(device, weight.dtype)
+        with torch.autocast(device, enabled=False):
+            rows = x.size(0)
+            x, w = _pad_rows(x.to(dtype)), weight.to(dtype)
+            target = _pad_rows(target)
+            z = (x @ w.t()).float()
+            if bias is not None:
+                z += bias
+            log_norm = torch.logsumexp(z, dim=-1)
+            z_target = z.gather(1, target.unsqueeze(1)).squeeze(1)
+            loss = log_norm - (1 - eps) * z_target - eps / z.size(1) * z.sum(dim=-1)
+            # Padding rows (added here or ignored) count 0; as a float factor, for the backward too.
+            counted = (torch.arange(z.size(0), device=z.device) < rows).float()
+            if ignore_index is not None:
+                counted = counted * (target != ignore_index).float()
+        ctx.save_for_backward(x, w, z, log_norm, target, counted)
+        ctx.eps, ctx.weight_dtype, ctx.has_bias, ctx.rows = eps, weight.dtype, bias is not None, rows
+        return (loss * counted).sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        x, w, z, log_norm, target, counted = ctx.saved_tensors  # z is overwritten: one backward only
+        eps = ctx.eps
+        grad_z = z.sub_(log_norm.unsqueeze(1)).exp_()  # softmax(z), in place of z
+        grad_z.sub_(eps / z.size(1))
+        grad_z.scatter_add_(1, target.unsqueeze(1), grad_z.new_full((z.size(0), 1), -(1 - eps)))
+        grad_z.mul_((grad * counted).unsqueeze(1))  # 0 on padding rows
+        grad_bias = grad_z.sum(dim=0) if ctx.has_bias else None
+        grad_z = grad_z.to(x.dtype)
+        grad_x = (grad_z @ w)[:ctx.rows]
+        grad_weight = (grad_z.t() @ x).to(ctx.weight_dtype)
+        return grad_x, grad_weight, grad_bias, None, None, None

@@ -1,0 +1,102 @@
+"""What every encoder-decoder of attnmt offers: the interface that decoding, tracing, alignment,
+training and the server rely on. A new kind of model (a speech encoder, say) plugs in by
+subclassing ``EncoderDecoder`` and implementing its four abstract methods:
+
+    memory = model.encode(src, lengths)                  once per batch of source sentences
+    state = model.init_state(memory)                     the decoder before its first step
+    step = model.decode_step(prev_tokens, state, memory) one output token per sentence -> StepOutput
+    states, weights = model.decoder_outputs(src, lengths, tgt_in)   all steps of known targets
+
+and then has ``forward`` (teacher-forced scores), ``has_attention`` and ``generator`` (the output
+layer; its ``loss`` trains the model). ``memory`` and ``state`` are the model's own dataclasses;
+callers read ``memory.states`` (B,S,M), the encoder output, and otherwise only reorder both with
+``select(index)`` (beam search, sentences leaving the batch): subclass ``Batched`` for that.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from attnmt.core.config import ModelConfig
+from attnmt.data.subwords import BOS, PAD
+from attnmt.seq2seq.output import OutputLayer
+
+
+@dataclass
+class StepOutput:
+    """One decoder step of a batch of B sentences over S source positions."""
+
+    log_probs: Tensor  # (B,V) of the next token; PAD and BOS never come next (-inf)
+    state: Any  # the decoder state after the step, for the next one
+    weights: Tensor | None  # (B,S) attention over the source positions; None without attention
+    scores: Tensor | None  # (B,S) the scores e_j whose softmax is ``weights``, where there is one such attention
+    context: Tensor  # (B,M) what the step read from the source
+    output: Tensor  # (B,H) the decoder's output at this step (an RNN's state s_t)
+
+
+class Batched:
+    """For dataclasses of per-sentence tensors (memories, states): ``select(index)`` keeps the
+    sentences ``index`` in that order. The batch axis is 0, or as ``BATCH_DIM`` says per field;
+    a field may also be None or a list of tensors."""
+
+    BATCH_DIM: ClassVar[dict[str, int]] = {}
+
+    def select(self, index: Tensor):
+        def pick(value, dim):
+            if value is None:
+                return None
+            if isinstance(value, list):
+                return [pick(v, dim) for v in value]
+            return value.index_select(dim, index)
+
+        return replace(self, **{f.name: pick(getattr(self, f.name), self.BATCH_DIM.get(f.name, 0))
+                                for f in fields(self)})
+
+
+def source_mask(lengths: Tensor, width: int) -> Tensor:
+    """(B, width), True at the real positions of each sentence."""
+    return torch.arange(width, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+
+
+class EncoderDecoder(nn.Module, ABC):
+    config: ModelConfig
+    generator: OutputLayer  # decoder outputs -> scores over the target vocabulary
+
+    @property
+    @abstractmethod
+    def has_attention(self) -> bool:
+        """Whether steps report attention weights over the source (False: a fixed context)."""
+
+    @abstractmethod
+    def encode(self, src: Tensor, lengths: Tensor):
+        """src (B,S) padded source, lengths (B,) -> the memory the decoder reads."""
+
+    @abstractmethod
+    def init_state(self, memory):
+        """The decoder state before the first step."""
+
+    @abstractmethod
+    def decode_step(self, prev_tokens: Tensor, state, memory) -> StepOutput:
+        """prev_tokens (B,) the tokens written last (BOS at first) -> the next step."""
+
+    @abstractmethod
+    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B,T) starts with BOS -> what enters the output layer (B,T,H)
+        and the attention weights (B,T,S), or None without attention (or where the model does not
+        compute them, as a Transformer in training)."""
+
+    def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: scores (B,T,V) and attention weights (B,T,S) or None."""
+        states, weights = self.decoder_outputs(src, lengths, tgt_in)
+        return self.generator(states), weights
+
+    def next_token_log_probs(self, output: Tensor) -> Tensor:
+        """The decoder's output (B,H) -> log-probabilities (B,V) of the next token."""
+        logits = self.generator(output)
+        logits[:, PAD] = logits[:, BOS] = float("-inf")  # never produced: not words of a translation
+        return torch.log_softmax(logits, dim=-1)

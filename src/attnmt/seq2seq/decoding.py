@@ -1,0 +1,344 @@
+"""Decoding: greedy and batched beam search over a batch of source sentences.
+
+Both return, for each sentence, hypotheses with their token ids (ending in EOS when the
+model produced it), score and attention matrix (one row per output token, one column
+per source token). Scores are log-probabilities divided by the length penalty of
+Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6) ** alpha, so greedy and beam scores compare.
+
+With a vocabulary shortlist (attnmt.translation.shortlist) the output layer scores the ids of ``vocabulary``
+only: a step's log-probabilities then have one column per id of it, and the searches map the
+columns they choose back to token ids (``vocabulary[column]``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnmt.core import speed
+from attnmt.core.errors import AttnmtError
+from attnmt.data.subwords import BOS, EOS, PAD
+from attnmt.seq2seq.base import EncoderDecoder
+from attnmt.translation.shortlist import Shortlist, restricted
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # output ids, EOS included when produced
+    score: float  # log_prob / length penalty
+    log_prob: float
+    attention: Tensor | None  # (len(tokens), source length incl. EOS), None without attention
+
+
+@dataclass
+class BeamNode:
+    """One candidate that beam search looked at: the tree of a sentence is the list of them."""
+
+    id: int
+    parent: int | None
+    token: int
+    log_prob: float  # of the whole prefix
+    step: int
+    status: str  # "root", "kept" (stays in the beam), "finished" (ended in EOS), "pruned"
+
+
+class BeamRecorder:
+    """Records the search tree of each sentence; pass one to ``beam_search(record=...)``."""
+
+    def __init__(self, batch: int, beam: int):
+        self.trees = [[BeamNode(0, None, BOS, 0.0, 0, "root")] for _ in range(batch)]
+        self.row_node = torch.zeros(batch * beam, dtype=torch.long, device="cpu")  # tree node of each live row
+        self.beam = beam
+
+    def step(self, t: int, active: Tensor, origin: Tensor, token: Tensor, score: Tensor, finished: Tensor,
+             alive: Tensor):
+        k = self.beam
+        active, origin, token, score, finished, alive = (x.cpu() for x in (active, origin, token, score, finished,
+                                                                            alive))
+        row_node = torch.zeros(alive.size(0) * k, dtype=torch.long, device="cpu")
+        for g, sentence in enumerate(active.tolist()):
+            tree, rank = self.trees[sentence], 0
+            for j in range(origin.size(1)):
+                if score[g, j] == float("-inf"):
+                    continue
+                status = "finished" if finished[g, j] else "kept" if alive[g, j] else "pruned"
+                parent = int(self.row_node[g * k + origin[g, j]])
+                tree.append(BeamNode(len(tree), parent, int(token[g, j]), float(score[g, j]), t + 1, status))
+                if status == "kept":
+                    row_node[g * k + rank] = len(tree) - 1
+                    rank += 1
+        self.row_node = row_node
+
+    def keep_rows(self, rows: Tensor):
+        self.row_node = self.row_node[rows.cpu()]
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_output_lengths(src_lengths: Tensor, ratio: float, offset: int) -> list[int]:
+    return [max(1, int(ratio * n + offset)) for n in src_lengths.tolist()]
+
+
+def memory_lengths(memory) -> list[int]:
+    """The real positions of each sentence in the encoder's output: the source length, or fewer
+    when the encoder shortens its input (speech)."""
+    return memory.mask.sum(1).tolist()
+
+
+def _hypothesis(tokens: list[int], log_prob: float, attention: Tensor | None, alpha: float,
+                src_length: int) -> Hypothesis:
+    """A hypothesis of ``tokens``, cut after its first EOS, with its attention rows over the real
+    positions of the encoder's output."""
+    if EOS in tokens:
+        tokens = tokens[: tokens.index(EOS) + 1]
+    if attention is not None:
+        attention = attention[: len(tokens), :src_length].clone()
+    return Hypothesis(tokens, log_prob / length_penalty(len(tokens), alpha), log_prob, attention)
+
+
+def token_ids(columns: Tensor, vocabulary: Tensor | None) -> Tensor:
+    """The token ids of columns of a step's log-probabilities: the columns themselves, or under a
+    shortlist the ids of ``vocabulary`` they stand for."""
+    return columns if vocabulary is None else vocabulary[columns]
+
+
+@torch.inference_mode()
+def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
+                  alpha: float = 1.0, vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
+    """At each step take the most probable token. A sentence stops at EOS or its length limit
+    and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
+    the ids of a shortlist that the output layer is restricted to (see ``decode``)."""
+    batch = src.size(0)
+    memory = model.encode(src, src_lengths)
+    memory_widths = memory_lengths(memory)
+    state = model.init_state(memory)
+    prev = torch.full((batch,), BOS, dtype=torch.long, device=src.device)
+    limits = torch.tensor(max_lengths, device=src.device)
+    active = torch.arange(batch, device=src.device)  # the sentence of each row
+    log_probs = torch.zeros(batch, device=src.device)
+    # Per step: the sentences of the rows, their tokens and weights; read per sentence at the end.
+    rows, tokens, weights = [], [], []
+    for t in range(max(max_lengths)):
+        step = model.decode_step(prev, state, memory)
+        best, column = step.log_probs.max(dim=-1)
+        prev = token_ids(column, vocabulary)
+        log_probs[active] += best
+        rows.append(active)
+        tokens.append(prev)
+        weights.append(step.weights)
+        going = (prev != EOS) & (limits[active] > t + 1)
+        if not bool(going.all()):  # drop the finished sentences from the batch
+            if not bool(going.any()):
+                break
+            kept = going.nonzero().view(-1)
+            active, prev = active[kept], prev[kept]
+            state, memory = step.state.select(kept), memory.select(kept)
+        else:
+            state = step.state
+    order = torch.cat(rows).argsort(stable=True)  # every row of sentence 0, in step order, then 1, ...
+    tokens = torch.cat(tokens)[order].tolist()
+    attention = None if weights[0] is None else torch.cat(weights)[order].float()
+    lengths = torch.bincount(torch.cat(rows), minlength=batch).tolist()
+    results, start = [], 0
+    for i, length in enumerate(lengths):
+        matrix = None if attention is None else attention[start:start + length]
+        results.append([_hypothesis(tokens[start:start + length], float(log_probs[i]), matrix, alpha,
+                                    memory_widths[i])])
+        start += length
+    return _checked(results)
+
+
+class _History:
+    """What beam search needs to read its hypotheses back: per step t, the attention weights of
+    the rows of its batch, and for each row of the next batch its token and the row of step t it
+    extends. Hypotheses are read back when they finish, those of one step together: copying every
+    live hypothesis' tokens and weights forward at every step would cost O(length^2)."""
+
+    def __init__(self):
+        self.weights: list[Tensor | None] = []  # step t: (rows of batch t, S)
+        self.tokens: list[Tensor] = []  # step t: the token of each row of batch t+1
+        self.parents: list[Tensor] = []  # step t: the row of batch t that each row of batch t+1 extends
+
+    def read(self, t: int, rows: Tensor, tokens: Tensor) -> tuple[list[list[int]], Tensor | None]:
+        """The hypotheses of ``rows`` of batch t, each extended by its token of ``tokens`` at step
+        t: their tokens, and their attention (n, t+1, S) or None."""
+        token_columns, weight_columns = [tokens], []
+        for step in range(t, -1, -1):
+            if self.weights[step] is not None:
+                weight_columns.append(self.weights[step][rows])
+            if step:
+                token_columns.append(self.tokens[step - 1][rows])
+                rows = self.parents[step - 1][rows]
+        token_lists = torch.stack(token_columns[::-1], dim=1).tolist()
+        return token_lists, torch.stack(weight_columns[::-1], dim=1).float() if weight_columns else None
+
+
+@torch.inference_mode()
+def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
+                n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None,
+                vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
+    """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
+
+    A hypothesis that ends in EOS leaves the beam for the finished list of its sentence. A
+    sentence is done when no live hypothesis can still beat its ``n_best`` best finished ones
+    (their scores only fall as they grow: see ``_cannot_improve``), when it has ``beam`` finished
+    hypotheses and none of the live ones would beat them were it to end now, or at its length
+    limit (its live hypotheses then finish). Its rows then leave the batch, so later steps only
+    compute what is still open. (Stopping at ``beam`` finished hypotheses alone, as many searches
+    do, can return a worse result than greedy search: a confident model's unlikely hypotheses
+    end early, fill the finished list, and stop the sentence before its likely one has ended.)
+    With ``record``, every candidate considered is added to the sentence's search tree.
+    ``vocabulary``: the ids of a shortlist that the output layer is restricted to (see ``decode``).
+    """
+    if n_best > beam:
+        raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
+    batch, k, device = src.size(0), beam, src.device
+    memory = model.encode(src, src_lengths)
+    state = model.init_state(memory)
+    # The k hypotheses of a sentence would start identical: the first step runs on one row per
+    # sentence (width 1), and its best extensions then fill the sentence's k rows.
+    width = 1
+    scores = torch.zeros(batch, width, device=device)
+    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    active = torch.arange(batch, device=device)  # sentence id of each group of k rows
+    history = _History()
+    memory_widths = memory_lengths(memory)
+
+    def finish(t: int, sentences: list[int], rows: Tensor, tokens: Tensor, log_probs: list[float]):
+        token_lists, attention = history.read(t, rows, tokens)
+        for i, (sentence, log_prob) in enumerate(zip(sentences, log_probs)):
+            matrix = None if attention is None else attention[i]
+            finished[sentence].append(_hypothesis(token_lists[i], log_prob, matrix, alpha, memory_widths[sentence]))
+
+    for t in range(max(max_lengths)):
+        step = model.decode_step(prev, state, memory)
+        history.weights.append(step.weights)
+        n = active.numel()
+        sentences = active.tolist()
+        top_scores, origin, next_column = _best_candidates(scores, step.log_probs, k)
+        next_token = token_ids(next_column, vocabulary)
+        source_rows = torch.arange(n, device=device).unsqueeze(1) * width + origin  # (n, 2k): row of batch t
+        is_eos = next_token == EOS
+
+        # EOS among the best k candidates: finished hypotheses.
+        ends = is_eos & (top_scores > float("-inf")) & (torch.arange(2 * k, device=device) < k)
+        if bool(ends.any()):
+            groups = ends.nonzero()[:, 0].tolist()
+            finish(t, [sentences[g] for g in groups], source_rows[ends], next_token[ends], top_scores[ends].tolist())
+
+        # The best k candidates that do not end in EOS stay alive.
+        alive = ~is_eos & (torch.cumsum((~is_eos).long(), dim=1) <= k)
+        if record is not None:
+            record.step(t, active, origin, next_token, top_scores, ends, alive)
+        source_rows, prev = source_rows[alive], next_token[alive]  # (n*k,)
+        scores = top_scores[alive].view(n, k)
+
+        # Sentences at their length limit finish with their live hypotheses.
+        limit = [g for g, sentence in enumerate(sentences)
+                 if t + 1 >= max_lengths[sentence] and len(finished[sentence]) < k]
+        if limit:
+            rows = torch.tensor(limit, device=device).repeat_interleave(k) * k + torch.arange(k, device=device).repeat(
+                len(limit))
+            live = scores.view(-1)[rows] != float("-inf")  # NaN scores finish too: _checked reports them
+            rows = rows[live]
+            finish(t, [sentences[g] for g in (rows // k).tolist()], source_rows[rows], prev[rows],
+                   scores.view(-1)[rows].tolist())
+        best_live = scores.max(dim=1).values.tolist()
+        done = [t + 1 >= max_lengths[sentence]
+                or _cannot_improve(finished[sentence], n_best, best_live[g], max_lengths[sentence], alpha)
+                or (len(finished[sentence]) >= k
+                    and _cannot_improve(finished[sentence], n_best, best_live[g], t + 1, alpha))
+                for g, sentence in enumerate(sentences)]
+        keep = ~torch.tensor(done, device=device)
+        if not bool(keep.any()):
+            break
+        groups = torch.arange(n, device=device)
+        if not bool(keep.all()):  # drop finished sentences from the batch
+            groups = keep.nonzero().view(-1)
+            rows = (groups.view(-1, 1) * k + torch.arange(k, device=device)).view(-1)
+            active, scores, source_rows, prev = active[keep], scores[keep], source_rows[rows], prev[rows]
+            if record is not None:
+                record.keep_rows(rows)
+        history.tokens.append(prev)
+        history.parents.append(source_rows)
+        state = step.state.select(source_rows)
+        if width < k or groups.numel() < n:  # the memory of each sentence, once per row (k rows from now on)
+            memory = memory.select((groups * width).repeat_interleave(k))
+        width = k
+
+    return _checked([sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished])
+
+
+def _cannot_improve(finished: list[Hypothesis], n_best: int, best_live: float, max_length: int,
+                    alpha: float) -> bool:
+    """Whether no live hypothesis can still enter a sentence's n best. A live hypothesis' log-
+    probability only falls as it grows; divided by the length penalty, the best score it can
+    reach is its log-probability over the penalty of the longest output allowed (``max_length``;
+    given the current length instead, whether it would beat them were it to end now)."""
+    if len(finished) < n_best:
+        return False
+    nth_best = sorted((h.score for h in finished), reverse=True)[n_best - 1]
+    return nth_best >= best_live / length_penalty(max_length, alpha)
+
+
+def _checked(results: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+    """Every sentence has a hypothesis, with a score that is a number."""
+    for hypotheses in results:
+        if not hypotheses or any(math.isnan(h.score) for h in hypotheses):
+            raise AttnmtError("the model computed scores that are not numbers (NaN): its weights are damaged "
+                              "or its training diverged")
+    return results
+
+
+def _best_candidates(scores: Tensor, log_probs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The 2k best one-token extensions of the live hypotheses of n sentences (2k: at most k of
+    them end in EOS). scores (n,width): the hypotheses' scores (width 1 at the first step, then k),
+    log_probs (n*width,V) -> the candidates' scores (n,2k), the row each extends (0..width-1)
+    and its token.
+
+    Only a row's own 2k best tokens can be among its sentence's 2k best, so each row is cut to
+    those first: the sentence's top-k then looks at k * 2k candidates instead of k * vocabulary,
+    and the scores are added to those only.
+    """
+    (n, width), per_row = scores.shape, min(2 * k, log_probs.size(1))
+    row_log_probs, row_tokens = log_probs.topk(per_row, dim=1)  # (n*width, per_row)
+    candidates = (scores.view(-1, 1) + row_log_probs).view(n, width * per_row)
+    row_tokens = row_tokens.view(n, width * per_row)
+    if candidates.size(1) < 2 * k:  # first step, vocabulary under 2k: pad with impossible ones
+        missing = 2 * k - candidates.size(1)
+        candidates = F.pad(candidates, (0, missing), value=float("-inf"))
+        row_tokens = F.pad(row_tokens, (0, missing), value=PAD)
+    top_scores, top_ids = candidates.topk(2 * k, dim=1)
+    origin = (top_ids // per_row).clamp_(max=width - 1)  # (padding: any row of the sentence)
+    return top_scores, origin, row_tokens.gather(1, top_ids)
+
+
+def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, beam: int = 1, n_best: int = 1,
+           alpha: float = 1.0, max_length_ratio: float = 1.5, max_length_offset: int = 10,
+           shortlist: Shortlist | None = None):
+    """Greedy search (beam 1) or beam search. On a GPU with the speed tricks on, those of
+    attnmt.seq2seq.fast_decoding: the same hypotheses, without waiting for the GPU at every step.
+    ``shortlist``: the output layer restricted to the batch's candidates (attnmt.translation.shortlist)."""
+    vocabulary = None if shortlist is None else shortlist.vocabulary(src)
+    with restricted(model, vocabulary):
+        return _search(model, src, src_lengths, beam, n_best, alpha, max_length_ratio, max_length_offset,
+                       vocabulary)
+
+
+def _search(model, src, src_lengths, beam, n_best, alpha, max_length_ratio, max_length_offset, vocabulary):
+    max_lengths = max_output_lengths(src_lengths, max_length_ratio, max_length_offset)
+    greedy, beamed = greedy_search, beam_search
+    if src.device.type == "cuda" and speed.enabled():
+        from attnmt.seq2seq import fast_decoding  # (it imports this module)
+
+        greedy, beamed = fast_decoding.greedy_search, fast_decoding.beam_search
+    if beam == 1 and n_best == 1:
+        return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary)
+    return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary=vocabulary)

@@ -1,0 +1,450 @@
+"""Greedy and beam search as fixed-shape tensor programs, for GPUs: the searches of
+attnmt.seq2seq.decoding, with the same results, but with no host synchronisation in the step loop.
+
+Why. A decoder step of an RNN model is a few dozen small kernels. On a GPU each runs in a few
+microseconds: what takes the time is Python launching them and, worse, every point where the host
+waits for a value from the GPU. The reference searches drop finished sentences from the batch
+(``nonzero``, ``tolist``) and keep beam search's finished hypotheses in Python lists: at every step
+the host waits for the GPU's whole queue to drain, then the GPU waits for the host. (A CPU has no
+such queue: there the reference searches, which compute fewer rows as sentences end, stay.)
+
+What. Every sentence keeps its rows for the whole search (one for greedy, k for beam search); a
+sentence that has ended is masked, not removed. Each step's bookkeeping is tensor operations on
+the device:
+  - greedy: the best token of each row; log-probability and length grow until EOS or the limit;
+  - beam: the 2k best candidates of each sentence (decoding._best_candidates); those ending in
+    EOS among the best k, and at the sentence's length limit its live ones, join a fixed-size
+    table of its n best finished hypotheses (score, log-probability, end step, row, last token),
+    kept in the order Python's stable sort gives decoding's lists; the k best candidates that do
+    not end in EOS stay alive; the stopping rules of decoding.beam_search are tensor comparisons.
+  - tokens, back-pointers (the row of step t that each row of step t+1 extends) and attention
+    weights go into buffers preallocated for the longest output, written at the step counter,
+    itself a tensor on the device.
+The host asks "are all sentences done?" every ``CHECK_EVERY`` steps (one synchronisation each), and
+reads the hypotheses back once, at the end, after following the back-pointers on the device.
+
+CUDA graphs. Where the decoder state keeps its shape from step to step (the RNN models, Seq2Seq and
+SpeechModel), a whole step (model.decode_step and the bookkeeping) is captured once per batch as a
+CUDA graph and replayed: one launch per step instead of a hundred or more. As PyTorch's recipe
+says, ``WARMUP_STEPS`` steps first run eagerly on a side stream (lazy set-up, kernel choices); they
+are the search's own first steps, and show whether the state keeps its shape. The step is then
+captured on static buffers: the loop's tensors (step counter, previous tokens, decoder state,
+scores, finished table), which the captured step reads and at its end overwrites with its results.
+The memory (encoder output), limits and history buffers belong to the search and live as long as
+its graph. The Transformer's state, its cache of keys and values, grows by one position a step: it
+runs the same fixed-shape search eagerly, without a graph.
+
+The switch. attnmt.seq2seq.decoding.decode uses these searches when the source is on a CUDA device and the
+speed tricks are on (``attnmt.core.speed.plain()`` or ``ATTNMT_PLAIN=1``: the reference searches).
+``graphs=None`` captures graphs on CUDA only; ``False`` runs every step eagerly; ``True`` on a CPU
+runs the static-buffer path without a graph. tests/test_fast_decoding.py checks that all of them
+return decoding's hypotheses, and that a step reads no value back.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from attnmt.data.subwords import BOS, EOS
+from attnmt.seq2seq.base import EncoderDecoder
+from attnmt.seq2seq.decoding import (
+    Hypothesis,
+    _best_candidates,
+    _checked,
+    _hypothesis,
+    length_penalty,
+    memory_lengths,
+    token_ids,
+)
+
+CHECK_EVERY = 8  # steps between two "are all sentences done?", each a host synchronisation
+WARMUP_STEPS = 2  # eager steps before a capture; two, to see whether the state keeps its shape
+
+NEG_INF = float("-inf")
+_ONE_CAPTURE_AT_A_TIME = threading.Lock()
+
+
+@torch.inference_mode()
+def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
+                  alpha: float = 1.0, graphs: bool | None = None,
+                  vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
+    """decoding.greedy_search's hypotheses, every sentence computed until all have ended."""
+    search = _Greedy(model, model.encode(src, src_lengths), max_lengths, alpha, vocabulary)
+    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
+    return _checked(search.results(loop, steps))
+
+
+@torch.inference_mode()
+def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
+                n_best: int = 1, alpha: float = 1.0, graphs: bool | None = None,
+                vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
+    """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
+    sentence keeping its k rows until all are done."""
+    if n_best > beam:
+        raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
+    search = _Beam(model, model.encode(src, src_lengths), max_lengths, beam, n_best, alpha, vocabulary)
+    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
+    return _checked(search.results(loop, steps))
+
+
+def _graphs_on(graphs: bool | None, device: torch.device) -> bool:
+    return device.type == "cuda" if graphs is None else graphs
+
+
+# ------------------------------------------------------------------------------- the step loop
+
+
+def _run(search, steps: int, graphs: bool):
+    """Runs ``search`` until all its sentences are done (asked every CHECK_EVERY steps) or for
+    ``steps`` steps: eagerly, or with ``graphs`` its first WARMUP_STEPS eagerly and the others as a
+    captured graph. Returns the last loop and the number of steps run."""
+    loop, step, t = search.start(), search.step, 0
+    if graphs and steps > WARMUP_STEPS:
+        loop, step = _warm_up_and_capture(search.step, loop, WARMUP_STEPS)
+        t = WARMUP_STEPS  # (fewer than CHECK_EVERY: no check was due)
+    while t < steps:
+        loop, t = step(loop), t + 1
+        if t % CHECK_EVERY == 0 and bool(search.all_done(loop)):
+            break
+    return loop, t
+
+
+def _warm_up_and_capture(step: Callable, loop, steps: int):
+    """Runs ``steps`` steps eagerly on a side stream, then captures ``step`` if the loop kept its
+    layout over the last one. Returns the loop and what runs the next steps (the graph or ``step``)."""
+    with _side_stream(loop.prev.device):
+        for _ in range(steps):
+            before, loop = loop, step(loop)
+    if _layout(loop) != _layout(before):  # a growing state (the Transformer's cache): no graph
+        return loop, step
+    return loop, _StepGraph(step, loop)
+
+
+class _StepGraph:
+    """A search step on static buffers, captured as one CUDA graph; calling it runs the step on
+    the buffers, in place, and returns them. (On a CPU it runs the same step eagerly.)"""
+
+    def __init__(self, step: Callable, loop):
+        self.loop = _map(torch.clone, loop)  # the static buffers: the step's inputs, then its outputs
+        self.replay = _captured(lambda: _copy_into(self.loop, step(self.loop)), loop.prev.device)
+
+    def __call__(self, loop):
+        if loop is not self.loop:  # (the first call: the warm-up's loop, equal to the buffers)
+            _copy_into(self.loop, loop)
+        self.replay()
+        return self.loop
+
+
+def _captured(run: Callable[[], None], device: torch.device) -> Callable[[], None]:
+    """``run`` as a CUDA graph's replay on a CUDA device; ``run`` itself elsewhere."""
+    if device.type != "cuda":
+        return run
+    graph = torch.cuda.CUDAGraph()
+    # Autocast's cache of cast weights does not outlive its context, while the graph would read it
+    # at every replay: inside the graph the weights are cast with the rest. One capture at a time
+    # (the server decodes in threads), and only this thread's calls are checked during it: another
+    # thread may go on with its own (eager) work on its own stream.
+    autocast = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
+                              cache_enabled=False)
+    with _ONE_CAPTURE_AT_A_TIME, autocast, torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        run()
+    return graph.replay
+
+
+@contextmanager
+def _side_stream(device: torch.device):
+    """The work of the block on a CUDA side stream, ordered after and before the current one's."""
+    if device.type != "cuda":
+        yield
+        return
+    current, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        yield
+    current.wait_stream(side)
+
+
+# The loops and the model's states are dataclasses of tensors, lists of tensors and None.
+
+def _tensors(value) -> list[Tensor]:
+    """The tensors of a loop or state, in a fixed order."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, list):
+        return [t for v in value for t in _tensors(v)]
+    if is_dataclass(value):
+        return [t for f in fields(value) for t in _tensors(getattr(value, f.name))]
+    return []
+
+
+def _map(function: Callable[[Tensor], Tensor], value):
+    """``value`` with ``function`` applied to each of its tensors."""
+    if isinstance(value, Tensor):
+        return function(value)
+    if isinstance(value, list):
+        return [_map(function, v) for v in value]
+    if is_dataclass(value):
+        return replace(value, **{f.name: _map(function, getattr(value, f.name)) for f in fields(value)})
+    return value
+
+
+def _layout(value) -> list[tuple[torch.Size, torch.dtype]]:
+    return [(t.shape, t.dtype) for t in _tensors(value)]
+
+
+def _copy_into(static, new):
+    for buffer, tensor in zip(_tensors(static), _tensors(new), strict=True):
+        buffer.copy_(tensor)
+
+
+class _History:
+    """What each step t wrote, in buffers made for the longest output (fixed shapes: a graph
+    writes at the step counter): the last token of each row after step t, the row of step t that
+    it extends (beam search), and the attention weights of step t's rows, whose buffer is made at
+    the first step (its weights give their type and width; None without attention)."""
+
+    def __init__(self, steps: int, rows: int, device: torch.device):
+        self.tokens = torch.zeros(steps, rows, dtype=torch.long, device=device)
+        self.parents = torch.zeros(steps, rows, dtype=torch.long, device=device)
+        self.weights: Tensor | None = None  # (steps, rows, S)
+
+    def write(self, t: Tensor, tokens: Tensor, parents: Tensor | None, weights: Tensor | None):
+        self.tokens.index_copy_(0, t, tokens.unsqueeze(0))
+        if parents is not None:
+            self.parents.index_copy_(0, t, parents.unsqueeze(0))
+        if weights is not None:
+            if self.weights is None:
+                self.weights = weights.new_zeros(self.tokens.size(0), *weights.shape)
+            self.weights.index_copy_(0, t, weights.unsqueeze(0))
+
+
+def _batch_size(memory) -> int:
+    return memory.states.size(0)
+
+
+# ------------------------------------------------------------------------------- greedy search
+
+
+@dataclass
+class _GreedyLoop:
+    step: Tensor  # (1,) the step t about to run
+    prev: Tensor  # (B,) the token each sentence wrote last (BOS at first)
+    state: Any  # the model's decoder state
+    log_prob: Tensor  # (B,) of the tokens written so far
+    length: Tensor  # (B,) tokens written so far
+    ended: Tensor  # (B,) True once the sentence wrote EOS or reached its limit
+
+
+class _Greedy:
+    """Greedy search on one row per sentence: start() the loop, step() it (no value read back),
+    all_done() for the host's check, results() at the end."""
+
+    def __init__(self, model: EncoderDecoder, memory, max_lengths: list[int], alpha: float,
+                 vocabulary: Tensor | None = None):
+        self.model, self.memory, self.alpha, self.vocabulary = model, memory, alpha, vocabulary
+        device = memory.states.device
+        self.limits = torch.tensor(max_lengths, device=device)
+        self.history = _History(max(max_lengths), _batch_size(memory), device)
+
+    def start(self) -> _GreedyLoop:
+        batch, device = _batch_size(self.memory), self.limits.device
+        return _GreedyLoop(torch.zeros(1, dtype=torch.long, device=device),
+                           torch.full((batch,), BOS, dtype=torch.long, device=device),
+                           self.model.init_state(self.memory), torch.zeros(batch, device=device),
+                           torch.zeros(batch, dtype=torch.long, device=device),
+                           torch.zeros(batch, dtype=torch.bool, device=device))
+
+    def step(self, loop: _GreedyLoop) -> _GreedyLoop:
+        t = loop.step
+        out = self.model.decode_step(loop.prev, loop.state, self.memory)
+        best, column = out.log_probs.max(dim=-1)
+        token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
+        going = ~loop.ended
+        self.history.write(t, token, None, out.weights)
+        return _GreedyLoop(t + 1, token, out.state, torch.where(going, loop.log_prob + best, loop.log_prob),
+                           loop.length + going.long(), loop.ended | (token == EOS) | (self.limits <= t + 1))
+
+    def all_done(self, loop: _GreedyLoop) -> Tensor:
+        return loop.ended.all()
+
+    def results(self, loop: _GreedyLoop, steps: int) -> list[list[Hypothesis]]:
+        tokens = self.history.tokens[:steps].t().tolist()  # (B, steps)
+        weights = self.history.weights
+        attention = None if weights is None else weights[:steps].transpose(0, 1).float().cpu()
+        lengths, log_probs = loop.length.tolist(), loop.log_prob.tolist()
+        widths = memory_lengths(self.memory)
+        return [[_hypothesis(tokens[i][:length], log_probs[i], None if attention is None else attention[i],
+                             self.alpha, widths[i])]
+                for i, length in enumerate(lengths)]
+
+
+# ------------------------------------------------------------------------------- beam search
+
+
+@dataclass
+class _Finished:
+    """The n best finished hypotheses of each sentence so far, best first (equal scores: the
+    first to finish first), and how many have finished in all. Empty slots score -inf."""
+
+    count: Tensor  # (B,) hypotheses finished so far, all of them
+    score: Tensor  # (B,n) float64: log_prob / length penalty, computed as decoding computes it
+    log_prob: Tensor  # (B,n) float64
+    end: Tensor  # (B,n) the step at which it ended: it has end + 1 tokens
+    row: Tensor  # (B,n) the row of that step it extends
+    token: Tensor  # (B,n) its last token
+
+    SLOTS = ("score", "log_prob", "end", "row", "token")
+
+
+@dataclass
+class _BeamLoop:
+    step: Tensor  # (1,) the step t about to run
+    prev: Tensor  # (B*k,) the last token of each live hypothesis (BOS at first)
+    state: Any  # the model's decoder state, (B*k) rows
+    scores: Tensor  # (B,k) the live hypotheses' log-probabilities ((B,1) before the first step)
+    done: Tensor  # (B,) the sentence's search is over
+    finished: _Finished
+
+
+class _Beam:
+    """Beam search on k rows per sentence (those of sentence b are rows b*k ... b*k + k-1, its
+    memory repeated k times): the same methods as _Greedy."""
+
+    def __init__(self, model: EncoderDecoder, memory, max_lengths: list[int], beam: int, n_best: int,
+                 alpha: float, vocabulary: Tensor | None = None):
+        batch, device, steps = _batch_size(memory), memory.states.device, max(max_lengths)
+        self.model, self.beam, self.n_best, self.alpha, self.batch = model, beam, n_best, alpha, batch
+        self.vocabulary = vocabulary
+        self.memory = memory.select(torch.arange(batch, device=device).repeat_interleave(beam))  # k rows each
+        self.first_row = torch.arange(batch, device=device).unsqueeze(1) * beam  # (B,1)
+        self.limits = torch.tensor(max_lengths, device=device)
+        # The length penalties as decoding computes them (in Python, in float64): of t + 1 tokens
+        # at index t, and of each sentence's longest output.
+        self.penalties = torch.tensor([length_penalty(n, alpha) for n in range(1, steps + 1)], dtype=torch.float64,
+                                      device=device)
+        self.limit_penalties = torch.tensor([length_penalty(n, alpha) for n in max_lengths], dtype=torch.float64,
+                                            device=device)
+        self.history = _History(steps, batch * beam, device)
+
+    def start(self) -> _BeamLoop:
+        (batch, k), device = (self.batch, self.beam), self.limits.device
+        # The k hypotheses of a sentence would start identical: the first step extends its first
+        # row only (scores of width 1, as in decoding), and its best extensions fill the k rows.
+        scores = torch.zeros(batch, 1, device=device)
+        empty = torch.zeros(batch, self.n_best, dtype=torch.long, device=device)
+        no_scores = torch.full((batch, self.n_best), NEG_INF, dtype=torch.float64, device=device)
+        finished = _Finished(torch.zeros(batch, dtype=torch.long, device=device), no_scores, no_scores.clone(),
+                             empty, empty.clone(), empty.clone())
+        return _BeamLoop(torch.zeros(1, dtype=torch.long, device=device),
+                         torch.full((batch * k,), BOS, dtype=torch.long, device=device),
+                         self.model.init_state(self.memory), scores,
+                         torch.zeros(batch, dtype=torch.bool, device=device), finished)
+
+    def step(self, loop: _BeamLoop) -> _BeamLoop:
+        k, t, still_open = self.beam, loop.step, ~loop.done.unsqueeze(1)
+        out = self.model.decode_step(loop.prev, loop.state, self.memory)
+        width = loop.scores.size(1)  # rows extended per sentence: 1 at the first step, then k
+        log_probs = out.log_probs.view(self.batch, k, -1)[:, :width].flatten(0, 1)
+        candidates, origin, column = _best_candidates(loop.scores, log_probs, k)  # (B,2k), best first
+        token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
+        parent = self.first_row + origin  # the row of this step each candidate extends
+        is_eos = token == EOS
+
+        # EOS among the best k candidates: finished hypotheses.
+        ended = is_eos[:, :k] & (candidates[:, :k] > NEG_INF) & still_open
+        # The best k candidates that do not end in EOS stay alive (a row has one EOS at most, so
+        # there are k of them).
+        alive = _first_true(~is_eos, k)
+        scores, prev, parent_alive = (x.gather(1, alive) for x in (candidates, token, parent))
+
+        # Sentences at their length limit finish with their live hypotheses, unless k have already.
+        count = loop.finished.count + ended.sum(1)
+        at_limit = still_open & (self.limits <= t + 1).unsqueeze(1) & (count < k).unsqueeze(1)
+        stopped = at_limit & (scores != NEG_INF)  # (NaN scores finish too: _checked reports them)
+        finished = self._with_finished(loop.finished, t, count + stopped.sum(1),
+                                       (ended, candidates[:, :k], parent[:, :k], token[:, :k]),
+                                       (stopped, scores, parent_alive, prev))
+
+        self.history.write(t, prev.flatten(), parent_alive.flatten(), out.weights)
+        return _BeamLoop(t + 1, prev.flatten(), out.state.select(parent_alive.flatten()), scores,
+                         loop.done | self._done(finished, scores, t), finished)
+
+    def _with_finished(self, finished: _Finished, t: Tensor, count: Tensor, *new) -> _Finished:
+        """``finished`` and the hypotheses ``new`` that finish at step t (each a tuple of (B,m)
+        tensors: which finish, their log-probabilities, rows and last tokens): the n best, ordered
+        as decoding's stable sort of its lists orders them (older ones first among equal scores)."""
+        penalty = self.penalties.index_select(0, t)  # they have t + 1 tokens
+        slots = {name: [getattr(finished, name)] for name in _Finished.SLOTS}
+        for finishes, log_prob, row, token in new:
+            log_prob = log_prob.double()
+            slots["score"].append(torch.where(finishes, log_prob / penalty, NEG_INF))
+            slots["log_prob"].append(log_prob)
+            slots["end"].append(t.expand_as(row))
+            slots["row"].append(row)
+            slots["token"].append(token)
+        merged = {name: torch.cat(values, dim=1) for name, values in slots.items()}
+        best = merged["score"].sort(dim=1, descending=True, stable=True).indices[:, :self.n_best]
+        return _Finished(count, **{name: values.gather(1, best) for name, values in merged.items()})
+
+    def _done(self, finished: _Finished, scores: Tensor, t: Tensor) -> Tensor:
+        """decoding.beam_search's stopping rules (see _cannot_improve there), for every sentence:
+        at its limit; when no live hypothesis can reach its n best; when k have finished and no
+        live one would beat its n best were it to end now."""
+        best_live = scores.max(dim=1).values.double()
+        has_n_best = finished.count >= self.n_best
+        nth_best = finished.score[:, self.n_best - 1]
+
+        def cannot_improve(penalty: Tensor) -> Tensor:
+            return has_n_best & (nth_best >= best_live / penalty)
+
+        return ((self.limits <= t + 1) | cannot_improve(self.limit_penalties)
+                | ((finished.count >= self.beam) & cannot_improve(self.penalties.index_select(0, t))))
+
+    def all_done(self, loop: _BeamLoop) -> Tensor:
+        return loop.done.all()
+
+    def results(self, loop: _BeamLoop, steps: int) -> list[list[Hypothesis]]:
+        finished = loop.finished
+        tokens, attention = self._read_back(finished, steps)
+        tokens, ends, log_probs = tokens.tolist(), finished.end.tolist(), finished.log_prob.tolist()
+        counts = finished.count.tolist()
+        attention = None if attention is None else attention.float().cpu()
+        widths = memory_lengths(self.memory)[::self.beam]
+        return [[_hypothesis(tokens[b][j][:ends[b][j] + 1], log_probs[b][j],
+                             None if attention is None else attention[b, j], self.alpha, widths[b])
+                 for j in range(min(counts[b], self.n_best))]
+                for b in range(self.batch)]
+
+    def _read_back(self, finished: _Finished, steps: int) -> tuple[Tensor, Tensor | None]:
+        """The tokens (B,n,steps) and attention (B,n,steps,S) of the finished table's hypotheses,
+        from each one's last step back to the first along the back-pointers. Positions after a
+        hypothesis' end hold what it does not use."""
+        history = self.history
+        tokens = torch.zeros(*finished.row.shape, steps, dtype=torch.long, device=finished.row.device)
+        attention = None
+        if history.weights is not None:
+            attention = history.weights.new_zeros(*finished.row.shape, steps, history.weights.size(-1))
+        row = finished.row
+        for t in range(steps - 1, -1, -1):
+            row = torch.where(finished.end == t, finished.row, row)  # the row of step t each one extends
+            if attention is not None:
+                attention[:, :, t] = history.weights[t][row]
+            if t > 0:
+                tokens[:, :, t - 1] = history.tokens[t - 1][row]
+                row = history.parents[t - 1][row]
+        return tokens.scatter_(2, finished.end.unsqueeze(2), finished.token.unsqueeze(2)), attention
+
+
+def _first_true(mask: Tensor, k: int) -> Tensor:
+    """The positions of the first k True values of each row of ``mask`` (a stable sort puts them
+    first, in order)."""
+    return mask.int().sort(dim=1, descending=True, stable=True).indices[:, :k]
+
+
+__all__ = ["greedy_search", "beam_search", "CHECK_EVERY"]

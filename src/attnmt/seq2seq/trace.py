@@ -1,0 +1,115 @@
+"""Look inside one greedy translation: every quantity of every decoder step.
+
+For each step t the trace holds what the papers draw: the scores e_j of each encoder state,
+the softmax weights a_j, the context vector c_t = sum_j a_j h_j, the decoder state, and the
+most probable next tokens. It is computed from the same modules as ``translate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from attnmt.core.devices import model_device, to_numpy
+from attnmt.data.batching import make_batch
+from attnmt.data.subwords import BOS, EOS
+
+
+@dataclass
+class StepTrace:
+    token: str  # the token chosen at this step (greedy)
+    token_id: int
+    probability: float
+    scores: np.ndarray | None  # (S,) attention scores e_j before the softmax; None without attention
+    weights: np.ndarray | None  # (S,) softmax weights a_j
+    context: np.ndarray  # (M,) context vector c_t
+    state: np.ndarray  # (H,) decoder state s_t (top layer)
+    # As attnmt.seq2seq.StepOutput gives them. Transformer: scores None; weights the last layer's
+    # cross-attention averaged over heads (as in Translation.attention); context that attention's
+    # output, state the top layer's output.
+    top_k: list[tuple[str, float]] = field(default_factory=list)  # next-token candidates and probabilities
+
+    def __repr__(self) -> str:
+        # The sizes of the vectors, not their numbers (a trace's steps would print tens of thousands of characters)
+        weights = "no attention" if self.weights is None else f"{len(self.weights)} weights"
+        return (f"StepTrace({self.token!r}, p {self.probability:.3f}, {weights}, context {np.size(self.context)}, "
+                f"state {np.size(self.state)}, top {len(self.top_k)})")
+
+
+@dataclass
+class DecodingTrace:
+    source: str
+    source_tokens: list[str]  # subword pieces, ending in "</s>"
+    encoder_states: np.ndarray  # (S, M): one row per source token
+    steps: list[StepTrace]
+    text: str  # the greedy translation
+    # Speech (attnmt.speech.recognizer): the log-mels (frames, n_mels), frames per encoder state, ms per frame
+    features: np.ndarray | None = None
+    frames_per_state: int | None = None
+    hop_ms: float | None = None
+
+    @property
+    def tokens(self) -> list[str]:
+        return [s.token for s in self.steps]
+
+    def __repr__(self) -> str:
+        states = "x".join(map(str, np.shape(self.encoder_states)))
+        speech = "" if self.features is None else f", {len(self.features)} audio frames"
+        return (f"DecodingTrace({self.source!r} -> {self.text!r}, {len(self.source_tokens)} source tokens, "
+                f"{len(self.steps)} steps, encoder states {states}{speech})")
+
+    @property
+    def attention(self) -> np.ndarray | None:
+        if not self.steps or self.steps[0].weights is None:
+            return None
+        return np.stack([s.weights for s in self.steps])
+
+
+@torch.inference_mode()
+def trace(translator, text: str, top_k: int = 5, max_length: int | None = None) -> DecodingTrace:
+    """Greedy decoding of one sentence, recording each step."""
+    src_ids = translator.src_subwords.encode([text])[0]
+    batch = make_batch([src_ids])
+    return trace_source(translator, batch.src, batch.src_lengths, text, translator.src_subwords.pieces(src_ids + [EOS]),
+                        top_k, max_length)
+
+
+@torch.inference_mode()
+def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, source: str, source_tokens: list[str],
+                 top_k: int = 5, max_length: int | None = None) -> DecodingTrace:
+    """Greedy decoding of one source given as a batch of one (token ids, or audio features),
+    recording each step; ``source_tokens`` label its encoder states."""
+    model = translator.model
+    model.eval()
+    device = model_device(model)
+    src, src_lengths = src.to(device), src_lengths.to(device)
+    memory = model.encode(src, src_lengths)
+    state = model.init_state(memory)
+    dc = translator.config.decoding
+    limit = max_length or int(dc.max_length_ratio * src.size(1) + dc.max_length_offset)
+    prev = torch.tensor([BOS], device=device)
+    steps = []
+    for _ in range(limit):
+        step = model.decode_step(prev, state, memory)
+        state = step.state
+        probs = step.log_probs.exp()[0]
+        best = int(probs.argmax())
+        top = probs.topk(min(top_k, probs.numel()))
+        steps.append(StepTrace(
+            token=translator.tgt_subwords.pieces([best])[0], token_id=best, probability=float(probs[best]),
+            scores=_row(step.scores), weights=_row(step.weights), context=_row(step.context), state=_row(step.output),
+            top_k=[(translator.tgt_subwords.pieces([i])[0], p)
+                   for p, i in zip(top.values.tolist(), top.indices.tolist())],
+        ))
+        if best == EOS:
+            break
+        prev = torch.tensor([best], device=device)
+    ids = [s.token_id for s in steps]
+    return DecodingTrace(source, source_tokens, to_numpy(memory.states[0].float(), copy=True), steps,
+                         translator.tgt_subwords.decode(ids))
+
+
+def _row(batch_of_one: torch.Tensor | None) -> np.ndarray | None:
+    return None if batch_of_one is None else to_numpy(batch_of_one[0].float(), copy=True)

@@ -1,0 +1,199 @@
+"""What the training loop needs to train a speech recogniser (task: speech): the character
+vocabulary of the transcripts, the log-mel features of the audio (cached in the experiment
+folder), the model, batches of padded features, and the validation (dev loss, CER and WER).
+
+The loss and the model's interface are translation's (attnmt.translation.training): only the
+source differs, features (B,T,n_mels) with their lengths instead of token ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import yaml
+from torch.nn.utils.rnn import pad_sequence
+
+from attnmt.core import distributed
+from attnmt.core.config import Config, config_to_yaml
+from attnmt.core.distributed import ONE_PROCESS, Processes
+from attnmt.core.errors import AttnmtError
+from attnmt.core.files import atomic_write_text
+from attnmt.data.batching import Batch, target_tensors
+from attnmt.data.subwords import Subwords, subword_paths, train_target_subwords
+from attnmt.seq2seq import build_model
+from attnmt.speech.audio import SpeechCorpus, load_speech_corpus, read_speech_tsv
+from attnmt.speech.error_rates import error_rates
+from attnmt.training.optimization import setup_training
+from attnmt.translation.training import TrainingLoss, best_outputs, evaluate_loss, sequence_loss
+
+FEATURES = "features"  # folder of the experiment that caches the features of each corpus
+
+
+@dataclass
+class EncodedSpeech:
+    """Utterances with their features and encoded transcripts."""
+
+    corpus: SpeechCorpus
+    tgt_ids: list[list[int]]
+
+    def __len__(self):
+        return len(self.tgt_ids)
+
+    def sizes(self) -> list[int]:
+        """Frames of each utterance: what a batch pads (data.batch_tokens counts frames)."""
+        return [f.size(0) for f in self.corpus.features]
+
+
+@dataclass
+class SpeechParts:
+    """The pieces of a speech experiment that the TrainingLoop takes."""
+
+    setup: object  # TrainingSetup
+    sizes: list[int]
+    make_batch: Callable[[list[int]], Batch]
+    validation: SpeechScores | None
+    summary: str
+    tgt_sw: Subwords
+
+
+def feature_batch(features: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,T,n_mels) features padded with zeros, and their lengths: on the CPU, where the features
+    are (a batch is moved to the model's device by its user)."""
+    return pad_sequence(features, batch_first=True), torch.tensor([f.size(0) for f in features], device="cpu")
+
+
+def speech_batch(data: EncodedSpeech, indices: list[int]) -> Batch:
+    src, lengths = feature_batch([data.corpus.features[i] for i in indices])
+    return Batch(src, lengths, *target_tensors([data.tgt_ids[i] for i in indices]), indices)
+
+
+def prepare_vocabulary(config: Config, log: Callable[[str], None] = print) -> Subwords:
+    """The character vocabulary of the training transcripts (spm/tgt.model), trained unless
+    present with the same settings; writes the config into the experiment folder."""
+    folder = config.experiment_dir
+    _, tgt_path = subword_paths(folder, False)
+    settings = tgt_path.parent / "settings.yaml"
+    wanted = config.data.subwords.model_dump(mode="json")
+    if tgt_path.is_file() and settings.is_file():
+        if yaml.safe_load(settings.read_text(encoding="utf-8")) != wanted:
+            raise AttnmtError(f"{tgt_path.parent} holds a vocabulary trained with other settings; "
+                              "use another experiment_dir")
+        subwords = Subwords(tgt_path)
+    else:
+        _, texts = read_speech_tsv(config.data.train.tsv)
+        log(f"training the {config.data.subwords.type} vocabulary of {len(texts):,} transcripts")
+        subwords = train_target_subwords(texts, config.data.subwords, folder, config.training.seed)
+        atomic_write_text(settings, yaml.safe_dump(wanted))
+    atomic_write_text(folder / "config.yaml", config_to_yaml(config))
+    return subwords
+
+
+def encoded_speech(tsv: Path, name: str, config: Config, tgt_sw: Subwords, max_length: int | None,
+                   log: Callable[[str], None] = print) -> EncodedSpeech:
+    """The utterances of ``tsv`` (features cached as features/NAME.safetensors), those whose
+    transcript is longer than ``max_length`` characters dropped with a count."""
+    corpus = load_speech_corpus(tsv, config.speech, config.experiment_dir / FEATURES / f"{name}.safetensors", log)
+    data = EncodedSpeech(corpus, tgt_sw.encode(corpus.texts))
+    if max_length is None:
+        return data
+    keep = [i for i, ids in enumerate(data.tgt_ids) if len(ids) <= max_length]
+    if len(keep) < len(data):
+        log(f"{tsv}: dropped {len(data) - len(keep)} utterance(s) with transcripts longer than {max_length}")
+    if not keep:
+        raise AttnmtError(f"{tsv}: no transcript is at most {max_length} characters long; raise data.max_length")
+    kept = SpeechCorpus(*([column[i] for i in keep] for column in (corpus.paths, corpus.texts, corpus.features)),
+                        corpus.skipped)
+    return EncodedSpeech(kept, [data.tgt_ids[i] for i in keep])
+
+
+def speech_parts(config: Config, device: torch.device, processes: Processes = ONE_PROCESS,
+                 log: Callable[[str], None] = print, progress: bool = True) -> SpeechParts:
+    """Vocabulary, features, model, loss, optimizer, batches and validation of a speech experiment."""
+    with distributed.main_first(processes):  # the main process trains the vocabulary and fills the cache
+        tgt_sw = prepare_vocabulary(config, log)
+        train = encoded_speech(config.data.train.tsv, "train", config, tgt_sw, config.data.max_length, log)
+        dev = (encoded_speech(config.data.dev.tsv, "dev", config, tgt_sw, None, log)
+               if config.data.dev is not None else None)
+    model = build_model(config.model, 0, len(tgt_sw), config.speech)
+    if config.speech.ctc_weight:
+        check_ctc_lengths(train, model, config.data.train.tsv, log)
+    if config.speech.normalize == "global":
+        model.encoder.set_global_statistics(train.corpus.features)
+    model.to(device)
+    loss = (SpeechLoss(model, config.training.label_smoothing, config.speech.ctc_weight) if config.speech.ctc_weight
+            else TrainingLoss(model, config.training.label_smoothing))
+    setup = setup_training(model, loss, config.training, processes)
+    seconds = train.corpus.seconds(config.speech.hop_ms)
+    summary = (f"model: speech encoder, {config.model.attention} attention, "
+               f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(train):,} training utterances "
+               f"({seconds / 3600:.2f} h of audio)")
+    validation = SpeechScores(dev, tgt_sw, config, progress) if dev is not None else None
+    return SpeechParts(setup, train.sizes(), lambda indices: speech_batch(train, indices), validation, summary,
+                       tgt_sw)
+
+
+def ctc_states_needed(ids: list[int]) -> int:
+    """The fewest encoder states CTC can spell ``ids`` in: one per character, and a blank between two
+    equal ones."""
+    return len(ids) + sum(a == b for a, b in zip(ids, ids[1:]))
+
+
+def check_ctc_lengths(data: EncodedSpeech, model, tsv: Path, log: Callable[[str], None]) -> int:
+    """Warns when some utterances have fewer encoder states than CTC needs (their CTC loss counts
+    as 0: only the decoder learns from them); returns how many."""
+    states = model.encoder_lengths(torch.tensor(data.sizes(), device="cpu")).tolist()
+    short = sum(n < ctc_states_needed(ids) for n, ids in zip(states, data.tgt_ids))
+    if short:
+        hint = "; speech.subsample: 4 gives twice as many states" if model.speech_config.subsample == 8 else ""
+        log(f"warning: {tsv}: {short} of {len(data)} utterance(s) have fewer encoder states than their transcript "
+            f"needs for CTC (speech.ctc_weight), which ignores them{hint}")
+    return short
+
+
+class SpeechLoss(TrainingLoss):
+    """(1 - w) cross-entropy of the decoder + w CTC of the encoder states (Kim et al. 2017), both
+    summed over the batch, with the number of target tokens."""
+
+    def __init__(self, model, label_smoothing: float, ctc_weight: float):
+        super().__init__(model, label_smoothing)
+        self.ctc_weight = ctc_weight
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
+        memory = self.model.encode(batch.src, batch.src_lengths)
+        cross_entropy = sequence_loss(self.model, batch, self.label_smoothing, memory)
+        ctc = self.model.ctc_loss(memory, batch.tgt_out)
+        return (1 - self.ctc_weight) * cross_entropy + self.ctc_weight * ctc, batch.target_tokens
+
+
+def transcribe_features(model, features: list[torch.Tensor], tgt_sw: Subwords, config: Config,
+                        beam: int = 1, progress: str | None = None) -> list[str]:
+    """The best transcript of each utterance, in the input order (``progress``: a bar's description)."""
+    return best_outputs(model, [f.size(0) for f in features],
+                        lambda indices: Batch(*feature_batch([features[i] for i in indices])), tgt_sw, config, beam,
+                        progress)
+
+
+@dataclass
+class SpeechScores:
+    """The validation of a speech model: dev loss and perplexity (teacher forcing), and the CER
+    and WER of its transcripts (beam training.dev_beam)."""
+
+    dev: EncodedSpeech
+    tgt_sw: Subwords
+    config: Config
+
+    progress: bool = True  # a bar while the dev set is transcribed (on a terminal)
+
+    def __call__(self, model) -> dict:
+        record = evaluate_loss(model, self.dev, self.config.data.batch_size, speech_batch)
+        hypotheses = transcribe_features(model, self.dev.corpus.features, self.tgt_sw, self.config,
+                                         self.config.training.dev_beam, "validation" if self.progress else None)
+        return {**record, **error_rates(hypotheses, self.dev.corpus.texts)}
+
+    @staticmethod
+    def describe(record: dict) -> str:
+        return (f"dev loss {record['loss']:.3f}, ppl {record['perplexity']:.2f}, CER {record['cer']:.2f}%, "
+                f"WER {record['wer']:.2f}%")

@@ -1,0 +1,391 @@
+"""Word alignments from attention, and their evaluation against gold alignments.
+
+Forced decoding runs the model with teacher forcing on a given translation and keeps the
+attention weights of every target piece over the source pieces. Merging pieces into words and
+taking, for every target word, the source word it attends to most gives a word alignment, written
+in the Pharaoh format ("i-j" pairs, i the source word, j the target word, 0-based), which is
+scored against a gold alignment with sure and possible links by the alignment error rate
+(AER, Och & Ney 2003).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from attnmt.core.devices import model_device, to_numpy
+from attnmt.core.errors import AttnmtError
+from attnmt.data.batching import inference_batches, make_batch
+from attnmt.data.corpus import read_lines
+from attnmt.data.subwords import EOS
+from attnmt.viz.words import merge_pieces, word_spans
+
+EOS_PIECE = "</s>"
+
+Link = tuple[int, int]  # (source word index i, target word index j), 0-based
+
+# ---------------------------------------------------------------- forced attention
+
+
+def force_attention(translator, sources: list[str], targets: list[str], batch_size: int = 32,
+                    layers: bool = False, heads: list[int] | None = None) -> list[np.ndarray]:
+    """Attention of the model while it is forced to produce each given target.
+
+    Returns, per pair, an array (target pieces + EOS) x (source pieces + EOS) whose rows are the
+    attention weights of each output step; rows sum to 1. Pairs are batched by length; the output
+    is in input order. An empty side is just EOS (a matrix with one row or one column).
+    ``layers=True`` (Transformers): the cross-attention of every decoder layer, averaged over its
+    heads (``heads``: those heads only), as an array (layers, target pieces + EOS, source pieces + EOS).
+    """
+    if isinstance(sources, str) or isinstance(targets, str):
+        raise TypeError("force_attention() takes lists of strings")
+    if len(sources) != len(targets):
+        raise AttnmtError(f"numbers of sentences differ: {len(sources)} sources, {len(targets)} targets")
+    model = translator.model
+    if layers and not hasattr(model, "attention_maps"):
+        raise AttnmtError(f"the model in {translator.folder} has no attention layers (layers=True is for Transformers)")
+    if heads is not None and not layers:
+        raise AttnmtError("heads are chosen among a Transformer's heads: give layers=True (a layer) too")
+    if heads is not None and not all(0 <= h < model.config.heads for h in heads):
+        raise AttnmtError(f"heads {heads}: the model in {translator.folder} has {model.config.heads} heads "
+                          f"(0 to {model.config.heads - 1})")
+    if not model.has_attention:
+        raise AttnmtError(f"the model in {translator.folder} has attention 'none': it has no attention "
+                          "weights to align with")
+    src_ids = translator.src_subwords.encode(list(sources))
+    tgt_ids = translator.tgt_subwords.encode(list(targets))
+    results: list[np.ndarray | None] = [None] * len(sources)
+    was_training = model.training
+    model.eval()
+    device = model_device(model)
+    try:
+        lengths = [len(s) + len(t) for s, t in zip(src_ids, tgt_ids)]
+        for indices in inference_batches(lengths, batch_size):
+            batch = make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices]).to(device)
+            with torch.inference_mode():  # only the weights: no output layer
+                if layers:  # (B,L,H,T,S) -> (B,L,T,S)
+                    cross = model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)["cross"]
+                    weights = (cross if heads is None else cross[:, :, heads]).mean(dim=2)
+                else:
+                    _, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+            weights = to_numpy(weights.float())
+            for row, i in enumerate(indices):
+                results[i] = weights[row, ..., : len(tgt_ids[i]) + 1, : len(src_ids[i]) + 1].copy()
+    finally:
+        model.train(was_training)
+    return results
+
+
+def piece_lists(translator, sources: list[str], targets: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """The pieces of every source and target, each ending in "</s>" (the axes of force_attention)."""
+    def pieces(subwords, texts):
+        return [subwords.pieces(ids + [EOS]) for ids in subwords.encode(list(texts))]
+
+    return pieces(translator.src_subwords, sources), pieces(translator.tgt_subwords, targets)
+
+
+# ---------------------------------------------------------------- pieces -> words
+
+
+def _without_eos(pieces: list[str]) -> list[str]:
+    return pieces[:-1] if pieces and pieces[-1] == EOS_PIECE else pieces
+
+
+def word_matrix(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str]) -> np.ndarray:
+    """Piece attention (len(tgt_pieces), len(src_pieces)) -> word attention (target words, source words).
+
+    The "</s>" row and column are dropped, then pieces are merged as in the figures
+    (attnmt.viz.words.merge_pieces): a source word gets the sum of the weights of its pieces,
+    a target word the mean over its pieces.
+    """
+    matrix = np.asarray(matrix)
+    if matrix.shape != (len(tgt_pieces), len(src_pieces)):
+        raise ValueError(f"attention matrix of shape {matrix.shape} does not match "
+                         f"{len(tgt_pieces)} target and {len(src_pieces)} source pieces")
+    src, tgt = _without_eos(src_pieces), _without_eos(tgt_pieces)
+    return merge_pieces(src, tgt, matrix[: len(tgt), : len(src)])[2]
+
+
+def drop_eos(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str]) -> np.ndarray:
+    """The piece matrix without the "</s>" row and column (for alignments between pieces)."""
+    return np.asarray(matrix)[: len(_without_eos(tgt_pieces)), : len(_without_eos(src_pieces))]
+
+
+# ---------------------------------------------------------------- attention -> links
+
+
+def alignments_from_attention(matrix_words: np.ndarray, method: str = "argmax",
+                              threshold: float = 0.5) -> list[Link]:
+    """Links (i, j), i a source index (column), j a target index (row), both 0-based, sorted.
+
+    "argmax": every target word links to the source word it attends to most.
+    "threshold": every (i, j) whose weight is at least ``threshold`` (none, one or several per target word).
+    """
+    matrix = np.asarray(matrix_words)
+    if matrix.ndim != 2:
+        raise ValueError(f"expected a 2-d matrix (target x source), got shape {matrix.shape}")
+    if method == "argmax":
+        if matrix.shape[1] == 0:
+            return []
+        return sorted((int(i), j) for j, i in enumerate(matrix.argmax(axis=1)))
+    if method == "threshold":
+        if not 0 < threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+        rows, cols = np.nonzero(matrix >= threshold)
+        return sorted((int(i), int(j)) for j, i in zip(rows, cols))
+    raise ValueError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
+
+
+def shifted_by_one(matrix: np.ndarray) -> np.ndarray:
+    """The piece attention with row t taken from step t + 1: the weights computed right after
+    target piece t was read, which with some variants align better with it than those that
+    predicted it. The "</s>" row (dropped later) keeps its own weights."""
+    matrix = np.asarray(matrix)
+    return np.concatenate([matrix[1:], matrix[-1:]]) if len(matrix) else matrix
+
+
+def word_attention(translator, sources: list[str], targets: list[str], matrices: list[np.ndarray],
+                   words: bool = True, shift: bool = False) -> list[np.ndarray]:
+    """The piece matrices of force_attention as word matrices (target words x source words, see
+    word_matrix), or with ``words=False`` as piece matrices without "</s>"; ``shift``: see
+    shifted_by_one. A text whose pieces do not give its whitespace-separated words is an error."""
+    src_pieces, tgt_pieces = piece_lists(translator, sources, targets)
+    result = []
+    for k, (matrix, sp, tp) in enumerate(zip(matrices, src_pieces, tgt_pieces)):
+        matrix = shifted_by_one(matrix) if shift else matrix
+        if not words:
+            result.append(drop_eos(matrix, sp, tp))
+            continue
+        for side, text, pieces in (("source", sources[k], sp), ("target", targets[k], tp)):
+            if len(word_spans(_without_eos(pieces))) != len(text.split()):
+                raise AttnmtError(
+                    f"sentence pair {k + 1}: the {side} has {len(text.split())} whitespace-separated words "
+                    f"but its subword pieces make {len(word_spans(_without_eos(pieces)))}, so word indices "
+                    "would not match the text")
+        result.append(word_matrix(matrix, sp, tp))
+    return result
+
+
+def output_links(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str], method: str = "argmax",
+                 threshold: float = 0.5, words: bool = True, shift: bool = False) -> list[Link]:
+    """The links of one translation's attention (rows: its output pieces, columns: its source
+    pieces, "</s>" included or not; it is left out): word links (i source word, j output word, the
+    words that the pieces make, which are the whitespace-separated words of the texts), or with
+    ``words=False`` piece links; ``shift``: see shifted_by_one."""
+    matrix = shifted_by_one(matrix) if shift else np.asarray(matrix)
+    merged = word_matrix(matrix, src_pieces, tgt_pieces) if words else drop_eos(matrix, src_pieces, tgt_pieces)
+    return alignments_from_attention(merged, method, threshold)
+
+
+def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str = "argmax",
+          threshold: float = 0.5, words: bool = True, shift: bool = False, layer: int | None = None,
+          heads: list[int] | None = None) -> list[list[Link]]:
+    """Word alignments of sentence pairs from forced attention (one list of links per pair).
+
+    With ``words=False`` the indices are those of the subword pieces (without "</s>"), unmerged.
+    With words, the word indices are those of the whitespace-separated tokens of each text;
+    a text whose pieces do not give the same number of words is an error. ``shift``: the
+    attention of the step after each word (shifted_by_one). A Transformer's ``layer`` (negative:
+    from the last; default: the last) and ``heads`` (default: all, averaged).
+    """
+    if method not in ("argmax", "threshold"):
+        raise AttnmtError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
+    if method == "threshold" and not 0 < threshold <= 1:
+        raise AttnmtError(f"the alignment threshold must be in (0, 1], got {threshold}")
+    if layer is None and heads is None:
+        matrices = force_attention(translator, sources, targets, batch_size)
+    else:
+        index = _layer_index(translator, layer)
+        matrices = [maps[index] for maps in
+                    force_attention(translator, sources, targets, batch_size, layers=True, heads=heads)]
+    return [alignments_from_attention(matrix, method, threshold)
+            for matrix in word_attention(translator, sources, targets, matrices, words, shift)]
+
+
+def _layer_index(translator, layer: int | None) -> int:
+    count = translator.config.model.decoder_layers
+    layer = -1 if layer is None else layer
+    if not -count <= layer < count:
+        raise AttnmtError(f"layer {layer}: the model in {translator.folder} has {count} decoder layers "
+                          f"(0 to {count - 1}, or -1 for the last)")
+    return layer
+
+
+def align_both_ways(forward, backward, sources: list[str], targets: list[str], symmetrization: str,
+                    **options) -> list[list[Link]]:
+    """The links of ``forward`` (a source->target model) and of ``backward`` (target->source, its
+    links turned around) made one alignment per pair (``symmetrization``: see symmetrize);
+    ``options``: those of align, for both."""
+    if symmetrization not in SYMMETRIZATIONS:
+        raise AttnmtError(f"unknown symmetrization {symmetrization!r}; expected one of {', '.join(SYMMETRIZATIONS)}")
+    there = align(forward, sources, targets, **options)
+    back = align(backward, targets, sources, **options)
+    return [symmetrize(f, transposed(b), symmetrization) for f, b in zip(there, back)]
+
+
+# ---------------------------------------------------------------- symmetrization
+
+
+def transposed(links) -> list[Link]:
+    """Links of the other direction: (i, j) -> (j, i), e.g. a French->English model's links as English->French."""
+    return sorted((j, i) for i, j in links)
+
+
+NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
+
+
+def grow_diag_final(forward, backward) -> list[Link]:
+    """The symmetrization of Koehn et al. (2003), as Moses writes it: start from the intersection;
+    grow it with links of the union next to (diagonals included) a link already in, whose source
+    or target word is still unaligned, until nothing changes; finally add the union's links whose
+    source or target word is still unaligned."""
+    union = set(forward) | set(backward)
+    links = set(forward) & set(backward)
+
+    def adds_a_word(i, j):
+        return all(a != i for a, _ in links) or all(b != j for _, b in links)
+
+    grown = True
+    while grown:
+        grown = False
+        for i, j in sorted(links):
+            for di, dj in NEIGHBOURS:
+                candidate = (i + di, j + dj)
+                if candidate in union and candidate not in links and adds_a_word(*candidate):
+                    links.add(candidate)
+                    grown = True
+    for direction in (forward, backward):
+        for i, j in sorted(direction):
+            if (i, j) not in links and adds_a_word(i, j):
+                links.add((i, j))
+    return sorted(links)
+
+
+def symmetrize(forward, backward, method: str) -> list[Link]:
+    """Links of both directions (both as source-target pairs) made one alignment: "intersection"
+    (precise), "union" (recalls most) or "grow-diag-final" (in between)."""
+    if method == "intersection":
+        return sorted(set(forward) & set(backward))
+    if method == "union":
+        return sorted(set(forward) | set(backward))
+    if method == "grow-diag-final":
+        return grow_diag_final(forward, backward)
+    raise ValueError(f"unknown symmetrization {method!r}; expected one of {', '.join(SYMMETRIZATIONS)}")
+
+
+SYMMETRIZATIONS = ("intersection", "union", "grow-diag-final")
+
+
+# ---------------------------------------------------------------- Pharaoh format
+
+
+def format_pharaoh(links) -> str:
+    """"i-j" pairs separated by spaces, sorted (by source index, then target index)."""
+    return " ".join(f"{i}-{j}" for i, j in sorted(set(links)))
+
+
+_LINK = re.compile(r"(\d+)([-?p])(\d+)")
+
+
+def parse_pharaoh(line: str, one_based: bool = False, allow_possible: bool = True,
+                  where: str = "") -> tuple[set[Link], set[Link]]:
+    """One line -> (sure links, possible links); possible includes sure.
+
+    "i-j" is a sure link, "i?j" and "ipj" possible ones. ``where`` (e.g. "file: line 3")
+    prefixes error messages.
+    """
+    sure, possible = set(), set()
+    prefix = f"{where}: " if where else ""
+    for token in line.split():
+        match = _LINK.fullmatch(token)
+        if match is None:
+            expected = "i-j (sure) or i?j / ipj (possible)" if allow_possible else "i-j"
+            raise AttnmtError(f"{prefix}malformed alignment link {token!r}; expected {expected} "
+                              "with non-negative integers i (source) and j (target)")
+        i, kind, j = int(match[1]), match[2], int(match[3])
+        if kind != "-" and not allow_possible:
+            raise AttnmtError(f"{prefix}possible link {token!r} in a hypothesis; a hypothesis has "
+                              "only links i-j")
+        if one_based:
+            if i == 0 or j == 0:
+                raise AttnmtError(f"{prefix}link {token!r} has index 0, but the file is read as "
+                                  "1-based (--one-based)")
+            i, j = i - 1, j - 1
+        possible.add((i, j))
+        if kind == "-":
+            sure.add((i, j))
+    return sure, possible
+
+
+def read_gold(path, one_based: bool = False) -> tuple[list[set[Link]], list[set[Link]]]:
+    """A gold alignment file -> (sure links, possible links) per line; possible includes sure."""
+    sure, possible = [], []
+    for line_no, line in enumerate(read_lines(path), start=1):
+        s, p = parse_pharaoh(line, one_based, where=f"{path}: line {line_no}")
+        sure.append(s)
+        possible.append(p)
+    return sure, possible
+
+
+def read_hypotheses(path, one_based: bool = False) -> list[set[Link]]:
+    """A hypothesis alignment file (Pharaoh, "i-j" links only) -> links per line."""
+    return [parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {line_no}")[0]
+            for line_no, line in enumerate(read_lines(path), start=1)]
+
+
+# ---------------------------------------------------------------- scores
+
+
+def alignment_scores(hyps, gold_sure, gold_possible) -> dict:
+    """Precision, recall and AER over the whole corpus (Och & Ney 2003), A the hypothesis links,
+    S the sure and P the possible gold links (S is taken as part of P):
+
+        precision = |A ∩ P| / |A|      recall = |A ∩ S| / |S|
+        AER = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
+
+    Counts are summed over all sentences before dividing. Precision is 0 without any hypothesis link.
+    """
+    if not len(hyps) == len(gold_sure) == len(gold_possible):
+        raise AttnmtError(f"numbers of sentences differ: the hypothesis has {len(hyps)}, the gold "
+                          f"alignment {len(gold_sure)}")
+    a = s = a_and_s = a_and_p = 0
+    for hyp, sure, possible in zip(hyps, gold_sure, gold_possible):
+        hyp, sure = set(hyp), set(sure)
+        possible = set(possible) | sure
+        a += len(hyp)
+        s += len(sure)
+        a_and_s += len(hyp & sure)
+        a_and_p += len(hyp & possible)
+    if s == 0:
+        raise AttnmtError("the gold alignment has no sure links: recall and AER are undefined")
+    return {
+        "aer": (a + s - a_and_s - a_and_p) / (a + s),  # = 1 - (|A∩S| + |A∩P|) / (|A| + |S|)
+        "precision": a_and_p / a if a else 0.0,
+        "recall": a_and_s / s,
+        "sentences": len(hyps),
+    }
+
+
+def score_files(gold_path, hyp_path, one_based: bool = False) -> dict:
+    """alignment_scores of a hypothesis file against a gold file; line counts must match."""
+    sure, possible = read_gold(gold_path, one_based)
+    hyps = read_hypotheses(hyp_path)
+    if len(hyps) != len(sure):
+        raise AttnmtError(f"line counts differ: {gold_path} has {len(sure)} lines, "
+                          f"{hyp_path} has {len(hyps)}")
+    return alignment_scores(hyps, sure, possible)
+
+
+def symmetrized_scores(forward, backward, gold_sure, gold_possible) -> dict[str, dict]:
+    """alignment_scores of the links of one direction ("forward": each target word linked to
+    source words), of the other ("backward", as source-target links too; may be None) and of each
+    symmetrization of the two: the one scoring of every aligner, attention or statistical."""
+    scores = {"forward": alignment_scores(forward, gold_sure, gold_possible)}
+    if backward is not None:
+        scores["backward"] = alignment_scores(backward, gold_sure, gold_possible)
+        for method in SYMMETRIZATIONS:
+            links = [symmetrize(f, b, method) for f, b in zip(forward, backward)]
+            scores[method] = alignment_scores(links, gold_sure, gold_possible)
+    return scores

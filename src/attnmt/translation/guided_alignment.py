@@ -1,0 +1,140 @@
+"""Guided alignment (Garg et al. 2019; also Chen et al. 2016): the attention is trained towards
+reference word links beside the translation loss.
+
+For a pair whose reference links each target piece t to the source pieces A_t, the reference
+attention is uniform over them, and the loss is its cross-entropy with the model's attention a_t:
+
+    q_t,j = 1 / |A_t|  for j in A_t (0 elsewhere)
+    L_align = - sum over t with A_t non-empty of  sum_j q_t,j log a_t,j
+    L = L_translation + weight * L_align
+
+Both are sums over target tokens, divided together by the batch's tokens. Target pieces without
+a link (unaligned words, EOS) add nothing. Word links become piece links: every piece of target
+word j is linked to every piece of source word i ("units: words"); with "units: pieces" the file
+counts pieces already (a character model's characters). The links come from a Pharaoh file of
+one line per line of data.train, or from eflomal run on the training text (grow-diag-final of
+both directions, as Garg et al. do with GIZA++), cached in EXPERIMENT/alignment/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from attnmt.core.config import Config, GuidedAlignment
+from attnmt.core.errors import AttnmtError
+from attnmt.core.files import atomic_write_text
+from attnmt.data.corpus import read_lines
+from attnmt.data.subwords import Subwords
+from attnmt.translation.align import format_pharaoh, grow_diag_final, parse_pharaoh
+from attnmt.translation.prepare import EncodedCorpus
+from attnmt.viz.words import word_spans
+
+Link = tuple[int, int]  # (source index, target index), 0-based
+
+
+def alignment_loss(weights: Tensor, reference: Tensor) -> Tensor:
+    """- sum_t sum_j q_t,j log a_t,j over the rows of ``reference`` that hold links.
+
+    weights (B,T,S) the model's attention (rows sum to 1); reference (B,T',S') with T' <= T and
+    S' <= S (the model may pad), rows that sum to 1 or 0 (no link)."""
+    rows, columns = reference.shape[1], reference.shape[2]
+    a = weights[:, :rows, :columns].float()
+    # where q is 0 the term is 0, whatever a is: a masked-out position (a = 0) must not give 0 * -inf
+    log_a = torch.where(reference > 0, torch.log(a.clamp_min(1e-9)), torch.zeros_like(a))
+    return -(reference * log_a).sum()
+
+
+def trained_attention(model, batch, guided: GuidedAlignment) -> tuple[Tensor, Tensor]:
+    """Teacher forcing of ``batch``: what enters the output layer (B,T,H) and the attention that
+    guided alignment trains (B,T,S): an RNN's attention, or the mean of the chosen heads of one
+    Transformer decoder layer's cross-attention."""
+    if hasattr(model, "cross_attention_of"):
+        states, weights = model.cross_attention_of(batch.src, batch.src_lengths, batch.tgt_in, guided.layer)
+        return states, weights[:, guided.heads].mean(dim=1)
+    return model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+
+
+def reference_attention(links: list[list[Link]], src_width: int, tgt_width: int) -> Tensor:
+    """(B, tgt_width, src_width): row t of pair b uniform over the source pieces linked to target
+    piece t, zero where it has none."""
+    reference = torch.zeros(len(links), tgt_width, src_width)
+    for b, pair_links in enumerate(links):
+        for s, t in pair_links:
+            reference[b, t, s] = 1.0
+    counts = reference.sum(dim=2, keepdim=True)
+    return reference / counts.clamp_min(1.0)
+
+
+def piece_links(word_links: list[Link], src_pieces: list[str], tgt_pieces: list[str]) -> list[Link] | None:
+    """Word links (i, j) -> links between the pieces of source word i and those of target word j.
+    None when the pieces do not make as many words as the links need (a pair to leave out)."""
+    src_words, tgt_words = word_spans(src_pieces), word_spans(tgt_pieces)
+    if any(i >= len(src_words) or j >= len(tgt_words) for i, j in word_links):
+        return None
+    return sorted({(s, t) for i, j in word_links
+                   for s in range(*src_words[i]) for t in range(*tgt_words[j])})
+
+
+def read_link_file(path, lines: int, one_based: bool) -> list[list[Link]]:
+    """The links of every line of a Pharaoh file that must have ``lines`` lines (one per corpus line)."""
+    text = read_lines(path)
+    if len(text) != lines:
+        raise AttnmtError(f"{path}: {len(text)} lines of alignment links, but data.train has {lines} lines: "
+                          "training.guided_alignment.links needs one line per line of the training corpus")
+    return [sorted(parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {k}")[0])
+            for k, line in enumerate(text, start=1)]
+
+
+def eflomal_file(config: Config, sources: list[str], targets: list[str], log: Callable[[str], None]):
+    """EXPERIMENT/alignment/train.eflomal.links: eflomal's grow-diag-final links of every training
+    pair (whitespace words), computed once; a file made from other text is computed again."""
+    from attnmt.translation.statistical_align import eflomal_links
+
+    digest = hashlib.sha256("\n".join(s + "\t" + t for s, t in zip(sources, targets)).encode()).hexdigest()
+    folder = config.experiment_dir / "alignment"
+    path, stamp = folder / "train.eflomal.links", folder / "train.eflomal.sha256"
+    if path.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
+        return path
+    log(f"word links: aligning {len(sources):,} training pairs with eflomal")
+    forward, backward = eflomal_links(sources, targets)
+    links = [grow_diag_final(f, b) for f, b in zip(forward, backward)]
+    atomic_write_text(path, "".join(format_pharaoh(pair) + "\n" for pair in links))
+    atomic_write_text(stamp, digest + "\n")
+    return path
+
+
+def attach_links(config: Config, train: EncodedCorpus, src_sw: Subwords, tgt_sw: Subwords,
+                 log: Callable[[str], None] = print) -> None:
+    """Sets ``train.alignments``: the reference piece links of every training pair (None where its
+    line has no usable links), from the config's guided_alignment."""
+    ga: GuidedAlignment = config.training.guided_alignment
+    if ga.links == "eflomal":
+        words = [(s.split(), t.split()) for s, t in zip(train.sources, train.targets)]
+        path = eflomal_file(config, [" ".join(s) for s, _ in words], [" ".join(t) for _, t in words], log)
+        by_line = dict(zip(train.lines, read_link_file(path, len(train), one_based=False)))
+    else:
+        files = config.data.train
+        corpus_lines = len(read_lines(files.tsv or files.src))
+        by_line = dict(enumerate(read_link_file(ga.links, corpus_lines, ga.one_based)))
+    train.alignments, unusable = [], 0
+    for src_ids, tgt_ids, line in zip(train.src_ids, train.tgt_ids, train.lines):
+        links = _pair_links(by_line[line], src_sw.pieces(src_ids), tgt_sw.pieces(tgt_ids), ga.units)
+        unusable += links is None
+        train.alignments.append(links or [])
+    if unusable:
+        log(f"guided alignment: {unusable:,} training pair(s) have links beyond their words or pieces; "
+            "they train without the alignment loss")
+    if not any(train.alignments):
+        raise AttnmtError(f"training.guided_alignment: no training pair has a usable link in {ga.links}")
+
+
+def _pair_links(links: list[Link], src_pieces: list[str], tgt_pieces: list[str], units: str) -> list[Link] | None:
+    if units == "words":
+        return piece_links(links, src_pieces, tgt_pieces)
+    if any(i >= len(src_pieces) or j >= len(tgt_pieces) for i, j in links):
+        return None
+    return links

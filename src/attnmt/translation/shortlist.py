@@ -1,0 +1,187 @@
+"""Vocabulary shortlists for decoding, as Marian's lexical shortlists and CTranslate2's vocabulary
+map: the output layer scores only the target pieces that a batch's source makes likely.
+
+The lexical table. The word links of the training text (eflomal's, grow-diag-final, as guided
+alignment computes them) become links between subword pieces; for each source piece s the table
+keeps the ``top`` target pieces most often linked to it,
+
+    candidates(s) = the top K of  count(s, t) = number of links s-t in the training pairs,
+
+and the ``frequent`` most frequent target pieces of the training text. ``attnmt shortlist
+MODEL_DIR`` writes it as MODEL_DIR/shortlist.json (plain JSON: ids, and a fingerprint of each
+vocabulary so that a table is never used with another model's subwords).
+
+Decoding. For a batch of source sentences X the output layer is restricted to
+
+    V' = union over pieces s of X of candidates(s)  +  frequent  +  PAD, UNK, BOS, EOS,
+
+sorted: its logits are z' = W[V'] h + b[V'], the log-softmax runs over V' only, and a chosen
+column c is the token V'[c]. PAD..EOS are ids 0..3 and come first, so they keep their columns (a
+shortlist of every piece is the full vocabulary, column for column: the same translations and
+scores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterable, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+from torch import Tensor
+
+from attnmt.core.errors import AttnmtError
+from attnmt.core.files import atomic_write_text
+from attnmt.data.subwords import BOS, EOS, PAD, UNK, Subwords
+
+FILE_NAME = "shortlist.json"
+SPECIALS = (PAD, UNK, BOS, EOS)  # always in a shortlist, in their own columns (ids 0..3)
+PieceLink = tuple[int, int]  # (source piece position, target piece position) in a pair
+
+
+class TableFile(BaseModel):
+    """shortlist.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["attnmt-shortlist"] = "attnmt-shortlist"
+    version: Literal[1] = 1
+    source_vocabulary: str  # sha256 of the source pieces (vocabulary_fingerprint)
+    target_vocabulary: str
+    top: int
+    candidates: list[list[int]]  # per source id: its target ids, most often linked first
+    frequent: list[int]  # the most frequent target ids of the training text, most frequent first
+
+
+def vocabulary_fingerprint(subwords: Subwords) -> str:
+    return hashlib.sha256("\n".join(subwords.pieces(list(range(len(subwords))))).encode()).hexdigest()
+
+
+def lexical_table(pairs: Iterable[tuple[list[int], list[int], list[PieceLink]]], top: int,
+                  frequent: int) -> tuple[dict[int, list[int]], list[int]]:
+    """pairs of (source ids, target ids, piece links) -> the ``top`` target ids most often linked
+    to each source id, and the ``frequent`` most frequent target ids (ties: the smaller id first)."""
+    links: dict[int, Counter] = defaultdict(Counter)
+    target_counts: Counter = Counter()
+    for src_ids, tgt_ids, pair_links in pairs:
+        target_counts.update(tgt_ids)
+        for s, t in pair_links:
+            links[src_ids[s]][tgt_ids[t]] += 1
+    candidates = {s: _most_common(counts, top) for s, counts in links.items()}
+    return candidates, _most_common(target_counts, frequent)
+
+
+def _most_common(counts: Counter, n: int) -> list[int]:
+    return [i for i, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:n]]
+
+
+class Shortlist:
+    """A lexical table ready for decoding: ``vocabulary(src)`` is the restricted output vocabulary V'."""
+
+    def __init__(self, candidates: list[list[int]], always: Iterable[int]):
+        width = max(1, max(map(len, candidates), default=1))
+        # (source size, width): a row per source id, padded with EOS (which every V' holds)
+        self.candidates = torch.tensor([row + [EOS] * (width - len(row)) for row in candidates], dtype=torch.long)
+        self.always = torch.tensor(sorted(set(always) | set(SPECIALS)), dtype=torch.long)
+
+    def to(self, device: torch.device) -> Shortlist:
+        self.candidates, self.always = self.candidates.to(device), self.always.to(device)
+        return self
+
+    def vocabulary(self, src: Tensor) -> Tensor:
+        """src (B,S) source ids (padded with PAD) -> V', the sorted target ids the output layer keeps."""
+        if src.dtype != torch.long:
+            raise AttnmtError("a vocabulary shortlist needs source pieces (a text model); this source is features")
+        if self.candidates.device != src.device:
+            self.to(src.device)
+        picked = self.candidates[src.flatten()].flatten()
+        return torch.cat([picked, self.always]).unique()  # (sorted)
+
+
+def load_shortlist(path: str | Path, src_sw: Subwords, tgt_sw: Subwords) -> Shortlist:
+    """The table of ``path`` for a model of these subwords, or a one-line AttnmtError."""
+    path = Path(path)
+    if not path.is_file():
+        raise AttnmtError(f"{path}: no shortlist table there; build one with 'attnmt shortlist MODEL_DIR'")
+    table = _read_table(path)
+    if (table.source_vocabulary, table.target_vocabulary) != (vocabulary_fingerprint(src_sw),
+                                                              vocabulary_fingerprint(tgt_sw)):
+        raise AttnmtError(f"{path}: a shortlist table built for other vocabularies than this model's subwords; "
+                          "build one for this model with 'attnmt shortlist MODEL_DIR'")
+    ids = [i for row in table.candidates for i in row] + table.frequent
+    if len(table.candidates) != len(src_sw) or any(not 0 <= i < len(tgt_sw) for i in ids):
+        raise AttnmtError(f"{path}: the table's rows or ids do not fit the vocabularies ({len(src_sw)} source, "
+                          f"{len(tgt_sw)} target pieces); build it again with 'attnmt shortlist MODEL_DIR'")
+    return Shortlist(table.candidates, table.frequent)
+
+
+def _read_table(path: Path) -> TableFile:
+    try:
+        return TableFile.model_validate_json(path.read_bytes())
+    except OSError as e:
+        raise AttnmtError(f"{path}: cannot read the shortlist table: {e.strerror or e}") from None
+    except ValidationError as e:
+        error = e.errors()[0]
+        where = ".".join(map(str, error["loc"]))
+        raise AttnmtError(f"{path}: {where + ': ' if where else ''}{error['msg']}; build it again with "
+                          "'attnmt shortlist MODEL_DIR'") from None
+
+
+@contextmanager
+def restricted(model, vocabulary: Tensor | None):
+    """Within the block, ``model``'s output layer scores the ids ``vocabulary`` only (None: all).
+    The layer itself is changed meanwhile: one model must not decode in two threads at once (the
+    server runs a model's work under its lock)."""
+    if vocabulary is None:
+        yield
+        return
+    generator = model.generator
+    if not hasattr(generator, "restrict"):
+        raise AttnmtError("a vocabulary shortlist needs the float32 or bf16 output layer, not int8")
+    generator.restrict(vocabulary)
+    try:
+        yield
+    finally:
+        generator.restrict(None)
+
+
+# ------------------------------------------------------------------------------- building
+
+
+def build_shortlist(folder: str | Path, top: int = 50, frequent: int = 100,
+                    log: Callable[[str], None] = print) -> Path:
+    """Writes FOLDER/shortlist.json from eflomal's links of the training corpus that the folder's
+    config names (computed once, cached in FOLDER/alignment/)."""
+    from attnmt.api import model_config
+    from attnmt.data.subwords import load_subwords
+    from attnmt.translation.guided_alignment import eflomal_file, piece_links, read_link_file
+    from attnmt.translation.prepare import encode_corpus, training_corpus
+
+    folder = Path(folder)
+    config = model_config(folder)
+    if config.task != "translation":
+        raise AttnmtError(f"{folder}: a shortlist is for translation models; this is a {config.task} model")
+    src_sw, tgt_sw = load_subwords(folder, config.data.subwords.joint)
+    train = encode_corpus(config.data.train, src_sw, tgt_sw, config.data.max_length, log,
+                          corpus=training_corpus(config, log), max_source_words=config.data.max_source_words)
+    words = [(" ".join(s.split()), " ".join(t.split())) for s, t in zip(train.sources, train.targets)]
+    path = eflomal_file(config, [s for s, _ in words], [t for _, t in words], log)
+    word_links = read_link_file(path, len(train), one_based=False)
+
+    def pairs():
+        for src_ids, tgt_ids, links in zip(train.src_ids, train.tgt_ids, word_links):
+            pieces = piece_links(links, src_sw.pieces(src_ids), tgt_sw.pieces(tgt_ids))
+            yield src_ids, tgt_ids, pieces or []
+
+    candidates, most_frequent = lexical_table(pairs(), top, frequent)
+    table = TableFile(source_vocabulary=vocabulary_fingerprint(src_sw),
+                      target_vocabulary=vocabulary_fingerprint(tgt_sw), top=top,
+                      candidates=[candidates.get(s, []) for s in range(len(src_sw))], frequent=most_frequent)
+    out = folder / FILE_NAME
+    atomic_write_text(out, table.model_dump_json() + "\n")
+    log(f"shortlist: {out}: top {top} target pieces for each of {len(candidates):,} linked source pieces, "
+        f"{len(most_frequent)} most frequent, from {len(train):,} training pairs")
+    return out
