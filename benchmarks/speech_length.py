@@ -130,9 +130,9 @@ def draw(out: Path, corpus: str, attention: str, tsv: Path, window: tuple[int, i
 
 def draw_place(figures: Path, corpus: str, results: dict, test_set: str):
     """The place kept by position in the joined utterance, one line per attention."""
-    from attnmt.viz.figures import _figure, save
+    from attnmt.viz.figures import new_figure, save
 
-    fig = _figure(6.0, 3.6)
+    fig = new_figure(6.0, 3.6)
     ax = fig.subplots()
     for attention, result in results.items():
         place = result["place"][test_set]

@@ -22,7 +22,7 @@ from attnmt.viz.figures import (
     _cell,
     _cell_grid,
     _dimension_ticks,
-    _figure,
+    new_figure,
     _labels,
     _set_xlabels,
     _set_ylabels,
@@ -47,7 +47,7 @@ def pair_figure(result, direction: str = "premise", max_dims: int | None = 24, *
     cell = _cell(max(len(premise) + len(hypothesis), len(dims)))
     width = max(len(hypothesis), len(dims)) * cell * 2 + 4
     height = (len(premise) + len(hypothesis) + 4) * cell + 2.5
-    fig = _figure(max(width, 8), max(height, 5))
+    fig = new_figure(max(width, 8), max(height, 5))
     grid = fig.add_gridspec(3, 2, height_ratios=[len(premise), len(hypothesis), 4], width_ratios=[1, 1])
     ax = fig.add_subplot(grid[0:2, 0])
     _matrix(ax, weights, premise, hypothesis, vmin=0, vmax=1, cmap="Blues")

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 
-from attnmt.viz.figures import HIGHLIGHT, _figure
+from attnmt.viz.figures import HIGHLIGHT, new_figure
 
 SPACE = "␣"
 
@@ -61,7 +61,7 @@ def spectrogram_attention(transcription, title: str | None = None, crop: bool = 
     labels = _char_labels(transcription.tokens)
     start, end = speech_span(features, frame) if crop else (0.0, features.shape[0] * frame)
     height = 1.6 + 0.22 * len(labels) + 1.8
-    fig = _figure(max(6.0, min(16.0, 2.5 + (end - start) * 3.5)), height)
+    fig = new_figure(max(6.0, min(16.0, 2.5 + (end - start) * 3.5)), height)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[0.22 * len(labels) + 0.4, 1.8])
     top.set_label("attention")
     largest = float(attention.max(initial=0.0)) or 1.0
@@ -83,13 +83,13 @@ def spectrogram_attention(transcription, title: str | None = None, crop: bool = 
 def speech_step_figure(trace, step: int) -> Figure:
     """Decoder step ``step`` of a speech trace: the attention weights a_j over time above the
     spectrogram, and the most probable next characters."""
-    from attnmt.viz.figures import _check_step
+    from attnmt.viz.figures import check_step
 
-    _check_step(trace, step)
+    check_step(trace, step)
     s = trace.steps[step]
     frame, state = _seconds(trace)
     features = np.asarray(trace.features)
-    fig = _figure(max(6.0, min(16.0, 2.0 + features.shape[0] * frame * 2.5)), 5.0)
+    fig = new_figure(max(6.0, min(16.0, 2.0 + features.shape[0] * frame * 2.5)), 5.0)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[1.2, 1.8])
     top.set_label("weights")
     top.set_ylim(0, 1)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 from matplotlib.figure import Figure
 
-from attnmt.viz.figures import _figure
+from attnmt.viz.figures import new_figure
 
 __all__ = ["bleu_by_length_figure", "attention_panels_figure", "alignment_figure", "best_alignments"]
 
@@ -26,7 +26,7 @@ def _low(label: str) -> int:
 def bleu_by_length_figure(table: dict) -> Figure:
     """Mean BLEU per source-length bucket over the seeds (bars: the lowest and highest seed)."""
     tests = table["test_sets"]
-    fig = _figure(4.2 * len(tests), 3.4)
+    fig = new_figure(4.2 * len(tests), 3.4)
     axes = fig.subplots(1, len(tests), squeeze=False)[0]
     for ax, test in zip(axes, tests):
         prefix = f"tests/{test}/by_length/"
@@ -55,7 +55,7 @@ def attention_panels_figure(panels: list[tuple[str, np.ndarray | None]], source_
     cell = 0.22
     width = max(3.0, cell * len(source_words) + 1.5)
     height = max(2.5, cell * len(target_words) + 1.5)
-    fig = _figure(width * columns, height * rows)
+    fig = new_figure(width * columns, height * rows)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax, (name, matrix) in zip(axes, panels):
         ax.set_title(name, fontsize=8)
@@ -88,7 +88,7 @@ def best_alignments(table: dict) -> list[tuple[str, str, dict]]:
 def alignment_figure(table: dict) -> Figure:
     """Precision and recall (bars) and AER (label) of each aligner's best alignment."""
     best = best_alignments(table)
-    fig = _figure(max(5.0, 0.9 * len(best) + 1.5), 3.8)
+    fig = new_figure(max(5.0, 0.9 * len(best) + 1.5), 3.8)
     ax = fig.subplots()
     x = np.arange(len(best))
     precision = [scores["precision"] for _, _, scores in best]

@@ -60,7 +60,8 @@ class NotebookFigure(Figure):
 
 # --- helpers -------------------------------------------------------------------------------------
 
-def _figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
+    """An empty figure of that size in inches, drawn without pyplot (no global state, no window)."""
     fig = NotebookFigure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -116,7 +117,7 @@ def _cell_grid(ax, rows: int, columns: int):
     ax.tick_params(which="minor", length=0)
 
 
-def _unpack(source_tokens, target_tokens, attention):
+def unpack_attention(source_tokens, target_tokens, attention):
     """Accepts (source_tokens, target_tokens, attention) or a Translation / DecodingTrace alone."""
     if target_tokens is None and attention is None and hasattr(source_tokens, "source_tokens"):
         obj = source_tokens
@@ -136,7 +137,7 @@ def _unpack(source_tokens, target_tokens, attention):
     return source_tokens, target_tokens, matrix
 
 
-def _check_step(trace, step: int):
+def check_step(trace, step: int):
     n = len(trace.steps)
     if not isinstance(step, (int, np.integer)) or not 0 <= step < n:
         raise AttnmtError(f"step {step} does not exist: the translation has {n} steps, numbered 0 to {n - 1}")
@@ -177,7 +178,7 @@ def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: 
     (source columns summed, target rows averaged: see ``attnmt.viz.words``). ``values`` writes each
     weight in its cell.
     """
-    source_tokens, target_tokens, matrix = _unpack(source_tokens, target_tokens, attention)
+    source_tokens, target_tokens, matrix = unpack_attention(source_tokens, target_tokens, attention)
     if merge_words:
         source_tokens, target_tokens, matrix = merge_pieces(source_tokens, target_tokens, matrix)
     xs, ys = _labels(source_tokens, space_marker), _labels(target_tokens, space_marker)
@@ -187,7 +188,7 @@ def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: 
     longest_y = max(len(y) for y in ys)
     width = n_src * cell + 0.09 * longest_y + 1.6
     height = n_tgt * cell + 0.08 * longest_x + (1.0 if title else 0.7)
-    fig = _figure(max(width, 3.5), max(height, 2.5))
+    fig = new_figure(max(width, 3.5), max(height, 2.5))
     ax = fig.add_subplot()
     ax.set_label("attention")
     image = ax.imshow(matrix, cmap=cmap, vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
@@ -235,7 +236,7 @@ def encoder_states_figure(trace, max_dims: int | None = 32, *, space_marker: str
     row = 0.28 if rows <= 60 else max(0.12, 17.0 / rows)
     column = min(0.22, 18.0 / len(dims))
     label_width = 0.09 * max((len(t) for t in sources + targets), default=1)
-    fig = _figure(max(5.0, len(dims) * column + label_width + 1.8), max(3.0, rows * row + 2.2))
+    fig = new_figure(max(5.0, len(dims) * column + label_width + 1.8), max(3.0, rows * row + 2.2))
     panels = [(shown_states, sources, f"encoder states h_j ({len(dims)} of {states.shape[1]} dimensions)",
                "encoder_states", "source tokens")]
     if len(targets):
@@ -266,13 +267,13 @@ def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) ->
 
     The axes are labelled "scores", "weights", "context", "state" and "top_k" (``ax.get_label()``).
     """
-    st = _check_step(trace, step)
+    st = check_step(trace, step)
     sources = _labels(trace.source_tokens, space_marker)
     n = len(sources)
     top_k = list(st.top_k)
     width = max(7.0, n * _cell(n) + 2.5)
     height_top_k = max(1.2, 0.3 * len(top_k) + 0.6)
-    fig = _figure(width, 2.4 + 2.4 + 0.8 + 0.8 + height_top_k + 1.2)
+    fig = new_figure(width, 2.4 + 2.4 + 0.8 + 0.8 + height_top_k + 1.2)
     names = ("scores", "weights", "context", "state", "top_k")
     axes = fig.subplots(5, 1, gridspec_kw={"height_ratios": [2.4, 2.4, 0.8, 0.8, height_top_k]})
     for ax, name in zip(axes, names):
@@ -364,12 +365,12 @@ def decoding_animation(trace, path, fps: float = 1, *, space_marker: str | None 
         raise AttnmtError(f"{path}: the animation is written as a GIF, give a file name ending in .gif")
     if not fps or fps <= 0:
         raise ValueError(f"fps must be positive, got {fps}")
-    source_tokens, target_tokens, matrix = _unpack(trace.source_tokens, trace.tokens, trace.attention)
+    source_tokens, target_tokens, matrix = unpack_attention(trace.source_tokens, trace.tokens, trace.attention)
     xs, ys = _labels(source_tokens, space_marker), _labels(target_tokens, space_marker)
     n_src, n_tgt = len(xs), len(ys)
     cell = _cell(max(n_src, n_tgt))
     longest_x = max(len(x) for x in xs) if _rotation(xs) else 1
-    fig = _figure(max(n_src * cell + 0.09 * max(len(y) for y in ys) + 1.6, 4.0),
+    fig = new_figure(max(n_src * cell + 0.09 * max(len(y) for y in ys) + 1.6, 4.0),
                   max(n_tgt * cell + 0.08 * longest_x + 1.1, 3.0))
     ax = fig.add_subplot()
     shown = np.full(matrix.shape, np.nan)
@@ -451,7 +452,7 @@ def attention_grid(maps, kind: str = "cross", *, space_marker: str | None = None
     ys, xs = _labels(maps[query_key], space_marker), _labels(maps[key_key], space_marker)
     side = min(2.4, max(1.3, 0.12 * max(rows, columns)))  # inches per small heatmap
     labelled = max(rows, columns) <= 40  # past that, one label per token is unreadable at this size
-    fig = _figure(heads * side + 1.6, layers * side + 1.0)
+    fig = new_figure(heads * side + 1.6, layers * side + 1.0)
     axes = fig.subplots(layers, heads, squeeze=False)
     image = None
     for layer in range(layers):
@@ -495,7 +496,7 @@ def head_view_figure(maps, kind: str = "cross", layer: int = -1, head: int | Non
     left, right = _labels(maps[query_key], space_marker), _labels(maps[key_key], space_marker)
     n = max(len(left), len(right), 1)
     longest = max((len(t) for t in left + right), default=1)
-    fig = _figure(3.0 + 0.16 * longest, 0.26 * n + 1.2)
+    fig = new_figure(3.0 + 0.16 * longest, 0.26 * n + 1.2)
     ax = fig.add_subplot()
     ax.set_label("head_view")
     rgb = to_rgb(HEAD_COLOURS[kind])
@@ -553,7 +554,7 @@ def training_curves(metrics_jsonl_path, title: str | None = None) -> Figure:
                   if r.get("type") == kind and isinstance(r.get(key), (int, float)) and "step" in r]
         return [p[0] for p in points], [p[1] for p in points]
 
-    fig = _figure(13.0, 3.8)
+    fig = new_figure(13.0, 3.8)
     ax_loss, ax_ppl, ax_bleu = fig.subplots(1, 3)
     for ax, name in zip((ax_loss, ax_ppl, ax_bleu), ("loss", "perplexity", "bleu")):
         ax.set_label(name)

@@ -49,8 +49,8 @@ def _diverging(value: float, limit: float) -> str:
     return _blend(POSITIVE if value >= 0 else NEGATIVE, abs(value) / limit if limit else 0.0)
 
 
-def _unpack(source_tokens, target_tokens, attention):
-    from attnmt.viz.figures import _unpack as unpack
+def unpack_attention(source_tokens, target_tokens, attention):
+    from attnmt.viz.figures import unpack_attention as unpack
 
     return unpack(source_tokens, target_tokens, attention)
 
@@ -63,7 +63,7 @@ def heatmap_html(source_tokens, target_tokens=None, attention=None, *, title: st
     weight in the cell's tooltip. Takes tokens and matrix, or a Translation or DecodingTrace alone.
     ``names``: of the columns and the rows, in the legend.
     """
-    source_tokens, target_tokens, matrix = _unpack(source_tokens, target_tokens, attention)
+    source_tokens, target_tokens, matrix = unpack_attention(source_tokens, target_tokens, attention)
     if merge_words:
         source_tokens, target_tokens, matrix = merge_pieces(source_tokens, target_tokens, matrix)
     xs = [_label(t, space_marker) for t in source_tokens]
@@ -98,9 +98,9 @@ def step_html(trace, step: int, *, space_marker: str | None = None) -> str:
     """One decoder step (numbered from 0) as HTML: per source token its score e_j and weight a_j
     (as a bar), the context vector c_t and the decoder state s_t as rows of cells on one scale
     (blue > 0, red < 0, as in the explorer), and the top-k next tokens with probabilities."""
-    from attnmt.viz.figures import _check_step
+    from attnmt.viz.figures import check_step
 
-    st = _check_step(trace, step)
+    st = check_step(trace, step)
     sources = [_label(t, space_marker) for t in trace.source_tokens]
     token = _label(st.token, space_marker)
     parts = [f'<div style="{FONT};padding:4px">',
