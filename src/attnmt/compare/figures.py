@@ -5,18 +5,23 @@
     attention_panels_figure   the word attention of every variant on the same sentence pair
     alignment_figure          precision and recall of each variant's best word alignment, and the
                               statistical aligner's
+    draw_figures              all of them, into --out (bleu-by-length.png, attention.png, alignment.png)
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from attnmt.compare.runs import Run
+from attnmt.core.errors import AttnmtError
 from attnmt.viz.figures import new_figure
 
-__all__ = ["bleu_by_length_figure", "attention_panels_figure", "alignment_figure", "best_alignments"]
+__all__ = ["bleu_by_length_figure", "attention_panels_figure", "alignment_figure", "best_alignments",
+           "example_attention", "draw_figures"]
 
 
 def _low(label: str) -> int:
@@ -102,3 +107,32 @@ def alignment_figure(table: dict) -> Figure:
     ax.set_ylabel("precision / recall")
     ax.legend(fontsize=7, loc="lower right")
     return fig
+
+
+def example_attention(translator, source: str, reference: str):
+    """Word attention of the model forced to write the reference (None without attention)."""
+    from attnmt.translation.align import force_attention, word_attention
+
+    if not translator.model.has_attention:
+        return None
+    matrices = force_attention(translator, [source], [reference])
+    return word_attention(translator, [source], [reference], matrices)[0]
+
+
+def draw_figures(table: dict, runs: list[Run], test_sets: dict, example: int, out: Path):
+    """The figures of a comparison into ``out``; the attention panels show the ``example``-th
+    sentence (from 1) of the first test set, as each variant's first forward run attends to it."""
+    from attnmt.api import load
+    from attnmt.viz.figures import save
+
+    save(bleu_by_length_figure(table), out / "bleu-by-length.png")
+    name = next(iter(test_sets))
+    if not 1 <= example <= len(test_sets[name][0]):
+        raise AttnmtError(f"--example {example}: test set {name} has {len(test_sets[name][0])} sentences")
+    source, reference = test_sets[name][0][example - 1], test_sets[name][1][example - 1]
+    first = {run.variant.name: run for run in reversed(runs) if not run.reverse}
+    panels = [(variant, example_attention(load(first[variant].folder), source, reference))
+              for variant in table["variants"]]
+    save(attention_panels_figure(panels, source.split(), reference.split()), out / "attention.png")
+    if table.get("alignment"):
+        save(alignment_figure(table), out / "alignment.png")
