@@ -64,7 +64,7 @@ def trainer_for(name: str):
 
 def time_steps(trainer, batches: list[list[int]], warmup: int) -> dict:
     """Wall clock of TrainingLoop.train_step on ``batches``, the first ``warmup`` of them untimed."""
-    from attnmt.training import translation_batch
+    from attnmt.translation.training import translation_batch
 
     times, sentences, tokens = [], 0, 0
     for i, indices in enumerate(batches):

@@ -47,7 +47,7 @@ def profiled(steps: int):
 
 def train(args, out: Path, graphs: bool, precision: str, tokens: int | None = None) -> dict:
     from attnmt.core.config import load_config
-    from attnmt.training import train as train_config
+    from attnmt.translation.training import train as train_config
 
     config = load_config(REPO / "configs" / "rnn-bahdanau.yaml")
     data = Path(args.data).resolve()

@@ -74,7 +74,7 @@ def ct2_engine(model_dir: Path, ct2_dir: Path, compute_type: str, threads: int):
 
 
 def measure(engines: dict, sources: list[str], references: list[str], beams: list[int], repeats: int) -> dict:
-    from attnmt.evaluation import corpus_scores
+    from attnmt.translation.evaluation import corpus_scores
 
     results = {}
     for beam in beams:

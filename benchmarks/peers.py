@@ -849,7 +849,7 @@ def train_joeynmt(work: Path, configs: dict, minutes: float) -> dict:
 
 def score(hypotheses_path: Path, work: Path) -> dict:
     from attnmt.data.corpus import read_lines
-    from attnmt.evaluation import corpus_scores
+    from attnmt.translation.evaluation import corpus_scores
 
     hypotheses = read_lines(hypotheses_path)
     references = read_lines(work / "data" / "test_2016_flickr.en")

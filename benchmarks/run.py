@@ -107,7 +107,7 @@ def decode_test(model_dir: Path, beam: int, threads: int, quantize: str | None =
 
     import attnmt
     from attnmt.data.corpus import read_lines
-    from attnmt.evaluation import corpus_scores
+    from attnmt.translation.evaluation import corpus_scores
 
     torch.set_num_threads(threads)
     sources = read_lines(data / "test_2016_flickr.de.gz")

@@ -137,7 +137,7 @@ def test_tied_embeddings_share_the_output_matrix():
 def test_training_loss_is_the_cross_entropy_of_the_real_target_tokens(kind):
     """The loss runs the output layer on the real positions only: the textbook loss of the full output."""
     from attnmt.data.batching import make_batch
-    from attnmt.training import sequence_loss
+    from attnmt.seq2seq.training import sequence_loss
 
     config = ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32) if kind == "transformer" else None
     model = build_model(config, SRC_VOCAB, TGT_VOCAB).eval() if config else make_model("bahdanau")

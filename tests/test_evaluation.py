@@ -1,4 +1,4 @@
-"""Tests for attnmt.evaluation (BLEU/chrF via sacrebleu, BLEU by source length)."""
+"""Tests for attnmt.translation.evaluation (BLEU/chrF via sacrebleu, BLEU by source length)."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 import sacrebleu
 
 from attnmt.core.errors import AttnmtError
-from attnmt.evaluation import (
+from attnmt.translation.evaluation import (
     bleu_by_length,
     corpus_scores,
     evaluation_report,

@@ -128,9 +128,10 @@ def test_a_beam_wider_than_half_the_vocabulary():
 def test_a_speech_model_whose_encoder_shortens_its_input():
     """The attention matrices are cut to the encoder's output (a quarter of the frames), as decoding cuts them."""
     from attnmt.core.config import SpeechConfig
+    from attnmt.speech.model import build_speech_model
 
     config = ModelConfig(embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0)
-    model = build_model(config, 0, 20, speech=SpeechConfig(n_mels=8, conv_channels=4)).eval()
+    model = build_speech_model(config, SpeechConfig(n_mels=8, conv_channels=4), 20).eval()
     g = torch.Generator().manual_seed(0)
     frames, lengths = torch.randn(4, 40, 8, generator=g), torch.tensor([40, 33, 17, 9])
     limits = [6, 9, 3, 12]

@@ -11,8 +11,7 @@ from attnmt.core.config import ModelConfig
 from attnmt.data.batching import training_batch
 from attnmt.seq2seq import build_model, graphs
 from attnmt.seq2seq.graphs import BatchLoss, GraphedLoss, graphed_loss, padded_targets
-from attnmt.training import sequence_loss
-from attnmt.translation.training import TrainingLoss
+from attnmt.seq2seq.training import TrainingLoss, sequence_loss
 
 RNN = dict(embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, location_kernel=5, dropout=0.0)
 SOURCES = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]

@@ -11,9 +11,10 @@ import torch
 from attnmt.api import load
 from attnmt.core.config import config_from_dict
 from attnmt.core.errors import AttnmtError
-from attnmt.training import prepare_data, train
+from attnmt.training import train
 from attnmt.translation.align import align, alignment_scores
 from attnmt.translation.guided_alignment import alignment_loss, piece_links, read_link_file, reference_attention
+from attnmt.translation.training import prepare_data
 from conftest import require, toy_config
 
 

@@ -17,7 +17,7 @@ from attnmt.cli import main
 from attnmt.compare import ALIGNMENT_ROWS, STATISTICAL_SCORES, Comparison, Variant, locked, read_results
 from attnmt.core.config import CorpusFiles, load_config
 from attnmt.core.errors import AttnmtError
-from attnmt.evaluation import config_test_sets
+from attnmt.data.test_sets import config_test_sets
 from attnmt.translation.prepare import training_corpus
 from conftest import random_strings, reverse, write_tsv
 from test_compare import toy_experiment
@@ -226,8 +226,11 @@ def test_the_sound_files_of_a_speech_test_set_must_lie_in_the_folder_too(tmp_pat
     folder = tmp_path / "model"
     (folder / "test").mkdir(parents=True)
     tsv = folder / "test" / "test.tsv"
+    from attnmt.speech.recognizer import Recognizer
+
     model = SimpleNamespace(folder=folder, config=SimpleNamespace(task="speech", data=SimpleNamespace(held_out={})),
-                            test_sets={"test": CorpusFiles(tsv=tsv)})
+                            test_sets={"test": CorpusFiles(tsv=tsv)},
+                            files_of_test_set=lambda files: Recognizer.files_of_test_set(None, files))
     tsv.write_text("a.wav\tone\n../b.wav\ttwo\n")
     assert config_test_sets(model) == model.test_sets
     tsv.write_text("a.wav\tone\n../../b.wav\ttwo\n/etc/passwd\tthree\n")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from attnmt.core.errors import AttnmtError
-from attnmt.evaluation import attention_failures, joined
+from attnmt.translation.evaluation import attention_failures, joined
 from conftest import toy_config
 
 

@@ -13,8 +13,8 @@ import pytest
 from attnmt.cli import main
 from attnmt.core.config import PairFiles, config_from_dict
 from attnmt.core.errors import AttnmtError
-from attnmt.evaluation import classification_report, format_classification_report
 from attnmt.pairs.data import encode_pairs, labels_of, read_pairs
+from attnmt.pairs.evaluation import classification_report, format_classification_report
 from attnmt.pairs.quickstart import make_pairs
 from conftest import pair_config, require, write
 

@@ -38,7 +38,7 @@ def test_translate_shows_a_bar_on_a_terminal_and_translates_the_same(tiny_transf
 
 
 def test_validation_translates_the_dev_set_under_a_bar(tiny_transformer, monkeypatch):
-    from attnmt.translation.training import translate_ids
+    from attnmt.seq2seq.training import translate_ids
 
     model = tiny_transformer
     src_ids = model.src_subwords.encode(["abc", "hello", "abcdefg"] * 4)

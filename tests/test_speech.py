@@ -11,7 +11,6 @@ import torch
 
 from attnmt.core.config import ModelConfig, SpeechConfig, config_from_dict
 from attnmt.core.errors import AttnmtError
-from attnmt.seq2seq import build_model
 from attnmt.speech.audio import AudioError, audio_features, load_speech_corpus, log_mel, read_audio, read_speech_tsv
 from attnmt.speech.error_rates import (
     error_rates,
@@ -21,6 +20,7 @@ from attnmt.speech.error_rates import (
     place_kept,
     speech_report,
 )
+from attnmt.speech.model import build_speech_model
 from speech_helpers import RATE, random_texts, speech_config, tone, write_tone_corpus
 
 
@@ -118,9 +118,9 @@ def test_bad_audio_files_are_reported_and_skipped(tmp_path):
 
 @pytest.mark.parametrize("subsample", [4, 8])
 def test_speech_encoder_lengths_and_masks_of_a_padded_batch(subsample):
-    model = build_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32, attention="location",
-                                    attention_size=16, location_kernel=5), 0, 12,
-                        SpeechConfig(n_mels=20, conv_channels=4, subsample=subsample)).eval()
+    model = build_speech_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32,
+                                           attention="location", attention_size=16, location_kernel=5),
+                               SpeechConfig(n_mels=20, conv_channels=4, subsample=subsample), 12).eval()
     lengths = torch.tensor([97, 40, 9, 1])
     features = torch.randn(4, 97, 20)
     memory = model.encode(features, lengths)
@@ -137,13 +137,14 @@ def test_speech_encoder_lengths_and_masks_of_a_padded_batch(subsample):
 
 def test_ctc_loss_is_over_the_characters_of_each_utterance_and_joins_the_decoder_loss():
     from attnmt.data.batching import target_tensors
+    from attnmt.seq2seq.training import sequence_loss
     from attnmt.speech.training import SpeechLoss
-    from attnmt.translation.training import sequence_loss
 
     speech = SpeechConfig(n_mels=20, conv_channels=4, subsample=4, ctc_weight=0.3)
-    model = build_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32, attention="location",
-                                    attention_size=16, location_kernel=5, dropout=0.0), 0, 12, speech).eval()
-    assert build_model(ModelConfig(), 0, 12, SpeechConfig()).ctc is None  # no CTC layer unless asked
+    model = build_speech_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32,
+                                           attention="location", attention_size=16, location_kernel=5, dropout=0.0),
+                               speech, 12).eval()
+    assert build_speech_model(ModelConfig(), SpeechConfig(), 12).ctc is None  # no CTC layer unless asked
     lengths, targets = torch.tensor([80, 37]), [[4, 5, 5, 6], [7]]
     features = torch.randn(2, 80, 20)
     tgt_in, tgt_out = target_tensors(targets)  # tgt_out: the characters, EOS, padding
@@ -171,8 +172,8 @@ def test_utterances_too_short_for_ctc_are_counted_with_a_warning(tmp_path):
     from attnmt.speech.training import EncodedSpeech, check_ctc_lengths, ctc_states_needed
 
     assert ctc_states_needed([4, 5, 6]) == 3 and ctc_states_needed([4, 4, 5, 5, 5]) == 8  # blanks between repeats
-    model = build_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32), 0, 12,
-                        SpeechConfig(n_mels=20, conv_channels=4, subsample=8, ctc_weight=0.3))
+    model = build_speech_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32),
+                               SpeechConfig(n_mels=20, conv_channels=4, subsample=8, ctc_weight=0.3), 12)
     frames = [80, 16, 24]  # 10, 2 and 3 encoder states at 8 frames a state
     data = EncodedSpeech(SpeechCorpus(["a", "b", "c"], ["", "", ""], [torch.zeros(n, 20) for n in frames], []),
                          [[4, 5, 6], [4, 5, 6], [4, 4, 5]])  # needs 3, 3 and 4 states
@@ -198,9 +199,10 @@ def test_spec_augment_masks_bands_of_real_frames_and_only_in_training():
         assert zero[:n].sum() == bins * n + frames * 20 - bins * frames  # whole bands of bins and of frames
         assert not zero[n:].all(1).any()  # no frame of the padding is masked
     assert (masked == 0).any()
-    model = build_model(ModelConfig(embedding_size=8, encoder_hidden=8, decoder_hidden=16, attention="location",
-                                    attention_size=8, location_kernel=3, dropout=0.0), 0, 6,
-                        SpeechConfig(n_mels=20, conv_channels=2, spec_augment=SpecAugment(freq_width=19))).eval()
+    model = build_speech_model(ModelConfig(embedding_size=8, encoder_hidden=8, decoder_hidden=16, attention="location",
+                                           attention_size=8, location_kernel=3, dropout=0.0),
+                               SpeechConfig(n_mels=20, conv_channels=2, spec_augment=SpecAugment(freq_width=19)),
+                               6).eval()
     features, two = torch.randn(2, 40, 20), torch.tensor([40, 40])
     torch.testing.assert_close(model.encode(features, two).states, model.encode(features, two).states)
     model.train()

@@ -10,7 +10,7 @@ from attnmt.core import speed
 from attnmt.core.config import ModelConfig
 from attnmt.data.batching import make_batch, training_batch
 from attnmt.seq2seq import build_model
-from attnmt.training import sequence_loss
+from attnmt.seq2seq.training import sequence_loss
 
 RNN = dict(embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, location_kernel=5)
 TRANSFORMER = dict(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=2, decoder_layers=2,

@@ -7,7 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from attnmt.core.errors import AttnmtError
-from attnmt.training import Trainer, train, translation_batch
+from attnmt.training import Trainer, train
+from attnmt.translation.training import translation_batch
 from conftest import random_strings, reverse, toy_config
 
 PAIRS = [(s, reverse(s)) for s in random_strings(300, 3, 8, seed=5)]
@@ -123,7 +124,7 @@ def test_source_padding_of_training_batches_changes_no_loss(tmp_path, model):
     """Training rounds the source width up (masked padding): the loss and its gradients are those
     of the unpadded batch."""
     from attnmt.data.batching import make_batch, training_batch
-    from attnmt.training import sequence_loss
+    from attnmt.seq2seq.training import sequence_loss
 
     trainer = Trainer(config_for(tmp_path, model), log=lambda m: None, progress=False)
     trainer.model.eval()
@@ -144,12 +145,12 @@ def test_source_padding_of_training_batches_changes_no_loss(tmp_path, model):
 @pytest.mark.parametrize("what", ["loss", "gradient norm"])
 def test_a_diverging_run_stops_with_a_clear_message_and_keeps_its_last_checkpoint(tmp_path, monkeypatch, capsys,
                                                                                    what):
-    import attnmt.translation.training as translation
+    import attnmt.seq2seq.training as seq2seq_training
     from attnmt.cli import main
     from attnmt.core.config import config_to_yaml
 
     config = config_for(tmp_path, max_steps=20, checkpoint_every=4)
-    calls, loss = [0], translation.sequence_loss
+    calls, loss = [0], seq2seq_training.sequence_loss
 
     def diverging(model, batch, label_smoothing=0.0, **options):
         calls[0] += 1
@@ -161,7 +162,7 @@ def test_a_diverging_run_stops_with_a_clear_message_and_keeps_its_last_checkpoin
         weights = sum(p.sum() for p in model.parameters())
         return value + 1e38 * (weights - weights.detach())  # the same finite loss, an infinite gradient
 
-    monkeypatch.setattr(translation, "sequence_loss", diverging)
+    monkeypatch.setattr(seq2seq_training, "sequence_loss", diverging)
     path = tmp_path / "config.yaml"
     path.write_text(config_to_yaml(config))
     assert main(["train", str(path), "--no-progress"]) == 2

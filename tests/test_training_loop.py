@@ -15,7 +15,8 @@ from attnmt.core.config import config_from_dict
 from attnmt.core.distributed import ONE_PROCESS
 from attnmt.core.distributed import device as distributed_device
 from attnmt.data.batching import epoch_batches
-from attnmt.training import MetricsWindow, TrainerState, TrainingLoop, batches_to_train, prepare_data, setup_training
+from attnmt.training import MetricsWindow, TrainerState, TrainingLoop, batches_to_train, setup_training
+from attnmt.translation.training import prepare_data
 from conftest import random_strings, reverse, toy_config, write_tsv
 
 SIZES = [3, 9, 4, 7, 5, 8, 2, 6, 9, 4, 3, 5, 7, 8, 6, 2, 4, 9, 5, 3, 6, 7, 8, 2, 5, 4, 9]

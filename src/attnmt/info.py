@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from attnmt.core.checkpoint import read_trainer_state
+from attnmt.core.task import load_folder, task_of
 
 # Fields of a metrics record that are bookkeeping, not scores
 NOT_SCORES = {"type", "step", "epoch", "seconds", "lr", "best", "name", "sentences", "beam", "utterances"}
@@ -15,12 +16,10 @@ NOT_SCORES = {"type", "step", "epoch", "seconds", "lr", "best", "name", "sentenc
 
 def model_info(folder: str | Path) -> dict:
     """A JSON-serialisable summary of a trained model folder (AttnmtError if it is not one)."""
-    from attnmt.api import load
-
     folder = Path(folder)
-    model = load(folder)  # checks the folder, the config and the weights' checksum
+    model = load_folder(folder)  # checks the folder, the config and the weights' checksum
     config = model.config
-    info = {"folder": str(folder), "task": config.task, "model": _architecture(config),
+    info = {"folder": str(folder), "task": config.task, "model": task_of(config.task).architecture(config),
             "parameters": sum(p.numel() for p in model.model.parameters()),
             "vocabularies": _vocabularies(model), "data": _data(config)}
     last = folder / "last.safetensors"
@@ -31,20 +30,6 @@ def model_info(folder: str | Path) -> dict:
                             "stopped_early": bool(state.get("stopped_early"))}
     info["scores"] = _scores(folder / "metrics.jsonl")
     return info
-
-
-def _architecture(config) -> str:
-    m = config.model
-    if config.task == "pairs":
-        return (f"decomposable attention, hidden {m.hidden_size}, embeddings {m.embedding_size}"
-                f"{', intra-sentence attention' if m.intra_attention else ''}")
-    if m.type == "transformer":
-        return (f"transformer, d_model {m.d_model}, {m.heads} heads, {m.encoder_layers}+{m.decoder_layers} layers, "
-                f"feed-forward {m.feed_forward}")
-    encoder = f"{'bidirectional ' if m.bidirectional else ''}{m.rnn_type} encoder {m.encoder_layers}x{m.encoder_hidden}"
-    if config.task == "speech":
-        encoder = f"{config.speech.n_mels} log-mels, {encoder}"
-    return f"rnn, {m.attention} attention, {encoder}, decoder {m.decoder_layers}x{m.decoder_hidden}"
 
 
 def _vocabularies(model) -> dict:

@@ -13,12 +13,14 @@ import random
 import re
 import tempfile
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import sentencepiece as spm
+import yaml
 
-from attnmt.core.config import SubwordConfig
+from attnmt.core.config import Config, SubwordConfig, config_to_yaml
 from attnmt.core.errors import AttnmtError
-from attnmt.core.files import write_error
+from attnmt.core.files import atomic_write_text, write_error
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -59,6 +61,33 @@ def subword_paths(folder: Path, joint: bool) -> tuple[Path, Path]:
     if joint:
         return folder / "joint.model", folder / "joint.model"
     return folder / "src.model", folder / "tgt.model"
+
+
+Trained = TypeVar("Trained")
+
+
+def prepared_subwords(config: Config, paths: list[Path], train: Callable[[], Trained], load: Callable[[], Trained],
+                      log: Callable[[str], None] = print, force: bool = False) -> Trained:
+    """The one way every task prepares its subwords: the models at ``paths`` (in the experiment's
+    spm/) if they were trained with the config's data.subwords (spm/settings.yaml, written after
+    them: without it an earlier prepare died half-way), read by ``load()``; else, or with
+    ``force``, ``train()``. Models trained with other settings are an error, never silently
+    reused. Then the config is written into the folder, which holds everything the model needs."""
+    folder = config.experiment_dir
+    settings = folder / "spm" / "settings.yaml"
+    wanted = config.data.subwords.model_dump(mode="json")
+    if all(path.is_file() for path in paths) and settings.is_file() and not force:
+        stored = yaml.safe_load(settings.read_text(encoding="utf-8"))
+        if {**SubwordConfig().model_dump(mode="json"), **stored} != wanted:  # (fields added since: defaults)
+            raise AttnmtError(f"{settings.parent} holds subwords trained with other settings ({stored}); "
+                              "use 'attnmt prepare --force' to retrain them, or another experiment_dir")
+        log(f"subword model(s) already in {settings.parent}")
+        subwords = load()
+    else:
+        subwords = train()
+        atomic_write_text(settings, yaml.safe_dump(wanted))
+    atomic_write_text(folder / "config.yaml", config_to_yaml(config))
+    return subwords
 
 
 def train_subwords(sources: list[str], targets: list[str], config: SubwordConfig, folder: Path,

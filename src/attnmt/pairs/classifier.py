@@ -18,14 +18,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnmt.api import _inside, inference_device, load_model, model_config, weights_path
 from attnmt.core.config import Config, PairFiles
 from attnmt.core.devices import model_device, to_numpy
 from attnmt.core.errors import AttnmtError
+from attnmt.core.folders import inference_device, inside_folder, load_model, model_config, weights_path
 from attnmt.data.batching import inference_batches, pad
 from attnmt.data.subwords import EOS, Subwords, subword_paths, valid_text
-from attnmt.evaluation import classification_report
 from attnmt.pairs.data import EncodedPairs, check_labels, encode_pairs, read_pairs
+from attnmt.pairs.evaluation import classification_report
 from attnmt.pairs.model import DecomposableAttention, PairOutput, build_pair_model
 
 
@@ -113,6 +113,9 @@ DIRECTIONS = ("premise", "hypothesis")
 class PairClassifier:
     """A trained decomposable attention model with its vocabulary and labels."""
 
+    inputs = "pairs"
+    what = "a sentence-pair classifier"
+
     def __init__(self, folder: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu"):
         self.device = inference_device(device)
         self.folder = Path(folder)
@@ -121,7 +124,7 @@ class PairClassifier:
             raise AttnmtError(f"{self.folder}: a {self.config.task} model, not a sentence-pair classifier")
         self.labels: list[str] = self.config.data.labels
         check_labels(self.labels, f"{self.folder / 'config.yaml'}: data.labels")  # (they are written by classify)
-        self.subwords = Subwords(_inside(self.folder, subword_paths(self.folder, joint=True)[0]))
+        self.subwords = Subwords(inside_folder(self.folder, subword_paths(self.folder, joint=True)[0]))
         self.model = load_model(partial(build_pair_model, self.config.model, len(self.subwords), len(self.labels)),
                                 weights_path(self.folder, checkpoint), self.device)
 
@@ -129,6 +132,17 @@ class PairClassifier:
     def test_sets(self) -> dict[str, PairFiles]:
         """The test sets of the model's config (data.test), name -> files."""
         return dict(self.config.data.test)
+
+    def describe(self) -> dict:
+        """What the model is, as the server's /models says it (no decoder: its other fields None or 0)."""
+        none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
+                              "norm"))
+        return {"type": "decomposable", "attention": "decomposable", "encoder_layers": 0, "decoder_layers": 0,
+                "beam": 0, "labels": self.labels, **none}
+
+    def files_of_test_set(self, files: PairFiles) -> list[Path]:
+        """Every file a test set of the config reads (attnmt.data.test_sets keeps them inside the folder)."""
+        return [files.tsv]
 
     def files_like_training(self, path: str | Path) -> PairFiles:
         """A TSV file whose columns are those of the training data (data.train)."""
@@ -176,7 +190,7 @@ class PairClassifier:
     def evaluate(self, files: PairFiles, batch_size: int = 64, max_tokens: int | None = None,
                  log: Callable[[str], None] = print) -> dict:
         """Accuracy, per-class precision, recall and F1, and the confusion matrix on a labelled TSV
-        file (see attnmt.evaluation.classification_report), with the predicted label of each pair.
+        file (see attnmt.pairs.evaluation.classification_report), with the predicted label of each pair.
         A sentence of more than ``max_tokens`` subword pieces is cut to its first ``max_tokens``,
         with a warning naming its line, so that no line can ask for unbounded work."""
         name = str(files.tsv)

@@ -17,7 +17,7 @@ from attnmt.core.config import Config, PairFiles, config_to_yaml
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write, atomic_write_text
 from attnmt.data.corpus import read_lines
-from attnmt.data.subwords import EOS, Subwords, subword_paths
+from attnmt.data.subwords import EOS, Subwords, prepared_subwords, subword_paths, train_subwords
 
 
 @dataclass
@@ -161,19 +161,21 @@ def labels_of(config: Config, train: PairCorpus) -> list[str]:
 def prepare_pairs(config: Config, log: Callable[[str], None] = print, force: bool = False) -> Subwords:
     """The subwords of a pair experiment, one vocabulary for both sentences: those of the
     translation model the embeddings come from (copied into the folder), or else trained on the
-    training sentences (attnmt.translation.prepare); the config, its data.labels filled in, is written into
-    the folder."""
-    from attnmt.translation.prepare import prepare
-
+    training sentences (attnmt.data.subwords.prepared_subwords); the config, its data.labels filled
+    in, is written into the folder."""
     if config.data.labels is None:  # written into the folder's config
         config.data.labels = labels_of(config, read_pairs(config.data.train))
     source = config.model.embeddings
     if source is None or source.model is None:
-        def sentences():
-            train = read_pairs(config.data.train)
-            return train.premises, train.hypotheses
+        folder, sub = config.experiment_dir, config.data.subwords
+        path, _ = subword_paths(folder, joint=True)
 
-        return prepare(config, log, force, sentences)[0]
+        def train() -> Subwords:
+            pairs = read_pairs(config.data.train)
+            log(f"training joint {sub.type} subwords ({sub.vocab_size}) on {len(pairs.premises)} pairs")
+            return train_subwords(pairs.premises, pairs.hypotheses, sub, folder, config.training.seed)[0]
+
+        return prepared_subwords(config, [path], train, lambda: Subwords(path), log, force)
     return _copy_subwords(config, log, force)
 
 

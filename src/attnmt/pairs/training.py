@@ -21,6 +21,7 @@ from attnmt.pairs.data import EncodedPairs, encode_pairs, prepare_pairs, read_pa
 from attnmt.pairs.embeddings import initial_embeddings
 from attnmt.pairs.model import DecomposableAttention, build_pair_model
 from attnmt.training.loop import TrainingLoop
+from attnmt.training.metrics import test_set_summary
 from attnmt.training.optimization import TrainingSetup, setup_training
 
 
@@ -66,7 +67,7 @@ def pair_training_loop(config: Config, device: torch.device, processes: Processe
     validation = PairScores(data.dev, config.data.batch_size) if data.dev is not None else None
     return TrainingLoop(config, setup, data.train.sizes(), partial(pair_training_batch, data.train),
                         validation, summary(config, setup.model, data), processes=processes, log=log,
-                        progress=progress)
+                        progress=progress, data=data)
 
 
 def summary(config: Config, model: nn.Module, data: PairData) -> str:
@@ -113,19 +114,15 @@ class PairScores:
         return f"dev loss {record['loss']:.3f}, accuracy {100 * record['accuracy']:.2f}%"
 
 
-def pair_test_scores(config: Config, device: torch.device, log: Callable[[str], None]) -> tuple[dict, list[dict]]:
+def pair_test_scores(config: Config, device: torch.device, log: Callable[[str], None],
+                     progress: bool = False) -> tuple[dict, list[dict]]:
     """The best checkpoint on each test set of the config: the reports (without the predictions)
     and the records for metrics.jsonl."""
     from attnmt.pairs.classifier import PairClassifier
 
     classifier = PairClassifier(config.experiment_dir, device=device)
-    reports, records = {}, []
-    for name, files in classifier.test_sets.items():
-        report = classifier.evaluate(files, config.data.batch_size)
-        del report["predictions"]
-        reports[name] = report
-        records.append({"name": name, "accuracy": report["accuracy"], "macro_f1": report["macro_f1"],
-                        "pairs": report["pairs"]})
-        log(f"test set {name}: accuracy {100 * report['accuracy']:.2f}%, macro F1 {100 * report['macro_f1']:.2f}% "
-            f"({report['pairs']} pairs)")
-    return reports, records
+    reports = {name: classifier.evaluate(files, config.data.batch_size) for name, files in classifier.test_sets.items()}
+    return test_set_summary(
+        reports, lambda r: {"accuracy": r["accuracy"], "macro_f1": r["macro_f1"], "pairs": r["pairs"]},
+        lambda r: f"accuracy {100 * r['accuracy']:.2f}%, macro F1 {100 * r['macro_f1']:.2f}% ({r['pairs']} pairs)",
+        log)

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmt.core import speed
-from attnmt.core.config import ModelConfig, SpeechConfig
+from attnmt.core.config import ModelConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.core.speed import Dropout
 from attnmt.data.subwords import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
@@ -91,18 +91,22 @@ class Seq2Seq(EncoderDecoder):
         return self.output_dropout(attentional), weights
 
 
-def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int,
-                speech: SpeechConfig | None = None) -> Seq2Seq | Transformer:
+def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq | Transformer:
     """The model of ``config.type``: an RNN encoder-decoder or a Transformer, same interface
-    (attnmt.seq2seq.base.EncoderDecoder); with ``speech`` (task: speech), the speech encoder's."""
+    (attnmt.seq2seq.base.EncoderDecoder). (Speech models: attnmt.speech.model.build_speech_model.)"""
     speed.configure()  # before the model's first computation
     try:
-        if speech is not None:
-            from attnmt.speech.model import SpeechModel
-
-            return SpeechModel(config, speech, tgt_vocab_size)
         if config.type == "transformer":
             return Transformer(config, src_vocab_size, tgt_vocab_size)
         return Seq2Seq(config, src_vocab_size, tgt_vocab_size)
     except ValueError as e:
         raise AttnmtError(f"model: {e}") from None
+
+
+def architecture(m: ModelConfig) -> str:
+    """The model in one line (``attnmt info``)."""
+    if m.type == "transformer":
+        return (f"transformer, d_model {m.d_model}, {m.heads} heads, {m.encoder_layers}+{m.decoder_layers} layers, "
+                f"feed-forward {m.feed_forward}")
+    encoder = f"{'bidirectional ' if m.bidirectional else ''}{m.rnn_type} encoder {m.encoder_layers}x{m.encoder_hidden}"
+    return f"rnn, {m.attention} attention, {encoder}, decoder {m.decoder_layers}x{m.decoder_hidden}"

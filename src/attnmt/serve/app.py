@@ -65,7 +65,7 @@ def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, 
                                      "attention matrices, and every quantity of every decoder step.")
     app.state.models = loaded
     app.state.limits = limits
-    speech = any(model.translator.config.task == "speech" for model in loaded.values())
+    speech = any(model.inputs == "audio" for model in loaded.values())
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.body_bytes(audio=speech))
     app.add_middleware(ArrivalTime)
     app.add_middleware(TrustedHostMiddleware, hosts=hosts)

@@ -20,9 +20,9 @@ from attnmt.serve.models import LoadedModel, ModelTimeout
 from attnmt.speech.audio import AudioHeader, audio_header, feature_frames
 
 
-def _check_task(body, model: LoadedModel):
+def _check_inputs(body, model: LoadedModel):
     """422 for audio sent to a translation model, or text to a speech model."""
-    speech = model.translator.config.task == "speech"
+    speech = model.inputs == "audio"
     if speech and body.audio is None:
         raise HTTPException(422, f"'{model.name}' is a speech model: send audio (a sound file in base64), not text")
     if not speech and body.audio is not None:
@@ -116,7 +116,7 @@ def _features(model: LoadedModel, files: list[SoundFile], limits: ServerLimits, 
 async def transcribe(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> list:
     """The transcriptions (attnmt.api.Translation) of the request's audio, decoded in chunks of
     about ``chunk_work`` (files of similar length together), between which it stops at the deadline."""
-    _check_task(body, model)
+    _check_inputs(body, model)
     single = isinstance(body.audio, str)
     beam = body.beam if body.beam is not None else min(model.translator.config.decoding.beam, limits.max_beam)
     if body.n_best > beam:
@@ -147,7 +147,7 @@ async def transcribe(body, model: LoadedModel, limits: ServerLimits, deadline: f
 async def trace_audio(body, model: LoadedModel, limits: ServerLimits, deadline: float):
     """The trace (attnmt.seq2seq.trace.Trace) of the request's audio: greedy (beam 1), so its work is
     that of its encoder states; its answer is bounded after the work, like that of text."""
-    _check_task(body, model)
+    _check_inputs(body, model)
     files = _sound_files(model, [body.audio], True, limits)
     check_speech_work(model, files, 1, limits)
 

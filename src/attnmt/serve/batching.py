@@ -7,12 +7,20 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Awaitable, Callable, Optional, Protocol
 
 from attnmt.serve.limits import ServerLimits, work
 
-if TYPE_CHECKING:
-    from attnmt.serve.models import LoadedModel
+
+class RunsChunks(Protocol):
+    """What the batcher needs of a served model (attnmt.serve.models.LoadedModel)."""
+
+    translator: Any
+
+    def run_chunks(self, chunks: list[Callable[[], Any]], deadline: float,
+                   wanted: Callable[[], bool] = ...) -> Awaitable[list]: ...
+
+    def in_time(self, awaitable, deadline: float) -> Awaitable: ...
 
 
 @dataclass
@@ -44,7 +52,7 @@ class Batcher:
     batch had started; the other requests are not affected, and a batch that nobody waits for any
     more stops after the chunk under way."""
 
-    def __init__(self, model: LoadedModel, limits: ServerLimits):
+    def __init__(self, model: RunsChunks, limits: ServerLimits):
         self.model = model
         self.max_sentences = limits.max_batch
         self.max_work = limits.max_work

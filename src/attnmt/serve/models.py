@@ -80,20 +80,13 @@ class LoadedModel:
     def task(self) -> str:
         return self.translator.config.task
 
+    @property
+    def inputs(self) -> str:
+        """What its requests carry: "text", "audio" (a speech model) or "pairs" (a classifier)."""
+        return self.translator.inputs
+
     def info(self) -> ModelInfo:
-        m = self.translator.config.model
-        none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
-                              "norm"))
-        if self.task == "pairs":
-            return ModelInfo(name=self.name, task="pairs", type="decomposable", attention="decomposable",
-                             encoder_layers=0, decoder_layers=0, beam=0, labels=self.translator.labels, **none)
-        common = dict(name=self.name, task=self.task, type=m.type, encoder_layers=m.encoder_layers,
-                      decoder_layers=m.decoder_layers, beam=self.translator.config.decoding.beam)
-        if m.type == "transformer":
-            return ModelInfo(**common, **{**none, "attention": "multi-head", "d_model": m.d_model, "heads": m.heads,
-                                          "feed_forward": m.feed_forward, "norm": m.norm})
-        return ModelInfo(**common, **{**none, "attention": m.attention, "rnn_type": m.rnn_type,
-                                      "input_feeding": m.input_feeding, "decoder_hidden": m.decoder_hidden})
+        return ModelInfo(name=self.name, task=self.task, **self.translator.describe())
 
 
 def model_entry(argument: str) -> ModelEntry:
@@ -138,6 +131,6 @@ def load_models(entries: list[ModelEntry], limits: ServerLimits, device: str = "
             raise AttnmtError(f"two models are named '{name}' ({models[name].translator.folder} and {folder}); "
                               f"name them apart with NAME=DIR, e.g. {name}-2={folder}")
         model = models[name] = LoadedModel(name, load(folder, device=device), limits.timeout)
-        if model.task != "pairs":  # a translation model's /translate requests are batched
+        if model.inputs != "pairs":  # /translate requests (text or audio) are batched
             model.batcher = Batcher(model, limits)
     return models

@@ -76,9 +76,9 @@ def check_tokens(model: LoadedModel, texts: list[str], limits: ServerLimits, sin
                  side: str = "src") -> list[int]:
     """The subword token count of each text; 422 for a text over the limit (the model's unit of
     work: its cost grows with them, and a character count says little about it for a BPE model)."""
-    if model.task == "speech":
+    if model.inputs == "audio":
         raise HTTPException(422, f"'{model.name}' is a speech model: /translate and /trace take its audio")
-    if model.task == "pairs":
+    if model.inputs == "pairs":
         subwords = model.translator.subwords
     else:
         subwords = model.translator.src_subwords if side == "src" else model.translator.tgt_subwords
@@ -167,7 +167,7 @@ async def answer(schema: type[Answer], result, limits: ServerLimits, reduce: str
 
 async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     # Through the model's batcher: decoded together with concurrent requests.
-    if body.audio is not None or model.task == "speech":
+    if body.audio is not None or model.inputs == "audio":
         if body.align:
             raise HTTPException(422, '"align" links the words of a text and of its translation: a speech model has '
                                      "no source words (its attention over the audio is in \"attention\")")
@@ -194,7 +194,7 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
 
 
 async def trace(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
-    if body.audio is not None or model.task == "speech":
+    if body.audio is not None or model.inputs == "audio":
         result = await trace_audio(body, model, limits, deadline)
     else:
         check_work(check_tokens(model, [body.text], limits, single=True), 1, limits)
@@ -258,10 +258,10 @@ def model_routes(limits: ServerLimits) -> APIRouter:
     return routes
 
 
-WRONG_ENDPOINT = {  # by the model's task: what it does, where to ask
+WRONG_ENDPOINT = {  # by what the model's requests carry: what it does, where to ask
     "pairs": "'{name}' is a sentence-pair classifier: use /classify",
-    "translation": "/classify is for sentence-pair models; '{name}' is a translation model: use /translate",
-    "speech": "/classify is for sentence-pair models; '{name}' is a speech model (it transcribes audio): use "
+    "text": "/classify is for sentence-pair models; '{name}' is a translation model: use /translate",
+    "audio": "/classify is for sentence-pair models; '{name}' is a speech model (it transcribes audio): use "
               "/translate or /trace with audio"}
 
 
@@ -271,8 +271,8 @@ def _endpoint(handler, request_model):
     async def endpoint(request: Request, body: request_model, models: Models, limits: Limits):
         deadline = getattr(request.state, "arrived", time.monotonic()) + limits.timeout
         model = find_model(models, body.model)
-        if (model.task == "pairs") != (handler is classify):
-            raise HTTPException(422, WRONG_ENDPOINT[model.task].format(name=model.name))
+        if (model.inputs == "pairs") != (handler is classify):
+            raise HTTPException(422, WRONG_ENDPOINT[model.inputs].format(name=model.name))
         return await handler(body, model, limits, deadline)
 
     endpoint.__name__, endpoint.__doc__ = handler.__name__, handler.__doc__  # for /docs

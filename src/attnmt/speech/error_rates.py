@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from attnmt.evaluation import _bucket_edges, _bucket_label, _check_parallel
+from attnmt.core.scoring import bucket_label, check_parallel, length_buckets
 
 
 def _measures(hypotheses: list[str], references: list[str]) -> dict:
@@ -32,7 +32,7 @@ def _measures(hypotheses: list[str], references: list[str]) -> dict:
 
 def error_rates(hypotheses: list[str], references: list[str]) -> dict:
     """{"cer", "wer"} in percent; empty hypotheses count as all deletions."""
-    _check_parallel(hypotheses=hypotheses, references=references)
+    check_parallel(hypotheses=hypotheses, references=references)
     return _measures([" ".join(h.split()) for h in hypotheses], [" ".join(r.split()) for r in references])
 
 
@@ -40,9 +40,9 @@ def error_rates_by_length(hypotheses: list[str], references: list[str], width: i
                           max_low: int = 10) -> list[dict]:
     """CER and WER of the utterances whose reference has [low, high) words, for each bucket;
     empty buckets are left out."""
-    _check_parallel(hypotheses=hypotheses, references=references)
+    check_parallel(hypotheses=hypotheses, references=references)
     buckets = []
-    for low, high in _bucket_edges(width, max_low):
+    for low, high in length_buckets(width, max_low):
         members = [i for i, r in enumerate(references)
                    if len(r.split()) >= low and (high is None or len(r.split()) < high)]
         if members:
@@ -60,7 +60,7 @@ def format_speech_report(report: dict) -> str:
     lines = [f"CER {report['cer']:.2f}%  WER {report['wer']:.2f}%  ({report['utterances']} utterances)", "",
              "reference words | utterances |    CER |    WER", "----------------+------------+--------+-------"]
     for b in report["by_length"]:
-        lines.append(f"{_bucket_label(b['low'], b['high']):<15} | {b['utterances']:>10} | {b['cer']:>6.2f} | "
+        lines.append(f"{bucket_label(b['low'], b['high']):<15} | {b['utterances']:>10} | {b['cer']:>6.2f} | "
                      f"{b['wer']:>6.2f}")
     return "\n".join(lines)
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnmt.core import speed
 from attnmt.core.config import ModelConfig, SpecAugment, SpeechConfig
+from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import EOS, PAD
 from attnmt.seq2seq.base import source_mask
 from attnmt.seq2seq.decoder import Memory
@@ -125,3 +127,12 @@ class SpeechModel(Seq2Seq):
 
     def encoder_lengths(self, frames: Tensor) -> Tensor:
         return subsampled_lengths(frames, self.encoder.convolutions)
+
+
+def build_speech_model(config: ModelConfig, speech: SpeechConfig, tgt_vocab_size: int) -> SpeechModel:
+    """The speech model of the config: the speech encoder, the attention and the RNN decoder."""
+    speed.configure()  # before the model's first computation
+    try:
+        return SpeechModel(config, speech, tgt_vocab_size)
+    except ValueError as e:
+        raise AttnmtError(f"model: {e}") from None

@@ -18,16 +18,17 @@ from typing import Callable
 import numpy as np
 import torch
 
-from attnmt.api import Candidate, Translation, Translator, _inside
 from attnmt.core.config import SpeechConfig
 from attnmt.core.devices import to_numpy
 from attnmt.core.errors import AttnmtError
+from attnmt.core.folders import inside_folder
 from attnmt.core.progress import phase_bar
 from attnmt.data.batching import inference_batches, target_tensors
 from attnmt.data.subwords import Subwords, subword_paths
-from attnmt.seq2seq import build_model
 from attnmt.seq2seq.decoding import decode
-from attnmt.speech.audio import SpeechCorpus, audio_features, load_speech_corpus
+from attnmt.seq2seq.inference import Candidate, Translation, Translator
+from attnmt.speech.audio import SpeechCorpus, audio_features, load_speech_corpus, read_speech_tsv
+from attnmt.speech.model import build_speech_model
 from attnmt.speech.training import feature_batch
 
 Audio = str | Path | bytes  # a sound file's path, or its contents
@@ -46,14 +47,17 @@ class Transcription(Translation):
 class Recognizer(Translator):
     """A trained speech model with its character vocabulary and decoding settings."""
 
+    inputs = "audio"
+    what = "a speech model (it transcribes audio)"
+
     def _vocabularies(self):
         if self.config.task != "speech":
             raise AttnmtError(f"{self.folder}: not a speech model (task: {self.config.task})")
         _, path = subword_paths(self.folder, False)
-        return None, Subwords(_inside(self.folder, path))
+        return None, Subwords(inside_folder(self.folder, path))
 
     def _build(self):
-        return build_model(self.config.model, 0, len(self.tgt_subwords), self.config.speech)
+        return build_speech_model(self.config.model, self.config.speech, len(self.tgt_subwords))
 
     @property
     def frames_per_state(self) -> int:
@@ -178,3 +182,7 @@ class Recognizer(Translator):
     @property
     def test_sets(self) -> dict:
         return dict(self.config.data.test)
+
+    def files_of_test_set(self, files) -> list[Path]:
+        """The TSV of a test set and every sound file it lists (relative to its folder)."""
+        return [files.tsv, *(files.tsv.parent / audio for audio in read_speech_tsv(files.tsv)[0])]

@@ -13,21 +13,20 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import yaml
 from torch.nn.utils.rnn import pad_sequence
 
 from attnmt.core import distributed
-from attnmt.core.config import Config, config_to_yaml
+from attnmt.core.config import Config
 from attnmt.core.distributed import ONE_PROCESS, Processes
 from attnmt.core.errors import AttnmtError
-from attnmt.core.files import atomic_write_text
 from attnmt.data.batching import Batch, target_tensors
-from attnmt.data.subwords import Subwords, subword_paths, train_target_subwords
-from attnmt.seq2seq import build_model
+from attnmt.data.subwords import Subwords, prepared_subwords, subword_paths, train_target_subwords
+from attnmt.seq2seq.training import TrainingLoss, best_outputs, evaluate_loss, sequence_loss
 from attnmt.speech.audio import SpeechCorpus, load_speech_corpus, read_speech_tsv
 from attnmt.speech.error_rates import error_rates
+from attnmt.speech.model import build_speech_model
+from attnmt.training.loop import TrainingLoop
 from attnmt.training.optimization import setup_training
-from attnmt.translation.training import TrainingLoss, best_outputs, evaluate_loss, sequence_loss
 
 FEATURES = "features"  # folder of the experiment that caches the features of each corpus
 
@@ -70,25 +69,18 @@ def speech_batch(data: EncodedSpeech, indices: list[int]) -> Batch:
     return Batch(src, lengths, *target_tensors([data.tgt_ids[i] for i in indices]), indices)
 
 
-def prepare_vocabulary(config: Config, log: Callable[[str], None] = print) -> Subwords:
+def prepare_vocabulary(config: Config, log: Callable[[str], None] = print, force: bool = False) -> Subwords:
     """The character vocabulary of the training transcripts (spm/tgt.model), trained unless
     present with the same settings; writes the config into the experiment folder."""
     folder = config.experiment_dir
     _, tgt_path = subword_paths(folder, False)
-    settings = tgt_path.parent / "settings.yaml"
-    wanted = config.data.subwords.model_dump(mode="json")
-    if tgt_path.is_file() and settings.is_file():
-        if yaml.safe_load(settings.read_text(encoding="utf-8")) != wanted:
-            raise AttnmtError(f"{tgt_path.parent} holds a vocabulary trained with other settings; "
-                              "use another experiment_dir")
-        subwords = Subwords(tgt_path)
-    else:
+
+    def train():
         _, texts = read_speech_tsv(config.data.train.tsv)
         log(f"training the {config.data.subwords.type} vocabulary of {len(texts):,} transcripts")
-        subwords = train_target_subwords(texts, config.data.subwords, folder, config.training.seed)
-        atomic_write_text(settings, yaml.safe_dump(wanted))
-    atomic_write_text(folder / "config.yaml", config_to_yaml(config))
-    return subwords
+        return train_target_subwords(texts, config.data.subwords, folder, config.training.seed)
+
+    return prepared_subwords(config, [tgt_path], train, lambda: Subwords(tgt_path), log, force)
 
 
 def encoded_speech(tsv: Path, name: str, config: Config, tgt_sw: Subwords, max_length: int | None,
@@ -117,7 +109,7 @@ def speech_parts(config: Config, device: torch.device, processes: Processes = ON
         train = encoded_speech(config.data.train.tsv, "train", config, tgt_sw, config.data.max_length, log)
         dev = (encoded_speech(config.data.dev.tsv, "dev", config, tgt_sw, None, log)
                if config.data.dev is not None else None)
-    model = build_model(config.model, 0, len(tgt_sw), config.speech)
+    model = build_speech_model(config.model, config.speech, len(tgt_sw))
     if config.speech.ctc_weight:
         check_ctc_lengths(train, model, config.data.train.tsv, log)
     if config.speech.normalize == "global":
@@ -197,3 +189,11 @@ class SpeechScores:
     def describe(record: dict) -> str:
         return (f"dev loss {record['loss']:.3f}, ppl {record['perplexity']:.2f}, CER {record['cer']:.2f}%, "
                 f"WER {record['wer']:.2f}%")
+
+
+def speech_training_loop(config: Config, device: torch.device, processes: Processes,
+                         log: Callable[[str], None], progress: bool) -> TrainingLoop:
+    """Data, model, loss and validation of a speech experiment in the shared training loop."""
+    parts = speech_parts(config, device, processes, log, progress)
+    return TrainingLoop(config, parts.setup, parts.sizes, parts.make_batch, parts.validation, parts.summary,
+                        processes=processes, log=log, progress=progress)

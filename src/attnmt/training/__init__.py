@@ -1,4 +1,6 @@
-"""Training: teacher-forced cross-entropy with Adam, validation, early stopping, checkpoints.
+"""Training, shared by every task: teacher-forced loss with Adam, validation, early stopping,
+checkpoints. Each task gives the loop its data, model, loss and validation (its task.py's
+``training_loop``, asked through attnmt.core.task); the loop does the rest.
 
 The experiment folder ends up holding everything needed to translate and to resume:
 
@@ -10,34 +12,23 @@ The experiment folder ends up holding everything needed to translate and to resu
 
 The pieces, each usable alone:
 
-    translation.py   prepare_data (subwords, encoded corpora), setup_translation (model, loss,
-                     optimizer, scheduler), translation_batch, DevScores (dev loss and BLEU)
     optimization.py  setup_training: Adam and the learning-rate schedule for any model and loss
     loop.py          TrainingLoop: the steps over batches_to_train, validation, checkpoints, resume,
                      early stopping; it gets the loss, the batches and the validation as arguments
     metrics.py       MetricsWindow (loss and speed of the train records), ProgressBar, trim_metrics
-    trainer.py       Trainer and train(): the pieces put together for `attnmt train`
+    trainer.py       Trainer and train(): the task's pieces put together for `attnmt train`, then
+                     the test sets scored
+
+A task's own pieces are in its package (attnmt.translation.training, attnmt.speech.training,
+attnmt.pairs.training); those translation and speech share are in attnmt.seq2seq.training.
 """
 
 from attnmt.training.loop import TrainerState, TrainingLoop, Validation, batches_to_train
 from attnmt.training.metrics import MetricsWindow, ProgressBar, trim_metrics
 from attnmt.training.optimization import TrainingSetup, make_scheduler, noam, setup_training
 from attnmt.training.trainer import Trainer, train
-from attnmt.translation.training import (
-                                         DevScores,
-                                         TrainingLoss,
-                                         TranslationData,
-                                         evaluate_loss,
-                                         prepare_data,
-                                         sequence_loss,
-                                         setup_translation,
-                                         translate_ids,
-                                         translation_batch,
-)
 
 __all__ = [
     "train", "Trainer", "TrainerState", "TrainingLoop", "Validation", "batches_to_train",
     "MetricsWindow", "ProgressBar", "trim_metrics", "TrainingSetup", "setup_training", "make_scheduler", "noam",
-    "TranslationData", "prepare_data", "setup_translation", "translation_batch", "sequence_loss", "TrainingLoss",
-    "DevScores", "evaluate_loss", "translate_ids",
 ]

@@ -82,8 +82,9 @@ class TrainingLoop:
 
     def __init__(self, config: Config, setup: TrainingSetup, sizes: list[int], make_batch: Callable[[list[int]], Any],
                  validation: Validation | None = None, summary: str = "", *, processes: Processes = ONE_PROCESS,
-                 log: Callable[[str], None] = print, progress: bool = True):
+                 log: Callable[[str], None] = print, progress: bool = True, data: Any = None):
         self.config, self.folder = config, config.experiment_dir
+        self.data = data  # the task's prepared data, for a look from outside (Trainer.data); the loop never reads it
         self.model, self.loss = setup.model, setup.loss
         self.optimizer, self.scheduler = setup.optimizer, setup.scheduler
         self.device = next(self.model.parameters()).device

@@ -7,6 +7,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
@@ -76,3 +77,14 @@ def _record_step(line: str) -> float:
         return math.inf
     step = record.get("step") if isinstance(record, dict) else None
     return step if isinstance(step, int) else math.inf
+
+
+def test_set_summary(reports: dict[str, dict], record: Callable[[dict], dict], line: Callable[[dict], str],
+                     log: Callable[[str], None]) -> tuple[dict, list[dict]]:
+    """The reports without their per-sentence outputs (hypotheses, predictions), and a metrics
+    record (``record``) of each, logged (``line``): what every task's test_scores returns."""
+    summary = {name: {key: value for key, value in report.items() if key not in ("hypotheses", "predictions")}
+               for name, report in reports.items()}
+    for name, report in summary.items():
+        log(f"test set {name}: {line(report)}")
+    return summary, [{"name": name, **record(report)} for name, report in summary.items()]

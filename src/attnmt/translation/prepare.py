@@ -5,14 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import yaml
 
-from attnmt.core.config import Config, CorpusFiles, SubwordConfig, config_to_yaml
+from attnmt.core.config import Config, CorpusFiles
 from attnmt.core.errors import AttnmtError
-from attnmt.core.files import atomic_write_text
 from attnmt.data import splits
 from attnmt.data.corpus import Corpus, read_corpus
-from attnmt.data.subwords import Subwords, load_subwords, subword_paths, train_subwords
+from attnmt.data.subwords import Subwords, load_subwords, prepared_subwords, subword_paths, train_subwords
 
 
 @dataclass
@@ -38,36 +36,26 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
     """Trains the subword model(s) on the training corpus (unless present) and writes the
     config into the experiment folder, which then holds everything needed to translate.
     ``sentences``: the two sides to learn them from, if not the translation corpus's."""
-    folder = config.experiment_dir
-    settings = folder / "spm" / "settings.yaml"
-    wanted = config.data.subwords.model_dump(mode="json")
-    src_path, tgt_path = subword_paths(folder, config.data.subwords.joint)
-    # settings.yaml is written after the models: without it, an earlier prepare died half-way.
-    trained = src_path.is_file() and tgt_path.is_file() and settings.is_file()
+    folder, sub = config.experiment_dir, config.data.subwords
+    src_path, tgt_path = subword_paths(folder, sub.joint)
+    trained = src_path.is_file() and tgt_path.is_file() and (folder / "spm" / "settings.yaml").is_file()
     if trained and config.data.held_out and not (folder / splits.FOLDER / splits.RECORD).is_file() and not force:
         raise AttnmtError(f"{src_path.parent} holds subwords trained before the held-out sets of data.dev/data.test "
                           "were drawn, so they saw those sentences: use 'attnmt prepare --force' to draw the sets "
                           "and retrain the subwords, or another experiment_dir")
-    if trained and not force:
-        stored = yaml.safe_load(settings.read_text(encoding="utf-8"))
-        if {**SubwordConfig().model_dump(mode="json"), **stored} != wanted:  # (fields added since: defaults)
-            raise AttnmtError(f"{src_path.parent} holds subwords trained with other settings ({stored}); "
-                              "use 'attnmt prepare --force' to retrain them, or another experiment_dir")
-        log(f"subword model(s) already in {src_path.parent}")
-        subwords = load_subwords(folder, config.data.subwords.joint)
-    else:
+
+    def train():
         if sentences is None:
             corpus = training_corpus(config, log)
             sources, targets = corpus.sources, corpus.targets
         else:
             sources, targets = sentences()
-        sub = config.data.subwords
-        log(f"training {'joint' if sub.joint else 'separate'} {sub.type} subwords "
-            f"({sub.vocab_size}) on {len(sources)} pairs")
-        subwords = train_subwords(sources, targets, sub, folder, config.training.seed)
-        atomic_write_text(settings, yaml.safe_dump(wanted))
-    atomic_write_text(folder / "config.yaml", config_to_yaml(config))
-    return subwords
+        log(f"training {'joint' if sub.joint else 'separate'} {sub.type} subwords ({sub.vocab_size}) on "
+            f"{len(sources)} pairs")
+        return train_subwords(sources, targets, sub, folder, config.training.seed)
+
+    return prepared_subwords(config, [src_path, tgt_path], train, lambda: load_subwords(folder, sub.joint), log,
+                             force)
 
 
 def training_corpus(config: Config, log: Callable[[str], None] = print) -> Corpus:

@@ -1,0 +1,85 @@
+"""Trained model folders: their config, their weights, the device a model runs on, and the rule
+that a folder from someone else never makes attnmt read a file outside it (docs/security.md).
+Every task loads its folders through these."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from attnmt.core.checkpoint import check_shapes, load_weights
+from attnmt.core.config import Config, load_config
+from attnmt.core.errors import AttnmtError
+
+
+def inside_folder(folder: Path, path: Path) -> Path:
+    """``path`` if, with symbolic links followed, it lies inside ``folder``: a model folder from
+    someone else must not make attnmt read files elsewhere (see docs/security.md)."""
+    target = path.resolve()
+    if not target.is_relative_to(folder.resolve()):
+        raise AttnmtError(f"{path} leads outside the model folder {folder} (to {target}); "
+                          "a model folder must hold its own files: copy the file into it")
+    return path
+
+
+def model_config(folder: Path) -> Config:
+    """The config of a trained model folder, its experiment_dir the folder (which may have moved)."""
+    config_path = inside_folder(folder, folder / "config.yaml")
+    trained = _model_folders_in(folder)
+    if trained and not any((folder / name).is_file() for name in WEIGHTS):
+        # A quick start's folder (data, config.yaml and the model in model/) given for its model
+        names = " or ".join(str(sub) for sub in trained)
+        raise AttnmtError(f"{folder}: not a model folder (no weights); did you mean {names}?")
+    if not config_path.is_file():
+        raise AttnmtError(f"{folder}: not a model folder (no config.yaml)")
+    config = load_config(config_path)
+    config.experiment_dir = folder
+    return config
+
+
+WEIGHTS = ("best.safetensors", "last.safetensors")
+
+
+def _model_folders_in(folder: Path) -> list[Path]:
+    """The subfolders of ``folder`` that hold a trained model (config.yaml and weights)."""
+    if not folder.is_dir():
+        return []
+    return sorted(sub for sub in folder.iterdir() if sub.is_dir() and (sub / "config.yaml").is_file()
+                  and any((sub / name).is_file() for name in WEIGHTS))
+
+
+def weights_path(folder: Path, checkpoint: str) -> Path:
+    """The weights of ``checkpoint`` ("best", or "last") in a model folder; best is last if there is no best."""
+    if checkpoint not in ("best", "last"):
+        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    weights = folder / f"{checkpoint}.safetensors"
+    if checkpoint == "best" and not weights.exists():
+        weights = folder / "last.safetensors"
+    return inside_folder(folder, weights)
+
+
+def load_model(build: Callable[[], torch.nn.Module], weights: Path, device: torch.device) -> torch.nn.Module:
+    """The model ``build()`` makes, with the weights of the file, on ``device``, in eval mode."""
+    with torch.device("meta"):  # the shapes the config asks for, checked against the file before allocating
+        check_shapes(build(), weights)
+    model = build()
+    load_weights(model, weights)
+    return model.to(device).eval()
+
+
+def inference_device(name: str | torch.device) -> torch.device:
+    """The device ``name``, or AttnmtError if it is not a device or not on this machine."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as e:
+        raise AttnmtError(f"device {name!r} is not a device torch knows ({e}); try 'cpu' or 'cuda'") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise AttnmtError(f"device {name!r}: CUDA is not available here (no GPU, or a CPU-only build of torch); "
+                          "use device 'cpu'")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise AttnmtError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type not in ("cpu", "cuda"):
+        raise AttnmtError(f"device {name!r}: attnmt runs on 'cpu' or 'cuda'")
+    return device

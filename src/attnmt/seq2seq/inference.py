@@ -1,0 +1,360 @@
+"""A trained sequence-to-sequence model ready to use: its vocabularies, its decoding settings,
+and what it gives (translations with their attention, the beam search tree, the trace of every
+decoder step, a Transformer's layers and heads). Translation models load as this Translator;
+speech models as its subclass attnmt.speech.recognizer.Recognizer."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import ValidationError
+
+from attnmt.core import speed
+from attnmt.core.config import Config, DecodingConfig
+from attnmt.core.devices import to_numpy
+from attnmt.core.errors import AttnmtError
+from attnmt.core.folders import inference_device, inside_folder, load_model, model_config, weights_path
+from attnmt.core.progress import phase_bar
+from attnmt.data import splits
+from attnmt.data.batching import inference_batches, make_batch
+from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
+from attnmt.seq2seq import build_model
+from attnmt.seq2seq.decoding import BeamRecorder, beam_search, decode, max_output_lengths
+from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
+from attnmt.seq2seq.shortlist import Shortlist, load_shortlist
+
+
+@dataclass
+class Candidate:
+    """One translation hypothesis."""
+
+    text: str  # detokenized output
+    tokens: list[str]  # subword pieces, ending in "</s>" when the model produced it
+    score: float  # log-probability / length penalty
+    attention: np.ndarray | None  # (len(tokens), len(source_tokens)); None for attention "none"
+    # Word links (source word i, output word j), "</s>" left out: filled where asked for (the
+    # server's "align": true); Translation.alignment reads them from the attention
+    alignment: list[tuple[int, int]] | None = None
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.text!r}, score {self.score:.3f}, {len(self.tokens)} tokens, {_shape(self.attention)})"
+
+
+def links_of(translation: "Translation", candidate: Candidate, **options) -> list[tuple[int, int]] | None:
+    """The word links of ``candidate`` of ``translation`` (attnmt.translation.align.output_links with ``options``)."""
+    from attnmt.translation.align import output_links
+
+    if candidate.attention is None:
+        return None
+    return output_links(candidate.attention, translation.source_tokens, candidate.tokens, **options)
+
+
+def _shape(attention: np.ndarray | None) -> str:
+    """The attention matrix in a repr: its shape, not its numbers."""
+    return "no attention" if attention is None else "attention " + "x".join(map(str, np.shape(attention)))
+
+
+@dataclass
+class Translation:
+    source: str
+    source_tokens: list[str]  # subword pieces of the source, ending in "</s>"
+    candidates: list[Candidate] = field(default_factory=list)  # best first (n-best list)
+    truncated: bool = False  # the source was longer than max_tokens: its first max_tokens pieces were translated
+
+    @property
+    def best(self) -> Candidate:
+        return self.candidates[0]
+
+    def __repr__(self) -> str:
+        n = len(self.candidates)
+        return (f"{type(self).__name__}({self.source!r} -> {self.text!r}, score {self.score:.3f}, "
+                f"{len(self.source_tokens)} source tokens, {len(self.tokens)} output tokens, {_shape(self.attention)}, "
+                f"{n} candidate{'s' * (n != 1)}{', truncated' if self.truncated else ''})")
+
+    @property
+    def text(self) -> str:
+        return self.best.text
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.best.tokens
+
+    @property
+    def score(self) -> float:
+        return self.best.score
+
+    @property
+    def attention(self) -> np.ndarray | None:
+        return self.best.attention
+
+    @property
+    def alignment(self) -> list[tuple[int, int]] | None:
+        """Word links of the best candidate, (source word i, output word j), both 0-based and
+        counting whitespace-separated words, "</s>" left out: each output word linked to the source
+        word it attended to most (attnmt.translation.align.output_links; None without attention)."""
+        return links_of(self, self.best)
+
+
+class Translator:
+    """A trained model with its vocabularies and decoding settings."""
+
+    inputs = "text"  # what its requests carry (the server and the CLI check it before any work)
+    what = "a translation model"  # in messages
+
+    def __init__(self, folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
+                 device: str | torch.device = "cpu"):
+        if quantize not in QUANTIZE:
+            raise AttnmtError(f"quantize must be one of {', '.join(map(repr, QUANTIZE))}, got {quantize!r}")
+        self.device = inference_device(device)
+        if quantize == "int8" and self.device.type != "cpu":
+            raise AttnmtError(f"quantize='int8' is for CPUs; on {self.device} use quantize=None or 'bf16'")
+        self.folder = Path(folder)
+        self.config: Config = model_config(self.folder)
+        self.src_subwords, self.tgt_subwords = self._vocabularies()
+        self.model = load_model(self._build, weights_path(self.folder, checkpoint), self.device)
+        self.quantize = quantize
+        if quantize == "int8":
+            self.model = quantize_int8(self.model)
+        if quantize == "bf16":  # the output layer's product (the largest of a decoder step) in bfloat16
+            self.model.generator.compute_dtype = torch.bfloat16
+            if self.device.type == "cpu" and not speed.cpu_has_bf16():
+                warnings.warn("quantize='bf16' (--bf16) on a CPU without bf16 units (AVX512-BF16 or AMX): the "
+                              "product is emulated and slower than float32 here", stacklevel=3)
+        self.attention_window = self.config.decoding.attention_window
+        # translate()'s shortlist when it is given none (None: the config's decoding.shortlist)
+        self.shortlist: bool | str | Path | None = None
+        self._shortlists: dict[Path, Shortlist] = {}  # the tables read so far, by file
+
+    @property
+    def attention_window(self) -> tuple[int, int] | None:
+        """(left, right): each decoder step attends only within that many source positions of the
+        median of the previous step's weights (as in Chorowski et al. 2014); None: over the whole source.
+        The config's decoding.attention_window unless set here; RNN attention only."""
+        return self.config.decoding.attention_window
+
+    @attention_window.setter
+    def attention_window(self, window: tuple[int, int] | None):
+        decoder = getattr(self.model, "decoder", None)
+        if window is not None and getattr(decoder, "attention", None) is None:
+            raise AttnmtError(f"{self.folder}: an attention window is for RNN decoders with attention; this model "
+                              f"is a {self.config.model.type} with attention {self.config.model.attention}")
+        try:
+            decoding = DecodingConfig.model_validate({**self.config.decoding.model_dump(), "attention_window": window})
+        except ValidationError as error:
+            raise AttnmtError(f"attention window {window!r}: give two whole numbers >= 0 (left, right), "
+                              f"or None ({error.errors()[0]['msg']})") from None
+        self.config = self.config.model_copy(update={"decoding": decoding})
+        if decoder is not None:  # an RNN decoder (a Transformer has none of that name)
+            decoder.window = decoding.attention_window
+
+    def __repr__(self) -> str:
+        model = self.config.model
+        kind = "transformer" if model.type == "transformer" else f"{model.rnn_type} {model.attention} attention"
+        parameters = sum(p.numel() for p in self.model.parameters())
+        sizes = "/".join("-" if v is None else f"{len(v):,}" for v in (self.src_subwords, self.tgt_subwords))
+        return (f"<{type(self).__name__} {self.folder}: {kind}, {parameters:,} parameters, vocabularies {sizes}, "
+                f"beam {self.config.decoding.beam}, {self.device}{', ' + self.quantize if self.quantize else ''}>")
+
+    def _vocabularies(self):
+        if self.config.task != "translation":
+            raise AttnmtError(f"{self.folder}: a model of task {self.config.task}, not a translation model "
+                              "(attnmt.load gives the right class)")
+        joint = self.config.data.subwords.joint
+        for path in subword_paths(self.folder, joint):
+            inside_folder(self.folder, path)
+        return load_subwords(self.folder, joint)
+
+    def _build(self):
+        return build_model(self.config.model, len(self.src_subwords), len(self.tgt_subwords))
+
+    @property
+    def test_sets(self) -> dict:
+        """The test sets of the model's config (data.test), name -> files; a set held out of the
+        training corpus is the TSV file in the folder's splits/."""
+        sets = {name: splits.resolved(files, name, self.folder) for name, files in self.config.data.test.items()}
+        for name, files in self.config.data.test.items():
+            if files.split is not None:
+                inside_folder(self.folder, sets[name].tsv)
+        return sets
+
+    def describe(self) -> dict:
+        """What the model is, as the server's /models says it: the fields of its type, the others None."""
+        m = self.config.model
+        none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
+                              "norm"))
+        common = dict(type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
+                      beam=self.config.decoding.beam)
+        if m.type == "transformer":
+            return {**common, **none, "attention": "multi-head", "d_model": m.d_model, "heads": m.heads,
+                    "feed_forward": m.feed_forward, "norm": m.norm}
+        return {**common, **none, "attention": m.attention, "rnn_type": m.rnn_type, "input_feeding": m.input_feeding,
+                "decoder_hidden": m.decoder_hidden}
+
+    def files_of_test_set(self, files) -> list[Path]:
+        """Every file a test set of the config reads (attnmt.data.test_sets keeps them inside the folder)."""
+        return [path for path in (files.src, files.tgt, files.tsv) if path is not None]
+
+    def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
+                  batch_size: int | None = None, max_tokens: int | None = None,
+                  progress: str | None = None, shortlist: bool | str | Path | None = None) -> list[Translation]:
+        """Translates each text; the output has one Translation per input, in order.
+
+        Empty (or whitespace-only) inputs give an empty translation without running the model.
+        ``max_tokens``: a text of more subword pieces is cut to its first ``max_tokens`` (its
+        Translation says ``truncated``), so that no line can ask for unbounded work.
+        ``progress``: the description of a progress bar over the texts (on stderr, on a terminal only).
+        ``shortlist``: the output layer restricted to each batch's likely pieces (attnmt.translation.shortlist):
+        True, the folder's shortlist.json; a path, that table; False, none; None, as the config's
+        decoding.shortlist says (unless ``Translator.shortlist`` is set).
+        """
+        if isinstance(texts, str):
+            raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
+        dc = self.config.decoding
+        beam = dc.beam if beam is None else beam
+        if beam < 1 or n_best < 1 or n_best > beam:
+            raise ValueError(f"need 1 <= n_best <= beam (got beam {beam}, n_best {n_best})")
+        table = self.shortlist_table(self.shortlist if shortlist is None else shortlist)
+        texts = [valid_text(text) for text in texts]
+        src_ids = self.src_subwords.encode(texts)
+        truncated = {i for i, ids in enumerate(src_ids) if max_tokens is not None and len(ids) > max_tokens}
+        for i in truncated:
+            src_ids[i] = src_ids[i][:max_tokens]
+        results = [Translation(text, [], [Candidate("", [], 0.0, None)]) for text in texts]
+        # Whitespace-only as Python sees it: sentencepiece keeps some Unicode spaces (U+0085) as pieces.
+        todo = [i for i, ids in enumerate(src_ids) if ids and texts[i].strip()]
+        with phase_bar(len(todo), progress or "", enabled=progress is not None) as bar:
+            for batch_indices in inference_batches([len(src_ids[i]) for i in todo], batch_size or dc.batch_size):
+                indices = [todo[j] for j in batch_indices]
+                batch = make_batch([src_ids[i] for i in indices]).to(self.device)
+                with torch.inference_mode():
+                    decoded = decode(self.model, batch.src, batch.src_lengths, beam=beam, n_best=n_best,
+                                     alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
+                                     max_length_offset=dc.max_length_offset, shortlist=table)
+                for i, hypotheses in zip(indices, decoded):
+                    results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
+                                             [self._candidate(h) for h in hypotheses], i in truncated)
+                bar.update(len(indices))
+        return results
+
+    def shortlist_table(self, shortlist: bool | str | Path | None) -> Shortlist | None:
+        """The table that ``translate(shortlist=...)`` means, read once."""
+        if shortlist is None:  # the config's: a file of the model folder, which must stay inside it
+            name = self.config.decoding.shortlist
+            path = None if name is None else inside_folder(self.folder, self.folder / name)
+        else:
+            path = self.folder / SHORTLIST_FILE if shortlist is True else Path(shortlist) if shortlist else None
+        if path is None:
+            return None
+        if path not in self._shortlists:
+            self._shortlists[path] = load_shortlist(path, self.src_subwords, self.tgt_subwords).to(self.device)
+        return self._shortlists[path]
+
+    def beam_tree(self, text: str, beam: int | None = None) -> tuple[Translation, list[dict]]:
+        """Beam search on one sentence, with its search tree: every candidate looked at, as
+        {"id", "parent", "token", "log_prob", "step", "status"}; status is "root", "kept",
+        "finished" (ended in EOS) or "pruned" (fell out of the beam)."""
+        dc = self.config.decoding
+        beam = dc.beam if beam is None else beam
+        text = valid_text(text)
+        src_ids = self.src_subwords.encode([text])[0]
+        batch = make_batch([src_ids]).to(self.device)
+        recorder = BeamRecorder(1, beam)
+        with torch.inference_mode():
+            limits = max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset)
+            [hypotheses] = beam_search(self.model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
+                                       alpha=dc.length_penalty, record=recorder)
+        translation = Translation(text, self.src_subwords.pieces(src_ids + [EOS]),
+                                  [self._candidate(h) for h in hypotheses])
+        nodes = [{**asdict(node), "token": self.tgt_subwords.pieces([node.token])[0]} for node in recorder.trees[0]]
+        return translation, nodes
+
+    def trace(self, text: str, top_k: int = 5):
+        """Greedy translation of one sentence with every quantity of every decoder step
+        (scores, weights, context, state, top-k next tokens): see attnmt.seq2seq.trace."""
+        from attnmt.seq2seq.trace import trace
+
+        return trace(self, valid_text(text), top_k)
+
+    def attention(self, text: str, translation: str | Translation | Candidate | None = None) -> dict:
+        """Every attention weight of a Transformer, for one sentence and its translation, from a
+        teacher-forced pass over the translation's tokens (the weights decoding computed for them):
+
+            "encoder"  (L,H,S,S)  encoder self-attention, source piece -> source piece
+            "decoder"  (L,H,T,T)  decoder self-attention: row t is output piece t, looking at the
+                                  decoder's inputs <s> y_1 ... y_{T-1} ("decoder_tokens"), masked
+                                  so that it sees columns 0..t only
+            "cross"    (L,H,T,S)  cross-attention, output piece -> source piece
+            "source_tokens" (S pieces, ending in "</s>"), "tokens" (T output pieces),
+            "decoder_tokens" (T: "<s>" and tokens[:-1]): the labels of the axes
+
+        numpy float32 arrays, layers and heads in model order; each row sums to 1. The
+        ``attention`` matrix of a Translation is cross[-1].mean(axis=0), the last layer's
+        cross-attention averaged over its heads. ``translation``: None translates ``text`` (beam
+        of the config) and takes the best; a Translation (its best), a Candidate or anything with
+        the output pieces as ``.tokens`` (a DecodingTrace); or a string, a target text to force.
+        See docs/transformer.md.
+        """
+        if self.config.model.type != "transformer":
+            raise AttnmtError("attention() gives the layers and heads of Transformer models; "
+                              "an RNN model's attention is Translation.attention")
+        text = valid_text(text)
+        if translation is None:
+            [translation] = self.translate([text])
+        if isinstance(translation, Translation):
+            translation = translation.best
+        if isinstance(translation, str):
+            tgt_ids = self.tgt_subwords.encode([valid_text(translation)])[0] + [EOS]
+        else:
+            tgt_ids = [self.tgt_subwords.sp.piece_to_id(piece) for piece in translation.tokens]
+        src_ids = self.src_subwords.encode([text])[0]
+        batch = make_batch([src_ids]).to(self.device)
+        tgt_in = torch.tensor([[BOS] + tgt_ids[:-1]], dtype=torch.long, device=self.device)[:, :len(tgt_ids)]
+        with torch.inference_mode():
+            maps = self.model.attention_maps(batch.src, batch.src_lengths, tgt_in)
+        tokens = self.tgt_subwords.pieces(tgt_ids)
+        return {**{name: to_numpy(weights[0].float()) for name, weights in maps.items()},
+                "source_tokens": self.src_subwords.pieces(src_ids + [EOS]), "tokens": tokens,
+                "decoder_tokens": self.tgt_subwords.pieces(tgt_in[0].tolist())}
+
+    def _candidate(self, hypothesis) -> Candidate:
+        attention = None if hypothesis.attention is None else to_numpy(hypothesis.attention)
+        return Candidate(self.tgt_subwords.decode(hypothesis.tokens), self.tgt_subwords.pieces(hypothesis.tokens),
+                         hypothesis.score, attention)
+
+
+QUANTIZE = (None, "int8", "bf16")
+
+
+def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """The model with every linear layer (the RNN decoder's, the attention's, the Transformer's
+    and the output layer) replaced by PyTorch's dynamically quantized int8 version: weights
+    stored as int8 with a scale, activations quantized on the fly at each product. For
+    translation only: the quantized model cannot be trained.
+
+    The encoder's nn.GRU / nn.LSTM stay float32: quantizing them too gained nothing measurable
+    (docs/performance.md); the encoder runs once per sentence, the decoder once per word. The
+    output layer, an nn.Linear subclass with a fused training loss, is first made a plain
+    nn.Linear (on the same parameters), because quantize_dynamic maps modules by exact type and
+    would leave it in float32, and it is the largest product of a decoder step."""
+    from torch.ao.quantization import quantize_dynamic
+
+    from attnmt.seq2seq.output import OutputLayer
+
+    model = copy.deepcopy(model)  # the caller's float model stays as it was (deepcopy keeps ties)
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, OutputLayer):
+                plain = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
+                plain.weight, plain.bias = child.weight, child.bias  # shares tied weights, copies nothing
+                setattr(parent, name, plain)
+    with warnings.catch_warnings():
+        # torch.ao.quantization announces its move to torchao; it still works in this torch
+        # and is what attnmt pins (torch 2.13), so the warning would only confuse users.
+        warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated")
+        warnings.filterwarnings("ignore", message=r".*quantize_per_tensor.*deprecated")
+        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)

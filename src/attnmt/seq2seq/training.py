@@ -1,0 +1,97 @@
+"""Training pieces every sequence-to-sequence task shares (translation and speech): the
+teacher-forced cross-entropy, the module that DistributedDataParallel wraps, the dev loss, and
+the best output of each source for validation scores."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from attnmt.core import speed
+from attnmt.core.config import Config
+from attnmt.core.progress import phase_bar
+from attnmt.data.batching import Batch, inference_batches, make_batch, training_batch
+from attnmt.data.subwords import PAD, Subwords
+from attnmt.seq2seq.base import EncoderDecoder
+from attnmt.seq2seq.decoding import decode
+from attnmt.seq2seq.graphs import GraphedLoss
+
+
+def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0, memory=None) -> torch.Tensor:
+    """Cross-entropy summed over the real (non-padding) target tokens. The output layer, the
+    largest product of a step, runs on those positions only. ``memory``: the source already encoded."""
+    real = batch.tgt_out != PAD
+    if memory is None:
+        states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+    else:
+        states, _ = model.decoder_outputs_of(memory, batch.tgt_in)
+    return model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
+
+
+class TrainingLoss(nn.Module):
+    """The model and its loss as one module: what DistributedDataParallel wraps. Returns the
+    summed loss and the number of target tokens it sums over. With ``graphs`` (on a GPU), the
+    decoder runs as CUDA graphs (attnmt.seq2seq.graphs). A task with more to its loss (guided
+    alignment, CTC) overrides ``loss``."""
+
+    def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None):
+        super().__init__()
+        self.model, self.label_smoothing, self.graphs = model, label_smoothing, graphs
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
+        if self.graphs is not None and speed.enabled():
+            return self.graphs(batch), batch.target_tokens
+        return self.loss(batch), batch.target_tokens
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        return sequence_loss(self.model, batch, self.label_smoothing)
+
+
+def pair_batch(data, indices: list[int]) -> Batch:
+    """The pairs ``indices`` of ``data`` (src_ids and tgt_ids: token ids) as a batch for the loss."""
+    return training_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
+
+
+@torch.inference_mode()
+def evaluate_loss(model: EncoderDecoder, data, batch_size: int, make_batch: Callable[..., Batch] | None = None) -> dict:
+    """Loss and perplexity per target token of ``data`` (anything with sizes() that
+    ``make_batch(data, indices)`` cuts into batches; by default, its src_ids and tgt_ids)."""
+    make_batch = make_batch or pair_batch
+    model.eval()
+    total, tokens = 0.0, 0
+    device = next(model.parameters()).device
+    for indices in inference_batches(data.sizes(), batch_size):
+        batch = make_batch(data, indices).to(device)
+        total += float(sequence_loss(model, batch))
+        tokens += batch.target_tokens
+    loss = total / max(tokens, 1)
+    return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
+
+
+def translate_ids(model: EncoderDecoder, src_ids: list[list[int]], tgt_sw: Subwords, config: Config,
+                  beam: int = 1, progress: str | None = None) -> list[str]:
+    """Best translation (text) of each encoded source sentence, in the input order."""
+    return best_outputs(model, [len(s) for s in src_ids], lambda indices: make_batch([src_ids[i] for i in indices]),
+                        tgt_sw, config, beam, progress)
+
+
+def best_outputs(model: EncoderDecoder, sizes: list[int], source_batch: Callable[[list[int]], Batch],
+                 tgt_sw: Subwords, config: Config, beam: int = 1, progress: str | None = None) -> list[str]:
+    """Best output text of each of len(sizes) sources, in the input order; ``source_batch(indices)``
+    is a batch of those sources (token ids, or audio features). ``progress``: the description of
+    a progress bar over the sources (on a terminal), or None for none."""
+    model.eval()
+    dc = config.decoding
+    out: list[str] = [""] * len(sizes)
+    with phase_bar(len(sizes), progress or "", enabled=progress is not None) as bar:
+        for indices in inference_batches(sizes, dc.batch_size):
+            batch = source_batch(indices).to(next(model.parameters()).device)
+            results = decode(model, batch.src, batch.src_lengths, beam=beam, alpha=dc.length_penalty,
+                             max_length_ratio=dc.max_length_ratio, max_length_offset=dc.max_length_offset)
+            for i, hyps in zip(indices, results):
+                out[i] = tgt_sw.decode(hyps[0].tokens)
+            bar.update(len(indices))
+    return out
