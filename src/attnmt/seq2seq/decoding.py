@@ -22,7 +22,7 @@ from torch import Tensor
 from attnmt.core import speed
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS, PAD
-from attnmt.seq2seq.base import EncoderDecoder
+from attnmt.seq2seq.base import EncoderDecoder, StepOutput
 from attnmt.translation.shortlist import Shortlist, restricted
 
 
@@ -198,82 +198,120 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
     """
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
-    batch, k, device = src.size(0), beam, src.device
     memory = model.encode(src, src_lengths)
     state = model.init_state(memory)
-    # The k hypotheses of a sentence would start identical: the first step runs on one row per
-    # sentence (width 1), and its best extensions then fill the sentence's k rows.
-    width = 1
-    scores = torch.zeros(batch, width, device=device)
-    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    active = torch.arange(batch, device=device)  # sentence id of each group of k rows
-    history = _History()
-    memory_widths = memory_lengths(memory)
-
-    def finish(t: int, sentences: list[int], rows: Tensor, tokens: Tensor, log_probs: list[float]):
-        token_lists, attention = history.read(t, rows, tokens)
-        for i, (sentence, log_prob) in enumerate(zip(sentences, log_probs)):
-            matrix = None if attention is None else attention[i]
-            finished[sentence].append(_hypothesis(token_lists[i], log_prob, matrix, alpha, memory_widths[sentence]))
-
+    beams = _Beams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), record, src.device)
     for t in range(max(max_lengths)):
-        step = model.decode_step(prev, state, memory)
-        history.weights.append(step.weights)
-        n = active.numel()
-        sentences = active.tolist()
-        top_scores, origin, next_column = _best_candidates(scores, step.log_probs, k)
+        step = model.decode_step(beams.prev, state, memory)
+        sentences, source_rows = beams.extend(t, step, vocabulary)
+        beams.finish_at_limit(t, sentences, source_rows)
+        going = beams.going(t, sentences)
+        if not bool(going.any()):
+            break
+        state, memory = beams.next_batch(going, source_rows, step.state, memory)
+    return _checked([sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in beams.finished])
+
+
+class _Beams:
+    """The state of a batched beam search between two steps: the sentence of each group of rows
+    (``active``), the live hypotheses' scores (n, width) and last tokens (``prev``, n*width), the
+    finished hypotheses of every sentence, and the ``_History`` to read hypotheses back from.
+    Each step: ``extend``, ``finish_at_limit``, ``going``, then ``next_batch`` (see beam_search)."""
+
+    def __init__(self, batch: int, k: int, n_best: int, alpha: float, max_lengths: list[int],
+                 memory_widths: list[int], record: BeamRecorder | None, device: torch.device):
+        self.k, self.n_best, self.alpha, self.max_lengths = k, n_best, alpha, max_lengths
+        self.memory_widths, self.record, self.device = memory_widths, record, device
+        # The k hypotheses of a sentence would start identical: the first step runs on one row per
+        # sentence (width 1), and its best extensions then fill the sentence's k rows.
+        self.width = 1
+        self.scores = torch.zeros(batch, self.width, device=device)
+        self.prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        self.active = torch.arange(batch, device=device)  # sentence id of each group of k rows
+        self.history = _History()
+
+    def extend(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> tuple[list[int], Tensor]:
+        """Step t's 2k best candidates of each sentence: those among its best k that end in EOS
+        finish, the best k that do not stay alive (``prev``, ``scores``). Returns the sentence of
+        each group and, for each live row (n*k,), the row of batch t it extends."""
+        k, device = self.k, self.device
+        self.history.weights.append(step.weights)
+        n = self.active.numel()
+        sentences = self.active.tolist()
+        top_scores, origin, next_column = _best_candidates(self.scores, step.log_probs, k)
         next_token = token_ids(next_column, vocabulary)
-        source_rows = torch.arange(n, device=device).unsqueeze(1) * width + origin  # (n, 2k): row of batch t
+        source_rows = torch.arange(n, device=device).unsqueeze(1) * self.width + origin  # (n, 2k): row of batch t
         is_eos = next_token == EOS
 
         # EOS among the best k candidates: finished hypotheses.
         ends = is_eos & (top_scores > float("-inf")) & (torch.arange(2 * k, device=device) < k)
         if bool(ends.any()):
             groups = ends.nonzero()[:, 0].tolist()
-            finish(t, [sentences[g] for g in groups], source_rows[ends], next_token[ends], top_scores[ends].tolist())
+            self._finish(t, [sentences[g] for g in groups], source_rows[ends], next_token[ends],
+                         top_scores[ends].tolist())
 
         # The best k candidates that do not end in EOS stay alive.
         alive = ~is_eos & (torch.cumsum((~is_eos).long(), dim=1) <= k)
-        if record is not None:
-            record.step(t, active, origin, next_token, top_scores, ends, alive)
-        source_rows, prev = source_rows[alive], next_token[alive]  # (n*k,)
-        scores = top_scores[alive].view(n, k)
+        if self.record is not None:
+            self.record.step(t, self.active, origin, next_token, top_scores, ends, alive)
+        source_rows, self.prev = source_rows[alive], next_token[alive]  # (n*k,)
+        self.scores = top_scores[alive].view(n, k)
+        return sentences, source_rows
 
-        # Sentences at their length limit finish with their live hypotheses.
+    def finish_at_limit(self, t: int, sentences: list[int], source_rows: Tensor):
+        """Sentences at their length limit finish with their live hypotheses."""
+        k, device = self.k, self.device
         limit = [g for g, sentence in enumerate(sentences)
-                 if t + 1 >= max_lengths[sentence] and len(finished[sentence]) < k]
+                 if t + 1 >= self.max_lengths[sentence] and len(self.finished[sentence]) < k]
         if limit:
             rows = torch.tensor(limit, device=device).repeat_interleave(k) * k + torch.arange(k, device=device).repeat(
                 len(limit))
-            live = scores.view(-1)[rows] != float("-inf")  # NaN scores finish too: _checked reports them
+            live = self.scores.view(-1)[rows] != float("-inf")  # NaN scores finish too: _checked reports them
             rows = rows[live]
-            finish(t, [sentences[g] for g in (rows // k).tolist()], source_rows[rows], prev[rows],
-                   scores.view(-1)[rows].tolist())
-        best_live = scores.max(dim=1).values.tolist()
+            self._finish(t, [sentences[g] for g in (rows // k).tolist()], source_rows[rows], self.prev[rows],
+                         self.scores.view(-1)[rows].tolist())
+
+    def going(self, t: int, sentences: list[int]) -> Tensor:
+        """Which sentences go on to step t+1 (n,): not those at their length limit, nor those whose
+        n best no live hypothesis can enter, nor those with k finished hypotheses that no live one
+        would beat were it to end now."""
+        finished, n_best, alpha, max_lengths = self.finished, self.n_best, self.alpha, self.max_lengths
+        best_live = self.scores.max(dim=1).values.tolist()
         done = [t + 1 >= max_lengths[sentence]
                 or _cannot_improve(finished[sentence], n_best, best_live[g], max_lengths[sentence], alpha)
-                or (len(finished[sentence]) >= k
+                or (len(finished[sentence]) >= self.k
                     and _cannot_improve(finished[sentence], n_best, best_live[g], t + 1, alpha))
                 for g, sentence in enumerate(sentences)]
-        keep = ~torch.tensor(done, device=device)
-        if not bool(keep.any()):
-            break
+        return ~torch.tensor(done, device=self.device)
+
+    def next_batch(self, keep: Tensor, source_rows: Tensor, state, memory):
+        """The batch of step t+1: the rows of the sentences in ``keep`` (a finished sentence's rows
+        leave it), their decoder state and memory. Records their tokens and parents in the history."""
+        k, device, n = self.k, self.device, keep.numel()
         groups = torch.arange(n, device=device)
         if not bool(keep.all()):  # drop finished sentences from the batch
             groups = keep.nonzero().view(-1)
             rows = (groups.view(-1, 1) * k + torch.arange(k, device=device)).view(-1)
-            active, scores, source_rows, prev = active[keep], scores[keep], source_rows[rows], prev[rows]
-            if record is not None:
-                record.keep_rows(rows)
-        history.tokens.append(prev)
-        history.parents.append(source_rows)
-        state = step.state.select(source_rows)
-        if width < k or groups.numel() < n:  # the memory of each sentence, once per row (k rows from now on)
-            memory = memory.select((groups * width).repeat_interleave(k))
-        width = k
+            self.active, self.scores, self.prev = self.active[keep], self.scores[keep], self.prev[rows]
+            source_rows = source_rows[rows]
+            if self.record is not None:
+                self.record.keep_rows(rows)
+        self.history.tokens.append(self.prev)
+        self.history.parents.append(source_rows)
+        state = state.select(source_rows)
+        if self.width < k or groups.numel() < n:  # the memory of each sentence, once per row (k rows from now on)
+            memory = memory.select((groups * self.width).repeat_interleave(k))
+        self.width = k
+        return state, memory
 
-    return _checked([sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished])
+    def _finish(self, t: int, sentences: list[int], rows: Tensor, tokens: Tensor, log_probs: list[float]):
+        """The hypotheses of ``rows`` of batch t, extended by ``tokens``, join their sentences' finished ones."""
+        token_lists, attention = self.history.read(t, rows, tokens)
+        for i, (sentence, log_prob) in enumerate(zip(sentences, log_probs)):
+            matrix = None if attention is None else attention[i]
+            self.finished[sentence].append(_hypothesis(token_lists[i], log_prob, matrix, self.alpha,
+                                                       self.memory_widths[sentence]))
 
 
 def _cannot_improve(finished: list[Hypothesis], n_best: int, best_live: float, max_length: int,
