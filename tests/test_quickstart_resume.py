@@ -4,7 +4,7 @@ again; one trained that far is used as it is, its config.yaml untouched."""
 import yaml
 
 from attnmt.core.checkpoint import read_trainer_state
-from attnmt.translation.quickstart import train_once
+from attnmt.training.quickstart import train_once
 from conftest import reverse, toy_config
 
 PAIRS = [(w, reverse(w)) for w in ["abc", "bca", "cab", "abd", "dba", "bad", "cad", "dac"]]

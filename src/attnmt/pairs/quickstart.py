@@ -213,14 +213,15 @@ def run_pair_quickstart(folder: Path, steps: int = 3000, log: Callable[[str], No
                         progress: bool = True) -> dict:
     """Writes the synthetic corpus, trains the model on it, prints its test accuracy and the
     attention of a few examples; returns {"accuracy", "examples"}."""
-    from attnmt.api import load
-    from attnmt.translation.quickstart import shades, train_once
+    from attnmt.pairs.classifier import PairClassifier
+    from attnmt.training.quickstart import train_once
+    from attnmt.viz.text import shades
 
     folder = Path(folder)
     data = write_corpus(folder / "data")
     config = train_once(folder, quickstart_config(folder.resolve(), steps),
                         f"the decomposable attention model on {data['train']} ({steps} steps)", log, progress)
-    model = load(config.experiment_dir)
+    model = PairClassifier(config.experiment_dir)
     report = model.evaluate(model.test_sets["test"])
     log(f"accuracy on {report['pairs']} test pairs: {report['accuracy']:.1%}")
     examples = model.classify(EXAMPLES)

@@ -25,6 +25,7 @@ from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.decoding import BeamRecorder, beam_search, decode, max_output_lengths
+from attnmt.seq2seq.links import output_links
 from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
 from attnmt.seq2seq.shortlist import Shortlist, load_shortlist
 
@@ -46,9 +47,7 @@ class Candidate:
 
 
 def links_of(translation: "Translation", candidate: Candidate, **options) -> list[tuple[int, int]] | None:
-    """The word links of ``candidate`` of ``translation`` (attnmt.translation.align.output_links with ``options``)."""
-    from attnmt.translation.align import output_links
-
+    """The word links of ``candidate`` of ``translation`` (attnmt.seq2seq.links.output_links with ``options``)."""
     if candidate.attention is None:
         return None
     return output_links(candidate.attention, translation.source_tokens, candidate.tokens, **options)
@@ -96,7 +95,7 @@ class Translation:
     def alignment(self) -> list[tuple[int, int]] | None:
         """Word links of the best candidate, (source word i, output word j), both 0-based and
         counting whitespace-separated words, "</s>" left out: each output word linked to the source
-        word it attended to most (attnmt.translation.align.output_links; None without attention)."""
+        word it attended to most (attnmt.seq2seq.links.output_links; None without attention)."""
         return links_of(self, self.best)
 
 

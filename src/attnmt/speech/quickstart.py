@@ -11,11 +11,12 @@ from typing import Callable
 
 import numpy as np
 
-from attnmt.api import load
+from attnmt.speech.recognizer import Recognizer
 from attnmt.speech import corpora as speech
 from attnmt.speech.audio import read_speech_tsv
 from attnmt.speech.error_rates import format_speech_report, speech_test_set_reports
-from attnmt.translation.quickstart import attention_as_text, train_once
+from attnmt.training.quickstart import train_once
+from attnmt.viz.text import attention_as_text
 
 
 def speech_config(folder: Path, data: dict[str, Path], steps: int, attention: str) -> dict:
@@ -60,7 +61,7 @@ def run_speech_quickstart(folder: Path, steps: int = 800, attention: str = "loca
     config = train_once(folder, speech_config(folder, data, steps, attention),
                         f"a speech model with {attention} attention on {data['train']} ({steps} steps)", log, progress)
 
-    model = load(config.experiment_dir)
+    model = Recognizer(config.experiment_dir)
     report = speech_test_set_reports(model, model.test_sets, beam=1, log=log, progress=progress)["test"]
     hypotheses = report.pop("hypotheses")
     log(f"\nheld-out speech (half of it by voices and speeds not heard in training), greedy:\n"

@@ -34,14 +34,14 @@ NEVER = -1e9
 def export_ct2(model_dir: str | Path, out_dir: str | Path, quantization: str | None = None,
                force: bool = False) -> Path:
     """Converts the Transformer in ``model_dir`` into a CTranslate2 model folder ``out_dir``."""
-    from attnmt.api import load
+    from attnmt.seq2seq.inference import Translator
 
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
         raise AttnmtError("export to CTranslate2 needs the ctranslate2 package: "
                           "pip install 'attnmt[ct2]' (or pip install ctranslate2)") from None
-    translator = load(model_dir)
+    translator = Translator(model_dir)
     if translator.config.model.type != "transformer":
         raise AttnmtError(f"{model_dir} holds an RNN model; CTranslate2 export is for Transformer models only "
                           "(CTranslate2 has no specification for attnmt's RNN encoder-decoder with attention)")

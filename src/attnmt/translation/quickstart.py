@@ -13,14 +13,11 @@ from typing import Callable
 
 import numpy as np
 
-from attnmt.api import Translation, load
-from attnmt.core.checkpoint import read_trainer_state
-from attnmt.core.config import Config, config_from_dict, config_to_yaml
+from attnmt.seq2seq.inference import Translator
 from attnmt.data.corpus import read_tsv
-from attnmt.training import train
+from attnmt.training.quickstart import train_once
 from attnmt.translation import dates
-
-SHADES = " ░▒▓█"
+from attnmt.viz.text import attention_as_text
 
 
 def quickstart_config(folder: Path, steps: int, attention: str) -> dict:
@@ -41,53 +38,6 @@ def quickstart_config(folder: Path, steps: int, attention: str) -> dict:
     }
 
 
-def _label(piece: str) -> str:
-    return "␣" if piece in ("▁", " ") else ("$" if piece == "</s>" else piece.replace("▁", "")[:1] or "?")
-
-
-def attention_as_text(translation: Translation, header: str | None = None) -> str:
-    """The attention matrix drawn with shade characters: one row per output token, one column per
-    source token (``header`` labels the columns; default: the source tokens' first characters)."""
-    if translation.attention is None:
-        return "(no attention: this model reads one fixed context vector)"
-    columns = list(header) if header is not None else [_label(p) for p in translation.source_tokens]
-    return shades([_label(p) for p in translation.tokens], columns, translation.attention)
-
-
-def shades(rows: list[str], columns: list[str], matrix) -> str:
-    """A matrix of weights in [0, 1] drawn with shade characters, one cell per (row, column), under
-    the column labels (written downwards when longer than one character)."""
-    width = max(5, *(len(r) for r in rows))
-    header = [" " * (width + 1) + "".join(c[k] if k < len(c) else " " for c in columns)
-              for k in range(max(len(c) for c in columns))]
-    lines = header + [f"{label:>{width}} " + "".join(shade(w) for w in weights) for label, weights in zip(rows, matrix)]
-    return "\n".join(lines)
-
-
-def shade(weight: float) -> str:
-    return SHADES[min(int(weight * len(SHADES)), len(SHADES) - 1)]
-
-
-def train_once(folder: Path, raw_config: dict, what: str, log: Callable[[str], None], progress: bool) -> Config:
-    """The quick start's model trained to the config's steps: from the start, or on from the
-    checkpoint of a run that stopped short of them (Ctrl-C saves one), with the config written to
-    FOLDER/config.yaml. A model trained that far already is used as it is, config.yaml untouched."""
-    config = config_from_dict(raw_config, Path("."))
-    last = config.experiment_dir / "last.safetensors"
-    trained = read_trainer_state(last) if last.exists() else None
-    steps = config.training.max_steps
-    if trained is not None and (trained["step"] >= steps or trained.get("stopped_early")):
-        log(f"{config.experiment_dir} is already trained ({trained['step']} steps); delete {folder} to train again")
-        return config
-    (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
-    if trained is None:
-        log(f"training {what}")
-    else:
-        log(f"resuming the quick start stopped at step {trained['step']} of {steps}: {what}")
-    train(config, resume=trained is not None, log=log, progress=progress)
-    return config
-
-
 def run_quickstart(folder: Path, steps: int = 500, attention: str = "bahdanau",
                    log: Callable[[str], None] = print, progress: bool = True) -> dict:
     folder = Path(folder)
@@ -95,7 +45,7 @@ def run_quickstart(folder: Path, steps: int = 500, attention: str = "bahdanau",
     config = train_once(folder, quickstart_config(folder.resolve(), steps, attention),
                         f"a {attention} attention model on {data['train']} ({steps} steps)", log, progress)
 
-    model = load(config.experiment_dir)
+    model = Translator(config.experiment_dir)
     test = read_tsv(data["test"])
     outputs = model.translate(test.sources, beam=1)
     accuracy = float(np.mean([o.text == ref for o, ref in zip(outputs, test.targets)]))

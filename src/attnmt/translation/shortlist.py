@@ -67,7 +67,7 @@ def build_shortlist(folder: str | Path, top: int = 50, frequent: int = 100,
                     log: Callable[[str], None] = print) -> Path:
     """Writes FOLDER/shortlist.json from eflomal's links of the training corpus that the folder's
     config names (computed once, cached in FOLDER/alignment/)."""
-    from attnmt.api import model_config
+    from attnmt.core.folders import model_config
     from attnmt.data.subwords import load_subwords
     from attnmt.translation.guided_alignment import eflomal_file, piece_links, read_link_file
     from attnmt.translation.prepare import encode_corpus, training_corpus

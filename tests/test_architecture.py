@@ -1,0 +1,170 @@
+"""The layout of docs/architecture.md, checked on the source: the import graph has no cycle and
+no arrow from a lower layer to a higher one, tasks do not import one another, nothing outside the
+task registry and config validation chooses by a task's name, and modules and functions stay
+short enough to read at once. Every import counts: at the top of a module, inside a function or
+under TYPE_CHECKING."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import attnmt
+from attnmt.core.task import TASKS
+
+SOURCE = Path(attnmt.__file__).parent
+
+# The layers, lowest first (docs/architecture.md): a module may import its own layer's modules or
+# a lower layer's. A module's layer is that of the longest entry its name starts with.
+LAYERS = {
+    "attnmt.core": 0,  # config, checkpoints, files, devices, distributed, the task registry
+    "attnmt.data": 1,  # corpora, subwords, batches, held-out splits
+    "attnmt.seq2seq": 2,  # what translation and speech share: models, decoding, inference
+    "attnmt.training": 2,  # the training loop every task uses
+    "attnmt.viz": 2,  # the figures every task draws with
+    "attnmt.translation": 3,
+    "attnmt.speech": 3,
+    "attnmt.pairs": 3,
+    "attnmt": 4,  # the interfaces: attnmt.load, the CLI, the server, compare, info
+    "attnmt.viz!": 4,  # attnmt.viz itself (its __init__): the public names of every task's figures
+}
+TASK_PACKAGES = {f"attnmt.{name}" for name in TASKS}
+# Where a task's name may be compared: the registry, and config validation (which sections a task has)
+NAMES_ALLOWED_IN = {"attnmt.core.task", "attnmt.core.config", "attnmt.core.task_sections"}
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 460, 60
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in SOURCE.rglob("*.py"):
+        parts = path.relative_to(SOURCE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The attnmt modules ``name`` imports (``from a.b import c`` is a.b.c if that is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "attnmt":
+            for alias in node.names:
+                found.add(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in known else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "attnmt"}
+    return {target for target in found if target in known and target != name}
+
+
+def layer(name: str) -> int:
+    if f"{name}!" in LAYERS:
+        return LAYERS[f"{name}!"]
+    prefix = max((p for p in LAYERS if name == p or name.startswith(p + ".")), key=len)
+    return LAYERS[prefix]
+
+
+def package(name: str) -> str:
+    return ".".join(name.split(".")[:2])
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imports(name, path, set(found)) for name, path in found.items()}
+
+
+def test_the_import_graph_has_no_cycle(graph):
+    state: dict[str, str] = {}
+    cycles = []
+
+    def visit(node, path):
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_module_imports_a_higher_layer_or_another_task(graph):
+    wrong = []
+    for source, targets in graph.items():
+        for target in targets:
+            if layer(target) > layer(source):
+                wrong.append(f"{source} (layer {layer(source)}) imports {target} (layer {layer(target)})")
+            elif package(source) in TASK_PACKAGES and package(target) in TASK_PACKAGES - {package(source)}:
+                wrong.append(f"{source} imports another task's {target}")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_the_registry_names_a_package_per_task_with_its_task():
+    for name, module in TASKS.items():
+        assert module == f"attnmt.{name}.task" and (SOURCE / name / "task.py").is_file()
+        task = __import__(module, fromlist=["TASK"]).TASK
+        assert task.name == name
+        for member in ("what", "inputs", "prepare", "training_loop", "test_scores", "load", "architecture",
+                       "figure_writers"):
+            assert hasattr(task, member), f"{module}.TASK has no {member}"
+
+
+def switches_on_a_task_name(tree: ast.AST) -> list[int]:
+    """Lines comparing something with a task's name by ==, in or match (a choice of what to do),
+    or by != other than to refuse (an ``if`` whose body raises: a guard against a wrong folder)."""
+    guards = {id(node.test) for node in ast.walk(tree)
+              if isinstance(node, ast.If) and node.body and isinstance(node.body[0], ast.Raise)}
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            constants = {c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)}
+            constants |= {e.value for c in node.comparators if isinstance(c, (ast.Tuple, ast.Set, ast.List))
+                          for e in c.elts if isinstance(e, ast.Constant)}
+            if not constants & set(TASKS):
+                continue
+            mentions_task = any(isinstance(n, ast.Attribute) and n.attr == "task" or isinstance(n, ast.Name)
+                                and n.id == "task" for n in ast.walk(node))
+            refused = all(isinstance(op, ast.NotEq) for op in node.ops) and id(node) in guards
+            if mentions_task and not refused:
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Match) and any(isinstance(n, ast.Attribute) and n.attr == "task"
+                                                 for n in ast.walk(node.subject)):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_nothing_outside_the_registry_and_the_config_switches_on_a_task_name():
+    found = [f"{name}:{line}" for name, path in modules().items() if name not in NAMES_ALLOWED_IN
+             for line in switches_on_a_task_name(ast.parse(path.read_text(encoding="utf-8")))]
+    assert not found, "choices by a task's name (ask the task, attnmt.core.task, instead):\n" + "\n".join(found)
+
+
+def test_the_switch_finder_finds_switches_and_lets_guards_be():
+    code = """
+if config.task == "speech":
+    pass
+model = x if task in ("pairs", "speech") else y
+if self.config.task != "translation":
+    raise AttnmtError("not a translation model")
+if model.config.task != "pairs":
+    do_something()
+"""
+    assert switches_on_a_task_name(ast.parse(code)) == [2, 4, 7]
+
+
+def test_modules_and_functions_are_short_enough_to_read(graph):
+    long = []
+    for name, path in modules().items():
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {length} lines")
+    assert not long, f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function:\n" + "\n".join(long)
