@@ -114,7 +114,7 @@ def sources_of_length(subwords, length: int, count: int) -> list[list[int]]:
 def decoding_curves(name: str, batch: int, repeats: int, threads: int) -> list[dict]:
     import attnmt
     from attnmt.data.batching import make_batch
-    from attnmt.seq2seq.decoding import decode
+    from attnmt.seq2seq.search import decode
 
     torch.set_num_threads(threads)
     translator = attnmt.load(MODELS[name])
@@ -172,7 +172,7 @@ def profile_beam(name: str, batch: int, beam: int, threads: int, rounds: int) ->
     import attnmt
     from attnmt.data.batching import make_batch
     from attnmt.data.corpus import read_lines
-    from attnmt.seq2seq.decoding import decode
+    from attnmt.seq2seq.search import decode
 
     torch.set_num_threads(threads)
     translator = attnmt.load(MODELS[name])

@@ -9,11 +9,11 @@ from attnmt.seq2seq import EOS, build_model
 from attnmt.seq2seq.decoding import (
     _best_candidates,
     beam_search,
-    decode,
     greedy_search,
     length_penalty,
     max_output_lengths,
 )
+from attnmt.seq2seq.search import decode
 from conftest import assert_beam_of_one_equals_greedy, reverse
 
 

@@ -11,6 +11,7 @@ import torch
 from attnmt.core import speed
 from attnmt.core.config import ModelConfig
 from attnmt.seq2seq import EOS, build_model, decoding, fast_decoding
+from attnmt.seq2seq import search as searches
 from attnmt.seq2seq.decoding import max_output_lengths
 from test_decoding import ConfidentModel, random_batch
 
@@ -259,8 +260,8 @@ def test_decode_keeps_the_reference_searches_on_a_cpu(monkeypatch):
     monkeypatch.setattr(fast_decoding, "greedy_search", refuse)
     monkeypatch.setattr(fast_decoding, "beam_search", refuse)
     batch = random_batch()
-    decoding.decode(tiny("gru-bahdanau"), batch.src, batch.src_lengths, beam=1)
-    decoding.decode(tiny("gru-bahdanau"), batch.src, batch.src_lengths, beam=3)
+    searches.decode(tiny("gru-bahdanau"), batch.src, batch.src_lengths, beam=1)
+    searches.decode(tiny("gru-bahdanau"), batch.src, batch.src_lengths, beam=3)
 
 
 def strict_steps(monkeypatch):
@@ -298,9 +299,9 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
 
     calls = []
     monkeypatch.setattr(fast_decoding, "beam_search", lambda *args: calls.append("fast") or [])
-    decoding.decode(model, batch.src, batch.src_lengths, beam=3)
+    searches.decode(model, batch.src, batch.src_lengths, beam=3)
     with speed.plain():
-        decoding.decode(model, batch.src, batch.src_lengths, beam=3)
+        searches.decode(model, batch.src, batch.src_lengths, beam=3)
     assert calls == ["fast"]
 
 

@@ -13,7 +13,8 @@ from attnmt.cli import main
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import EOS, UNK
 from attnmt.seq2seq import fast_decoding
-from attnmt.seq2seq.decoding import decode, max_output_lengths
+from attnmt.seq2seq.decoding import max_output_lengths
+from attnmt.seq2seq.search import decode
 from attnmt.translation.shortlist import Shortlist, lexical_table, restricted
 from conftest import require
 from test_decoding import random_batch

@@ -34,7 +34,7 @@ The memory (encoder output), limits and history buffers belong to the search and
 its graph. The Transformer's state, its cache of keys and values, grows by one position a step: it
 runs the same fixed-shape search eagerly, without a graph.
 
-The switch. attnmt.seq2seq.decoding.decode uses these searches when the source is on a CUDA device and the
+The switch. attnmt.seq2seq.search.decode uses these searches when the source is on a CUDA device and the
 speed tricks are on (``attnmt.core.speed.plain()`` or ``ATTNMT_PLAIN=1``: the reference searches).
 ``graphs=None`` captures graphs on CUDA only; ``False`` runs every step eagerly; ``True`` on a CPU
 runs the static-buffer path without a graph. tests/test_fast_decoding.py checks that all of them

@@ -1,0 +1,35 @@
+"""The one entry to decoding: greedy search (beam 1) or beam search, on a vocabulary shortlist if
+one is given, through attnmt.seq2seq.decoding, or on a GPU with the speed tricks on through
+attnmt.seq2seq.fast_decoding (the same hypotheses, without waiting for the GPU at every step)."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from attnmt.core import speed
+from attnmt.seq2seq import decoding, fast_decoding
+from attnmt.seq2seq.base import EncoderDecoder
+from attnmt.seq2seq.decoding import max_output_lengths
+from attnmt.seq2seq.shortlist import Shortlist, restricted
+
+
+def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, beam: int = 1, n_best: int = 1,
+           alpha: float = 1.0, max_length_ratio: float = 1.5, max_length_offset: int = 10,
+           shortlist: Shortlist | None = None):
+    """Greedy search (beam 1) or beam search. On a GPU with the speed tricks on, those of
+    attnmt.seq2seq.fast_decoding: the same hypotheses, without waiting for the GPU at every step.
+    ``shortlist``: the output layer restricted to the batch's candidates (attnmt.seq2seq.shortlist)."""
+    vocabulary = None if shortlist is None else shortlist.vocabulary(src)
+    with restricted(model, vocabulary):
+        return _search(model, src, src_lengths, beam, n_best, alpha, max_length_ratio, max_length_offset,
+                       vocabulary)
+
+
+def _search(model, src, src_lengths, beam, n_best, alpha, max_length_ratio, max_length_offset, vocabulary):
+    max_lengths = max_output_lengths(src_lengths, max_length_ratio, max_length_offset)
+    greedy, beamed = decoding.greedy_search, decoding.beam_search
+    if src.device.type == "cuda" and speed.enabled():
+        greedy, beamed = fast_decoding.greedy_search, fast_decoding.beam_search
+    if beam == 1 and n_best == 1:
+        return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary)
+    return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary=vocabulary)
