@@ -17,15 +17,15 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from attnmt.viz.figures import (
+from attnmt.viz.drawing import (
     DIVERGING,
     _cell,
     _cell_grid,
     _dimension_ticks,
-    new_figure,
     _labels,
     _set_xlabels,
     _set_ylabels,
+    new_figure,
     select_dimensions,
 )
 from attnmt.viz.notebook import HTMLView, heatmap_html

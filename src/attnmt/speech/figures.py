@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 
-from attnmt.viz.figures import HIGHLIGHT, new_figure
+from attnmt.viz.drawing import HIGHLIGHT, check_step, new_figure
 
 SPACE = "␣"
 
@@ -83,8 +83,6 @@ def spectrogram_attention(transcription, title: str | None = None, crop: bool = 
 def speech_step_figure(trace, step: int) -> Figure:
     """Decoder step ``step`` of a speech trace: the attention weights a_j over time above the
     spectrogram, and the most probable next characters."""
-    from attnmt.viz.figures import check_step
-
     check_step(trace, step)
     s = trace.steps[step]
     frame, state = _seconds(trace)

@@ -50,7 +50,7 @@ def _diverging(value: float, limit: float) -> str:
 
 
 def unpack_attention(source_tokens, target_tokens, attention):
-    from attnmt.viz.figures import unpack_attention as unpack
+    from attnmt.viz.drawing import unpack_attention as unpack
 
     return unpack(source_tokens, target_tokens, attention)
 
@@ -98,7 +98,7 @@ def step_html(trace, step: int, *, space_marker: str | None = None) -> str:
     """One decoder step (numbered from 0) as HTML: per source token its score e_j and weight a_j
     (as a bar), the context vector c_t and the decoder state s_t as rows of cells on one scale
     (blue > 0, red < 0, as in the explorer), and the top-k next tokens with probabilities."""
-    from attnmt.viz.figures import check_step
+    from attnmt.viz.drawing import check_step
 
     st = check_step(trace, step)
     sources = [_label(t, space_marker) for t in trace.source_tokens]

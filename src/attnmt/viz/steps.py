@@ -1,0 +1,190 @@
+"""Figures of decoding, step by step: one decoder step in detail (``decoder_step_figure``) and an
+animated GIF of the whole decoding (``decoding_animation``). Importable from attnmt.viz.figures
+and attnmt.viz too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.animation import FuncAnimation, PillowWriter
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
+
+from attnmt.core.errors import AttnmtError
+from attnmt.viz.drawing import (
+    BAR,
+    DIVERGING,
+    HIGHLIGHT,
+    MUTED,
+    NEGATIVE,
+    POSITIVE,
+    _cell,
+    _cell_grid,
+    _labels,
+    _rotation,
+    _set_xlabels,
+    _set_ylabels,
+    check_step,
+    new_figure,
+    unpack_attention,
+)
+
+__all__ = ["decoder_step_figure", "decoding_animation"]
+
+
+def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) -> Figure:
+    """One decoder step (numbered from 0) in detail: the scores e_j of every source token (blue
+    positive, red negative), their softmax weights a_j (the largest outlined), the context vector
+    c_t and the decoder state s_t as rows of cells on one scale, and the top-k next tokens with
+    their probabilities (the chosen one in red).
+
+    The axes are labelled "scores", "weights", "context", "state" and "top_k" (``ax.get_label()``).
+    """
+    st = check_step(trace, step)
+    sources = _labels(trace.source_tokens, space_marker)
+    top_k = list(st.top_k)
+    fig, (ax_scores, ax_weights, ax_context, ax_state, ax_top) = _step_axes(len(sources), len(top_k))
+    token = _labels([st.token], space_marker)[0]
+    fig.suptitle(f"step {step}: output \u201c{token}\u201d (p = {st.probability:.3f})", fontsize=11,
+                 parse_math=False)
+    if st.weights is None:
+        _no_attention(ax_scores, ax_weights)
+    else:
+        _attention_bars(ax_scores, ax_weights, st, sources)
+    _vector_rows(fig, ax_context, ax_state, np.asarray(st.context, dtype=np.float64),
+                 np.asarray(st.state, dtype=np.float64))
+    _top_k_bars(ax_top, top_k, st.token, space_marker)
+    return fig
+
+
+def _step_axes(n: int, k: int):
+    """The figure of a step over n source tokens with k candidates, and its five axes, top to
+    bottom: "scores", "weights", "context", "state" and "top_k"."""
+    width = max(7.0, n * _cell(n) + 2.5)
+    height_top_k = max(1.2, 0.3 * k + 0.6)
+    fig = new_figure(width, 2.4 + 2.4 + 0.8 + 0.8 + height_top_k + 1.2)
+    names = ("scores", "weights", "context", "state", "top_k")
+    axes = fig.subplots(5, 1, gridspec_kw={"height_ratios": [2.4, 2.4, 0.8, 0.8, height_top_k]})
+    for ax, name in zip(axes, names):
+        ax.set_label(name)
+    return fig, axes
+
+
+def _no_attention(ax_scores, ax_weights):
+    for ax in (ax_scores, ax_weights):
+        ax.text(0.5, 0.5, "no attention: the context is the final encoder state at every step",
+                ha="center", va="center", transform=ax.transAxes, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+
+
+def _attention_bars(ax_scores, ax_weights, st, sources: list[str]):
+    """Scores e_j coloured by sign, weights a_j; the most attended token outlined, its label bold."""
+    n = len(sources)
+    weights = np.asarray(st.weights, dtype=np.float64)
+    best = int(weights.argmax())
+    edges = ["black" if j == best else "none" for j in range(n)]
+    if st.scores is not None:
+        scores = np.asarray(st.scores, dtype=np.float64)
+        ax_scores.bar(range(n), scores, color=[POSITIVE if e >= 0 else NEGATIVE for e in scores], width=0.8,
+                      edgecolor=edges, linewidth=1.5)
+        ax_scores.axhline(0, color="black", linewidth=0.6)
+    ax_scores.set_ylabel("score e_j", fontsize=9)
+    ax_scores.set_title("attention scores (before the softmax; blue > 0, red < 0)", fontsize=10)
+    ax_weights.bar(range(n), weights, color=BAR, width=0.8, edgecolor=edges, linewidth=1.5)
+    ax_weights.set_ylim(0, max(float(weights.max()) * 1.15, 0.05))
+    ax_weights.set_ylabel("weight a_j", fontsize=9)
+    ax_weights.set_title("attention weights a_j = softmax(e)_j (the largest outlined)", fontsize=10)
+    if n <= 30:
+        for j, w in enumerate(weights):
+            ax_weights.text(j, w, f"{w:.2f}", ha="center", va="bottom", fontsize=7)
+    for ax in (ax_scores, ax_weights):
+        ax.set_xlim(-0.6, n - 0.4)
+        _set_xlabels(ax, sources, top=False)
+        ax.get_xticklabels()[best].set_fontweight("bold")
+        ax.tick_params(axis="y", labelsize=8)
+
+
+def _vector_rows(fig, ax_context, ax_state, context: np.ndarray, state: np.ndarray):
+    """c_t and s_t as rows of cells on one symmetric scale (blue > 0, red < 0)."""
+    limit = float(max(np.abs(context).max(initial=0.0), np.abs(state).max(initial=0.0))) or 1.0
+    image = None
+    for ax, vector, title in ((ax_context, context, f"context vector c_t ({context.size} dimensions)"),
+                              (ax_state, state, f"decoder state s_t ({state.size} dimensions)")):
+        image = ax.imshow(vector[None, :], cmap=DIVERGING, vmin=-limit, vmax=limit, aspect="auto",
+                          interpolation="nearest")
+        ax.set_yticks([])
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    bar = fig.colorbar(image, ax=[ax_context, ax_state], aspect=8, pad=0.01)
+    bar.ax.tick_params(labelsize=6)
+
+
+def _top_k_bars(ax_top, top_k: list, chosen: str, space_marker: str | None):
+    if top_k:
+        names = _labels([t for t, _ in top_k], space_marker)
+        probabilities = [p for _, p in top_k]
+        colours = [HIGHLIGHT if t == chosen else MUTED for t, _ in top_k]
+        ax_top.barh(range(len(top_k)), probabilities, color=colours, height=0.7)
+        ax_top.set_yticks(range(len(top_k)), labels=names, fontsize=9, parse_math=False)
+        ax_top.invert_yaxis()
+        ax_top.set_xlim(0, 1.12)
+        for i, p in enumerate(probabilities):
+            ax_top.text(p + 0.01, i, f"{p:.3f}", va="center", fontsize=8)
+    ax_top.set_title(f"top {len(top_k)} next tokens", fontsize=10)
+    ax_top.set_xlabel("probability", fontsize=9)
+    ax_top.tick_params(axis="x", labelsize=8)
+
+
+def decoding_animation(trace, path, fps: float = 1, *, space_marker: str | None = None,
+                       cmap: str = "Blues", dpi: int = 120) -> Path:
+    """Writes an animated GIF of the decoding: one frame per step, the heatmap filling row by row,
+    the current row framed in red. Returns the path."""
+    path = Path(path)
+    if path.suffix.lower() != ".gif":
+        raise AttnmtError(f"{path}: the animation is written as a GIF, give a file name ending in .gif")
+    if not fps or fps <= 0:
+        raise ValueError(f"fps must be positive, got {fps}")
+    source_tokens, target_tokens, matrix = unpack_attention(trace.source_tokens, trace.tokens, trace.attention)
+    xs, ys = _labels(source_tokens, space_marker), _labels(target_tokens, space_marker)
+    n_src, n_tgt = len(xs), len(ys)
+    cell = _cell(max(n_src, n_tgt))
+    longest_x = max(len(x) for x in xs) if _rotation(xs) else 1
+    fig = new_figure(max(n_src * cell + 0.09 * max(len(y) for y in ys) + 1.6, 4.0),
+                  max(n_tgt * cell + 0.08 * longest_x + 1.1, 3.0))
+    ax = fig.add_subplot()
+    shown = np.full(matrix.shape, np.nan)
+    colours = colormaps[cmap].with_extremes(bad="white")
+    image = ax.imshow(shown, cmap=colours, vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+    ax.xaxis.tick_top()
+    _set_xlabels(ax, xs, top=True)
+    _set_ylabels(ax, ys)
+    _cell_grid(ax, n_tgt, n_src)
+    ax.set_xlim(-0.5, n_src - 0.5)
+    ax.set_ylim(n_tgt - 0.5, -0.5)
+    frame = Rectangle((-0.5, -0.5), n_src, 1, fill=False, edgecolor=HIGHLIGHT, linewidth=2, zorder=5)
+    ax.add_patch(frame)
+    fig.colorbar(image, ax=ax, shrink=0.8, aspect=25, pad=0.02).ax.tick_params(labelsize=7)
+    title = fig.suptitle("", fontsize=11, parse_math=False)
+
+    def draw(t: int):
+        shown[: t + 1] = matrix[: t + 1]
+        image.set_data(shown)
+        frame.set_y(t - 0.5)
+        for i, label in enumerate(ax.get_yticklabels()):
+            label.set_color(HIGHLIGHT if i == t else "black")
+        title.set_text(f"step {t}: output \u201c{ys[t]}\u201d")
+        return [image, frame, title]
+
+    animation = FuncAnimation(fig, draw, frames=n_tgt, blit=False, repeat=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        animation.save(str(path), writer=PillowWriter(fps=fps), dpi=dpi)
+    except OSError as e:
+        raise AttnmtError(f"cannot write {path}: {e.strerror or e}") from None
+    return path
