@@ -106,60 +106,76 @@ def step_html(trace, step: int, *, space_marker: str | None = None) -> str:
     parts = [f'<div style="{FONT};padding:4px">',
              f'<div style="font-weight:600;margin-bottom:6px">step {int(step)}: output '
              f'\u201c{_esc(token)}\u201d (p = {st.probability:.3f})</div>']
-
     if st.weights is None:
         parts.append('<div style="color:#666">no attention: the context is the final encoder state at '
                      "every step</div>")
     else:
-        weights = np.asarray(st.weights, dtype=np.float64)
-        scores = None if st.scores is None else np.asarray(st.scores, dtype=np.float64)
-        best = int(weights.argmax())
-        top = float(weights.max()) or 1.0
-        label_cell = "text-align:right;padding:2px 6px;font-weight:normal;border:none;color:#555"
-        parts.append('<table style="border-collapse:collapse;border:none;margin-bottom:8px">')
-        parts.append(f'<tr><th style="{label_cell}">weight a_j</th>')
-        for j, w in enumerate(weights):
-            colour = "#d62728" if j == best else "#4c72b0"
-            height = round(60 * w / top)
-            parts.append(f'<td style="vertical-align:bottom;text-align:center;padding:0 2px;border:none;'
-                         f'height:64px" title="{_esc(sources[j])}: a = {w:.3f}">'
-                         f'<div style="font-size:9px;color:#555">{w:.2f}</div>'
-                         f'<div style="background:{colour};height:{height}px;width:14px;margin:0 auto"></div></td>')
-        parts.append("</tr>")
-        if scores is not None:
-            parts.append(f'<tr><th style="{label_cell}">score e_j</th>')
-            parts.extend(f'<td style="text-align:center;padding:0 2px;border:none;font-size:10px">{e:.2f}</td>'
-                         for e in scores)
-            parts.append("</tr>")
-        parts.append(f'<tr><th style="{label_cell}">source</th>')
-        parts.extend(f'<td style="text-align:center;padding:2px;border:none;white-space:nowrap;'
-                     f'{"font-weight:600;color:#d62728" if j == best else ""}">{_esc(x)}</td>'
-                     for j, x in enumerate(sources))
-        parts.append("</tr></table>")
+        parts.extend(_attention_table(st, sources))
+    parts.extend(_vector_cells(st))
+    if st.top_k:
+        parts.extend(_top_k_table(st, space_marker))
+    parts.append("</div>")
+    return "".join(parts)
 
+
+def _attention_table(st, sources: list[str]) -> list[str]:
+    """A table of a step's weights a_j as bars (the largest red), its scores e_j and the source tokens."""
+    weights = np.asarray(st.weights, dtype=np.float64)
+    scores = None if st.scores is None else np.asarray(st.scores, dtype=np.float64)
+    best = int(weights.argmax())
+    top = float(weights.max()) or 1.0
+    label_cell = "text-align:right;padding:2px 6px;font-weight:normal;border:none;color:#555"
+    parts = ['<table style="border-collapse:collapse;border:none;margin-bottom:8px">']
+    parts.append(f'<tr><th style="{label_cell}">weight a_j</th>')
+    for j, w in enumerate(weights):
+        colour = "#d62728" if j == best else "#4c72b0"
+        height = round(60 * w / top)
+        parts.append(f'<td style="vertical-align:bottom;text-align:center;padding:0 2px;border:none;'
+                     f'height:64px" title="{_esc(sources[j])}: a = {w:.3f}">'
+                     f'<div style="font-size:9px;color:#555">{w:.2f}</div>'
+                     f'<div style="background:{colour};height:{height}px;width:14px;margin:0 auto"></div></td>')
+    parts.append("</tr>")
+    if scores is not None:
+        parts.append(f'<tr><th style="{label_cell}">score e_j</th>')
+        parts.extend(f'<td style="text-align:center;padding:0 2px;border:none;font-size:10px">{e:.2f}</td>'
+                     for e in scores)
+        parts.append("</tr>")
+    parts.append(f'<tr><th style="{label_cell}">source</th>')
+    parts.extend(f'<td style="text-align:center;padding:2px;border:none;white-space:nowrap;'
+                 f'{"font-weight:600;color:#d62728" if j == best else ""}">{_esc(x)}</td>'
+                 for j, x in enumerate(sources))
+    parts.append("</tr></table>")
+    return parts
+
+
+def _vector_cells(st) -> list[str]:
+    """The context vector c_t and the decoder state s_t as rows of cells on one symmetric scale."""
     context, state = (np.asarray(v, dtype=np.float64) for v in (st.context, st.state))
     limit = float(max(np.abs(context).max(initial=0.0), np.abs(state).max(initial=0.0))) or 1.0
+    parts = []
     for vector, name, title in ((context, "context vector c_t", "dim {i}"), (state, "decoder state s_t", "s_t[{i}]")):
         parts.append(f'<div style="margin:4px 0 2px">{name} ({vector.size} dimensions; blue &gt; 0, red &lt; 0)</div>')
         parts.append('<div style="display:flex;flex-wrap:wrap;max-width:100%">')
         parts.extend(f'<span style="display:inline-block;width:6px;height:18px;background:{_diverging(v, limit)}" '
                      f'title="{title.format(i=i)}: {v:.3f}"></span>' for i, v in enumerate(vector))
         parts.append("</div>")
+    return parts
 
-    if st.top_k:
-        parts.append(f'<div style="margin:8px 0 2px">top {len(st.top_k)} next tokens</div>')
-        parts.append('<table style="border-collapse:collapse;border:none">')
-        for name, p in st.top_k:
-            chosen = name == st.token
-            colour = "#d62728" if chosen else "#9aa5b8"
-            parts.append(f'<tr><th style="text-align:right;padding:1px 6px;border:none;'
-                         f'font-weight:{600 if chosen else "normal"}">{_esc(_label(name, space_marker))}</th>'
-                         f'<td style="padding:1px;border:none;width:200px"><div style="background:{colour};'
-                         f'height:12px;width:{max(1, round(200 * p))}px"></div></td>'
-                         f'<td style="padding:1px 6px;border:none">{p:.3f}</td></tr>')
-        parts.append("</table>")
-    parts.append("</div>")
-    return "".join(parts)
+
+def _top_k_table(st, space_marker: str | None) -> list[str]:
+    """The top-k next tokens with their probabilities as bars, the chosen one in red."""
+    parts = [f'<div style="margin:8px 0 2px">top {len(st.top_k)} next tokens</div>',
+             '<table style="border-collapse:collapse;border:none">']
+    for name, p in st.top_k:
+        chosen = name == st.token
+        colour = "#d62728" if chosen else "#9aa5b8"
+        parts.append(f'<tr><th style="text-align:right;padding:1px 6px;border:none;'
+                     f'font-weight:{600 if chosen else "normal"}">{_esc(_label(name, space_marker))}</th>'
+                     f'<td style="padding:1px;border:none;width:200px"><div style="background:{colour};'
+                     f'height:12px;width:{max(1, round(200 * p))}px"></div></td>'
+                     f'<td style="padding:1px 6px;border:none">{p:.3f}</td></tr>')
+    parts.append("</table>")
+    return parts
 
 
 class HTMLView:
