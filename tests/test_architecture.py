@@ -168,3 +168,27 @@ def test_modules_and_functions_are_short_enough_to_read(graph):
                 if length > MAX_FUNCTION_LINES:
                     long.append(f"{name}.{node.name}: {length} lines")
     assert not long, f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function:\n" + "\n".join(long)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["translation", "pairs"])
+def test_a_training_run_loads_only_its_own_task(tmp_path, task):
+    """Training and scoring one task's model imports no module of another task."""
+    import subprocess
+    import sys
+
+    from conftest import pair_config, random_strings, reverse, toy_config
+
+    if task == "pairs":
+        raw = pair_config(tmp_path, training={"max_steps": 2})
+        raw["data"]["test"] = {"test": {"tsv": raw["data"]["train"]["tsv"]}}
+    else:
+        pairs = [(s, reverse(s)) for s in random_strings(60, 3, 8, seed=1)]
+        raw = toy_config(tmp_path, pairs, training={"max_steps": 2}, data={"test": {"test": {"split": 10}}})
+        raw = raw if isinstance(raw, dict) else raw.model_dump(mode="json")
+    script = (f"import sys, attnmt.core.config as c, attnmt.training as t\n"
+              f"t.train(c.config_from_dict({raw!r}, c.Path('.')), log=lambda m: None, progress=False)\n"
+              "print(' '.join(m for m in sys.modules if m.startswith('attnmt.')))")
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    others = [m for m in loaded if package(m) in TASK_PACKAGES - {f"attnmt.{task}"}]
+    assert f"attnmt.{task}.task" in loaded and not others, others

@@ -17,7 +17,6 @@
 See docs/visualization.md.
 """
 
-from attnmt.pairs.figures import pair_figure, show_pair
 from attnmt.viz.figures import (
     attention_grid,
     attention_heatmap,
@@ -39,3 +38,15 @@ __all__ = [
     "heatmap_html", "step_html", "show", "show_step", "HTMLView",
     "merge_pieces", "word_spans", "pair_figure", "show_pair",
 ]
+
+# A task's own figures, read when first asked for (PEP 562): importing attnmt.viz or one of its
+# modules loads no task (docs/architecture.md: the modules of viz are shared, below the tasks).
+TASK_FIGURES = {"pair_figure": "attnmt.pairs.figures", "show_pair": "attnmt.pairs.figures"}
+
+
+def __getattr__(name: str):
+    if name in TASK_FIGURES:
+        import importlib
+
+        return getattr(importlib.import_module(TASK_FIGURES[name]), name)
+    raise AttributeError(f"module 'attnmt.viz' has no attribute {name!r}")
