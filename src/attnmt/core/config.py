@@ -11,24 +11,21 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from attnmt.core.errors import AttnmtError
+from attnmt.core.sections import SET_NAME, Section, SetName, SubwordConfig, named_sets  # noqa: F401 (re-exported)
+from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imported from here)
+    Column,
+    EmbeddingsConfig,
+    PairDataConfig,
+    PairFiles,
+    PairModelConfig,
+    SpecAugment,
+    SpeechConfig,
+)
 
 ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "location")
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class CorpusFiles(Section):
@@ -56,26 +53,6 @@ class CorpusFiles(Section):
         if self.tsv is not None:
             return {"tsv": self.tsv, "src_column": self.src_column, "tgt_column": self.tgt_column}
         return {"src": self.src, "tgt": self.tgt}
-
-
-class SubwordConfig(Section):
-    type: Literal["bpe", "unigram", "char", "word"] = "bpe"
-    vocab_size: int = Field(8000, gt=4)
-    joint: bool = True
-    character_coverage: float = Field(1.0, gt=0, le=1)
-    max_sentences: int = Field(1_000_000, gt=0)  # sentences sampled to train sentencepiece
-    lowercase: bool = False  # fold case, in training and encoding (sentencepiece's nmt_nfkc_cf rule)
-
-
-SET_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-SetName = Annotated[str, StringConstraints(pattern=SET_NAME, max_length=64)]
-
-
-def named_sets(value, files: type[Section]):
-    """Test sets by name, {name: files}; the files of one set alone are the set named "test"."""
-    if isinstance(value, dict) and set(value) & set(files.model_fields):
-        return {"test": value}
-    return {} if value is None else value
 
 
 GPU_BATCH_TOKENS = 4096  # data.batch_tokens on a GPU unless the config sets a batch size
@@ -151,40 +128,6 @@ class ModelConfig(Section):
             raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
         if self.type == "rnn" and self.share_embeddings:
             raise ValueError("share_embeddings is for type: transformer (RNN models have tie_embeddings)")
-        return self
-
-
-class SpecAugment(Section):
-    """Masks on the normalised features during training (Park et al., 2019): up to
-    ``freq_width`` mel bins ``freq_masks`` times, up to ``time_width`` frames ``time_masks`` times."""
-
-    freq_masks: int = Field(2, ge=0)
-    freq_width: int = Field(10, ge=0)
-    time_masks: int = Field(2, ge=0)
-    time_width: int = Field(20, ge=0)
-
-
-class SpeechConfig(Section):
-    """task: speech: the audio features and the speech encoder (attnmt.speech.audio, attnmt.speech.model)."""
-
-    sample_rate: int = Field(16000, ge=4000, le=96000)  # audio is resampled to this rate
-    n_mels: int = Field(80, gt=0, le=256)
-    window_ms: float = Field(25.0, gt=0, le=200)
-    hop_ms: float = Field(10.0, gt=0, le=100)
-    max_seconds: float = Field(30.0, gt=0, le=600)  # longer files are skipped (training) or refused
-    normalize: Literal["utterance", "global"] = "utterance"  # mean and variance of each bin
-    subsample: Literal[4, 8] = 4  # frames per encoder state: 2 or 3 convolutions of stride 2
-    conv_channels: int = Field(32, gt=0)
-    spec_augment: SpecAugment | None = None
-    # Weight w of a CTC loss on the encoder states beside the decoder's (Kim et al. 2017): the
-    # loss is (1 - w) cross-entropy + w CTC. CTC makes each state carry its own stretch of speech,
-    # which helps the attention learn to align; 0 = no CTC. Needs about 2 states per character.
-    ctc_weight: float = Field(0.0, ge=0, lt=1)
-
-    @model_validator(mode="after")
-    def window_fits(self):
-        if self.sample_rate * self.window_ms / 1000 < 16:
-            raise ValueError(f"window_ms ({self.window_ms}) is under 16 samples at {self.sample_rate} Hz")
         return self
 
 
@@ -265,107 +208,8 @@ class DecodingConfig(Section):
     shortlist: str | None = None
 
 
-# ------------------------------------------------------------------------------ task: pairs
-
-
-Column = int | str  # an index (from 0) or a name in the header line
-
-
-class PairFiles(Section):
-    """A TSV file of labelled sentence pairs: premise, hypothesis and label columns, each by index
-    (from 0) or by its name in the header line."""
-
-    tsv: Path
-    premise_column: Column = 0
-    hypothesis_column: Column = 1
-    label_column: Column = 2
-    header: bool | None = None  # the first line names the columns; default: when a column is given by name
-
-    @model_validator(mode="after")
-    def distinct_columns(self):
-        columns = [self.premise_column, self.hypothesis_column, self.label_column]
-        if any(isinstance(c, int) and c < 0 for c in columns):
-            raise ValueError(f"column indices count from 0, got {columns}")
-        if len(set(columns)) < 3:
-            raise ValueError(f"premise, hypothesis and label need three different columns, got {columns}")
-        if self.header is False and any(isinstance(c, str) for c in columns):
-            raise ValueError("columns given by name need the header line (header: true)")
-        return self
-
-    @property
-    def has_header(self) -> bool:
-        return self.header if self.header is not None else any(
-            isinstance(c, str) for c in (self.premise_column, self.hypothesis_column, self.label_column))
-
-
-class PairDataConfig(Section):
-    """The data of a sentence-pair classifier: TSV files of premise, hypothesis and label."""
-
-    train: PairFiles
-    dev: PairFiles | None = None
-    test: dict[SetName, PairFiles] = {}  # by name, or the files of one set (named "test")
-    labels: list[str] | None = Field(None, min_length=2)  # the classes in order; default: data.train's, sorted
-    subwords: SubwordConfig = SubwordConfig(vocab_size=4000)  # one vocabulary (joint) for both sentences
-    max_length: int = Field(100, gt=0)  # pairs with a longer sentence (subwords) are dropped
-    batch_size: int = Field(32, gt=0)
-    batch_tokens: int | None = Field(None, gt=0)
-    bucket_batches: int = Field(100, gt=0)
-
-    @field_validator("test", mode="before")
-    @classmethod
-    def one_test_set_is_named_test(cls, value):
-        return named_sets(value, PairFiles)
-
-    @model_validator(mode="after")
-    def one_vocabulary(self):
-        if not self.subwords.joint:
-            raise ValueError("subwords.joint must be true: premise and hypothesis share one vocabulary")
-        if self.labels is not None and len(set(self.labels)) < len(self.labels):
-            raise ValueError(f"labels: each label once, got {self.labels}")
-        return self
-
-    @property
-    def held_out(self) -> dict[str, int]:
-        """No set is held out of data.train: dev and test sets are files."""
-        return {}
-
-
-class EmbeddingsConfig(Section):
-    """Where the word embeddings of a pair model start: a trained attnmt translation model's (its
-    subwords become the pair model's), or word2vec vectors trained (gensim) on a text corpus."""
-
-    model: Path | None = None  # a trained attnmt translation model folder
-    side: Literal["src", "tgt"] = "tgt"  # of ``model``: the embeddings of the side in the pairs' language
-    word2vec: Path | None = None  # a text file (plain or gzip), one sentence a line
-    epochs: int = Field(5, gt=0)  # word2vec
-    window: int = Field(5, gt=0)  # word2vec
-    freeze: bool = False  # keep them fixed during training (Parikh et al. fix theirs)
-
-    @model_validator(mode="after")
-    def one_source(self):
-        if (self.model is None) == (self.word2vec is None):
-            raise ValueError("give one of 'model' (a trained translation model folder) or 'word2vec' (a text corpus)")
-        return self
-
-
-class PairModelConfig(Section):
-    """The decomposable attention model (Parikh et al. 2016): attend, compare, aggregate."""
-
-    type: Literal["decomposable"] = "decomposable"
-    embedding_size: int = Field(100, gt=0)
-    hidden_size: int = Field(200, gt=0)  # of F, G, H; the embeddings are projected to it
-    intra_attention: bool = False  # each sentence attends to itself first (with a distance bias)
-    max_distance: int = Field(10, gt=0)  # intra-sentence attention: longer distances share one bias
-    dropout: float = Field(0.2, ge=0, lt=1)
-    embeddings: EmbeddingsConfig | None = None  # default: random
-    # attend: the paper's e_ij = F(a_i)^T F(b_j) ("dot"), or centred cosines over a temperature with
-    # Sinkhorn rounds ("one-to-one"), which align a changed word with its counterpart (docs/decomposable.md)
-    attend: Literal["dot", "one-to-one"] = "dot"
-    temperature: float = Field(0.1, gt=0)  # one-to-one: of the cosines
-    sinkhorn_rounds: int = Field(5, ge=0)  # one-to-one: row and column normalisations
-
-
-TASK_SECTIONS = {"pairs": {"data": PairDataConfig, "model": PairModelConfig}}  # other tasks: those above
+# task: pairs replaces the data and model sections (attnmt.core.task_sections); other tasks: DataConfig, ModelConfig
+TASK_SECTIONS = {"pairs": {"data": PairDataConfig, "model": PairModelConfig}}
 
 
 class Config(Section):
