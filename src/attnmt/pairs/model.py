@@ -117,7 +117,10 @@ class IntraAttention(nn.Module):
 
 
 class DecomposableAttention(nn.Module):
-    def __init__(self, vocab_size: int, classes: int, embedding_size: int = 100, hidden_size: int = 200,
+    """The decomposable attention model of a vocabulary and classes; its sizes and settings are
+    those of PairModelConfig (``build_pair_model``), named: keyword arguments only."""
+
+    def __init__(self, vocab_size: int, classes: int, *, embedding_size: int = 100, hidden_size: int = 200,
                  intra_attention: bool = False, max_distance: int = 10, dropout: float = 0.2, pad_id: int = 0,
                  attend: str = "dot", temperature: float = 0.1, sinkhorn_rounds: int = 5):
         super().__init__()
@@ -169,6 +172,8 @@ class DecomposableAttention(nn.Module):
 
 def build_pair_model(config: PairModelConfig, vocab_size: int, classes: int) -> DecomposableAttention:
     """The pair model of the config's model section (task: pairs) for a vocabulary and classes."""
-    return DecomposableAttention(vocab_size, classes, config.embedding_size, config.hidden_size,
-                                 config.intra_attention, config.max_distance, config.dropout, PAD,
-                                 config.attend, config.temperature, config.sinkhorn_rounds)
+    return DecomposableAttention(vocab_size, classes, embedding_size=config.embedding_size,
+                                 hidden_size=config.hidden_size, intra_attention=config.intra_attention,
+                                 max_distance=config.max_distance, dropout=config.dropout, pad_id=PAD,
+                                 attend=config.attend, temperature=config.temperature,
+                                 sinkhorn_rounds=config.sinkhorn_rounds)
