@@ -91,7 +91,7 @@ def test_the_command_line_chooses_the_threads(monkeypatch):
     from attnmt import cli
 
     chosen = []
-    monkeypatch.setattr(cli, "cmd_quickstart", lambda args: None)
+    monkeypatch.setattr(cli.quickstart, "run", lambda args: None)
     monkeypatch.setattr(threads, "choose", lambda requested, log=None: chosen.append(requested))
     assert cli.main(["quickstart", "--threads", "1"]) == 0
     assert cli.main(["quickstart"]) == 0

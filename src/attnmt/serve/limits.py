@@ -1,33 +1,48 @@
 """The server's limits: what one request may ask for, and how requests are batched. The defaults
-here are those of ``attnmt serve`` too (cli.py reads them)."""
+here are those of ``attnmt serve`` too, whose limit options are generated from these fields
+(attnmt.cli.serve): a field's metadata holds its option's help, and how the option differs from
+the field where it does (flag, metavar, unit)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from attnmt.core.errors import AttnmtError
+
+
+def limit(default, help: str | None, **option):
+    """A limit: its default and the help of its option ``--NAME-WITH-DASHES`` of ``attnmt serve``
+    (None: not on the command line, only through create_app). ``option`` where the command line
+    differs: flag (the option's name), metavar, scale (the option's value is the field's x scale),
+    zero (True: 0 is allowed, not only positive values)."""
+    return field(default=default, metadata={"help": help, **option})
 
 
 @dataclass(frozen=True)
 class ServerLimits:
     """What one request may ask for (checked before any decoding), and how requests are batched."""
 
-    max_body_bytes: int = 1_000_000  # request body (413 above)
-    max_sentences: int = 64  # texts in one /translate request
-    max_chars: int = 1000  # characters per text
-    max_tokens: int = 256  # subword tokens per text, counted after encoding, end of sentence excluded
-    max_beam: int = 16  # beam size (and n_best) of /translate
-    max_top_k: int = 50  # top_k of /trace
-    max_work: int = 4_112  # beam x (subword tokens + 1) summed over the texts of a request (and a batch): by
-    # default that of one text at the beam and token limits (16 x 257), which takes well under the timeout
-    max_answer_values: int = 2_000_000  # numbers in one answer (attention weights, vectors): about 20 MB of JSON
-    timeout: float = 30.0  # seconds for one request from its arrival, waiting for the model included (503 above)
-    max_batch: int = 64  # sentences decoded together by dynamic batching; 1 = one request at a time
-    batch_wait: float = 0.005  # seconds the batcher waits for more requests after the first of a batch
-    max_audio_bytes: int = 2_000_000  # speech models: one sound file, decoded from base64 (about 60 s of 16 kHz WAV)
-    max_audio_seconds: float = 30.0  # speech models: duration of one sound file
+    max_body_bytes: int = limit(1_000_000, "larger request bodies get 413 (with a speech model, plus one sound file "
+                                           "of --max-audio-bytes in base64)")
+    max_sentences: int = limit(64, "texts per /translate request")
+    max_chars: int = limit(1000, "characters per text")
+    max_tokens: int = limit(256, "subword tokens per text (after encoding)")  # end of sentence excluded
+    max_beam: int = limit(16, "largest beam (and n_best) a request may ask")
+    max_top_k: int = limit(50, None)  # top_k of /trace
+    # max_work: by default that of one text at the beam and token limits (16 x 257), which takes well under the timeout
+    max_work: int = limit(4_112, "beam x (subword tokens + 1), summed over the texts of a request (and of a batch)")
+    # max_answer_values: about 20 MB of JSON
+    max_answer_values: int = limit(2_000_000, "numbers in one answer (attention weights, vectors); 422 beyond")
+    timeout: float = limit(30.0, "seconds per request from its arrival; 503 beyond")  # waiting for the model included
+    max_batch: int = limit(64, "sentences of concurrent /translate requests decoded together (dynamic batching)")
+    # 1 = one request at a time (attnmt serve --no-batching)
+    batch_wait: float = limit(0.005, "a batch is decoded once no request has come for this many milliseconds",
+                              flag="--max-batch-wait", metavar="MS", scale=1000, zero=True)  # seconds here
+    # max_audio_bytes: about 60 s of 16 kHz WAV
+    max_audio_bytes: int = limit(2_000_000, "speech models: bytes of one sound file (sent as base64, for which the "
+                                            "body limit makes room)")
+    max_audio_seconds: float = limit(30.0, "speech models: seconds of one sound file")
 
     def __post_init__(self):
-        for name in ("max_body_bytes", "max_sentences", "max_chars", "max_tokens", "max_beam", "max_top_k",
-                     "max_work", "max_answer_values", "max_batch", "max_audio_bytes"):
+        for name in (f.name for f in fields(self) if f.type in (int, "int")):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise AttnmtError(f"server limit {name} must be a positive integer, got {value!r}")

@@ -1,0 +1,78 @@
+"""attnmt align (word alignments from the attention of forced decoding) and attnmt align-score
+(AER, precision and recall against a gold file)."""
+
+from __future__ import annotations
+
+import json
+
+from attnmt.cli.options import _head_list, _positive, checkpoint_option, device_option
+from attnmt.cli.streams import read_line_pairs, write_lines, write_text
+
+
+def add_parser(subparsers):
+    add_align_parser(subparsers)
+    add_align_score_parser(subparsers)
+
+
+def add_align_parser(subparsers):
+    p = subparsers.add_parser("align", help="word alignments from the attention of forced decoding (Pharaoh format)")
+    p.add_argument("model_dir", help="folder of a trained model (its experiment_dir)")
+    p.add_argument("--src", required=True, help="source sentences")
+    p.add_argument("--tgt", required=True, help="their translations, line by line")
+    p.add_argument("-o", "--output", help="output file; default stdout")
+    p.add_argument("--batch-size", type=_positive, default=32, help="sentence pairs per batch")
+    checkpoint_option(p)
+    device_option(p)
+    p.add_argument("--method", choices=["argmax", "threshold"], default="argmax",
+                   help="argmax: each target word to its most attended source word; "
+                        "threshold: every link with weight >= --threshold")
+    p.add_argument("--threshold", type=float, default=0.5, help="for --method threshold")
+    p.add_argument("--shift", action="store_true", help="read each target word's links from the step after it "
+                                                        "(Shift-Att, Chen et al. 2020)")
+    p.add_argument("--layer", type=int, help="Transformer: the decoder layer whose cross-attention is read "
+                                             "(negative: from the last; default the last)")
+    p.add_argument("--heads", type=_head_list, help="Transformer: those heads of it, averaged (e.g. 0,2; default all)")
+    p.add_argument("--backward", metavar="MODEL_DIR", help="a target->source model: its links, turned around, are "
+                                                             "symmetrized with the forward model's")
+    p.add_argument("--symmetrize", choices=["intersection", "union", "grow-diag-final"], default="grow-diag-final",
+                   help="with --backward (default grow-diag-final)")
+    p.set_defaults(func=run_align)
+
+
+def add_align_score_parser(subparsers):
+    p = subparsers.add_parser("align-score", help="AER, precision and recall of word alignments against a gold file")
+    p.add_argument("--gold", required=True, help="gold alignments: i-j sure, i?j or ipj possible links")
+    p.add_argument("--hyp", required=True, help="hypothesis alignments (Pharaoh, 0-based)")
+    p.add_argument("--one-based", action="store_true", help="the gold file counts words from 1")
+    p.add_argument("--json", nargs="?", const="-",
+                   help="print the scores as JSON (or, with a file name, also write them there)")
+    p.set_defaults(func=run_align_score)
+
+
+def run_align(args):
+    from attnmt.api import load
+    from attnmt.translation.align import align, align_both_ways, format_pharaoh
+
+    sources, targets = read_line_pairs(args.src, args.tgt)
+    model = load(args.model_dir, args.checkpoint, device=args.device)
+    options = dict(batch_size=args.batch_size, method=args.method, threshold=args.threshold, shift=args.shift,
+                   layer=args.layer, heads=args.heads)
+    if args.backward:
+        backward = load(args.backward, args.checkpoint, device=args.device)
+        links = align_both_ways(model, backward, sources, targets, args.symmetrize, **options)
+    else:
+        links = align(model, sources, targets, **options)
+    write_lines(args.output, (format_pharaoh(pair_links) for pair_links in links))
+
+
+def run_align_score(args):
+    from attnmt.translation.align import score_files
+
+    scores = score_files(args.gold, args.hyp, one_based=args.one_based)
+    if args.json == "-":
+        print(json.dumps(scores, indent=2))
+        return
+    if args.json:
+        write_text(args.json, json.dumps(scores, indent=2) + "\n")
+    print(f"AER        {scores['aer']:.4f}\nprecision  {scores['precision']:.4f}\n"
+          f"recall     {scores['recall']:.4f}\nsentences  {scores['sentences']}")

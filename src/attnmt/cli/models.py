@@ -1,0 +1,45 @@
+"""A model loaded as the decoding options say (translate, evaluate), and lines translated with a
+warning for each line cut to --max-tokens. Imports no command module."""
+
+from __future__ import annotations
+
+from attnmt.cli.streams import log
+from attnmt.core.errors import AttnmtError
+
+
+def quantize(args) -> str | None:
+    return "int8" if args.int8 else "bf16" if args.bf16 else None
+
+
+def load_model(args):
+    from attnmt.api import load
+
+    model = load(args.model_dir, args.checkpoint, quantize=quantize(args), device=args.device)
+    apply_window_and_shortlist(model, args)
+    return model
+
+
+def apply_window_and_shortlist(model, args):
+    """--attention-window and --shortlist, given, on the models they are for (a task switch)."""
+    from attnmt.api import Translator
+
+    if getattr(args, "attention_window", None) is not None:
+        if not isinstance(model, Translator):
+            raise AttnmtError(f"{args.model_dir}: --attention-window is for RNN decoders with attention; this is a "
+                              "sentence-pair classifier")
+        model.attention_window = args.attention_window
+    if getattr(args, "shortlist", None) is not None:
+        if not isinstance(model, Translator) or model.config.task != "translation":
+            raise AttnmtError(f"{args.model_dir}: --shortlist is for translation models")
+        model.shortlist = True if args.shortlist == "" else args.shortlist
+
+
+def translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = "input"):
+    """The translations of ``lines``, each cut to --max-tokens subword pieces with a warning."""
+    translations = model.translate(lines, beam=args.beam, n_best=n_best, batch_size=args.batch_size,
+                                   max_tokens=args.max_tokens, progress="translating")
+    for number, t in enumerate(translations, start=1):
+        if t.truncated:
+            log(f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "
+                f"{args.max_tokens} were translated (--max-tokens)")
+    return translations

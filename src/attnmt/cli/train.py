@@ -1,0 +1,56 @@
+"""attnmt prepare (the subword models of an experiment) and attnmt train."""
+
+from __future__ import annotations
+
+import os
+
+from attnmt.cli.options import threads_option
+from attnmt.cli.streams import log
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("prepare", help="train the subword model(s) of an experiment")
+    p.add_argument("config", help="experiment YAML file")
+    p.add_argument("--force", action="store_true", help="retrain subwords even if present")
+    p.set_defaults(func=run_prepare)
+
+    p = subparsers.add_parser("train", help="train a model (prepares subwords first if needed)")
+    p.add_argument("config", help="experiment YAML file")
+    p.add_argument("--resume", action="store_true", help="continue from last.safetensors")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--device", choices=["cpu", "cuda"],
+                   help="where to train (default: training.device of the config, cpu)")
+    threads_option(p)
+    p.set_defaults(func=run_train)
+
+
+def run_prepare(args):
+    from attnmt.core.config import load_config
+
+    config = load_config(args.config)
+    preparer_of(config)(config, log=log, force=args.force)
+    log(f"prepared {config.experiment_dir}")
+
+
+def preparer_of(config):
+    """The function that prepares the data of the config's task (a task switch)."""
+    from attnmt.pairs.data import prepare_pairs
+    from attnmt.translation.prepare import prepare
+
+    return prepare_pairs if config.task == "pairs" else prepare
+
+
+def run_train(args):
+    from attnmt.core.config import load_config
+    from attnmt.training import train
+
+    config = load_config(args.config)
+    if args.device:
+        config.training.device = args.device
+        config.token_batches_on_gpus()  # the GPU's default batches, unless the config sets them
+    if args.threads:
+        config.training.threads = args.threads
+    state = train(config, resume=args.resume, log=log, progress=not args.no_progress)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one process reports
+        log(f"finished at step {state.step} ({state.seconds / 60:.1f} min of training); "
+            f"model in {config.experiment_dir}")

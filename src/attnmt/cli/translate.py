@@ -1,0 +1,91 @@
+"""attnmt translate: lines from a file or stdin (speech models: lines of sound file paths)."""
+
+from __future__ import annotations
+
+from attnmt.cli.models import load_model, translate_lines
+from attnmt.cli.options import _positive, decoding_options, input_output_options
+from attnmt.cli.streams import close_output, log, open_output, read_input
+from attnmt.core.errors import AttnmtError
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("translate", help="translate lines from a file or stdin (speech models: lines of sound "
+                                                "file paths, transcribed)")
+    decoding_options(p)
+    input_output_options(p)
+    p.add_argument("--n-best", type=_positive, default=1, help="write the N best ('i ||| text ||| score')")
+    p.add_argument("--report-align", action="store_true",
+                   help="write each output's word links after ' ||| ' (Pharaoh 'i-j': source word i, output word j, "
+                        "0-based; '</s>' left out), as OpenNMT-py does")
+    p.add_argument("--align-file", metavar="FILE",
+                   help="write the word links to FILE, one line per output line (without --report-align: only there)")
+    p.add_argument("--align-method", choices=["argmax", "threshold"], default="argmax",
+                   help="argmax: each output word to its most attended source word; threshold: every link with "
+                        "weight >= --align-threshold")
+    p.add_argument("--align-threshold", type=float, default=0.5, help="for --align-method threshold")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    model = load_model(args)
+    beam = args.beam or model.config.decoding.beam
+    if args.n_best > beam:
+        raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
+                          "config); give a larger --beam")
+    lines = read_input(args.input)
+    translations, unusable = decode_for_task(model, lines, args)
+    write_translations(translations, args)
+    if unusable:
+        first = min(unusable)
+        raise AttnmtError(f"{len(unusable)} of {len(lines)} sound file(s) not transcribed (empty lines in the output); "
+                          f"first: line {first + 1}: {unusable[first]}")
+
+
+def decode_for_task(model, lines: list[str], args) -> tuple[list, dict[int, str]]:
+    """The translations of the lines (speech models: the transcripts of the sound files they name), and
+    for speech the lines whose file was not transcribed: index -> why (a task switch)."""
+    if aligned(args) and model.config.task == "speech":
+        raise AttnmtError("--report-align links the words of a text and of its translation: a speech model has no "
+                          "source words")
+    if model.config.task != "speech":
+        return translate_lines(model, lines, args, args.n_best, args.input or "<stdin>"), {}
+    translations, unusable = model.transcribe_files(lines, beam=args.beam, n_best=args.n_best,
+                                                    batch_size=args.batch_size)
+    for i, message in unusable.items():
+        log(f"attnmt: warning: {args.input or '<stdin>'}, line {i + 1}: {message}; an empty line written")
+    return translations, unusable
+
+
+def aligned(args) -> bool:
+    return bool(args.report_align or args.align_file)
+
+
+def write_translations(translations, args):
+    """The N best of each to --output, with their word links after ' ||| ' and/or in --align-file."""
+    out = open_output(args.output)
+    links = open_output(args.align_file) if args.align_file else None
+    try:
+        for i, t in enumerate(translations):
+            for c in t.candidates[:args.n_best]:
+                line = c.text if args.n_best == 1 else f"{i} ||| {c.text} ||| {c.score:.4f}"  # Moses n-best format
+                if aligned(args):  # the output's word links, after " ||| " as OpenNMT-py writes them, or to their file
+                    pharaoh = output_links(t, c, args)
+                    line += f" ||| {pharaoh}" if args.report_align else ""
+                    if links is not None:
+                        links.write(pharaoh + "\n")
+                out.write(line + "\n")
+    finally:
+        for stream in (out, links):
+            close_output(stream)
+
+
+def output_links(translation, candidate, args) -> str:
+    from attnmt.api import links_of
+    from attnmt.translation.align import format_pharaoh
+
+    if not translation.source.strip():
+        return ""
+    links = links_of(translation, candidate, method=args.align_method, threshold=args.align_threshold)
+    if links is None:
+        raise AttnmtError("--report-align reads the attention, and this model has attention 'none'")
+    return format_pharaoh(links)
