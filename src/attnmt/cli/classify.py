@@ -37,8 +37,6 @@ def run(args):
 
 
 def require_pair_classifier(model, args):
-    """Only a sentence-pair model classifies (a task switch)."""
-    from attnmt.pairs.classifier import PairClassifier
-
-    if not isinstance(model, PairClassifier):
-        raise AttnmtError(f"{args.model_dir} is a translation model: use attnmt translate")
+    """Only a sentence-pair model classifies."""
+    if model.inputs != "pairs":
+        raise AttnmtError(f"{args.model_dir} is {model.what}: use attnmt translate")

@@ -42,19 +42,14 @@ def run(args):
 
 
 def evaluator_of(model):
-    """The evaluation of the model's task (a task switch)."""
-    from attnmt.pairs.classifier import PairClassifier
-
-    if isinstance(model, PairClassifier):
-        return evaluate_pairs
-    if model.config.task == "speech":
-        return evaluate_speech
-    return evaluate_translation
+    """The evaluation of what the model reads: text (translation), audio (speech), sentence pairs."""
+    return {"text": evaluate_translation, "audio": evaluate_speech, "pairs": evaluate_pairs}[model.inputs]
 
 
 def evaluate_translation(model, args):
     """sacreBLEU and chrF, and BLEU by source length, of --src/--ref, --tsv or the config's test sets."""
-    from attnmt.evaluation import config_test_sets, evaluation_report, format_report, test_set_reports
+    from attnmt.data.test_sets import config_test_sets
+    from attnmt.translation.evaluation import evaluation_report, format_report, test_set_reports
 
     if args.src:
         sources, references = read_line_pairs(args.src, args.ref)
@@ -78,7 +73,8 @@ def evaluate_translation(model, args):
 def evaluate_pairs(model, args):
     """A sentence-pair model on --tsv FILE (its columns those of the training data) or on the test
     sets of its config: accuracy, per-class precision, recall and F1, confusion matrix."""
-    from attnmt.evaluation import config_test_sets, format_classification_report
+    from attnmt.data.test_sets import config_test_sets
+    from attnmt.pairs.evaluation import format_classification_report
 
     sets = {"": model.files_like_training(args.tsv)} if args.tsv else config_test_sets(model, args.trust_config)
     if not sets:
@@ -92,7 +88,7 @@ def evaluate_speech(model, args):
     """CER and WER (and by length) of a speech model on a TSV of audio files and transcripts (--tsv), or
     on the test sets of its config."""
     from attnmt.core.config import CorpusFiles
-    from attnmt.evaluation import config_test_sets
+    from attnmt.data.test_sets import config_test_sets
     from attnmt.speech.error_rates import format_speech_report, speech_test_set_reports
 
     if args.src:

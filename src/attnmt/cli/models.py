@@ -20,7 +20,7 @@ def load_model(args):
 
 
 def apply_window_and_shortlist(model, args):
-    """--attention-window and --shortlist, given, on the models they are for (a task switch)."""
+    """--attention-window and --shortlist, given, on the models they are for."""
     from attnmt.api import Translator
 
     if getattr(args, "attention_window", None) is not None:
@@ -29,7 +29,7 @@ def apply_window_and_shortlist(model, args):
                               "sentence-pair classifier")
         model.attention_window = args.attention_window
     if getattr(args, "shortlist", None) is not None:
-        if not isinstance(model, Translator) or model.config.task != "translation":
+        if model.inputs != "text":
             raise AttnmtError(f"{args.model_dir}: --shortlist is for translation models")
         model.shortlist = True if args.shortlist == "" else args.shortlist
 

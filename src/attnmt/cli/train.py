@@ -26,18 +26,11 @@ def add_parser(subparsers):
 
 def run_prepare(args):
     from attnmt.core.config import load_config
+    from attnmt.core.task import task_of
 
     config = load_config(args.config)
-    preparer_of(config)(config, log=log, force=args.force)
+    task_of(config.task).prepare(config, log, args.force)
     log(f"prepared {config.experiment_dir}")
-
-
-def preparer_of(config):
-    """The function that prepares the data of the config's task (a task switch)."""
-    from attnmt.pairs.data import prepare_pairs
-    from attnmt.translation.prepare import prepare
-
-    return prepare_pairs if config.task == "pairs" else prepare
 
 
 def run_train(args):

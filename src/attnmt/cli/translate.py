@@ -42,12 +42,12 @@ def run(args):
 
 
 def decode_for_task(model, lines: list[str], args) -> tuple[list, dict[int, str]]:
-    """The translations of the lines (speech models: the transcripts of the sound files they name), and
-    for speech the lines whose file was not transcribed: index -> why (a task switch)."""
-    if aligned(args) and model.config.task == "speech":
+    """The translations of the lines (a model of audio: the transcripts of the sound files they name),
+    and the lines whose sound file was not transcribed: index -> why."""
+    if aligned(args) and model.inputs == "audio":
         raise AttnmtError("--report-align links the words of a text and of its translation: a speech model has no "
                           "source words")
-    if model.config.task != "speech":
+    if model.inputs != "audio":
         return translate_lines(model, lines, args, args.n_best, args.input or "<stdin>"), {}
     translations, unusable = model.transcribe_files(lines, beam=args.beam, n_best=args.n_best,
                                                     batch_size=args.batch_size)
