@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from attnmt.core.errors import AttnmtError
 from attnmt.core.sections import SET_NAME, Section, SetName, SubwordConfig, named_sets  # noqa: F401 (re-exported)
+from attnmt.core.task import TASKS
 from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imported from here)
     Column,
     EmbeddingsConfig,
@@ -216,7 +217,7 @@ class Config(Section):
     experiment_dir: Path
     # pairs: sentence-pair classification (the data and model sections below are PairDataConfig,
     # PairModelConfig); speech: speech recognition (the speech section)
-    task: Literal["translation", "speech", "pairs"] = "translation"
+    task: Literal[tuple(TASKS)] = "translation"  # the registry's names (attnmt.core.task)
     data: DataConfig | PairDataConfig
     model: ModelConfig | PairModelConfig = Field(default_factory=dict, validate_default=True)
     training: TrainingConfig
