@@ -26,7 +26,10 @@ import json, sys, time
 from pathlib import Path
 import torch
 import attnmt
-from attnmt.core.config import load_config
+try:
+    from attnmt.core.config import load_config
+except ImportError:  # a commit from before the per-task packages (issue 24)
+    from attnmt.config import load_config
 from attnmt.data.corpus import read_lines
 from attnmt.training import train
 
