@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from attnmt.core.folders import WEIGHTS, inference_device, inside_folder, load_model, model_config, weights_path  # noqa: F401
-from attnmt.core.task import load_folder
+from attnmt.core.folders import load_folder
 from attnmt.seq2seq.inference import QUANTIZE, Candidate, Translation, Translator, links_of, quantize_int8  # noqa: F401
 
 

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 from attnmt.core.checkpoint import read_trainer_state
-from attnmt.core.task import load_folder, task_of
+from attnmt.core.folders import load_folder
+from attnmt.core.task import task_of
 
 # Fields of a metrics record that are bookkeeping, not scores
 NOT_SCORES = {"type", "step", "epoch", "seconds", "lr", "best", "name", "sentences", "beam", "utterances"}

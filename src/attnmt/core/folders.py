@@ -12,6 +12,7 @@ import torch
 from attnmt.core.checkpoint import check_shapes, load_weights
 from attnmt.core.config import Config, load_config
 from attnmt.core.errors import AttnmtError
+from attnmt.core.task import task_of
 
 
 def inside_folder(folder: Path, path: Path) -> Path:
@@ -83,3 +84,10 @@ def inference_device(name: str | torch.device) -> torch.device:
     if device.type not in ("cpu", "cuda"):
         raise AttnmtError(f"device {name!r}: attnmt runs on 'cpu' or 'cuda'")
     return device
+
+
+def load_folder(folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
+                device: str | torch.device = "cpu"):
+    """A trained model folder loaded by its task (attnmt.load)."""
+    inference_device(device)  # a device that is not here is the first error
+    return task_of(model_config(Path(folder)).task).load(Path(folder), checkpoint, quantize, device)

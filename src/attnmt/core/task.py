@@ -17,10 +17,10 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-if TYPE_CHECKING:  # for the annotations only: the core imports no higher layer at run time
+if TYPE_CHECKING:  # for the annotations only
     import torch
 
-    from attnmt.core.config import Config
+Config = Any  # attnmt.core.config.Config, not imported: config.py reads TASKS from here
 
 TASKS = {  # config task: -> the module that defines its TASK
     "translation": "attnmt.translation.task",
@@ -67,10 +67,3 @@ def task_of(name: str) -> Task:
     return importlib.import_module(TASKS[name]).TASK
 
 
-def load_folder(folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
-                device: str | torch.device = "cpu"):
-    """A trained model folder loaded by its task (attnmt.load)."""
-    from attnmt.core.folders import inference_device, model_config
-
-    inference_device(device)  # a device that is not here is the first error
-    return task_of(model_config(Path(folder)).task).load(Path(folder), checkpoint, quantize, device)

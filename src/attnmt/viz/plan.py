@@ -85,7 +85,8 @@ def check_request(r: FigureRequest):
 
 
 def _sentence_writers(r: FigureRequest) -> list[Writer]:
-    from attnmt.core.task import load_folder, task_of  # torch and the model code: only when a sentence is drawn
+    from attnmt.core.folders import load_folder  # torch and the model code: only when a sentence is drawn
+    from attnmt.core.task import task_of
 
     if not r.sentence.strip():
         raise AttnmtError("the sentence is empty")
