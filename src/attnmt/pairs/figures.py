@@ -19,12 +19,12 @@ from matplotlib.figure import Figure
 
 from attnmt.viz.drawing import (
     DIVERGING,
-    _cell,
-    _cell_grid,
-    _dimension_ticks,
-    _labels,
-    _set_xlabels,
-    _set_ylabels,
+    cell_inches,
+    draw_cell_grid,
+    dimension_ticks,
+    token_labels,
+    set_xlabels,
+    set_ylabels,
     new_figure,
     select_dimensions,
 )
@@ -40,11 +40,11 @@ def pair_figure(result, direction: str = "premise", max_dims: int | None = 24, *
     cells, the ``max_dims`` dimensions that vary most) and aggregate (v1, v2 and the class
     probabilities) for one PairResult."""
     weights = result.attention(direction)
-    premise, hypothesis = _labels(result.premise_tokens, space_marker), _labels(result.hypothesis_tokens,
+    premise, hypothesis = token_labels(result.premise_tokens, space_marker), token_labels(result.hypothesis_tokens,
                                                                                 space_marker)
     compared = np.concatenate([result.compared_premise, result.compared_hypothesis])
     dims = select_dimensions(compared, max_dims)
-    cell = _cell(max(len(premise) + len(hypothesis), len(dims)))
+    cell = cell_inches(max(len(premise) + len(hypothesis), len(dims)))
     width = max(len(hypothesis), len(dims)) * cell * 2 + 4
     height = (len(premise) + len(hypothesis) + 4) * cell + 2.5
     fig = new_figure(max(width, 8), max(height, 5))
@@ -60,7 +60,7 @@ def pair_figure(result, direction: str = "premise", max_dims: int | None = 24, *
                                                     hypothesis))):
         ax = fig.add_subplot(grid[row, 1])
         _matrix(ax, vectors[:, dims], tokens, None, vmin=-limit, vmax=limit, cmap=DIVERGING)
-        _dimension_ticks(ax, dims)
+        dimension_ticks(ax, dims)
         ax.set_title(f"compare: {name}", fontsize=9)
     _aggregate(fig.add_subplot(grid[2, 0]), result, dims)
     _class_bars(fig.add_subplot(grid[2, 1]), result)
@@ -71,11 +71,11 @@ def pair_figure(result, direction: str = "premise", max_dims: int | None = 24, *
 
 def _matrix(ax, values, rows: list[str], columns: list[str] | None, **style):
     image = ax.imshow(values, aspect="auto", interpolation="nearest", **style)
-    _set_ylabels(ax, rows)
+    set_ylabels(ax, rows)
     if columns is not None:
         ax.xaxis.tick_top()
-        _set_xlabels(ax, columns, top=True)
-    _cell_grid(ax, len(rows), values.shape[1])
+        set_xlabels(ax, columns, top=True)
+    draw_cell_grid(ax, len(rows), values.shape[1])
     ax.figure.colorbar(image, ax=ax, shrink=0.8, aspect=20, pad=0.02).ax.tick_params(labelsize=7)
 
 
@@ -84,7 +84,7 @@ def _aggregate(ax, result, dims):
     limit = float(np.abs(summaries).max()) or 1.0
     ax.imshow(summaries, aspect="auto", interpolation="nearest", cmap=DIVERGING, vmin=-limit, vmax=limit)
     ax.set_yticks([0, 1], labels=["v1 = sum_i v1_i", "v2 = sum_j v2_j"], fontsize=8)
-    _dimension_ticks(ax, dims)
+    dimension_ticks(ax, dims)
     ax.set_title("aggregate", fontsize=9)
 
 

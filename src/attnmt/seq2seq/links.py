@@ -15,7 +15,7 @@ EOS_PIECE = "</s>"
 Link = tuple[int, int]  # (source word index i, target word index j), 0-based
 
 
-def _without_eos(pieces: list[str]) -> list[str]:
+def without_eos(pieces: list[str]) -> list[str]:
     return pieces[:-1] if pieces and pieces[-1] == EOS_PIECE else pieces
 
 
@@ -30,13 +30,13 @@ def word_matrix(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str]
     if matrix.shape != (len(tgt_pieces), len(src_pieces)):
         raise ValueError(f"attention matrix of shape {matrix.shape} does not match "
                          f"{len(tgt_pieces)} target and {len(src_pieces)} source pieces")
-    src, tgt = _without_eos(src_pieces), _without_eos(tgt_pieces)
+    src, tgt = without_eos(src_pieces), without_eos(tgt_pieces)
     return merge_pieces(src, tgt, matrix[: len(tgt), : len(src)])[2]
 
 
 def drop_eos(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str]) -> np.ndarray:
     """The piece matrix without the "</s>" row and column (for alignments between pieces)."""
-    return np.asarray(matrix)[: len(_without_eos(tgt_pieces)), : len(_without_eos(src_pieces))]
+    return np.asarray(matrix)[: len(without_eos(tgt_pieces)), : len(without_eos(src_pieces))]
 
 
 def alignments_from_attention(matrix_words: np.ndarray, method: str = "argmax",

@@ -23,7 +23,7 @@ from attnmt.data.subwords import EOS
 from attnmt.seq2seq.links import (  # noqa: F401
     EOS_PIECE,
     Link,
-    _without_eos,
+    without_eos,
     alignments_from_attention,
     drop_eos,
     output_links,
@@ -75,7 +75,8 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
                     cross = model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)["cross"]
                     weights = (cross if heads is None else cross[:, :, heads]).mean(dim=2)
                 else:
-                    _, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+                    _, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in,
+                                                       translator.attention_window)
             weights = to_numpy(weights.float())
             for row, i in enumerate(indices):
                 results[i] = weights[row, ..., : len(tgt_ids[i]) + 1, : len(src_ids[i]) + 1].copy()
@@ -111,10 +112,10 @@ def word_attention(translator, sources: list[str], targets: list[str], matrices:
             result.append(drop_eos(matrix, sp, tp))
             continue
         for side, text, pieces in (("source", sources[k], sp), ("target", targets[k], tp)):
-            if len(word_spans(_without_eos(pieces))) != len(text.split()):
+            if len(word_spans(without_eos(pieces))) != len(text.split()):
                 raise AttnmtError(
                     f"sentence pair {k + 1}: the {side} has {len(text.split())} whitespace-separated words "
-                    f"but its subword pieces make {len(word_spans(_without_eos(pieces)))}, so word indices "
+                    f"but its subword pieces make {len(word_spans(without_eos(pieces)))}, so word indices "
                     "would not match the text")
         result.append(word_matrix(matrix, sp, tp))
     return result

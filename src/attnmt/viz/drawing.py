@@ -42,14 +42,14 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-def _labels(tokens, space_marker: str | None) -> list[str]:
+def token_labels(tokens, space_marker: str | None) -> list[str]:
     tokens = [str(t) for t in tokens]
     if space_marker is None:
         return tokens
     return [t.replace(WORD_START, space_marker) or space_marker or WORD_START for t in tokens]
 
 
-def _font_size(n: int) -> float:
+def tick_font_size(n: int) -> float:
     """Tick-label font size for n labels along one axis."""
     for limit, size in ((20, 10), (35, 9), (50, 8), (80, 7)):
         if n <= limit:
@@ -57,19 +57,19 @@ def _font_size(n: int) -> float:
     return 6
 
 
-def _cell(n: int) -> float:
+def cell_inches(n: int) -> float:
     """Inches per heatmap cell: 0.3 up to 60 tokens, then smaller (down to 0.12) to stay printable."""
     return 0.3 if n <= 60 else max(0.12, 18.0 / n)
 
 
-def _rotation(labels: list[str]) -> int:
+def label_rotation(labels: list[str]) -> int:
     if all(len(label) <= 2 or label in SPECIAL_TOKENS for label in labels) and len(labels) <= 40:
         return 0
     return 60 if len(labels) <= 25 else 90
 
 
-def _set_xlabels(ax, labels: list[str], top: bool):
-    size, rotation = _font_size(len(labels)), _rotation(labels)
+def set_xlabels(ax, labels: list[str], top: bool):
+    size, rotation = tick_font_size(len(labels)), label_rotation(labels)
     if rotation == 0:
         ax.set_xticks(range(len(labels)), labels=labels, fontsize=size, parse_math=False)
     elif top:
@@ -80,11 +80,11 @@ def _set_xlabels(ax, labels: list[str], top: bool):
                       va="center", rotation_mode="anchor", parse_math=False)
 
 
-def _set_ylabels(ax, labels: list[str]):
-    ax.set_yticks(range(len(labels)), labels=labels, fontsize=_font_size(len(labels)), parse_math=False)
+def set_ylabels(ax, labels: list[str]):
+    ax.set_yticks(range(len(labels)), labels=labels, fontsize=tick_font_size(len(labels)), parse_math=False)
 
 
-def _cell_grid(ax, rows: int, columns: int):
+def draw_cell_grid(ax, rows: int, columns: int):
     """Thin white lines between cells, so that neighbouring cells of equal colour stay countable."""
     ax.set_xticks(np.arange(-0.5, columns, 1), minor=True)
     ax.set_yticks(np.arange(-0.5, rows, 1), minor=True)
@@ -133,8 +133,8 @@ def select_dimensions(states: np.ndarray, max_dims: int | None) -> np.ndarray:
     return np.sort(np.argsort(-variance, kind="stable")[:max_dims])
 
 
-def _dimension_ticks(ax, dims: np.ndarray):
+def dimension_ticks(ax, dims: np.ndarray):
     step = max(1, math.ceil(len(dims) / 40))
     positions = np.arange(0, len(dims), step)
     ax.set_xticks(positions, labels=[str(int(dims[i])) for i in positions],
-                  fontsize=_font_size(len(positions)), rotation=90 if len(positions) > 20 else 0)
+                  fontsize=tick_font_size(len(positions)), rotation=90 if len(positions) > 20 else 0)

@@ -33,14 +33,14 @@ from attnmt.viz.drawing import (
     BAR,
     DIVERGING,
     HIGHLIGHT,
-    _cell,
-    _cell_grid,
-    _dimension_ticks,
-    _font_size,
-    _labels,
-    _rotation,
-    _set_xlabels,
-    _set_ylabels,
+    cell_inches,
+    draw_cell_grid,
+    dimension_ticks,
+    tick_font_size,
+    token_labels,
+    label_rotation,
+    set_xlabels,
+    set_ylabels,
     check_step,
     new_figure,
     select_dimensions,
@@ -70,10 +70,10 @@ def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: 
     source_tokens, target_tokens, matrix = unpack_attention(source_tokens, target_tokens, attention)
     if merge_words:
         source_tokens, target_tokens, matrix = merge_pieces(source_tokens, target_tokens, matrix)
-    xs, ys = _labels(source_tokens, space_marker), _labels(target_tokens, space_marker)
+    xs, ys = token_labels(source_tokens, space_marker), token_labels(target_tokens, space_marker)
     n_src, n_tgt = len(xs), len(ys)
-    cell = _cell(max(n_src, n_tgt))
-    longest_x = max(len(x) for x in xs) if _rotation(xs) else 1
+    cell = cell_inches(max(n_src, n_tgt))
+    longest_x = max(len(x) for x in xs) if label_rotation(xs) else 1
     longest_y = max(len(y) for y in ys)
     width = n_src * cell + 0.09 * longest_y + 1.6
     height = n_tgt * cell + 0.08 * longest_x + (1.0 if title else 0.7)
@@ -83,9 +83,9 @@ def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: 
     image = ax.imshow(matrix, cmap=cmap, vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
-    _set_xlabels(ax, xs, top=True)
-    _set_ylabels(ax, ys)
-    _cell_grid(ax, n_tgt, n_src)
+    set_xlabels(ax, xs, top=True)
+    set_ylabels(ax, ys)
+    draw_cell_grid(ax, n_tgt, n_src)
     ax.tick_params(which="major", length=2)
     unit = "word" if merge_words else "token"
     ax.set_xlabel(f"source {unit}s", fontsize=9)
@@ -94,7 +94,7 @@ def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: 
         for i in range(n_tgt):
             for j in range(n_src):
                 ax.text(j, i, f"{matrix[i, j]:.2f}".lstrip("0"), ha="center", va="center",
-                        fontsize=max(5, _font_size(max(n_src, n_tgt)) - 3),
+                        fontsize=max(5, tick_font_size(max(n_src, n_tgt)) - 3),
                         color="white" if matrix[i, j] > 0.55 else "black")
     bar = fig.colorbar(image, ax=ax, shrink=min(1.0, max(0.45, 4 / max(n_tgt * cell, 1e-9))), aspect=25, pad=0.02)
     bar.set_label("attention weight" + (" (word)" if merge_words else ""), fontsize=8)
@@ -120,7 +120,7 @@ def encoder_states_figure(trace, max_dims: int | None = 32, *, space_marker: str
     dims = select_dimensions(states, max_dims)
     shown_states, shown_contexts = states[:, dims], contexts[:, dims]
     limit = float(max(np.abs(shown_states).max(initial=0.0), np.abs(shown_contexts).max(initial=0.0))) or 1.0
-    sources, targets = _labels(trace.source_tokens, space_marker), _labels(trace.tokens, space_marker)
+    sources, targets = token_labels(trace.source_tokens, space_marker), token_labels(trace.tokens, space_marker)
     rows = len(sources) + len(targets)
     row = 0.28 if rows <= 60 else max(0.12, 17.0 / rows)
     column = min(0.22, 18.0 / len(dims))
@@ -137,8 +137,8 @@ def encoder_states_figure(trace, max_dims: int | None = 32, *, space_marker: str
     for ax, (matrix, labels, title, name, ylabel) in zip(axes, panels):
         ax.set_label(name)
         image = ax.imshow(matrix, cmap=cmap, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
-        _set_ylabels(ax, labels)
-        _dimension_ticks(ax, dims)
+        set_ylabels(ax, labels)
+        dimension_ticks(ax, dims)
         ax.set_title(title, fontsize=10, parse_math=False)
         ax.set_ylabel(ylabel, fontsize=9)
         ax.set_xlabel("dimension", fontsize=8)
@@ -191,7 +191,7 @@ def attention_grid(maps, kind: str = "cross", *, space_marker: str | None = None
     weights = _weights_of(maps, kind)
     name, query_key, key_key = KINDS[kind]
     layers, heads, rows, columns = weights.shape
-    ys, xs = _labels(maps[query_key], space_marker), _labels(maps[key_key], space_marker)
+    ys, xs = token_labels(maps[query_key], space_marker), token_labels(maps[key_key], space_marker)
     side = min(2.4, max(1.3, 0.12 * max(rows, columns)))  # inches per small heatmap
     labelled = max(rows, columns) <= 40  # past that, one label per token is unreadable at this size
     fig = new_figure(heads * side + 1.6, layers * side + 1.0)
@@ -204,7 +204,7 @@ def attention_grid(maps, kind: str = "cross", *, space_marker: str | None = None
             image = ax.imshow(weights[layer, head], cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto",
                               interpolation="nearest")
             ax.set_title(f"L{layer} H{head}", fontsize=8)
-            size = max(4, _font_size(max(rows, columns)) - 4)
+            size = max(4, tick_font_size(max(rows, columns)) - 4)
             if labelled and head == 0:
                 ax.set_yticks(range(rows), labels=ys, fontsize=size, parse_math=False)
             else:
@@ -235,7 +235,7 @@ def head_view_figure(maps, kind: str = "cross", layer: int = -1, head: int | Non
     check_layer_head(maps, kind, layer, head)
     matrix = weights[layer].mean(axis=0) if head is None else weights[layer, head]
     name, query_key, key_key = KINDS[kind]
-    left, right = _labels(maps[query_key], space_marker), _labels(maps[key_key], space_marker)
+    left, right = token_labels(maps[query_key], space_marker), token_labels(maps[key_key], space_marker)
     n = max(len(left), len(right), 1)
     longest = max((len(t) for t in left + right), default=1)
     fig = new_figure(3.0 + 0.16 * longest, 0.26 * n + 1.2)
@@ -245,7 +245,7 @@ def head_view_figure(maps, kind: str = "cross", layer: int = -1, head: int | Non
     segments = [[(0.0, i), (1.0, j)] for i in range(len(left)) for j in range(len(right))]
     colours = [(*rgb, float(np.clip(matrix[i, j], 0.0, 1.0))) for i in range(len(left)) for j in range(len(right))]
     ax.add_collection(LineCollection(segments, colors=colours, linewidths=2.0))
-    size = _font_size(n)
+    size = tick_font_size(n)
     for i, token in enumerate(left):
         ax.text(-0.04, i, token, ha="right", va="center", fontsize=size, parse_math=False)
     for j, token in enumerate(right):

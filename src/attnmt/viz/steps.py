@@ -22,12 +22,12 @@ from attnmt.viz.drawing import (
     MUTED,
     NEGATIVE,
     POSITIVE,
-    _cell,
-    _cell_grid,
-    _labels,
-    _rotation,
-    _set_xlabels,
-    _set_ylabels,
+    cell_inches,
+    draw_cell_grid,
+    token_labels,
+    label_rotation,
+    set_xlabels,
+    set_ylabels,
     check_step,
     new_figure,
     unpack_attention,
@@ -45,10 +45,10 @@ def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) ->
     The axes are labelled "scores", "weights", "context", "state" and "top_k" (``ax.get_label()``).
     """
     st = check_step(trace, step)
-    sources = _labels(trace.source_tokens, space_marker)
+    sources = token_labels(trace.source_tokens, space_marker)
     top_k = list(st.top_k)
     fig, (ax_scores, ax_weights, ax_context, ax_state, ax_top) = _step_axes(len(sources), len(top_k))
-    token = _labels([st.token], space_marker)[0]
+    token = token_labels([st.token], space_marker)[0]
     fig.suptitle(f"step {step}: output \u201c{token}\u201d (p = {st.probability:.3f})", fontsize=11,
                  parse_math=False)
     if st.weights is None:
@@ -64,7 +64,7 @@ def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) ->
 def _step_axes(n: int, k: int):
     """The figure of a step over n source tokens with k candidates, and its five axes, top to
     bottom: "scores", "weights", "context", "state" and "top_k"."""
-    width = max(7.0, n * _cell(n) + 2.5)
+    width = max(7.0, n * cell_inches(n) + 2.5)
     height_top_k = max(1.2, 0.3 * k + 0.6)
     fig = new_figure(width, 2.4 + 2.4 + 0.8 + 0.8 + height_top_k + 1.2)
     names = ("scores", "weights", "context", "state", "top_k")
@@ -104,7 +104,7 @@ def _attention_bars(ax_scores, ax_weights, st, sources: list[str]):
             ax_weights.text(j, w, f"{w:.2f}", ha="center", va="bottom", fontsize=7)
     for ax in (ax_scores, ax_weights):
         ax.set_xlim(-0.6, n - 0.4)
-        _set_xlabels(ax, sources, top=False)
+        set_xlabels(ax, sources, top=False)
         ax.get_xticklabels()[best].set_fontweight("bold")
         ax.tick_params(axis="y", labelsize=8)
 
@@ -127,7 +127,7 @@ def _vector_rows(fig, ax_context, ax_state, context: np.ndarray, state: np.ndarr
 
 def _top_k_bars(ax_top, top_k: list, chosen: str, space_marker: str | None):
     if top_k:
-        names = _labels([t for t, _ in top_k], space_marker)
+        names = token_labels([t for t, _ in top_k], space_marker)
         probabilities = [p for _, p in top_k]
         colours = [HIGHLIGHT if t == chosen else MUTED for t, _ in top_k]
         ax_top.barh(range(len(top_k)), probabilities, color=colours, height=0.7)
@@ -151,10 +151,10 @@ def decoding_animation(trace, path, fps: float = 1, *, space_marker: str | None 
     if not fps or fps <= 0:
         raise ValueError(f"fps must be positive, got {fps}")
     source_tokens, target_tokens, matrix = unpack_attention(trace.source_tokens, trace.tokens, trace.attention)
-    xs, ys = _labels(source_tokens, space_marker), _labels(target_tokens, space_marker)
+    xs, ys = token_labels(source_tokens, space_marker), token_labels(target_tokens, space_marker)
     n_src, n_tgt = len(xs), len(ys)
-    cell = _cell(max(n_src, n_tgt))
-    longest_x = max(len(x) for x in xs) if _rotation(xs) else 1
+    cell = cell_inches(max(n_src, n_tgt))
+    longest_x = max(len(x) for x in xs) if label_rotation(xs) else 1
     fig = new_figure(max(n_src * cell + 0.09 * max(len(y) for y in ys) + 1.6, 4.0),
                   max(n_tgt * cell + 0.08 * longest_x + 1.1, 3.0))
     ax = fig.add_subplot()
@@ -162,9 +162,9 @@ def decoding_animation(trace, path, fps: float = 1, *, space_marker: str | None 
     colours = colormaps[cmap].with_extremes(bad="white")
     image = ax.imshow(shown, cmap=colours, vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
     ax.xaxis.tick_top()
-    _set_xlabels(ax, xs, top=True)
-    _set_ylabels(ax, ys)
-    _cell_grid(ax, n_tgt, n_src)
+    set_xlabels(ax, xs, top=True)
+    set_ylabels(ax, ys)
+    draw_cell_grid(ax, n_tgt, n_src)
     ax.set_xlim(-0.5, n_src - 0.5)
     ax.set_ylim(n_tgt - 0.5, -0.5)
     frame = Rectangle((-0.5, -0.5), n_src, 1, fill=False, edgecolor=HIGHLIGHT, linewidth=2, zorder=5)
