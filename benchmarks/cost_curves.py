@@ -118,7 +118,8 @@ def decoding_curves(name: str, batch: int, repeats: int, threads: int) -> list[d
 
     torch.set_num_threads(threads)
     translator = attnmt.load(MODELS[name])
-    dc, rows = translator.config.decoding, []
+    rows = []
+    settings = translator.config.decoding.model_copy(update={"max_length_ratio": 1.5, "max_length_offset": 10})
     for length in LENGTHS:
         sample = make_batch(sources_of_length(translator.src_subwords, length, batch))
         for beam in (1, 5):
@@ -126,8 +127,7 @@ def decoding_curves(name: str, batch: int, repeats: int, threads: int) -> list[d
             for _ in range(repeats):
                 started = time.perf_counter()
                 with torch.inference_mode():
-                    outputs = decode(translator.model, sample.src, sample.src_lengths, beam=beam,
-                                     alpha=dc.length_penalty, max_length_ratio=1.5, max_length_offset=10)
+                    outputs = decode(translator.model, sample.src, sample.src_lengths, settings, beam=beam)
                 best = min(best, time.perf_counter() - started)
             out_tokens = statistics.mean(len(h[0].tokens) for h in outputs)
             row = {"model": name, "length": length, "beam": beam, "batch": batch, "threads": threads,
@@ -181,8 +181,7 @@ def profile_beam(name: str, batch: int, beam: int, threads: int, rounds: int) ->
 
     def run():
         with torch.inference_mode():
-            return decode(model, sample.src, sample.src_lengths, beam=beam, alpha=dc.length_penalty,
-                          max_length_ratio=dc.max_length_ratio, max_length_offset=dc.max_length_offset)
+            return decode(model, sample.src, sample.src_lengths, dc, beam=beam)
 
     run()  # warm-up: kernels for these shapes
     timer, decoder = PartTimer(), model.decoder

@@ -116,13 +116,13 @@ def _deterministic():
     yield
 
 
-def assert_beam_of_one_equals_greedy(model, batch):
+def assert_beam_of_one_equals_greedy(model, batch, window=None):
     """Beam search with one hypothesis is greedy search: same tokens, scores and attention."""
     from attnmt.seq2seq.decoding import beam_search, greedy_search, max_output_lengths
 
     limits = max_output_lengths(batch.src_lengths, 1.5, 5)
-    greedy = greedy_search(model, batch.src, batch.src_lengths, limits)
-    beam = beam_search(model, batch.src, batch.src_lengths, limits, beam=1)
+    greedy = greedy_search(model, batch.src, batch.src_lengths, limits, window=window)
+    beam = beam_search(model, batch.src, batch.src_lengths, limits, beam=1, window=window)
     for g, b in zip(greedy, beam):
         assert g[0].tokens == b[0].tokens
         assert g[0].score == pytest.approx(b[0].score, abs=1e-4)

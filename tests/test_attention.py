@@ -191,10 +191,9 @@ def test_windowed_steps_attend_only_near_the_previous_median(attention, input_fe
     from attnmt.seq2seq.attention import window_mask
 
     model = make_model(attention, input_feeding=input_feeding)
-    model.decoder.window = (1, 1)
     src, lengths, tgt = padded_batch()
-    _, weights = model(src, lengths, tgt)
-    memory = model.encode(src, lengths)
+    _, weights = model(src, lengths, tgt, window=(1, 1))
+    memory = model.encode(src, lengths, window=(1, 1))
     state = model.init_state(memory)
     for t in range(tgt.size(1)):
         inside = window_mask(state.weights, memory.mask, 1, 1)
@@ -211,6 +210,5 @@ def test_a_window_wider_than_the_source_changes_nothing(attention):
     model = make_model(attention)
     src, lengths, tgt = padded_batch()
     _, free = model(src, lengths, tgt)
-    model.decoder.window = (7, 7)
-    _, windowed = model(src, lengths, tgt)
+    _, windowed = model(src, lengths, tgt, window=(7, 7))
     torch.testing.assert_close(windowed, free)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnmt.core.config import ModelConfig
+from attnmt.core.config import DecodingConfig, ModelConfig
 from attnmt.data.batching import make_batch
 from attnmt.seq2seq import EOS, build_model
 from attnmt.seq2seq.decoding import (
@@ -205,10 +205,10 @@ def test_bf16_output_layer_translates_like_float32(reverse_model):
     batch = make_batch(translator.src_subwords.encode(sources[:40]))
     generator = translator.model.generator
     for beam in (1, 4):
-        full = decode(translator.model, batch.src, batch.src_lengths, beam=beam)
+        full = decode(translator.model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam)
         generator.compute_dtype = torch.bfloat16
         try:
-            half = decode(translator.model, batch.src, batch.src_lengths, beam=beam)
+            half = decode(translator.model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam)
         finally:
             generator.compute_dtype = None
         assert [h[0].tokens for h in half] == [h[0].tokens for h in full]
@@ -235,7 +235,7 @@ def test_a_model_computing_nan_is_a_clear_error_not_an_empty_result(beam):
         model.generator.bias.fill_(float("nan"))
     batch = random_batch()
     with pytest.raises(AttnmtError, match=r"scores that are not numbers \(NaN\)"):
-        decode(model, batch.src, batch.src_lengths, beam=beam)
+        decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam)
 
 
 def test_beam_search_stops_a_sentence_that_cannot_improve_with_the_same_results(reverse_model, monkeypatch):
@@ -341,11 +341,12 @@ class ConfidentModel:
     has_attention = False
     PATH, VOCAB = 8, 10
 
-    def encode(self, src, lengths):
+    def encode(self, src, lengths, window=None):
         from attnmt.seq2seq.decoder import Memory
 
         batch = src.size(0)
-        return Memory(torch.zeros(batch, 1, 1), None, torch.ones(batch, 1, dtype=torch.bool), torch.zeros(batch, 1))
+        return Memory(torch.zeros(batch, 1, 1), None, torch.ones(batch, 1, dtype=torch.bool), torch.zeros(batch, 1),
+                      window)
 
     def init_state(self, memory):
         from dataclasses import dataclass
@@ -389,8 +390,50 @@ def test_unlikely_hypotheses_ending_early_do_not_stop_the_search_before_the_like
 @pytest.mark.parametrize("attention", ["bahdanau", "location", "luong-general"])
 def test_beam_of_one_equals_greedy_with_an_attention_window(attention):
     model = untrained(attention)
-    model.decoder.window = (1, 2)
-    assert_beam_of_one_equals_greedy(model, random_batch())
+    assert_beam_of_one_equals_greedy(model, random_batch(), window=(1, 2))
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "location", "luong-general"])
+def test_the_attention_window_travels_with_the_call_and_nothing_sets_it_on_the_model(attention, monkeypatch):
+    """Issue 24: the window is a decoding setting (decode's settings.attention_window, which the
+    memory carries to every step), not an attribute set on a built model: the decoder has none, and
+    one model decoding with several windows in turn keeps each output within its window, gives the
+    same output for the same window again, and has no attribute of any module set meanwhile."""
+    from attnmt.core.errors import AttnmtError
+    from attnmt.seq2seq.attention import window_mask
+
+    model, batch = untrained(attention), random_batch(8)
+    assert not hasattr(model.decoder, "window")
+    sets, setattr_of_modules = [], torch.nn.Module.__setattr__
+
+    def recorded(module, name, value):
+        sets.append((type(module).__name__, name))
+        setattr_of_modules(module, name, value)
+
+    monkeypatch.setattr(torch.nn.Module, "__setattr__", recorded)
+    outputs = {}
+    for window in [(0, 1), None, (2, 0), (0, 1)]:
+        for beam in (1, 3):
+            decoded = decode(model, batch.src, batch.src_lengths, DecodingConfig(attention_window=window), beam=beam)
+            output = [(h.tokens, h.attention) for hypotheses in decoded for h in hypotheses]
+            first = outputs.setdefault((window, beam), output)
+            assert all(a[0] == b[0] and torch.equal(a[1], b[1]) for a, b in zip(first, output, strict=True))
+            if window is None:
+                continue
+            for hypotheses in decoded:
+                weights = hypotheses[0].attention
+                start = torch.zeros(1, weights.size(1))
+                start[0, 0] = 1.0  # the first step's previous weights: all on the first position
+                for before, row in zip(torch.cat([start, weights]), weights):
+                    inside = window_mask(before[None], torch.ones(1, weights.size(1), dtype=torch.bool), *window)[0]
+                    assert row[~inside].sum() == 0
+    assert (outputs[None, 1][0][1] > 0).all() and (outputs[(0, 1), 1][0][1] == 0).any()  # the window is used
+    assert sets == [] and not hasattr(model.decoder, "window")
+    monkeypatch.undo()
+    transformer = build_model(ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=1,
+                                          decoder_layers=1), 20, 20).eval()
+    with pytest.raises(AttnmtError, match="for RNN decoders with attention"):
+        decode(transformer, batch.src, batch.src_lengths, DecodingConfig(attention_window=(1, 1)))
 
 
 def test_attention_window_from_python_and_the_command_line(reverse_model, tiny_transformer, tmp_path, capsys):
@@ -402,7 +445,7 @@ def test_attention_window_from_python_and_the_command_line(reverse_model, tiny_t
     translator, sources = reverse_model
     translator.attention_window = (0, 1)
     try:
-        assert translator.model.decoder.window == (0, 1)
+        assert translator.config.decoding.attention_window == (0, 1)
         for t in translator.translate(sources[:20], beam=3):
             weights = torch.as_tensor(t.attention)
             for before, row in zip(weights, weights[1:]):
@@ -412,7 +455,7 @@ def test_attention_window_from_python_and_the_command_line(reverse_model, tiny_t
             translator.attention_window = (-1, 2)
     finally:
         translator.attention_window = None
-    assert translator.model.decoder.window is None
+    assert translator.config.decoding.attention_window is None
     with pytest.raises(AttnmtError, match="for RNN decoders with attention"):
         tiny_transformer.attention_window = (1, 1)
 

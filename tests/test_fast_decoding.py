@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnmt.core import speed
-from attnmt.core.config import ModelConfig
+from attnmt.core.config import DecodingConfig, ModelConfig
 from attnmt.seq2seq import EOS, build_model, decoding, fast_decoding
 from attnmt.seq2seq import search as searches
 from attnmt.seq2seq.decoding import max_output_lengths
@@ -35,17 +35,21 @@ ENDS_EARLY, NEVER_ENDS = 3.0, -10.0
 
 
 def tiny(name: str, eos_bias: float = 0.0):
-    """An untrained model of MODELS[name] (vocabularies of 20), its output layer biased by ``eos_bias`` towards EOS."""
+    """An untrained model of MODELS[name] (vocabularies of 20), its output layer biased by ``eos_bias`` towards EOS.
+    (Its attention window, if it has one, is for the searches: ``window_of(name)``.)"""
     options = dict(MODELS[name])
-    window = options.pop("window", None)
+    options.pop("window", None)
     config = ModelConfig(embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0,
                          location_kernel=3, **options)
     model = build_model(config, 20, 20).eval()
-    if window is not None:
-        model.decoder.window = window
     with torch.no_grad():
         model.generator.bias[EOS] += eos_bias
     return model
+
+
+def window_of(name: str) -> tuple[int, int] | None:
+    """The attention window the searches of model ``name`` keep to."""
+    return MODELS[name].get("window")
 
 
 def limits_of(batch, kind: str) -> list[int]:
@@ -76,10 +80,10 @@ def test_greedy_search_finds_the_reference_hypotheses(name):
     batch = random_batch(6, seed=1)
     for eos_bias, limits in CASES:
         model, limits = tiny(name, eos_bias), limits_of(batch, limits)
-        reference = decoding.greedy_search(model, batch.src, batch.src_lengths, limits)
+        reference = decoding.greedy_search(model, batch.src, batch.src_lengths, limits, window=window_of(name))
         for graphs in (False, True):  # (True on a CPU: the static buffers a graph replays, run eagerly)
             assert_same_hypotheses(fast_decoding.greedy_search(model, batch.src, batch.src_lengths, limits,
-                                                               graphs=graphs), reference)
+                                                               graphs=graphs, window=window_of(name)), reference)
 
 
 # (beam, n_best, alpha)
@@ -92,10 +96,11 @@ def test_beam_search_finds_the_reference_n_best(name):
     for case, (eos_bias, limits) in enumerate(CASES):
         model, limits = tiny(name, eos_bias), limits_of(batch, limits)
         for beam, n_best, alpha in BEAMS:
-            reference = decoding.beam_search(model, batch.src, batch.src_lengths, limits, beam, n_best, alpha)
+            reference = decoding.beam_search(model, batch.src, batch.src_lengths, limits, beam, n_best, alpha,
+                                             window=window_of(name))
             graphs = (case + beam) % 2 == 0  # half of them on static buffers
             fast = fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, beam, n_best, alpha,
-                                             graphs=graphs)
+                                             graphs=graphs, window=window_of(name))
             assert_same_hypotheses(fast, reference)
 
 
@@ -197,7 +202,7 @@ def test_a_step_reads_no_value_back(name):
     So neither the model's decode_step nor the search's bookkeeping waits for the device."""
     model, batch = tiny(name), random_batch(4)
     with torch.inference_mode():
-        memory = on_meta(model.encode(batch.src, batch.src_lengths))
+        memory = on_meta(model.encode(batch.src, batch.src_lengths, window_of(name)))
         model = copy.deepcopy(model).to("meta")
         for search in (fast_decoding._Greedy(model, memory, [6, 6, 6, 6], 1.0),
                        fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0)):
@@ -260,8 +265,8 @@ def test_decode_keeps_the_reference_searches_on_a_cpu(monkeypatch):
     monkeypatch.setattr(fast_decoding, "greedy_search", refuse)
     monkeypatch.setattr(fast_decoding, "beam_search", refuse)
     batch = random_batch()
-    searches.decode(tiny("gru-bahdanau"), batch.src, batch.src_lengths, beam=1)
-    searches.decode(tiny("gru-bahdanau"), batch.src, batch.src_lengths, beam=3)
+    searches.decode(tiny("gru-bahdanau"), batch.src, batch.src_lengths, DecodingConfig(), beam=1)
+    searches.decode(tiny("gru-bahdanau"), batch.src, batch.src_lengths, DecodingConfig(), beam=3)
 
 
 def strict_steps(monkeypatch):
@@ -288,20 +293,22 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
     batch = random_batch(16, seed=3).to("cuda")
     for eos_bias, limits in CASES:
         model, limits = tiny(name, eos_bias).cuda(), limits_of(batch, limits)
-        args = (model, batch.src, batch.src_lengths, limits)
-        reference = decoding.greedy_search(*args)
+        args, window = (model, batch.src, batch.src_lengths, limits), window_of(name)
+        reference = decoding.greedy_search(*args, window=window)
         for graphs in (False, True):
-            assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs), reference, atol=1e-4)
-        reference = decoding.beam_search(*args, beam=5, n_best=3)
-        for graphs in (False, True):
-            assert_same_hypotheses(fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs), reference,
+            assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs, window=window), reference,
                                    atol=1e-4)
+        reference = decoding.beam_search(*args, beam=5, n_best=3, window=window)
+        for graphs in (False, True):
+            assert_same_hypotheses(fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window),
+                                   reference, atol=1e-4)
 
     calls = []
-    monkeypatch.setattr(fast_decoding, "beam_search", lambda *args: calls.append("fast") or [])
-    searches.decode(model, batch.src, batch.src_lengths, beam=3)
+    monkeypatch.setattr(fast_decoding, "beam_search", lambda *args, **kwargs: calls.append("fast") or [])
+    settings = DecodingConfig(attention_window=window_of(name))
+    searches.decode(model, batch.src, batch.src_lengths, settings, beam=3)
     with speed.plain():
-        searches.decode(model, batch.src, batch.src_lengths, beam=3)
+        searches.decode(model, batch.src, batch.src_lengths, settings, beam=3)
     assert calls == ["fast"]
 
 

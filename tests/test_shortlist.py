@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attnmt.cli import main
+from attnmt.core.config import DecodingConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import EOS, UNK
 from attnmt.seq2seq import fast_decoding
@@ -40,16 +41,18 @@ def assert_identical(ours, theirs):
 @pytest.mark.parametrize("beam", [1, 4])
 def test_a_shortlist_of_every_piece_gives_the_full_vocabularys_result_exactly(name, beam):
     model, batch = tiny(name), random_batch(6)
-    full = decode(model, batch.src, batch.src_lengths, beam=beam, n_best=min(beam, 3))
-    short = decode(model, batch.src, batch.src_lengths, beam=beam, n_best=min(beam, 3), shortlist=every_piece())
+    full = decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam, n_best=min(beam, 3))
+    short = decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam, n_best=min(beam, 3),
+                   shortlist=every_piece())
     assert_identical(short, full)
 
 
 def test_a_shortlist_of_every_piece_is_exact_with_the_bf16_output_layer_too():
     model, batch = tiny("gru-bahdanau"), random_batch(6)
     model.generator.compute_dtype = torch.bfloat16
-    full = decode(model, batch.src, batch.src_lengths, beam=4, n_best=2)
-    assert_identical(decode(model, batch.src, batch.src_lengths, beam=4, n_best=2, shortlist=every_piece()), full)
+    full = decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=4, n_best=2)
+    assert_identical(decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=4, n_best=2,
+                            shortlist=every_piece()), full)
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -57,7 +60,8 @@ def test_a_shortlist_restricts_the_outputs_to_its_pieces(beam):
     model, batch = tiny("gru-bahdanau"), random_batch(6)
     allowed = {7, 8, 11}
     table = Shortlist([[] for _ in range(VOCABULARY)], allowed)
-    for sentence in decode(model, batch.src, batch.src_lengths, beam=beam, n_best=beam, shortlist=table):
+    for sentence in decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam, n_best=beam,
+                           shortlist=table):
         for hypothesis in sentence:
             assert set(hypothesis.tokens) <= allowed | {EOS, UNK}
     # the output layer is whole again afterwards
@@ -78,8 +82,8 @@ def test_a_shortlist_gives_the_reference_searchs_results_in_the_fixed_shape_sear
     vocabulary = table.vocabulary(batch.src)
     limits = max_output_lengths(batch.src_lengths, 1.5, 5)
     for beam in (1, 3):
-        reference = decode(model, batch.src, batch.src_lengths, beam=beam, n_best=1, max_length_offset=5,
-                           shortlist=table)
+        reference = decode(model, batch.src, batch.src_lengths, DecodingConfig(max_length_offset=5), beam=beam,
+                           n_best=1, shortlist=table)
         with restricted(model, vocabulary):
             for graphs in (False, True):
                 if beam == 1:

@@ -193,13 +193,13 @@ def test_training_with_an_attention_window_trains_and_decodes_within_it(tmp_path
 
     config = config_for(tmp_path, max_steps=10, attention_window=[1, 2])
     trainer = Trainer(config, log=lambda message: None, progress=False)
-    assert trainer.model.decoder.window == (1, 2)
+    assert trainer.loop.loss.window == (1, 2)  # the loss passes it to the model at every batch
     batch = translation_batch(trainer.data.train, list(range(8)))
-    _, weights = trainer.model(batch.src, batch.src_lengths, batch.tgt_in)
+    _, weights = trainer.model(batch.src, batch.src_lengths, batch.tgt_in, window=trainer.loop.loss.window)
     assert torch.all(weights[:, 0, 3:] == 0)  # the first step: from position 0, at most 2 further
     trainer.train()
     translator = load(config.experiment_dir)
-    assert translator.attention_window == (1, 2) and translator.model.decoder.window == (1, 2)
+    assert translator.attention_window == (1, 2) and translator.config.decoding.attention_window == (1, 2)
     [t] = translator.translate(["abcdefg"], beam=1)
     weights = torch.as_tensor(t.attention)
     for before, row in zip(weights, weights[1:]):

@@ -50,7 +50,8 @@ def score_test_set(translator, name: str, sources: list[str], references: list[s
     atomic_write_text(translator.folder / f"{name}.hyp", "".join(h + "\n" for h in hypotheses))
     encoded = EncodedCorpus(sources, references, translator.src_subwords.encode(sources),
                             translator.tgt_subwords.encode(references))
-    report["perplexity"] = evaluate_loss(translator.model, encoded, translator.config.data.batch_size)["perplexity"]
+    report["perplexity"] = evaluate_loss(translator.model, encoded, translator.config.data.batch_size,
+                                         window=translator.attention_window)["perplexity"]
     matrices = [None if t.attention is None else word_matrix(t.attention, t.source_tokens, t.tokens)
                 for t in translations]
     report["failures"] = attention_failures(matrices, hypotheses, references)

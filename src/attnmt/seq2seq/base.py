@@ -2,15 +2,22 @@
 training and the server rely on. A new kind of model (a speech encoder, say) plugs in by
 subclassing ``EncoderDecoder`` and implementing its four abstract methods:
 
-    memory = model.encode(src, lengths)                  once per batch of source sentences
+    memory = model.encode(src, lengths, window)          once per batch of source sentences
     state = model.init_state(memory)                     the decoder before its first step
     step = model.decode_step(prev_tokens, state, memory) one output token per sentence -> StepOutput
-    states, weights = model.decoder_outputs(src, lengths, tgt_in)   all steps of known targets
+    states, weights = model.decoder_outputs(src, lengths, tgt_in, window)   all steps of known targets
 
 and then has ``forward`` (teacher-forced scores), ``has_attention`` and ``generator`` (the output
 layer; its ``loss`` trains the model). ``memory`` and ``state`` are the model's own dataclasses;
 callers read ``memory.states`` (B,S,M), the encoder output, and otherwise only reorder both with
 ``select(index)`` (beam search, sentences leaving the batch): subclass ``Batched`` for that.
+
+``window`` (left, right), or None: every step of an RNN decoder with attention attends only within
+that many source positions of the median of the previous step's weights (as in Chorowski et al.
+2014; attnmt.seq2seq.attention.window_mask). It belongs to the call, not to the model: the memory
+that ``encode`` makes carries it to every step (training passes training.attention_window, decoding
+its settings' decoding.attention_window), and nothing sets it on a built model. A model without
+such attention (the Transformer) refuses a window.
 """
 
 from __future__ import annotations
@@ -42,14 +49,15 @@ class StepOutput:
 class Batched:
     """For dataclasses of per-sentence tensors (memories, states): ``select(index)`` keeps the
     sentences ``index`` in that order. The batch axis is 0, or as ``BATCH_DIM`` says per field;
-    a field may also be None or a list of tensors."""
+    a field may also be None or a list of tensors, or a setting of the whole batch (not a tensor
+    nor a list: a memory's attention window), which stays as it is."""
 
     BATCH_DIM: ClassVar[dict[str, int]] = {}
 
     def select(self, index: Tensor):
         def pick(value, dim):
-            if value is None:
-                return None
+            if not isinstance(value, (Tensor, list)):  # None, or a setting of the whole batch
+                return value
             if isinstance(value, list):
                 return [pick(v, dim) for v in value]
             return value.index_select(dim, index)
@@ -73,8 +81,9 @@ class EncoderDecoder(nn.Module, ABC):
         """Whether steps report attention weights over the source (False: a fixed context)."""
 
     @abstractmethod
-    def encode(self, src: Tensor, lengths: Tensor):
-        """src (B,S) padded source, lengths (B,) -> the memory the decoder reads."""
+    def encode(self, src: Tensor, lengths: Tensor, window: tuple[int, int] | None = None):
+        """src (B,S) padded source, lengths (B,) -> the memory the decoder reads, with the attention
+        ``window`` its steps keep to (see the module's docstring; None: the whole source)."""
 
     @abstractmethod
     def init_state(self, memory):
@@ -85,14 +94,16 @@ class EncoderDecoder(nn.Module, ABC):
         """prev_tokens (B,) the tokens written last (BOS at first) -> the next step."""
 
     @abstractmethod
-    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
+    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor,
+                        window: tuple[int, int] | None = None) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: tgt_in (B,T) starts with BOS -> what enters the output layer (B,T,H)
         and the attention weights (B,T,S), or None without attention (or where the model does not
-        compute them, as a Transformer in training)."""
+        compute them, as a Transformer in training); each step within the attention ``window``."""
 
-    def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
+    def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor,
+                window: tuple[int, int] | None = None) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: scores (B,T,V) and attention weights (B,T,S) or None."""
-        states, weights = self.decoder_outputs(src, lengths, tgt_in)
+        states, weights = self.decoder_outputs(src, lengths, tgt_in, window)
         return self.generator(states), weights
 
     def next_token_log_probs(self, output: Tensor) -> Tensor:

@@ -44,6 +44,9 @@ class Memory(Batched):
     keys: Tensor | None  # (B,S,K) attention.project_keys(states)
     mask: Tensor  # (B,S) True at real tokens
     final: Tensor  # (B,M) final encoder state: the fixed context without attention
+    # Each step attends within (left, right) positions of the median of the previous step's weights;
+    # None: everywhere. Given to encode (training's or decoding's attention_window), never changed.
+    window: tuple[int, int] | None = None
 
 
 @dataclass
@@ -129,9 +132,6 @@ class RNNDecoder(nn.Module):
         self.bridge = nn.Linear(memory_size, num_layers * hidden_size) if bridge else None
         self.W_c = nn.Linear(memory_size + hidden_size, hidden_size, bias=False)
         self.hidden_size, self.num_layers = hidden_size, num_layers
-        # Attend within (left, right) positions of the median of the previous step's weights; None:
-        # everywhere. Set from training.attention_window in training, decoding's by attnmt.load.
-        self.window: tuple[int, int] | None = None
 
     def init_state(self, memory: Memory) -> DecoderState:
         """s_0 = tanh(W_b h_final), the bridge from the encoder's summary to the decoder; or 0."""
@@ -158,8 +158,9 @@ class RNNDecoder(nn.Module):
     def _attend_one(self, query: Tensor, memory: Memory, state: DecoderState, read_weights: bool):
         """The attention of one step: query (B,H) -> context (B,M), weights and scores (B,S) or None.
         The previous weights (``state.weights``) go to the score if ``read_weights`` (location
-        attention), and to the window if there is one."""
-        mask = None if self.window is None else window_mask(state.weights, memory.mask, *self.window)
+        attention), and to the memory's window if it has one."""
+        window = memory.window
+        mask = None if window is None else window_mask(state.weights, memory.mask, *window)
         prev_weights = state.weights.unsqueeze(1) if read_weights else None
         context, weights, scores = self._attend(query.unsqueeze(1), memory, prev_weights, mask)
         return context.squeeze(1), *(None if x is None else x.squeeze(1) for x in (weights, scores))
@@ -197,7 +198,7 @@ class RNNDecoder(nn.Module):
         # W_y y_{t-1} for all t in one product; unbind (not gates[:, t]) so that the backward
         # pass stacks the steps' gradients once instead of adding T full-size zero-padded copies.
         gates = speed.padded_in_time(self.W_y, embedded).unbind(1)
-        if self.path == FEED_BACK or (self.path == ATTEND_AFTER and self.window is not None):
+        if self.path == FEED_BACK or (self.path == ATTEND_AFTER and memory.window is not None):
             return self._every_step_in_turn(gates, state, memory)  # (a window needs the previous step's weights)
         return self._recurrence_then_the_rest(gates, state, memory)
 

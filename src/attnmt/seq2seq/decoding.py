@@ -108,12 +108,14 @@ def token_ids(columns: Tensor, vocabulary: Tensor | None) -> Tensor:
 
 @torch.inference_mode()
 def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
-                  alpha: float = 1.0, vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
+                  alpha: float = 1.0, vocabulary: Tensor | None = None,
+                  window: tuple[int, int] | None = None) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
     and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
-    the ids of a shortlist that the output layer is restricted to (see ``decode``)."""
+    the ids of a shortlist that the output layer is restricted to (see ``decode``); ``window``:
+    the attention window of every step (decoding.attention_window; attnmt.seq2seq.base)."""
     batch = src.size(0)
-    memory = model.encode(src, src_lengths)
+    memory = model.encode(src, src_lengths, window)
     memory_widths = memory_lengths(memory)
     state = model.init_state(memory)
     prev = torch.full((batch,), BOS, dtype=torch.long, device=src.device)
@@ -180,7 +182,7 @@ class _History:
 @torch.inference_mode()
 def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
                 n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None,
-                vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
+                vocabulary: Tensor | None = None, window: tuple[int, int] | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
     A hypothesis that ends in EOS leaves the beam for the finished list of its sentence. A
@@ -192,11 +194,12 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
     do, can return a worse result than greedy search: a confident model's unlikely hypotheses
     end early, fill the finished list, and stop the sentence before its likely one has ended.)
     With ``record``, every candidate considered is added to the sentence's search tree.
-    ``vocabulary``: the ids of a shortlist that the output layer is restricted to (see ``decode``).
+    ``vocabulary``: the ids of a shortlist that the output layer is restricted to (see ``decode``);
+    ``window``: the attention window of every step (decoding.attention_window; attnmt.seq2seq.base).
     """
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
-    memory = model.encode(src, src_lengths)
+    memory = model.encode(src, src_lengths, window)
     state = model.init_state(memory)
     beams = _Beams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), record, src.device)
     for t in range(max(max_lengths)):

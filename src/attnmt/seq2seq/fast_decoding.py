@@ -72,23 +72,23 @@ _ONE_CAPTURE_AT_A_TIME = threading.Lock()
 
 @torch.inference_mode()
 def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
-                  alpha: float = 1.0, graphs: bool | None = None,
-                  vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
+                  alpha: float = 1.0, graphs: bool | None = None, vocabulary: Tensor | None = None,
+                  window: tuple[int, int] | None = None) -> list[list[Hypothesis]]:
     """decoding.greedy_search's hypotheses, every sentence computed until all have ended."""
-    search = _Greedy(model, model.encode(src, src_lengths), max_lengths, alpha, vocabulary)
+    search = _Greedy(model, model.encode(src, src_lengths, window), max_lengths, alpha, vocabulary)
     loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
     return _checked(search.results(loop, steps))
 
 
 @torch.inference_mode()
 def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
-                n_best: int = 1, alpha: float = 1.0, graphs: bool | None = None,
-                vocabulary: Tensor | None = None) -> list[list[Hypothesis]]:
+                n_best: int = 1, alpha: float = 1.0, graphs: bool | None = None, vocabulary: Tensor | None = None,
+                window: tuple[int, int] | None = None) -> list[list[Hypothesis]]:
     """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
     sentence keeping its k rows until all are done."""
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
-    search = _Beam(model, model.encode(src, src_lengths), max_lengths, beam, n_best, alpha, vocabulary)
+    search = _Beam(model, model.encode(src, src_lengths, window), max_lengths, beam, n_best, alpha, vocabulary)
     loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
     return _checked(search.results(loop, steps))
 

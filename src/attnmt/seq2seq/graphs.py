@@ -57,15 +57,16 @@ def can_graph(model: nn.Module) -> bool:
 
 class BatchLoss(nn.Module):
     """The captured part of a training step: a batch's tensors -> the summed loss over its real
-    target tokens. A module of its own, since make_graphed_callables replaces its forward."""
+    target tokens, the attention within ``window``. A module of its own, since
+    make_graphed_callables replaces its forward."""
 
-    def __init__(self, model: nn.Module, label_smoothing: float):
+    def __init__(self, model: nn.Module, label_smoothing: float, window: tuple[int, int] | None = None):
         super().__init__()
-        self.model, self.label_smoothing = model, label_smoothing
+        self.model, self.label_smoothing, self.window = model, label_smoothing, window
 
     def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
         states, final = self.model.encoder(src, lengths, unpacked=True)
-        memory = self.model.memory_of(states, final, source_mask(lengths, states.size(1)))
+        memory = self.model.memory_of(states, final, source_mask(lengths, states.size(1)), self.window)
         outputs, _ = self.model.decoder_outputs_of(memory, tgt_in)
         return self.model.generator.loss(outputs.flatten(0, 1), tgt_out.flatten(), self.label_smoothing,
                                          ignore_index=PAD)
@@ -78,10 +79,11 @@ def padded_targets(batch: Batch) -> tuple[Tensor, Tensor]:
 
 
 class GraphedLoss:
-    """The summed loss of a batch (on the GPU) as a CUDA graph per shape."""
+    """The summed loss of a batch (on the GPU) as a CUDA graph per shape; ``window``: the
+    attention window of training (training.attention_window), part of every graph."""
 
-    def __init__(self, model: nn.Module, label_smoothing: float):
-        self.model, self.label_smoothing = model, label_smoothing
+    def __init__(self, model: nn.Module, label_smoothing: float, window: tuple[int, int] | None = None):
+        self.model, self.label_smoothing, self.window = model, label_smoothing, window
         self.graphs: dict[tuple, Callable[..., Tensor]] = {}
         self.failed = False  # a capture failed: no more tries
         # One memory pool for all the graphs: a step replays one graph's forward and backward, and
@@ -103,7 +105,7 @@ class GraphedLoss:
         key = (tuple((tuple(x.shape), x.dtype) for x in inputs), torch.is_autocast_enabled("cuda"))
         if key not in self.graphs:
             if len(self.graphs) >= MAX_GRAPHS or self.failed:
-                return BatchLoss(self.model, self.label_smoothing)
+                return self.eager()
             self.graphs[key] = self.capture(inputs)
         return self.graphs[key]
 
@@ -123,22 +125,27 @@ class GraphedLoss:
             with warnings.catch_warnings():
                 # cuDNN copies each direction's weights into one block: inside the graph, a copy kernel
                 warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous")
-                return torch.cuda.make_graphed_callables(BatchLoss(self.model, self.label_smoothing), samples,
+                return torch.cuda.make_graphed_callables(self.eager(), samples,
                                                          num_warmup_iters=WARMUP_PASSES, allow_unused_input=True,
                                                          pool=self.pool)
         except RuntimeError as e:  # an operation that cannot be captured: train as before, and say so
             warnings.warn(f"training.cuda_graphs: the decoder could not be captured as a CUDA graph ({e}); "
                           "training goes on without graphs", stacklevel=2)
             self.failed = True
-            return BatchLoss(self.model, self.label_smoothing)
+            return self.eager()
         finally:
             torch.cuda.set_rng_state(random_state, device)
 
+    def eager(self) -> BatchLoss:
+        """The pass that a graph captures, to run as it is."""
+        return BatchLoss(self.model, self.label_smoothing, self.window)
+
 
 def graphed_loss(model: nn.Module, label_smoothing: float, device: torch.device, enabled: bool,
-                 processes: int = 1) -> GraphedLoss | None:
-    """A GraphedLoss where it applies: a GPU, one process (DistributedDataParallel's hooks are not
-    captured), an RNN translation model, graphs and the speed tricks on; else None."""
+                 processes: int = 1, window: tuple[int, int] | None = None) -> GraphedLoss | None:
+    """A GraphedLoss (with the attention ``window``) where it applies: a GPU, one process
+    (DistributedDataParallel's hooks are not captured), an RNN translation model, graphs and the
+    speed tricks on; else None."""
     if not (enabled and device.type == "cuda" and processes == 1 and speed.enabled() and can_graph(model)):
         return None
-    return GraphedLoss(model, label_smoothing)
+    return GraphedLoss(model, label_smoothing, window)

@@ -134,12 +134,14 @@ class Translator:
     def attention_window(self) -> tuple[int, int] | None:
         """(left, right): each decoder step attends only within that many source positions of the
         median of the previous step's weights (as in Chorowski et al. 2014); None: over the whole source.
-        The config's decoding.attention_window unless set here; RNN attention only."""
+        The config's decoding.attention_window unless set here; RNN attention only. Setting it
+        changes the decoding settings (config.decoding), which every decoding call passes on:
+        never the model."""
         return self.config.decoding.attention_window
 
     @attention_window.setter
     def attention_window(self, window: tuple[int, int] | None):
-        decoder = getattr(self.model, "decoder", None)
+        decoder = getattr(self.model, "decoder", None)  # (read only: an RNN decoder and its attention)
         if window is not None and getattr(decoder, "attention", None) is None:
             raise AttnmtError(f"{self.folder}: an attention window is for RNN decoders with attention; this model "
                               f"is a {self.config.model.type} with attention {self.config.model.attention}")
@@ -149,8 +151,6 @@ class Translator:
             raise AttnmtError(f"attention window {window!r}: give two whole numbers >= 0 (left, right), "
                               f"or None ({error.errors()[0]['msg']})") from None
         self.config = self.config.model_copy(update={"decoding": decoding})
-        if decoder is not None:  # an RNN decoder (a Transformer has none of that name)
-            decoder.window = decoding.attention_window
 
     def __repr__(self) -> str:
         model = self.config.model
@@ -232,9 +232,8 @@ class Translator:
                 indices = [todo[j] for j in batch_indices]
                 batch = make_batch([src_ids[i] for i in indices]).to(self.device)
                 with torch.inference_mode():
-                    decoded = decode(self.model, batch.src, batch.src_lengths, beam=beam, n_best=n_best,
-                                     alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
-                                     max_length_offset=dc.max_length_offset, shortlist=table)
+                    decoded = decode(self.model, batch.src, batch.src_lengths, dc, beam=beam, n_best=n_best,
+                                     shortlist=table)
                 for i, hypotheses in zip(indices, decoded):
                     results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
                                              [self._candidate(h) for h in hypotheses], i in truncated)
@@ -267,7 +266,7 @@ class Translator:
         with torch.inference_mode():
             limits = max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset)
             [hypotheses] = beam_search(self.model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
-                                       alpha=dc.length_penalty, record=recorder)
+                                       alpha=dc.length_penalty, record=recorder, window=dc.attention_window)
         translation = Translation(text, self.src_subwords.pieces(src_ids + [EOS]),
                                   [self._candidate(h) for h in hypotheses])
         nodes = [{**asdict(node), "token": self.tgt_subwords.pieces([node.token])[0]} for node in recorder.trees[0]]

@@ -59,18 +59,19 @@ class Seq2Seq(EncoderDecoder):
     def has_attention(self) -> bool:
         return self.decoder.attention is not None
 
-    def encode(self, src: Tensor, lengths: Tensor) -> Memory:
+    def encode(self, src: Tensor, lengths: Tensor, window: tuple[int, int] | None = None) -> Memory:
         states, final, *shortened = self.encoder(src, lengths)
         lengths = shortened[0] if shortened else lengths
-        return self.memory_of(states, final, source_mask(lengths.to(src.device), states.size(1)))
+        return self.memory_of(states, final, source_mask(lengths.to(src.device), states.size(1)), window)
 
-    def memory_of(self, states: Tensor, final: Tensor, mask: Tensor) -> Memory:
-        """What the decoder reads of the encoder's output: the states cast once for autocast, and
-        the attention's keys projected once per sentence."""
+    def memory_of(self, states: Tensor, final: Tensor, mask: Tensor,
+                  window: tuple[int, int] | None = None) -> Memory:
+        """What the decoder reads of the encoder's output: the states cast once for autocast, the
+        attention's keys projected once per sentence, and the attention ``window`` of every step."""
         states = speed.cast_for_autocast(states)
         attention = self.decoder.attention
         keys = None if attention is None else attention.project_keys(states)
-        return Memory(states, keys, mask, final)
+        return Memory(states, keys, mask, final, window)
 
     def init_state(self, memory: Memory) -> DecoderState:
         return self.decoder.init_state(memory)
@@ -81,11 +82,11 @@ class Seq2Seq(EncoderDecoder):
         log_probs = self.next_token_log_probs(self.output_dropout(step.attentional))
         return StepOutput(log_probs, step.state, step.weights, step.scores, step.context, step.state.hidden[-1])
 
-    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor):
-        return self.decoder_outputs_of(self.encode(src, lengths), tgt_in)
+    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, window: tuple[int, int] | None = None):
+        return self.decoder_outputs_of(self.encode(src, lengths, window), tgt_in)
 
     def decoder_outputs_of(self, memory: Memory, tgt_in: Tensor):
-        """decoder_outputs of an encoded source."""
+        """decoder_outputs of an encoded source (within the memory's window)."""
         embedded = self.output_dropout(self.tgt_embed(tgt_in))
         attentional, weights = self.decoder(embedded, self.init_state(memory), memory)
         return self.output_dropout(attentional), weights

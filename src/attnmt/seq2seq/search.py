@@ -7,29 +7,33 @@ from __future__ import annotations
 from torch import Tensor
 
 from attnmt.core import speed
+from attnmt.core.config import DecodingConfig
 from attnmt.seq2seq import decoding, fast_decoding
 from attnmt.seq2seq.base import EncoderDecoder
 from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.seq2seq.shortlist import Shortlist, restricted
 
 
-def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, beam: int = 1, n_best: int = 1,
-           alpha: float = 1.0, max_length_ratio: float = 1.5, max_length_offset: int = 10,
-           shortlist: Shortlist | None = None):
-    """Greedy search (beam 1) or beam search. On a GPU with the speed tricks on, those of
-    attnmt.seq2seq.fast_decoding: the same hypotheses, without waiting for the GPU at every step.
-    ``shortlist``: the output layer restricted to the batch's candidates (attnmt.seq2seq.shortlist)."""
+def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: DecodingConfig, *,
+           beam: int | None = None, n_best: int = 1, shortlist: Shortlist | None = None):
+    """Greedy search (beam 1) or beam search, as ``settings`` say: its beam (unless ``beam`` is
+    given), length penalty, output length limits (max_length_ratio, max_length_offset) and
+    attention window. On a GPU with the speed tricks on, those of attnmt.seq2seq.fast_decoding:
+    the same hypotheses, without waiting for the GPU at every step. ``shortlist``: the output
+    layer restricted to the batch's candidates (attnmt.seq2seq.shortlist). (settings.batch_size and
+    settings.shortlist are for the callers that cut the sources into batches and choose the table.)"""
+    beam = settings.beam if beam is None else beam
     vocabulary = None if shortlist is None else shortlist.vocabulary(src)
     with restricted(model, vocabulary):
-        return _search(model, src, src_lengths, beam, n_best, alpha, max_length_ratio, max_length_offset,
-                       vocabulary)
+        return _search(model, src, src_lengths, settings, beam, n_best, vocabulary)
 
 
-def _search(model, src, src_lengths, beam, n_best, alpha, max_length_ratio, max_length_offset, vocabulary):
-    max_lengths = max_output_lengths(src_lengths, max_length_ratio, max_length_offset)
+def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, vocabulary):
+    max_lengths = max_output_lengths(src_lengths, settings.max_length_ratio, settings.max_length_offset)
+    alpha, window = settings.length_penalty, settings.attention_window
     greedy, beamed = decoding.greedy_search, decoding.beam_search
     if src.device.type == "cuda" and speed.enabled():
         greedy, beamed = fast_decoding.greedy_search, fast_decoding.beam_search
     if beam == 1 and n_best == 1:
-        return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary)
-    return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary=vocabulary)
+        return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary, window=window)
+    return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary=vocabulary, window=window)

@@ -85,9 +85,9 @@ def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, sourc
     model.eval()
     device = model_device(model)
     src, src_lengths = src.to(device), src_lengths.to(device)
-    memory = model.encode(src, src_lengths)
-    state = model.init_state(memory)
     dc = translator.config.decoding
+    memory = model.encode(src, src_lengths, dc.attention_window)
+    state = model.init_state(memory)
     limit = max_length or int(dc.max_length_ratio * src.size(1) + dc.max_length_offset)
     prev = torch.tensor([BOS], device=device)
     steps = []

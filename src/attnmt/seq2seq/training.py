@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from attnmt.core import speed
-from attnmt.core.config import Config
+from attnmt.core.config import Config, DecodingConfig
 from attnmt.core.progress import phase_bar
 from attnmt.data.batching import Batch, inference_batches, make_batch, training_batch
 from attnmt.data.subwords import PAD, Subwords
@@ -20,12 +20,14 @@ from attnmt.seq2seq.search import decode
 from attnmt.seq2seq.graphs import GraphedLoss
 
 
-def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0, memory=None) -> torch.Tensor:
+def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0, memory=None,
+                  window: tuple[int, int] | None = None) -> torch.Tensor:
     """Cross-entropy summed over the real (non-padding) target tokens. The output layer, the
-    largest product of a step, runs on those positions only. ``memory``: the source already encoded."""
+    largest product of a step, runs on those positions only. ``window``: the attention window
+    (training.attention_window); ``memory``: the source already encoded, with its window."""
     real = batch.tgt_out != PAD
     if memory is None:
-        states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+        states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, window)
     else:
         states, _ = model.decoder_outputs_of(memory, batch.tgt_in)
     return model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
@@ -34,12 +36,14 @@ def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 
 class TrainingLoss(nn.Module):
     """The model and its loss as one module: what DistributedDataParallel wraps. Returns the
     summed loss and the number of target tokens it sums over. With ``graphs`` (on a GPU), the
-    decoder runs as CUDA graphs (attnmt.seq2seq.graphs). A task with more to its loss (guided
-    alignment, CTC) overrides ``loss``."""
+    decoder runs as CUDA graphs (attnmt.seq2seq.graphs; made with the same window). ``window``:
+    the attention window of training (training.attention_window), passed to the model at every
+    batch. A task with more to its loss (guided alignment, CTC) overrides ``loss``."""
 
-    def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None):
+    def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None,
+                 window: tuple[int, int] | None = None):
         super().__init__()
-        self.model, self.label_smoothing, self.graphs = model, label_smoothing, graphs
+        self.model, self.label_smoothing, self.graphs, self.window = model, label_smoothing, graphs, window
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
         if self.graphs is not None and speed.enabled():
@@ -47,7 +51,7 @@ class TrainingLoss(nn.Module):
         return self.loss(batch), batch.target_tokens
 
     def loss(self, batch: Batch) -> torch.Tensor:
-        return sequence_loss(self.model, batch, self.label_smoothing)
+        return sequence_loss(self.model, batch, self.label_smoothing, window=self.window)
 
 
 def pair_batch(data, indices: list[int]) -> Batch:
@@ -56,41 +60,50 @@ def pair_batch(data, indices: list[int]) -> Batch:
 
 
 @torch.inference_mode()
-def evaluate_loss(model: EncoderDecoder, data, batch_size: int, make_batch: Callable[..., Batch] | None = None) -> dict:
+def evaluate_loss(model: EncoderDecoder, data, batch_size: int, make_batch: Callable[..., Batch] | None = None,
+                  window: tuple[int, int] | None = None) -> dict:
     """Loss and perplexity per target token of ``data`` (anything with sizes() that
-    ``make_batch(data, indices)`` cuts into batches; by default, its src_ids and tgt_ids)."""
+    ``make_batch(data, indices)`` cuts into batches; by default, its src_ids and tgt_ids), the
+    attention within ``window``."""
     make_batch = make_batch or pair_batch
     model.eval()
     total, tokens = 0.0, 0
     device = next(model.parameters()).device
     for indices in inference_batches(data.sizes(), batch_size):
         batch = make_batch(data, indices).to(device)
-        total += float(sequence_loss(model, batch))
+        total += float(sequence_loss(model, batch, window=window))
         tokens += batch.target_tokens
     loss = total / max(tokens, 1)
     return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
 
 
-def translate_ids(model: EncoderDecoder, src_ids: list[list[int]], tgt_sw: Subwords, config: Config,
-                  beam: int = 1, progress: str | None = None) -> list[str]:
+def validation_decoding(config: Config) -> DecodingConfig:
+    """How validation decodes the dev set: the config's decoding settings with beam
+    training.dev_beam and the attention window the model trains with (training.attention_window)."""
+    return config.decoding.model_copy(update={"beam": config.training.dev_beam,
+                                              "attention_window": config.training.attention_window})
+
+
+def translate_ids(model: EncoderDecoder, src_ids: list[list[int]], tgt_sw: Subwords, settings: DecodingConfig,
+                  beam: int | None = None, progress: str | None = None) -> list[str]:
     """Best translation (text) of each encoded source sentence, in the input order."""
     return best_outputs(model, [len(s) for s in src_ids], lambda indices: make_batch([src_ids[i] for i in indices]),
-                        tgt_sw, config, beam, progress)
+                        tgt_sw, settings, beam, progress)
 
 
 def best_outputs(model: EncoderDecoder, sizes: list[int], source_batch: Callable[[list[int]], Batch],
-                 tgt_sw: Subwords, config: Config, beam: int = 1, progress: str | None = None) -> list[str]:
-    """Best output text of each of len(sizes) sources, in the input order; ``source_batch(indices)``
-    is a batch of those sources (token ids, or audio features). ``progress``: the description of
-    a progress bar over the sources (on a terminal), or None for none."""
+                 tgt_sw: Subwords, settings: DecodingConfig, beam: int | None = None,
+                 progress: str | None = None) -> list[str]:
+    """Best output text of each of len(sizes) sources, in the input order, decoded as ``settings``
+    say (beam ``beam`` if given); ``source_batch(indices)`` is a batch of those sources (token ids,
+    or audio features). ``progress``: the description of a progress bar over the sources (on a
+    terminal), or None for none."""
     model.eval()
-    dc = config.decoding
     out: list[str] = [""] * len(sizes)
     with phase_bar(len(sizes), progress or "", enabled=progress is not None) as bar:
-        for indices in inference_batches(sizes, dc.batch_size):
+        for indices in inference_batches(sizes, settings.batch_size):
             batch = source_batch(indices).to(next(model.parameters()).device)
-            results = decode(model, batch.src, batch.src_lengths, beam=beam, alpha=dc.length_penalty,
-                             max_length_ratio=dc.max_length_ratio, max_length_offset=dc.max_length_offset)
+            results = decode(model, batch.src, batch.src_lengths, settings, beam=beam)
             for i, hyps in zip(indices, results):
                 out[i] = tgt_sw.decode(hyps[0].tokens)
             bar.update(len(indices))

@@ -265,7 +265,8 @@ class Transformer(EncoderDecoder):
         keys, values = zip(*(layer.cross_attention.keys_values(x) for layer in self.decoder_layers))
         return TransformerMemory(x, mask, list(keys), list(values)), weights
 
-    def encode(self, src: Tensor, lengths: Tensor) -> TransformerMemory:
+    def encode(self, src: Tensor, lengths: Tensor, window: tuple[int, int] | None = None) -> TransformerMemory:
+        _no_window(window)
         return self._encode(src, lengths, need_weights=False)[0]
 
     # ------------------------------------------------------------------ decoder
@@ -304,10 +305,11 @@ class Transformer(EncoderDecoder):
         return StepOutput(self.next_token_log_probs(x[:, 0]), state, cross[-1][:, :, 0].mean(dim=1), None,
                           context[:, 0], x[:, 0])
 
-    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor):
+    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, window: tuple[int, int] | None = None):
         """Training takes the fused attention kernel and returns no weights (None); in eval mode the
         attention is written out and its weights (the last layer's cross-attention averaged over
         heads) come back, as for the RNN models."""
+        _no_window(window)
         need_weights = not self.training
         memory, _ = self._encode(src, lengths, need_weights)
         x, _, _, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights)
@@ -330,3 +332,10 @@ class Transformer(EncoderDecoder):
         _, _, decoder, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights=True)
         return {"encoder": torch.stack(encoder, dim=1), "decoder": torch.stack(decoder, dim=1),
                 "cross": torch.stack(cross, dim=1)}
+
+
+def _no_window(window: tuple[int, int] | None):
+    """A Transformer attends over the whole source: an attention window is for RNN decoders."""
+    if window is not None:
+        raise AttnmtError(f"attention window {window!r}: an attention window is for RNN decoders with attention, "
+                          "not for a Transformer")

@@ -124,9 +124,8 @@ class Recognizer(Translator):
             for indices in inference_batches([f.size(0) for f in features], batch_size or dc.batch_size):
                 src, lengths = feature_batch([features[i] for i in indices])
                 with torch.inference_mode():
-                    decoded = decode(self.model, src.to(self.device), lengths.to(self.device), beam=beam,
-                                     n_best=n_best, alpha=dc.length_penalty, max_length_ratio=dc.max_length_ratio,
-                                     max_length_offset=dc.max_length_offset)
+                    decoded = decode(self.model, src.to(self.device), lengths.to(self.device), dc, beam=beam,
+                                     n_best=n_best)
                 for i, hypotheses in zip(indices, decoded):
                     results[i] = self._transcription(names[i], features[i], [self._candidate(h) for h in hypotheses])
                 bar.update(len(indices))
@@ -145,7 +144,7 @@ class Recognizer(Translator):
             tgt_in, _ = target_tensors([ids[i] for i in indices])
             with torch.inference_mode():
                 _, weights = self.model.decoder_outputs(src.to(self.device), lengths.to(self.device),
-                                                        tgt_in.to(self.device))
+                                                        tgt_in.to(self.device), self.attention_window)
             states = self.model.encoder_lengths(lengths).tolist()
             for row, i in enumerate(indices):
                 results[i] = to_numpy(weights[row, : len(ids[i]) + 1, : states[row]].float())

@@ -16,12 +16,12 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from attnmt.core import distributed
-from attnmt.core.config import Config
+from attnmt.core.config import Config, DecodingConfig
 from attnmt.core.distributed import ONE_PROCESS, Processes
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import Batch, target_tensors
 from attnmt.data.subwords import Subwords, prepared_subwords, subword_paths, train_target_subwords
-from attnmt.seq2seq.training import TrainingLoss, best_outputs, evaluate_loss, sequence_loss
+from attnmt.seq2seq.training import TrainingLoss, best_outputs, evaluate_loss, sequence_loss, validation_decoding
 from attnmt.speech.audio import SpeechCorpus, load_speech_corpus, read_speech_tsv
 from attnmt.speech.error_rates import error_rates
 from attnmt.speech.model import build_speech_model
@@ -115,8 +115,9 @@ def speech_parts(config: Config, device: torch.device, processes: Processes = ON
     if config.speech.normalize == "global":
         model.encoder.set_global_statistics(train.corpus.features)
     model.to(device)
-    loss = (SpeechLoss(model, config.training.label_smoothing, config.speech.ctc_weight) if config.speech.ctc_weight
-            else TrainingLoss(model, config.training.label_smoothing))
+    window = config.training.attention_window
+    loss = (SpeechLoss(model, config.training.label_smoothing, config.speech.ctc_weight, window)
+            if config.speech.ctc_weight else TrainingLoss(model, config.training.label_smoothing, window=window))
     setup = setup_training(model, loss, config.training, processes)
     seconds = train.corpus.seconds(config.speech.hop_ms)
     summary = (f"model: speech encoder, {config.model.attention} attention, "
@@ -147,25 +148,26 @@ def check_ctc_lengths(data: EncodedSpeech, model, tsv: Path, log: Callable[[str]
 
 class SpeechLoss(TrainingLoss):
     """(1 - w) cross-entropy of the decoder + w CTC of the encoder states (Kim et al. 2017), both
-    summed over the batch, with the number of target tokens."""
+    summed over the batch, with the number of target tokens; the attention within ``window``."""
 
-    def __init__(self, model, label_smoothing: float, ctc_weight: float):
-        super().__init__(model, label_smoothing)
+    def __init__(self, model, label_smoothing: float, ctc_weight: float, window: tuple[int, int] | None = None):
+        super().__init__(model, label_smoothing, window=window)
         self.ctc_weight = ctc_weight
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
-        memory = self.model.encode(batch.src, batch.src_lengths)
+        memory = self.model.encode(batch.src, batch.src_lengths, self.window)
         cross_entropy = sequence_loss(self.model, batch, self.label_smoothing, memory)
         ctc = self.model.ctc_loss(memory, batch.tgt_out)
         return (1 - self.ctc_weight) * cross_entropy + self.ctc_weight * ctc, batch.target_tokens
 
 
-def transcribe_features(model, features: list[torch.Tensor], tgt_sw: Subwords, config: Config,
-                        beam: int = 1, progress: str | None = None) -> list[str]:
-    """The best transcript of each utterance, in the input order (``progress``: a bar's description)."""
+def transcribe_features(model, features: list[torch.Tensor], tgt_sw: Subwords, settings: DecodingConfig,
+                        beam: int | None = None, progress: str | None = None) -> list[str]:
+    """The best transcript of each utterance, in the input order, decoded as ``settings`` say
+    (``progress``: a bar's description)."""
     return best_outputs(model, [f.size(0) for f in features],
-                        lambda indices: Batch(*feature_batch([features[i] for i in indices])), tgt_sw, config, beam,
-                        progress)
+                        lambda indices: Batch(*feature_batch([features[i] for i in indices])), tgt_sw, settings,
+                        beam, progress)
 
 
 @dataclass
@@ -180,9 +182,10 @@ class SpeechScores:
     progress: bool = True  # a bar while the dev set is transcribed (on a terminal)
 
     def __call__(self, model) -> dict:
-        record = evaluate_loss(model, self.dev, self.config.data.batch_size, speech_batch)
-        hypotheses = transcribe_features(model, self.dev.corpus.features, self.tgt_sw, self.config,
-                                         self.config.training.dev_beam, "validation" if self.progress else None)
+        record = evaluate_loss(model, self.dev, self.config.data.batch_size, speech_batch,
+                               self.config.training.attention_window)
+        hypotheses = transcribe_features(model, self.dev.corpus.features, self.tgt_sw, validation_decoding(self.config),
+                                         progress="validation" if self.progress else None)
         return {**record, **error_rates(hypotheses, self.dev.corpus.texts)}
 
     @staticmethod

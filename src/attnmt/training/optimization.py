@@ -22,10 +22,8 @@ class TrainingSetup:
 
 def setup_training(model: nn.Module, loss: nn.Module, tc: TrainingConfig, processes: Processes) -> TrainingSetup:
     """Adam and the schedule of ``tc`` for ``model``; with several processes, ``loss`` in
-    DistributedDataParallel, which adds up their gradients. With tc.attention_window, the RNN
-    decoder attends within it (in training and validation)."""
-    if tc.attention_window is not None:
-        model.decoder.window = tc.attention_window
+    DistributedDataParallel, which adds up their gradients. (tc.attention_window is the loss's
+    to pass on, and validation's: see attnmt.seq2seq.training.)"""
     if processes.active:
         loss = DistributedDataParallel(loss)
         torch.manual_seed(tc.seed + processes.rank)  # same weights, own dropout masks

@@ -48,14 +48,15 @@ def alignment_loss(weights: Tensor, reference: Tensor) -> Tensor:
     return -(reference * log_a).sum()
 
 
-def trained_attention(model, batch, guided: GuidedAlignment) -> tuple[Tensor, Tensor]:
+def trained_attention(model, batch, guided: GuidedAlignment,
+                      window: tuple[int, int] | None = None) -> tuple[Tensor, Tensor]:
     """Teacher forcing of ``batch``: what enters the output layer (B,T,H) and the attention that
-    guided alignment trains (B,T,S): an RNN's attention, or the mean of the chosen heads of one
-    Transformer decoder layer's cross-attention."""
+    guided alignment trains (B,T,S): an RNN's attention (within ``window``), or the mean of the
+    chosen heads of one Transformer decoder layer's cross-attention."""
     if hasattr(model, "cross_attention_of"):
         states, weights = model.cross_attention_of(batch.src, batch.src_lengths, batch.tgt_in, guided.layer)
         return states, weights[:, guided.heads].mean(dim=1)
-    return model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
+    return model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, window)
 
 
 def reference_attention(links: list[list[Link]], src_width: int, tgt_width: int) -> Tensor:

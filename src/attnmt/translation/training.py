@@ -20,7 +20,7 @@ from attnmt.data.subwords import PAD, Subwords
 from attnmt.translation.evaluation import corpus_scores
 from attnmt.seq2seq import EncoderDecoder, build_model
 from attnmt.seq2seq.graphs import GraphedLoss, graphed_loss
-from attnmt.seq2seq.training import TrainingLoss, evaluate_loss, sequence_loss, translate_ids
+from attnmt.seq2seq.training import TrainingLoss, evaluate_loss, sequence_loss, translate_ids, validation_decoding
 from attnmt.training.loop import TrainingLoop
 from attnmt.training.optimization import TrainingSetup, setup_training
 from attnmt.translation import guided_alignment
@@ -59,8 +59,10 @@ def setup_translation(config: Config, data: TranslationData, device: torch.devic
     tc = config.training
     guided = tc.guided_alignment
     # (the graphs capture the translation loss only: guided alignment trains without them)
-    graphs = None if guided else graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs, processes.world)
-    return setup_training(model, TranslationLoss(model, tc.label_smoothing, graphs, guided), tc, processes)
+    graphs = None if guided else graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs, processes.world,
+                                              tc.attention_window)
+    loss = TranslationLoss(model, tc.label_smoothing, graphs, guided, tc.attention_window)
+    return setup_training(model, loss, tc, processes)
 
 
 def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
@@ -80,13 +82,14 @@ def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
 
 
 def guided_sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float,
-                         guided: GuidedAlignment) -> torch.Tensor:
+                         guided: GuidedAlignment, window: tuple[int, int] | None = None) -> torch.Tensor:
     """The cross-entropy (attnmt.seq2seq.training.sequence_loss) plus guided.weight times the
-    guided-alignment loss of the batch's reference attention (attnmt.translation.guided_alignment)."""
+    guided-alignment loss of the batch's reference attention (attnmt.translation.guided_alignment);
+    the attention within ``window``."""
     if batch.alignment is None:
-        return sequence_loss(model, batch, label_smoothing)
+        return sequence_loss(model, batch, label_smoothing, window=window)
     real = batch.tgt_out != PAD
-    states, weights = guided_alignment.trained_attention(model, batch, guided)
+    states, weights = guided_alignment.trained_attention(model, batch, guided, window)
     loss = model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
     return loss + guided.weight * guided_alignment.alignment_loss(weights, batch.alignment)
 
@@ -95,20 +98,20 @@ class TranslationLoss(TrainingLoss):
     """The shared teacher-forced loss, with guided alignment where the config asks for it."""
 
     def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None,
-                 guided: GuidedAlignment | None = None):
-        super().__init__(model, label_smoothing, graphs)
+                 guided: GuidedAlignment | None = None, window: tuple[int, int] | None = None):
+        super().__init__(model, label_smoothing, graphs, window)
         self.guided = guided
 
     def loss(self, batch: Batch) -> torch.Tensor:
         if self.guided is None:
             return super().loss(batch)
-        return guided_sequence_loss(self.model, batch, self.label_smoothing, self.guided)
+        return guided_sequence_loss(self.model, batch, self.label_smoothing, self.guided, self.window)
 
 
 @dataclass
 class DevScores:
     """The validation of a translation model: dev loss and perplexity (teacher forcing), and the
-    BLEU of its translations (beam training.dev_beam)."""
+    BLEU of its translations (beam training.dev_beam), within training.attention_window."""
 
     dev: EncodedCorpus
     tgt_sw: Subwords
@@ -117,9 +120,10 @@ class DevScores:
     progress: bool = True  # a bar while the dev set is translated (on a terminal)
 
     def __call__(self, model: EncoderDecoder) -> dict:
-        record = evaluate_loss(model, self.dev, self.config.data.batch_size, translation_batch)
-        hypotheses = translate_ids(model, self.dev.src_ids, self.tgt_sw, self.config,
-                                   beam=self.config.training.dev_beam, progress="validation" if self.progress else None)
+        record = evaluate_loss(model, self.dev, self.config.data.batch_size, translation_batch,
+                               self.config.training.attention_window)
+        hypotheses = translate_ids(model, self.dev.src_ids, self.tgt_sw, validation_decoding(self.config),
+                                   progress="validation" if self.progress else None)
         record["bleu"] = corpus_scores(hypotheses, self.dev.targets)["bleu"].score
         return record
 
