@@ -192,3 +192,16 @@ def test_a_training_run_loads_only_its_own_task(tmp_path, task):
     loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
     others = [m for m in loaded if package(m) in TASK_PACKAGES - {f"attnmt.{task}"}]
     assert f"attnmt.{task}.task" in loaded and not others, others
+
+
+def test_what_other_modules_import_is_public():
+    """A name another module imports is part of its module's interface: no leading underscore.
+    (cli/options.py's argument types keep theirs: argparse prints a type's name in its errors.)"""
+    found = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("attnmt"):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private and node.module != "attnmt.cli.options":
+                    found.append(f"{name} imports {', '.join(private)} from {node.module}")
+    assert not found, "\n".join(found)

@@ -7,7 +7,7 @@ from attnmt.core.config import DecodingConfig, ModelConfig
 from attnmt.data.batching import make_batch
 from attnmt.seq2seq import EOS, build_model
 from attnmt.seq2seq.decoding import (
-    _best_candidates,
+    best_candidates,
     beam_search,
     greedy_search,
     length_penalty,
@@ -164,7 +164,7 @@ def test_best_candidates_are_those_of_the_whole_vocabulary():
     n, k, vocab = 3, 4, 50
     scores = -5 * torch.rand(n, k, generator=g)
     log_probs = torch.log_softmax(torch.randn(n * k, vocab, generator=g), dim=-1)
-    top_scores, origin, token = _best_candidates(scores, log_probs, k)
+    top_scores, origin, token = best_candidates(scores, log_probs, k)
     expected, ids = (scores.view(-1, 1) + log_probs).view(n, k * vocab).topk(2 * k, dim=1)
     assert torch.equal(top_scores, expected)
     assert torch.equal(origin, ids // vocab) and torch.equal(token, ids % vocab)

@@ -89,7 +89,7 @@ def memory_lengths(memory) -> list[int]:
     return memory.mask.sum(1).tolist()
 
 
-def _hypothesis(tokens: list[int], log_prob: float, attention: Tensor | None, alpha: float,
+def hypothesis_of(tokens: list[int], log_prob: float, attention: Tensor | None, alpha: float,
                 src_length: int) -> Hypothesis:
     """A hypothesis of ``tokens``, cut after its first EOS, with its attention rows over the real
     positions of the encoder's output."""
@@ -148,10 +148,10 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
     results, start = [], 0
     for i, length in enumerate(lengths):
         matrix = None if attention is None else attention[start:start + length]
-        results.append([_hypothesis(tokens[start:start + length], float(log_probs[i]), matrix, alpha,
+        results.append([hypothesis_of(tokens[start:start + length], float(log_probs[i]), matrix, alpha,
                                     memory_widths[i])])
         start += length
-    return _checked(results)
+    return checked_search(results)
 
 
 class _History:
@@ -210,7 +210,7 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
         if not bool(going.any()):
             break
         state, memory = beams.next_batch(going, source_rows, step.state, memory)
-    return _checked([sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in beams.finished])
+    return checked_search([sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in beams.finished])
 
 
 class _Beams:
@@ -240,7 +240,7 @@ class _Beams:
         self.history.weights.append(step.weights)
         n = self.active.numel()
         sentences = self.active.tolist()
-        top_scores, origin, next_column = _best_candidates(self.scores, step.log_probs, k)
+        top_scores, origin, next_column = best_candidates(self.scores, step.log_probs, k)
         next_token = token_ids(next_column, vocabulary)
         source_rows = torch.arange(n, device=device).unsqueeze(1) * self.width + origin  # (n, 2k): row of batch t
         is_eos = next_token == EOS
@@ -268,7 +268,7 @@ class _Beams:
         if limit:
             rows = torch.tensor(limit, device=device).repeat_interleave(k) * k + torch.arange(k, device=device).repeat(
                 len(limit))
-            live = self.scores.view(-1)[rows] != float("-inf")  # NaN scores finish too: _checked reports them
+            live = self.scores.view(-1)[rows] != float("-inf")  # NaN scores finish too: checked_search reports them
             rows = rows[live]
             self._finish(t, [sentences[g] for g in (rows // k).tolist()], source_rows[rows], self.prev[rows],
                          self.scores.view(-1)[rows].tolist())
@@ -311,7 +311,7 @@ class _Beams:
         token_lists, attention = self.history.read(t, rows, tokens)
         for i, (sentence, log_prob) in enumerate(zip(sentences, log_probs)):
             matrix = None if attention is None else attention[i]
-            self.finished[sentence].append(_hypothesis(token_lists[i], log_prob, matrix, self.alpha,
+            self.finished[sentence].append(hypothesis_of(token_lists[i], log_prob, matrix, self.alpha,
                                                        self.memory_widths[sentence]))
 
 
@@ -327,7 +327,7 @@ def _cannot_improve(finished: list[Hypothesis], n_best: int, best_live: float, m
     return nth_best >= best_live / length_penalty(max_length, alpha)
 
 
-def _checked(results: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+def checked_search(results: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
     """Every sentence has a hypothesis, with a score that is a number."""
     for hypotheses in results:
         if not hypotheses or any(math.isnan(h.score) for h in hypotheses):
@@ -336,7 +336,7 @@ def _checked(results: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
     return results
 
 
-def _best_candidates(scores: Tensor, log_probs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+def best_candidates(scores: Tensor, log_probs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
     """The 2k best one-token extensions of the live hypotheses of n sentences (2k: at most k of
     them end in EOS). scores (n,width): the hypotheses' scores (width 1 at the first step, then k),
     log_probs (n*width,V) -> the candidates' scores (n,2k), the row each extends (0..width-1)

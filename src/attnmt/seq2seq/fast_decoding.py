@@ -12,7 +12,7 @@ What. Every sentence keeps its rows for the whole search (one for greedy, k for 
 sentence that has ended is masked, not removed. Each step's bookkeeping is tensor operations on
 the device:
   - greedy: the best token of each row; log-probability and length grow until EOS or the limit;
-  - beam: the 2k best candidates of each sentence (decoding._best_candidates); those ending in
+  - beam: the 2k best candidates of each sentence (decoding.best_candidates); those ending in
     EOS among the best k, and at the sentence's length limit its live ones, join a fixed-size
     table of its n best finished hypotheses (score, log-probability, end step, row, last token),
     kept in the order Python's stable sort gives decoding's lists; the k best candidates that do
@@ -55,9 +55,9 @@ from attnmt.data.subwords import BOS, EOS
 from attnmt.seq2seq.base import EncoderDecoder
 from attnmt.seq2seq.decoding import (
     Hypothesis,
-    _best_candidates,
-    _checked,
-    _hypothesis,
+    best_candidates,
+    checked_search,
+    hypothesis_of,
     length_penalty,
     memory_lengths,
     token_ids,
@@ -77,7 +77,7 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
     """decoding.greedy_search's hypotheses, every sentence computed until all have ended."""
     search = _Greedy(model, model.encode(src, src_lengths, window), max_lengths, alpha, vocabulary)
     loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
-    return _checked(search.results(loop, steps))
+    return checked_search(search.results(loop, steps))
 
 
 @torch.inference_mode()
@@ -90,7 +90,7 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     search = _Beam(model, model.encode(src, src_lengths, window), max_lengths, beam, n_best, alpha, vocabulary)
     loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
-    return _checked(search.results(loop, steps))
+    return checked_search(search.results(loop, steps))
 
 
 def _graphs_on(graphs: bool | None, device: torch.device) -> bool:
@@ -279,7 +279,7 @@ class _Greedy:
         attention = None if weights is None else weights[:steps].transpose(0, 1).float().cpu()
         lengths, log_probs = loop.length.tolist(), loop.log_prob.tolist()
         widths = memory_lengths(self.memory)
-        return [[_hypothesis(tokens[i][:length], log_probs[i], None if attention is None else attention[i],
+        return [[hypothesis_of(tokens[i][:length], log_probs[i], None if attention is None else attention[i],
                              self.alpha, widths[i])]
                 for i, length in enumerate(lengths)]
 
@@ -351,7 +351,7 @@ class _Beam:
         out = self.model.decode_step(loop.prev, loop.state, self.memory)
         width = loop.scores.size(1)  # rows extended per sentence: 1 at the first step, then k
         log_probs = out.log_probs.view(self.batch, k, -1)[:, :width].flatten(0, 1)
-        candidates, origin, column = _best_candidates(loop.scores, log_probs, k)  # (B,2k), best first
+        candidates, origin, column = best_candidates(loop.scores, log_probs, k)  # (B,2k), best first
         token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         parent = self.first_row + origin  # the row of this step each candidate extends
         is_eos = token == EOS
@@ -366,7 +366,7 @@ class _Beam:
         # Sentences at their length limit finish with their live hypotheses, unless k have already.
         count = loop.finished.count + ended.sum(1)
         at_limit = still_open & (self.limits <= t + 1).unsqueeze(1) & (count < k).unsqueeze(1)
-        stopped = at_limit & (scores != NEG_INF)  # (NaN scores finish too: _checked reports them)
+        stopped = at_limit & (scores != NEG_INF)  # (NaN scores finish too: checked_search reports them)
         finished = self._with_finished(loop.finished, t, count + stopped.sum(1),
                                        (ended, candidates[:, :k], parent[:, :k], token[:, :k]),
                                        (stopped, scores, parent_alive, prev))
@@ -416,7 +416,7 @@ class _Beam:
         counts = finished.count.tolist()
         attention = None if attention is None else attention.float().cpu()
         widths = memory_lengths(self.memory)[::self.beam]
-        return [[_hypothesis(tokens[b][j][:ends[b][j] + 1], log_probs[b][j],
+        return [[hypothesis_of(tokens[b][j][:ends[b][j] + 1], log_probs[b][j],
                              None if attention is None else attention[b, j], self.alpha, widths[b])
                  for j in range(min(counts[b], self.n_best))]
                 for b in range(self.batch)]
