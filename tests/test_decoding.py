@@ -1,5 +1,6 @@
 """Greedy and beam search: agreement, ordering of scores, n-best lists, length limits."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -7,6 +8,7 @@ from attnmt.core.config import DecodingConfig, ModelConfig
 from attnmt.data.batching import make_batch
 from attnmt.seq2seq import EOS, build_model
 from attnmt.seq2seq.decoding import (
+    DecodingStopped,
     best_candidates,
     beam_search,
     greedy_search,
@@ -468,3 +470,79 @@ def test_attention_window_from_python_and_the_command_line(reverse_model, tiny_t
     assert "give LEFT,RIGHT" in capsys.readouterr().err
     assert main(["translate", str(tiny_transformer.folder), "-i", str(src), "--attention-window", "1,1"]) == 2
     assert "for RNN decoders with attention" in capsys.readouterr().err
+
+
+# --- stopping between decoder steps (issue 27, point 9: the server's time limit) -------------------
+
+
+def stopping_after(steps: list, n: int | None):
+    """A ``stop`` that says True once ``steps`` (the decoder steps counted so far) has n of them;
+    never with n None. Returns (stop, the number of times it was asked)."""
+    asked = [0]
+
+    def stop():
+        asked[0] += 1
+        return n is not None and len(steps) >= n
+
+    return stop, asked
+
+
+def assert_same_hypotheses(ours, theirs):
+    assert [[h.tokens for h in s] for s in ours] == [[h.tokens for h in s] for s in theirs]
+    assert [[h.score for h in s] for s in ours] == [[h.score for h in s] for s in theirs]
+    for s, t in zip(ours, theirs):
+        for h, g in zip(s, t):
+            torch.testing.assert_close(h.attention, g.attention, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_beam_search_stops_between_decoder_steps_when_told(n):
+    """``stop`` is asked after each step that leaves the search unfinished: once it says True, the
+    search raises DecodingStopped without another step; a stop that never fires changes nothing."""
+    model = untrained("bahdanau")
+    batch = random_batch()
+    limits = [12] * batch.src.size(0)
+    plain = beam_search(model, batch.src, batch.src_lengths, limits, beam=3, n_best=2)
+    steps = count_decoder_rows(model)
+    stop, asked = stopping_after(steps, None)
+    unstopped = beam_search(model, batch.src, batch.src_lengths, limits, beam=3, n_best=2, stop=stop)
+    assert_same_hypotheses(unstopped, plain)
+    assert len(steps) > n + 1 and asked[0] == len(steps) - 1  # asked between every two steps
+    steps.clear()
+    stop, asked = stopping_after(steps, n)
+    with pytest.raises(DecodingStopped) as stopped:
+        beam_search(model, batch.src, batch.src_lengths, limits, beam=3, n_best=2, stop=stop)
+    assert len(steps) == n and stopped.value.steps == n and asked[0] == n
+
+
+def test_beam_tree_and_trace_stop_between_decoder_steps_when_told(reverse_model):
+    """Translator.beam_tree and Translator.trace (what /beam and /trace run) stop after the step
+    under way once ``stop`` says so, and give the same results with a stop that never fires."""
+    translator, _ = reverse_model
+    text = "abcdefgh"
+    tree, traced = translator.beam_tree(text, beam=3), translator.trace(text, top_k=3)
+    steps = count_decoder_rows(translator.model)
+    try:
+        for run in (lambda stop: translator.beam_tree(text, beam=3, stop=stop),
+                    lambda stop: translator.trace(text, top_k=3, stop=stop)):
+            steps.clear()
+            stop, asked = stopping_after(steps, None)
+            result = run(stop)
+            assert len(steps) > 4 and asked[0] == len(steps) - 1
+            if isinstance(result, tuple):
+                assert result[1] == tree[1]
+                assert [(c.tokens, c.score) for c in result[0].candidates] == [(c.tokens, c.score)
+                                                                               for c in tree[0].candidates]
+                assert all(np.array_equal(c.attention, d.attention)
+                           for c, d in zip(result[0].candidates, tree[0].candidates))
+            else:
+                assert result.tokens == traced.tokens
+                np.testing.assert_array_equal(result.attention, traced.attention)
+                assert all(np.array_equal(a.state, b.state) for a, b in zip(result.steps, traced.steps))
+            steps.clear()
+            stop, _ = stopping_after(steps, 3)
+            with pytest.raises(DecodingStopped):
+                run(stop)
+            assert len(steps) == 3  # the third step was under way when the stop fired; no fourth
+    finally:
+        del translator.model.decode_step

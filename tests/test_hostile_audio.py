@@ -24,6 +24,7 @@ from attnmt.training import train
 from conftest import WAIT, local_client, random_strings, reverse, toy_config
 from speech_helpers import RATE, random_texts, speech_config, tone_utterance, write_tone_corpus
 from test_serve import assert_error, run_cli
+from test_serve_limits import blocking_first_step, wait_for_the_lock
 
 STREAMINFO = 8  # bytes before FLAC's STREAMINFO block: "fLaC" and the block's header
 
@@ -283,6 +284,23 @@ def test_a_speech_request_past_its_limit_stops_after_the_chunk_under_way(tiny_sp
             time.sleep(0.05)
         assert not model.lock.locked()
     assert transcribed == [2]  # the chunk under way only (chunks of half of max_work: 2 files)
+
+
+def test_a_speech_trace_past_its_limit_frees_the_model_within_one_decoder_step(tiny_speech, monkeypatch):
+    """/trace of audio is one file, not chunks: past the time limit its trace stops between two
+    decoder steps (point 9), instead of running to its length limit for nobody."""
+    app = create_app([tiny_speech], ServerLimits(timeout=1.0))
+    model = app.state.models["tones"]
+    release, steps = blocking_first_step(model, monkeypatch)
+    with local_client(app) as client:
+        body = {"audio": b64(silence(1))}
+        assert_error(client.post("/trace", json=body), 503, "longer than the limit of 1 s")
+        release.set()  # the step under way finishes, past the deadline: the trace takes no other
+        wait_for_the_lock(model)
+        assert steps == [0]
+        monkeypatch.undo()
+        answered = client.post("/trace", json=body)
+        assert answered.status_code == 200 and len(answered.json()["steps"]) > 1  # the steps it did not run
 
 
 # --- point 10: `attnmt translate` of a list of sound files with bad lines ---------------------------------

@@ -362,6 +362,84 @@ def test_a_request_past_its_limit_frees_the_model_after_the_chunk_under_way(reve
         assert client.post("/translate", json={"text": texts[0], "beam": 1}).status_code == 200
 
 
+def blocking_first_step(model, monkeypatch):
+    """Wraps the decoder step of a served model: the first step waits until the test sets the event
+    it returns (after the request's 503, so the deadline has passed); counts the steps computed."""
+    release, steps = threading.Event(), []
+    real = model.translator.model.decode_step
+
+    def step(*args):
+        if not steps:
+            release.wait(WAIT)
+        steps.append(len(steps))
+        return real(*args)
+
+    monkeypatch.setattr(model.translator.model, "decode_step", step)
+    return release, steps
+
+
+def wait_for_the_lock(model):
+    deadline = time.monotonic() + WAIT
+    while model.lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not model.lock.locked()
+
+
+@pytest.mark.parametrize("path, body", [("/beam", {"text": "abcdefgh", "beam": 3}),
+                                        ("/trace", {"text": "abcdefgh", "top_k": 3})])
+def test_a_beam_or_trace_past_its_limit_frees_the_model_within_one_decoder_step(reverse_model, monkeypatch,
+                                                                                path, body):
+    """/beam and /trace are one sentence, not chunks: past the time limit their search stops
+    between two decoder steps (issue 27, point 9), instead of running to its end for nobody."""
+    translator, _ = reverse_model
+    app = create_app([translator.folder], ServerLimits(timeout=1.0))
+    model = app.state.models[translator.folder.name]
+    with local_client(app) as client:
+        assert len(translator.trace(body["text"]).steps) > 4  # what the search would take to its end
+        release, steps = blocking_first_step(model, monkeypatch)
+        assert_error(client.post(path, json=body), 503, "longer than the limit of 1 s")
+        release.set()  # the step under way finishes, past the deadline: the search takes no other
+        wait_for_the_lock(model)
+        assert steps == [0]
+        monkeypatch.undo()
+        assert client.post(path, json=body).status_code == 200
+
+
+class LateLock:
+    """A model's lock that is given only once the deadline has passed: its acquire waits the time
+    it is allowed, and a little more. ``released`` is set when the work lets it go."""
+
+    def __init__(self, lock):
+        self.lock, self.released = lock, threading.Event()
+
+    def acquire(self, timeout: float = -1) -> bool:
+        time.sleep(max(0.0, timeout) + 0.05)
+        return self.lock.acquire()
+
+    def release(self):
+        self.lock.release()
+        self.released.set()
+
+    def locked(self) -> bool:
+        return self.lock.locked()
+
+
+@pytest.mark.parametrize("path, body", [("/beam", {"text": "abcdefgh", "beam": 3}), ("/trace", {"text": "abcdefgh"})])
+def test_a_request_that_gets_the_model_after_its_limit_does_no_work(reverse_model, monkeypatch, path, body):
+    """The model's lock, got after the deadline: the 503, and not one decoder step."""
+    translator, _ = reverse_model
+    app = create_app([translator.folder], ServerLimits(timeout=1.0))
+    model = app.state.models[translator.folder.name]
+    release, steps = blocking_first_step(model, monkeypatch)
+    release.set()
+    late = LateLock(model.lock)
+    monkeypatch.setattr(model, "lock", late)
+    with local_client(app) as client:
+        assert_error(client.post(path, json=body), 503, "longer than the limit of 1 s")
+        assert late.released.wait(WAIT)
+    assert steps == [] and not model.lock.locked()
+
+
 def test_the_time_limit_counts_from_the_arrival(reverse_model, monkeypatch):
     """A request whose body takes longer than the limit to arrive is over its limit: no decoding."""
     translator, _ = reverse_model

@@ -13,6 +13,7 @@ columns they choose back to token ids (``vocabulary[column]``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,21 @@ from torch import Tensor
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS, PAD
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
+
+
+class DecodingStopped(Exception):
+    """A search or trace stopped between two decoder steps because its caller's ``stop()`` said so
+    (the server's time limit): its work so far is dropped."""
+
+    def __init__(self, steps: int):
+        super().__init__(f"decoding stopped when told, after {steps} decoder step{'s' * (steps != 1)}")
+        self.steps = steps
+
+
+def stop_now(stop: Callable[[], bool] | None, steps: int):
+    """DecodingStopped after ``steps`` decoder steps if ``stop`` (when given) says so."""
+    if stop is not None and stop():
+        raise DecodingStopped(steps)
 
 
 @dataclass
@@ -182,7 +198,8 @@ class _History:
 @torch.inference_mode()
 def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
                 n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None,
-                vocabulary: Tensor | None = None, window: tuple[int, int] | None = None) -> list[list[Hypothesis]]:
+                vocabulary: Tensor | None = None, window: tuple[int, int] | None = None,
+                stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
     A hypothesis that ends in EOS leaves the beam for the finished list of its sentence. A
@@ -196,6 +213,9 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
     With ``record``, every candidate considered is added to the sentence's search tree.
     ``vocabulary``: the ids of a shortlist that the output layer is restricted to (see ``decode``);
     ``window``: the attention window of every step (decoding.attention_window; attnmt.seq2seq.base).
+    ``stop``: asked after each decoder step that leaves the search unfinished; when it says True,
+    DecodingStopped is raised (a server's time limit: torch cannot interrupt a step, but the search
+    need not take another).
     """
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
@@ -209,6 +229,7 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
         going = beams.going(t, sentences)
         if not bool(going.any()):
             break
+        stop_now(stop, t + 1)
         state, memory = beams.next_batch(going, source_rows, step.state, memory)
     return checked_search([sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in beams.finished])
 

@@ -9,6 +9,7 @@ import copy
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -253,10 +254,12 @@ class Translator:
             self._shortlists[path] = load_shortlist(path, self.src_subwords, self.tgt_subwords).to(self.device)
         return self._shortlists[path]
 
-    def beam_tree(self, text: str, beam: int | None = None) -> tuple[Translation, list[dict]]:
+    def beam_tree(self, text: str, beam: int | None = None,
+                  stop: Callable[[], bool] | None = None) -> tuple[Translation, list[dict]]:
         """Beam search on one sentence, with its search tree: every candidate looked at, as
         {"id", "parent", "token", "log_prob", "step", "status"}; status is "root", "kept",
-        "finished" (ended in EOS) or "pruned" (fell out of the beam)."""
+        "finished" (ended in EOS) or "pruned" (fell out of the beam). ``stop``: asked between two
+        decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped (the server's time limit)."""
         dc = self.config.decoding
         beam = dc.beam if beam is None else beam
         text = valid_text(text)
@@ -266,18 +269,20 @@ class Translator:
         with torch.inference_mode():
             limits = max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset)
             [hypotheses] = beam_search(self.model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
-                                       alpha=dc.length_penalty, record=recorder, window=dc.attention_window)
+                                       alpha=dc.length_penalty, record=recorder, window=dc.attention_window,
+                                       stop=stop)
         translation = Translation(text, self.src_subwords.pieces(src_ids + [EOS]),
                                   [self._candidate(h) for h in hypotheses])
         nodes = [{**asdict(node), "token": self.tgt_subwords.pieces([node.token])[0]} for node in recorder.trees[0]]
         return translation, nodes
 
-    def trace(self, text: str, top_k: int = 5):
+    def trace(self, text: str, top_k: int = 5, stop: Callable[[], bool] | None = None):
         """Greedy translation of one sentence with every quantity of every decoder step
-        (scores, weights, context, state, top-k next tokens): see attnmt.seq2seq.trace."""
+        (scores, weights, context, state, top-k next tokens): see attnmt.seq2seq.trace. ``stop``:
+        asked between two decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped."""
         from attnmt.seq2seq.trace import trace
 
-        return trace(self, valid_text(text), top_k)
+        return trace(self, valid_text(text), top_k, stop=stop)
 
     def attention(self, text: str, translation: str | Translation | Candidate | None = None) -> dict:
         """Every attention weight of a Transformer, for one sentence and its translation, from a

@@ -7,6 +7,7 @@ most probable next tokens. It is computed from the same modules as ``translate``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from attnmt.core.devices import model_device, to_numpy
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import BOS, EOS
+from attnmt.seq2seq.decoding import stop_now
 
 
 @dataclass
@@ -68,19 +70,22 @@ class DecodingTrace:
 
 
 @torch.inference_mode()
-def trace(translator, text: str, top_k: int = 5, max_length: int | None = None) -> DecodingTrace:
-    """Greedy decoding of one sentence, recording each step."""
+def trace(translator, text: str, top_k: int = 5, max_length: int | None = None,
+          stop: Callable[[], bool] | None = None) -> DecodingTrace:
+    """Greedy decoding of one sentence, recording each step (``stop``: see ``trace_source``)."""
     src_ids = translator.src_subwords.encode([text])[0]
     batch = make_batch([src_ids])
     return trace_source(translator, batch.src, batch.src_lengths, text, translator.src_subwords.pieces(src_ids + [EOS]),
-                        top_k, max_length)
+                        top_k, max_length, stop)
 
 
 @torch.inference_mode()
 def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, source: str, source_tokens: list[str],
-                 top_k: int = 5, max_length: int | None = None) -> DecodingTrace:
+                 top_k: int = 5, max_length: int | None = None,
+                 stop: Callable[[], bool] | None = None) -> DecodingTrace:
     """Greedy decoding of one source given as a batch of one (token ids, or audio features),
-    recording each step; ``source_tokens`` label its encoder states."""
+    recording each step; ``source_tokens`` label its encoder states. ``stop``: asked between two
+    decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped."""
     model = translator.model
     model.eval()
     device = model_device(model)
@@ -91,7 +96,9 @@ def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, sourc
     limit = max_length or int(dc.max_length_ratio * src.size(1) + dc.max_length_offset)
     prev = torch.tensor([BOS], device=device)
     steps = []
-    for _ in range(limit):
+    for t in range(limit):
+        if t:  # another step follows the one done
+            stop_now(stop, t)
         step = model.decode_step(prev, state, memory)
         state = step.state
         probs = step.log_probs.exp()[0]

@@ -16,7 +16,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.serve.batching import chunked
 from attnmt.serve.limits import ServerLimits, work
-from attnmt.serve.models import LoadedModel, ModelTimeout
+from attnmt.serve.models import LoadedModel, ModelTimeout, stop_at
 from attnmt.speech.audio import AudioHeader, audio_header, feature_frames
 
 
@@ -146,13 +146,14 @@ async def transcribe(body, model: LoadedModel, limits: ServerLimits, deadline: f
 
 async def trace_audio(body, model: LoadedModel, limits: ServerLimits, deadline: float):
     """The trace (attnmt.seq2seq.trace.Trace) of the request's audio: greedy (beam 1), so its work is
-    that of its encoder states; its answer is bounded after the work, like that of text."""
+    that of its encoder states; its answer is bounded after the work, like that of text. Past the
+    time limit it stops between two blocks of decoding or two decoder steps."""
     _check_inputs(body, model)
     files = _sound_files(model, [body.audio], True, limits)
     check_speech_work(model, files, 1, limits)
 
     def trace():
         [features] = _features(model, files, limits, deadline)
-        return model.translator.trace_features(features, body.top_k)
+        return model.translator.trace_features(features, body.top_k, stop=stop_at(deadline))
 
     return await model.run(trace, deadline=deadline)

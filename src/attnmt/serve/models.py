@@ -15,6 +15,7 @@ import anyio
 import anyio.to_thread
 
 from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq.decoding import DecodingStopped
 from attnmt.serve.batching import Batcher
 from attnmt.serve.limits import ServerLimits
 from attnmt.serve.schemas import ModelInfo
@@ -29,6 +30,13 @@ class ModelTimeout(Exception):
     def __init__(self, seconds: float):
         super().__init__(f"the request took longer than the limit of {seconds:g} s "
                          "(model busy or input too long); try again or send less")
+
+
+def stop_at(deadline: float) -> Callable[[], bool]:
+    """The ``stop`` of a search or trace that must not outlive its request: True once ``deadline``
+    (time.monotonic()) has passed. It stops between two decoder steps with DecodingStopped, which
+    ``LoadedModel.run_chunks`` answers as ModelTimeout, so the model is free one step after the limit."""
+    return lambda: time.monotonic() > deadline
 
 
 @dataclass
@@ -49,9 +57,11 @@ class LoadedModel:
                          wanted: Callable[[], bool] = lambda: True) -> list:
         """The results of ``chunks`` (functions without arguments), run in turn in one worker thread
         holding the model's lock; ModelTimeout past ``deadline``. Before each chunk the thread stops
-        if the deadline has passed or nobody ``wanted`` the results any more: torch cannot interrupt
-        a computation, so work past the limit finishes in its thread, its result discarded, but
-        only the chunk under way, and the model is free again soon after."""
+        if the deadline has passed or nobody ``wanted`` the results any more (a request that gets the
+        lock after its deadline does no work): torch cannot interrupt a computation, so work past
+        the limit finishes in its thread, its result discarded, but only the chunk under way, and
+        the model is free again soon after. A chunk that stops itself (a search or trace given
+        ``stop_at(deadline)``: DecodingStopped) is a ModelTimeout too."""
 
         def work():
             if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
@@ -63,6 +73,8 @@ class LoadedModel:
                         raise ModelTimeout(self.timeout)
                     results.append(chunk())
                 return results
+            except DecodingStopped:
+                raise ModelTimeout(self.timeout) from None
             finally:
                 self.lock.release()
 

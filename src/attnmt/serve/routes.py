@@ -10,6 +10,7 @@ here, a line in ``model_routes`` and its request and answer in schemas.py.
 
 import time
 from dataclasses import fields, is_dataclass, replace
+from functools import partial
 from typing import Annotated, Optional
 
 import anyio.to_thread
@@ -23,7 +24,7 @@ from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.bodies import StrictJSONRoute
 from attnmt.serve.limits import ServerLimits, work
-from attnmt.serve.models import LoadedModel
+from attnmt.serve.models import LoadedModel, stop_at
 from attnmt.serve.schemas import (
     Answer,
     AttentionResponse,
@@ -198,14 +199,16 @@ async def trace(body, model: LoadedModel, limits: ServerLimits, deadline: float)
         result = await trace_audio(body, model, limits, deadline)
     else:
         check_work(check_tokens(model, [body.text], limits, single=True), 1, limits)
-        result = await model.run(model.translator.trace, body.text, body.top_k, deadline=deadline)
+        result = await model.run(partial(model.translator.trace, body.text, body.top_k, stop=stop_at(deadline)),
+                                 deadline=deadline)
     return await answer(TraceResponse, result, limits, model=model.name, reduce="send a shorter text")
 
 
 async def beam_tree(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     """The beam search tree of one sentence: every candidate looked at, kept, finished or pruned."""
     check_work(check_tokens(model, [body.text], limits, single=True), body.beam, limits)
-    translation, nodes = await model.run(model.translator.beam_tree, body.text, body.beam, deadline=deadline)
+    translation, nodes = await model.run(partial(model.translator.beam_tree, body.text, body.beam,
+                                                 stop=stop_at(deadline)), deadline=deadline)
     return await answer(BeamResponse, {"source_tokens": translation.source_tokens, "nodes": nodes,
                                        "translation": translation}, limits, model=model.name,
                         reduce="send a shorter text or ask for a smaller beam")

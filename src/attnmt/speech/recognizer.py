@@ -164,17 +164,19 @@ class Recognizer(Translator):
     def translate(self, texts, *args, **kwargs):
         raise AttnmtError(f"{self.folder} is a speech model: it transcribes audio (transcribe([...wav files]))")
 
-    def trace(self, audio: Audio, top_k: int = 5, name: str | None = None):
+    def trace(self, audio: Audio, top_k: int = 5, name: str | None = None, stop: Callable[[], bool] | None = None):
         """Greedy transcription of one sound file with every quantity of every decoder step
-        (see attnmt.seq2seq.trace); the trace's ``features`` are the log-mels."""
+        (see attnmt.seq2seq.trace); the trace's ``features`` are the log-mels. ``stop``: asked
+        between two decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped."""
         return self.trace_features(self.features(audio, name), top_k,
-                                   name or ("audio" if isinstance(audio, bytes) else str(audio)))
+                                   name or ("audio" if isinstance(audio, bytes) else str(audio)), stop)
 
-    def trace_features(self, features: torch.Tensor, top_k: int = 5, name: str = "audio"):
+    def trace_features(self, features: torch.Tensor, top_k: int = 5, name: str = "audio",
+                       stop: Callable[[], bool] | None = None):
         from attnmt.seq2seq.trace import trace_source
 
         src, lengths = feature_batch([features])
-        result = trace_source(self, src, lengths, name, self.state_labels(features.size(0)), top_k)
+        result = trace_source(self, src, lengths, name, self.state_labels(features.size(0)), top_k, stop=stop)
         return replace(result, features=to_numpy(features), frames_per_state=self.frames_per_state,
                        hop_ms=self.config.speech.hop_ms)
 
