@@ -3,19 +3,27 @@ the config's checks, and a model trained with it on a task whose links are known
 
 import math
 import random
+import shutil
 from importlib.util import find_spec
 
 import pytest
 import torch
 
 from attnmt.api import load
-from attnmt.core.config import config_from_dict
+from attnmt.core.config import config_from_dict, config_to_yaml
 from attnmt.core.errors import AttnmtError
 from attnmt.training import train
-from attnmt.translation.align import align, alignment_scores
+from attnmt.translation.align import (
+    align,
+    align_both_ways,
+    alignment_scores,
+    format_pharaoh,
+    grow_diag_final,
+    transposed,
+)
 from attnmt.translation.guided_alignment import alignment_loss, piece_links, read_link_file, reference_attention
 from attnmt.translation.training import prepare_data
-from conftest import require, toy_config
+from conftest import pair_config, require, toy_config
 
 
 def test_loss_is_the_cross_entropy_of_the_linked_rows():
@@ -183,3 +191,138 @@ def test_eflomal_links_are_computed_once_and_mapped_to_pieces(tmp_path):
     again = prepare_data(config, log=messages.append)
     assert not any("aligning" in m for m in messages), messages
     assert again.train.alignments == data.train.alignments
+
+
+# ---------------------------------------------------------------- links: self (the attention of a first round)
+
+
+def self_config(tmp_path, **guided):
+    raw = {"experiment_dir": str(tmp_path / "exp"), "data": {"train": {"tsv": "train.tsv"}},
+           "training": {"max_steps": 1, "guided_alignment": guided}}
+    return config_from_dict(raw, tmp_path)
+
+
+def test_config_links_self_needs_a_first_round(tmp_path):
+    with pytest.raises(AttnmtError, match=r"training.guided_alignment: .*links: self needs first_round"):
+        self_config(tmp_path, links="self")
+    with pytest.raises(AttnmtError, match=r"training.guided_alignment: .*first_round is for links: self"):
+        self_config(tmp_path, links="train.links", first_round="round1")
+    with pytest.raises(AttnmtError, match=r"first_round_backward is for links: self \(links is 'eflomal'\)"):
+        self_config(tmp_path, links="eflomal", first_round_backward="back")
+    guided = self_config(tmp_path / "configs", links="self", first_round="round1",
+                         first_round_backward="../back").training.guided_alignment
+    # relative to the config's folder, like data.train
+    assert (guided.first_round, guided.first_round_backward) == ((tmp_path / "configs" / "round1").resolve(),
+                                                                 (tmp_path / "back").resolve())
+    assert self_config(tmp_path, links="self", first_round=str(tmp_path / "r")).training.guided_alignment.first_round \
+        == tmp_path / "r"
+
+
+@pytest.fixture(scope="module")
+def first_rounds(tmp_path_factory):
+    """Two first rounds without guidance on one toy corpus (a few seconds): source -> target, and
+    target -> source (the same file, its columns swapped)."""
+    folder = tmp_path_factory.mktemp("first_rounds")
+    pairs, _ = permuted_pairs(200, seed=5)
+    forward = toy_config(folder / "forward", pairs, training={"max_steps": 40, "threads": 1})
+    tsv = str(forward.data.train.tsv)
+    backward = toy_config(folder / "backward", pairs, training={"max_steps": 40, "threads": 1},
+                          data={"train": {"tsv": tsv, "src_column": 1, "tgt_column": 0}})
+    for config in (forward, backward):
+        torch.manual_seed(0)
+        train(config, log=lambda m: None, progress=False)
+    return pairs, tsv, forward.experiment_dir, backward.experiment_dir
+
+
+def second_round(folder, pairs, max_steps=1, data=None, **guided):
+    return toy_config(folder, pairs, data=data, training={"max_steps": max_steps, "threads": 1,
+                                                          "guided_alignment": {"links": "self", **guided}})
+
+
+def refuse(*args, **kwargs):
+    raise AssertionError("the links were computed again")
+
+
+def test_self_links_are_the_first_rounds_attention_links_computed_once(tmp_path, first_rounds, monkeypatch):
+    pairs, _, forward, _ = first_rounds
+    config = second_round(tmp_path, pairs, max_steps=10, first_round=str(forward))
+    messages = []
+    train(config, log=messages.append, progress=False)
+    assert (config.experiment_dir / "best.safetensors").is_file()
+    assert f"word links: aligning 200 training pairs with the attention of {forward}" in messages
+    cached = config.experiment_dir / "alignment" / "train.self.links"
+    expected = align(load(forward), [s for s, _ in pairs], [t for _, t in pairs])
+    assert cached.read_text().splitlines() == [format_pharaoh(links) for links in expected]
+    # the second round trains towards them: word links -> piece links, as with eflomal's file
+    data = prepare_data(config, log=messages.append)
+    assert data.train.alignments == [piece_links(links, data.src_sw.pieces(s), data.tgt_sw.pieces(t))
+                                     for links, s, t in zip(expected, data.train.src_ids, data.train.tgt_ids)]
+    assert sum(map(bool, data.train.alignments)) == 200
+    monkeypatch.setattr("attnmt.translation.guided_alignment.align", refuse)  # the same text and model: read back
+    assert prepare_data(config, log=lambda m: None).train.alignments == data.train.alignments
+    second_round(tmp_path, pairs[:150], first_round=str(forward))  # a changed text: aligned again
+    monkeypatch.undo()
+    messages.clear()
+    assert len(prepare_data(config, log=messages.append).train.alignments) == 150
+    assert any("aligning 150 training pairs" in m for m in messages), messages
+    assert cached.read_text().splitlines() == [format_pharaoh(links) for links in expected[:150]]
+
+
+def test_self_links_are_computed_again_for_other_weights(tmp_path, first_rounds):
+    pairs, _, forward, backward = first_rounds
+    model = tmp_path / "round1"
+    shutil.copytree(forward, model)
+    config = second_round(tmp_path, pairs, first_round=str(model))
+    prepare_data(config, log=lambda m: None)
+    for name in ("best.safetensors", "last.safetensors"):  # another model of the same shapes
+        shutil.copyfile(backward / name, model / name)
+    messages = []
+    prepare_data(config, log=messages.append)
+    assert any("aligning 200 training pairs" in m for m in messages), messages
+    cached = config.experiment_dir / "alignment" / "train.self.links"
+    expected = align(load(model), [s for s, _ in pairs], [t for _, t in pairs])
+    assert cached.read_text().splitlines() == [format_pharaoh(links) for links in expected]
+
+
+def test_self_links_of_both_directions_are_symmetrized(tmp_path, first_rounds):
+    pairs, tsv, forward, backward = first_rounds
+    config = second_round(tmp_path, pairs, data={"train": {"tsv": tsv}}, first_round=str(forward),
+                          first_round_backward=str(backward))
+    messages = []
+    prepare_data(config, log=messages.append)
+    assert any(f"with the attention of {forward} and {backward} (grow-diag-final)" in m for m in messages), messages
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    there, back = load(forward), load(backward)
+    expected = align_both_ways(there, back, sources, targets, "grow-diag-final")
+    assert expected == [grow_diag_final(f, transposed(b))
+                        for f, b in zip(align(there, sources, targets), align(back, targets, sources))]
+    lines = (config.experiment_dir / "alignment" / "train.self.links").read_text().splitlines()
+    assert lines == [format_pharaoh(links) for links in expected]
+    assert lines != [format_pharaoh(links) for links in align(there, sources, targets)]  # not one direction's
+
+
+def test_self_links_refuse_a_first_round_that_does_not_fit(tmp_path, first_rounds):
+    pairs, tsv, forward, backward = first_rounds
+    same_file = {"train": {"tsv": tsv}}
+    cases = [
+        ({"first_round": str(tmp_path / "nowhere")}, r"first_round: .*nowhere: no such folder"),
+        ({"first_round": str(tmp_path)}, r"first_round: .*not a model folder \(no config.yaml\)"),
+        ({"first_round": str(backward)}, r"first_round: .* was trained on data.train target -> source; "
+                                         r"it must be source -> target"),
+        ({"first_round": str(forward), "first_round_backward": str(forward)},
+         r"first_round_backward: .* was trained on data.train source -> target; it must be target -> source"),
+    ]
+    for guided, message in cases:
+        config = second_round(tmp_path / "second", pairs, data=same_file, **guided)
+        with pytest.raises(AttnmtError, match="training.guided_alignment." + message):
+            prepare_data(config, log=lambda m: None)
+    pair_folder = tmp_path / "pairs"
+    pair_folder.mkdir()
+    (pair_folder / "config.yaml").write_text(config_to_yaml(config_from_dict(pair_config(pair_folder), pair_folder)))
+    config = second_round(tmp_path / "second", pairs, first_round=str(pair_folder))
+    with pytest.raises(AttnmtError, match=r"first_round: .*pairs is a model of task pairs, not a translation model"):
+        prepare_data(config, log=lambda m: None)
+    digits = [(s.translate(str.maketrans(LETTERS, "0123456789")), t) for s, t in pairs]  # letters it never saw
+    config = second_round(tmp_path / "digits", digits, first_round=str(forward))
+    with pytest.raises(AttnmtError, match=r"first_round: .* does not know \d+% of the pieces of the training sources"):
+        prepare_data(config, log=lambda m: None)

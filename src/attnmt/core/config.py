@@ -139,8 +139,9 @@ class GuidedAlignment(Section):
     """Guided alignment (Garg et al. 2019): the attention trained towards reference word links, by
     a cross-entropy beside the translation loss (attnmt.translation.guided_alignment)."""
 
-    # A Pharaoh file ("i-j": source word i, target word j) of one line per line of data.train, or
-    # "eflomal": links that attnmt computes with eflomal on the training text (grow-diag-final)
+    # A Pharaoh file ("i-j": source word i, target word j) of one line per line of data.train;
+    # "eflomal": links that attnmt computes with eflomal on the training text (grow-diag-final); or
+    # "self": links read from the attention of first_round, a model trained before (Garg et al. 2019)
     links: str = Field(min_length=1)
     weight: float = Field(0.05, gt=0)  # lambda: loss = cross-entropy + weight * alignment cross-entropy
     one_based: bool = False  # the file's indices start at 1
@@ -150,6 +151,23 @@ class GuidedAlignment(Section):
     # head of the penultimate layer)
     layer: int | None = None
     heads: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
+    # links: self: the folder of a trained translation model of the same direction (source -> target),
+    # trained on the same data.train without guidance (the first round); its forced attention aligns
+    # every training pair (attnmt.translation.align.align)
+    first_round: Path | None = None
+    # links: self, optional: a model of the reverse direction (target -> source) trained on the same pairs;
+    # its links, turned around, and first_round's are symmetrized (grow-diag-final)
+    first_round_backward: Path | None = None
+
+    @model_validator(mode="after")
+    def first_round_with_self(self):
+        if self.links == "self" and self.first_round is None:
+            raise ValueError("links: self needs first_round: the folder of a translation model trained on "
+                             "data.train without guidance (the first round), whose attention gives the links")
+        for name in ("first_round", "first_round_backward"):
+            if self.links != "self" and getattr(self, name) is not None:
+                raise ValueError(f"{name} is for links: self (links is {self.links!r})")
+        return self
 
 
 class TrainingConfig(Section):
@@ -329,6 +347,7 @@ def _resolve_paths(config: Config, base: Path) -> Config:
         resolve(files)
     if config.task == "pairs":
         resolve(config.model.embeddings)
+    resolve(config.training.guided_alignment)  # its first rounds (links: self)
     return config
 
 

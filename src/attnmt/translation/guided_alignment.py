@@ -12,13 +12,16 @@ Both are sums over target tokens, divided together by the batch's tokens. Target
 a link (unaligned words, EOS) add nothing. Word links become piece links: every piece of target
 word j is linked to every piece of source word i ("units: words"); with "units: pieces" the file
 counts pieces already (a character model's characters). The links come from a Pharaoh file of
-one line per line of data.train, or from eflomal run on the training text (grow-diag-final of
-both directions, as Garg et al. do with GIZA++), cached in EXPERIMENT/alignment/.
+one line per line of data.train, from eflomal run on the training text (grow-diag-final of
+both directions, as Garg et al. do with GIZA++), or from the attention of a first model trained
+without guidance ("links: self", Garg et al.'s alignment without an outside aligner: one direction,
+or both symmetrized), cached in EXPERIMENT/alignment/.
 """
 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -27,9 +30,12 @@ from torch import Tensor
 from attnmt.core.config import Config, GuidedAlignment
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text
+from attnmt.core.folders import model_config, weights_path
 from attnmt.data.corpus import read_lines
-from attnmt.data.subwords import Subwords
-from attnmt.translation.align import format_pharaoh, grow_diag_final, parse_pharaoh
+from attnmt.data.subwords import UNK, Subwords
+from attnmt.seq2seq.inference import Translator
+from attnmt.seq2seq.links import without_eos
+from attnmt.translation.align import align, align_both_ways, format_pharaoh, grow_diag_final, parse_pharaoh, piece_lists
 from attnmt.translation.prepare import EncodedCorpus
 from attnmt.viz.words import word_spans
 
@@ -95,7 +101,7 @@ def eflomal_file(config: Config, sources: list[str], targets: list[str], log: Ca
     pair (whitespace words), computed once; a file made from other text is computed again."""
     from attnmt.translation.statistical_align import eflomal_links
 
-    digest = hashlib.sha256("\n".join(s + "\t" + t for s, t in zip(sources, targets)).encode()).hexdigest()
+    digest = _text_digest(sources, targets)
     folder = config.experiment_dir / "alignment"
     path, stamp = folder / "train.eflomal.links", folder / "train.eflomal.sha256"
     if path.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
@@ -108,14 +114,142 @@ def eflomal_file(config: Config, sources: list[str], targets: list[str], log: Ca
     return path
 
 
+def _text_digest(sources: list[str], targets: list[str]) -> str:
+    return hashlib.sha256("\n".join(s + "\t" + t for s, t in zip(sources, targets)).encode()).hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+SELF_BATCH = 32  # pairs per batch of forced decoding (attnmt align's default; the links do not depend on it)
+SELF_CHUNK = 10_000  # pairs aligned at a time (their attention matrices are held in memory)
+UNKNOWN_LIMIT = 0.1  # a first round that does not know more of the training text's pieces has another vocabulary
+
+
+def self_links_file(config: Config, sources: list[str], targets: list[str], log: Callable[[str], None]) -> Path:
+    """EXPERIMENT/alignment/train.self.links: the word links of every training pair (whitespace
+    words) read from the forced attention of training.guided_alignment.first_round, as `attnmt
+    align` reads them by default (argmax, no shift; a Transformer's last layer, heads averaged);
+    with first_round_backward, the grow-diag-final of both directions (`attnmt align --backward`).
+    Computed once; its stamp holds the SHA-256 of the text and of each first round's weights, so a
+    changed text or model is aligned again."""
+    ga: GuidedAlignment = config.training.guided_alignment
+    rounds = {"first_round": ga.first_round, "first_round_backward": ga.first_round_backward}
+    rounds = {name: folder for name, folder in rounds.items() if folder is not None}
+    weights = {name: _first_round_weights(config, name, folder) for name, folder in rounds.items()}
+    stamp_text = f"text {_text_digest(sources, targets)}\n" + "".join(
+        f"{name} {_file_digest(path)}\n" for name, path in weights.items())
+    folder = config.experiment_dir / "alignment"
+    path, stamp = folder / "train.self.links", folder / "train.self.sha256"
+    if path.is_file() and stamp.is_file() and stamp.read_text() == stamp_text:
+        return path
+    both = f" and {ga.first_round_backward} (grow-diag-final)" if ga.first_round_backward else ""
+    log(f"word links: aligning {len(sources):,} training pairs with the attention of {ga.first_round}{both}")
+    models = {name: _first_round(name, rounds[name], config.training.device) for name in rounds}
+    for name, model in models.items():
+        _check_vocabulary(name, model, sources, targets, backward=name == "first_round_backward")
+    links = [[] for _ in sources]
+    usable = _pairs_with_their_words(models, sources, targets)
+    if len(usable) < len(sources):
+        log(f"word links: {len(sources) - len(usable):,} training pair(s) whose pieces under a first round's "
+            "subwords do not make their words get no links")
+    for start in range(0, len(usable), SELF_CHUNK):
+        chunk = usable[start:start + SELF_CHUNK]
+        for k, pair_links in zip(chunk, _attention_links(models, [sources[k] for k in chunk],
+                                                          [targets[k] for k in chunk])):
+            links[k] = pair_links
+    atomic_write_text(path, "".join(format_pharaoh(pair) + "\n" for pair in links))
+    atomic_write_text(stamp, stamp_text)
+    return path
+
+
+def _first_round_weights(config: Config, name: str, folder: Path) -> Path:
+    """The weights ``folder`` aligns with, once it is known to be a trained translation model of
+    the right direction (an error naming the field otherwise)."""
+    field = f"training.guided_alignment.{name}"
+    if not folder.is_dir():
+        raise AttnmtError(f"{field}: {folder}: no such folder (the first round: a trained translation model)")
+    if folder.resolve() == config.experiment_dir.resolve():
+        raise AttnmtError(f"{field}: {folder} is this experiment's own folder; the first round is another model")
+    try:
+        trained = model_config(folder)
+    except AttnmtError as error:
+        raise AttnmtError(f"{field}: {error}") from None
+    if trained.task != "translation":
+        raise AttnmtError(f"{field}: {folder} is a model of task {trained.task}, not a translation model")
+    ours, theirs = config.data.train.as_spec(), trained.data.train.as_spec()
+    if theirs == (_reversed(ours) if name == "first_round" else ours):
+        direction = "target -> source" if name == "first_round" else "source -> target"
+        wanted = "source -> target" if name == "first_round" else "target -> source"
+        raise AttnmtError(f"{field}: {folder} was trained on data.train {direction}; it must be {wanted}")
+    weights = weights_path(folder, "best")
+    if not weights.is_file():
+        raise AttnmtError(f"{field}: {folder} has no weights (best.safetensors or last.safetensors): train it first")
+    return weights
+
+
+def _reversed(spec: dict) -> dict:
+    if "tsv" in spec:
+        return {**spec, "src_column": spec["tgt_column"], "tgt_column": spec["src_column"]}
+    return {"src": spec["tgt"], "tgt": spec["src"]}
+
+
+def _first_round(name: str, folder: Path, device: str):
+    try:
+        model = Translator(folder, device=device)
+    except AttnmtError as error:
+        raise AttnmtError(f"training.guided_alignment.{name}: {error}") from None
+    if not model.model.has_attention:
+        raise AttnmtError(f"training.guided_alignment.{name}: {folder} has attention 'none': it has no attention "
+                          "weights to align with")
+    return model
+
+
+def _check_vocabulary(name: str, model, sources: list[str], targets: list[str], backward: bool):
+    """An error if the model does not know more than UNKNOWN_LIMIT of either side's pieces."""
+    sides = (("sources", model.tgt_subwords, sources), ("targets", model.src_subwords, targets)) if backward \
+        else (("sources", model.src_subwords, sources), ("targets", model.tgt_subwords, targets))
+    for side, subwords, texts in sides:
+        ids = [i for line in subwords.encode(texts) for i in line]
+        unknown = sum(i == UNK for i in ids) / max(len(ids), 1)
+        if unknown > UNKNOWN_LIMIT:
+            raise AttnmtError(f"training.guided_alignment.{name}: {model.folder} does not know {unknown:.0%} of the "
+                              f"pieces of the training {side}: its vocabulary is not of this text or this direction")
+
+
+def _pairs_with_their_words(models: dict, sources: list[str], targets: list[str]) -> list[int]:
+    """The pairs whose texts every first round cuts into pieces that make their whitespace words."""
+    usable = set(range(len(sources)))
+    for name, model in models.items():
+        src, tgt = (targets, sources) if name == "first_round_backward" else (sources, targets)
+        src_pieces, tgt_pieces = piece_lists(model, src, tgt)
+        usable &= {k for k, (sp, tp) in enumerate(zip(src_pieces, tgt_pieces))
+                   if len(word_spans(without_eos(sp))) == len(src[k].split())
+                   and len(word_spans(without_eos(tp))) == len(tgt[k].split())}
+    return sorted(usable)
+
+
+def _attention_links(models: dict, sources: list[str], targets: list[str]) -> list[list[Link]]:
+    forward, backward = models["first_round"], models.get("first_round_backward")
+    if backward is None:
+        return align(forward, sources, targets, batch_size=SELF_BATCH)
+    return align_both_ways(forward, backward, sources, targets, "grow-diag-final", batch_size=SELF_BATCH)
+
+
 def attach_links(config: Config, train: EncodedCorpus, src_sw: Subwords, tgt_sw: Subwords,
                  log: Callable[[str], None] = print) -> None:
     """Sets ``train.alignments``: the reference piece links of every training pair (None where its
     line has no usable links), from the config's guided_alignment."""
     ga: GuidedAlignment = config.training.guided_alignment
-    if ga.links == "eflomal":
+    if ga.links in ("eflomal", "self"):
         words = [(s.split(), t.split()) for s, t in zip(train.sources, train.targets)]
-        path = eflomal_file(config, [" ".join(s) for s, _ in words], [" ".join(t) for _, t in words], log)
+        links_file = eflomal_file if ga.links == "eflomal" else self_links_file
+        path = links_file(config, [" ".join(s) for s, _ in words], [" ".join(t) for _, t in words], log)
         by_line = dict(zip(train.lines, read_link_file(path, len(train), one_based=False)))
     else:
         files = config.data.train
