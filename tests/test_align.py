@@ -10,19 +10,17 @@ import pytest
 
 from attnmt.cli import main
 from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq.links import alignments_from_attention, output_links, word_matrix
 from attnmt.translation.align import (
     align,
     align_both_ways,
     alignment_scores,
-    alignments_from_attention,
     force_attention,
     format_pharaoh,
-    output_links,
     parse_pharaoh,
     read_gold,
     read_hypotheses,
     score_files,
-    word_matrix,
 )
 from attnmt.viz.words import word_spans
 from conftest import random_strings, reverse, toy_config

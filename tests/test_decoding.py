@@ -9,8 +9,8 @@ from attnmt.data.batching import make_batch
 from attnmt.seq2seq import EOS, build_model
 from attnmt.seq2seq.decoding import (
     DecodingStopped,
-    best_candidates,
     beam_search,
+    best_candidates,
     greedy_search,
     length_penalty,
     max_output_lengths,

@@ -138,7 +138,7 @@ def test_translation_and_heatmap(page, server):
 
 
 def test_heatmap_marks_the_word_links(page, server):
-    from attnmt.translation.align import output_links
+    from attnmt.seq2seq.links import output_links
 
     text = "abc de fghi"
     translate_in_page(page, text)

@@ -18,8 +18,8 @@ import pytest
 
 from attnmt.cli import build_parser, main
 from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq.links import output_links
 from attnmt.serve import ServerLimits, create_app
-from attnmt.translation.align import output_links
 from conftest import WAIT, local_client
 
 LIMITS = ServerLimits(max_sentences=8, max_chars=40, max_tokens=20, max_beam=5, max_top_k=10, max_work=400,

@@ -16,7 +16,8 @@ from attnmt.data.subwords import EOS, UNK
 from attnmt.seq2seq import fast_decoding
 from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.seq2seq.search import decode
-from attnmt.translation.shortlist import Shortlist, lexical_table, restricted
+from attnmt.seq2seq.shortlist import Shortlist, restricted
+from attnmt.translation.shortlist import lexical_table
 from conftest import require
 from test_decoding import random_batch
 from test_fast_decoding import tiny

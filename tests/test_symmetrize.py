@@ -6,14 +6,8 @@ from importlib.util import find_spec
 import numpy as np
 import pytest
 
-from attnmt.translation.align import (
-    alignment_scores,
-    grow_diag_final,
-    shifted_by_one,
-    symmetrize,
-    symmetrized_scores,
-    transposed,
-)
+from attnmt.seq2seq.links import shifted_by_one
+from attnmt.translation.align import alignment_scores, grow_diag_final, symmetrize, symmetrized_scores, transposed
 from conftest import require
 
 # Hand-made: a 3x3 sentence pair.

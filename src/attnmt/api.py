@@ -17,8 +17,15 @@ from pathlib import Path
 
 import torch
 
-from attnmt.core.folders import WEIGHTS, inference_device, inside_folder, load_model, model_config, weights_path  # noqa: F401
-from attnmt.core.folders import load_folder
+from attnmt.core.folders import (  # noqa: F401
+    WEIGHTS,
+    inference_device,
+    inside_folder,
+    load_folder,
+    load_model,
+    model_config,
+    weights_path,
+)
 from attnmt.seq2seq.inference import QUANTIZE, Candidate, Translation, Translator, links_of, quantize_int8  # noqa: F401
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnmt.cli import (align, classify, compare, evaluate, export, plots, quickstart, serve, shortlist, train,
-                        translate)
+from attnmt.cli import align, classify, compare, evaluate, export, plots, quickstart, serve, shortlist, train, translate
 from attnmt.cli.options import MAX_TOKENS, window_argument
 from attnmt.cli.streams import log
 from attnmt.core.errors import AttnmtError

@@ -41,7 +41,7 @@ def score_run(run: Run, test_sets: dict, settings: ComparisonSettings) -> dict:
 def score_test_set(translator, name: str, sources: list[str], references: list[str],
                    settings: ComparisonSettings) -> dict:
     """One test set's report (see score_run); its translations written to RUN/NAME.hyp."""
-    from attnmt.translation.align import word_matrix
+    from attnmt.seq2seq.links import word_matrix
     from attnmt.translation.training import evaluate_loss
 
     report, translations = score_translations(translator, name, sources, references, beam=settings.beam,
@@ -125,7 +125,8 @@ def attention_alignment_scores(forward, backward, sources: list[str], targets: l
     """Scores of the attention's word alignments of the gold pairs, every way of reading them:
     which attention (the model's, or each Transformer layer's averaged over heads), shifted by one
     step or not, argmax or threshold links; then each direction and symmetrization."""
-    from attnmt.translation.align import alignments_from_attention, symmetrized_scores, transposed, word_attention
+    from attnmt.seq2seq.links import alignments_from_attention
+    from attnmt.translation.align import symmetrized_scores, transposed, word_attention
 
     rows = []
     for name, forward_matrices, backward_matrices in _attention_sources(forward, backward, sources, targets):

@@ -20,13 +20,13 @@ from matplotlib.figure import Figure
 from attnmt.viz.drawing import (
     DIVERGING,
     cell_inches,
-    draw_cell_grid,
     dimension_ticks,
-    token_labels,
-    set_xlabels,
-    set_ylabels,
+    draw_cell_grid,
     new_figure,
     select_dimensions,
+    set_xlabels,
+    set_ylabels,
+    token_labels,
 )
 from attnmt.viz.notebook import HTMLView, heatmap_html
 

@@ -26,8 +26,8 @@ from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.decoding import BeamRecorder, beam_search, max_output_lengths
-from attnmt.seq2seq.search import decode
 from attnmt.seq2seq.links import output_links
+from attnmt.seq2seq.search import decode
 from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
 from attnmt.seq2seq.shortlist import Shortlist, load_shortlist
 

@@ -16,8 +16,8 @@ from attnmt.core.progress import phase_bar
 from attnmt.data.batching import Batch, inference_batches, make_batch, training_batch
 from attnmt.data.subwords import PAD, Subwords
 from attnmt.seq2seq.base import EncoderDecoder
-from attnmt.seq2seq.search import decode
 from attnmt.seq2seq.graphs import GraphedLoss
+from attnmt.seq2seq.search import decode
 
 
 def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0, memory=None,

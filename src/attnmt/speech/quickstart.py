@@ -11,10 +11,10 @@ from typing import Callable
 
 import numpy as np
 
-from attnmt.speech.recognizer import Recognizer
 from attnmt.speech import corpora as speech
 from attnmt.speech.audio import read_speech_tsv
 from attnmt.speech.error_rates import format_speech_report, speech_test_set_reports
+from attnmt.speech.recognizer import Recognizer
 from attnmt.training.quickstart import train_once
 from attnmt.viz.text import attention_as_text
 

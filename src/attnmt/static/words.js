@@ -55,7 +55,7 @@ export function mergePieces(sourceTokens, targetTokens, matrix) {
 
 /** The heatmap cells [row, column] of the hard links: over words, one cell per word link [i, j]
  *  (source word i, output word j: the "alignment" of /translate); over pieces, each output piece's
- *  most attended source piece ("</s>" left out on both sides, as attnmt.translation.align.output_links with
+ *  most attended source piece ("</s>" left out on both sides, as attnmt.seq2seq.links.output_links with
  *  words=False), since a word link spread over all the pieces of two words would mark pieces that
  *  do not align (a date's digits against every digit of a year). */
 export function linkedCells(sourceTokens, targetTokens, matrix, links, words) {

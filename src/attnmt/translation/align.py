@@ -20,14 +20,12 @@ from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.corpus import read_lines
 from attnmt.data.subwords import EOS
-from attnmt.seq2seq.links import (  # noqa: F401
-    EOS_PIECE,
+from attnmt.seq2seq.links import (
     Link,
-    without_eos,
     alignments_from_attention,
     drop_eos,
-    output_links,
     shifted_by_one,
+    without_eos,
     word_matrix,
 )
 from attnmt.viz.words import word_spans

@@ -209,7 +209,7 @@ def attention_failures(matrices: list, hypotheses: list[str], references: list[s
     too_short       outputs with fewer than half the words of their reference
 
     ``matrices``: per sentence the word attention (output words x source words, as from
-    attnmt.translation.align.word_matrix), or None (a model without attention: only the lengths count; with no
+    attnmt.seq2seq.links.word_matrix), or None (a model without attention: only the lengths count; with no
     matrix at all, the attention counts are None).
     """
     check_parallel(matrices=matrices, hypotheses=hypotheses, references=references)

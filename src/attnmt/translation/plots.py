@@ -7,8 +7,8 @@ from pathlib import Path
 
 from attnmt.core.errors import AttnmtError
 from attnmt.viz import figures
-from attnmt.viz.plan import FigureRequest, Writer
 from attnmt.viz.notebook import show
+from attnmt.viz.plan import FigureRequest, Writer
 
 
 def translation_writers(r: FigureRequest, model) -> list[Writer]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-
 from attnmt.core.config import Config, CorpusFiles
 from attnmt.core.errors import AttnmtError
 from attnmt.data import splits

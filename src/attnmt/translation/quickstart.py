@@ -13,8 +13,8 @@ from typing import Callable
 
 import numpy as np
 
-from attnmt.seq2seq.inference import Translator
 from attnmt.data.corpus import read_tsv
+from attnmt.seq2seq.inference import Translator
 from attnmt.training.quickstart import train_once
 from attnmt.translation import dates
 from attnmt.viz.text import attention_as_text

@@ -29,13 +29,9 @@ from typing import Callable, Iterable
 
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text
-from attnmt.seq2seq.shortlist import (  # noqa: F401
+from attnmt.seq2seq.shortlist import (
     FILE_NAME,
-    SPECIALS,
-    Shortlist,
     TableFile,
-    load_shortlist,
-    restricted,
     vocabulary_fingerprint,
 )
 

@@ -9,7 +9,8 @@ import tempfile
 from pathlib import Path
 
 from attnmt.core.errors import AttnmtError
-from attnmt.translation.align import Link, parse_pharaoh
+from attnmt.seq2seq.links import Link
+from attnmt.translation.align import parse_pharaoh
 
 
 def eflomal_links(sources: list[str], targets: list[str], model: int = 3) -> tuple[list[list[Link]], list[list[Link]]]:

@@ -17,13 +17,13 @@ from attnmt.core.distributed import ONE_PROCESS, Processes
 from attnmt.data import splits
 from attnmt.data.batching import Batch, training_batch
 from attnmt.data.subwords import PAD, Subwords
-from attnmt.translation.evaluation import corpus_scores
 from attnmt.seq2seq import EncoderDecoder, build_model
 from attnmt.seq2seq.graphs import GraphedLoss, graphed_loss
 from attnmt.seq2seq.training import TrainingLoss, evaluate_loss, sequence_loss, translate_ids, validation_decoding
 from attnmt.training.loop import TrainingLoop
 from attnmt.training.optimization import TrainingSetup, setup_training
 from attnmt.translation import guided_alignment
+from attnmt.translation.evaluation import corpus_scores
 from attnmt.translation.prepare import EncodedCorpus, encode_corpus, prepare, training_corpus
 
 

@@ -23,13 +23,13 @@ from attnmt.viz.drawing import (
     NEGATIVE,
     POSITIVE,
     cell_inches,
+    check_step,
     draw_cell_grid,
-    token_labels,
     label_rotation,
+    new_figure,
     set_xlabels,
     set_ylabels,
-    check_step,
-    new_figure,
+    token_labels,
     unpack_attention,
 )
 
