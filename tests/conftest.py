@@ -65,7 +65,7 @@ def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=N
 
 
 SLOW_FIXTURES = {"reverse_model", "tiny_transformer", "served", "browser", "trained", "copy_model", "run_dir",
-                 "pair_model", "speech_model"}
+                 "pair_model", "speech_model", "scramble"}
 
 
 NO_GPU = "needs a CUDA GPU: torch.cuda.is_available() is False here (run pytest -m gpu on a machine with one)"

@@ -198,10 +198,14 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
                  ["evaluate", folder, "--trust-config", "--json", tmp_path / "scores.json"],
                  ["evaluate", folder, "--src", src, "--ref", tgt],
                  ["align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt"],
+                 ["train-aligner", write(tmp_path / "aligner.yaml", f"model: {folder}\nsteps: 3\nlexicon_steps: 1\n")],
+                 ["align", folder, "--src", src, "--tgt", tgt, "--aligner", folder / "aligner",
+                  "-o", tmp_path / "aligner-links.txt"],
                  ["plot", folder, sources[0], "--out", tmp_path / "heatmap.png", "--states", tmp_path / "states.png",
                   "--step", "1", tmp_path / "step.png"]):
         assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
     assert len((tmp_path / "out.txt").read_text().splitlines()) == len(sources)
+    assert len((tmp_path / "aligner-links.txt").read_text().splitlines()) == len(sources)
 
     with local_client(create_app([folder], LIMITS)) as client:
         answer = post(client, "/translate", {"text": sources[:2], "beam": 2, "n_best": 2, "attention": True})
@@ -234,6 +238,11 @@ def test_transformer_commands_and_attention_maps_on_a_device(as_on_a_gpu, tmp_pa
     assert layers.shape == (2, pieces, pieces)
     assert main([str(a) for a in ["plot", folder, source, "--head-view", tmp_path / "heads.png"]]) == 0, \
         capsys.readouterr().err
+    aligner = write(tmp_path / "aligner.yaml", f"model: {folder}\nsteps: 2\nlexicon_steps: 1\nsize: 8\n")
+    assert main(["train-aligner", str(aligner)]) == 0, capsys.readouterr().err
+    pairs = write(tmp_path / "src.txt", source + "\n"), write(tmp_path / "tgt.txt", reverse(source) + "\n")
+    assert main([str(a) for a in ["align", folder, "--src", pairs[0], "--tgt", pairs[1], "--aligner",
+                                  folder / "aligner", "-o", tmp_path / "links.txt"]]) == 0, capsys.readouterr().err
     with local_client(create_app([folder], LIMITS)) as client:
         assert len(post(client, "/attention", {"text": source})["cross"]) == 2
         post(client, "/translate", {"text": [source], "beam": 2})

@@ -256,3 +256,23 @@ def test_torchrun_trains_on_two_gpus_with_nccl_as_one_process_does(tmp_path):
     _, again = config_file(tmp_path / "double", 18)
     run(again, 2, resume=True)
     assert read_trainer_state(double.experiment_dir / "last.safetensors")["step"] == 18
+
+
+def test_an_aligner_trains_and_aligns_on_cuda(tmp_path, capsys):
+    """attnmt train-aligner on a model trained on cuda, then align --aligner on cuda: the links of
+    the CPU."""
+    from attnmt.translation.align import align
+    from attnmt.translation.aligner import load_aligner
+
+    config = cuda_experiment(tmp_path, steps=6, test=False)
+    Trainer(config, **QUIET).train()
+    folder = config.experiment_dir
+    write(tmp_path / "aligner.yaml", f"model: {folder}\nsteps: 4\nlexicon_steps: 2\nsize: 16\ndevice: cuda\n")
+    assert run_cli("train-aligner", tmp_path / "aligner.yaml") == 0, capsys.readouterr().err
+    sources = [s for s, _ in DEV[:6]]
+    targets = [reverse(s) for s in sources]
+    on_gpu, on_cpu = load(folder, device="cuda"), load(folder)
+    layer = load_aligner(folder / "aligner", on_gpu)
+    assert layer.W_o.weight.is_cuda
+    assert align(on_gpu, sources, targets, aligner=layer) == \
+        align(on_cpu, sources, targets, aligner=load_aligner(folder / "aligner", on_cpu))

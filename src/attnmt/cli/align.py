@@ -1,16 +1,19 @@
-"""attnmt align (word alignments from the attention of forced decoding) and attnmt align-score
-(AER, precision and recall against a gold file)."""
+"""attnmt align (word alignments from the attention of forced decoding, or from an alignment
+layer), attnmt train-aligner (that layer) and attnmt align-score (AER, precision and recall
+against a gold file)."""
 
 from __future__ import annotations
 
 import json
 
-from attnmt.cli.options import _head_list, _positive, checkpoint_option, device_option
-from attnmt.cli.streams import read_line_pairs, write_lines, write_text
+from attnmt.cli.options import _head_list, _positive, checkpoint_option, device_option, threads_option
+from attnmt.cli.streams import log, read_line_pairs, write_lines, write_text
+from attnmt.core.errors import AttnmtError
 
 
 def add_parser(subparsers):
     add_align_parser(subparsers)
+    add_train_aligner_parser(subparsers)
     add_align_score_parser(subparsers)
 
 
@@ -36,7 +39,19 @@ def add_align_parser(subparsers):
                                                              "symmetrized with the forward model's")
     p.add_argument("--symmetrize", choices=["intersection", "union", "grow-diag-final"], default="grow-diag-final",
                    help="with --backward (default grow-diag-final)")
+    p.add_argument("--aligner", metavar="DIR", help="read the links from this alignment layer of the model "
+                                                      "(attnmt train-aligner) instead of its attention")
+    p.add_argument("--backward-aligner", metavar="DIR", help="the same for the --backward model")
     p.set_defaults(func=run_align)
+
+
+def add_train_aligner_parser(subparsers):
+    p = subparsers.add_parser("train-aligner", help="train an alignment layer on a frozen translation model "
+                                                    "(docs/alignment.md)")
+    p.add_argument("config", help="aligner YAML file (model: the translation model's folder; see docs/alignment.md)")
+    p.add_argument("--device", help="where to train (default: device of the config, cpu)")
+    threads_option(p)
+    p.set_defaults(func=run_train_aligner)
 
 
 def add_align_score_parser(subparsers):
@@ -57,12 +72,33 @@ def run_align(args):
     model = load(args.model_dir, args.checkpoint, device=args.device)
     options = dict(batch_size=args.batch_size, method=args.method, threshold=args.threshold, shift=args.shift,
                    layer=args.layer, heads=args.heads)
+    if args.backward_aligner and not args.backward:
+        raise AttnmtError("--backward-aligner is the alignment layer of the --backward model: give --backward too")
+    aligner = _aligner(args.aligner, model)
     if args.backward:
         backward = load(args.backward, args.checkpoint, device=args.device)
-        links = align_both_ways(model, backward, sources, targets, args.symmetrize, **options)
+        aligners = (aligner, _aligner(args.backward_aligner, backward))
+        links = align_both_ways(model, backward, sources, targets, args.symmetrize, aligners, **options)
     else:
-        links = align(model, sources, targets, **options)
+        links = align(model, sources, targets, aligner=aligner, **options)
     write_lines(args.output, (format_pharaoh(pair_links) for pair_links in links))
+
+
+def _aligner(folder, model):
+    from attnmt.translation.aligner import load_aligner
+
+    return None if folder is None else load_aligner(folder, model)
+
+
+def run_train_aligner(args):
+    from attnmt.translation.aligner import load_aligner_config, train_aligner
+
+    config = load_aligner_config(args.config)
+    if args.device:
+        config.device = args.device
+    if args.threads:
+        config.threads = args.threads
+    log(f"aligner written to {train_aligner(config, log)}")
 
 
 def run_align_score(args):

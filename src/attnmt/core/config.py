@@ -8,7 +8,7 @@ Relative paths in the file are resolved against the folder of the config file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -25,6 +25,8 @@ from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imp
     SpecAugment,
     SpeechConfig,
 )
+
+S = TypeVar("S", bound=Section)
 
 ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "location")
 
@@ -360,14 +362,18 @@ def _describe(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def config_from_dict(raw: dict, base: Path, source: str = "config") -> Config:
+def validated(section: type[S], raw, source: str = "config") -> S:
+    """``raw`` (a mapping read from YAML) as ``section``, or AttnmtError naming every field at fault."""
     if not isinstance(raw, dict):
         raise AttnmtError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
     try:
-        config = Config.model_validate(raw)
+        return section.model_validate(raw)
     except ValidationError as e:
         raise AttnmtError(f"{source}: invalid configuration\n{_describe(e)}") from None
-    return _resolve_paths(config, base)
+
+
+def config_from_dict(raw: dict, base: Path, source: str = "config") -> Config:
+    return _resolve_paths(validated(Config, raw, source), base)
 
 
 MAX_CONFIG_BYTES = 1_000_000  # a config is a page of settings; a huge one is a mistake or an attack
@@ -375,6 +381,11 @@ MAX_CONFIG_BYTES = 1_000_000  # a config is a page of settings; a huge one is a 
 
 def load_config(path: str | Path) -> Config:
     path = Path(path)
+    return config_from_dict(read_yaml_file(path), path.resolve().parent, source=str(path))
+
+
+def read_yaml_file(path: Path):
+    """What a YAML config file holds (bounded in size; errors name the file)."""
     try:
         size = path.stat().st_size
         if size > MAX_CONFIG_BYTES:
@@ -388,7 +399,7 @@ def load_config(path: str | Path) -> Config:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise AttnmtError(f"{path}: not valid YAML: {e}") from None
-    return config_from_dict(raw, path.resolve().parent, source=str(path))
+    return raw
 
 
 def config_to_yaml(config: Config) -> str:

@@ -8,6 +8,7 @@ target, which the next write replaces; nothing ever reads it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -75,3 +76,12 @@ def read_checked_json(path: Path, validate: Callable[[bytes], T], what: str, adv
         error = e.errors()[0]
         where = ".".join(map(str, error["loc"]))
         raise AttnmtError(f"{path}: {where + ': ' if where else ''}{error['msg']}; {advice}") from None
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in chunks (weights files are large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -100,6 +100,10 @@ class EncoderDecoder(nn.Module, ABC):
         and the attention weights (B,T,S), or None without attention (or where the model does not
         compute them, as a Transformer in training); each step within the attention ``window``."""
 
+    @abstractmethod
+    def decoder_outputs_of(self, memory, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
+        """decoder_outputs of a source already encoded (``encode``), within the memory's window."""
+
     def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor,
                 window: tuple[int, int] | None = None) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: scores (B,T,V) and attention weights (B,T,S) or None."""

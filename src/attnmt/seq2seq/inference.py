@@ -117,7 +117,8 @@ class Translator:
         self.folder = Path(folder)
         self.config: Config = model_config(self.folder)
         self.src_subwords, self.tgt_subwords = self._vocabularies()
-        self.model = load_model(self._build, weights_path(self.folder, checkpoint), self.device)
+        self.weights = weights_path(self.folder, checkpoint)  # the file the model's weights come from
+        self.model = load_model(self._build, self.weights, self.device)
         self.quantize = quantize
         if quantize == "int8":
             self.model = quantize_int8(self.model)

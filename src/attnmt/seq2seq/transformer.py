@@ -310,8 +310,11 @@ class Transformer(EncoderDecoder):
         attention is written out and its weights (the last layer's cross-attention averaged over
         heads) come back, as for the RNN models."""
         _no_window(window)
+        return self.decoder_outputs_of(self._encode(src, lengths, not self.training)[0], tgt_in)
+
+    def decoder_outputs_of(self, memory: TransformerMemory, tgt_in: Tensor):
+        """decoder_outputs of an encoded source."""
         need_weights = not self.training
-        memory, _ = self._encode(src, lengths, need_weights)
         x, _, _, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights)
         return x, (cross[-1].mean(dim=1) if need_weights else None)
 

@@ -28,6 +28,7 @@ from attnmt.seq2seq.links import (
     without_eos,
     word_matrix,
 )
+from attnmt.translation.alignment_layer import AlignmentLayer, posteriors
 from attnmt.viz.words import word_spans
 
 # ---------------------------------------------------------------- forced attention
@@ -121,20 +122,27 @@ def word_attention(translator, sources: list[str], targets: list[str], matrices:
 
 def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str = "argmax",
           threshold: float = 0.5, words: bool = True, shift: bool = False, layer: int | None = None,
-          heads: list[int] | None = None) -> list[list[Link]]:
+          heads: list[int] | None = None, aligner: AlignmentLayer | None = None) -> list[list[Link]]:
     """Word alignments of sentence pairs from forced attention (one list of links per pair).
 
     With ``words=False`` the indices are those of the subword pieces (without "</s>"), unmerged.
     With words, the word indices are those of the whitespace-separated tokens of each text;
     a text whose pieces do not give the same number of words is an error. ``shift``: the
     attention of the step after each word (shifted_by_one). A Transformer's ``layer`` (negative:
-    from the last; default: the last) and ``heads`` (default: all, averaged).
+    from the last; default: the last) and ``heads`` (default: all, averaged). ``aligner``: an
+    alignment layer trained on this model (attnmt.translation.aligner.load_aligner), whose
+    posterior replaces the attention.
     """
     if method not in ("argmax", "threshold"):
         raise AttnmtError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
     if method == "threshold" and not 0 < threshold <= 1:
         raise AttnmtError(f"the alignment threshold must be in (0, 1], got {threshold}")
-    if layer is None and heads is None:
+    if aligner is not None:
+        if shift or layer is not None or heads is not None:
+            raise AttnmtError("an aligner gives its own alignment, which has seen each target word: shift, layer "
+                              "and heads are for the attention")
+        matrices = posteriors(aligner, translator, sources, targets, batch_size)
+    elif layer is None and heads is None:
         matrices = force_attention(translator, sources, targets, batch_size)
     else:
         index = _layer_index(translator, layer)
@@ -154,14 +162,15 @@ def _layer_index(translator, layer: int | None) -> int:
 
 
 def align_both_ways(forward, backward, sources: list[str], targets: list[str], symmetrization: str,
+                    aligners: tuple[AlignmentLayer | None, AlignmentLayer | None] = (None, None),
                     **options) -> list[list[Link]]:
     """The links of ``forward`` (a source->target model) and of ``backward`` (target->source, its
     links turned around) made one alignment per pair (``symmetrization``: see symmetrize);
-    ``options``: those of align, for both."""
+    ``aligners``: an alignment layer of each model, or None (its attention); ``options``: those of align, for both."""
     if symmetrization not in SYMMETRIZATIONS:
         raise AttnmtError(f"unknown symmetrization {symmetrization!r}; expected one of {', '.join(SYMMETRIZATIONS)}")
-    there = align(forward, sources, targets, **options)
-    back = align(backward, targets, sources, **options)
+    there = align(forward, sources, targets, aligner=aligners[0], **options)
+    back = align(backward, targets, sources, aligner=aligners[1], **options)
     return [symmetrize(f, transposed(b), symmetrization) for f, b in zip(there, back)]
 
 

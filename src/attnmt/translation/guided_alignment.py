@@ -29,7 +29,7 @@ from torch import Tensor
 
 from attnmt.core.config import Config, GuidedAlignment
 from attnmt.core.errors import AttnmtError
-from attnmt.core.files import atomic_write_text
+from attnmt.core.files import atomic_write_text, file_sha256
 from attnmt.core.folders import model_config, weights_path
 from attnmt.data.corpus import read_lines
 from attnmt.data.subwords import UNK, Subwords
@@ -118,14 +118,6 @@ def _text_digest(sources: list[str], targets: list[str]) -> str:
     return hashlib.sha256("\n".join(s + "\t" + t for s, t in zip(sources, targets)).encode()).hexdigest()
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 SELF_BATCH = 32  # pairs per batch of forced decoding (attnmt align's default; the links do not depend on it)
 SELF_CHUNK = 10_000  # pairs aligned at a time (their attention matrices are held in memory)
 UNKNOWN_LIMIT = 0.1  # a first round that does not know more of the training text's pieces has another vocabulary
@@ -143,7 +135,7 @@ def self_links_file(config: Config, sources: list[str], targets: list[str], log:
     rounds = {name: folder for name, folder in rounds.items() if folder is not None}
     weights = {name: _first_round_weights(config, name, folder) for name, folder in rounds.items()}
     stamp_text = f"text {_text_digest(sources, targets)}\n" + "".join(
-        f"{name} {_file_digest(path)}\n" for name, path in weights.items())
+        f"{name} {file_sha256(path)}\n" for name, path in weights.items())
     folder = config.experiment_dir / "alignment"
     path, stamp = folder / "train.self.links", folder / "train.self.sha256"
     if path.is_file() and stamp.is_file() and stamp.read_text() == stamp_text:
