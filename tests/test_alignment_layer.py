@@ -166,3 +166,21 @@ def test_config_file_names_its_fields_and_reads_paths_from_its_folder(tmp_path):
     path.write_text(yaml.safe_dump({"model": "nowhere"}))
     with pytest.raises(AttnmtError, match=r"model: .*nowhere: no such folder"):
         train_aligner(load_aligner_config(path), log=lambda m: None)
+
+
+def test_translate_reports_the_aligners_links_of_its_output(scramble, tmp_path, capsys):
+    model_dir, aligner_dir, _ = scramble
+    pairs, _ = scrambled(4, seed=11)
+    src = tmp_path / "s"
+    src.write_text("".join(s + "\n" for s, _ in pairs))
+    argv = ["translate", str(model_dir), "-i", str(src), "--beam", "2", "--n-best", "2"]
+    assert main([*argv, "--report-align", "--aligner", str(aligner_dir), "-o", str(tmp_path / "out")]) == 0
+    lines = [line.split(" ||| ") for line in (tmp_path / "out").read_text().splitlines()]
+    assert len(lines) == 8  # two candidates of each
+    translator = load(model_dir)
+    sources = [pairs[int(number)][0] for number, _, _, _ in lines]
+    expected = align(translator, sources, [text for _, text, _, _ in lines],
+                     aligner=load_aligner(aligner_dir, translator))
+    assert [links for *_, links in lines] == [format_pharaoh(pair) for pair in expected]
+    assert main([*argv, "--aligner", str(aligner_dir)]) == 2
+    assert "give one of them" in capsys.readouterr().err
