@@ -4,6 +4,7 @@ whose links are known, its folder and config, and attnmt align --aligner."""
 import random
 import shutil
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -12,7 +13,7 @@ from attnmt.api import load
 from attnmt.cli import main
 from attnmt.core.errors import AttnmtError
 from attnmt.training import train
-from attnmt.translation.align import align, align_both_ways, alignment_scores, format_pharaoh
+from attnmt.translation.align import align, align_both_ways, alignment_matrices, alignment_scores, format_pharaoh
 from attnmt.translation.aligner import AlignerConfig, load_aligner, load_aligner_config, train_aligner
 from attnmt.data.subwords import EOS, PAD
 from attnmt.translation.alignment_layer import AlignmentLayer, explaining_pieces
@@ -23,11 +24,14 @@ from test_guided_alignment import LETTERS
 def test_output_is_the_prior_weighted_lexicon_and_the_alignment_its_posterior():
     torch.manual_seed(0)
     layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2)
+    with torch.no_grad():
+        layer.beta.fill_(0.7)
     states, memory = torch.randn(1, 3, 3), torch.randn(1, 4, 4)
+    attention = torch.softmax(torch.randn(1, 3, 4), dim=-1)  # the frozen model's
     src, targets = torch.tensor([[4, 5, EOS, PAD]]), torch.tensor([[6, 7, EOS]])  # two words, then "</s>"
     mask = torch.tensor([[True, True, True, False]])
-    log_output, alignment = layer(states, memory, mask, src, targets)
-    scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2 ** 0.5
+    log_output, alignment = layer(states, memory, mask, attention, src, targets)
+    scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2 ** 0.5 + 0.7 * attention.log()
     prior = scores[0, :, :2].softmax(-1)  # a word is explained by the two source words ...
     lexicon = layer.W_o(torch.tanh(layer.E(src[0]))).log_softmax(-1).exp()  # (S,V)
     for t in range(2):
@@ -38,6 +42,9 @@ def test_output_is_the_prior_weighted_lexicon_and_the_alignment_its_posterior():
     # "</s>" by "</s>"
     torch.testing.assert_close(log_output[0, 2], lexicon[2, EOS].log())
     assert torch.equal(alignment[0, 2], torch.tensor([0.0, 0.0, 1.0, 0.0]))
+    # the first steps of training: a uniform prior, whatever the states and the attention
+    log_output, _ = layer(states, memory, mask, attention, src, targets, uniform_prior=True)
+    torch.testing.assert_close(log_output[0, 0], lexicon[:2, 6].mean().log())
 
 
 def test_a_source_of_eos_alone_explains_every_target_piece():
@@ -184,3 +191,36 @@ def test_translate_reports_the_aligners_links_of_its_output(scramble, tmp_path, 
     assert [links for *_, links in lines] == [format_pharaoh(pair) for pair in expected]
     assert main([*argv, "--aligner", str(aligner_dir)]) == 2
     assert "give one of them" in capsys.readouterr().err
+
+
+def test_mean_symmetrization_keeps_the_links_both_directions_half_believe_in(scramble):
+    model_dir, aligner_dir, _ = scramble
+    pairs, _ = scrambled(5, seed=9)
+    sources = [s for s, _ in pairs]
+    translator = load(model_dir)
+    layer = load_aligner(aligner_dir, translator)
+    there = alignment_matrices(translator, sources, sources, aligner=layer)
+    back = alignment_matrices(translator, sources, sources)  # (a model of its own source: the vocabulary fits)
+    for threshold in (0.5, 0.2):
+        expected = [sorted({(int(i), int(j)) for j, i in zip(*np.nonzero((f + b.T) / 2 >= threshold))})
+                    for f, b in zip(there, back)]
+        assert align_both_ways(translator, translator, sources, sources, "mean", (layer, None),
+                               threshold=threshold) == expected
+    assert any(expected)  # (at 0.2)
+    union = [sorted(set(f) | {(i, j) for j, i in b})
+             for f, b in zip(align(translator, sources, sources, aligner=layer), align(translator, sources, sources))]
+    assert expected != union  # not a symmetrization of hard links
+    with pytest.raises(AttnmtError, match=r"threshold must be in \(0, 1\]"):
+        align_both_ways(translator, translator, sources, sources, "mean", threshold=0)
+
+
+def test_a_model_without_attention_gets_an_aligner_too(tmp_path):
+    """Its prior is the layer's own (the model has no attention to start from)."""
+    pairs, _ = scrambled(40, seed=12)
+    config = toy_config(tmp_path, pairs, model={"attention": "none"}, training={"max_steps": 2, "threads": 1})
+    train(config, log=lambda m: None, progress=False)
+    folder = train_aligner(AlignerConfig(model=config.experiment_dir, steps=2, lexicon_steps=1, size=8, threads=1),
+                           log=lambda m: None)
+    translator = load(config.experiment_dir)
+    [links] = align(translator, pairs[0][:1], pairs[0][1:], aligner=load_aligner(folder, translator))
+    assert len(links) == 6  # argmax: one link per target word

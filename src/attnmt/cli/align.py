@@ -37,8 +37,10 @@ def add_align_parser(subparsers):
     p.add_argument("--heads", type=_head_list, help="Transformer: those heads of it, averaged (e.g. 0,2; default all)")
     p.add_argument("--backward", metavar="MODEL_DIR", help="a target->source model: its links, turned around, are "
                                                              "symmetrized with the forward model's")
-    p.add_argument("--symmetrize", choices=["intersection", "union", "grow-diag-final"], default="grow-diag-final",
-                   help="with --backward (default grow-diag-final)")
+    p.add_argument("--symmetrize", choices=["intersection", "union", "grow-diag-final", "mean"],
+                   default="grow-diag-final",
+                   help="with --backward (default grow-diag-final); mean: the links where the mean of both "
+                        "directions' word weights reaches --threshold")
     p.add_argument("--aligner", metavar="DIR", help="read the links from this alignment layer of the model "
                                                       "(attnmt train-aligner) instead of its attention")
     p.add_argument("--backward-aligner", metavar="DIR", help="the same for the --backward model")

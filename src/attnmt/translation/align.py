@@ -135,8 +135,21 @@ def align(translator, sources: list[str], targets: list[str], batch_size: int = 
     """
     if method not in ("argmax", "threshold"):
         raise AttnmtError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
-    if method == "threshold" and not 0 < threshold <= 1:
+    _check_threshold(threshold)
+    return [alignments_from_attention(matrix, method, threshold) for matrix in
+            alignment_matrices(translator, sources, targets, batch_size, words, shift, layer, heads, aligner)]
+
+
+def _check_threshold(threshold: float):
+    if not 0 < threshold <= 1:
         raise AttnmtError(f"the alignment threshold must be in (0, 1], got {threshold}")
+
+
+def alignment_matrices(translator, sources: list[str], targets: list[str], batch_size: int = 32, words: bool = True,
+                       shift: bool = False, layer: int | None = None, heads: list[int] | None = None,
+                       aligner: AlignmentLayer | None = None) -> list[np.ndarray]:
+    """The matrices that align reads its links from: per pair, target words x source words (with
+    ``words=False``, pieces without "</s>"); the options are align's."""
     if aligner is not None:
         if shift or layer is not None or heads is not None:
             raise AttnmtError("an aligner gives its own alignment, which has seen each target word: shift, layer "
@@ -148,8 +161,7 @@ def align(translator, sources: list[str], targets: list[str], batch_size: int = 
         index = _layer_index(translator, layer)
         matrices = [maps[index] for maps in
                     force_attention(translator, sources, targets, batch_size, layers=True, heads=heads)]
-    return [alignments_from_attention(matrix, method, threshold)
-            for matrix in word_attention(translator, sources, targets, matrices, words, shift)]
+    return word_attention(translator, sources, targets, matrices, words, shift)
 
 
 def _layer_index(translator, layer: int | None) -> int:
@@ -165,13 +177,28 @@ def align_both_ways(forward, backward, sources: list[str], targets: list[str], s
                     aligners: tuple[AlignmentLayer | None, AlignmentLayer | None] = (None, None),
                     **options) -> list[list[Link]]:
     """The links of ``forward`` (a source->target model) and of ``backward`` (target->source, its
-    links turned around) made one alignment per pair (``symmetrization``: see symmetrize);
-    ``aligners``: an alignment layer of each model, or None (its attention); ``options``: those of align, for both."""
-    if symmetrization not in SYMMETRIZATIONS:
-        raise AttnmtError(f"unknown symmetrization {symmetrization!r}; expected one of {', '.join(SYMMETRIZATIONS)}")
+    links turned around) made one alignment per pair (``symmetrization``: see symmetrize, or
+    "mean": the links where the mean of both directions' word weights reaches ``threshold``);
+    ``aligners``: an alignment layer of each model, or None (its attention); ``options``: those of
+    align, for both."""
+    if symmetrization not in SYMMETRIZATIONS + ("mean",):
+        raise AttnmtError(f"unknown symmetrization {symmetrization!r}; expected one of "
+                          f"{', '.join(SYMMETRIZATIONS)} or mean")
+    if symmetrization == "mean":
+        return _mean_of_both_ways(forward, backward, sources, targets, aligners, **options)
     there = align(forward, sources, targets, aligner=aligners[0], **options)
     back = align(backward, targets, sources, aligner=aligners[1], **options)
     return [symmetrize(f, transposed(b), symmetrization) for f, b in zip(there, back)]
+
+
+def _mean_of_both_ways(forward, backward, sources, targets, aligners, method: str = "argmax",
+                       threshold: float = 0.5, **options) -> list[list[Link]]:
+    """Each link whose weight, averaged over the two directions (the backward matrix transposed), is at
+    least ``threshold``: a link both directions half believe in. (``method`` does not apply.)"""
+    _check_threshold(threshold)
+    there = alignment_matrices(forward, sources, targets, aligner=aligners[0], **options)
+    back = alignment_matrices(backward, targets, sources, aligner=aligners[1], **options)
+    return [alignments_from_attention((f + b.T) / 2, "threshold", threshold) for f, b in zip(there, back)]
 
 
 # ---------------------------------------------------------------- symmetrization

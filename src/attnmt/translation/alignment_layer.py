@@ -5,14 +5,16 @@ The translation model's attention looks at the source *before* it knows the word
 the translation model frozen, to explain each target piece y_t as written by one source piece,
 and its posterior over those pieces, which has seen y_t, is the alignment:
 
-    prior       a_t,i      = softmax_i( (W_q s_t) . (W_k h_i) / sqrt(d) )
+    prior       a_t,i      = softmax_i( (W_q s_t) . (W_k h_i) / sqrt(d) + beta log alpha_t,i )
     lexicon     p(y | x_i) = softmax( W_o tanh(E[x_i]) )
     output      p(y_t | y_<t, x) = sum_i a_t,i p(y_t | x_i)
     alignment   r_t,i      = a_t,i p(y_t | x_i) / p(y_t | y_<t, x)
 
 s_t is the frozen decoder's state that predicts y_t, h_i the frozen encoder's state of source
-piece i, E the layer's own embedding of the source piece x_i. The lexicon sees only the piece
-itself, not its context: to explain y_t the posterior must point at a piece that translates it.
+piece i, alpha_t,i the frozen model's own attention at that step (the prior starts from where the
+model looked: 2 points of AER on E4), E the layer's own embedding of the source piece x_i. The
+lexicon sees only the piece itself, not its context: to explain y_t the posterior must point at a
+piece that translates it. beta is learnt (0.5 on E4).
 Training maximises the output's likelihood of the training text (attnmt.translation.aligner).
 
 Where it comes from: Zenkel et al. (2019, 2020) train an alignment layer on a frozen Transformer
@@ -43,15 +45,18 @@ class AlignmentLayer(nn.Module):
         self.W_k = nn.Linear(memory_size, size)
         self.E = nn.Embedding(src_vocab_size, size, padding_idx=PAD)
         self.W_o = nn.Linear(size, tgt_vocab_size)
+        self.beta = nn.Parameter(torch.ones(()))
 
-    def forward(self, states: Tensor, memory: Tensor, mask: Tensor, src: Tensor, targets: Tensor,
-                uniform_prior: bool = False) -> tuple[Tensor, Tensor]:
+    def forward(self, states: Tensor, memory: Tensor, mask: Tensor, attention: Tensor, src: Tensor,
+                targets: Tensor, uniform_prior: bool = False) -> tuple[Tensor, Tensor]:
         """states (B,T,state) s_t, memory (B,S,memory) h_i, mask (B,S) True at real source
-        pieces, src (B,S) their ids, targets (B,T) y_t -> log p(y_t | y_<t, x) (B,T) and the
+        pieces, attention (B,T,S) alpha_t,i, src (B,S) the pieces' ids, targets (B,T) y_t ->
+        log p(y_t | y_<t, x) (B,T) and the
         alignment r (B,T,S), each row a distribution over the source pieces that may explain y_t
         (explaining_pieces).
         ``uniform_prior``: a_t,i = 1/|x| (IBM model 1), the first steps of training."""
         scores = self.W_q(states) @ self.W_k(memory).transpose(1, 2) / math.sqrt(self.size)
+        scores = scores + self.beta * attention.clamp(min=1e-6).log()  # (a weight of 0 is not -inf: a small prior)
         if uniform_prior:
             scores = torch.zeros_like(scores)
         allowed = explaining_pieces(mask, targets)
@@ -91,12 +96,15 @@ def layer_for(translation_model: nn.Module, src_vocab_size: int, tgt_vocab_size:
 
 
 @torch.no_grad()
-def frozen_features(translation_model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+def frozen_features(translation_model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """What the alignment layer reads of the frozen model: the decoder states s_t (B,T,state),
-    the encoder states h_i (B,S,memory) and the source mask (B,S)."""
+    the encoder states h_i (B,S,memory), the source mask (B,S) and the model's attention alpha
+    (B,T,S: a Transformer's last layer, heads averaged; uniform for a model without attention)."""
     memory = translation_model.encode(batch.src, batch.src_lengths)
-    states, _ = translation_model.decoder_outputs_of(memory, batch.tgt_in)
-    return states.float(), memory.states.float(), memory.mask
+    states, attention = translation_model.decoder_outputs_of(memory, batch.tgt_in)
+    if attention is None:
+        attention = torch.ones(states.shape[:2] + memory.mask.shape[1:], device=states.device)
+    return states.float(), memory.states.float(), memory.mask, attention.float()
 
 
 def posteriors(layer: AlignmentLayer, translator, sources: list[str], targets: list[str],
