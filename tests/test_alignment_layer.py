@@ -224,3 +224,57 @@ def test_a_model_without_attention_gets_an_aligner_too(tmp_path):
     translator = load(config.experiment_dir)
     [links] = align(translator, pairs[0][:1], pairs[0][1:], aligner=load_aligner(folder, translator))
     assert len(links) == 6  # argmax: one link per target word
+
+
+def test_links_self_can_read_the_first_rounds_aligner(scramble, tmp_path):
+    from attnmt.translation.training import prepare_data
+
+    model_dir, aligner_dir, _ = scramble
+    pairs, _ = scrambled(400, seed=5)  # the first round's training text
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+
+    def second_round(**guided):
+        return toy_config(tmp_path, pairs, data={"subwords": {"type": "word", "vocab_size": 40, "joint": True}},
+                          training={"max_steps": 1, "threads": 1,
+                                    "guided_alignment": {"links": "self", "first_round": str(model_dir), **guided}})
+
+    config = second_round(first_round_aligner=str(aligner_dir))
+    messages = []
+    prepare_data(config, log=messages.append)
+    assert f"word links: aligning 400 training pairs with the alignment layers of {model_dir}" in messages
+    translator = load(model_dir)
+    expected = align(translator, sources, targets, aligner=load_aligner(aligner_dir, translator))
+    cached = (config.experiment_dir / "alignment" / "train.self.links").read_text().splitlines()
+    assert cached == [format_pharaoh(links) for links in expected]
+    assert cached != [format_pharaoh(links) for links in align(translator, sources, targets)]  # not the attention
+    with pytest.raises(AttnmtError, match=r"training.guided_alignment.first_round_aligner: .*not an aligner folder"):
+        prepare_data(second_round(first_round_aligner=str(tmp_path)), log=lambda m: None)
+
+
+@pytest.mark.parametrize("guided, message", [
+    ({"links": "eflomal", "first_round_aligner": "a"}, "first_round_aligner is for links: self"),
+    ({"links": "self", "first_round": "r", "first_round_backward_aligner": "a"}, "give that too"),
+    ({"links": "self", "first_round": "r", "symmetrize": "mean"}, "give first_round_backward"),
+    ({"links": "self", "first_round": "r", "first_round_backward": "b", "symmetrize": "diagonal"}, "symmetrize"),
+])
+def test_config_of_self_links_with_aligners(tmp_path, guided, message):
+    from attnmt.core.config import config_from_dict
+
+    raw = {"experiment_dir": str(tmp_path), "data": {"train": {"tsv": "t.tsv"}},
+           "training": {"max_steps": 1, "guided_alignment": guided}}
+    with pytest.raises(AttnmtError, match=message):
+        config_from_dict(raw, tmp_path)
+
+
+def test_both_aligners_are_averaged_by_default(tmp_path):
+    from attnmt.core.config import config_from_dict
+
+    def symmetrization(**guided):
+        raw = {"experiment_dir": str(tmp_path), "data": {"train": {"tsv": "t.tsv"}},
+               "training": {"max_steps": 1, "guided_alignment": {"links": "self", "first_round": "r",
+                                                                 "first_round_backward": "b", **guided}}}
+        return config_from_dict(raw, tmp_path).training.guided_alignment.symmetrization
+
+    assert symmetrization() == "grow-diag-final"
+    assert symmetrization(first_round_aligner="a", first_round_backward_aligner="c") == "mean"
+    assert symmetrization(first_round_aligner="a", first_round_backward_aligner="c", symmetrize="union") == "union"

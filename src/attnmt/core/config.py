@@ -160,16 +160,33 @@ class GuidedAlignment(Section):
     # links: self, optional: a model of the reverse direction (target -> source) trained on the same pairs;
     # its links, turned around, and first_round's are symmetrized (grow-diag-final)
     first_round_backward: Path | None = None
+    # links: self, optional: alignment layers of the first rounds (attnmt train-aligner), read
+    # instead of their attention
+    first_round_aligner: Path | None = None
+    first_round_backward_aligner: Path | None = None
+    # links: self with both directions: how they are combined (attnmt align --symmetrize); default
+    # mean with the two aligners, grow-diag-final otherwise (the best of each on E4)
+    symmetrize: Literal["intersection", "union", "grow-diag-final", "mean"] | None = None
 
     @model_validator(mode="after")
     def first_round_with_self(self):
         if self.links == "self" and self.first_round is None:
             raise ValueError("links: self needs first_round: the folder of a translation model trained on "
                              "data.train without guidance (the first round), whose attention gives the links")
-        for name in ("first_round", "first_round_backward"):
+        for name in ("first_round", "first_round_backward", "first_round_aligner", "first_round_backward_aligner",
+                     "symmetrize"):
             if self.links != "self" and getattr(self, name) is not None:
                 raise ValueError(f"{name} is for links: self (links is {self.links!r})")
+        if self.first_round_backward_aligner is not None and self.first_round_backward is None:
+            raise ValueError("first_round_backward_aligner is the aligner of first_round_backward: give that too")
+        if self.symmetrize is not None and self.first_round_backward is None:
+            raise ValueError("symmetrize combines first_round and first_round_backward: give first_round_backward")
         return self
+
+    @property
+    def symmetrization(self) -> str:
+        both_aligners = self.first_round_aligner is not None and self.first_round_backward_aligner is not None
+        return self.symmetrize or ("mean" if both_aligners else "grow-diag-final")
 
 
 class TrainingConfig(Section):

@@ -36,6 +36,7 @@ from attnmt.data.subwords import UNK, Subwords
 from attnmt.seq2seq.inference import Translator
 from attnmt.seq2seq.links import without_eos
 from attnmt.translation.align import align, align_both_ways, format_pharaoh, grow_diag_final, parse_pharaoh, piece_lists
+from attnmt.translation.aligner import load_aligner
 from attnmt.translation.prepare import EncodedCorpus
 from attnmt.viz.words import word_spans
 
@@ -126,25 +127,31 @@ UNKNOWN_LIMIT = 0.1  # a first round that does not know more of the training tex
 def self_links_file(config: Config, sources: list[str], targets: list[str], log: Callable[[str], None]) -> Path:
     """EXPERIMENT/alignment/train.self.links: the word links of every training pair (whitespace
     words) read from the forced attention of training.guided_alignment.first_round, as `attnmt
-    align` reads them by default (argmax, no shift; a Transformer's last layer, heads averaged);
-    with first_round_backward, the grow-diag-final of both directions (`attnmt align --backward`).
-    Computed once; its stamp holds the SHA-256 of the text and of each first round's weights, so a
-    changed text or model is aligned again."""
+    align` reads them by default (argmax, no shift; a Transformer's last layer, heads averaged), or
+    from their alignment layers (first_round_aligner, first_round_backward_aligner); with
+    first_round_backward, both directions symmetrized (`attnmt align --backward --symmetrize`).
+    Computed once; its stamp holds the SHA-256 of the text and of each first round's (and aligner's)
+    weights, so a changed text or model is aligned again."""
     ga: GuidedAlignment = config.training.guided_alignment
     rounds = {"first_round": ga.first_round, "first_round_backward": ga.first_round_backward}
     rounds = {name: folder for name, folder in rounds.items() if folder is not None}
     weights = {name: _first_round_weights(config, name, folder) for name, folder in rounds.items()}
+    aligners = {name: getattr(ga, f"{name}_aligner") for name in rounds if getattr(ga, f"{name}_aligner")}
+    for name, folder in aligners.items():
+        weights[f"{name}_aligner"] = _aligner_weights(name, folder)
     stamp_text = f"text {_text_digest(sources, targets)}\n" + "".join(
-        f"{name} {file_sha256(path)}\n" for name, path in weights.items())
+        f"{name} {file_sha256(path)}\n" for name, path in weights.items()) + f"symmetrize {ga.symmetrization}\n"
     folder = config.experiment_dir / "alignment"
     path, stamp = folder / "train.self.links", folder / "train.self.sha256"
     if path.is_file() and stamp.is_file() and stamp.read_text() == stamp_text:
         return path
-    both = f" and {ga.first_round_backward} (grow-diag-final)" if ga.first_round_backward else ""
-    log(f"word links: aligning {len(sources):,} training pairs with the attention of {ga.first_round}{both}")
-    models = {name: _first_round(name, rounds[name], config.training.device) for name in rounds}
+    both = f" and {ga.first_round_backward} ({ga.symmetrization})" if ga.first_round_backward else ""
+    what = "the alignment layers" if aligners else "the attention"
+    log(f"word links: aligning {len(sources):,} training pairs with {what} of {ga.first_round}{both}")
+    models = {name: _first_round(name, rounds[name], config.training.device, name in aligners) for name in rounds}
     for name, model in models.items():
         _check_vocabulary(name, model, sources, targets, backward=name == "first_round_backward")
+    layers = {name: _first_round_aligner(name, folder, models[name]) for name, folder in aligners.items()}
     links = [[] for _ in sources]
     usable = _pairs_with_their_words(models, sources, targets)
     if len(usable) < len(sources):
@@ -152,8 +159,8 @@ def self_links_file(config: Config, sources: list[str], targets: list[str], log:
             "subwords do not make their words get no links")
     for start in range(0, len(usable), SELF_CHUNK):
         chunk = usable[start:start + SELF_CHUNK]
-        for k, pair_links in zip(chunk, _attention_links(models, [sources[k] for k in chunk],
-                                                          [targets[k] for k in chunk])):
+        for k, pair_links in zip(chunk, _attention_links(models, layers, ga.symmetrization,
+                                                          [sources[k] for k in chunk], [targets[k] for k in chunk])):
             links[k] = pair_links
     atomic_write_text(path, "".join(format_pharaoh(pair) + "\n" for pair in links))
     atomic_write_text(stamp, stamp_text)
@@ -191,12 +198,12 @@ def _reversed(spec: dict) -> dict:
     return {"src": spec["tgt"], "tgt": spec["src"]}
 
 
-def _first_round(name: str, folder: Path, device: str):
+def _first_round(name: str, folder: Path, device: str, has_aligner: bool):
     try:
         model = Translator(folder, device=device)
     except AttnmtError as error:
         raise AttnmtError(f"training.guided_alignment.{name}: {error}") from None
-    if not model.model.has_attention:
+    if not model.model.has_attention and not has_aligner:
         raise AttnmtError(f"training.guided_alignment.{name}: {folder} has attention 'none': it has no attention "
                           "weights to align with")
     return model
@@ -226,11 +233,29 @@ def _pairs_with_their_words(models: dict, sources: list[str], targets: list[str]
     return sorted(usable)
 
 
-def _attention_links(models: dict, sources: list[str], targets: list[str]) -> list[list[Link]]:
+def _aligner_weights(name: str, folder: Path) -> Path:
+    weights = folder / "aligner.safetensors"
+    if not weights.is_file():
+        raise AttnmtError(f"training.guided_alignment.{name}_aligner: {folder}: not an aligner folder (no "
+                          "aligner.safetensors; attnmt train-aligner writes it)")
+    return weights
+
+
+def _first_round_aligner(name: str, folder: Path, model: Translator):
+    try:
+        return load_aligner(folder, model)
+    except AttnmtError as error:
+        raise AttnmtError(f"training.guided_alignment.{name}_aligner: {error}") from None
+
+
+def _attention_links(models: dict, layers: dict, symmetrization: str, sources: list[str],
+                     targets: list[str]) -> list[list[Link]]:
+    """The links of the first round (or both), from their attention or their alignment layers."""
     forward, backward = models["first_round"], models.get("first_round_backward")
     if backward is None:
-        return align(forward, sources, targets, batch_size=SELF_BATCH)
-    return align_both_ways(forward, backward, sources, targets, "grow-diag-final", batch_size=SELF_BATCH)
+        return align(forward, sources, targets, batch_size=SELF_BATCH, aligner=layers.get("first_round"))
+    aligners = (layers.get("first_round"), layers.get("first_round_backward"))
+    return align_both_ways(forward, backward, sources, targets, symmetrization, aligners, batch_size=SELF_BATCH)
 
 
 def attach_links(config: Config, train: EncodedCorpus, src_sw: Subwords, tgt_sw: Subwords,
