@@ -354,19 +354,20 @@ class Config(Section):
         return self
 
 
-def _resolve_paths(config: Config, base: Path) -> Config:
-    def resolve(section: Section | None):
-        for name, value in dict(section or {}).items():  # every path of the section
-            if isinstance(value, Path) and not value.is_absolute():
-                setattr(section, name, (base / value).resolve())
+def resolve_paths(section: Section | None, base: Path):
+    """Every relative path field of ``section`` read from ``base`` (the config file's folder)."""
+    for name, value in dict(section or {}).items():
+        if isinstance(value, Path) and not value.is_absolute():
+            setattr(section, name, (base / value).resolve())
 
-    config.experiment_dir = config.experiment_dir if config.experiment_dir.is_absolute() \
-        else (base / config.experiment_dir).resolve()
+
+def _resolve_paths(config: Config, base: Path) -> Config:
+    resolve_paths(config, base)  # experiment_dir
     for files in (config.data.train, config.data.dev, *config.data.test.values()):
-        resolve(files)
+        resolve_paths(files, base)
     if config.task == "pairs":
-        resolve(config.model.embeddings)
-    resolve(config.training.guided_alignment)  # its first rounds (links: self)
+        resolve_paths(config.model.embeddings, base)
+    resolve_paths(config.training.guided_alignment, base)  # its first rounds and aligners (links: self)
     return config
 
 

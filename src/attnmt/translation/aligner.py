@@ -20,7 +20,7 @@ from pydantic import Field
 
 from attnmt.core import threads
 from attnmt.core.checkpoint import load_weights, save_model, tensor_shapes
-from attnmt.core.config import CorpusFiles, Section, config_to_yaml, read_yaml_file, validated
+from attnmt.core.config import CorpusFiles, Section, config_to_yaml, read_yaml_file, resolve_paths, validated
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text, file_sha256
 from attnmt.core.folders import inference_device, model_config, weights_path
@@ -61,13 +61,8 @@ def load_aligner_config(path: str | Path) -> AlignerConfig:
     """The config file, its relative paths read from its folder (as in a training config)."""
     path = Path(path)
     config = validated(AlignerConfig, read_yaml_file(path), source=str(path))
-    base = path.resolve().parent
-    config.model = (base / config.model).resolve()
-    config.out = None if config.out is None else (base / config.out).resolve()
-    if config.train is not None:
-        for name in ("src", "tgt", "tsv"):
-            if getattr(config.train, name) is not None:
-                setattr(config.train, name, (base / getattr(config.train, name)).resolve())
+    for section in (config, config.train):
+        resolve_paths(section, path.resolve().parent)
     return config
 
 
