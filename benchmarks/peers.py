@@ -954,6 +954,10 @@ ROWS = [  # label, key, format
     ("decode sent/s beam 5, batch 64, attnmt --bf16 (peers: float32)", "decode_beam5_bf16", "{:.0f}"),
     ("test_2016 BLEU beam 5, attnmt --int8 (int8 linear layers; peers: float32)", "bleu_beam5_int8", "{:.1f}"),
     ("decode sent/s beam 5, batch 64, attnmt --int8 (peers: float32)", "decode_beam5_int8", "{:.0f}"),
+    ("test_2016 BLEU beam 5, attnmt --shortlist (float32, output layer on likely pieces; peers: full)",
+     "bleu_beam5_shortlist", "{:.1f}"),
+    ("decode sent/s beam 5, batch 64, attnmt --shortlist (peers: full vocabulary)", "decode_beam5_shortlist",
+     "{:.0f}"),
     ("training peak RSS GB (lower is better)", "peak_rss_gb", "{:.2f}"),
     ("machine speed before the system, GFLOP/s (64×512×1536 fp32 products)", "probe_gflops_before", "{:.0f}"),
     ("machine speed after the system, GFLOP/s", "probe_gflops_after", "{:.0f}"),
@@ -985,7 +989,8 @@ GPU_ROWS = [
 ]
 
 
-PEER_KEY = {f"{figure}_beam5_{q}": f"{figure}_beam5" for q in ("bf16", "int8") for figure in ("bleu", "decode")}
+PEER_KEY = {f"{figure}_beam5_{q}": f"{figure}_beam5" for q in ("bf16", "int8", "shortlist")
+            for figure in ("bleu", "decode")}
 
 
 def ratio(ours, theirs) -> str:

@@ -51,9 +51,11 @@ PEERS = {
 }
 
 # Beam 5 with attnmt's opt-in cheaper inference (--bf16: the output layer's product in bf16, as
-# in bf16 training; --int8: dynamic int8 linear layers), beside the float32 figures above. The
-# peers decode in float32 only on CPUs: their ratios use the peer's float32 figure (PEER_KEY).
-CHEAPER = ("bf16", "int8")
+# in bf16 training; --int8: dynamic int8 linear layers; --shortlist: float32, the output layer
+# restricted to the pieces the batch's source makes likely, from MODEL/shortlist.json that
+# `attnmt shortlist` builds first), beside the float32 figures above. The peers decode in float32
+# only on CPUs: their ratios use the peer's float32 figure (PEER_KEY).
+CHEAPER = ("bf16", "int8", "shortlist")
 CHEAPER_ROWS = [row for q in CHEAPER for row in (
     (f"test BLEU beam 5, --{q}", f"bleu_beam5_{q}", "{:.1f}"),
     (f"decode sent/s beam 5 (wall), --{q}", f"decode_beam5_{q}", "{:.0f}"))]
@@ -102,7 +104,7 @@ def train(config_path: Path) -> float:
 
 
 def decode_test(model_dir: Path, beam: int, threads: int, quantize: str | None = None, data: Path = MULTI30K,
-                device: str = "cpu") -> dict:
+                device: str = "cpu", shortlist: bool = False) -> dict:
     import torch
 
     import attnmt
@@ -115,15 +117,25 @@ def decode_test(model_dir: Path, beam: int, threads: int, quantize: str | None =
     started = time.perf_counter()
     model = attnmt.load(model_dir, quantize=quantize, device=device)
     loaded, loaded_at = time.perf_counter(), time.time()
-    hypotheses = [t.text for t in model.translate(sources, beam=beam, batch_size=64)]  # texts: on the host
+    hypotheses = [t.text for t in model.translate(sources, beam=beam, batch_size=64,  # texts: on the host
+                                                  shortlist=shortlist)]
     done, done_at = time.perf_counter(), time.time()
     scores = corpus_scores(hypotheses, references)
-    suffix = f".{quantize}" if quantize else ""
+    suffix = f".{quantize}" if quantize else ".shortlist" if shortlist else ""
     (model_dir / f"test_2016_flickr.beam{beam}{suffix}.en").write_text("\n".join(hypotheses) + "\n")
     return {"bleu": scores["bleu"].score, "chrf": scores["chrf"].score, "signature": scores["bleu"].signature,
             "sentences_per_s": len(sources) / (done - loaded),
             "sentences_per_s_wall": len(sources) / (done - started),
             "decoding_window": [loaded_at, done_at]}  # wall clock: benchmarks/peers.py's GPU samples
+
+
+def decode_cheaper(model_dir: Path, kind: str, threads: int, data: Path) -> dict:
+    """Beam 5 with one of attnmt's cheaper inference modes (CHEAPER). The shortlist's table is built
+    first, once, by `attnmt shortlist` (eflomal on the training corpus: not part of the decoding time)."""
+    if kind != "shortlist":
+        return decode_test(model_dir, 5, threads, quantize=kind, data=data)
+    subprocess.run([sys.executable, "-m", "attnmt.cli", "shortlist", str(model_dir)], check=True)
+    return decode_test(model_dir, 5, threads, data=data, shortlist=True)
 
 
 def print_table(name: str, ours: dict, others: dict[str, dict]):
@@ -138,7 +150,7 @@ def print_table(name: str, ours: dict, others: dict[str, dict]):
         print(f"| {label} | " + " | ".join("—" if v is None else fmt.format(v) for v in values)
               + "".join(f" | {r}" for r in ratios) + " |")
     if any(not o.startswith("attnmt") for o in others):
-        print("(rows --bf16, --int8: the peers' columns hold their float32 figures)")
+        print("(rows --bf16, --int8, --shortlist: the peers' columns hold their float32 figures)")
 
 
 def main(argv: list[str] | None = None):
@@ -183,7 +195,7 @@ def main(argv: list[str] | None = None):
     with safe_open(str(model_dir / "last.safetensors"), "pt") as f:
         last = json.loads(f.metadata()["info"])["trainer"]
     greedy, beam5 = (decode_test(model_dir, beam, args.threads, data=data, device=args.device) for beam in (1, 5))
-    cheaper = {q: decode_test(model_dir, 5, args.threads, quantize=q, data=data) for q in cheaper_kinds}
+    cheaper = {q: decode_cheaper(model_dir, q, args.threads, data) for q in cheaper_kinds}
     ours = {"sentences_per_s": last["sentences"] / last["seconds"],
             "tokens_per_s": last["target_tokens"] / last["seconds"], "steps": last["step"],
             "train_seconds": last["seconds"],
