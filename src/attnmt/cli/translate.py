@@ -23,8 +23,10 @@ def add_parser(subparsers):
                    help="argmax: each output word to its most attended source word; threshold: every link with "
                         "weight >= --align-threshold")
     p.add_argument("--align-threshold", type=float, default=0.5, help="for --align-method threshold")
-    p.add_argument("--aligner", metavar="DIR", help="read the word links from this alignment layer of the model "
-                                                      "(attnmt train-aligner) instead of its attention")
+    p.add_argument("--aligner", metavar="DIR|none",
+                   help="read the word links from this alignment layer of the model (attnmt train-aligner); 'none': "
+                        "from the attention. Default: MODEL/aligner if it was trained on these weights, else the "
+                        "attention")
     p.set_defaults(func=run)
 
 
@@ -36,9 +38,14 @@ def run(args):
                           "config); give a larger --beam")
     if args.aligner and not aligned(args):
         raise AttnmtError("--aligner gives the word links of --report-align or --align-file: give one of them")
+    if args.aligner:
+        model.aligner = None if args.aligner == "none" else output_aligner(args.aligner, model)
     lines = read_input(args.input)
     translations, unusable = decode_for_task(model, lines, args)
-    write_translations(translations, args, aligner_links(model, translations, args) if args.aligner else None)
+    if aligned(args):
+        translations = model.align_outputs(translations, args.n_best, method=args.align_method,
+                                           threshold=args.align_threshold)
+    write_translations(translations, args)
     if unusable:
         first = min(unusable)
         raise AttnmtError(f"{len(unusable)} of {len(lines)} sound file(s) not transcribed (empty lines in the output); "
@@ -64,29 +71,28 @@ def aligned(args) -> bool:
     return bool(args.report_align or args.align_file)
 
 
-def aligner_links(model, translations, args) -> list[str]:
-    """The word links of every written candidate, in order, read from the alignment layer --aligner."""
-    from attnmt.translation.align import align, format_pharaoh
-    from attnmt.translation.aligner import load_aligner
+def output_aligner(folder, model):
+    from attnmt.translation.aligner import OutputAligner
 
-    pairs = [(t.source, c.text) for t in translations for c in t.candidates[:args.n_best]]
-    links = align(model, [s for s, _ in pairs], [o for _, o in pairs], batch_size=args.batch_size or 32,
-                  method=args.align_method, threshold=args.align_threshold, aligner=load_aligner(args.aligner, model))
-    return [format_pharaoh(pair_links) if source.strip() else "" for (source, _), pair_links in zip(pairs, links)]
+    return OutputAligner(folder, model)
 
 
-def write_translations(translations, args, given_links: list[str] | None = None):
-    """The N best of each to --output, with their word links after ' ||| ' and/or in --align-file
-    (``given_links``: those of every candidate, in order; by default read from its attention)."""
+def write_translations(translations, args):
+    """The N best of each to --output, with their word links (filled in by Translator.align_outputs)
+    after ' ||| ' and/or in --align-file."""
+    from attnmt.translation.align import format_pharaoh
+
     out = open_output(args.output)
     links = open_output(args.align_file) if args.align_file else None
-    given = iter(given_links or ())
     try:
         for i, t in enumerate(translations):
             for c in t.candidates[:args.n_best]:
                 line = c.text if args.n_best == 1 else f"{i} ||| {c.text} ||| {c.score:.4f}"  # Moses n-best format
                 if aligned(args):  # the output's word links, after " ||| " as OpenNMT-py writes them, or to their file
-                    pharaoh = next(given) if given_links is not None else output_links(t, c, args)
+                    if c.alignment is None:
+                        raise AttnmtError("--report-align reads the attention, and this model has attention 'none': "
+                                          "give an --aligner")
+                    pharaoh = format_pharaoh(c.alignment)
                     line += f" ||| {pharaoh}" if args.report_align else ""
                     if links is not None:
                         links.write(pharaoh + "\n")
@@ -94,15 +100,3 @@ def write_translations(translations, args, given_links: list[str] | None = None)
     finally:
         for stream in (out, links):
             close_output(stream)
-
-
-def output_links(translation, candidate, args) -> str:
-    from attnmt.api import links_of
-    from attnmt.translation.align import format_pharaoh
-
-    if not translation.source.strip():
-        return ""
-    links = links_of(translation, candidate, method=args.align_method, threshold=args.align_threshold)
-    if links is None:
-        raise AttnmtError("--report-align reads the attention, and this model has attention 'none'")
-    return format_pharaoh(links)

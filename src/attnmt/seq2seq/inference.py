@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -40,16 +40,24 @@ class Candidate:
     tokens: list[str]  # subword pieces, ending in "</s>" when the model produced it
     score: float  # log-probability / length penalty
     attention: np.ndarray | None  # (len(tokens), len(source_tokens)); None for attention "none"
-    # Word links (source word i, output word j), "</s>" left out: filled where asked for (the
-    # server's "align": true); Translation.alignment reads them from the attention
+    # Word links (source word i, output word j), "</s>" left out: filled where asked for
+    # (translate(align=True), the server's "align": true; Translator.align_outputs)
     alignment: list[tuple[int, int]] | None = None
 
     def __repr__(self) -> str:
         return f"Candidate({self.text!r}, score {self.score:.3f}, {len(self.tokens)} tokens, {_shape(self.attention)})"
 
 
+# Word links of (source, output) text pairs, one list of (source word i, output word j) a pair, from
+# a model of their own rather than the attention: Translator.aligner (attnmt.translation.aligner.OutputAligner).
+Aligner = Callable[..., list[list[tuple[int, int]]]]
+
+
 def links_of(translation: "Translation", candidate: Candidate, **options) -> list[tuple[int, int]] | None:
-    """The word links of ``candidate`` of ``translation`` (attnmt.seq2seq.links.output_links with ``options``)."""
+    """The word links of ``candidate`` of ``translation``: those filled in, else read from its
+    attention (attnmt.seq2seq.links.output_links with ``options``); None without either."""
+    if candidate.alignment is not None:
+        return candidate.alignment
     if candidate.attention is None:
         return None
     return output_links(candidate.attention, translation.source_tokens, candidate.tokens, **options)
@@ -66,6 +74,8 @@ class Translation:
     source_tokens: list[str]  # subword pieces of the source, ending in "</s>"
     candidates: list[Candidate] = field(default_factory=list)  # best first (n-best list)
     truncated: bool = False  # the source was longer than max_tokens: its first max_tokens pieces were translated
+    # the Translator's aligner when it was made, for the alignment property
+    aligner: Aligner | None = field(default=None, repr=False, compare=False)
 
     @property
     def best(self) -> Candidate:
@@ -96,8 +106,13 @@ class Translation:
     @property
     def alignment(self) -> list[tuple[int, int]] | None:
         """Word links of the best candidate, (source word i, output word j), both 0-based and
-        counting whitespace-separated words, "</s>" left out: each output word linked to the source
-        word it attended to most (attnmt.seq2seq.links.output_links; None without attention)."""
+        counting whitespace-separated words, "</s>" left out. From the model's aligner if it has one
+        (an alignment layer in MODEL/aligner, attnmt.translation.aligner), else each output word
+        linked to the source word it attended to most (attnmt.seq2seq.links.output_links; None
+        without attention)."""
+        if self.best.alignment is None and self.aligner is not None:
+            self.best.alignment = (self.aligner([self.source], [self.text])[0]
+                                   if self.source.strip() and self.text.strip() else [])
         return links_of(self, self.best)
 
 
@@ -128,6 +143,10 @@ class Translator:
                 warnings.warn("quantize='bf16' (--bf16) on a CPU without bf16 units (AVX512-BF16 or AMX): the "
                               "product is emulated and slower than float32 here", stacklevel=3)
         self.attention_window = self.config.decoding.attention_window
+        # Where word links come from (align_outputs, Translation.alignment): None, the attention;
+        # an aligner of its own (attnmt.translation.aligner.OutputAligner: attnmt.load sets the
+        # alignment layer of MODEL/aligner when it was trained on these weights)
+        self.aligner: Aligner | None = None
         # translate()'s shortlist when it is given none (None: the config's decoding.shortlist)
         self.shortlist: bool | str | Path | None = None
         self._shortlists: dict[Path, Shortlist] = {}  # the tables read so far, by file
@@ -203,7 +222,8 @@ class Translator:
 
     def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
                   batch_size: int | None = None, max_tokens: int | None = None,
-                  progress: str | None = None, shortlist: bool | str | Path | None = None) -> list[Translation]:
+                  progress: str | None = None, shortlist: bool | str | Path | None = None,
+                  align: bool = False) -> list[Translation]:
         """Translates each text; the output has one Translation per input, in order.
 
         Empty (or whitespace-only) inputs give an empty translation without running the model.
@@ -213,6 +233,8 @@ class Translator:
         ``shortlist``: the output layer restricted to each batch's likely pieces (attnmt.translation.shortlist):
         True, the folder's shortlist.json; a path, that table; False, none; None, as the config's
         decoding.shortlist says (unless ``Translator.shortlist`` is set).
+        ``align``: every candidate's word links filled in (align_outputs); without it,
+        ``Translation.alignment`` finds the best candidate's when asked.
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
@@ -238,9 +260,29 @@ class Translator:
                                      shortlist=table)
                 for i, hypotheses in zip(indices, decoded):
                     results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
-                                             [self._candidate(h) for h in hypotheses], i in truncated)
+                                             [self._candidate(h) for h in hypotheses], i in truncated, self.aligner)
                 bar.update(len(indices))
-        return results
+        return self.align_outputs(results) if align else results
+
+    def align_outputs(self, translations: list[Translation], n_best: int | None = None,
+                      **options) -> list[Translation]:
+        """``translations`` with the word links of each of their first ``n_best`` candidates (default:
+        all) filled in: from ``self.aligner`` if set (the pairs aligned in batches), else from each
+        candidate's attention. ``options``: method ("argmax" or "threshold") and threshold.
+        Candidates whose source or output is empty get no links."""
+        def chosen(t: Translation) -> list[Candidate]:
+            return t.candidates[:n_best]
+
+        def has_words(t: Translation, c: Candidate) -> bool:
+            return bool(t.source.strip() and c.text.strip())
+
+        pairs = [(t.source, c.text) for t in translations for c in chosen(t) if has_words(t, c)]
+        if self.aligner is not None and pairs:
+            found = iter(self.aligner([s for s, _ in pairs], [o for _, o in pairs], **options))
+        else:
+            found = iter([links_of(t, c, **options) for t in translations for c in chosen(t) if has_words(t, c)])
+        return [replace(t, candidates=[replace(c, alignment=next(found) if has_words(t, c) else [])
+                                       for c in chosen(t)] + t.candidates[len(chosen(t)):]) for t in translations]
 
     def shortlist_table(self, shortlist: bool | str | Path | None) -> Shortlist | None:
         """The table that ``translate(shortlist=...)`` means, read once."""

@@ -98,7 +98,9 @@ class LoadedModel:
         return self.translator.inputs
 
     def info(self) -> ModelInfo:
-        return ModelInfo(name=self.name, task=self.task, **self.translator.describe())
+        # (text in, text out: the models whose words "align": true links)
+        links = ("aligner" if self.translator.aligner else "attention") if self.inputs == "text" else None
+        return ModelInfo(name=self.name, task=self.task, word_links=links, **self.translator.describe())
 
 
 def model_entry(argument: str) -> ModelEntry:

@@ -19,7 +19,6 @@ import torch
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import Response
 
-from attnmt.api import links_of
 from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.bodies import StrictJSONRoute
@@ -184,9 +183,10 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     if body.attention:
         check_matrices(model, tokens, body.n_best, limits)
     translations = await model.batcher.translate(texts, tokens, beam, body.n_best, deadline)
-    if body.align:  # read from the attention, before it may be dropped
-        translations = [replace(t, candidates=[replace(c, alignment=links_of(t, c)) for c in t.candidates])
-                        for t in translations]
+    if body.align:  # before the attention may be dropped; an aligner is a model: in the worker thread
+        align_outputs = model.translator.align_outputs
+        translations = (await model.run(align_outputs, translations, deadline=deadline) if model.translator.aligner
+                        else align_outputs(translations))
     if not body.attention:  # dropped before the answer is made: the matrices are most of its work
         translations = [replace(t, candidates=[replace(c, attention=None) for c in t.candidates])
                         for t in translations]

@@ -100,6 +100,10 @@ class ModelInfo(Strict):
     norm: Optional[Literal["pre", "post"]] = Field(description="Transformer only: LayerNorm placement")
     beam: int = Field(description="default beam size of /translate for this model")
     labels: Optional[list[str]] = Field(None, description="sentence-pair models only: the classes of /classify")
+    word_links: Optional[Literal["aligner", "attention"]] = Field(
+        None, description='translation models only: where the links of "align": true come from: "aligner", an '
+                          "alignment layer trained on this model (MODEL/aligner, attnmt train-aligner), or "
+                          '"attention", its attention')
 
 
 class CandidateOut(Answer):
@@ -111,8 +115,9 @@ class CandidateOut(Answer):
                     "attention or when not asked")
     alignment: Optional[list[tuple[int, int]]] = Field(
         None, description='with "align": true, the word links of this output as [i, j] pairs: source word i, output '
-                          "word j, both 0-based, counting whitespace-separated words, '</s>' left out; each output "
-                          "word linked to the source word it attends to most (null without attention)")
+                          "word j, both 0-based, counting whitespace-separated words, '</s>' left out; from the "
+                          "model's aligner if it has one (its word_links in /models), else each output word linked "
+                          "to the source word it attends to most (null without either)")
 
 
 class TranslationOut(Answer):

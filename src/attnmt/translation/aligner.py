@@ -12,6 +12,7 @@ is used only with those weights).
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -41,6 +42,10 @@ class AlignerConfig(Section):
     # the pairs it learns from; default the model's own training pairs (data.train less held-out sets)
     train: CorpusFiles | None = None
     size: int = Field(256, gt=0)  # d: the prior's query and key size, the lexicon's embedding size
+    # D: a learnt bias of the prior for each distance from the diagonal, in this many buckets (0: none)
+    diagonal_buckets: int = Field(0, ge=0)
+    # p0: the prior of a NULL word that explains target words no source word wrote (0: none)
+    null_prior: float = Field(0.0, ge=0, lt=1)
     steps: int = Field(3000, gt=0)
     # the first steps learn the lexicon alone, under a uniform prior (IBM model 1, as statistical
     # aligners start): learnt together from the start, the prior can settle on one source piece
@@ -104,7 +109,7 @@ def train_aligner(config: AlignerConfig, log: Callable[[str], None] = print) -> 
     torch.manual_seed(config.seed)
     device = translator.device
     layer = layer_for(translator.model, len(translator.src_subwords), len(translator.tgt_subwords),
-                      config.size).to(device)
+                      config.size, config.diagonal_buckets, config.null_prior).to(device)
     optimizer = torch.optim.Adam(layer.parameters(), lr=config.learning_rate)
     log(f"aligner: training a layer of size {config.size} on {len(sources):,} pairs, the model in "
         f"{config.model} frozen, {config.steps} steps")
@@ -151,10 +156,58 @@ def load_aligner(folder: str | Path, translator: Translator) -> AlignmentLayer:
     if not {"W_q.weight", "W_k.weight", "E.weight", "W_o.weight"} <= shapes.keys():
         raise AttnmtError(f"{weights}: not the weights of an alignment layer")
     size, memory_size = shapes["W_k.weight"]
-    layer = AlignmentLayer(shapes["W_q.weight"][1], memory_size, shapes["E.weight"][0], shapes["W_o.weight"][0], size)
+    layer = AlignmentLayer(shapes["W_q.weight"][1], memory_size, shapes["E.weight"][0], shapes["W_o.weight"][0], size,
+                           shapes["D"][0] if "D" in shapes else 0, 0.5 if "p0" in shapes else 0.0)  # (p0: loaded)
     stamp = load_weights(layer, weights)
-    if stamp.get("model_weights_sha256") != file_sha256(translator.weights):
+    if not _made_for(stamp, translator):
         raise AttnmtError(f"{folder}: this aligner was trained on the weights of {config.model} "
                           f"({config.checkpoint}), not on those of {translator.weights}: train one for this model "
                           "with attnmt train-aligner")
     return layer.to(translator.device).eval()
+
+
+def _made_for(stamp: dict, translator: Translator) -> bool:
+    return stamp.get("model_weights_sha256") == file_sha256(translator.weights)
+
+
+class OutputAligner:
+    """Word links of (source, output) pairs from an alignment layer trained on ``translator``:
+    what ``Translator.aligner`` holds, so that its translations' links (``Translation.alignment``,
+    ``translate(align=True)``, the server's ``"align": true``, ``attnmt translate --report-align``)
+    come from the layer rather than from the attention."""
+
+    def __init__(self, folder: str | Path, translator: Translator):
+        self.folder = Path(folder)
+        self.layer = load_aligner(folder, translator)
+        self.translator = translator
+
+    def __call__(self, sources: list[str], outputs: list[str], method: str = "argmax", threshold: float = 0.5,
+                 batch_size: int = 32) -> list[list[tuple[int, int]]]:
+        from attnmt.translation.align import align
+
+        return align(self.translator, sources, outputs, batch_size, method, threshold, aligner=self.layer)
+
+    def __repr__(self) -> str:
+        return f"OutputAligner({str(self.folder)!r})"
+
+
+def folder_aligner(translator: Translator) -> OutputAligner | None:
+    """The aligner of the model's own folder, MODEL/aligner (where attnmt train-aligner writes it by
+    default), if there is one and it was trained on the weights ``translator`` holds; otherwise
+    None (its links come from the attention), with a warning if it was trained on other weights."""
+    folder = translator.folder / "aligner"
+    if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
+        return None
+    try:
+        return OutputAligner(folder, translator)
+    except AttnmtError as error:
+        warnings.warn(f"word links from the attention, not from the aligner: {error}", stacklevel=2)
+        return None
+
+
+def load_translator(folder: Path, checkpoint: str = "best", quantize: str | None = None,
+                    device: str | torch.device = "cpu") -> Translator:
+    """A translation model as attnmt.load gives it: with its folder's aligner (folder_aligner)."""
+    translator = Translator(folder, checkpoint, quantize, device)
+    translator.aligner = folder_aligner(translator)
+    return translator

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from attnmt.core.task import Task
-from attnmt.seq2seq.inference import Translator
 from attnmt.seq2seq.model import architecture
+from attnmt.translation.aligner import load_translator
 from attnmt.translation.evaluation import translation_test_scores
 from attnmt.translation.prepare import prepare
 from attnmt.translation.training import translation_training_loop
@@ -17,5 +17,5 @@ def figure_writers(request, model) -> list:
 
 
 TASK = Task(name="translation", what="a translation model", inputs="text", prepare=prepare,
-            training_loop=translation_training_loop, test_scores=translation_test_scores, load=Translator,
+            training_loop=translation_training_loop, test_scores=translation_test_scores, load=load_translator,
             architecture=lambda config: architecture(config.model), figure_writers=figure_writers)
