@@ -14,7 +14,9 @@ from attnmt.cli import main
 from attnmt.core.errors import AttnmtError
 from attnmt.training import train
 from attnmt.translation.align import align, align_both_ways, alignment_matrices, alignment_scores, format_pharaoh
-from attnmt.translation.aligner import AlignerConfig, load_aligner, load_aligner_config, train_aligner
+from attnmt.seq2seq.links import output_links
+from attnmt.translation.aligner import (AlignerConfig, OutputAligner, load_aligner, load_aligner_config,
+                                       train_aligner)
 from attnmt.data.subwords import EOS, PAD
 from attnmt.translation.alignment_layer import AlignmentLayer, explaining_pieces
 from conftest import toy_config
@@ -45,6 +47,66 @@ def test_output_is_the_prior_weighted_lexicon_and_the_alignment_its_posterior():
     # the first steps of training: a uniform prior, whatever the states and the attention
     log_output, _ = layer(states, memory, mask, attention, src, targets, uniform_prior=True)
     torch.testing.assert_close(log_output[0, 0], lexicon[:2, 6].mean().log())
+
+
+def test_the_prior_adds_a_learnt_bias_for_the_distance_from_the_diagonal():
+    torch.manual_seed(0)
+    layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2,
+                           diagonal_buckets=5)
+    states, memory = torch.randn(1, 3, 3), torch.randn(1, 4, 4)
+    attention = torch.softmax(torch.randn(1, 3, 4), dim=-1)
+    src, targets = torch.tensor([[4, 5, EOS, PAD]]), torch.tensor([[6, 7, EOS]])
+    mask = torch.tensor([[True, True, True, False]])
+    before, _ = layer(states, memory, mask, attention, src, targets)
+    with torch.no_grad():
+        layer.D.copy_(torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]))
+    after, alignment = layer(states, memory, mask, attention, src, targets)
+    # m = n = 2: (i + 1/2)/2 - (t + 1/2)/2 is 0 on the diagonal (bucket 2), +1/2 above it (3), -1/2 below (1)
+    scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2 ** 0.5 + layer.beta * attention.log()
+    prior = (scores[0, :2, :2] + torch.tensor([[2.0, 3.0], [1.0, 2.0]])).softmax(-1)
+    lexicon = layer.W_o(torch.tanh(layer.E(src[0]))).log_softmax(-1).exp()
+    for t in range(2):
+        joint = prior[t] * lexicon[:2, targets[0, t]]
+        torch.testing.assert_close(after[0, t], joint.sum().log())
+        torch.testing.assert_close(alignment[0, t, :2], joint / joint.sum())
+    assert not torch.allclose(before[0, :2], after[0, :2])
+    torch.testing.assert_close(before[0, 2], after[0, 2])  # "</s>" by "</s>", wherever it lies
+
+
+def test_a_null_word_explains_what_no_source_word_wrote():
+    torch.manual_seed(0)
+    layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2, null_prior=0.2)
+    with torch.no_grad():
+        layer.e_0.copy_(torch.tensor([1.0, -2.0]))
+    states, memory = torch.randn(1, 3, 3), torch.randn(1, 4, 4)
+    attention = torch.softmax(torch.randn(1, 3, 4), dim=-1)
+    src, targets = torch.tensor([[4, 5, EOS, PAD]]), torch.tensor([[6, 7, EOS]])
+    mask = torch.tensor([[True, True, True, False]])
+    log_output, alignment = layer(states, memory, mask, attention, src, targets)
+    scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2 ** 0.5 + layer.beta * attention.log()
+    prior = scores[0, :, :2].softmax(-1)
+    lexicon = layer.W_o(torch.tanh(layer.E(src[0]))).log_softmax(-1).exp()
+    null_lexicon = layer.W_o(torch.tanh(layer.e_0)).log_softmax(-1).exp()
+    for t in range(2):
+        words = 0.8 * prior[t] * lexicon[:2, targets[0, t]]
+        null = 0.2 * null_lexicon[targets[0, t]]
+        torch.testing.assert_close(log_output[0, t], (words.sum() + null).log())
+        torch.testing.assert_close(alignment[0, t, :2], words / (words.sum() + null))  # sums to 1 - r_t,0
+    torch.testing.assert_close(log_output[0, 2], lexicon[2, EOS].log())  # "</s>" by "</s>" alone
+    assert torch.equal(alignment[0, 2], torch.tensor([0.0, 0.0, 1.0, 0.0]))
+
+
+def test_diagonal_buckets_count_pieces_without_eos_and_padding():
+    from attnmt.translation.alignment_layer import diagonal_distance_buckets
+
+    mask = torch.tensor([[True, True, True, True, True], [True, True, True, False, False]])  # m = 4 and 2
+    targets = torch.tensor([[6, 7, EOS], [6, EOS, PAD]])  # n = 2 and 1
+    buckets = diagonal_distance_buckets(mask, targets, 9)
+    assert buckets.shape == (2, 3, 5)
+    # (i + 1/2)/m - (t + 1/2)/n mapped from [-1, 1] to 0..8, clamped at the ends
+    assert buckets[0, 0].tolist() == [round(((i + 0.5) / 4 - 0.25 + 1) * 4) for i in range(5)]
+    assert buckets[1, 0, :2].tolist() == [round(((i + 0.5) / 2 - 0.5 + 1) * 4) for i in range(2)]
+    assert buckets.min() >= 0 and buckets.max() <= 8
 
 
 def test_a_source_of_eos_alone_explains_every_target_piece():
@@ -150,8 +212,11 @@ def test_an_aligner_is_used_only_with_the_weights_it_was_trained_on(scramble, tm
         next(translator.model.parameters()).add_(1.0)
     from attnmt.core.checkpoint import save_model
     save_model(translator.model, weights)
+    with pytest.warns(UserWarning, match=r"word links from the attention, not from the aligner: .*not on those of"):
+        translator = load(other)  # the copied folder's aligner is not for these weights
+    assert translator.aligner is None
     with pytest.raises(AttnmtError, match=r"trained on the weights of .*, not on those of .*other/best.safetensors"):
-        load_aligner(aligner_dir, load(other))
+        load_aligner(aligner_dir, translator)
     with pytest.raises(AttnmtError, match=r"not an aligner folder"):
         load_aligner(tmp_path, load(model_dir))
 
@@ -193,6 +258,65 @@ def test_translate_reports_the_aligners_links_of_its_output(scramble, tmp_path, 
     assert "give one of them" in capsys.readouterr().err
 
 
+def test_a_model_folders_aligner_gives_its_translations_links(scramble):
+    """MODEL/aligner, trained on the weights loaded: Translation.alignment, translate(align=True)
+    and align_outputs read it; without it (aligner None) the attention."""
+    model_dir, aligner_dir, _ = scramble
+    translator = load(model_dir)
+    assert isinstance(translator.aligner, OutputAligner) and translator.aligner.folder == aligner_dir
+    pairs, _ = scrambled(6, seed=13)
+    sources = [s for s, _ in pairs] + [" "]
+    layer = load_aligner(aligner_dir, translator)
+    translations = translator.translate(sources, beam=2, n_best=2, align=True)
+    for t in translations[:-1]:
+        expected = align(translator, [t.source] * 2, [c.text for c in t.candidates], aligner=layer)
+        assert [c.alignment for c in t.candidates] == expected
+    assert translations[-1].alignment == [] and translations[-1].best.alignment == []  # no source words
+    lazy = translator.translate(sources[:3], beam=2, n_best=2)
+    assert [t.best.alignment for t in lazy] == [None] * 3  # found when asked for
+    assert [t.alignment for t in lazy] == [t.candidates[0].alignment for t in translations[:3]]
+    translator.aligner = None
+    attention = translator.translate(sources[:-1], beam=2)
+    assert [t.alignment for t in attention] == [output_links(t.attention, t.source_tokens, t.tokens)
+                                                for t in attention]
+    assert [t.alignment for t in attention] != [t.alignment for t in translations[:-1]]  # (it collapses)
+
+
+def test_the_server_links_words_with_the_model_folders_aligner(scramble):
+    from attnmt.serve import create_app
+    from conftest import local_client
+
+    model_dir, aligner_dir, _ = scramble
+    pairs, _ = scrambled(3, seed=14)
+    translator = load(model_dir)
+    with local_client(create_app([model_dir])) as client:
+        assert client.get("/models").json()[0]["word_links"] == "aligner"
+        body = client.post("/translate", json={"text": [s for s, _ in pairs], "beam": 2, "align": True}).json()
+    texts = [t["candidates"][0]["text"] for t in body["translations"]]
+    expected = align(translator, [s for s, _ in pairs], texts, aligner=load_aligner(aligner_dir, translator))
+    assert [[tuple(x) for x in t["candidates"][0]["alignment"]] for t in body["translations"]] == expected
+
+
+def test_translate_command_reads_the_folders_aligner_unless_told_none(scramble, tmp_path):
+    model_dir, aligner_dir, _ = scramble
+    pairs, _ = scrambled(4, seed=15)
+    src = tmp_path / "s"
+    src.write_text("".join(s + "\n" for s, _ in pairs))
+    translator = load(model_dir)
+    written = {}
+    for aligner in (None, "none"):
+        out = tmp_path / f"out-{aligner}"
+        assert main(["translate", str(model_dir), "-i", str(src), "--align-file", str(out), "-o", str(tmp_path / "o"),
+                     *(["--aligner", aligner] if aligner else [])]) == 0
+        written[aligner] = out.read_text().splitlines()
+    outputs = (tmp_path / "o").read_text().splitlines()
+    layer = load_aligner(aligner_dir, translator)
+    assert written[None] == [format_pharaoh(links) for links in align(translator, [s for s, _ in pairs], outputs,
+                                                                       aligner=layer)]
+    translator.aligner = None
+    assert written["none"] == [format_pharaoh(t.alignment) for t in translator.translate([s for s, _ in pairs])]
+
+
 def test_mean_symmetrization_keeps_the_links_both_directions_half_believe_in(scramble):
     model_dir, aligner_dir, _ = scramble
     pairs, _ = scrambled(5, seed=9)
@@ -219,11 +343,14 @@ def test_a_model_without_attention_gets_an_aligner_too(tmp_path):
     pairs, _ = scrambled(40, seed=12)
     config = toy_config(tmp_path, pairs, model={"attention": "none"}, training={"max_steps": 2, "threads": 1})
     train(config, log=lambda m: None, progress=False)
-    folder = train_aligner(AlignerConfig(model=config.experiment_dir, steps=2, lexicon_steps=1, size=8, threads=1),
-                           log=lambda m: None)
+    folder = train_aligner(AlignerConfig(model=config.experiment_dir, steps=2, lexicon_steps=1, size=8, threads=1,
+                                         diagonal_buckets=9, null_prior=0.3), log=lambda m: None)
     translator = load(config.experiment_dir)
-    [links] = align(translator, pairs[0][:1], pairs[0][1:], aligner=load_aligner(folder, translator))
+    layer = load_aligner(folder, translator)
+    [links] = align(translator, pairs[0][:1], pairs[0][1:], aligner=layer)
     assert len(links) == 6  # argmax: one link per target word
+    assert layer.D.shape == (9,) and layer.D.abs().sum() > 0  # trained (one step after the uniform one), and kept
+    assert float(layer.p0) == pytest.approx(0.3) and layer.e_0.abs().sum() > 0
 
 
 def test_links_self_can_read_the_first_rounds_aligner(scramble, tmp_path):

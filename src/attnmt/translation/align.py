@@ -11,13 +11,14 @@ scored against a gold alignment with sure and possible links by the alignment er
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import numpy as np
 import torch
 
 from attnmt.core.devices import model_device, to_numpy
 from attnmt.core.errors import AttnmtError
-from attnmt.data.batching import inference_batches, make_batch
+from attnmt.data.batching import Batch, inference_batches, make_batch
 from attnmt.data.corpus import read_lines
 from attnmt.data.subwords import EOS
 from attnmt.seq2seq.links import (
@@ -28,7 +29,7 @@ from attnmt.seq2seq.links import (
     without_eos,
     word_matrix,
 )
-from attnmt.translation.alignment_layer import AlignmentLayer, posteriors
+from attnmt.translation.alignment_layer import AlignmentLayer, frozen_features
 from attnmt.viz.words import word_spans
 
 # ---------------------------------------------------------------- forced attention
@@ -59,9 +60,38 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
     if not model.has_attention:
         raise AttnmtError(f"the model in {translator.folder} has attention 'none': it has no attention "
                           "weights to align with")
+
+    def weights_of(batch):
+        if layers:  # (B,L,H,T,S) -> (B,L,T,S)
+            cross = model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)["cross"]
+            return (cross if heads is None else cross[:, :, heads]).mean(dim=2)
+        return model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, translator.attention_window)[1]
+
+    return forced_matrices(translator, sources, targets, batch_size, weights_of)
+
+
+def aligner_posteriors(aligner: AlignmentLayer, translator, sources: list[str], targets: list[str],
+                       batch_size: int = 32) -> list[np.ndarray]:
+    """The alignment r of an alignment layer trained on ``translator`` for every pair, as
+    force_attention gives the attention: per pair an array (target pieces + EOS) x (source pieces +
+    EOS) whose rows sum to 1, in input order."""
+    aligner.eval()
+
+    def weights_of(batch):
+        return aligner(*frozen_features(translator.model, batch), batch.src, batch.tgt_out)[1]
+
+    return forced_matrices(translator, sources, targets, batch_size, weights_of)
+
+
+def forced_matrices(translator, sources: list[str], targets: list[str], batch_size: int,
+                    weights_of: Callable[[Batch], torch.Tensor]) -> list[np.ndarray]:
+    """``weights_of(batch)``, (B, ..., target pieces + EOS, source pieces + EOS), of every pair forced
+    through the model (in eval mode, no gradients), the pairs batched by length; per pair its array
+    cut to its lengths, in input order."""
     src_ids = translator.src_subwords.encode(list(sources))
     tgt_ids = translator.tgt_subwords.encode(list(targets))
     results: list[np.ndarray | None] = [None] * len(sources)
+    model = translator.model
     was_training = model.training
     model.eval()
     device = model_device(model)
@@ -70,13 +100,7 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
         for indices in inference_batches(lengths, batch_size):
             batch = make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices]).to(device)
             with torch.inference_mode():  # only the weights: no output layer
-                if layers:  # (B,L,H,T,S) -> (B,L,T,S)
-                    cross = model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)["cross"]
-                    weights = (cross if heads is None else cross[:, :, heads]).mean(dim=2)
-                else:
-                    _, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in,
-                                                       translator.attention_window)
-            weights = to_numpy(weights.float())
+                weights = to_numpy(weights_of(batch).float())
             for row, i in enumerate(indices):
                 results[i] = weights[row, ..., : len(tgt_ids[i]) + 1, : len(src_ids[i]) + 1].copy()
     finally:
@@ -154,7 +178,7 @@ def alignment_matrices(translator, sources: list[str], targets: list[str], batch
         if shift or layer is not None or heads is not None:
             raise AttnmtError("an aligner gives its own alignment, which has seen each target word: shift, layer "
                               "and heads are for the attention")
-        matrices = posteriors(aligner, translator, sources, targets, batch_size)
+        matrices = aligner_posteriors(aligner, translator, sources, targets, batch_size)
     elif layer is None and heads is None:
         matrices = force_attention(translator, sources, targets, batch_size)
     else:

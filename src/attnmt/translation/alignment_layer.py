@@ -5,14 +5,29 @@ The translation model's attention looks at the source *before* it knows the word
 the translation model frozen, to explain each target piece y_t as written by one source piece,
 and its posterior over those pieces, which has seen y_t, is the alignment:
 
-    prior       a_t,i      = softmax_i( (W_q s_t) . (W_k h_i) / sqrt(d) + beta log alpha_t,i )
+    prior       a_t,i      = softmax_i( (W_q s_t) . (W_k h_i) / sqrt(d) + beta log alpha_t,i
+                                        + D[bucket((i + 1/2) / m - (t + 1/2) / n)] )
     lexicon     p(y | x_i) = softmax( W_o tanh(E[x_i]) )
     output      p(y_t | y_<t, x) = sum_i a_t,i p(y_t | x_i)
     alignment   r_t,i      = a_t,i p(y_t | x_i) / p(y_t | y_<t, x)
 
+and, with a NULL word (``null_prior`` p0 > 0, as in the IBM models), a word may be explained by
+no source word: the source pieces' prior is scaled by 1 - p0, and
+
+    NULL        a_t,0 = p0,   p(y | NULL) = softmax( W_o tanh(e_0) )
+    output      p(y_t | y_<t, x) = p0 p(y_t | NULL) + sum_i a_t,i p(y_t | x_i)
+
+so that a row of r sums to 1 - r_t,0: a word mostly explained by NULL gets no link above a
+threshold (and less weight in a symmetrization by the mean).
+
 s_t is the frozen decoder's state that predicts y_t, h_i the frozen encoder's state of source
 piece i, alpha_t,i the frozen model's own attention at that step (the prior starts from where the
-model looked: 2 points of AER on E4), E the layer's own embedding of the source piece x_i. The
+model looked: 2 points of AER on E4), D a learnt bias for each distance from the diagonal (m source
+and n target pieces, "</s>" not counted; the distance cut into ``diagonal_buckets`` equal buckets
+over [-1, 1]; none with 0 buckets), as fast_align's diagonal tension, learnt rather than fixed: a
+word tends to be written near the place of its source word, which tells apart two candidates of
+the same function word and keeps rare words from collecting links far away. E the layer's own
+embedding of the source piece x_i. The
 lexicon sees only the piece itself, not its context: to explain y_t the posterior must point at a
 piece that translates it. beta is learnt (0.5 on E4).
 Training maximises the output's likelihood of the training text (attnmt.translation.aligner).
@@ -28,17 +43,16 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnmt.core.devices import model_device, to_numpy
-from attnmt.data.batching import Batch, inference_batches, make_batch
+from attnmt.data.batching import Batch
 from attnmt.data.subwords import EOS, PAD
 
 
 class AlignmentLayer(nn.Module):
-    def __init__(self, state_size: int, memory_size: int, src_vocab_size: int, tgt_vocab_size: int, size: int):
+    def __init__(self, state_size: int, memory_size: int, src_vocab_size: int, tgt_vocab_size: int, size: int,
+                 diagonal_buckets: int = 0, null_prior: float = 0.0):
         super().__init__()
         self.size = size
         self.W_q = nn.Linear(state_size, size)
@@ -46,6 +60,12 @@ class AlignmentLayer(nn.Module):
         self.E = nn.Embedding(src_vocab_size, size, padding_idx=PAD)
         self.W_o = nn.Linear(size, tgt_vocab_size)
         self.beta = nn.Parameter(torch.ones(()))
+        self.D = nn.Parameter(torch.zeros(diagonal_buckets)) if diagonal_buckets else None
+        self.e_0 = nn.Parameter(torch.zeros(size)) if null_prior else None  # the NULL word's embedding
+        if null_prior:
+            self.register_buffer("p0", torch.tensor(float(null_prior)))  # saved with the weights
+        else:
+            self.p0 = None
 
     def forward(self, states: Tensor, memory: Tensor, mask: Tensor, attention: Tensor, src: Tensor,
                 targets: Tensor, uniform_prior: bool = False) -> tuple[Tensor, Tensor]:
@@ -57,6 +77,8 @@ class AlignmentLayer(nn.Module):
         ``uniform_prior``: a_t,i = 1/|x| (IBM model 1), the first steps of training."""
         scores = self.W_q(states) @ self.W_k(memory).transpose(1, 2) / math.sqrt(self.size)
         scores = scores + self.beta * attention.clamp(min=1e-6).log()  # (a weight of 0 is not -inf: a small prior)
+        if self.D is not None:
+            scores = scores + self.D[diagonal_distance_buckets(mask, targets, len(self.D))]
         if uniform_prior:
             scores = torch.zeros_like(scores)
         allowed = explaining_pieces(mask, targets)
@@ -65,13 +87,32 @@ class AlignmentLayer(nn.Module):
         wanted = targets.clamp(min=0)[:, None, :].expand(-1, src.size(1), -1)  # (B,S,T)
         log_lexicon_of_y = log_lexicon.gather(2, wanted).transpose(1, 2)  # (B,T,S): log p(y_t | x_i)
         log_joint = log_prior + log_lexicon_of_y
-        log_output = log_joint.logsumexp(dim=-1)
+        if self.p0 is None:
+            log_output = log_joint.logsumexp(dim=-1)
+        else:  # "</s>" is still explained by "</s>" alone
+            word = targets != EOS
+            log_joint = log_joint + torch.where(word, torch.log1p(-self.p0), 0.0)[..., None]
+            log_lexicon_null = self.W_o(torch.tanh(self.e_0)).log_softmax(dim=-1)  # (V,)
+            log_null = (self.p0.log() + log_lexicon_null[targets.clamp(min=0)]).masked_fill(~word, float("-inf"))
+            log_output = torch.logaddexp(log_joint.logsumexp(dim=-1), log_null)
         return log_output, (log_joint - log_output[..., None]).exp()
 
     def loss(self, translation_model: nn.Module, batch: Batch, uniform_prior: bool = False) -> Tensor:
         """-log p of the batch's real target pieces, summed."""
         log_output, _ = self(*frozen_features(translation_model, batch), batch.src, batch.tgt_out, uniform_prior)
         return -log_output[batch.tgt_out != PAD].sum()
+
+
+def diagonal_distance_buckets(mask: Tensor, targets: Tensor, buckets: int) -> Tensor:
+    """(B,T,S): the bucket of each (t, i)'s distance from the diagonal, (i + 1/2) / m - (t + 1/2) / n
+    with m source and n target pieces ("</s>" not counted; at least 1), cut into ``buckets`` equal
+    buckets over [-1, 1]."""
+    m = (mask.sum(dim=1) - 1).clamp(min=1).to(torch.float32)  # (B,)
+    n = ((targets != PAD).sum(dim=1) - 1).clamp(min=1).to(torch.float32)
+    i = torch.arange(mask.size(1), device=mask.device, dtype=torch.float32)
+    t = torch.arange(targets.size(1), device=mask.device, dtype=torch.float32)
+    distance = (i[None, None, :] + 0.5) / m[:, None, None] - (t[None, :, None] + 0.5) / n[:, None, None]
+    return ((distance.clamp(-1, 1) + 1) / 2 * (buckets - 1)).round().long()
 
 
 def explaining_pieces(mask: Tensor, targets: Tensor) -> Tensor:
@@ -85,14 +126,16 @@ def explaining_pieces(mask: Tensor, targets: Tensor) -> Tensor:
     return allowed | (mask[:, None, :] & ~allowed.any(dim=-1, keepdim=True))
 
 
-def layer_for(translation_model: nn.Module, src_vocab_size: int, tgt_vocab_size: int, size: int) -> AlignmentLayer:
+def layer_for(translation_model: nn.Module, src_vocab_size: int, tgt_vocab_size: int, size: int,
+              diagonal_buckets: int = 0, null_prior: float = 0.0) -> AlignmentLayer:
     """An untrained alignment layer of ``size`` that fits the states of ``translation_model``."""
     config = translation_model.config
     if config.type == "transformer":
         state_size = memory_size = config.d_model
     else:
         state_size, memory_size = config.decoder_hidden, translation_model.encoder.output_size
-    return AlignmentLayer(state_size, memory_size, src_vocab_size, tgt_vocab_size, size)
+    return AlignmentLayer(state_size, memory_size, src_vocab_size, tgt_vocab_size, size, diagonal_buckets,
+                          null_prior)
 
 
 @torch.no_grad()
@@ -105,23 +148,3 @@ def frozen_features(translation_model: nn.Module, batch: Batch) -> tuple[Tensor,
     if attention is None:
         attention = torch.ones(states.shape[:2] + memory.mask.shape[1:], device=states.device)
     return states.float(), memory.states.float(), memory.mask, attention.float()
-
-
-def posteriors(layer: AlignmentLayer, translator, sources: list[str], targets: list[str],
-               batch_size: int = 32) -> list[np.ndarray]:
-    """The alignment r of every pair, as force_attention gives the attention: per pair an array
-    (target pieces + EOS) x (source pieces + EOS) whose rows sum to 1, in input order."""
-    src_ids = translator.src_subwords.encode(list(sources))
-    tgt_ids = translator.tgt_subwords.encode(list(targets))
-    results: list[np.ndarray | None] = [None] * len(sources)
-    model, device = translator.model, model_device(translator.model)
-    lengths = [len(s) + len(t) for s, t in zip(src_ids, tgt_ids)]
-    layer.eval()
-    for indices in inference_batches(lengths, batch_size):
-        batch = make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices]).to(device)
-        with torch.no_grad():
-            _, alignment = layer(*frozen_features(model, batch), batch.src, batch.tgt_out)
-        alignment = to_numpy(alignment)
-        for row, i in enumerate(indices):
-            results[i] = alignment[row, : len(tgt_ids[i]) + 1, : len(src_ids[i]) + 1].copy()
-    return results
