@@ -93,6 +93,17 @@ def test_a_transformer_trains_the_penultimate_layer_by_default(tmp_path, layers,
     assert (guided.layer, guided.heads) == (expected, [0])
 
 
+def test_a_links_file_is_read_from_the_config_files_folder(tmp_path):
+    raw = {"experiment_dir": "exp", "data": {"train": {"tsv": "train.tsv"}},
+           "training": {"max_steps": 1, "guided_alignment": {"links": "data/train.links"}}}
+    config = config_from_dict(raw, tmp_path / "conf")
+    assert config.training.guided_alignment.links == str((tmp_path / "conf" / "data" / "train.links").resolve())
+    assert config.data.train.tsv == (tmp_path / "conf" / "train.tsv").resolve()  # as the data files
+    for kept in ("eflomal", str(tmp_path / "abs.links")):
+        raw["training"]["guided_alignment"]["links"] = kept
+        assert config_from_dict(raw, tmp_path / "conf").training.guided_alignment.links == kept
+
+
 def test_a_transformer_gives_one_layers_cross_attention_in_training(tmp_path):
     from attnmt.seq2seq import build_model
 

@@ -367,7 +367,10 @@ def _resolve_paths(config: Config, base: Path) -> Config:
         resolve_paths(files, base)
     if config.task == "pairs":
         resolve_paths(config.model.embeddings, base)
-    resolve_paths(config.training.guided_alignment, base)  # its first rounds and aligners (links: self)
+    guided = config.training.guided_alignment
+    resolve_paths(guided, base)  # its first rounds and aligners (links: self)
+    if guided is not None and guided.links not in ("eflomal", "self") and not Path(guided.links).is_absolute():
+        guided.links = str((base / guided.links).resolve())  # a links file, read like the data files
     return config
 
 
