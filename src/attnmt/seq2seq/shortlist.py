@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import hashlib
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Iterable, Literal
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 from torch import Tensor
@@ -54,9 +56,15 @@ class Shortlist:
     """A lexical table ready for decoding: ``vocabulary(src)`` is the restricted output vocabulary V'."""
 
     def __init__(self, candidates: list[list[int]], always: Iterable[int]):
-        width = max(1, max(map(len, candidates), default=1))
-        # (source size, width): a row per source id, padded with EOS (which every V' holds)
-        self.candidates = torch.tensor([row + [EOS] * (width - len(row)) for row in candidates], dtype=torch.long)
+        # (source size, width): a row per source id, padded with EOS (which every V' holds); filled
+        # by numpy at once (a Python list per row took 0.2 s for 8,000 rows, at every model load)
+        lengths = np.fromiter(map(len, candidates), dtype=np.int64, count=len(candidates))
+        ids = np.fromiter(chain.from_iterable(candidates), dtype=np.int64, count=int(lengths.sum()))
+        table = np.full((len(candidates), max(1, int(lengths.max(initial=1)))), EOS, dtype=np.int64)
+        rows = np.repeat(np.arange(len(candidates)), lengths)
+        columns = np.arange(len(ids)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        table[rows, columns] = ids
+        self.candidates = torch.from_numpy(table)
         self.always = torch.tensor(sorted(set(always) | set(SPECIALS)), dtype=torch.long)
 
     def to(self, device: torch.device) -> Shortlist:
@@ -83,8 +91,8 @@ def load_shortlist(path: str | Path, src_sw: Subwords, tgt_sw: Subwords) -> Shor
                                                               vocabulary_fingerprint(tgt_sw)):
         raise AttnmtError(f"{path}: a shortlist table built for other vocabularies than this model's subwords; "
                           "build one for this model with 'attnmt shortlist MODEL_DIR'")
-    ids = [i for row in table.candidates for i in row] + table.frequent
-    if len(table.candidates) != len(src_sw) or any(not 0 <= i < len(tgt_sw) for i in ids):
+    ids = np.fromiter(chain(chain.from_iterable(table.candidates), table.frequent), dtype=np.int64)
+    if len(table.candidates) != len(src_sw) or (len(ids) and not 0 <= ids.min() <= ids.max() < len(tgt_sw)):
         raise AttnmtError(f"{path}: the table's rows or ids do not fit the vocabularies ({len(src_sw)} source, "
                           f"{len(tgt_sw)} target pieces); build it again with 'attnmt shortlist MODEL_DIR'")
     return Shortlist(table.candidates, table.frequent)
