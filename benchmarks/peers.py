@@ -4,6 +4,7 @@
     python benchmarks/peers.py --minutes 3                # short-budget check (about 15 minutes)
     python benchmarks/peers.py --only opennmt,joeynmt --skip-install
     python benchmarks/peers.py --only joeynmt --joey-config uniform-init
+    python benchmarks/peers.py --only attnmt,opennmt --skip-install --decode-only   # decode the last run's models again
     flock LOCKFILE python benchmarks/peers.py             # on a shared machine: one benchmark at a time
     python benchmarks/peers.py --device cuda --minutes 2  # on a GPU: attnmt and OpenNMT-py (benchmarks/gpu_peers.sh)
 
@@ -1103,6 +1104,9 @@ def parse_args(argv=None):
                         help="attnmt's training precision (default: benchmarks/run.py's: bf16 on CPUs with bf16 "
                              "units, else fp32)")
     parser.add_argument("--skip-install", action="store_true", help="use the virtual environments as they are")
+    parser.add_argument("--decode-only", action="store_true",
+                        help="CPU: decode the models of the last run in WORK again, one system after the other "
+                             "(the training figures kept; decoding speed is the noisier figure)")
     parser.add_argument("--joey-config", choices=sorted(JOEY_CONFIGS), default="default",
                         help="JoeyNMT's configuration: default (xavier init, as JoeyNMT ships) or uniform-init")
     args = parser.parse_args(argv)
@@ -1119,6 +1123,8 @@ def parse_args(argv=None):
                      f"{', '.join(allowed)}")
     if "attnmt_tokens" in args.systems and not args.batch_tokens:
         parser.error("--only attnmt_tokens: give --batch-tokens N")
+    if args.decode_only and (args.device != "cpu" or "attnmt_tokens" in args.systems):
+        parser.error("--decode-only: on the CPU, and not for attnmt_tokens")
     args.work = args.work or str(REPO / "runs" / ("peers" if args.device == "cpu" else "peers-cuda"))
     args.data, args.peer_configs = Path(args.data).resolve(), Path(args.peer_configs).resolve()
     return args
@@ -1148,6 +1154,33 @@ def machine_speed(seconds: float = 5.0) -> float:
     if done.returncode != 0:
         raise StepFailed(f"machine speed probe failed:\n{done.stderr[-2000:]}")
     return round(float(done.stdout), 1)
+
+
+DECODE_KEYS = ("bleu_greedy", "bleu_beam5", "chrf_beam5", "decode_greedy", "decode_beam5",
+               *(f"{figure}_beam5_{q}" for q in ("bf16", "int8", "shortlist") for figure in ("bleu", "decode")))
+
+
+def decode_again(name: str, work: Path, configs: dict, earlier: dict) -> dict:
+    """--decode-only: the system's figures of the last run with its decoding measured anew (the same
+    models, commands and test set), between two probes of the machine's speed."""
+    if name not in earlier:
+        raise StepFailed(f"--decode-only: {name} has no figures in {work}/results.json: train it first")
+    print(f"{title(name, earlier[name])}: decoding test_2016_flickr again (logs in {work / 'logs'})", flush=True)
+    probe_before = machine_speed()
+    if name == "attnmt":
+        out = work / "attnmt"
+        run_logged([sys.executable, REPO / "benchmarks" / "run.py", "--config",
+                    REPO / "configs" / "rnn-bahdanau.yaml", "--threads", str(THREADS), "--out", out, "--decode-only"],
+                   work / "logs" / "attnmt-decode.log", env=thread_env(), timeout=DECODE_TIMEOUT * 6)
+        ours = json.loads((out / "results.json").read_text())["attnmt"]
+        decoded = {key: ours[key] for key in DECODE_KEYS if key in ours}
+    elif name == "opennmt":
+        decoded = decode_opennmt(work, configs)
+    else:
+        decoded = decode_joeynmt(work, configs)
+    return {**earlier[name], **decoded, "probe_gflops_before": probe_before, "probe_gflops_after": machine_speed(),
+            "decoded_again": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def run_system(name: str, work: Path, configs: dict, args, per_sentence: float) -> dict:
@@ -1215,7 +1248,8 @@ def main(argv=None):
               f"{work})", flush=True)
         systems, carried = {}, earlier_systems(work)
         for name in (s for s in SYSTEMS if s in args.systems):
-            systems[name] = run_system(name, work, configs, args, anchors["target_tokens_per_sentence"])
+            systems[name] = (decode_again(name, work, configs, carried) if args.decode_only
+                             else run_system(name, work, configs, args, anchors["target_tokens_per_sentence"]))
             # each system's figures as soon as they are measured (results.json comes at the end)
             (work / "results.partial.json").write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
                                                                    "systems": {**carried, **systems}}, indent=2))
@@ -1236,7 +1270,8 @@ def main(argv=None):
         print(f"  {title(name, figures)}: validation BLEU by step "
               + (", ".join(f"{v['step']}: {v['bleu']:.1f}" for v in figures["validation"]) or "none")
               + f"; decoded with {figures.get('checkpoint', 'its best checkpoint')}"
-              + f"; load average at the end {figures['load_average'][0]:.1f}" + note)
+              + f"; load average at the end {figures['load_average'][0]:.1f}" + note
+              + (f"; decoded again {figures['decoded_again']}" if figures.get("decoded_again") else ""))
     if args.device == "cuda" and "opennmt" in args.systems:
         uses = results["stubs"]["uses"]
         print(f"  stubs {', '.join(sorted(STUBBED))}: " + (

@@ -6,6 +6,7 @@
     python benchmarks/run.py --config configs/transformer-small.yaml \\
         --beside runs/bench-rnn-bahdanau/results.json                  # a column for an earlier run
     python benchmarks/run.py --device cuda --data DIR --batch-tokens 5000   # on a GPU, Multi30k in DIR
+    python benchmarks/run.py --out runs/bench-rnn-bahdanau --decode-only     # decode that model again
 
 Trains the configuration (its data, model and training sections; experiment_dir, time budget,
 threads and precision from here) in a child process, so its peak memory is measured on its own,
@@ -134,7 +135,8 @@ def decode_cheaper(model_dir: Path, kind: str, threads: int, data: Path) -> dict
     first, once, by `attnmt shortlist` (eflomal on the training corpus: not part of the decoding time)."""
     if kind != "shortlist":
         return decode_test(model_dir, 5, threads, quantize=kind, data=data)
-    subprocess.run([sys.executable, "-m", "attnmt.cli", "shortlist", str(model_dir)], check=True)
+    if not (model_dir / "shortlist.json").is_file():
+        subprocess.run([sys.executable, "-m", "attnmt.cli", "shortlist", str(model_dir)], check=True)
     return decode_test(model_dir, 5, threads, data=data, shortlist=True)
 
 
@@ -171,6 +173,9 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--out", help="output folder (default: runs/bench-NAME)")
     parser.add_argument("--beside", action="append", default=[], metavar="RESULTS_JSON",
                         help="results.json of an earlier run to show as a column (repeatable)")
+    parser.add_argument("--decode-only", action="store_true",
+                        help="decode OUT/model (trained by an earlier run) again: new decoding figures in "
+                             "OUT/results.json, the training figures kept")
     args = parser.parse_args(argv)
     from attnmt.core.speed import cpu_has_bf16
 
@@ -185,13 +190,18 @@ def main(argv: list[str] | None = None):
     data = Path(args.data).resolve() if args.data else MULTI30K
     if not data.is_dir():
         sys.exit(f"benchmark data not found: {data}")
-    if (out / "model").exists():
-        sys.exit(f"{out}/model exists: remove it or pass --out")
-
-    peak_gb = train(write_config(args, out))
     model_dir = out / "model"
-    records = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
-    validation = [r for r in records if r["type"] == "valid"]
+    if args.decode_only:
+        if not (out / "results.json").is_file():
+            sys.exit(f"--decode-only: no {out}/results.json (an earlier run's): train first")
+        earlier = json.loads((out / "results.json").read_text())
+        peak_gb, validation = earlier["attnmt"]["peak_rss_gb"], earlier["validation"]
+    else:
+        if model_dir.exists():
+            sys.exit(f"{out}/model exists: remove it or pass --out (or --decode-only)")
+        peak_gb = train(write_config(args, out))
+        records = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
+        validation = [r for r in records if r["type"] == "valid"]
     with safe_open(str(model_dir / "last.safetensors"), "pt") as f:
         last = json.loads(f.metadata()["info"])["trainer"]
     greedy, beam5 = (decode_test(model_dir, beam, args.threads, data=data, device=args.device) for beam in (1, 5))
@@ -204,6 +214,8 @@ def main(argv: list[str] | None = None):
             "peak_rss_gb": peak_gb,
             **{f"bleu_beam5_{q}": r["bleu"] for q, r in cheaper.items()},
             **{f"decode_beam5_{q}": r["sentences_per_s_wall"] for q, r in cheaper.items()}}
+    if args.decode_only:
+        ours["decoded_again"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     others = dict(PEERS.get(name, {})) if args.device == "cpu" else {}  # PEERS: CPU figures
     for path in args.beside:
         earlier = json.loads(Path(path).read_text())

@@ -350,3 +350,30 @@ def test_figures_of_a_stopped_run_are_kept_for_the_next_one(tmp_path):
     assert peers.earlier_systems(tmp_path) == {"attnmt": {"steps": 3}, "opennmt": {"steps": 2}}
     os.utime(partial, (peers.time.time() - 1000, peers.time.time() - 1000))  # older: a finished run's
     assert peers.earlier_systems(tmp_path)["attnmt"] == {"steps": 1}
+
+
+def test_decode_only_measures_decoding_again_and_keeps_the_training_figures(tmp_path, monkeypatch):
+    earlier = {"attnmt": {"sentences_per_s": 205, "decode_beam5": 91, "decode_beam5_shortlist": 141},
+               "opennmt": {"sentences_per_s": 119, "decode_beam5": 57}}
+    commands = []
+
+    def fake_run_logged(cmd, log, **kwargs):  # run.py --decode-only rewrites its results.json
+        commands.append([str(c) for c in cmd])
+        (tmp_path / "attnmt").mkdir(exist_ok=True)
+        (tmp_path / "attnmt" / "results.json").write_text(peers.json.dumps(
+            {"attnmt": {"sentences_per_s": 999, "decode_beam5": 95, "decode_beam5_shortlist": 150}}))
+        return 1.0
+
+    monkeypatch.setattr(peers, "run_logged", fake_run_logged)
+    monkeypatch.setattr(peers, "machine_speed", lambda: 150.0)
+    monkeypatch.setattr(peers, "decode_opennmt", lambda work, configs: {"decode_beam5": 55})
+    ours = peers.decode_again("attnmt", tmp_path, {}, earlier)
+    assert "--decode-only" in commands[0]
+    assert (ours["sentences_per_s"], ours["decode_beam5"], ours["decode_beam5_shortlist"]) == (205, 95, 150)
+    assert ours["decoded_again"] and ours["probe_gflops_before"] == 150.0
+    theirs = peers.decode_again("opennmt", tmp_path, {}, earlier)
+    assert (theirs["sentences_per_s"], theirs["decode_beam5"]) == (119, 55)
+    with pytest.raises(peers.StepFailed, match="joeynmt has no figures"):
+        peers.decode_again("joeynmt", tmp_path, {}, earlier)
+    with pytest.raises(SystemExit):
+        peers.parse_args(["--decode-only", "--device", "cuda"])
