@@ -171,6 +171,22 @@ def test_an_aligner_finds_the_links_that_the_attention_misses(scramble):
     assert aligned < 0.05 and attention > aligned + 0.5, (aligned, attention)
 
 
+def test_an_aligners_links_are_read_with_a_threshold_by_default(scramble):
+    """The better reading of each on E4: argmax for the attention, threshold 0.5 for a posterior."""
+    model_dir, aligner_dir, _ = scramble
+    pairs, _ = scrambled(8, seed=16)
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    translator = load(model_dir)
+    layer = load_aligner(aligner_dir, translator)
+    matrices = alignment_matrices(translator, sources, targets, aligner=layer)
+    by_default = align(translator, sources, targets, aligner=layer)
+    assert by_default == align(translator, sources, targets, aligner=layer, method="threshold", threshold=0.5)
+    assert by_default == [sorted((int(i), int(j)) for j, i in zip(*np.nonzero(m >= 0.5))) for m in matrices]
+    assert align(translator, sources, targets) == align(translator, sources, targets, method="argmax")
+    [t] = translator.translate(sources[:1], align=True)
+    assert t.alignment == align(translator, sources[:1], [t.text], aligner=layer, method="threshold")[0]
+
+
 def test_align_command_reads_the_aligner(scramble, tmp_path, capsys):
     model_dir, aligner_dir, _ = scramble
     pairs, _ = scrambled(5, seed=9)
@@ -347,7 +363,7 @@ def test_a_model_without_attention_gets_an_aligner_too(tmp_path):
                                          diagonal_buckets=9, null_prior=0.3), log=lambda m: None)
     translator = load(config.experiment_dir)
     layer = load_aligner(folder, translator)
-    [links] = align(translator, pairs[0][:1], pairs[0][1:], aligner=layer)
+    [links] = align(translator, pairs[0][:1], pairs[0][1:], aligner=layer, method="argmax")
     assert len(links) == 6  # argmax: one link per target word
     assert layer.D.shape == (9,) and layer.D.abs().sum() > 0  # trained (one step after the uniform one), and kept
     assert float(layer.p0) == pytest.approx(0.3) and layer.e_0.abs().sum() > 0

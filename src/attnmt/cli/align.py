@@ -26,9 +26,10 @@ def add_align_parser(subparsers):
     p.add_argument("--batch-size", type=_positive, default=32, help="sentence pairs per batch")
     checkpoint_option(p)
     device_option(p)
-    p.add_argument("--method", choices=["argmax", "threshold"], default="argmax",
+    p.add_argument("--method", choices=["argmax", "threshold"], default=None,
                    help="argmax: each target word to its most attended source word; "
-                        "threshold: every link with weight >= --threshold")
+                        "threshold: every link with weight >= --threshold (default: argmax for the attention, "
+                        "threshold with --aligner)")
     p.add_argument("--threshold", type=float, default=0.5, help="for --method threshold")
     p.add_argument("--shift", action="store_true", help="read each target word's links from the step after it "
                                                         "(Shift-Att, Chen et al. 2020)")

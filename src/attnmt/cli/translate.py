@@ -19,9 +19,9 @@ def add_parser(subparsers):
                         "0-based; '</s>' left out), as OpenNMT-py does")
     p.add_argument("--align-file", metavar="FILE",
                    help="write the word links to FILE, one line per output line (without --report-align: only there)")
-    p.add_argument("--align-method", choices=["argmax", "threshold"], default="argmax",
+    p.add_argument("--align-method", choices=["argmax", "threshold"], default=None,
                    help="argmax: each output word to its most attended source word; threshold: every link with "
-                        "weight >= --align-threshold")
+                        "weight >= --align-threshold (default: argmax for the attention, threshold for an aligner)")
     p.add_argument("--align-threshold", type=float, default=0.5, help="for --align-method threshold")
     p.add_argument("--aligner", metavar="DIR|none",
                    help="read the word links from this alignment layer of the model (attnmt train-aligner); 'none': "

@@ -268,8 +268,10 @@ class Translator:
                       **options) -> list[Translation]:
         """``translations`` with the word links of each of their first ``n_best`` candidates (default:
         all) filled in: from ``self.aligner`` if set (the pairs aligned in batches), else from each
-        candidate's attention. ``options``: method ("argmax" or "threshold") and threshold.
+        candidate's attention. ``options``: method ("argmax" or "threshold"; by default argmax for
+        the attention, threshold for an aligner) and threshold.
         Candidates whose source or output is empty get no links."""
+        options = {name: value for name, value in options.items() if value is not None}  # None: the default
         def chosen(t: Translation) -> list[Candidate]:
             return t.candidates[:n_best]
 

@@ -144,7 +144,7 @@ def word_attention(translator, sources: list[str], targets: list[str], matrices:
     return result
 
 
-def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str = "argmax",
+def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str | None = None,
           threshold: float = 0.5, words: bool = True, shift: bool = False, layer: int | None = None,
           heads: list[int] | None = None, aligner: AlignmentLayer | None = None) -> list[list[Link]]:
     """Word alignments of sentence pairs from forced attention (one list of links per pair).
@@ -155,13 +155,23 @@ def align(translator, sources: list[str], targets: list[str], batch_size: int = 
     attention of the step after each word (shifted_by_one). A Transformer's ``layer`` (negative:
     from the last; default: the last) and ``heads`` (default: all, averaged). ``aligner``: an
     alignment layer trained on this model (attnmt.translation.aligner.load_aligner), whose
-    posterior replaces the attention.
+    posterior replaces the attention. ``method``: by default the better reading of each on E4:
+    argmax for the attention, threshold for an aligner's posterior (default_method).
     """
+    method = method or default_method(aligner)
     if method not in ("argmax", "threshold"):
         raise AttnmtError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
     _check_threshold(threshold)
     return [alignments_from_attention(matrix, method, threshold) for matrix in
             alignment_matrices(translator, sources, targets, batch_size, words, shift, layer, heads, aligner)]
+
+
+def default_method(aligner: AlignmentLayer | None) -> str:
+    """How links are read when not said: each output word to its most attended source word for the
+    attention (argmax: 0.1-10 points of AER better than threshold on E4); every weight of at least
+    the threshold for an aligner's posterior, whose rows leave out what its NULL word explains (3-4
+    points better than argmax on E4, both directions)."""
+    return "argmax" if aligner is None else "threshold"
 
 
 def _check_threshold(threshold: float):

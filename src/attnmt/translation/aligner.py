@@ -182,7 +182,7 @@ class OutputAligner:
         self.layer = load_aligner(folder, translator)
         self.translator = translator
 
-    def __call__(self, sources: list[str], outputs: list[str], method: str = "argmax", threshold: float = 0.5,
+    def __call__(self, sources: list[str], outputs: list[str], method: str | None = None, threshold: float = 0.5,
                  batch_size: int = 32) -> list[list[tuple[int, int]]]:
         from attnmt.translation.align import align
 
