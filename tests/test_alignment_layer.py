@@ -96,6 +96,34 @@ def test_a_null_word_explains_what_no_source_word_wrote():
     assert torch.equal(alignment[0, 2], torch.tensor([0.0, 0.0, 1.0, 0.0]))
 
 
+def test_a_jump_term_reads_where_the_previous_piece_went():
+    torch.manual_seed(0)
+    layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2, jump_width=1)
+    with torch.no_grad():
+        layer.J.copy_(torch.tensor([-1.0, 0.5, 2.0]))  # J[-1], J[0], J[+1]
+    mask = torch.tensor([[True, True, True, False]])  # two source words, "</s>", padding
+    first = torch.tensor([[[0.2, 0.6, 0.0, 0.0], [0.9, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]]])  # rows: t
+    jumps = layer.jump_scores(first, mask)
+    J = {-1: -1.0, 0: 0.5, 1: 2.0}
+
+    def expected(q, i):  # q: where the previous piece went, over the places -1, 0, 1
+        return np.log(sum(weight * np.exp(J[max(-1, min(1, i - j))]) for j, weight in q.items()))
+
+    q_of = [{-1: 1.0}, {0: 0.25, 1: 0.75}, {0: 1.0}]  # first from place -1; then the previous row, renormalised
+    for t, q in enumerate(q_of):
+        for i in range(2):
+            assert jumps[0, t, i].item() == pytest.approx(expected(q, i), rel=1e-5)
+    states, memory = torch.randn(1, 3, 3), torch.randn(1, 4, 4)
+    attention = torch.softmax(torch.randn(1, 3, 4), dim=-1)
+    src, targets = torch.tensor([[4, 5, EOS, PAD]]), torch.tensor([[6, 7, EOS]])
+    log_output, _ = layer(states, memory, mask, attention, src, targets)
+    log_output.sum().backward()
+    assert layer.J.grad.abs().sum() > 0  # learnt through the second pass
+    uniform, _ = layer(states, memory, mask, attention, src, targets, uniform_prior=True)
+    torch.testing.assert_close(uniform[0, 0], layer.W_o(torch.tanh(layer.E(src[0, :2]))).log_softmax(-1).exp()[:, 6]
+                               .mean().log())  # no jumps while the prior is held uniform
+
+
 def test_diagonal_buckets_count_pieces_without_eos_and_padding():
     from attnmt.translation.alignment_layer import diagonal_distance_buckets
 
@@ -360,13 +388,14 @@ def test_a_model_without_attention_gets_an_aligner_too(tmp_path):
     config = toy_config(tmp_path, pairs, model={"attention": "none"}, training={"max_steps": 2, "threads": 1})
     train(config, log=lambda m: None, progress=False)
     folder = train_aligner(AlignerConfig(model=config.experiment_dir, steps=2, lexicon_steps=1, size=8, threads=1,
-                                         diagonal_buckets=9, null_prior=0.3), log=lambda m: None)
+                                         diagonal_buckets=9, null_prior=0.3, jump_width=3), log=lambda m: None)
     translator = load(config.experiment_dir)
     layer = load_aligner(folder, translator)
     [links] = align(translator, pairs[0][:1], pairs[0][1:], aligner=layer, method="argmax")
     assert len(links) == 6  # argmax: one link per target word
     assert layer.D.shape == (9,) and layer.D.abs().sum() > 0  # trained (one step after the uniform one), and kept
     assert float(layer.p0) == pytest.approx(0.3) and layer.e_0.abs().sum() > 0
+    assert layer.J.shape == (7,) and layer.J.abs().sum() > 0
 
 
 def test_links_self_can_read_the_first_rounds_aligner(scramble, tmp_path):

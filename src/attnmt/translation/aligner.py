@@ -47,6 +47,9 @@ class AlignerConfig(Section):
     # none). With both, E4's AER fell in every direction and symmetrization (docs/alignment.md).
     diagonal_buckets: int = Field(41, ge=0)
     null_prior: float = Field(0.1, ge=0, lt=1)
+    # w: a learnt jump term (where the previous target piece went, +-w pieces), as in an HMM (0:
+    # none); another point off every E4 figure (docs/alignment.md)
+    jump_width: int = Field(8, ge=0)
     steps: int = Field(3000, gt=0)
     # the first steps learn the lexicon alone, under a uniform prior (IBM model 1, as statistical
     # aligners start): learnt together from the start, the prior can settle on one source piece
@@ -110,7 +113,7 @@ def train_aligner(config: AlignerConfig, log: Callable[[str], None] = print) -> 
     torch.manual_seed(config.seed)
     device = translator.device
     layer = layer_for(translator.model, len(translator.src_subwords), len(translator.tgt_subwords),
-                      config.size, config.diagonal_buckets, config.null_prior).to(device)
+                      config.size, config.diagonal_buckets, config.null_prior, config.jump_width).to(device)
     optimizer = torch.optim.Adam(layer.parameters(), lr=config.learning_rate)
     log(f"aligner: training a layer of size {config.size} on {len(sources):,} pairs, the model in "
         f"{config.model} frozen, {config.steps} steps")
@@ -158,7 +161,8 @@ def load_aligner(folder: str | Path, translator: Translator) -> AlignmentLayer:
         raise AttnmtError(f"{weights}: not the weights of an alignment layer")
     size, memory_size = shapes["W_k.weight"]
     layer = AlignmentLayer(shapes["W_q.weight"][1], memory_size, shapes["E.weight"][0], shapes["W_o.weight"][0], size,
-                           shapes["D"][0] if "D" in shapes else 0, 0.5 if "p0" in shapes else 0.0)  # (p0: loaded)
+                           shapes["D"][0] if "D" in shapes else 0, 0.5 if "p0" in shapes else 0.0,  # (p0: loaded)
+                           (shapes["J"][0] - 1) // 2 if "J" in shapes else 0)
     stamp = load_weights(layer, weights)
     if not _made_for(stamp, translator):
         raise AttnmtError(f"{folder}: this aligner was trained on the weights of {config.model} "

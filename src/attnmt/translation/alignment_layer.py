@@ -20,6 +20,13 @@ no source word: the source pieces' prior is scaled by 1 - p0, and
 so that a row of r sums to 1 - r_t,0: a word mostly explained by NULL gets no link above a
 threshold (and less weight in a symmetrization by the mean).
 
+With ``jump_width`` w > 0, an HMM's jump term: a first pass gives r without it, then the prior adds
+
+    jump        log sum_j q_t-1,j exp( J[clip(i - j, -w, w)] )
+
+q_t-1 that first pass's alignment of the previous target piece (the first piece jumps from a place
+before the source), J learnt; the second pass's r is the alignment.
+
 s_t is the frozen decoder's state that predicts y_t, h_i the frozen encoder's state of source
 piece i, alpha_t,i the frozen model's own attention at that step (the prior starts from where the
 model looked: 2 points of AER on E4), D a learnt bias for each distance from the diagonal (m source
@@ -52,7 +59,7 @@ from attnmt.data.subwords import EOS, PAD
 
 class AlignmentLayer(nn.Module):
     def __init__(self, state_size: int, memory_size: int, src_vocab_size: int, tgt_vocab_size: int, size: int,
-                 diagonal_buckets: int = 0, null_prior: float = 0.0):
+                 diagonal_buckets: int = 0, null_prior: float = 0.0, jump_width: int = 0):
         super().__init__()
         self.size = size
         self.W_q = nn.Linear(state_size, size)
@@ -62,6 +69,7 @@ class AlignmentLayer(nn.Module):
         self.beta = nn.Parameter(torch.ones(()))
         self.D = nn.Parameter(torch.zeros(diagonal_buckets)) if diagonal_buckets else None
         self.e_0 = nn.Parameter(torch.zeros(size)) if null_prior else None  # the NULL word's embedding
+        self.J = nn.Parameter(torch.zeros(2 * jump_width + 1)) if jump_width else None  # jumps -w..w
         if null_prior:
             self.register_buffer("p0", torch.tensor(float(null_prior)))  # saved with the weights
         else:
@@ -81,11 +89,20 @@ class AlignmentLayer(nn.Module):
             scores = scores + self.D[diagonal_distance_buckets(mask, targets, len(self.D))]
         if uniform_prior:
             scores = torch.zeros_like(scores)
-        allowed = explaining_pieces(mask, targets)
-        log_prior = scores.masked_fill(~allowed, float("-inf")).log_softmax(dim=-1)  # (B,T,S)
         log_lexicon = self.W_o(torch.tanh(self.E(src))).log_softmax(dim=-1)  # (B,S,V)
         wanted = targets.clamp(min=0)[:, None, :].expand(-1, src.size(1), -1)  # (B,S,T)
         log_lexicon_of_y = log_lexicon.gather(2, wanted).transpose(1, 2)  # (B,T,S): log p(y_t | x_i)
+        log_output, alignment = self._explain(scores, log_lexicon_of_y, mask, targets)
+        if self.J is not None and not uniform_prior:  # again, knowing where each previous piece went
+            scores = scores + self.jump_scores(alignment.detach(), mask)
+            log_output, alignment = self._explain(scores, log_lexicon_of_y, mask, targets)
+        return log_output, alignment
+
+    def _explain(self, scores: Tensor, log_lexicon_of_y: Tensor, mask: Tensor,
+                 targets: Tensor) -> tuple[Tensor, Tensor]:
+        """The prior's scores (B,T,S) and log p(y_t | x_i) (B,T,S) -> log p(y_t | y_<t, x) and r."""
+        allowed = explaining_pieces(mask, targets)
+        log_prior = scores.masked_fill(~allowed, float("-inf")).log_softmax(dim=-1)  # (B,T,S)
         log_joint = log_prior + log_lexicon_of_y
         if self.p0 is None:
             log_output = log_joint.logsumexp(dim=-1)
@@ -96,6 +113,23 @@ class AlignmentLayer(nn.Module):
             log_null = (self.p0.log() + log_lexicon_null[targets.clamp(min=0)]).masked_fill(~word, float("-inf"))
             log_output = torch.logaddexp(log_joint.logsumexp(dim=-1), log_null)
         return log_output, (log_joint - log_output[..., None]).exp()
+
+    def jump_scores(self, alignment: Tensor, mask: Tensor) -> Tensor:
+        """(B,T,S): log sum_j q_t-1,j exp(J[i - j]), q_t-1 the first pass's alignment of the previous
+        target piece over the source words ("</s>" and NULL left out, renormalised), or for the first
+        piece a virtual place before the first source piece; jumps beyond the width share the last J."""
+        words = mask.clone()
+        words[torch.arange(mask.size(0), device=mask.device), mask.sum(dim=1) - 1] = False  # not "</s>"
+        q = alignment * words[:, None, :]
+        q = q / q.sum(dim=-1, keepdim=True).clamp(min=1e-9)
+        start = torch.zeros_like(q[:, :1, :1]).expand(-1, q.size(1), 1).clone()
+        start[:, 0] = 1.0  # the first piece jumps from place -1
+        previous = torch.cat([start, torch.cat([torch.zeros_like(q[:, :1]), q[:, :-1]], dim=1)], dim=-1)
+        width = (len(self.J) - 1) // 2
+        places = torch.arange(-1, mask.size(1), device=mask.device)  # j, from the virtual -1
+        jump = (torch.arange(mask.size(1), device=mask.device)[None, :] - places[:, None]).clamp(-width, width)
+        transition = self.J[jump + width].exp()  # (S+1, S): exp J[i - j]
+        return (previous @ transition).clamp(min=1e-30).log()
 
     def loss(self, translation_model: nn.Module, batch: Batch, uniform_prior: bool = False) -> Tensor:
         """-log p of the batch's real target pieces, summed."""
@@ -127,7 +161,7 @@ def explaining_pieces(mask: Tensor, targets: Tensor) -> Tensor:
 
 
 def layer_for(translation_model: nn.Module, src_vocab_size: int, tgt_vocab_size: int, size: int,
-              diagonal_buckets: int = 0, null_prior: float = 0.0) -> AlignmentLayer:
+              diagonal_buckets: int = 0, null_prior: float = 0.0, jump_width: int = 0) -> AlignmentLayer:
     """An untrained alignment layer of ``size`` that fits the states of ``translation_model``."""
     config = translation_model.config
     if config.type == "transformer":
@@ -135,7 +169,7 @@ def layer_for(translation_model: nn.Module, src_vocab_size: int, tgt_vocab_size:
     else:
         state_size, memory_size = config.decoder_hidden, translation_model.encoder.output_size
     return AlignmentLayer(state_size, memory_size, src_vocab_size, tgt_vocab_size, size, diagonal_buckets,
-                          null_prior)
+                          null_prior, jump_width)
 
 
 @torch.no_grad()
