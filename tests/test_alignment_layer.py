@@ -23,15 +23,21 @@ from conftest import toy_config
 from test_guided_alignment import LETTERS
 
 
+def one_pair():
+    """The frozen model's features of one pair: three decoder states, four encoder states (two
+    source words, "</s>", padding), its attention, and the pieces: two target words, then "</s>"."""
+    states, memory = torch.randn(1, 3, 3), torch.randn(1, 4, 4)
+    attention = torch.softmax(torch.randn(1, 3, 4), dim=-1)
+    src, targets = torch.tensor([[4, 5, EOS, PAD]]), torch.tensor([[6, 7, EOS]])
+    return states, memory, torch.tensor([[True, True, True, False]]), attention, src, targets
+
+
 def test_output_is_the_prior_weighted_lexicon_and_the_alignment_its_posterior():
     torch.manual_seed(0)
     layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2)
     with torch.no_grad():
         layer.beta.fill_(0.7)
-    states, memory = torch.randn(1, 3, 3), torch.randn(1, 4, 4)
-    attention = torch.softmax(torch.randn(1, 3, 4), dim=-1)  # the frozen model's
-    src, targets = torch.tensor([[4, 5, EOS, PAD]]), torch.tensor([[6, 7, EOS]])  # two words, then "</s>"
-    mask = torch.tensor([[True, True, True, False]])
+    states, memory, mask, attention, src, targets = one_pair()
     log_output, alignment = layer(states, memory, mask, attention, src, targets)
     scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2 ** 0.5 + 0.7 * attention.log()
     prior = scores[0, :, :2].softmax(-1)  # a word is explained by the two source words ...
@@ -53,10 +59,7 @@ def test_the_prior_adds_a_learnt_bias_for_the_distance_from_the_diagonal():
     torch.manual_seed(0)
     layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2,
                            diagonal_buckets=5)
-    states, memory = torch.randn(1, 3, 3), torch.randn(1, 4, 4)
-    attention = torch.softmax(torch.randn(1, 3, 4), dim=-1)
-    src, targets = torch.tensor([[4, 5, EOS, PAD]]), torch.tensor([[6, 7, EOS]])
-    mask = torch.tensor([[True, True, True, False]])
+    states, memory, mask, attention, src, targets = one_pair()
     before, _ = layer(states, memory, mask, attention, src, targets)
     with torch.no_grad():
         layer.D.copy_(torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]))
@@ -78,10 +81,7 @@ def test_a_null_word_explains_what_no_source_word_wrote():
     layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2, null_prior=0.2)
     with torch.no_grad():
         layer.e_0.copy_(torch.tensor([1.0, -2.0]))
-    states, memory = torch.randn(1, 3, 3), torch.randn(1, 4, 4)
-    attention = torch.softmax(torch.randn(1, 3, 4), dim=-1)
-    src, targets = torch.tensor([[4, 5, EOS, PAD]]), torch.tensor([[6, 7, EOS]])
-    mask = torch.tensor([[True, True, True, False]])
+    states, memory, mask, attention, src, targets = one_pair()
     log_output, alignment = layer(states, memory, mask, attention, src, targets)
     scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2 ** 0.5 + layer.beta * attention.log()
     prior = scores[0, :, :2].softmax(-1)
@@ -113,9 +113,7 @@ def test_a_jump_term_reads_where_the_previous_piece_went():
     for t, q in enumerate(q_of):
         for i in range(2):
             assert jumps[0, t, i].item() == pytest.approx(expected(q, i), rel=1e-5)
-    states, memory = torch.randn(1, 3, 3), torch.randn(1, 4, 4)
-    attention = torch.softmax(torch.randn(1, 3, 4), dim=-1)
-    src, targets = torch.tensor([[4, 5, EOS, PAD]]), torch.tensor([[6, 7, EOS]])
+    states, memory, mask, attention, src, targets = one_pair()
     log_output, _ = layer(states, memory, mask, attention, src, targets)
     log_output.sum().backward()
     assert layer.J.grad.abs().sum() > 0  # learnt through the second pass
