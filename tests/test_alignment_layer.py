@@ -197,13 +197,17 @@ def test_an_aligner_finds_the_links_that_the_attention_misses(scramble):
     assert aligned < 0.05 and attention > aligned + 0.5, (aligned, attention)
 
 
+def loaded(scramble, n: int, seed: int):
+    """The scramble model, its aligner, and the sources and targets of ``n`` new pairs."""
+    model_dir, aligner_dir, _ = scramble
+    pairs, _ = scrambled(n, seed=seed)
+    translator = load(model_dir)
+    return translator, load_aligner(aligner_dir, translator), [s for s, _ in pairs], [t for _, t in pairs]
+
+
 def test_an_aligners_links_are_read_with_a_threshold_by_default(scramble):
     """The better reading of each on E4: argmax for the attention, threshold 0.5 for a posterior."""
-    model_dir, aligner_dir, _ = scramble
-    pairs, _ = scrambled(8, seed=16)
-    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
-    translator = load(model_dir)
-    layer = load_aligner(aligner_dir, translator)
+    translator, layer, sources, targets = loaded(scramble, 8, seed=16)
     matrices = alignment_matrices(translator, sources, targets, aligner=layer)
     by_default = align(translator, sources, targets, aligner=layer)
     assert by_default == align(translator, sources, targets, aligner=layer, method="threshold", threshold=0.5)
@@ -231,11 +235,7 @@ def test_align_command_reads_the_aligner(scramble, tmp_path, capsys):
 
 
 def test_both_directions_take_an_aligner_each(scramble):
-    model_dir, aligner_dir, _ = scramble
-    pairs, _ = scrambled(5, seed=9)
-    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
-    translator = load(model_dir)
-    layer = load_aligner(aligner_dir, translator)
+    translator, layer, sources, targets = loaded(scramble, 5, seed=9)
     # the same model both ways round is enough to see that each direction reads its own aligner
     both = align_both_ways(translator, translator, sources, sources, "intersection", (layer, None))
     forward = align(translator, sources, sources, aligner=layer)

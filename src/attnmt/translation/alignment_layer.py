@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmt.data.batching import Batch
@@ -122,9 +123,8 @@ class AlignmentLayer(nn.Module):
         words[torch.arange(mask.size(0), device=mask.device), mask.sum(dim=1) - 1] = False  # not "</s>"
         q = alignment * words[:, None, :]
         q = q / q.sum(dim=-1, keepdim=True).clamp(min=1e-9)
-        start = torch.zeros_like(q[:, :1, :1]).expand(-1, q.size(1), 1).clone()
-        start[:, 0] = 1.0  # the first piece jumps from place -1
-        previous = torch.cat([start, torch.cat([torch.zeros_like(q[:, :1]), q[:, :-1]], dim=1)], dim=-1)
+        previous = F.pad(q[:, :-1], (1, 0, 1, 0))  # (B,T,S+1): row t is q_t-1 over the places -1, 0, ..
+        previous[:, 0, 0] = 1.0  # the first piece jumps from place -1
         width = (len(self.J) - 1) // 2
         places = torch.arange(-1, mask.size(1), device=mask.device)  # j, from the virtual -1
         jump = (torch.arange(mask.size(1), device=mask.device)[None, :] - places[:, None]).clamp(-width, width)
