@@ -131,11 +131,6 @@ class AlignmentLayer(nn.Module):
         transition = self.J[jump + width].exp()  # (S+1, S): exp J[i - j]
         return (previous @ transition).clamp(min=1e-30).log()
 
-    def loss(self, translation_model: nn.Module, batch: Batch, uniform_prior: bool = False) -> Tensor:
-        """-log p of the batch's real target pieces, summed."""
-        log_output, _ = self(*frozen_features(translation_model, batch), batch.src, batch.tgt_out, uniform_prior)
-        return -log_output[batch.tgt_out != PAD].sum()
-
 
 def diagonal_distance_buckets(mask: Tensor, targets: Tensor, buckets: int) -> Tensor:
     """(B,T,S): the bucket of each (t, i)'s distance from the diagonal, (i + 1/2) / m - (t + 1/2) / n
