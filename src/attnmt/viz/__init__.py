@@ -17,36 +17,28 @@
 See docs/visualization.md.
 """
 
-from attnmt.viz.figures import (
-    attention_grid,
-    attention_heatmap,
-    decoder_step_figure,
-    decoding_animation,
-    encoder_states_figure,
-    head_view_figure,
-    read_metrics,
-    save,
-    select_dimensions,
-    training_curves,
-)
-from attnmt.viz.notebook import HTMLView, heatmap_html, show, show_step, step_html
-from attnmt.viz.words import merge_pieces, word_spans
-
-__all__ = [
-    "attention_heatmap", "encoder_states_figure", "decoder_step_figure", "decoding_animation",
-    "training_curves", "read_metrics", "select_dimensions", "save", "attention_grid", "head_view_figure",
-    "heatmap_html", "step_html", "show", "show_step", "HTMLView",
-    "merge_pieces", "word_spans", "pair_figure", "show_pair",
-]
-
-# A task's own figures, read when first asked for (PEP 562): importing attnmt.viz or one of its
-# modules loads no task (docs/architecture.md: the modules of viz are shared, below the tasks).
-TASK_FIGURES = {"pair_figure": "attnmt.pairs.figures", "show_pair": "attnmt.pairs.figures"}
+# Each name is read from its module when first asked for (PEP 562): importing attnmt.viz, or one of
+# its modules such as attnmt.viz.words (which every translation uses to merge pieces), loads neither
+# matplotlib (0.15 s of every `attnmt translate` start-up) nor any task (docs/architecture.md: the
+# modules of viz are shared, below the tasks).
+MODULE_OF = {
+    **dict.fromkeys(["attention_grid", "attention_heatmap", "decoder_step_figure", "decoding_animation",
+                     "encoder_states_figure", "head_view_figure", "read_metrics", "save", "select_dimensions",
+                     "training_curves"], "attnmt.viz.figures"),
+    **dict.fromkeys(["HTMLView", "heatmap_html", "show", "show_step", "step_html"], "attnmt.viz.notebook"),
+    **dict.fromkeys(["merge_pieces", "word_spans"], "attnmt.viz.words"),
+    **dict.fromkeys(["pair_figure", "show_pair"], "attnmt.pairs.figures"),
+}
+__all__ = list(MODULE_OF)
 
 
 def __getattr__(name: str):
-    if name in TASK_FIGURES:
+    if name in MODULE_OF:
         import importlib
 
-        return getattr(importlib.import_module(TASK_FIGURES[name]), name)
+        return getattr(importlib.import_module(MODULE_OF[name]), name)
     raise AttributeError(f"module 'attnmt.viz' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
