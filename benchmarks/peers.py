@@ -725,25 +725,36 @@ def train_attnmt(work: Path, minutes: float, device: str = "cpu", data: Path = M
         gpu = gpu_figures(sampler, "train", start, start and start + ours["train_seconds"])
         for search in ("greedy", "beam5"):
             gpu.update(gpu_figures(sampler, search, *results[search]["decoding_window"]))
-        gpu.update({"decode_greedy_only": results["greedy"]["sentences_per_s"],
-                    "decode_beam5_only": results["beam5"]["sentences_per_s"],
-                    # in run.py's process: model loading included, not the process's start-up
-                    "decode_greedy_loaded": ours["decode_greedy"], "decode_beam5_loaded": ours["decode_beam5"],
-                    "decode_greedy": None, "decode_beam5": None,  # whole commands: decode_attnmt_commands
-                    "gpu_sampler_errors": sampler.errors})
+        gpu["gpu_sampler_errors"] = sampler.errors
     return {"sentences_per_s": ours["sentences_per_s"], "tokens_per_s_reported": ours["tokens_per_s"],
             "steps": ours["steps"], "valid_bleu_end": last_valid["bleu"], "valid_step_end": last_valid["step"],
             "validation": [{"step": r["step"], "bleu": r["bleu"]} for r in results["validation"]],
             "bleu_greedy": ours["bleu_greedy"], "bleu_beam5": ours["bleu_beam5"], "chrf_beam5": ours["chrf_beam5"],
-            "decode_greedy": ours["decode_greedy"], "decode_beam5": ours["decode_beam5"],
             "peak_rss_gb": ours["peak_rss_gb"], "precision": results["args"]["precision"],
-            **{key: ours.get(key) for key in PEER_KEY},
+            **{key: ours.get(key) for key in PEER_KEY if key.startswith("bleu_")},
+            **loaded_and_decoding_only(ours),
             "checkpoint": "best.safetensors (best validation BLEU; attnmt also validates at the end)",
             "signature": results["beam5"]["signature"], "train_seconds": ours["train_seconds"],
             # sentences a step: 64, or with token batches their mean (sentences/s x seconds / steps)
             "sentences_per_s_steady": attnmt_steady(out / "model",
                                                     ours["sentences_per_s"] * ours["train_seconds"] / ours["steps"]),
             "batch_tokens": batch_tokens, "device": device, **gpu}
+
+
+def loaded_and_decoding_only(ours: dict) -> dict:
+    """run.py's figures of decoding in its own process: decoding alone (decode_*_only) and with model
+    loading (decode_*_loaded). The table's whole-command figures (decode_greedy, decode_beam5,
+    decode_beam5_shortlist, ...: interpreter start-up and imports included, as for the peers' commands)
+    come from decode_attnmt_commands; None until then (the token-batch run is not timed again)."""
+    figures = {key: ours[key] for key in ours if key.startswith("decode_") and key.endswith("_only")}
+    for key in [k for k in ours if k.startswith("decode_") and not k.endswith("_only")]:
+        figures[f"{key}_loaded"], figures[key] = ours[key], None
+    return figures
+
+
+def cheaper_of(figures: dict) -> tuple[str, ...]:
+    """The cheaper modes (CHEAPER_FLAGS) that run.py decoded with (bf16 only where the CPU has it)."""
+    return tuple(q for q in CHEAPER_FLAGS if figures.get(f"bleu_beam5_{q}") is not None)
 
 
 def attnmt_steady(model_dir: Path, sentences_per_step: float) -> float | None:
@@ -759,24 +770,34 @@ def attnmt_steady(model_dir: Path, sentences_per_step: float) -> float | None:
     return (train[-1]["step"] - train[0]["step"]) * sentences_per_step / (train[-1]["seconds"] - train[0]["seconds"])
 
 
-def decode_attnmt_commands(work: Path, name: str = "attnmt") -> dict:
-    """On a GPU: `python -m attnmt.cli translate` of test_2016_flickr, greedy and beam 5, batch 64, each
-    a fresh process timed whole (interpreter, imports, CUDA initialisation, model loading, decoding),
-    as OpenNMT-py's translate command is; its output is scored too (the same as run.py's)."""
+CHEAPER_FLAGS = {"bf16": "--bf16", "int8": "--int8", "shortlist": "--shortlist"}  # attnmt translate's
+
+
+def decode_attnmt_commands(work: Path, name: str = "attnmt", device: str = "cpu",
+                           cheaper: tuple[str, ...] = ()) -> dict:
+    """`python -m attnmt.cli translate` of test_2016_flickr, greedy and beam 5, batch 64 (and beam 5
+    with each of attnmt's ``cheaper`` modes), each a fresh process timed whole (interpreter, imports,
+    CUDA initialisation, model loading, decoding), as the peers' translate commands are; its output
+    is scored too (the same as run.py's)."""
     folder = work / name.replace("_", "-")
     figures = {}
-    for search, beam in (("greedy", 1), ("beam5", 5)):
+    runs = [("greedy", 1, []), ("beam5", 5, [])] + [(f"beam5_{q}", 5, [CHEAPER_FLAGS[q]]) for q in cheaper]
+    for search, beam, flags in runs:
         hypotheses = folder / f"test_2016_flickr.{search}.command.en"
-        cmd = [sys.executable, "-m", "attnmt.cli", "translate", folder / "model", "--device", "cuda",
-               "--beam", str(beam), "--batch-size", str(BATCH), "-i", work / "data" / "test_2016_flickr.de",
+        cmd = [sys.executable, "-m", "attnmt.cli", "translate", folder / "model", "--device", device,
+               "--beam", str(beam), "--batch-size", str(BATCH), *flags, "-i", work / "data" / "test_2016_flickr.de",
                "-o", hypotheses]
-        with GpuSampler(csv=work / "logs" / f"gpu-{name}-{search}-command.csv") as sampler:
-            seconds = run_logged(cmd, work / "logs" / f"{name}-{search}-command.log", env=thread_env(),
-                                 timeout=DECODE_TIMEOUT)
+        log = work / "logs" / f"{name}-{search}-command.log"
+        if device == "cuda":
+            with GpuSampler(csv=work / "logs" / f"gpu-{name}-{search}-command.csv") as sampler:
+                seconds = run_logged(cmd, log, env=thread_env(), timeout=DECODE_TIMEOUT)
+            figures[f"gpu_mem_{search}_command_gb"] = sampler.summary()["mem_gb"]
+        else:
+            seconds = run_logged([*cmd, "--threads", str(THREADS)], log, env=thread_env(), timeout=DECODE_TIMEOUT)
         scores = score(hypotheses, work)
-        figures.update({f"decode_{search}": scores["sentences"] / seconds, f"bleu_{search}_command": scores["bleu"],
-                        f"gpu_mem_{search}_command_gb": sampler.summary()["mem_gb"]})
-    figures["gpu_mem_beam5_gb"] = figures["gpu_mem_beam5_command_gb"]  # the table's row: whole command
+        figures.update({f"decode_{search}": scores["sentences"] / seconds, f"bleu_{search}_command": scores["bleu"]})
+    if device == "cuda":
+        figures["gpu_mem_beam5_gb"] = figures["gpu_mem_beam5_command_gb"]  # the table's row: whole command
     return figures
 
 
@@ -947,18 +968,26 @@ ROWS = [  # label, key, format
     ("test_2016 BLEU greedy", "bleu_greedy", "{:.1f}"),
     ("test_2016 BLEU beam 5", "bleu_beam5", "{:.1f}"),
     ("test_2016 chrF beam 5", "chrf_beam5", "{:.1f}"),
-    ("decode sent/s greedy, batch 64 (wall, load included)", "decode_greedy", "{:.0f}"),
-    ("decode sent/s beam 5, batch 64 (wall, load included)", "decode_beam5", "{:.0f}"),
+    # Like for like: each system's translate command timed whole (interpreter start-up, imports and
+    # model loading included), and its decoding alone (attnmt: in benchmarks/run.py's process;
+    # OpenNMT-py: its own -report_time; JoeyNMT reports none).
+    ("decode sent/s greedy, batch 64, whole command", "decode_greedy", "{:.0f}"),
+    ("decode sent/s beam 5, batch 64, whole command", "decode_beam5", "{:.0f}"),
+    ("decode sent/s greedy, batch 64, decoding only", "decode_greedy_only", "{:.0f}"),
+    ("decode sent/s beam 5, batch 64, decoding only", "decode_beam5_only", "{:.0f}"),
     # attnmt's opt-in cheaper inference (benchmarks/run.py decodes with both); the peers decode in
     # float32 only on CPUs, so their float32 figure stands in these rows and their ratios.
     ("test_2016 BLEU beam 5, attnmt --bf16 (bf16 output layer; peers: float32)", "bleu_beam5_bf16", "{:.1f}"),
-    ("decode sent/s beam 5, batch 64, attnmt --bf16 (peers: float32)", "decode_beam5_bf16", "{:.0f}"),
+    ("decode sent/s beam 5, batch 64, attnmt --bf16, whole command (peers: float32)", "decode_beam5_bf16", "{:.0f}"),
+    ("decode sent/s beam 5, batch 64, attnmt --bf16, decoding only", "decode_beam5_bf16_only", "{:.0f}"),
     ("test_2016 BLEU beam 5, attnmt --int8 (int8 linear layers; peers: float32)", "bleu_beam5_int8", "{:.1f}"),
-    ("decode sent/s beam 5, batch 64, attnmt --int8 (peers: float32)", "decode_beam5_int8", "{:.0f}"),
+    ("decode sent/s beam 5, batch 64, attnmt --int8, whole command (peers: float32)", "decode_beam5_int8", "{:.0f}"),
+    ("decode sent/s beam 5, batch 64, attnmt --int8, decoding only", "decode_beam5_int8_only", "{:.0f}"),
     ("test_2016 BLEU beam 5, attnmt --shortlist (float32, output layer on likely pieces; peers: full)",
      "bleu_beam5_shortlist", "{:.1f}"),
-    ("decode sent/s beam 5, batch 64, attnmt --shortlist (peers: full vocabulary)", "decode_beam5_shortlist",
-     "{:.0f}"),
+    ("decode sent/s beam 5, batch 64, attnmt --shortlist, whole command (peers: full vocabulary)",
+     "decode_beam5_shortlist", "{:.0f}"),
+    ("decode sent/s beam 5, batch 64, attnmt --shortlist, decoding only", "decode_beam5_shortlist_only", "{:.0f}"),
     ("training peak RSS GB (lower is better)", "peak_rss_gb", "{:.2f}"),
     ("machine speed before the system, GFLOP/s (64×512×1536 fp32 products)", "probe_gflops_before", "{:.0f}"),
     ("machine speed after the system, GFLOP/s", "probe_gflops_after", "{:.0f}"),
@@ -990,8 +1019,8 @@ GPU_ROWS = [
 ]
 
 
-PEER_KEY = {f"{figure}_beam5_{q}": f"{figure}_beam5" for q in ("bf16", "int8", "shortlist")
-            for figure in ("bleu", "decode")}
+PEER_KEY = {**{f"{figure}_beam5_{q}": f"{figure}_beam5" for q in CHEAPER_FLAGS for figure in ("bleu", "decode")},
+            **{f"decode_beam5_{q}_only": "decode_beam5_only" for q in CHEAPER_FLAGS}}
 
 
 def ratio(ours, theirs) -> str:
@@ -1173,7 +1202,9 @@ def decode_again(name: str, work: Path, configs: dict, earlier: dict) -> dict:
                     REPO / "configs" / "rnn-bahdanau.yaml", "--threads", str(THREADS), "--out", out, "--decode-only"],
                    work / "logs" / "attnmt-decode.log", env=thread_env(), timeout=DECODE_TIMEOUT * 6)
         ours = json.loads((out / "results.json").read_text())["attnmt"]
-        decoded = {key: ours[key] for key in DECODE_KEYS if key in ours}
+        decoded = {**{key: ours[key] for key in DECODE_KEYS if key in ours},
+                   **loaded_and_decoding_only(ours)}
+        decoded.update(decode_attnmt_commands(work, name, "cpu", cheaper_of(decoded)))
     elif name == "opennmt":
         decoded = decode_opennmt(work, configs)
     else:
@@ -1192,8 +1223,8 @@ def run_system(name: str, work: Path, configs: dict, args, per_sentence: float) 
     if name.startswith("attnmt"):
         tokens = args.batch_tokens if name == "attnmt_tokens" else None
         figures = train_attnmt(work, minutes, device, args.data, name, tokens, args.attnmt_precision)
-        if device == "cuda" and name == "attnmt":  # the token-batch run decodes the same way: not timed again
-            figures.update(decode_attnmt_commands(work, name))
+        if name == "attnmt":  # the token-batch run decodes the same way: not timed again
+            figures.update(decode_attnmt_commands(work, name, device, cheaper_of(figures)))
     elif name == "opennmt":
         figures = {**train_opennmt(work, configs, minutes, device), **decode_opennmt(work, configs, device)}
     else:

@@ -213,7 +213,11 @@ def main(argv: list[str] | None = None):
             "decode_greedy": greedy["sentences_per_s_wall"], "decode_beam5": beam5["sentences_per_s_wall"],
             "peak_rss_gb": peak_gb,
             **{f"bleu_beam5_{q}": r["bleu"] for q, r in cheaper.items()},
-            **{f"decode_beam5_{q}": r["sentences_per_s_wall"] for q, r in cheaper.items()}}
+            **{f"decode_beam5_{q}": r["sentences_per_s_wall"] for q, r in cheaper.items()},
+            # decoding alone, model loading left out (benchmarks/peers.py sets it beside OpenNMT-py's own
+            # report of its decoding seconds)
+            "decode_greedy_only": greedy["sentences_per_s"], "decode_beam5_only": beam5["sentences_per_s"],
+            **{f"decode_beam5_{q}_only": r["sentences_per_s"] for q, r in cheaper.items()}}
     if args.decode_only:
         ours["decoded_again"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     others = dict(PEERS.get(name, {})) if args.device == "cpu" else {}  # PEERS: CPU figures

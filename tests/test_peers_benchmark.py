@@ -135,13 +135,18 @@ def test_table_has_a_ratio_column_per_peer_and_marks_missing_figures():
 
 
 def test_cheaper_inference_rows_compare_with_the_peers_float32_figures():
-    systems = {"attnmt": {"decode_beam5": 80.0, "decode_beam5_bf16": 120.0, "bleu_beam5_int8": 36.0},
-               "opennmt": {"decode_beam5": 40.0, "bleu_beam5": 30.0}}
+    systems = {"attnmt": {"decode_beam5": 80.0, "decode_beam5_bf16": 120.0, "bleu_beam5_int8": 36.0,
+                          "decode_beam5_only": 90.0, "decode_beam5_shortlist_only": 150.0},
+               "opennmt": {"decode_beam5": 40.0, "bleu_beam5": 30.0, "decode_beam5_only": 50.0}}
     lines = peers.table(systems).splitlines()
-    assert "| decode sent/s beam 5, batch 64 (wall, load included) | 80 | 40 | 2.00 |" in lines
-    assert "| decode sent/s beam 5, batch 64, attnmt --bf16 (peers: float32) | 120 | 40 | 3.00 |" in lines
+    assert "| decode sent/s beam 5, batch 64, whole command | 80 | 40 | 2.00 |" in lines
+    assert "| decode sent/s beam 5, batch 64, decoding only | 90 | 50 | 1.80 |" in lines
+    assert ("| decode sent/s beam 5, batch 64, attnmt --bf16, whole command (peers: float32) | 120 | 40 | 3.00 |"
+            in lines)
     assert ("| test_2016 BLEU beam 5, attnmt --int8 (int8 linear layers; peers: float32) | 36.0 | 30.0 | 1.20 |"
             in lines)
+    # decoding alone beside the peer's decoding alone, not beside its whole command
+    assert "| decode sent/s beam 5, batch 64, attnmt --shortlist, decoding only | 150 | 50 | 3.00 |" in lines
 
 
 def test_table_of_peers_alone_has_no_ratio_column():
@@ -359,17 +364,27 @@ def test_decode_only_measures_decoding_again_and_keeps_the_training_figures(tmp_
 
     def fake_run_logged(cmd, log, **kwargs):  # run.py --decode-only rewrites its results.json
         commands.append([str(c) for c in cmd])
+        if "translate" in commands[-1]:  # a whole translate command: 8 s, 5 s with the shortlist
+            return 5.0 if "--shortlist" in commands[-1] else 8.0
         (tmp_path / "attnmt").mkdir(exist_ok=True)
         (tmp_path / "attnmt" / "results.json").write_text(peers.json.dumps(
-            {"attnmt": {"sentences_per_s": 999, "decode_beam5": 95, "decode_beam5_shortlist": 150}}))
+            {"attnmt": {"sentences_per_s": 999, "decode_beam5": 95, "decode_beam5_shortlist": 150,
+                        "decode_beam5_only": 110, "decode_beam5_shortlist_only": 170, "bleu_beam5_shortlist": 39.5}}))
         return 1.0
 
     monkeypatch.setattr(peers, "run_logged", fake_run_logged)
+    monkeypatch.setattr(peers, "score", lambda hypotheses, work: {"sentences": 1000, "bleu": 39.5})
     monkeypatch.setattr(peers, "machine_speed", lambda: 150.0)
     monkeypatch.setattr(peers, "decode_opennmt", lambda work, configs: {"decode_beam5": 55})
     ours = peers.decode_again("attnmt", tmp_path, {}, earlier)
     assert "--decode-only" in commands[0]
-    assert (ours["sentences_per_s"], ours["decode_beam5"], ours["decode_beam5_shortlist"]) == (205, 95, 150)
+    translate = [c for c in commands if "translate" in c]
+    assert [c[c.index("--beam") + 1] for c in translate] == ["1", "5", "5"]
+    assert "--shortlist" in translate[2] and all(c[c.index("--threads") + 1] == str(peers.THREADS) for c in translate)
+    # the table's figures: whole commands, as the peers'; run.py's in-process ones kept beside them
+    assert (ours["sentences_per_s"], ours["decode_beam5"], ours["decode_beam5_shortlist"]) == (205, 125, 200)
+    assert (ours["decode_beam5_loaded"], ours["decode_beam5_only"],
+            ours["decode_beam5_shortlist_only"]) == (95, 110, 170)
     assert ours["decoded_again"] and ours["probe_gflops_before"] == 150.0
     theirs = peers.decode_again("opennmt", tmp_path, {}, earlier)
     assert (theirs["sentences_per_s"], theirs["decode_beam5"]) == (119, 55)
