@@ -57,10 +57,10 @@ class AlignerConfig(Section):
     # agreement training (Liang et al. 2006; attnmt.translation.agreement): the layer of the model
     # of the opposite direction (fr->en for an en->fr model) trained at the same time, on the same
     # pairs, each rewarded with weight ``agreement`` for the links the other finds; written to
-    # backward_out (default BACKWARD_MODEL/aligner)
+    # backward_out (default BACKWARD_MODEL/aligner); 4 measured best of 1, 4 and 16 on E4 (docs/alignment.md)
     backward_model: Path | None = None
     backward_out: Path | None = None
-    agreement: float = Field(1.0, ge=0)
+    agreement: float = Field(4.0, ge=0)
     steps: int = Field(3000, gt=0)
     # the first steps learn the lexicon alone, under a uniform prior (IBM model 1, as statistical
     # aligners start): learnt together from the start, the prior can settle on one source piece
