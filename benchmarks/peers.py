@@ -792,8 +792,8 @@ def decode_attnmt_commands(work: Path, name: str = "attnmt", device: str = "cpu"
             with GpuSampler(csv=work / "logs" / f"gpu-{name}-{search}-command.csv") as sampler:
                 seconds = run_logged(cmd, log, env=thread_env(), timeout=DECODE_TIMEOUT)
             figures[f"gpu_mem_{search}_command_gb"] = sampler.summary()["mem_gb"]
-        else:
-            seconds = run_logged([*cmd, "--threads", str(THREADS)], log, env=thread_env(), timeout=DECODE_TIMEOUT)
+        else:  # THREADS threads: thread_env's OMP_NUM_THREADS, which attnmt follows
+            seconds = run_logged(cmd, log, env=thread_env(), timeout=DECODE_TIMEOUT)
         scores = score(hypotheses, work)
         figures.update({f"decode_{search}": scores["sentences"] / seconds, f"bleu_{search}_command": scores["bleu"]})
     if device == "cuda":
