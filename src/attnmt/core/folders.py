@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from attnmt.core.checkpoint import check_shapes, load_weights
 from attnmt.core.config import Config, load_config
@@ -61,9 +62,20 @@ def weights_path(folder: Path, checkpoint: str) -> Path:
     return inside_folder(folder, weights)
 
 
+class _NoRandomInit(TorchFunctionMode):
+    """Within the block (this thread only), a tensor's normal_ leaves it as it is. On the meta device
+    normal_ imports torch._dynamo, 1-2 s of every model load and of `attnmt translate`'s start-up,
+    for weights that hold no values anyway."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.nn.init.normal_, torch.Tensor.normal_):
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
 def load_model(build: Callable[[], torch.nn.Module], weights: Path, device: torch.device) -> torch.nn.Module:
     """The model ``build()`` makes, with the weights of the file, on ``device``, in eval mode."""
-    with torch.device("meta"):  # the shapes the config asks for, checked against the file before allocating
+    with torch.device("meta"), _NoRandomInit():  # the shapes the config asks for, checked before allocating
         check_shapes(build(), weights)
     model = build()
     load_weights(model, weights)
