@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Callable, Literal
 
 import torch
-from torch import Tensor
 from pydantic import Field
+from torch import Tensor
 
 from attnmt.core import threads
 from attnmt.core.checkpoint import load_weights, save_model, tensor_shapes
@@ -26,11 +26,10 @@ from attnmt.core.config import CorpusFiles, Section, config_to_yaml, read_yaml_f
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text, file_sha256
 from attnmt.core.folders import inference_device, model_config, weights_path
-from attnmt.data.batching import epoch_batches, training_batch
+from attnmt.data.batching import Batch, epoch_batches, training_batch
 from attnmt.data.corpus import read_corpus
-from attnmt.seq2seq.inference import Translator
-from attnmt.data.batching import Batch
 from attnmt.data.subwords import PAD
+from attnmt.seq2seq.inference import Translator
 from attnmt.translation.agreement import NO_WORD, disagreement, piece_words, word_index_tensor, word_posteriors
 from attnmt.translation.alignment_layer import AlignmentLayer, frozen_features, layer_for
 from attnmt.translation.prepare import training_corpus
