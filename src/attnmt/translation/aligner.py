@@ -56,7 +56,7 @@ class AlignerConfig(Section):
     # agreement training (Liang et al. 2006; attnmt.translation.agreement): the layer of the model
     # of the opposite direction (fr->en for an en->fr model) trained at the same time, on the same
     # pairs, each rewarded with weight ``agreement`` for the links the other finds; written to
-    # backward_out (default BACKWARD_MODEL/aligner); 4 measured best of 1, 4 and 16 on E4 (docs/alignment.md)
+    # backward_out (default BACKWARD_MODEL/aligner); 4 measured best of 1, 4, 8 and 16 on E4 (docs/alignment.md)
     backward_model: Path | None = None
     backward_out: Path | None = None
     agreement: float = Field(4.0, ge=0)
