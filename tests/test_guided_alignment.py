@@ -295,6 +295,17 @@ def test_self_links_are_computed_again_for_other_weights(tmp_path, first_rounds)
     assert cached.read_text().splitlines() == [format_pharaoh(links) for links in expected]
 
 
+def test_self_links_are_computed_again_when_they_would_be_read_another_way(tmp_path, first_rounds, monkeypatch):
+    """A cache made when the default reading was another one is not reused."""
+    pairs, _, forward, _ = first_rounds
+    config = second_round(tmp_path, pairs, first_round=str(forward))
+    prepare_data(config, log=lambda m: None)
+    monkeypatch.setattr("attnmt.translation.guided_alignment.default_method", lambda from_aligner: "threshold")
+    messages = []
+    prepare_data(config, log=messages.append)
+    assert any("aligning 200 training pairs" in m for m in messages), messages
+
+
 def test_self_links_of_both_directions_are_symmetrized(tmp_path, first_rounds):
     pairs, tsv, forward, backward = first_rounds
     config = second_round(tmp_path, pairs, data={"train": {"tsv": tsv}}, first_round=str(forward),

@@ -158,7 +158,7 @@ def align(translator, sources: list[str], targets: list[str], batch_size: int = 
     posterior replaces the attention. ``method``: by default the better reading of each on E4:
     argmax for the attention, threshold for an aligner's posterior (default_method).
     """
-    method = method or default_method(aligner)
+    method = method or default_method(aligner is not None)
     if method not in ("argmax", "threshold"):
         raise AttnmtError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
     _check_threshold(threshold)
@@ -166,12 +166,12 @@ def align(translator, sources: list[str], targets: list[str], batch_size: int = 
             alignment_matrices(translator, sources, targets, batch_size, words, shift, layer, heads, aligner)]
 
 
-def default_method(aligner: AlignmentLayer | None) -> str:
+def default_method(from_aligner: bool) -> str:
     """How links are read when not said: each output word to its most attended source word for the
     attention (argmax: 0.1-10 points of AER better than threshold on E4); every weight of at least
     the threshold for an aligner's posterior, whose rows leave out what its NULL word explains (3-4
     points better than argmax on E4, both directions)."""
-    return "argmax" if aligner is None else "threshold"
+    return "threshold" if from_aligner else "argmax"
 
 
 def _check_threshold(threshold: float):

@@ -35,7 +35,8 @@ from attnmt.data.corpus import read_lines
 from attnmt.data.subwords import UNK, Subwords
 from attnmt.seq2seq.inference import Translator
 from attnmt.seq2seq.links import without_eos
-from attnmt.translation.align import align, align_both_ways, format_pharaoh, grow_diag_final, parse_pharaoh, piece_lists
+from attnmt.translation.align import (align, align_both_ways, default_method, format_pharaoh, grow_diag_final,
+                                     parse_pharaoh, piece_lists)
 from attnmt.translation.aligner import load_aligner
 from attnmt.translation.prepare import EncodedCorpus
 from attnmt.viz.words import word_spans
@@ -131,7 +132,7 @@ def self_links_file(config: Config, sources: list[str], targets: list[str], log:
     from their alignment layers (first_round_aligner, first_round_backward_aligner); with
     first_round_backward, both directions symmetrized (`attnmt align --backward --symmetrize`).
     Computed once; its stamp holds the SHA-256 of the text and of each first round's (and aligner's)
-    weights, so a changed text or model is aligned again."""
+    weights and how they are read, so a changed text, model or reading is aligned again."""
     ga: GuidedAlignment = config.training.guided_alignment
     rounds = {"first_round": ga.first_round, "first_round_backward": ga.first_round_backward}
     rounds = {name: folder for name, folder in rounds.items() if folder is not None}
@@ -141,6 +142,8 @@ def self_links_file(config: Config, sources: list[str], targets: list[str], log:
         weights[f"{name}_aligner"] = _aligner_weights(name, folder)
     stamp_text = f"text {_text_digest(sources, targets)}\n" + "".join(
         f"{name} {file_sha256(path)}\n" for name, path in weights.items()) + f"symmetrize {ga.symmetrization}\n"
+    # and how each direction's weights are read: links read another way (a default changed) are redone
+    stamp_text += "".join(f"{name} reading {default_method(name in aligners)}\n" for name in rounds)
     folder = config.experiment_dir / "alignment"
     path, stamp = folder / "train.self.links", folder / "train.self.sha256"
     if path.is_file() and stamp.is_file() and stamp.read_text() == stamp_text:
