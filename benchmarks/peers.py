@@ -60,7 +60,7 @@ import sys
 import threading
 import time
 import zipfile
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -787,13 +787,12 @@ def decode_attnmt_commands(work: Path, name: str = "attnmt", device: str = "cpu"
         cmd = [sys.executable, "-m", "attnmt.cli", "translate", folder / "model", "--device", device,
                "--beam", str(beam), "--batch-size", str(BATCH), *flags, "-i", work / "data" / "test_2016_flickr.de",
                "-o", hypotheses]
-        log = work / "logs" / f"{name}-{search}-command.log"
-        if device == "cuda":
-            with GpuSampler(csv=work / "logs" / f"gpu-{name}-{search}-command.csv") as sampler:
-                seconds = run_logged(cmd, log, env=thread_env(), timeout=DECODE_TIMEOUT)
+        sampler = GpuSampler(csv=work / "logs" / f"gpu-{name}-{search}-command.csv") if device == "cuda" else None
+        with sampler or nullcontext():  # THREADS threads: thread_env's OMP_NUM_THREADS, which attnmt follows
+            seconds = run_logged(cmd, work / "logs" / f"{name}-{search}-command.log", env=thread_env(),
+                                 timeout=DECODE_TIMEOUT)
+        if sampler is not None:
             figures[f"gpu_mem_{search}_command_gb"] = sampler.summary()["mem_gb"]
-        else:  # THREADS threads: thread_env's OMP_NUM_THREADS, which attnmt follows
-            seconds = run_logged(cmd, log, env=thread_env(), timeout=DECODE_TIMEOUT)
         scores = score(hypotheses, work)
         figures.update({f"decode_{search}": scores["sentences"] / seconds, f"bleu_{search}_command": scores["bleu"]})
     if device == "cuda":
@@ -1185,8 +1184,8 @@ def machine_speed(seconds: float = 5.0) -> float:
     return round(float(done.stdout), 1)
 
 
-DECODE_KEYS = ("bleu_greedy", "bleu_beam5", "chrf_beam5", "decode_greedy", "decode_beam5",
-               *(f"{figure}_beam5_{q}" for q in ("bf16", "int8", "shortlist") for figure in ("bleu", "decode")))
+# run.py's scores of its outputs; its decoding speeds come through loaded_and_decoding_only
+SCORE_KEYS = ("bleu_greedy", "bleu_beam5", "chrf_beam5", *(f"bleu_beam5_{q}" for q in CHEAPER_FLAGS))
 
 
 def decode_again(name: str, work: Path, configs: dict, earlier: dict) -> dict:
@@ -1202,8 +1201,7 @@ def decode_again(name: str, work: Path, configs: dict, earlier: dict) -> dict:
                     REPO / "configs" / "rnn-bahdanau.yaml", "--threads", str(THREADS), "--out", out, "--decode-only"],
                    work / "logs" / "attnmt-decode.log", env=thread_env(), timeout=DECODE_TIMEOUT * 6)
         ours = json.loads((out / "results.json").read_text())["attnmt"]
-        decoded = {**{key: ours[key] for key in DECODE_KEYS if key in ours},
-                   **loaded_and_decoding_only(ours)}
+        decoded = {**{key: ours[key] for key in SCORE_KEYS if key in ours}, **loaded_and_decoding_only(ours)}
         decoded.update(decode_attnmt_commands(work, name, "cpu", cheaper_of(decoded)))
     elif name == "opennmt":
         decoded = decode_opennmt(work, configs)
