@@ -86,6 +86,38 @@ def decode(model_dir: Path, sources: list[str], beam: int, plain: bool, device: 
     return len(sources) / (time.perf_counter() - started)
 
 
+def first_calls(model_dir: Path, sources: list[str], device: str, profile: bool):
+    """Where the decoding benchmark's first call after loading loses its time: a fresh process
+    translates one sentence greedily (the GPU's first use: libraries, kernels), then the test set
+    greedily twice and with beam 5 twice, each timed. With ``profile``, the first greedy pass over the
+    test set (after the one sentence) runs under torch.profiler instead, and its busiest operations print."""
+    import attnmt
+
+    started = time.perf_counter()
+    translator = attnmt.load(model_dir, device=device)
+    synchronize(device)
+    times = {"load": time.perf_counter() - started}
+    passes = [("one_sentence", sources[:1], 1), ("greedy_1", sources, 1), ("greedy_2", sources, 1),
+              ("beam5_1", sources, 5), ("beam5_2", sources, 5)]
+    for name, batch, beam in passes:
+        if profile and name == "greedy_1":
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as profiling
+
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+            with profiling(activities=activities) as profiler:
+                translator.translate(batch, beam=beam, batch_size=64)
+                synchronize(device)
+            print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
+            return times
+        started = time.perf_counter()
+        translator.translate(batch, beam=beam, batch_size=64)
+        synchronize(device)
+        times[name] = time.perf_counter() - started
+        print(f"{name}: {times[name]:.3f} s ({len(batch) / times[name]:.0f} sentences/s)", flush=True)
+    return times
+
+
 def synchronize(device: str):
     if device == "cuda":
         torch.cuda.synchronize()
@@ -101,12 +133,26 @@ def main(argv=None):
     parser.add_argument("--sentences", type=int, default=None, help="decode only the first N test sentences")
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="only profile STEPS training steps (after 200), with graphs: where the time goes")
+    parser.add_argument("--first-calls", metavar="MODEL", default=None,
+                        help="only time MODEL's first translate calls after loading (see first_calls)")
+    parser.add_argument("--profile-first", action="store_true",
+                        help="with --first-calls: profile the first greedy pass")
+    parser.add_argument("--torch-capture", action="store_true",
+                        help="decoding captures graphs with torch.cuda.graph (attnmt.seq2seq.capture.LEAN_CAPTURE off)")
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a check of this script, nothing to measure)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu_speed.py needs a CUDA GPU")
     from attnmt.data.corpus import read_lines
 
+    if args.torch_capture:
+        from attnmt.seq2seq import capture
+
+        capture.LEAN_CAPTURE = False
+    if args.first_calls:
+        sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")[:args.sentences]
+        print(json.dumps(first_calls(Path(args.first_calls), sources, args.device, args.profile_first)))
+        return
     work = Path(args.work)
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "none"
     results = {"gpu": gpu, "torch": torch.__version__, "steps": args.steps}

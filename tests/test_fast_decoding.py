@@ -3,14 +3,16 @@ scores, attention), run eagerly or on static buffers as a CUDA graph runs them; 
 no value back from the device, and the loop asks whether all sentences are done only every
 CHECK_EVERY steps."""
 
+import contextlib
 import copy
+import threading
 
 import pytest
 import torch
 
 from attnmt.core import speed
 from attnmt.core.config import DecodingConfig, ModelConfig
-from attnmt.seq2seq import EOS, build_model, decoding, fast_decoding
+from attnmt.seq2seq import EOS, build_model, capture, decoding, fast_decoding
 from attnmt.seq2seq import search as searches
 from attnmt.seq2seq.decoding import max_output_lengths
 from test_decoding import ConfidentModel, random_batch
@@ -329,3 +331,72 @@ def test_on_a_gpu_graphs_under_autocast_and_a_bf16_output_layer(monkeypatch, nam
     for search in (fast_decoding.greedy_search, fast_decoding.beam_search):
         assert_same_hypotheses(search(*args, graphs=True), search(*args, graphs=False), atol=1e-4)
 
+
+
+class FakeCudaCapture:
+    """torch.cuda's graphs, streams and pools on a CPU, recording what capture.captured asks of them."""
+
+    def __init__(self, monkeypatch):
+        self.events, self.pools = [], 0
+        fake = self
+
+        class Graph:
+            def capture_begin(self, pool, capture_error_mode):
+                fake.events.append(("begin", pool))
+
+            def capture_end(self):
+                fake.events.append(("end",))
+
+            def replay(self):
+                fake.events.append(("replay",))
+
+        class Stream:
+            def __init__(self, name="side"):
+                self.name = name
+
+            def wait_stream(self, other):
+                fake.events.append(("wait", self.name, other.name))
+
+        class MemPool:
+            def __init__(self):
+                fake.pools += 1
+                self.id = (0, fake.pools)
+
+        current = Stream("current")
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current)
+        monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: Stream())
+        monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "MemPool", MemPool)
+        monkeypatch.setattr(capture, "_POOLS", threading.local())
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("torch.cuda.graph waits for the GPU and empties its caches at every capture")
+
+        monkeypatch.setattr(torch.cuda, "graph", refuse)
+
+
+def test_a_capture_is_ordered_after_the_stream_and_the_graphs_of_a_thread_share_a_pool(monkeypatch):
+    """What capture.captured asks of CUDA, faked on a CPU: the capture runs on a side stream that waits for
+    the current one (no wait for the whole GPU, no emptied caches), the current stream then waits for
+    it, a capture always ends, and a thread's graphs share one pool, another thread's have their own."""
+    cuda = FakeCudaCapture(monkeypatch)
+    device = torch.device("cuda", 0)
+    replay = capture.captured(lambda: cuda.events.append(("run",)), device)
+    assert cuda.events == [("wait", "side", "current"), ("begin", (0, 1)), ("run",), ("end",),
+                           ("wait", "current", "side")]
+    replay()
+    assert cuda.events[-1] == ("replay",)
+
+    def failing():
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    cuda.events.clear()
+    with pytest.raises(RuntimeError):
+        capture.captured(failing, device)
+    assert cuda.events[1:3] == [("begin", (0, 1)), ("end",)]  # the same pool; the capture ended
+    other = threading.Thread(target=capture.captured, args=(lambda: None, device))
+    other.start()
+    other.join()
+    assert ("begin", (0, 2)) in cuda.events and cuda.pools == 2

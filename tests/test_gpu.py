@@ -123,6 +123,34 @@ def test_resume_on_cuda_repeats_the_uninterrupted_run_bit_for_bit(tmp_path, mode
         assert torch.equal(a[key], b[key]), key
 
 
+def test_a_training_step_on_one_gpu_waits_for_nothing_and_a_diverged_step_is_caught(tmp_path):
+    """One process on a GPU keeps each step's loss and gradient norm on the device (attnmt.training.
+    divergence): once a batch shape is captured, a step makes no host synchronisation
+    (torch.cuda.set_sync_debug_mode raises at any); a step whose loss is not finite leaves the
+    weights as they were, and the next check names it."""
+    from attnmt.translation.training import translation_batch
+
+    trainer = Trainer(cuda_experiment(tmp_path / "run", test=False), **QUIET)
+    loop = trainer.loop
+    assert loop.divergence.on_device
+    batch = translation_batch(trainer.data.train, loop.epoch_batches(0)[0])
+    loop.train_step(batch)  # the capture of this shape
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        losses = [loop.train_step(batch)[0] for _ in range(3)]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(loss.device.type == "cuda" and torch.isfinite(loss) for loss in losses)
+    loop.divergence.raise_if_diverged(4)  # nothing to say
+    trainer.model.generator.weight.data[0, 0] = float("nan")  # every loss from now on: not a number
+    before = {name: p.detach().nan_to_num() for name, p in trainer.model.named_parameters()}
+    loop.state.step = 4
+    loop.train_step(batch)  # step 5
+    assert all(torch.equal(p.detach().nan_to_num(), before[name]) for name, p in trainer.model.named_parameters())
+    with pytest.raises(AttnmtError, match="^step 5: the training loss or gradient norm is not finite"):
+        loop.divergence.raise_if_diverged(5)
+
+
 def test_transformer_pairs_and_speech_on_cuda(tmp_path, capsys):
     """The other tasks: a Transformer (every layer's and head's attention, forced attention of
     every layer, the head view), a sentence-pair classifier and a speech model, trained and used on cuda."""

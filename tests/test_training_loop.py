@@ -15,7 +15,9 @@ from attnmt.core.config import config_from_dict
 from attnmt.core.distributed import ONE_PROCESS
 from attnmt.core.distributed import device as distributed_device
 from attnmt.data.batching import epoch_batches
+from attnmt.core.errors import AttnmtError
 from attnmt.training import MetricsWindow, TrainerState, TrainingLoop, batches_to_train, setup_training
+from attnmt.training.divergence import DivergenceCheck
 from attnmt.translation.training import prepare_data
 from conftest import random_strings, reverse, toy_config, write_tsv
 
@@ -109,8 +111,23 @@ class DevLoss:
         return f"dev loss {record['loss']:.4f}"
 
 
-def classifier_run(folder, max_steps, resume=False):
-    """A linear classifier of 8 features into 2 classes trained by the loop; its log and weights."""
+class PoisonedLoss(ClassifierLoss):
+    """The classifier's loss, not a number at its ``bad_call``-th call (a diverging step)."""
+
+    def __init__(self, model, bad_call: int):
+        super().__init__(model)
+        self.calls, self.bad_call = 0, bad_call
+
+    def forward(self, batch):
+        self.calls += 1
+        loss, size = super().forward(batch)
+        return (loss * float("nan") if self.calls == self.bad_call else loss), size
+
+
+def classifier_run(folder, max_steps, resume=False, bad_step=None, on_device=False):
+    """A linear classifier of 8 features into 2 classes trained by the loop; its log and weights.
+    ``bad_step``: that step's loss is not a number; ``on_device``: the loop checks losses as it
+    does on one GPU, on the device (attnmt.training.divergence), here on the CPU."""
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(200, 8, generator=generator)
     y = (x[:, 0] + x[:, 1] > 0).long()
@@ -123,10 +140,13 @@ def classifier_run(folder, max_steps, resume=False):
     torch.manual_seed(1)
     model = nn.Sequential(nn.Dropout(0.1), nn.Linear(8, 2))
     logged = []
-    setup = setup_training(model, ClassifierLoss(model), config.training, ONE_PROCESS)
+    loss = ClassifierLoss(model) if bad_step is None else PoisonedLoss(model, bad_step)
+    setup = setup_training(model, loss, config.training, ONE_PROCESS)
     loop = TrainingLoop(config, setup, [1] * 160, lambda indices: Examples(x[indices], y[indices]),
                         DevLoss(Examples(x[160:], y[160:])), "model: a linear classifier", log=logged.append,
                         progress=False)
+    loop.divergence = DivergenceCheck(setup.optimizer, on_device=on_device)
+    assert loop.divergence.on_device == on_device  # fused Adam honours found_inf on a CPU too
     state = loop.run(resume)
     return state, logged, load_file(str(folder / "last.safetensors"))
 
@@ -149,6 +169,52 @@ def test_the_loop_trains_a_classifier_and_resumes_it_exactly(tmp_path):
     for key in straight:
         if key.startswith("model."):
             assert torch.equal(straight[key], resumed[key]), key
+
+
+def test_checking_divergence_on_the_device_trains_the_same_weights(tmp_path):
+    """One GPU checks each step's loss and norm on the device: with finite steps, bit for bit the same run."""
+    _, _, read_each_step = classifier_run(tmp_path / "host", 30)
+    _, _, on_device = classifier_run(tmp_path / "device", 30, on_device=True)
+    assert read_each_step.keys() == on_device.keys()
+    for key in read_each_step:
+        assert torch.equal(read_each_step[key], on_device[key]), key
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_a_step_that_is_not_finite_stops_the_run_and_the_last_checkpoint_stays(tmp_path, on_device):
+    folder = tmp_path / "run"
+    with pytest.raises(AttnmtError) as error:
+        classifier_run(folder, 30, bad_step=13, on_device=on_device)
+    # read at once on the host; on the device, at the next train record (every 5 steps)
+    assert str(error.value).startswith("step 13: the training loss")
+    assert ("read at step 15" in str(error.value)) == on_device
+    assert "checkpoint stay as they were" in str(error.value)
+    kept = load_file(str(folder / "last.safetensors"))  # the checkpoint of step 10, finite
+    assert all(torch.isfinite(t).all() for k, t in kept.items() if k.startswith("model."))
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in records) == 10  # no record of a diverged window
+
+
+def test_a_step_not_finite_is_skipped_on_the_device_and_the_first_is_named():
+    weight = nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.Adam([weight], lr=0.1, fused=True)
+    check = DivergenceCheck(optimizer, on_device=True)
+    for step, loss in enumerate([1.0, float("inf"), 2.0, float("nan")], start=1):
+        before = weight.detach().clone()
+        weight.grad = torch.ones(3)
+        with check.guarded(step, torch.tensor(loss), torch.tensor(1.0)):
+            optimizer.step()
+        assert torch.equal(weight.detach(), before) != (loss == loss and abs(loss) != float("inf")), step
+        assert not hasattr(optimizer, "found_inf")
+    assert int(optimizer.state[weight]["step"]) == 2  # Adam's own count skips them too
+    with pytest.raises(AttnmtError, match="^step 2: .* read at step 4"):
+        check.raise_if_diverged(4)
+    finite_norm_only = DivergenceCheck(torch.optim.Adam([weight], fused=True), on_device=True)
+    with finite_norm_only.guarded(1, torch.tensor(1.0), torch.tensor(float("nan"))):
+        pass
+    with pytest.raises(AttnmtError, match="^step 1: "):
+        finite_norm_only.raise_if_diverged(1)
+    assert not DivergenceCheck(torch.optim.Adam([weight], foreach=False), on_device=True).on_device
 
 
 @pytest.mark.parametrize("exchange", ["from_main", "total"])

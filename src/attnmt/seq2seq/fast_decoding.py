@@ -43,8 +43,6 @@ return decoding's hypotheses, and that a step reads no value back.
 
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Callable
 
@@ -53,6 +51,7 @@ from torch import Tensor
 
 from attnmt.data.subwords import BOS, EOS
 from attnmt.seq2seq.base import EncoderDecoder
+from attnmt.seq2seq.capture import captured, side_stream
 from attnmt.seq2seq.decoding import (
     Hypothesis,
     best_candidates,
@@ -67,7 +66,6 @@ CHECK_EVERY = 8  # steps between two "are all sentences done?", each a host sync
 WARMUP_STEPS = 2  # eager steps before a capture; two, to see whether the state keeps its shape
 
 NEG_INF = float("-inf")
-_ONE_CAPTURE_AT_A_TIME = threading.Lock()
 
 
 @torch.inference_mode()
@@ -118,7 +116,7 @@ def _run(search, steps: int, graphs: bool):
 def _warm_up_and_capture(step: Callable, loop, steps: int):
     """Runs ``steps`` steps eagerly on a side stream, then captures ``step`` if the loop kept its
     layout over the last one. Returns the loop and what runs the next steps (the graph or ``step``)."""
-    with _side_stream(loop.prev.device):
+    with side_stream(loop.prev.device):
         for _ in range(steps):
             before, loop = loop, step(loop)
     if _layout(loop) != _layout(before):  # a growing state (the Transformer's cache): no graph
@@ -132,42 +130,13 @@ class _StepGraph:
 
     def __init__(self, step: Callable, loop):
         self.loop = _map(torch.clone, loop)  # the static buffers: the step's inputs, then its outputs
-        self.replay = _captured(lambda: _copy_into(self.loop, step(self.loop)), loop.prev.device)
+        self.replay = captured(lambda: _copy_into(self.loop, step(self.loop)), loop.prev.device)
 
     def __call__(self, loop):
         if loop is not self.loop:  # (the first call: the warm-up's loop, equal to the buffers)
             _copy_into(self.loop, loop)
         self.replay()
         return self.loop
-
-
-def _captured(run: Callable[[], None], device: torch.device) -> Callable[[], None]:
-    """``run`` as a CUDA graph's replay on a CUDA device; ``run`` itself elsewhere."""
-    if device.type != "cuda":
-        return run
-    graph = torch.cuda.CUDAGraph()
-    # Autocast's cache of cast weights does not outlive its context, while the graph would read it
-    # at every replay: inside the graph the weights are cast with the rest. One capture at a time
-    # (the server decodes in threads), and only this thread's calls are checked during it: another
-    # thread may go on with its own (eager) work on its own stream.
-    autocast = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
-                              cache_enabled=False)
-    with _ONE_CAPTURE_AT_A_TIME, autocast, torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        run()
-    return graph.replay
-
-
-@contextmanager
-def _side_stream(device: torch.device):
-    """The work of the block on a CUDA side stream, ordered after and before the current one's."""
-    if device.type != "cuda":
-        yield
-        return
-    current, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
-    side.wait_stream(current)
-    with torch.cuda.stream(side):
-        yield
-    current.wait_stream(side)
 
 
 # The loops and the model's states are dataclasses of tensors, lists of tensors and None.

@@ -15,6 +15,8 @@ The pieces, each usable alone:
     optimization.py  setup_training: Adam and the learning-rate schedule for any model and loss
     loop.py          TrainingLoop: the steps over batches_to_train, validation, checkpoints, resume,
                      early stopping; it gets the loss, the batches and the validation as arguments
+    divergence.py    DivergenceCheck: a step whose loss or gradient norm is not finite stops the run
+                     (on one GPU checked on the device, read every train record)
     metrics.py       MetricsWindow (loss and speed of the train records), ProgressBar, trim_metrics
     trainer.py       Trainer and train(): the task's pieces put together for `attnmt train`, then
                      the test sets scored

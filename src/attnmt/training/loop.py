@@ -11,7 +11,6 @@ The loop knows the examples only by their sizes and the model only by what it is
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Protocol
@@ -28,6 +27,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.core.files import append_text
 from attnmt.core.interrupt import deferred_interrupt
 from attnmt.data import batching
+from attnmt.training.divergence import DivergenceCheck
 from attnmt.training.metrics import MetricsWindow, ProgressBar, trim_metrics
 from attnmt.training.optimization import TrainingSetup, higher_is_better
 
@@ -92,6 +92,8 @@ class TrainingLoop:
         self.summary = summary  # logged right before the first step
         self.processes, self.log, self.progress = processes, log, progress
         self.state = TrainerState()
+        # One process on a GPU: the loss and gradient norm are checked on the device (see divergence.py)
+        self.divergence = DivergenceCheck(self.optimizer, on_device=self.device.type == "cuda" and not processes.active)
 
     def run(self, resume: bool = False) -> TrainerState:
         """Trains until a limit; Ctrl-C saves a checkpoint after the step under way and raises
@@ -135,6 +137,7 @@ class TrainingLoop:
             window.add(loss, tokens)
             bar.update()
             if state.step % tc.log_every == 0:
+                self.divergence.raise_if_diverged(state.step)
                 record = window.record(self.optimizer.param_groups[0]["lr"])
                 bar.show(record, state.seconds)
                 self.write_metrics("train", record)
@@ -155,34 +158,27 @@ class TrainingLoop:
             save_model(self.model, self.folder / "best.safetensors", {"step": self.state.step})
         distributed.barrier(self.processes)  # nobody leaves before the files are written
 
-    def train_step(self, batch) -> tuple[float, int]:
-        """One update; returns the summed loss and the number of terms it sums (target tokens)."""
+    def train_step(self, batch) -> tuple[torch.Tensor | float, int]:
+        """One update; returns the summed loss (with one process a tensor, read only when a record
+        is written: reading it would wait for a GPU) and the number of terms it sums (target tokens)."""
         tc = self.config.training
         self.model.train()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16"):
             loss, tokens = self.loss(batch.to(self.device))
-        # Sums over the processes' shares: the loss and size of the whole batch.
-        loss_sum, tokens = distributed.total([loss.item(), tokens], self.processes)
-        self._check_finite("loss", loss_sum)
+        if self.processes.active:  # sums over the processes' shares: the loss and size of the whole batch
+            loss_sum, tokens = distributed.total([loss.item(), tokens], self.processes)
+        else:  # (a copy: a CUDA graph's output is overwritten by its next replay)
+            loss_sum = loss.detach().clone()
         self.optimizer.zero_grad(set_to_none=True)
         # Mean over the batch's tokens, so the step size does not depend on batch shape; with
         # several processes DistributedDataParallel averages their gradients: undo its division.
         (loss / tokens * self.processes.world).backward()
-        if tc.clip_grad_norm:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm)
-            self._check_finite("gradient norm", float(norm))
-        self.optimizer.step()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm) if tc.clip_grad_norm else None
+        with self.divergence.guarded(self.state.step + 1, loss_sum, norm):
+            self.optimizer.step()
         if tc.schedule == "noam":
             self.scheduler.step()
         return loss_sum, int(tokens)
-
-    def _check_finite(self, what: str, value: float):
-        """Stops a diverged run before its weights change (the same value on every process)."""
-        if not math.isfinite(value):
-            raise AttnmtError(f"step {self.state.step + 1}: the training {what} is {value}: training diverged. The "
-                              "weights were not updated, and the files of the last checkpoint stay as they were; "
-                              "lower training.learning_rate or training.clip_grad_norm, then train again "
-                              "(or --resume from the last checkpoint)")
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         d = self.config.data
@@ -240,6 +236,7 @@ class TrainingLoop:
     def save_checkpoint(self):
         if not self.processes.main:
             return
+        self.divergence.raise_if_diverged(self.state.step)
         info = {"trainer": asdict(self.state), "scheduler": self.scheduler.state_dict(),
                 "threads": torch.get_num_threads()}
         save_training_state(self.folder / "last.safetensors", self.model, self.optimizer, info)

@@ -25,13 +25,14 @@ class MetricsWindow:
     def restart(self):
         self.loss, self.tokens, self.start = 0.0, 0, time.perf_counter()
 
-    def add(self, loss: float, tokens: int):
-        self.loss += loss
+    def add(self, loss, tokens: int):
+        """A step's summed loss (a float, or a tensor: added up where it lives, read at the record) and tokens."""
+        self.loss = self.loss + loss
         self.tokens += tokens
 
     def record(self, lr: float) -> dict:
         speed = self.tokens / (time.perf_counter() - self.start)
-        return {"loss": self.loss / self.tokens, "tokens_per_s": speed, "lr": lr}
+        return {"loss": float(self.loss) / self.tokens, "tokens_per_s": speed, "lr": lr}
 
 
 class ProgressBar:

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Everything one short GPU lease checks, in one command of under 10 minutes (docs/benchmarks.md, "On a GPU"):
+#
+#     OUT=/some/folder bash benchmarks/gpu_lease.sh [MINUTES]    # MINUTES of training a system (default 2)
+#
+#   1. python -m pytest -m gpu (every command on cuda, resume bit for bit, graphs and fast searches
+#      against their textbook paths, a training step that waits for nothing), at most 150 s;
+#   2. benchmarks/gpu_peers.sh MINUTES --batch-tokens 0 --attnmt-precision fp32: attnmt (batch 64) and OpenNMT-py 3.5.1
+#      trained one after the other for MINUTES each, then decoding test_2016 (about 2 x (MINUTES + 0.7) min);
+#   3. benchmarks/gpu_speed.py --first-calls on the attnmt model just trained: the decoding
+#      benchmark's first call after loading, against the calls after it; with the decoder's graphs
+#      captured as attnmt does (lean), as torch.cuda.graph does, and lean again.
+# Needs .whl/ and .peers-data/ carried beside the working tree (see gpu_peers.sh). Output under $OUT:
+# five files (a device lease returns few), the peers' logs and results packed in peers.tar.gz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MINUTES=${1:-2}
+SITE=${SITE:-/tmp/site}
+OUT=${OUT:-/tmp/gpu-lease}
+mkdir -p "$OUT"
+started=$(date +%s)
+elapsed() { echo $(( $(date +%s) - started )); }
+
+python3 -m pip install -q --no-index --no-deps --upgrade --target "$SITE" .whl/*.whl 2>&1 | grep -v "WARNING: Target directory"
+export PYTHONPATH="$PWD/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+git log -1 --format='attnmt at %h %s' 2>/dev/null | tee -a "$OUT/gpu.txt"
+
+echo "== 1. pytest -m gpu ($(elapsed) s)"
+timeout -k 10 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -25 | tee "$OUT/pytest-gpu.txt"
+
+echo "== 2. peers ($(elapsed) s)"
+PEERS_LIMIT=$(( 520 - $(elapsed) )) SITE="$SITE" OUT=/tmp/peers-out bash benchmarks/gpu_peers.sh "$MINUTES" \
+    --batch-tokens 0 --attnmt-precision fp32 > "$OUT/peers.txt" 2>&1
+sed -n '/^Multi30k de-en/,$p' "$OUT/peers.txt"
+tail -2 "$OUT/peers.txt"
+tar -czf "$OUT/peers.tar.gz" -C /tmp/peers-out peers 2>/dev/null
+
+echo "== 3. first calls ($(elapsed) s)"
+if [ -d /tmp/peers-cuda/attnmt/model ]; then
+    for capture in "" --torch-capture ""; do  # lean captures (the default), torch.cuda.graph's, lean again
+        echo "-- first calls ${capture:-(lean captures)}" | tee -a "$OUT/first-calls.txt"
+        timeout -k 5 $(( 585 - $(elapsed) )) python3 benchmarks/gpu_speed.py --data .peers-data $capture \
+            --first-calls /tmp/peers-cuda/attnmt/model 2>&1 | tee -a "$OUT/first-calls.txt"
+    done
+fi
+echo "done after $(elapsed) s"

@@ -1,0 +1,70 @@
+"""A decoder step captured as a CUDA graph, cheaply enough to capture one per batch
+(attnmt.seq2seq.fast_decoding's searches do)."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Callable
+
+import torch
+
+LEAN_CAPTURE = True  # a capture that neither waits for the GPU nor empties its caches (see captured)
+_ONE_CAPTURE_AT_A_TIME = threading.Lock()
+
+
+def captured(run: Callable[[], None], device: torch.device) -> Callable[[], None]:
+    """``run`` as a CUDA graph's replay on a CUDA device; ``run`` itself elsewhere.
+
+    Each batch of a search captures its own graph, so a capture must cost little. torch.cuda.graph,
+    the usual way in, first waits for the GPU and empties the memory caches (of the GPU and of pinned
+    host memory) to give the graph room, and each graph gets a private memory pool, freed with it:
+    every batch would then give memory back and ask for it again. Here (``LEAN_CAPTURE``) the capture
+    is ordered after the current stream's work instead of waiting for it, and the graphs of a thread
+    share one pool, kept for the thread's life: a thread runs one search at a time, and a search's
+    graph is never replayed after its search has ended, so the next capture may take its memory.
+    (Threads keep pools apart: the server's may decode at once.)"""
+    if device.type != "cuda":
+        return run
+    graph = torch.cuda.CUDAGraph()
+    # Autocast's cache of cast weights does not outlive its context, while the graph would read it
+    # at every replay: inside the graph the weights are cast with the rest. One capture at a time
+    # (the server decodes in threads), and only this thread's calls are checked during it: another
+    # thread may go on with its own (eager) work on its own stream.
+    autocast = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
+                              cache_enabled=False)
+    if not LEAN_CAPTURE:
+        with _ONE_CAPTURE_AT_A_TIME, autocast, torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            run()
+        return graph.replay
+    with _ONE_CAPTURE_AT_A_TIME, autocast, side_stream(device):
+        graph.capture_begin(pool=_thread_pool(device).id, capture_error_mode="thread_local")
+        try:
+            run()
+        finally:
+            graph.capture_end()
+    return graph.replay
+
+
+_POOLS = threading.local()  # this thread's graph memory pool of each device
+
+
+def _thread_pool(device: torch.device) -> torch.cuda.MemPool:
+    pools = _POOLS.__dict__.setdefault("by_device", {})
+    if device not in pools:
+        with torch.cuda.device(device):
+            pools[device] = torch.cuda.MemPool()  # alive as long as the thread: its memory is reused
+    return pools[device]
+
+
+@contextmanager
+def side_stream(device: torch.device):
+    """The work of the block on a CUDA side stream, ordered after and before the current one's."""
+    if device.type != "cuda":
+        yield
+        return
+    current, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        yield
+    current.wait_stream(side)
