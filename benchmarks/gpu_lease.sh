@@ -27,7 +27,17 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 git log -1 --format='attnmt at %h %s' 2>/dev/null | tee -a "$OUT/gpu.txt"
 
 echo "== 1. pytest -m gpu ($(elapsed) s)"
-timeout -k 10 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -25 | tee "$OUT/pytest-gpu.txt"
+# The searches' graphs first: if attnmt's own way of capturing them fails here, the rest of the lease
+# runs with torch.cuda.graph's (ATTNMT_LEAN_CAPTURE=0) rather than losing the benchmark.
+if ! timeout -k 10 60 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_fast_decoding.py \
+        > "$OUT/pytest-gpu.txt" 2>&1; then
+    tail -30 "$OUT/pytest-gpu.txt"
+    export ATTNMT_LEAN_CAPTURE=0
+    echo "the searches' graphs failed: ATTNMT_LEAN_CAPTURE=0 from here on" | tee -a "$OUT/pytest-gpu.txt"
+fi
+tail -1 "$OUT/pytest-gpu.txt"
+timeout -k 10 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests --deselect tests/test_fast_decoding.py 2>&1 \
+    | tail -25 | tee -a "$OUT/pytest-gpu.txt"
 
 echo "== 2. peers ($(elapsed) s)"
 PEERS_LIMIT=$(( 520 - $(elapsed) )) SITE="$SITE" OUT=/tmp/peers-out bash benchmarks/gpu_peers.sh "$MINUTES" \
@@ -38,7 +48,7 @@ tar -czf "$OUT/peers.tar.gz" -C /tmp/peers-out peers 2>/dev/null
 
 echo "== 3. first calls ($(elapsed) s)"
 if [ -d /tmp/peers-cuda/attnmt/model ]; then
-    for capture in "" --torch-capture ""; do  # lean captures (the default), torch.cuda.graph's, lean again
+    for capture in "" --torch-capture ""; do  # (all with torch.cuda.graph's if ATTNMT_LEAN_CAPTURE=0 above)  # lean captures (the default), torch.cuda.graph's, lean again
         echo "-- first calls ${capture:-(lean captures)}" | tee -a "$OUT/first-calls.txt"
         timeout -k 5 $(( 585 - $(elapsed) )) python3 benchmarks/gpu_speed.py --data .peers-data $capture \
             --first-calls /tmp/peers-cuda/attnmt/model 2>&1 | tee -a "$OUT/first-calls.txt"

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 from typing import Callable
 
 import torch
 
-LEAN_CAPTURE = True  # a capture that neither waits for the GPU nor empties its caches (see captured)
+# A capture that neither waits for the GPU nor empties its caches (see captured); ATTNMT_LEAN_CAPTURE=0:
+# torch.cuda.graph's, as before.
+LEAN_CAPTURE = os.environ.get("ATTNMT_LEAN_CAPTURE", "1") != "0"
 _ONE_CAPTURE_AT_A_TIME = threading.Lock()
 
 
