@@ -357,10 +357,9 @@ class FakeCudaCapture:
             def wait_stream(self, other):
                 fake.events.append(("wait", self.name, other.name))
 
-        class MemPool:
-            def __init__(self):
-                fake.pools += 1
-                self.id = (0, fake.pools)
+        def graph_pool_handle():
+            fake.pools += 1
+            return (0, fake.pools)
 
         current = Stream("current")
         monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
@@ -368,8 +367,8 @@ class FakeCudaCapture:
         monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: Stream())
         monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
         monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-        monkeypatch.setattr(torch.cuda, "MemPool", MemPool)
-        monkeypatch.setattr(capture, "_POOLS", threading.local())
+        monkeypatch.setattr(torch.cuda, "graph_pool_handle", graph_pool_handle)
+        monkeypatch.setattr(capture, "_THREAD", capture._PerThread())
 
         def refuse(*args, **kwargs):
             raise AssertionError("torch.cuda.graph waits for the GPU and empties its caches at every capture")
@@ -378,25 +377,33 @@ class FakeCudaCapture:
 
 
 def test_a_capture_is_ordered_after_the_stream_and_the_graphs_of_a_thread_share_a_pool(monkeypatch):
-    """What capture.captured asks of CUDA, faked on a CPU: the capture runs on a side stream that waits for
-    the current one (no wait for the whole GPU, no emptied caches), the current stream then waits for
-    it, a capture always ends, and a thread's graphs share one pool, another thread's have their own."""
+    """What capture.captured asks of CUDA, faked on a CPU: the capture runs on a side stream that
+    waits for the current one (no wait for the whole GPU, no emptied caches), the current stream then
+    waits for it, a capture always ends; a thread's graphs share one pool, whose last graph is kept
+    alive (a pool whose graphs are all gone cannot be joined: PyTorch asserts); another thread has its
+    own pool, and so does the next capture after a failed one."""
     cuda = FakeCudaCapture(monkeypatch)
     device = torch.device("cuda", 0)
+    last_pool = lambda: [event[1] for event in cuda.events if event[0] == "begin"][-1]  # noqa: E731
     replay = capture.captured(lambda: cuda.events.append(("run",)), device)
     assert cuda.events == [("wait", "side", "current"), ("begin", (0, 1)), ("run",), ("end",),
                            ("wait", "current", "side")]
     replay()
     assert cuda.events[-1] == ("replay",)
+    assert capture._THREAD.graphs[device].last.replay == replay  # alive after its search: the pool stays
+    cuda.events.clear()
+    capture.captured(lambda: None, device)
+    assert last_pool() == (0, 1)  # the same pool
 
     def failing():
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    cuda.events.clear()
     with pytest.raises(RuntimeError):
         capture.captured(failing, device)
-    assert cuda.events[1:3] == [("begin", (0, 1)), ("end",)]  # the same pool; the capture ended
+    assert cuda.events[-2:] == [("begin", (0, 1)), ("end",)]  # the capture ended ...
+    capture.captured(lambda: None, device)
+    assert last_pool() == (0, 2)  # ... and the next one starts a pool of its own
     other = threading.Thread(target=capture.captured, args=(lambda: None, device))
     other.start()
     other.join()
-    assert ("begin", (0, 2)) in cuda.events and cuda.pools == 2
+    assert last_pool() == (0, 3) and cuda.pools == 3

@@ -26,7 +26,8 @@ def captured(run: Callable[[], None], device: torch.device) -> Callable[[], None
     is ordered after the current stream's work instead of waiting for it, and the graphs of a thread
     share one pool, kept for the thread's life: a thread runs one search at a time, and a search's
     graph is never replayed after its search has ended, so the next capture may take its memory.
-    (Threads keep pools apart: the server's may decode at once.)"""
+    (Threads keep pools apart: the server's may decode at once.) Measured on an H100, see
+    docs/performance.md."""
     if device.type != "cuda":
         return run
     graph = torch.cuda.CUDAGraph()
@@ -40,24 +41,41 @@ def captured(run: Callable[[], None], device: torch.device) -> Callable[[], None
         with _ONE_CAPTURE_AT_A_TIME, autocast, torch.cuda.graph(graph, capture_error_mode="thread_local"):
             run()
         return graph.replay
-    with _ONE_CAPTURE_AT_A_TIME, autocast, side_stream(device):
-        graph.capture_begin(pool=_thread_pool(device).id, capture_error_mode="thread_local")
-        try:
-            run()
-        finally:
-            graph.capture_end()
+    mine = _THREAD.graphs.setdefault(device, _ThreadGraphs())
+    try:
+        with _ONE_CAPTURE_AT_A_TIME, autocast, side_stream(device):
+            graph.capture_begin(pool=mine.pool(), capture_error_mode="thread_local")
+            try:
+                run()
+            finally:
+                graph.capture_end()
+    except BaseException:
+        _THREAD.graphs.pop(device)  # the next capture starts a pool of its own
+        raise
+    mine.last = graph
     return graph.replay
 
 
-_POOLS = threading.local()  # this thread's graph memory pool of each device
+class _ThreadGraphs:
+    """The memory pool that a thread's graphs on one device share. A pool can be joined only while
+    a graph of it is alive (PyTorch counts them), so the thread's last graph is kept until the next
+    capture has joined the pool."""
+
+    def __init__(self):
+        self.handle, self.last = None, None
+
+    def pool(self):
+        if self.handle is None:
+            self.handle = torch.cuda.graph_pool_handle()  # made by the first capture that names it
+        return self.handle
 
 
-def _thread_pool(device: torch.device) -> torch.cuda.MemPool:
-    pools = _POOLS.__dict__.setdefault("by_device", {})
-    if device not in pools:
-        with torch.cuda.device(device):
-            pools[device] = torch.cuda.MemPool()  # alive as long as the thread: its memory is reused
-    return pools[device]
+class _PerThread(threading.local):
+    def __init__(self):  # run in each thread that looks
+        self.graphs: dict[torch.device, _ThreadGraphs] = {}
+
+
+_THREAD = _PerThread()
 
 
 @contextmanager
