@@ -118,6 +118,37 @@ def first_calls(model_dir: Path, sources: list[str], device: str, profile: bool)
     return times
 
 
+def decodings_after_loading(model_dir: Path, sources: list[str], beams: list[int], device: str) -> list[float]:
+    """Loads the model, then translates ``sources`` with each beam size in turn (1: greedy): each
+    one's sentences/s, timed as benchmarks/run.py times its decoding (after loading, batch 64)."""
+    import attnmt
+
+    translator = attnmt.load(model_dir, device=device)
+    speeds = []
+    for beam in beams:
+        started = time.perf_counter()
+        translator.translate(sources, beam=beam, batch_size=64)
+        synchronize(device)
+        speeds.append(len(sources) / (time.perf_counter() - started))
+    return speeds
+
+
+def fresh_processes(model_dir: Path, sources: list[str], device: str, rounds: int):
+    """The decoding benchmark's figure with and without the device's first use: per round, beam 5
+    alone in a new process, greedy alone in a new process, and greedy then beam 5 in one process
+    (the beam search then finds the device warm)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    for round_ in range(1, rounds + 1):
+        for beams in ([5], [1], [1, 5]):
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                speeds = pool.submit(decodings_after_loading, model_dir, sources, beams, device).result()
+            runs = [f"{'greedy' if beam == 1 else f'beam {beam}'} {speed:.0f} sentences/s"
+                    for beam, speed in zip(beams, speeds)]
+            print(f"round {round_}, one process: " + ", then ".join(runs), flush=True)
+
+
 def synchronize(device: str):
     if device == "cuda":
         torch.cuda.synchronize()
@@ -137,6 +168,9 @@ def main(argv=None):
                         help="only time MODEL's first translate calls after loading (see first_calls)")
     parser.add_argument("--profile-first", action="store_true",
                         help="with --first-calls: profile the first greedy pass")
+    parser.add_argument("--fresh-processes", metavar="MODEL", default=None,
+                        help="only time MODEL's decoding in new processes, with and without a warm device")
+    parser.add_argument("--rounds", type=int, default=3, help="with --fresh-processes (default 3)")
     parser.add_argument("--torch-capture", action="store_true",
                         help="decoding captures graphs with torch.cuda.graph (attnmt.seq2seq.capture.LEAN_CAPTURE off)")
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a check of this script, nothing to measure)")
@@ -149,6 +183,10 @@ def main(argv=None):
         from attnmt.seq2seq import capture
 
         capture.LEAN_CAPTURE = False
+    if args.fresh_processes:
+        sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")[:args.sentences]
+        fresh_processes(Path(args.fresh_processes), sources, args.device, args.rounds)
+        return
     if args.first_calls:
         sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")[:args.sentences]
         print(json.dumps(first_calls(Path(args.first_calls), sources, args.device, args.profile_first)))
