@@ -87,29 +87,29 @@ def decode(model_dir: Path, sources: list[str], beam: int, plain: bool, device: 
 
 
 def first_calls(model_dir: Path, sources: list[str], device: str, profile: bool):
-    """Where the decoding benchmark's first call after loading loses its time: a fresh process
-    translates one sentence greedily (the GPU's first use: libraries, kernels), then the test set
-    greedily twice and with beam 5 twice, each timed. With ``profile``, the first greedy pass over the
-    test set (after the one sentence) runs under torch.profiler instead, and its busiest operations print."""
+    """Where a decoding's first call after loading loses its time: a fresh process translates one
+    sentence greedily (the GPU's first use: libraries, kernels), then the test set greedily twice and
+    with beam 5 twice, each timed. With ``profile``, the process's first call, beam 5 over the test
+    set, runs under torch.profiler instead, and its busiest operations print."""
     import attnmt
 
     started = time.perf_counter()
     translator = attnmt.load(model_dir, device=device)
     synchronize(device)
     times = {"load": time.perf_counter() - started}
+    if profile:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as profiling
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        with profiling(activities=activities) as profiler:
+            translator.translate(sources, beam=5, batch_size=64)
+            synchronize(device)
+        print(profiler.key_averages().table(sort_by="cpu_time_total", row_limit=40), flush=True)
+        return times
     passes = [("one_sentence", sources[:1], 1), ("greedy_1", sources, 1), ("greedy_2", sources, 1),
               ("beam5_1", sources, 5), ("beam5_2", sources, 5)]
     for name, batch, beam in passes:
-        if profile and name == "greedy_1":
-            from torch.profiler import ProfilerActivity
-            from torch.profiler import profile as profiling
-
-            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-            with profiling(activities=activities) as profiler:
-                translator.translate(batch, beam=beam, batch_size=64)
-                synchronize(device)
-            print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
-            return times
         started = time.perf_counter()
         translator.translate(batch, beam=beam, batch_size=64)
         synchronize(device)
@@ -167,7 +167,7 @@ def main(argv=None):
     parser.add_argument("--first-calls", metavar="MODEL", default=None,
                         help="only time MODEL's first translate calls after loading (see first_calls)")
     parser.add_argument("--profile-first", action="store_true",
-                        help="with --first-calls: profile the first greedy pass")
+                        help="with --first-calls: profile the first call, beam 5")
     parser.add_argument("--fresh-processes", metavar="MODEL", default=None,
                         help="only time MODEL's decoding in new processes, with and without a warm device")
     parser.add_argument("--rounds", type=int, default=3, help="with --fresh-processes (default 3)")

@@ -317,6 +317,19 @@ def test_run_py_writes_a_cuda_config_with_token_batches_and_the_given_data(tmp_p
     assert config.experiment_dir == tmp_path / "out" / "model" and config.training.max_minutes == 2.0
 
 
+def test_run_py_decodes_each_time_in_a_fresh_process():
+    """As each of the peers' translate commands: a decoding never finds the device warmed by another."""
+    import os
+
+    spec = importlib.util.spec_from_file_location("run_benchmark", REPO / "benchmarks" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    first, second = run.in_fresh_process(os.getpid), run.in_fresh_process(os.getpid)
+    assert len({first, second, os.getpid()}) == 3
+    assert run.in_fresh_process(divmod, 7, 2) == (3, 1)
+    assert "in_fresh_process(decode_test," in (REPO / "benchmarks" / "run.py").read_text()
+
+
 def test_run_watched_notes_when_the_marker_line_appears_and_fails_with_the_exit_status(tmp_path):
     code = ("import time; print('starting'); time.sleep(0.6); "
             "print('model: bahdanau attention, 9 parameters; 29,000 training pairs'); time.sleep(0.6)")
