@@ -215,3 +215,31 @@ def test_on_a_gpu_a_capture_leaves_the_random_state_as_it_found_it():
     again = loss(batch).item()  # replayed only
     assert first == again
     assert loss(batch).item() != again  # the next replay draws new masks
+
+
+@pytest.mark.parametrize("model_type", ["rnn", "transformer"])
+def test_the_loss_without_selecting_rows_is_the_loss_with(monkeypatch, model_type):
+    """On a GPU sequence_loss leaves padding out by its target id instead of selecting the real rows
+    (which would wait for the GPU): the same loss and gradients as the CPU's selection."""
+    from attnmt.data.subwords import PAD
+    from attnmt.seq2seq import training
+
+    torch.manual_seed(0)
+    config = (ModelConfig(**RNN) if model_type == "rnn" else
+              ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=1, decoder_layers=1,
+                          dropout=0.0, attention_dropout=0.0))
+    model = build_model(config, 30, 30).train()
+    batch = training_batch(SOURCES, TARGETS)
+    assert training.selects_real_rows(torch.device("cpu")) and not training.selects_real_rows(torch.device("cuda"))
+    selected = sequence_loss(model, batch, label_smoothing=0.1)
+    selected_grads = gradients(model, selected)
+    monkeypatch.setattr(training, "selects_real_rows", lambda device: False)
+    rows, loss_of = [], model.generator.loss
+    monkeypatch.setattr(model.generator, "loss", lambda x, target, smoothing, ignore_index=None:
+                        rows.append((x.size(0), ignore_index)) or loss_of(x, target, smoothing, ignore_index))
+    by_target = sequence_loss(model, batch, label_smoothing=0.1)
+    assert rows == [(batch.tgt_out.numel(), PAD)]  # every row, the padding left out by its target
+    by_target_grads = gradients(model, by_target)
+    torch.testing.assert_close(by_target, selected, rtol=1e-5, atol=1e-5)
+    for name in selected_grads:
+        torch.testing.assert_close(by_target_grads[name], selected_grads[name], rtol=1e-4, atol=1e-6, msg=name)

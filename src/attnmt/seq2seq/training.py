@@ -25,12 +25,21 @@ def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 
     """Cross-entropy summed over the real (non-padding) target tokens. The output layer, the
     largest product of a step, runs on those positions only. ``window``: the attention window
     (training.attention_window); ``memory``: the source already encoded, with its window."""
-    real = batch.tgt_out != PAD
     if memory is None:
         states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, window)
     else:
         states, _ = model.decoder_outputs_of(memory, batch.tgt_in)
+    if not selects_real_rows(states.device):
+        return model.generator.loss(states.flatten(0, 1), batch.tgt_out.flatten(), label_smoothing, ignore_index=PAD)
+    real = batch.tgt_out != PAD
     return model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
+
+
+def selects_real_rows(device: torch.device) -> bool:
+    """Whether the loss first selects the rows of real target tokens (fewer rows through the output
+    layer: a CPU's way) or leaves the padding out by its target id: on a GPU, selecting would make the
+    host wait for the GPU to count the rows, at every step."""
+    return device.type != "cuda"
 
 
 class TrainingLoss(nn.Module):
