@@ -16,7 +16,7 @@ from attnmt.core.distributed import ONE_PROCESS
 from attnmt.core.distributed import device as distributed_device
 from attnmt.data.batching import epoch_batches
 from attnmt.core.errors import AttnmtError
-from attnmt.training import MetricsWindow, TrainerState, TrainingLoop, batches_to_train, setup_training
+from attnmt.training import MetricsWindow, ProgressBar, TrainerState, TrainingLoop, batches_to_train, setup_training
 from attnmt.training.divergence import DivergenceCheck
 from attnmt.translation.training import prepare_data
 from conftest import random_strings, reverse, toy_config, write_tsv
@@ -62,6 +62,14 @@ def test_metrics_window_gives_loss_per_token_and_speed_since_its_start(monkeypat
     window.restart()  # at 12 s
     window.add(8.0, 2)
     assert window.record(lr=0.2) == {"loss": 4.0, "tokens_per_s": 0.5, "lr": 0.2}  # at 16 s
+
+
+def test_the_step_bar_shows_on_a_terminal_only(capsys):
+    """Not in a log or a pipe (attnmt compare's logs filled with bars): pytest's stderr is no terminal."""
+    bar = ProgressBar(10, 0, enabled=True, max_minutes=None)
+    bar.update()
+    bar.close()
+    assert capsys.readouterr().err == ""
 
 
 def test_prepare_data_trains_subwords_and_encodes_the_corpora(tmp_path):

@@ -40,7 +40,9 @@ class ProgressBar:
     budget the bar cannot know the number of steps, so it also shows the time left."""
 
     def __init__(self, total: int | None, initial: int, enabled: bool, max_minutes: float | None):
-        self.bar = tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True)
+        # disable=None: on a terminal only, not in the logs of `attnmt compare` or of a pipe
+        self.bar = tqdm(total=total, initial=initial, disable=None if enabled else True, unit="step",
+                        dynamic_ncols=True)
         self.max_minutes = max_minutes
 
     def update(self):
