@@ -7,9 +7,8 @@
 #      against their textbook paths, a training step that waits for nothing), at most 150 s;
 #   2. benchmarks/gpu_peers.sh MINUTES --batch-tokens 0 --attnmt-precision fp32: attnmt (batch 64) and OpenNMT-py 3.5.1
 #      trained one after the other for MINUTES each, then decoding test_2016 (about 2 x (MINUTES + 0.7) min);
-#   3. benchmarks/gpu_speed.py --first-calls on the attnmt model just trained: the decoding
-#      benchmark's first call after loading, against the calls after it; with the decoder's graphs
-#      captured as attnmt does (lean), as torch.cuda.graph does, and lean again.
+#   3. benchmarks/gpu_speed.py --first-calls on the attnmt model just trained: a process's first
+#      decoding against the ones after it, then that first decoding (beam 5) under torch.profiler.
 # Needs .whl/ and .peers-data/ carried beside the working tree (see gpu_peers.sh). Output under $OUT:
 # five files (a device lease returns few), the peers' logs and results packed in peers.tar.gz.
 set -uo pipefail
@@ -48,10 +47,12 @@ tar -czf "$OUT/peers.tar.gz" -C /tmp/peers-out peers 2>/dev/null
 
 echo "== 3. first calls ($(elapsed) s)"
 if [ -d /tmp/peers-cuda/attnmt/model ]; then
-    for capture in "" --torch-capture ""; do  # (all with torch.cuda.graph's if ATTNMT_LEAN_CAPTURE=0 above)  # lean captures (the default), torch.cuda.graph's, lean again
-        echo "-- first calls ${capture:-(lean captures)}" | tee -a "$OUT/first-calls.txt"
-        timeout -k 5 $(( 585 - $(elapsed) )) python3 benchmarks/gpu_speed.py --data .peers-data $capture \
-            --first-calls /tmp/peers-cuda/attnmt/model 2>&1 | tee -a "$OUT/first-calls.txt"
-    done
+    echo "-- first calls" | tee -a "$OUT/first-calls.txt"
+    timeout -k 5 60 python3 benchmarks/gpu_speed.py --data .peers-data \
+        --first-calls /tmp/peers-cuda/attnmt/model 2>&1 | tee -a "$OUT/first-calls.txt"
+    echo "-- the first call of a process, beam 5, profiled" | tee -a "$OUT/first-calls.txt"
+    timeout -k 5 $(( 585 - $(elapsed) )) python3 benchmarks/gpu_speed.py --data .peers-data --profile-first \
+        --first-calls /tmp/peers-cuda/attnmt/model >> "$OUT/first-calls.txt" 2>&1
+    tail -45 "$OUT/first-calls.txt"
 fi
 echo "done after $(elapsed) s"
