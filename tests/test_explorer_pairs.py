@@ -103,14 +103,14 @@ def test_pair_view_shows_errors(pair_page):
 def test_pair_view_fits_or_scrolls_with_its_labels(browser, pair_server, width):  # noqa: F811
     """The pair card at a phone's width and wider: its text boxes, menu and matrix within the card
     (issue 28, point 3), the matrix scrolling under its row labels where it is wider."""
-    from test_explorer_layout import LAYOUT_PROBLEMS, open_page
+    from test_explorer_layout import open_page, problems
 
     page = open_page(browser, pair_server, width)
     page.fill("#premise", PREMISE + " near the old river bank today")
     page.fill("#hypothesis", HYPOTHESIS)
     page.press("#hypothesis", "Enter")
     page.wait_for_selector("body[data-state=done]")
-    assert page.evaluate(LAYOUT_PROBLEMS) == []
+    assert problems(page) == []
     box = page.eval_on_selector("#premise", "t => [t.getBoundingClientRect().width, "
                                             "t.closest('.card').clientWidth]")
     assert box[0] >= 0.8 * box[1]  # a text box across the card, not a few words wide
