@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything one short GPU lease checks, in one command of under 10 minutes (docs/benchmarks.md, "On a GPU"):
 #
-#     OUT=/some/folder bash benchmarks/gpu_lease.sh [MINUTES]    # MINUTES of training a system (default 2)
+#     OUT=/some/folder bash benchmarks/gpu_lease.sh [MINUTES]    # MINUTES of training a system (default 1.5)
 #
 #   1. python -m pytest -m gpu (every command on cuda, resume bit for bit, graphs and fast searches
 #      against their textbook paths, a training step that waits for nothing), at most 150 s;
@@ -13,7 +13,7 @@
 # five files (a device lease returns few), the peers' logs and results packed in peers.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MINUTES=${1:-2}
+MINUTES=${1:-1.5}
 SITE=${SITE:-/tmp/site}
 OUT=${OUT:-/tmp/gpu-lease}
 mkdir -p "$OUT"
