@@ -24,8 +24,9 @@ def captured(run: Callable[[], None], device: torch.device) -> Callable[[], None
     host memory) to give the graph room, and each graph gets a private memory pool, freed with it:
     every batch would then give memory back and ask for it again. Here (``LEAN_CAPTURE``) the capture
     is ordered after the current stream's work instead of waiting for it, and the graphs of a thread
-    share one pool, kept for the thread's life: a thread runs one search at a time, and a search's
-    graph is never replayed after its search has ended, so the next capture may take its memory.
+    share one pool, kept alive by the thread's last graph (_ThreadGraphs): a thread runs one search
+    at a time, and a search's graph is never replayed after its search has ended, so the next capture
+    may take its memory.
     (Threads keep pools apart: the server's may decode at once.) Measured on an H100, see
     docs/performance.md."""
     if device.type != "cuda":
