@@ -87,3 +87,28 @@ def test_configure_sets_the_onednn_cache_unless_the_user_did(monkeypatch):
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
     speed.configure()
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
+
+
+@pytest.mark.parametrize("shapes", [((6, 3, 1, 8), (6, 1, 5, 8)),  # Bahdanau: query over keys
+                                    ((6, 1, 8), (6, 5, 8)),  # location: (B,1,H) over (B,S,H)
+                                    ((1, 1, 8), (6, 5, 8))],  # broadcast over the first dimension
+                         ids=["bahdanau", "location", "broadcast-rows"])
+def test_v_tanh_is_the_textbook_score_without_a_tanh(shapes, monkeypatch):
+    """v^T tanh(a + b) through 2 v^T sigmoid(2a + 2b) - sum(v), a few rows at a time: the same
+    values and gradients, and no call of torch.tanh (the slow function it avoids)."""
+    torch.manual_seed(0)
+    a, b = (torch.randn(s, requires_grad=True) for s in shapes)
+    v = torch.randn(1, 8, requires_grad=True)
+    textbook = F.linear(torch.tanh(a + b), v).squeeze(-1)
+    expected = torch.autograd.grad(textbook.sum(), (a, b, v))
+    monkeypatch.setattr(speed, "ENERGY_CHUNK", 2 * 5 * 8)  # two rows at a time: three pieces
+
+    def no_tanh(*args, **kwargs):
+        raise AssertionError("torch.tanh called")
+    monkeypatch.setattr(torch, "tanh", no_tanh)
+    fast = speed.v_tanh(v, a, b)
+    torch.testing.assert_close(fast, textbook, rtol=1e-5, atol=1e-5)
+    for ours, theirs in zip(torch.autograd.grad(fast.sum(), (a, b, v)), expected):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    with pytest.raises(AssertionError, match="torch.tanh called"), speed.plain():
+        speed.v_tanh(v, a, b)  # the textbook path is a switch away

@@ -4,7 +4,8 @@
     a    = softmax(e)  over real (non-padding) positions
     c    = sum_j a_j h_j                  the context vector
 
-The variants differ only in ``score``. Queries have shape (batch, steps, query_size), so
+The variants differ only in ``score``. (The additive ones compute v^T tanh(.) through
+attnmt.core.speed.v_tanh: the same value, faster on a CPU.) Queries have shape (batch, steps, query_size), so
 one call scores a single decoder step (steps = 1) or every step at once when the
 decoder states are known in advance (Luong attention without input feeding).
 ``keys`` are what ``project_keys`` makes of the encoder states, once per sentence.
@@ -16,6 +17,8 @@ from abc import ABC, abstractmethod
 
 import torch
 from torch import Tensor, nn
+
+from attnmt.core import speed
 
 
 class Attention(nn.Module, ABC):
@@ -57,7 +60,7 @@ class BahdanauAttention(Attention):
         return self.W_h(memory)  # W_h h_j for all j, once per sentence
 
     def score(self, query, keys, prev_weights):
-        return self.v(torch.tanh(self.W_s(query).unsqueeze(2) + keys.unsqueeze(1))).squeeze(-1)
+        return speed.v_tanh(self.v.weight, self.W_s(query).unsqueeze(2), keys.unsqueeze(1))
 
 
 class LuongDotAttention(Attention):
@@ -116,8 +119,8 @@ class LocationAttention(Attention):
         if query.size(1) != 1:
             raise ValueError("location attention scores one decoder step at a time")
         f = self.F(prev_weights).transpose(1, 2)  # (B,1,S) -> (B,S,channels)
-        energy = self.W(query) + keys + self.U(f)  # (B,1,H) broadcasts over (B,S,H)
-        return self.w(torch.tanh(energy)).squeeze(-1).unsqueeze(1)
+        # W s (B,1,H) broadcasts over V h + U f (B,S,H)
+        return speed.v_tanh(self.w.weight, self.W(query), keys + self.U(f)).unsqueeze(1)
 
 
 def window_mask(prev_weights: Tensor, mask: Tensor, left: int, right: int) -> Tensor:

@@ -389,7 +389,11 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     (docs/performance.md); the encoder runs once per sentence, the decoder once per word. The
     output layer, an nn.Linear subclass with a fused training loss, is first made a plain
     nn.Linear (on the same parameters), because quantize_dynamic maps modules by exact type and
-    would leave it in float32, and it is the largest product of a decoder step."""
+    would leave it in float32, and it is the largest product of a decoder step.
+
+    Layers with a single output (additive attention's v in e_j = v^T tanh(...)) stay float32: a
+    product with one output gains nothing from int8, quantizing its input would cost a pass over
+    every energy of the step, and attnmt.core.speed.v_tanh computes the score from v's weights."""
     from torch.ao.quantization import quantize_dynamic
 
     from attnmt.seq2seq.output import OutputLayer
@@ -406,4 +410,5 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
         # and is what attnmt pins (torch 2.13), so the warning would only confuse users.
         warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated")
         warnings.filterwarnings("ignore", message=r".*quantize_per_tensor.*deprecated")
-        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+        products = {name for name, m in model.named_modules() if type(m) is torch.nn.Linear and m.out_features > 1}
+        return quantize_dynamic(model, products, dtype=torch.qint8, inplace=True)
