@@ -5,6 +5,7 @@
     python benchmarks/peers.py --only opennmt,joeynmt --skip-install
     python benchmarks/peers.py --only joeynmt --joey-config uniform-init
     python benchmarks/peers.py --only attnmt,opennmt --skip-install --decode-only   # decode the last run's models again
+    python benchmarks/peers.py --only attnmt,opennmt --skip-install --decode-only --rounds 3   # best of 3, alternated
     flock LOCKFILE python benchmarks/peers.py             # on a shared machine: one benchmark at a time
     python benchmarks/peers.py --device cuda --minutes 2  # on a GPU: attnmt and OpenNMT-py (benchmarks/gpu_peers.sh)
 
@@ -1135,6 +1136,9 @@ def parse_args(argv=None):
     parser.add_argument("--decode-only", action="store_true",
                         help="CPU: decode the models of the last run in WORK again, one system after the other "
                              "(the training figures kept; decoding speed is the noisier figure)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --decode-only: decode N times, the systems taking turns in each round; each "
+                             "speed is the best of the N (each round's figures are kept in results.json)")
     parser.add_argument("--joey-config", choices=sorted(JOEY_CONFIGS), default="default",
                         help="JoeyNMT's configuration: default (xavier init, as JoeyNMT ships) or uniform-init")
     args = parser.parse_args(argv)
@@ -1153,6 +1157,8 @@ def parse_args(argv=None):
         parser.error("--only attnmt_tokens: give --batch-tokens N")
     if args.decode_only and (args.device != "cpu" or "attnmt_tokens" in args.systems):
         parser.error("--decode-only: on the CPU, and not for attnmt_tokens")
+    if args.rounds < 1 or (args.rounds > 1 and not args.decode_only):
+        parser.error("--rounds: 1 or more, and more than 1 only with --decode-only")
     args.work = args.work or str(REPO / "runs" / ("peers" if args.device == "cpu" else "peers-cuda"))
     args.data, args.peer_configs = Path(args.data).resolve(), Path(args.peer_configs).resolve()
     return args
@@ -1210,6 +1216,19 @@ def decode_again(name: str, work: Path, configs: dict, earlier: dict) -> dict:
     return {**earlier[name], **decoded, "probe_gflops_before": probe_before, "probe_gflops_after": machine_speed(),
             "decoded_again": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def best_of_rounds(best: dict | None, latest: dict) -> dict:
+    """--decode-only --rounds N: the latest round's figures, but each decoding speed (decode_*,
+    sentences/s) the best of the rounds so far, as timeit keeps its best: on a shared machine a slow
+    round measures the neighbours. Every round's speeds are kept under "rounds"."""
+    speeds = {key: value for key, value in latest.items() if key.startswith("decode_") and value is not None}
+    rounds = (best or {}).get("rounds", []) + [{**speeds, "probe_gflops_before": latest["probe_gflops_before"],
+                                                 "probe_gflops_after": latest["probe_gflops_after"]}]
+    merged = {**latest, "rounds": rounds}
+    for key in speeds:
+        merged[key] = max(r[key] for r in rounds if r.get(key) is not None)
+    return merged
 
 
 def run_system(name: str, work: Path, configs: dict, args, per_sentence: float) -> dict:
@@ -1276,12 +1295,15 @@ def main(argv=None):
         print(f"prepared in {time.monotonic() - began:.0f} s (data, sentencepiece model, vocabularies, configs in "
               f"{work})", flush=True)
         systems, carried = {}, earlier_systems(work)
-        for name in (s for s in SYSTEMS if s in args.systems):
-            systems[name] = (decode_again(name, work, configs, carried) if args.decode_only
-                             else run_system(name, work, configs, args, anchors["target_tokens_per_sentence"]))
-            # each system's figures as soon as they are measured (results.json comes at the end)
-            (work / "results.partial.json").write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
-                                                                   "systems": {**carried, **systems}}, indent=2))
+        for _ in range(args.rounds):
+            for name in (s for s in SYSTEMS if s in args.systems):
+                if args.decode_only:
+                    systems[name] = best_of_rounds(systems.get(name), decode_again(name, work, configs, carried))
+                else:
+                    systems[name] = run_system(name, work, configs, args, anchors["target_tokens_per_sentence"])
+                # each system's figures as soon as they are measured (results.json comes at the end)
+                (work / "results.partial.json").write_text(json.dumps(
+                    {"command": " ".join(["python", *sys.argv]), "systems": {**carried, **systems}}, indent=2))
     except StepFailed as e:
         sys.exit(f"peers.py: {e}")
     results = save_results(work, args, systems, anchors, args.systems)
@@ -1307,6 +1329,12 @@ def main(argv=None):
             "imported by OpenNMT-py, never used (no '" + STUB_USED + "' line in its logs)" if not uses
             else "USED, see the logs: " + "; ".join(uses)))
     print(table(results["systems"], GPU_ROWS if args.device == "cuda" else ROWS))
+    if args.rounds > 1:  # the spread behind each best-of figure
+        for name in args.systems:
+            rounds = results["systems"][name]["rounds"]
+            print(f"  {name}, sentences/s by round (the table: the best): " + "; ".join(
+                f"{key} " + " / ".join(f"{r[key]:.0f}" if r.get(key) else "-" for r in rounds)
+                for key in rounds[0] if key.startswith("decode_")))
     print(f"\nratios: attnmt / peer; above 1 is better for attnmt except where lower is better. "
           f"{work / 'results.json'}")
 

@@ -405,3 +405,21 @@ def test_decode_only_measures_decoding_again_and_keeps_the_training_figures(tmp_
         peers.decode_again("joeynmt", tmp_path, {}, earlier)
     with pytest.raises(SystemExit):
         peers.parse_args(["--decode-only", "--device", "cuda"])
+
+
+def test_rounds_keep_each_decoding_speed_at_its_best_and_every_round():
+    first = {"decode_beam5": 50.0, "decode_greedy": 120.0, "decode_beam5_loaded": None, "bleu_beam5": 36.1,
+             "probe_gflops_before": 140.0, "probe_gflops_after": 150.0}
+    second = {**first, "decode_beam5": 60.0, "decode_greedy": 100.0, "probe_gflops_before": 100.0}
+    merged = peers.best_of_rounds(peers.best_of_rounds(None, first), second)
+    assert (merged["decode_beam5"], merged["decode_greedy"]) == (60.0, 120.0)  # each its own best round
+    assert merged["bleu_beam5"] == 36.1 and merged["probe_gflops_before"] == 100.0  # the rest: the latest
+    assert [r["decode_greedy"] for r in merged["rounds"]] == [120.0, 100.0]
+    assert [r["probe_gflops_before"] for r in merged["rounds"]] == [140.0, 100.0]
+    assert "decode_beam5_loaded" not in merged["rounds"][0]  # not measured: no speed to compare
+
+
+def test_rounds_need_decode_only():
+    with pytest.raises(SystemExit):
+        peers.parse_args(["--rounds", "3"])
+    assert peers.parse_args(["--decode-only", "--rounds", "3"]).rounds == 3
