@@ -112,3 +112,44 @@ def test_v_tanh_is_the_textbook_score_without_a_tanh(shapes, monkeypatch):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
     with pytest.raises(AssertionError, match="torch.tanh called"), speed.plain():
         speed.v_tanh(v, a, b)  # the textbook path is a switch away
+
+
+def test_looked_up_product_is_the_product_and_follows_the_weights(monkeypatch):
+    """W_y E[y] looked up in a kept table: the product's values, recomputed when a weight changes,
+    and only where it may be: no gradient, the speed tricks on, a table within its bound."""
+    torch.manual_seed(0)
+    embedding, linear = torch.nn.Embedding(30, 6), torch.nn.Linear(6, 9)
+    tokens = torch.tensor([[3, 7], [29, 0]])
+    with torch.no_grad():
+        torch.testing.assert_close(speed.looked_up_product(linear, embedding, tokens), linear(embedding(tokens)))
+        assert linear.__dict__["_looked_up"][1].shape == (30, 9)  # the table, kept
+        for weight in (linear.weight, linear.bias, embedding.weight):  # an optimizer step, in place
+            weight.add_(0.5)
+            torch.testing.assert_close(speed.looked_up_product(linear, embedding, tokens), linear(embedding(tokens)))
+    fresh = torch.nn.Linear(6, 9)
+    assert speed.looked_up_product(fresh, embedding, tokens).requires_grad  # training: the product
+    with torch.no_grad():
+        with speed.plain():
+            speed.looked_up_product(fresh, embedding, tokens)
+        monkeypatch.setattr(speed, "FOLDED_TABLE_BYTES", 30 * 9 * 4 - 1)
+        speed.looked_up_product(fresh, embedding, tokens)
+    assert "_looked_up" not in fresh.__dict__
+
+
+@pytest.mark.parametrize("name", [n for n in MODELS if n != "transformer"])
+def test_a_decoding_step_computes_the_textbook_log_probabilities(name):
+    """decode_step with the tricks (the looked-up W_y y, the sigmoid scores) against the plain one."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(**MODELS[name]), 30, 30).eval()
+    batch = make_batch(SOURCES, TARGETS)
+    tokens = torch.tensor([1, 5, 9])
+
+    def log_probs():
+        with torch.inference_mode():
+            memory = model.encode(batch.src, batch.src_lengths)
+            return model.decode_step(tokens, model.init_state(memory), memory).log_probs
+    fast = log_probs()
+    with speed.plain():
+        plain = log_probs()
+    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+    assert "_looked_up" in model.decoder.W_y.__dict__  # the lookup was used

@@ -180,11 +180,8 @@ class RNNDecoder(nn.Module):
     def _attentional(self, context: Tensor, top: Tensor) -> Tensor:
         return torch.tanh(self.W_c(torch.cat([context, top], dim=-1)))
 
-    def step(self, embedded: Tensor, state: DecoderState, memory: Memory) -> DecoderStep:
-        """One step: embedded (B,E) is y_{t-1}."""
-        return self._step(self.W_y(embedded), state, memory)
-
-    def _step(self, gates: Tensor, state: DecoderState, memory: Memory) -> DecoderStep:
+    def step(self, gates: Tensor, state: DecoderState, memory: Memory) -> DecoderStep:
+        """One step: gates (B,G) = W_y y_{t-1}, of the previous token's embedding y_{t-1}."""
         hidden, cell, attended = self._recur(gates, state, memory)
         if attended is None:  # Luong: the query is the new state s_t
             attended = self._attend_one(hidden[-1], memory, state, read_weights=False)
@@ -206,7 +203,7 @@ class RNNDecoder(nn.Module):
         """FEED_BACK: each whole step waits for the h~ of the one before."""
         steps = []
         for step_gates in gates:
-            steps.append(self._step(step_gates, state, memory))
+            steps.append(self.step(step_gates, state, memory))
             state = steps[-1].state
         return torch.stack([s.attentional for s in steps], dim=1), torch.stack([s.weights for s in steps], dim=1)
 

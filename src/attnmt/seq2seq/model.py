@@ -77,8 +77,11 @@ class Seq2Seq(EncoderDecoder):
         return self.decoder.init_state(memory)
 
     def decode_step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
-        embedded = self.output_dropout(self.tgt_embed(prev_tokens))
-        step = self.decoder.step(embedded, state, memory)
+        if self.training:  # dropout between the embedding and W_y
+            gates = self.decoder.W_y(self.output_dropout(self.tgt_embed(prev_tokens)))
+        else:  # W_y E[y], looked up in a table where that is faster
+            gates = speed.looked_up_product(self.decoder.W_y, self.tgt_embed, prev_tokens)
+        step = self.decoder.step(gates, state, memory)
         log_probs = self.next_token_log_probs(self.output_dropout(step.attentional))
         return StepOutput(log_probs, step.state, step.weights, step.scores, step.context, step.state.hidden[-1])
 
