@@ -47,6 +47,7 @@ model (``looked_up_product``): a lookup instead of a product at every step.
 
 from __future__ import annotations
 
+import math
 import os
 from contextlib import contextmanager
 
@@ -165,10 +166,11 @@ def v_tanh(v: Tensor, a: Tensor, b: Tensor) -> Tensor:
     if not enabled() or a.device.type != "cpu":
         return F.linear(torch.tanh(a + b), v).squeeze(-1)
     rows = a.size(0)
-    if b.size(0) != rows:  # broadcast over the first dimension: one piece
+    if b.size(0) != rows or a.dim() != b.dim():  # broadcast over the first dimension: one piece
         return _v_sigmoid(2 * v, a, b).squeeze(-1) - v.sum()
-    per_row = max(1, torch.broadcast_shapes(a.shape, b.shape).numel() // max(rows, 1))
-    step = max(1, ENERGY_CHUNK // per_row)
+    # (not torch.broadcast_shapes: its first call imports sympy, half a second of every command)
+    per_row = math.prod(max(x, y) for x, y in zip(a.shape[1:], b.shape[1:]))
+    step = max(1, ENERGY_CHUNK // max(per_row, 1))
     scores = [_v_sigmoid(2 * v, a_rows, b_rows) for a_rows, b_rows in zip(a.split(step), b.split(step))]
     return torch.cat(scores).squeeze(-1) - v.sum()
 
