@@ -234,3 +234,17 @@ def test_oversized_config_and_beam_are_refused(model_folder):
     (model_folder / "config.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(AttnmtError, match=r"decoding.beam: Input should be less than or equal to 100"):
         load(model_folder)
+
+
+def test_loading_draws_no_random_weights_and_loads_every_one(model_folder):
+    """The model built to receive a checkpoint's weights skips the random initialisation (0.08 s of
+    every command): the global generator is untouched, and every weight is the checkpoint's."""
+    from safetensors.torch import load_file
+
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    model = load(model_folder).model
+    assert torch.equal(torch.get_rng_state(), before)
+    stored = {name.removeprefix("model."): t for name, t in load_file(model_folder / "best.safetensors").items()}
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, stored[name], rtol=0, atol=0, msg=name)

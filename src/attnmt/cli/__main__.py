@@ -2,6 +2,6 @@
 
 import sys
 
-from attnmt.cli import main
+from attnmt.cli import command_line
 
-sys.exit(main())
+sys.exit(command_line())
