@@ -546,3 +546,38 @@ def test_beam_tree_and_trace_stop_between_decoder_steps_when_told(reverse_model)
             assert len(steps) == 3  # the third step was under way when the stop fired; no fourth
     finally:
         del translator.model.decode_step
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "luong-dot", "luong-concat"])
+def test_beam_search_shares_each_sentences_memory_among_its_hypotheses(attention, monkeypatch):
+    """The k hypotheses of a sentence attend to one copy of its memory, as k queries: the same
+    hypotheses as with the memory repeated for every row (Batched.for_beams), and no copy made."""
+    from attnmt.seq2seq.base import Batched
+    from attnmt.seq2seq.decoder import Memory
+
+    config = ModelConfig(attention=attention, embedding_size=16, encoder_hidden=8, decoder_hidden=16,
+                         attention_size=8, dropout=0.0)
+    model, batch = build_model(config, 20, 20).eval(), random_batch(n=7, seed=3)
+    rows = []
+    step = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda prev, state, memory: rows.append(
+        (prev.numel(), memory.states.size(0), memory.beam)) or step(prev, state, memory))
+    shared = beam_search(model, batch.src, batch.src_lengths, [7, 3, 9, 5, 8, 4, 6], beam=4, n_best=3)
+    assert all(n == sentences * beam for n, sentences, beam in rows)
+    assert any(beam == 4 for _, _, beam in rows) and any(s < 7 for _, s, beam in rows if beam == 4)
+    monkeypatch.setattr(Memory, "for_beams", Batched.for_beams)  # every row its own copy, as before
+    rows.clear()
+    repeated = beam_search(model, batch.src, batch.src_lengths, [7, 3, 9, 5, 8, 4, 6], beam=4, n_best=3)
+    assert all(n == sentences and beam == 1 for n, sentences, beam in rows)
+    for ours, theirs in zip(shared, repeated):
+        _assert_same_hypotheses(ours, theirs)
+
+
+@pytest.mark.parametrize("attention, window", [("location", None), ("bahdanau", (2, 2)), ("none", None)])
+def test_a_memory_read_row_by_row_is_repeated_for_every_hypothesis(attention, window):
+    """Location attention and attention windows read each row's previous weights, and no attention
+    reads the final state per row: their memory is not shared (k copies, as Batched.for_beams)."""
+    model, batch = untrained(attention), random_batch()
+    memory = model.encode(batch.src, batch.src_lengths, window)
+    beams = memory.for_beams(torch.arange(5), 1, 3)
+    assert not memory.shareable and beams.beam == 1 and beams.states.size(0) == 15

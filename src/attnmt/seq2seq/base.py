@@ -10,7 +10,8 @@ subclassing ``EncoderDecoder`` and implementing its four abstract methods:
 and then has ``forward`` (teacher-forced scores), ``has_attention`` and ``generator`` (the output
 layer; its ``loss`` trains the model). ``memory`` and ``state`` are the model's own dataclasses;
 callers read ``memory.states`` (B,S,M), the encoder output, and otherwise only reorder both with
-``select(index)`` (beam search, sentences leaving the batch): subclass ``Batched`` for that.
+``select(index)`` (sentences leaving the batch) and give a beam search's memory with
+``memory.for_beams(...)``: subclass ``Batched`` for that.
 
 ``window`` (left, right), or None: every step of an RNN decoder with attention attends only within
 that many source positions of the median of the previous step's weights (as in Chorowski et al.
@@ -64,6 +65,13 @@ class Batched:
 
         return replace(self, **{f.name: pick(getattr(self, f.name), self.BATCH_DIM.get(f.name, 0))
                                 for f in fields(self)})
+
+    def for_beams(self, sentences: Tensor, width: int, k: int):
+        """A memory for the next step of a beam search that keeps k hypotheses, as rows, for each of
+        ``sentences`` (their positions in the current batch, whose memory has ``width`` rows per
+        sentence): here each sentence's memory repeated k times. A memory whose decoder can let the k
+        rows share one copy overrides this (attnmt.seq2seq.decoder.Memory)."""
+        return self.select((sentences * width).repeat_interleave(k))
 
 
 def source_mask(lengths: Tensor, width: int) -> Tensor:

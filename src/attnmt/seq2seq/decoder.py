@@ -23,7 +23,7 @@ which gives the decoder's three paths (``RNNDecoder.path``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
@@ -47,6 +47,20 @@ class Memory(Batched):
     # Each step attends within (left, right) positions of the median of the previous step's weights;
     # None: everywhere. Given to encode (training's or decoding's attention_window), never changed.
     window: tuple[int, int] | None = None
+    # Whether a beam search's k hypotheses of a sentence may attend to one copy of its memory, as k
+    # queries (not with location attention nor a window, which read each row's previous weights).
+    shareable: bool = False
+    # Decoder rows per memory row: k when a beam search shares it (for_beams), else 1.
+    beam: int = 1
+
+    def for_beams(self, sentences: Tensor, width: int, k: int) -> "Memory":
+        """Batched.for_beams without the k copies where the memory is shareable: each sentence's
+        memory stays one row that its k hypotheses attend to (k times less to copy when sentences
+        leave the batch, and to read at every step)."""
+        if not self.shareable:
+            return super().for_beams(sentences, width, k)
+        kept = self if sentences.numel() == self.mask.size(0) else self.select(sentences)
+        return replace(kept, beam=k)
 
 
 @dataclass
@@ -159,6 +173,9 @@ class RNNDecoder(nn.Module):
         """The attention of one step: query (B,H) -> context (B,M), weights and scores (B,S) or None.
         The previous weights (``state.weights``) go to the score if ``read_weights`` (location
         attention), and to the memory's window if it has one."""
+        if memory.beam > 1:  # a sentence's k hypotheses as k queries (B,k,H) of its one memory
+            attended = self._attend(query.view(-1, memory.beam, query.size(-1)), memory, None)
+            return tuple(x.flatten(0, 1) for x in attended)
         window = memory.window
         mask = None if window is None else window_mask(state.weights, memory.mask, *window)
         prev_weights = state.weights.unsqueeze(1) if read_weights else None

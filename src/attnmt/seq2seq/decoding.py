@@ -322,8 +322,8 @@ class _Beams:
         self.history.tokens.append(self.prev)
         self.history.parents.append(source_rows)
         state = state.select(source_rows)
-        if self.width < k or groups.numel() < n:  # the memory of each sentence, once per row (k rows from now on)
-            memory = memory.select((groups * self.width).repeat_interleave(k))
+        if self.width < k or groups.numel() < n:  # the memory of each sentence, for its k rows from now on
+            memory = memory.for_beams(groups, self.width, k)
         self.width = k
         return state, memory
 
