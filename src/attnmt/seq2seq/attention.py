@@ -25,6 +25,9 @@ class Attention(nn.Module, ABC):
     #: True when the query is the previous decoder state s_{t-1} (Bahdanau, location);
     #: False when it is the current state s_t (Luong).
     query_is_previous_state = False
+    #: True when the score reads each query's previous weights a_{t-1} (location): such queries
+    #: cannot share one memory row (a beam search's hypotheses, attnmt.seq2seq.decoder.Memory).
+    reads_previous_weights = False
 
     def project_keys(self, memory: Tensor) -> Tensor:
         """Work that depends on the source only, done once per sentence."""
@@ -101,6 +104,7 @@ class LocationAttention(Attention):
     """
 
     query_is_previous_state = True
+    reads_previous_weights = True
 
     def __init__(self, query_size: int, memory_size: int, hidden_size: int, channels: int, kernel: int):
         super().__init__()

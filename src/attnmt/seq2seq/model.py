@@ -10,7 +10,7 @@ from attnmt.core.config import ModelConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.core.speed import Dropout
 from attnmt.data.subwords import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
-from attnmt.seq2seq.attention import LocationAttention, build_attention
+from attnmt.seq2seq.attention import build_attention
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput, source_mask
 from attnmt.seq2seq.decoder import DecoderState, Memory, RNNDecoder
 from attnmt.seq2seq.encoder import RNNEncoder
@@ -71,7 +71,7 @@ class Seq2Seq(EncoderDecoder):
         states = speed.cast_for_autocast(states)
         attention = self.decoder.attention
         keys = None if attention is None else attention.project_keys(states)
-        shareable = attention is not None and not isinstance(attention, LocationAttention) and window is None
+        shareable = attention is not None and not attention.reads_previous_weights and window is None
         return Memory(states, keys, mask, final, window, shareable)
 
     def init_state(self, memory: Memory) -> DecoderState:
