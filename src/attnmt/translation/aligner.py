@@ -11,7 +11,9 @@ is used only with those weights).
 
 from __future__ import annotations
 
+import functools
 import time
+from collections import Counter
 import warnings
 from pathlib import Path
 from typing import Callable, Literal
@@ -27,11 +29,13 @@ from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text, file_sha256
 from attnmt.core.folders import inference_device, model_config, weights_path
 from attnmt.data.batching import Batch, epoch_batches, training_batch
-from attnmt.data.corpus import read_corpus
+from attnmt.data.corpus import Corpus, read_corpus, read_lines
 from attnmt.data.subwords import PAD
 from attnmt.seq2seq.inference import Translator
+from attnmt.seq2seq.links import Link
 from attnmt.translation.agreement import NO_WORD, disagreement, piece_words, word_index_tensor, word_posteriors
 from attnmt.translation.alignment_layer import AlignmentLayer, frozen_features, layer_for
+from attnmt.translation.guided_alignment import alignment_loss, read_link_file, reference_attention
 from attnmt.translation.prepare import training_corpus
 
 CONFIG_FILE, WEIGHTS_FILE = "aligner.yaml", "aligner.safetensors"
@@ -60,6 +64,15 @@ class AlignerConfig(Section):
     backward_model: Path | None = None
     backward_out: Path | None = None
     agreement: float = Field(4.0, ge=0)
+    # reference word links the layer is also trained towards, as guided alignment trains the
+    # attention: a Pharaoh file of one line per line of the training text (train, or the model's
+    # data.train; the backward layer reads it turned around), for instance the links of a first round
+    # of layers (self-training, no outside aligner), or "eflomal": each direction's layer towards
+    # eflomal's links of that direction, computed on the training text. links_weight weighs their
+    # cross-entropy with the layer's word posteriors (attnmt.translation.aligner._Guide)
+    links: str | None = None
+    links_weight: float = Field(1.0, ge=0)
+    links_one_based: bool = False
     steps: int = Field(3000, gt=0)
     # the first steps learn the lexicon alone, under a uniform prior (IBM model 1, as statistical
     # aligners start): learnt together from the start, the prior can settle on one source piece
@@ -89,6 +102,8 @@ def load_aligner_config(path: str | Path) -> AlignerConfig:
     config = validated(AlignerConfig, read_yaml_file(path), source=str(path))
     for section in (config, config.train):
         resolve_paths(section, path.resolve().parent)
+    if config.links not in (None, "eflomal") and not Path(config.links).is_absolute():
+        config.links = str((path.resolve().parent / config.links).resolve())  # a links file, read like the data
     return config
 
 
@@ -105,11 +120,9 @@ def _translation_model(config: AlignerConfig, field: str = "model") -> Translato
     return translator
 
 
-def _training_texts(config: AlignerConfig, translator: Translator,
-                    log: Callable[[str], None]) -> tuple[list[str], list[str]]:
-    """The (source, target) texts the layer learns from: train, or the model's own training pairs."""
-    corpus = training_corpus(translator.config, log) if config.train is None else read_corpus(config.train.as_spec())
-    return corpus.sources, corpus.targets
+def _training_texts(config: AlignerConfig, translator: Translator, log: Callable[[str], None]) -> Corpus:
+    """The pairs the layer learns from: train, or the model's own training pairs."""
+    return training_corpus(translator.config, log) if config.train is None else read_corpus(config.train.as_spec())
 
 
 def _within_limit(translator: Translator, src_ids: list[list[int]], tgt_ids: list[list[int]]) -> list[bool]:
@@ -123,20 +136,32 @@ class _Direction:
 
     def __init__(self, config: AlignerConfig, translator: Translator, sources: list[str], targets: list[str]):
         self.translator = translator
+        self.sources, self.targets = sources, targets
         self.src_ids, self.tgt_ids = translator.src_subwords.encode(sources), translator.tgt_subwords.encode(targets)
         self.layer = layer_for(translator.model, len(translator.src_subwords), len(translator.tgt_subwords),
                                config.size, config.diagonal_buckets, config.null_prior,
                                config.jump_width).to(translator.device)
+        self.guide: _Guide | None = None  # with links: the reference links the layer is also trained towards
 
     def keep(self, kept: list[int]):
-        self.src_ids, self.tgt_ids = [self.src_ids[i] for i in kept], [self.tgt_ids[i] for i in kept]
+        for name in ("sources", "targets", "src_ids", "tgt_ids"):
+            setattr(self, name, [getattr(self, name)[i] for i in kept])
 
+    @functools.cached_property
     def words(self) -> tuple[list[list[int]], list[list[int]]]:
         """The piece -> word indices of every pair's source and target."""
         def of(subwords, ids):
             return [piece_words(subwords.pieces(piece_ids)) for piece_ids in ids]
 
         return of(self.translator.src_subwords, self.src_ids), of(self.translator.tgt_subwords, self.tgt_ids)
+
+    def word_posteriors(self, indices: list[int], batch: Batch, alignment: Tensor) -> Tensor:
+        """The batch's piece posteriors (B,T,S) merged into word posteriors (B, target words, source
+        words), as links are read (attnmt.translation.agreement.word_posteriors)."""
+        src_words, tgt_words = self.words
+        tgt = word_index_tensor([tgt_words[i] for i in indices], batch.tgt_out.size(1))
+        src = word_index_tensor([src_words[i] for i in indices], batch.src.size(1))
+        return word_posteriors(alignment, tgt.to(alignment.device), src.to(alignment.device))
 
     def batch(self, indices: list[int]) -> Batch:
         return training_batch([self.src_ids[i] for i in indices],
@@ -151,13 +176,14 @@ class _Direction:
 
 def _directions(config: AlignerConfig, log: Callable[[str], None]) -> list[_Direction]:
     """The forward direction, and with backward_model the backward one on the same pairs (its
-    source the forward target); pairs longer than either model's data.max_length left out."""
+    source the forward target); pairs longer than either model's data.max_length left out; with
+    links, each direction's guide."""
     translator = _translation_model(config)
-    sources, targets = _training_texts(config, translator, log)
-    directions = [_Direction(config, translator, sources, targets)]
+    corpus = _training_texts(config, translator, log)
+    directions = [_Direction(config, translator, corpus.sources, corpus.targets)]
     if config.backward_model is not None:
         backward = _translation_model(config.backward(), "backward_model")
-        directions.append(_Direction(config, backward, targets, sources))
+        directions.append(_Direction(config, backward, corpus.targets, corpus.sources))
     fits = [all(ok) for ok in zip(*(_within_limit(d.translator, d.src_ids, d.tgt_ids) for d in directions))]
     kept = [i for i, ok in enumerate(fits) if ok]
     if not kept:
@@ -167,31 +193,82 @@ def _directions(config: AlignerConfig, log: Callable[[str], None]) -> list[_Dire
         log(f"aligner: left out {len(fits) - len(kept)} pair(s) longer than data.max_length pieces")
         for direction in directions:
             direction.keep(kept)
+    if config.links is not None:
+        lines = None if corpus.lines is None else [corpus.lines[i] for i in kept]
+        references = _reference_links(config, translator, directions[0].sources, directions[0].targets, lines, log)
+        for direction, links, turned in zip(directions, references, (False, True)):
+            direction.guide = _Guide(direction, links, turned, log)
     return directions
+
+
+def _reference_links(config: AlignerConfig, translator: Translator, sources: list[str], targets: list[str],
+                     lines: list[int] | None, log: Callable[[str], None]) -> tuple[list[list[Link]], list[list[Link]]]:
+    """The reference word links (source word, target word) of every training pair, for the forward
+    and the backward layer: eflomal's two directions, or the links file's line of each pair twice."""
+    if config.links == "eflomal":
+        from attnmt.translation.statistical_align import eflomal_links
+
+        log(f"aligner: aligning {len(sources):,} training pairs with eflomal (the links to train towards)")
+        return eflomal_links(sources, targets)
+    corpus_files = translator.config.data.train if config.train is None else config.train
+    corpus_lines = len(read_lines(corpus_files.tsv or corpus_files.src))
+    by_line = read_link_file(config.links, corpus_lines, config.links_one_based,
+                             corpus=str(corpus_files.tsv or corpus_files.src), field="links")
+    if lines is None:
+        raise AttnmtError("links: the training pairs' lines in their files are not known; give the corpus as files")
+    links = [by_line[line] for line in lines]
+    return links, links
+
+
+class _Guide:
+    """Reference word links a direction's layer is also trained towards: the cross-entropy of its
+    word posteriors R (target words x source words, as links are read) with the reference rows
+    q_j, uniform over the source words linked to target word j (as guided alignment does with the
+    attention, attnmt.translation.guided_alignment):
+
+        L_links = - sum over target words j with links of  sum_i q_j,i log R_j,i
+
+    A pair whose links name words its pieces do not make (another tokenisation) trains without them."""
+
+    def __init__(self, direction: _Direction, links: list[list[Link]], turned: bool, log: Callable[[str], None]):
+        src_words, tgt_words = direction.words
+        self.links, unusable = [], 0
+        for pair_links, src, tgt in zip(links, src_words, tgt_words):
+            pair_links = [(j, i) for i, j in pair_links] if turned else pair_links
+            fits = all(i < _word_count(src) and j < _word_count(tgt) for i, j in pair_links)
+            unusable += not fits
+            self.links.append(pair_links if fits else [])
+        if unusable:
+            log(f"aligner: {unusable:,} training pair(s) have links beyond their words; they train without them")
+
+    def loss(self, indices: list[int], words: Tensor) -> tuple[Tensor, int]:
+        """The summed cross-entropy of the batch's word posteriors ``words`` (B, target words, source
+        words) with the reference, and the number of target words with links."""
+        reference = reference_attention([self.links[i] for i in indices], words.size(2), words.size(1))
+        return alignment_loss(words, reference.to(words.device)), int((reference.sum(dim=2) > 0).sum())
+
+
+def _word_count(words: list[int]) -> int:
+    return max(words, default=NO_WORD) + 1
 
 
 class _Agreement:
     """The word indices of both directions' pieces and the pairs whose words the two models cut alike."""
 
     def __init__(self, forward: _Direction, backward: _Direction):
-        (self.src_f, self.tgt_f), (self.src_b, self.tgt_b) = forward.words(), backward.words()
-        count = lambda words: max(words, default=NO_WORD) + 1  # noqa: E731
+        (self.src_f, self.tgt_f), (self.src_b, self.tgt_b) = forward.words, backward.words
+        count = _word_count
         self.alike = [count(self.src_f[i]) == count(self.tgt_b[i]) and count(self.tgt_f[i]) == count(self.src_b[i])
                       for i in range(len(self.src_f))]
 
-    def loss(self, indices: list[int], forward: tuple[Batch, Tensor], backward: tuple[Batch, Tensor]) -> Tensor:
-        """The summed squared disagreement of the two directions' word posteriors, over the batch."""
-        def words_of(batch, alignment, src_words, tgt_words):
-            tgt = word_index_tensor([tgt_words[i] for i in indices], batch.tgt_out.size(1))
-            src = word_index_tensor([src_words[i] for i in indices], batch.src.size(1))
-            return word_posteriors(alignment, tgt.to(alignment.device), src.to(alignment.device))
-
+    def loss(self, indices: list[int], forward: Tensor, backward: Tensor) -> Tensor:
+        """The summed squared disagreement of the two directions' word posteriors over the batch:
+        forward (B, target words, source words), backward (B, source words, target words)."""
         agree = torch.tensor([self.alike[i] for i in indices], dtype=torch.float32)
-        return disagreement(words_of(*forward, self.src_f, self.tgt_f), words_of(*backward, self.src_b, self.tgt_b),
-                            agree.to(forward[1].device))
+        return disagreement(forward, backward, agree.to(forward.device))
 
     def words(self, indices: list[int]) -> int:
-        return sum(max(self.tgt_f[i], default=NO_WORD) + 1 for i in indices if self.alike[i])
+        return sum(_word_count(self.tgt_f[i]) for i in indices if self.alike[i])
 
 
 def train_aligner(config: AlignerConfig, log: Callable[[str], None] = print) -> Path:
@@ -206,37 +283,66 @@ def train_aligner(config: AlignerConfig, log: Callable[[str], None] = print) -> 
     forward = directions[0]
     log(f"aligner: training a layer of size {config.size} on {len(forward.src_ids):,} pairs, the model in "
         f"{config.model} frozen" + (f", and by agreement (weight {config.agreement}) one on {config.backward_model}"
-                                    if agreement else "") + f", {config.steps} steps")
+                                    if agreement else "")
+        + (f", towards the links of {config.links} (weight {config.links_weight})" if config.links else "")
+        + f", {config.steps} steps")
     sizes = [max(len(s), len(t)) + 1 for s, t in zip(forward.src_ids, forward.tgt_ids)]
-    totals, started, step, epoch = [0.0] * 4, time.perf_counter(), 0, 0  # nll, pieces, disagreement, words
+    totals, started, step, epoch = Counter(), time.perf_counter(), 0, 0
     while step < config.steps:
         for indices in epoch_batches(sizes, config.batch_size, None, 100, config.seed, epoch):
-            uniform = step < config.lexicon_steps
-            batches = [d.batch(indices) for d in directions]
-            explained = [d.explain(b, uniform) for d, b in zip(directions, batches)]
-            loss = sum(nll / b.target_tokens for (nll, _), b in zip(explained, batches))
-            totals[0] += float(explained[0][0].detach())
-            totals[1] += batches[0].target_tokens
-            if agreement is not None:
-                words = max(agreement.words(indices), 1)
-                disagreeing = agreement.loss(indices, (batches[0], explained[0][1]), (batches[1], explained[1][1]))
-                loss = loss + config.agreement * disagreeing / words
-                totals[2], totals[3] = totals[2] + float(disagreeing.detach()), totals[3] + words
+            loss = _step_loss(config, directions, agreement, indices, step < config.lexicon_steps, totals)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             step += 1
             if step % LOG_EVERY == 0 or step == config.steps:
-                log(f"aligner: step {step}/{config.steps}, epoch {epoch + 1}: loss {totals[0] / totals[1]:.3f} per "
-                    "target piece" + (f", disagreement {totals[2] / totals[3]:.3f} per word" if agreement else "")
-                    + f" ({time.perf_counter() - started:.0f} s)")
-                totals = [0.0] * 4
+                log(f"aligner: step {step}/{config.steps}, epoch {epoch + 1}: {_progress(totals)} "
+                    f"({time.perf_counter() - started:.0f} s)")
+                totals = Counter()
             if step == config.steps:
                 break
         epoch += 1
     if agreement is not None:
         _save(config.backward(), directions[1].layer, directions[1].translator)
     return _save(config, forward.layer, forward.translator)
+
+
+def _progress(totals: Counter) -> str:
+    """The losses since the last line of the log, each per what it is summed over."""
+    text = f"loss {totals['nll'] / totals['pieces']:.3f} per target piece"
+    if totals["words"]:
+        text += f", disagreement {totals['disagreement'] / totals['words']:.3f} per word"
+    if totals["linked"]:
+        text += f", links {totals['links'] / totals['linked']:.3f} per linked word"
+    return text
+
+
+def _step_loss(config: AlignerConfig, directions: list[_Direction], agreement: _Agreement | None,
+               indices: list[int], uniform: bool, totals: Counter) -> Tensor:
+    """The loss of one batch: each direction's -log p per target piece, plus the agreement term and
+    the links' cross-entropy where the config has them; ``totals`` (the forward direction's nll
+    and pieces, the disagreement and its words, the links' cross-entropy and linked words) added to."""
+    batches = [d.batch(indices) for d in directions]
+    explained = [d.explain(b, uniform) for d, b in zip(directions, batches)]
+    loss = sum(nll / b.target_tokens for (nll, _), b in zip(explained, batches))
+    totals["nll"] += float(explained[0][0].detach())
+    totals["pieces"] += batches[0].target_tokens
+    if agreement is None and config.links is None:
+        return loss
+    words = [d.word_posteriors(indices, b, alignment) for d, b, (_, alignment) in zip(directions, batches, explained)]
+    if agreement is not None:
+        agreeing_words = max(agreement.words(indices), 1)
+        disagreeing = agreement.loss(indices, *words)
+        loss = loss + config.agreement * disagreeing / agreeing_words
+        totals["disagreement"] += float(disagreeing.detach())
+        totals["words"] += agreeing_words
+    for direction, posteriors in zip(directions, words):
+        if direction.guide is not None:
+            cross_entropy, linked = direction.guide.loss(indices, posteriors)
+            loss = loss + config.links_weight * cross_entropy / max(linked, 1)
+            totals["links"] += float(cross_entropy.detach()) * (direction is directions[0])
+            totals["linked"] += linked * (direction is directions[0])
+    return loss
 
 
 def _save(config: AlignerConfig, layer: AlignmentLayer, translator: Translator) -> Path:

@@ -37,7 +37,6 @@ from attnmt.seq2seq.inference import Translator
 from attnmt.seq2seq.links import without_eos
 from attnmt.translation.align import (align, align_both_ways, default_method, format_pharaoh, grow_diag_final,
                                      parse_pharaoh, piece_lists)
-from attnmt.translation.aligner import load_aligner
 from attnmt.translation.prepare import EncodedCorpus
 from attnmt.viz.words import word_spans
 
@@ -88,12 +87,14 @@ def piece_links(word_links: list[Link], src_pieces: list[str], tgt_pieces: list[
                    for s in range(*src_words[i]) for t in range(*tgt_words[j])})
 
 
-def read_link_file(path, lines: int, one_based: bool) -> list[list[Link]]:
-    """The links of every line of a Pharaoh file that must have ``lines`` lines (one per corpus line)."""
+def read_link_file(path, lines: int, one_based: bool, corpus: str = "data.train",
+                   field: str = "training.guided_alignment.links") -> list[list[Link]]:
+    """The links of every line of a Pharaoh file that must have ``lines`` lines (one per line of
+    ``corpus``, which ``field`` names it for)."""
     text = read_lines(path)
     if len(text) != lines:
-        raise AttnmtError(f"{path}: {len(text)} lines of alignment links, but data.train has {lines} lines: "
-                          "training.guided_alignment.links needs one line per line of the training corpus")
+        raise AttnmtError(f"{path}: {len(text)} lines of alignment links, but {corpus} has {lines} lines: "
+                          f"{field} needs one line per line of the training corpus")
     return [sorted(parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {k}")[0])
             for k, line in enumerate(text, start=1)]
 
@@ -245,6 +246,8 @@ def _aligner_weights(name: str, folder: Path) -> Path:
 
 
 def _first_round_aligner(name: str, folder: Path, model: Translator):
+    from attnmt.translation.aligner import load_aligner  # (here: the aligner reads this module's links and loss)
+
     try:
         return load_aligner(folder, model)
     except AttnmtError as error:
