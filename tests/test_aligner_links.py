@@ -70,6 +70,21 @@ def test_both_layers_learn_the_links_of_a_file(both_ways, tmp_path):  # noqa: F8
     assert any("per linked word" in m for m in messages), messages
     # measured: 1.0 and 1.0 with the links, 0.45 and 0.51 without
     assert min(scores[True]) > 0.9 and max(scores[False]) < 0.8, scores
+    # the backward layer's config records the file as its partner's: target-source
+    assert load_aligner_config(backward / "aligner.yaml").links_reversed
+    assert not load_aligner_config(forward / "aligner.yaml").links_reversed
+
+
+def test_a_reversed_links_file_is_read_turned_around(both_ways, tmp_path):  # noqa: F811
+    corpus = training_pairs(both_ways[0])
+    links_file = tmp_path / "reversed.links"
+    links_file.write_text("".join(format_pharaoh(transposed(true_links(s, t))) + "\n"
+                                  for s, t in zip(corpus.sources, corpus.targets)))
+    config = AlignerConfig(model=both_ways[0], out=tmp_path / "f", links=str(links_file), links_reversed=True,
+                           links_weight=10.0, steps=60, lexicon_steps=20, size=16, learning_rate=0.01, threads=1)
+    train_aligner(config, lambda m: None)
+    # measured: 1.0; read the right way round, these links would be wrong ones
+    assert agreement_with(both_ways[0], tmp_path / "f", true_links) > 0.9
 
 
 def test_links_eflomal_trains_each_direction_towards_its_own(both_ways, tmp_path, monkeypatch):  # noqa: F811

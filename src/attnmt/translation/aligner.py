@@ -73,6 +73,9 @@ class AlignerConfig(Section):
     links: str | None = None
     links_weight: float = Field(1.0, ge=0)
     links_one_based: bool = False
+    # the file links target words to source words: how the backward layer's own config records the
+    # file of its partner (so that training from that config reads it the right way round)
+    links_reversed: bool = False
     steps: int = Field(3000, gt=0)
     # the first steps learn the lexicon alone, under a uniform prior (IBM model 1, as statistical
     # aligners start): learnt together from the start, the prior can settle on one source piece
@@ -93,7 +96,7 @@ class AlignerConfig(Section):
         backward_model, its partner this one."""
         return self.model_copy(update={"model": self.backward_model, "out": self.backward_out or
                                        self.backward_model / "aligner", "backward_model": self.model,
-                                       "backward_out": self.folder})
+                                       "backward_out": self.folder, "links_reversed": not self.links_reversed})
 
 
 def load_aligner_config(path: str | Path) -> AlignerConfig:
@@ -217,6 +220,8 @@ def _reference_links(config: AlignerConfig, translator: Translator, sources: lis
     if lines is None:
         raise AttnmtError("links: the training pairs' lines in their files are not known; give the corpus as files")
     links = [by_line[line] for line in lines]
+    if config.links_reversed:
+        links = [[(i, j) for j, i in pair_links] for pair_links in links]
     return links, links
 
 
