@@ -21,7 +21,8 @@ from attnmt.translation.align import (
     grow_diag_final,
     transposed,
 )
-from attnmt.translation.guided_alignment import alignment_loss, piece_links, read_link_file, reference_attention
+from attnmt.translation.guided_alignment import piece_links
+from attnmt.translation.reference_links import alignment_loss, read_link_file, reference_attention
 from attnmt.translation.training import prepare_data
 from conftest import pair_config, require, toy_config
 

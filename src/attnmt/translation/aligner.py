@@ -35,7 +35,7 @@ from attnmt.seq2seq.inference import Translator
 from attnmt.seq2seq.links import Link
 from attnmt.translation.agreement import NO_WORD, disagreement, piece_words, word_index_tensor, word_posteriors
 from attnmt.translation.alignment_layer import AlignmentLayer, frozen_features, layer_for
-from attnmt.translation.guided_alignment import alignment_loss, read_link_file, reference_attention
+from attnmt.translation.reference_links import alignment_loss, read_link_file, reference_attention
 from attnmt.translation.prepare import training_corpus
 
 CONFIG_FILE, WEIGHTS_FILE = "aligner.yaml", "aligner.safetensors"

@@ -15,7 +15,8 @@ counts pieces already (a character model's characters). The links come from a Ph
 one line per line of data.train, from eflomal run on the training text (grow-diag-final of
 both directions, as Garg et al. do with GIZA++), or from the attention of a first model trained
 without guidance ("links: self", Garg et al.'s alignment without an outside aligner: one direction,
-or both symmetrized), cached in EXPERIMENT/alignment/.
+or both symmetrized), cached in EXPERIMENT/alignment/. The file, the reference rows q and the loss
+are attnmt.translation.reference_links's (the aligners are trained towards links too).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import hashlib
 from pathlib import Path
 from typing import Callable
 
-import torch
 from torch import Tensor
 
 from attnmt.core.config import Config, GuidedAlignment
@@ -36,23 +36,13 @@ from attnmt.data.subwords import UNK, Subwords
 from attnmt.seq2seq.inference import Translator
 from attnmt.seq2seq.links import without_eos
 from attnmt.translation.align import (align, align_both_ways, default_method, format_pharaoh, grow_diag_final,
-                                     parse_pharaoh, piece_lists)
+                                     piece_lists)
+from attnmt.translation.aligner import load_aligner
 from attnmt.translation.prepare import EncodedCorpus
+from attnmt.translation.reference_links import read_link_file
 from attnmt.viz.words import word_spans
 
 Link = tuple[int, int]  # (source index, target index), 0-based
-
-
-def alignment_loss(weights: Tensor, reference: Tensor) -> Tensor:
-    """- sum_t sum_j q_t,j log a_t,j over the rows of ``reference`` that hold links.
-
-    weights (B,T,S) the model's attention (rows sum to 1); reference (B,T',S') with T' <= T and
-    S' <= S (the model may pad), rows that sum to 1 or 0 (no link)."""
-    rows, columns = reference.shape[1], reference.shape[2]
-    a = weights[:, :rows, :columns].float()
-    # where q is 0 the term is 0, whatever a is: a masked-out position (a = 0) must not give 0 * -inf
-    log_a = torch.where(reference > 0, torch.log(a.clamp_min(1e-9)), torch.zeros_like(a))
-    return -(reference * log_a).sum()
 
 
 def trained_attention(model, batch, guided: GuidedAlignment,
@@ -66,17 +56,6 @@ def trained_attention(model, batch, guided: GuidedAlignment,
     return model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, window)
 
 
-def reference_attention(links: list[list[Link]], src_width: int, tgt_width: int) -> Tensor:
-    """(B, tgt_width, src_width): row t of pair b uniform over the source pieces linked to target
-    piece t, zero where it has none."""
-    reference = torch.zeros(len(links), tgt_width, src_width)
-    for b, pair_links in enumerate(links):
-        for s, t in pair_links:
-            reference[b, t, s] = 1.0
-    counts = reference.sum(dim=2, keepdim=True)
-    return reference / counts.clamp_min(1.0)
-
-
 def piece_links(word_links: list[Link], src_pieces: list[str], tgt_pieces: list[str]) -> list[Link] | None:
     """Word links (i, j) -> links between the pieces of source word i and those of target word j.
     None when the pieces do not make as many words as the links need (a pair to leave out)."""
@@ -85,18 +64,6 @@ def piece_links(word_links: list[Link], src_pieces: list[str], tgt_pieces: list[
         return None
     return sorted({(s, t) for i, j in word_links
                    for s in range(*src_words[i]) for t in range(*tgt_words[j])})
-
-
-def read_link_file(path, lines: int, one_based: bool, corpus: str = "data.train",
-                   field: str = "training.guided_alignment.links") -> list[list[Link]]:
-    """The links of every line of a Pharaoh file that must have ``lines`` lines (one per line of
-    ``corpus``, which ``field`` names it for)."""
-    text = read_lines(path)
-    if len(text) != lines:
-        raise AttnmtError(f"{path}: {len(text)} lines of alignment links, but {corpus} has {lines} lines: "
-                          f"{field} needs one line per line of the training corpus")
-    return [sorted(parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {k}")[0])
-            for k, line in enumerate(text, start=1)]
 
 
 def eflomal_file(config: Config, sources: list[str], targets: list[str], log: Callable[[str], None]):
@@ -246,8 +213,6 @@ def _aligner_weights(name: str, folder: Path) -> Path:
 
 
 def _first_round_aligner(name: str, folder: Path, model: Translator):
-    from attnmt.translation.aligner import load_aligner  # (here: the aligner reads this module's links and loss)
-
     try:
         return load_aligner(folder, model)
     except AttnmtError as error:

@@ -65,7 +65,8 @@ def build_shortlist(folder: str | Path, top: int = 50, frequent: int = 100,
     config names (computed once, cached in FOLDER/alignment/)."""
     from attnmt.core.folders import model_config
     from attnmt.data.subwords import load_subwords
-    from attnmt.translation.guided_alignment import eflomal_file, piece_links, read_link_file
+    from attnmt.translation.guided_alignment import eflomal_file, piece_links
+    from attnmt.translation.reference_links import read_link_file
     from attnmt.translation.prepare import encode_corpus, training_corpus
 
     folder = Path(folder)

@@ -22,7 +22,7 @@ from attnmt.seq2seq.graphs import GraphedLoss, graphed_loss
 from attnmt.seq2seq.training import TrainingLoss, evaluate_loss, sequence_loss, translate_ids, validation_decoding
 from attnmt.training.loop import TrainingLoop
 from attnmt.training.optimization import TrainingSetup, setup_training
-from attnmt.translation import guided_alignment
+from attnmt.translation import guided_alignment, reference_links
 from attnmt.translation.evaluation import corpus_scores
 from attnmt.translation.prepare import EncodedCorpus, encode_corpus, prepare, training_corpus
 
@@ -76,7 +76,7 @@ def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
     reference attention of guided alignment where ``data`` has links."""
     batch = training_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
     if data.alignments is not None:
-        batch.alignment = guided_alignment.reference_attention([data.alignments[i] for i in indices],
+        batch.alignment = reference_links.reference_attention([data.alignments[i] for i in indices],
                                                                batch.src.size(1), batch.tgt_out.size(1))
     return batch
 
@@ -91,7 +91,7 @@ def guided_sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: f
     real = batch.tgt_out != PAD
     states, weights = guided_alignment.trained_attention(model, batch, guided, window)
     loss = model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
-    return loss + guided.weight * guided_alignment.alignment_loss(weights, batch.alignment)
+    return loss + guided.weight * reference_links.alignment_loss(weights, batch.alignment)
 
 
 class TranslationLoss(TrainingLoss):
