@@ -54,6 +54,7 @@ def training_pairs(model_dir):
     return read_corpus(load(model_dir).config.data.train.as_spec())
 
 
+@pytest.mark.slow  # trains aligners: seconds each
 def test_both_layers_learn_the_links_of_a_file(both_ways, tmp_path):  # noqa: F811
     """60 steps are too few for the layers alone; with the links of their training text, both find
     the links (the backward layer reads the file turned around)."""
@@ -75,6 +76,7 @@ def test_both_layers_learn_the_links_of_a_file(both_ways, tmp_path):  # noqa: F8
     assert not load_aligner_config(forward / "aligner.yaml").links_reversed
 
 
+@pytest.mark.slow  # trains aligners: seconds each
 def test_a_reversed_links_file_is_read_turned_around(both_ways, tmp_path):  # noqa: F811
     corpus = training_pairs(both_ways[0])
     links_file = tmp_path / "reversed.links"
@@ -87,6 +89,7 @@ def test_a_reversed_links_file_is_read_turned_around(both_ways, tmp_path):  # no
     assert agreement_with(both_ways[0], tmp_path / "f", true_links) > 0.9
 
 
+@pytest.mark.slow  # trains aligners: seconds each
 def test_links_eflomal_trains_each_direction_towards_its_own(both_ways, tmp_path, monkeypatch):  # noqa: F811
     """eflomal's forward links for the forward layer, its backward links (turned) for the backward
     layer: here two different wrong alignments (each target word linked to the source word one,
