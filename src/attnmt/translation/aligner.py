@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import Counter
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -213,12 +213,12 @@ def _reference_links(config: AlignerConfig, translator: Translator, sources: lis
 
         log(f"aligner: aligning {len(sources):,} training pairs with eflomal (the links to train towards)")
         return eflomal_links(sources, targets)
+    if lines is None:
+        raise AttnmtError("links: the training pairs' lines in their files are not known; give the corpus as files")
     corpus_files = translator.config.data.train if config.train is None else config.train
     corpus_lines = len(read_lines(corpus_files.tsv or corpus_files.src))
     by_line = read_link_file(config.links, corpus_lines, config.links_one_based,
                              corpus=str(corpus_files.tsv or corpus_files.src), field="links")
-    if lines is None:
-        raise AttnmtError("links: the training pairs' lines in their files are not known; give the corpus as files")
     links = [by_line[line] for line in lines]
     if config.links_reversed:
         links = [[(i, j) for j, i in pair_links] for pair_links in links]
@@ -262,9 +262,8 @@ class _Agreement:
 
     def __init__(self, forward: _Direction, backward: _Direction):
         (self.src_f, self.tgt_f), (self.src_b, self.tgt_b) = forward.words, backward.words
-        count = _word_count
-        self.alike = [count(self.src_f[i]) == count(self.tgt_b[i]) and count(self.tgt_f[i]) == count(self.src_b[i])
-                      for i in range(len(self.src_f))]
+        self.alike = [_word_count(self.src_f[i]) == _word_count(self.tgt_b[i])
+                      and _word_count(self.tgt_f[i]) == _word_count(self.src_b[i]) for i in range(len(self.src_f))]
 
     def loss(self, indices: list[int], forward: Tensor, backward: Tensor) -> Tensor:
         """The summed squared disagreement of the two directions' word posteriors over the batch:
