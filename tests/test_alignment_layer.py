@@ -152,6 +152,34 @@ def test_the_lexicon_sees_only_its_piece():
 ORDER = [5, 2, 0, 4, 1, 3]
 
 
+def test_a_lookahead_reads_where_the_next_piece_went():
+    torch.manual_seed(0)
+    layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2, jump_width=2,
+                           lookahead=True)
+    with torch.no_grad():  # J left at 0: the jump term adds log 1 = 0, and only the lookahead is left
+        layer.K.copy_(torch.tensor([-2.0, -1.0, 0.5, 2.0, 1.0]))  # K[-2..2]: the next piece goes one place on
+    mask = torch.tensor([[True, True, True, False]])  # two source words, "</s>", padding
+    first = torch.tensor([[[0.2, 0.6, 0.0, 0.0], [0.9, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]]])  # rows: t
+    scores = layer.jump_scores(first, mask)
+    K = {-2: -2.0, -1: -1.0, 0: 0.5, 1: 2.0, 2: 1.0}
+
+    def expected(q, i):  # q: where the next piece went, over the source pieces
+        return np.log(sum(weight * np.exp(K[max(-2, min(2, j - i))]) for j, weight in q.items()))
+
+    q_of = [{0: 1.0}, {2: 1.0}]  # the next row, renormalised; the last word's next is "</s>", at place 2
+    for t, q in enumerate(q_of):
+        for i in range(3):
+            assert scores[0, t, i].item() == pytest.approx(expected(q, i), rel=1e-5)
+    assert scores[0, 1, 1] > scores[0, 1, 0]  # the last word, just before "</s>"
+    assert torch.equal(scores[0, 2, :3], scores[0, 2, :1].expand(3))  # "</s>" has no next: no preference
+    states, memory, mask, attention, src, targets = one_pair()
+    log_output, _ = layer(states, memory, mask, attention, src, targets)
+    log_output.sum().backward()
+    assert layer.K.grad.abs().sum() > 0  # learnt through the second pass
+    with pytest.raises(ValueError, match="jump_width"):
+        AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2, lookahead=True)
+
+
 def scrambled(n: int, seed: int):
     """Six different letters, and the same letters in upper case in the order of a fixed scramble:
     target word j comes from source word ORDER[j]. (Different letters: a repeated letter is told
@@ -280,6 +308,19 @@ def test_config_file_names_its_fields_and_reads_paths_from_its_folder(tmp_path):
     path.write_text(yaml.safe_dump({"model": "nowhere"}))
     with pytest.raises(AttnmtError, match=r"model: .*nowhere: no such folder"):
         train_aligner(load_aligner_config(path), log=lambda m: None)
+
+
+def test_an_aligner_with_a_lookahead_is_saved_and_loaded_with_it(scramble, tmp_path):
+    model_dir, _, _ = scramble
+    config = AlignerConfig(model=model_dir, out=tmp_path / "look", steps=3, lexicon_steps=1, size=8,
+                           jump_width=2, jump_lookahead=True, threads=1)
+    layer = load_aligner(train_aligner(config, log=lambda m: None), load(model_dir))
+    assert layer.K is not None and layer.K.shape == (5,) and layer.K.abs().sum() > 0
+    assert load_aligner(model_dir / "aligner", load(model_dir)).K is None  # the default: no lookahead
+    path = tmp_path / "aligner.yaml"
+    path.write_text(yaml.safe_dump({"model": "m", "jump_width": 0, "jump_lookahead": True}))
+    with pytest.raises(AttnmtError, match=r"aligner.yaml: invalid configuration\n.*jump_lookahead .* jump_width > 0"):
+        load_aligner_config(path)
 
 
 def test_translate_reports_the_aligners_links_of_its_output(scramble, tmp_path, capsys):

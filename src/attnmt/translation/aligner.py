@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from attnmt.core import threads
@@ -57,6 +57,9 @@ class AlignerConfig(Section):
     # w: a learnt jump term (where the previous target piece went, +-w pieces), as in an HMM (0:
     # none); another point off every E4 figure (docs/alignment.md)
     jump_width: int = Field(8, ge=0)
+    # K: a learnt score of where the next target piece went (+-w pieces), the HMM's backward message
+    # beside the jump term's forward one (attnmt.translation.alignment_layer); needs jump_width > 0
+    jump_lookahead: bool = False
     # agreement training (Liang et al. 2006; attnmt.translation.agreement): the layer of the model
     # of the opposite direction (fr->en for an en->fr model) trained at the same time, on the same
     # pairs, each rewarded with weight ``agreement`` for the links the other finds; written to
@@ -86,6 +89,12 @@ class AlignerConfig(Section):
     seed: int = 42
     device: str = "cpu"
     threads: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def lookahead_has_jumps(self):
+        if self.jump_lookahead and not self.jump_width:
+            raise ValueError("jump_lookahead reads jumps of jump_width pieces: it needs jump_width > 0")
+        return self
 
     @property
     def folder(self) -> Path:
@@ -143,7 +152,7 @@ class _Direction:
         self.src_ids, self.tgt_ids = translator.src_subwords.encode(sources), translator.tgt_subwords.encode(targets)
         self.layer = layer_for(translator.model, len(translator.src_subwords), len(translator.tgt_subwords),
                                config.size, config.diagonal_buckets, config.null_prior,
-                               config.jump_width).to(translator.device)
+                               config.jump_width, config.jump_lookahead).to(translator.device)
         self.guide: _Guide | None = None  # with links: the reference links the layer is also trained towards
 
     def keep(self, kept: list[int]):
@@ -374,7 +383,7 @@ def load_aligner(folder: str | Path, translator: Translator) -> AlignmentLayer:
     size, memory_size = shapes["W_k.weight"]
     layer = AlignmentLayer(shapes["W_q.weight"][1], memory_size, shapes["E.weight"][0], shapes["W_o.weight"][0], size,
                            shapes["D"][0] if "D" in shapes else 0, 0.5 if "p0" in shapes else 0.0,  # (p0: loaded)
-                           (shapes["J"][0] - 1) // 2 if "J" in shapes else 0)
+                           (shapes["J"][0] - 1) // 2 if "J" in shapes else 0, "K" in shapes)
     stamp = load_weights(layer, weights)
     if not _made_for(stamp, translator):
         raise AttnmtError(f"{folder}: this aligner was trained on the weights of {config.model} "

@@ -25,7 +25,14 @@ With ``jump_width`` w > 0, an HMM's jump term: a first pass gives r without it, 
     jump        log sum_j q_t-1,j exp( J[clip(i - j, -w, w)] )
 
 q_t-1 that first pass's alignment of the previous target piece (the first piece jumps from a place
-before the source), J learnt; the second pass's r is the alignment.
+before the source), J learnt; the second pass's r is the alignment. With ``lookahead`` too, the
+place the next target piece went, as an HMM's backward pass tells it (the last word jumps to "</s>"):
+
+    lookahead   log sum_j q_t+1,j exp( K[clip(j - i, -w, w)] )
+
+K learnt. The jump term is the HMM's forward message, the lookahead its backward message, each
+read from the first pass rather than summed over every path: when a source sentence has two
+"the", the word after a target "le" tells which of them wrote it.
 
 s_t is the frozen decoder's state that predicts y_t, h_i the frozen encoder's state of source
 piece i, alpha_t,i the frozen model's own attention at that step (the prior starts from where the
@@ -60,7 +67,7 @@ from attnmt.data.subwords import EOS, PAD
 
 class AlignmentLayer(nn.Module):
     def __init__(self, state_size: int, memory_size: int, src_vocab_size: int, tgt_vocab_size: int, size: int,
-                 diagonal_buckets: int = 0, null_prior: float = 0.0, jump_width: int = 0):
+                 diagonal_buckets: int = 0, null_prior: float = 0.0, jump_width: int = 0, lookahead: bool = False):
         super().__init__()
         self.size = size
         self.W_q = nn.Linear(state_size, size)
@@ -71,6 +78,9 @@ class AlignmentLayer(nn.Module):
         self.D = nn.Parameter(torch.zeros(diagonal_buckets)) if diagonal_buckets else None
         self.e_0 = nn.Parameter(torch.zeros(size)) if null_prior else None  # the NULL word's embedding
         self.J = nn.Parameter(torch.zeros(2 * jump_width + 1)) if jump_width else None  # jumps -w..w
+        if lookahead and not jump_width:
+            raise ValueError("the lookahead reads the jumps of width jump_width: it needs jump_width > 0")
+        self.K = nn.Parameter(torch.zeros(2 * jump_width + 1)) if lookahead else None  # to the next: -w..w
         if null_prior:
             self.register_buffer("p0", torch.tensor(float(null_prior)))  # saved with the weights
         else:
@@ -118,18 +128,34 @@ class AlignmentLayer(nn.Module):
     def jump_scores(self, alignment: Tensor, mask: Tensor) -> Tensor:
         """(B,T,S): log sum_j q_t-1,j exp(J[i - j]), q_t-1 the first pass's alignment of the previous
         target piece over the source words ("</s>" and NULL left out, renormalised), or for the first
-        piece a virtual place before the first source piece; jumps beyond the width share the last J."""
+        piece a virtual place before the first source piece; jumps beyond the width share the last J.
+        With the lookahead K, plus log sum_j q_t+1,j exp(K[j - i]), q_t+1 the first pass's alignment of
+        the next target piece over the source pieces ("</s>" included: where the last word's next,
+        "</s>", goes)."""
         words = mask.clone()
         words[torch.arange(mask.size(0), device=mask.device), mask.sum(dim=1) - 1] = False  # not "</s>"
-        q = alignment * words[:, None, :]
-        q = q / q.sum(dim=-1, keepdim=True).clamp(min=1e-9)
-        previous = F.pad(q[:, :-1], (1, 0, 1, 0))  # (B,T,S+1): row t is q_t-1 over the places -1, 0, ..
+        previous = F.pad(_renormalised(alignment, words)[:, :-1], (1, 0, 1, 0))  # (B,T,S+1): q_t-1 over -1, 0, ..
         previous[:, 0, 0] = 1.0  # the first piece jumps from place -1
-        width = (len(self.J) - 1) // 2
         places = torch.arange(-1, mask.size(1), device=mask.device)  # j, from the virtual -1
-        jump = (torch.arange(mask.size(1), device=mask.device)[None, :] - places[:, None]).clamp(-width, width)
-        transition = self.J[jump + width].exp()  # (S+1, S): exp J[i - j]
-        return (previous @ transition).clamp(min=1e-30).log()
+        here = torch.arange(mask.size(1), device=mask.device)  # i
+        scores = (previous @ self._jumps(self.J, here[None, :] - places[:, None])).clamp(min=1e-30).log()
+        if self.K is None:
+            return scores
+        following = F.pad(_renormalised(alignment, mask)[:, 1:], (0, 0, 0, 1))  # (B,T,S): q_t+1 (none after the last)
+        lookahead = following @ self._jumps(self.K, here[:, None] - here[None, :])  # (S_j, S_i): exp K[j - i]
+        return scores + lookahead.clamp(min=1e-30).log()  # (a row with no next: the same for every i)
+
+    @staticmethod
+    def _jumps(weights: Tensor, jump: Tensor) -> Tensor:
+        """exp weights[jump], the jumps clipped to the width of ``weights`` (-w..w)."""
+        width = (len(weights) - 1) // 2
+        return weights[jump.clamp(-width, width) + width].exp()
+
+
+def _renormalised(alignment: Tensor, allowed: Tensor) -> Tensor:
+    """(B,T,S): each row of ``alignment`` over the ``allowed`` (B,S) places only, summing to 1 (or 0)."""
+    q = alignment * allowed[:, None, :]
+    return q / q.sum(dim=-1, keepdim=True).clamp(min=1e-9)
 
 
 def diagonal_distance_buckets(mask: Tensor, targets: Tensor, buckets: int) -> Tensor:
@@ -156,7 +182,8 @@ def explaining_pieces(mask: Tensor, targets: Tensor) -> Tensor:
 
 
 def layer_for(translation_model: nn.Module, src_vocab_size: int, tgt_vocab_size: int, size: int,
-              diagonal_buckets: int = 0, null_prior: float = 0.0, jump_width: int = 0) -> AlignmentLayer:
+              diagonal_buckets: int = 0, null_prior: float = 0.0, jump_width: int = 0,
+              lookahead: bool = False) -> AlignmentLayer:
     """An untrained alignment layer of ``size`` that fits the states of ``translation_model``."""
     config = translation_model.config
     if config.type == "transformer":
@@ -164,7 +191,7 @@ def layer_for(translation_model: nn.Module, src_vocab_size: int, tgt_vocab_size:
     else:
         state_size, memory_size = config.decoder_hidden, translation_model.encoder.output_size
     return AlignmentLayer(state_size, memory_size, src_vocab_size, tgt_vocab_size, size, diagonal_buckets,
-                          null_prior, jump_width)
+                          null_prior, jump_width, lookahead)
 
 
 @torch.no_grad()
