@@ -313,10 +313,17 @@ def test_config_file_names_its_fields_and_reads_paths_from_its_folder(tmp_path):
 def test_an_aligner_with_a_lookahead_is_saved_and_loaded_with_it(scramble, tmp_path):
     model_dir, _, _ = scramble
     config = AlignerConfig(model=model_dir, out=tmp_path / "look", steps=3, lexicon_steps=1, size=8,
-                           jump_width=2, jump_lookahead=True, threads=1)
+                           jump_width=2, threads=1)
+    assert config.jump_lookahead  # the default
     layer = load_aligner(train_aligner(config, log=lambda m: None), load(model_dir))
     assert layer.K is not None and layer.K.shape == (5,) and layer.K.abs().sum() > 0
-    assert load_aligner(model_dir / "aligner", load(model_dir)).K is None  # the default: no lookahead
+    config = config.model_copy(update={"out": tmp_path / "ahead", "jump_lookahead": False})
+    assert load_aligner(train_aligner(config, log=lambda m: None), load(model_dir)).K is None
+    no_jumps = AlignerConfig(model=model_dir, out=tmp_path / "still", steps=3, lexicon_steps=1, size=8, jump_width=0,
+                             threads=1)
+    layer = load_aligner(train_aligner(no_jumps, log=lambda m: None), load(model_dir))
+    assert layer.J is None and layer.K is None  # with no jumps, no lookahead by default
+    assert not load_aligner_config(tmp_path / "still" / "aligner.yaml").jump_lookahead  # and its folder says so
     path = tmp_path / "aligner.yaml"
     path.write_text(yaml.safe_dump({"model": "m", "jump_width": 0, "jump_lookahead": True}))
     with pytest.raises(AttnmtError, match=r"aligner.yaml: invalid configuration\n.*jump_lookahead .* jump_width > 0"):
