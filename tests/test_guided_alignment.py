@@ -6,21 +6,25 @@ import random
 import shutil
 from importlib.util import find_spec
 
+import numpy as np
 import pytest
 import torch
 
 from attnmt.api import load
+from attnmt.cli import main
 from attnmt.core.config import config_from_dict, config_to_yaml
 from attnmt.core.errors import AttnmtError
 from attnmt.training import train
 from attnmt.translation.align import (
     align,
     align_both_ways,
+    alignment_matrices,
     alignment_scores,
     format_pharaoh,
     grow_diag_final,
     transposed,
 )
+from attnmt.data.subwords import PAD
 from attnmt.translation.guided_alignment import piece_links
 from attnmt.translation.reference_links import alignment_loss, read_link_file, reference_attention
 from attnmt.translation.training import prepare_data
@@ -76,6 +80,7 @@ def test_link_file_needs_one_line_per_corpus_line(tmp_path):
     ({"model": {"attention": "none"}}, "model.attention none"),
     ({"model": {"type": "transformer", "decoder_layers": 2}, "guided": {"layer": 2}}, "the decoder has 2 layers"),
     ({"model": {"type": "transformer", "heads": 4}, "guided": {"heads": [1, 4]}}, "the model has 4 heads"),
+    ({"model": {"attention": "bahdanau"}, "guided": {"full_context": True}}, "full_context is a Transformer"),
 ])
 def test_config_refuses_what_has_no_such_attention(tmp_path, change, message):
     guided = {"links": "train.links", **change.get("guided", {})}
@@ -123,6 +128,74 @@ def test_a_transformer_gives_one_layers_cross_attention_in_training(tmp_path):
     maps = model.attention_maps(src, lengths, tgt_in)["cross"]  # (B,L,H,T,S)
     torch.testing.assert_close(weights.detach(), maps[:, 0])
     torch.testing.assert_close(states.detach(), model.decoder_outputs(src, lengths, tgt_in)[0])
+
+
+def test_a_full_context_pass_sees_the_whole_target_but_its_padding(tmp_path):
+    from attnmt.seq2seq import build_model
+
+    config = config_from_dict({"experiment_dir": str(tmp_path), "data": {"train": {"tsv": "t.tsv"}},
+                               "model": {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32,
+                                         "encoder_layers": 1, "decoder_layers": 2, "dropout": 0.0,
+                                         "attention_dropout": 0.0},
+                               "training": {"max_steps": 1}}, tmp_path)
+    torch.manual_seed(0)
+    model = build_model(config.model, 20, 20).eval()
+    src, lengths, tgt_in = torch.randint(4, 20, (3, 5)), torch.tensor([5, 4, 2]), torch.randint(4, 20, (3, 6))
+    tgt_in[2, 4:] = PAD
+    changed = tgt_in.clone()
+    changed[:, 3] = (tgt_in[:, 3] - 3) % 16 + 4  # another word at position 3
+
+    def cross(tokens, full_context):
+        return model.attention_maps(src, lengths, tokens, full_context)["cross"]  # (B,L,H,T,S)
+
+    torch.testing.assert_close(cross(tgt_in, False)[:, :, :, :3], cross(changed, False)[:, :, :, :3])  # the past only
+    assert not torch.allclose(cross(tgt_in, True)[:, :, :, 0], cross(changed, True)[:, :, :, 0])  # sees position 3
+    alone = model.attention_maps(src[2:, :2], lengths[2:], tgt_in[2:, :4], True)["cross"]
+    torch.testing.assert_close(cross(tgt_in, True)[2:, :, :, :4, :2], alone)  # not the padding after it
+    model.train()
+    states, weights = model.cross_attention_of(src, lengths, tgt_in, layer=0, full_context=True)
+    weights.sum().backward()  # trainable
+    assert model.decoder_layers[0].cross_attention.W_q.weight.grad is not None
+    model.eval()
+    torch.testing.assert_close(weights.detach(), cross(tgt_in, True)[:, 0])
+    torch.testing.assert_close(states.detach(), model.decoder_outputs(src, lengths, tgt_in)[0])  # the causal pass
+
+
+def test_a_model_trained_with_full_context_is_aligned_with_it(tmp_path):
+    pairs, links = permuted_pairs(40, seed=3)
+    (tmp_path / "train.links").write_text("".join(" ".join(f"{i}-{j}" for i, j in pair) + "\n" for pair in links))
+    transformer = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
+                   "decoder_layers": 1}
+    guided = {"links": str(tmp_path / "train.links"), "full_context": True}
+    config = toy_config(tmp_path, pairs, model=transformer, training={"max_steps": 2, "validate_every": 1000,
+                                                                      "threads": 1, "guided_alignment": guided})
+    train(config, log=lambda m: None, progress=False)
+    translator = load(config.experiment_dir)
+    sources, targets = [s for s, _ in pairs[:6]], [t for _, t in pairs[:6]]
+    full = alignment_matrices(translator, sources, targets, full_context=True)
+    by_default = alignment_matrices(translator, sources, targets)
+    causal = alignment_matrices(translator, sources, targets, full_context=False)
+    assert all(np.array_equal(a, b) for a, b in zip(full, by_default))
+    assert not all(np.allclose(a, b) for a, b in zip(full, causal))
+    (tmp_path / "s").write_text("\n".join(sources) + "\n")
+    (tmp_path / "t").write_text("\n".join(targets) + "\n")
+    written = {}
+    for flag, full_context in (("--full-context", True), ("--no-full-context", False)):
+        main(["align", str(config.experiment_dir), "--src", str(tmp_path / "s"), "--tgt", str(tmp_path / "t"),
+              flag, "-o", str(tmp_path / "out")])
+        written[full_context] = (tmp_path / "out").read_text().splitlines()
+        expected = align(translator, sources, targets, full_context=full_context)
+        assert written[full_context] == [format_pharaoh(links) for links in expected]
+    assert written[True] != written[False]
+    rnn = load(first_model(tmp_path / "rnn", pairs))
+    with pytest.raises(AttnmtError, match="not a Transformer: full context"):
+        alignment_matrices(rnn, sources, targets, full_context=True)
+
+
+def first_model(folder, pairs):
+    config = toy_config(folder, pairs, training={"max_steps": 1, "validate_every": 1000, "threads": 1})
+    train(config, log=lambda m: None, progress=False)
+    return config.experiment_dir
 
 
 def test_config_takes_a_file_or_eflomal(tmp_path):

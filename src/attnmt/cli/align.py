@@ -4,6 +4,7 @@ against a gold file)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from attnmt.cli.options import _head_list, _positive, checkpoint_option, device_option, threads_option
@@ -36,6 +37,9 @@ def add_align_parser(subparsers):
     p.add_argument("--layer", type=int, help="Transformer: the decoder layer whose cross-attention is read "
                                              "(negative: from the last; default the last)")
     p.add_argument("--heads", type=_head_list, help="Transformer: those heads of it, averaged (e.g. 0,2; default all)")
+    p.add_argument("--full-context", action=argparse.BooleanOptionalAction, default=None,
+                   help="Transformer: read a decoder pass that sees the whole target, not only the past (Garg et "
+                        "al. 2019; default: as the model was trained, training.guided_alignment.full_context)")
     p.add_argument("--backward", metavar="MODEL_DIR", help="a target->source model: its links, turned around, are "
                                                              "symmetrized with the forward model's")
     p.add_argument("--symmetrize", choices=["intersection", "union", "grow-diag-final", "mean"],
@@ -74,7 +78,7 @@ def run_align(args):
     sources, targets = read_line_pairs(args.src, args.tgt)
     model = load(args.model_dir, args.checkpoint, device=args.device)
     options = dict(batch_size=args.batch_size, method=args.method, threshold=args.threshold, shift=args.shift,
-                   layer=args.layer, heads=args.heads)
+                   layer=args.layer, heads=args.heads, full_context=args.full_context)
     if args.backward_aligner and not args.backward:
         raise AttnmtError("--backward-aligner is the alignment layer of the --backward model: give --backward too")
     aligner = _aligner(args.aligner, model)

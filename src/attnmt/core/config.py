@@ -153,6 +153,10 @@ class GuidedAlignment(Section):
     # head of the penultimate layer)
     layer: int | None = None
     heads: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
+    # Transformer: train (and align with) the attention of a second decoder pass without the causal
+    # mask, which sees the whole target, the word being aligned included (Garg et al. 2019's full
+    # context); the translation still reads only the past
+    full_context: bool = False
     # links: self: the folder of a trained translation model of the same direction (source -> target),
     # trained on the same data.train without guidance (the first round); its forced attention aligns
     # every training pair (attnmt.translation.align.align)
@@ -320,6 +324,9 @@ class Config(Section):
             raise ValueError("training.guided_alignment is for task: translation")
         if model.type == "rnn" and model.attention == "none":
             raise ValueError("training.guided_alignment trains attention: model.attention none has none")
+        if model.type != "transformer" and guided.full_context:
+            raise ValueError("training.guided_alignment.full_context is a Transformer decoder pass without its "
+                             "causal mask; an RNN decoder reads the target left to right only")
         if model.type == "transformer":
             if guided.layer is None:
                 guided.layer = -2 if model.decoder_layers > 1 else -1

@@ -277,15 +277,19 @@ class Transformer(EncoderDecoder):
         return TransformerState([empty] * len(self.decoder_layers), [empty] * len(self.decoder_layers))
 
     def _decode(self, tgt_in: Tensor, state: TransformerState, memory: TransformerMemory, need_weights: bool,
-                cross_weights_of: int | None = None):
+                cross_weights_of: int | None = None, full_context: bool = False):
         """tgt_in (B,T): tokens of the positions after the state's -> top outputs (B,T,d_model), the
         extended state, per layer the self- (B,H,T,t+T) and cross-attention (B,H,T,S) weights, and
         what the last layer's cross-attention read (B,T,d_model). ``cross_weights_of``: a layer
-        whose cross-attention weights come back even without ``need_weights``."""
+        whose cross-attention weights come back even without ``need_weights``. ``full_context``
+        (a whole teacher-forced target from an empty state): every position sees every target
+        position but padding, the future included, as Garg et al. (2019) read alignments."""
         start, length = state.length, tgt_in.size(1)
         x = self.tgt_embed(tgt_in, start)
-        # The query at position start + i may look at keys 0 .. start + i: the causal mask.
-        causal = torch.ones(length, start + length, dtype=torch.bool, device=x.device).tril(diagonal=start)
+        if full_context:
+            causal = (tgt_in != PAD)[:, None, None, :]  # (B,1,1,T): no causal mask, only the padding's
+        else:  # the query at position start + i may look at keys 0 .. start + i: the causal mask
+            causal = torch.ones(length, start + length, dtype=torch.bool, device=x.device).tril(diagonal=start)
         src_mask = memory.mask[:, None, None, :]
         keys, values, self_weights, cross_weights = [], [], [], []
         for i, layer in enumerate(self.decoder_layers):
@@ -318,21 +322,30 @@ class Transformer(EncoderDecoder):
         x, _, _, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights)
         return x, (cross[-1].mean(dim=1) if need_weights else None)
 
-    def cross_attention_of(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+    def cross_attention_of(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, layer: int,
+                           full_context: bool = False) -> tuple[Tensor, Tensor]:
         """decoder_outputs with the cross-attention weights (B,H,T,S) of every head of decoder layer
-        ``layer`` (negative: from the last), in training too: what guided alignment trains."""
+        ``layer`` (negative: from the last), in training too: what guided alignment trains.
+        ``full_context``: the weights of a second pass that sees the whole target (_decode); the
+        outputs stay those of the causal pass, which the translation loss reads."""
         layer = range(len(self.decoder_layers))[layer]
         memory, _ = self._encode(src, lengths, need_weights=False)
         x, _, _, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights=False,
-                                         cross_weights_of=layer)
+                                         cross_weights_of=None if full_context else layer)
+        if full_context:
+            cross = self._decode(tgt_in, self.init_state(memory), memory, need_weights=False, cross_weights_of=layer,
+                                 full_context=True)[3]
         return x, cross[layer]
 
     @torch.no_grad()
-    def attention_maps(self, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> dict[str, Tensor]:
+    def attention_maps(self, src: Tensor, lengths: Tensor, tgt_in: Tensor,
+                       full_context: bool = False) -> dict[str, Tensor]:
         """Teacher-forced weights of every layer and head: "encoder" (B,L,H,S,S), "decoder"
-        (B,L,H,T,T) and "cross" (B,L,H,T,S), for tgt_in (B,T) starting with BOS."""
+        (B,L,H,T,T) and "cross" (B,L,H,T,S), for tgt_in (B,T) starting with BOS; ``full_context``:
+        of the pass that sees the whole target (_decode)."""
         memory, encoder = self._encode(src, lengths, need_weights=True)
-        _, _, decoder, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights=True)
+        _, _, decoder, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights=True,
+                                               full_context=full_context)
         return {"encoder": torch.stack(encoder, dim=1), "decoder": torch.stack(decoder, dim=1),
                 "cross": torch.stack(cross, dim=1)}
 

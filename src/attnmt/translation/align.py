@@ -36,7 +36,8 @@ from attnmt.viz.words import word_spans
 
 
 def force_attention(translator, sources: list[str], targets: list[str], batch_size: int = 32,
-                    layers: bool = False, heads: list[int] | None = None) -> list[np.ndarray]:
+                    layers: bool = False, heads: list[int] | None = None,
+                    full_context: bool | None = None) -> list[np.ndarray]:
     """Attention of the model while it is forced to produce each given target.
 
     Returns, per pair, an array (target pieces + EOS) x (source pieces + EOS) whose rows are the
@@ -44,6 +45,8 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
     is in input order. An empty side is just EOS (a matrix with one row or one column).
     ``layers=True`` (Transformers): the cross-attention of every decoder layer, averaged over its
     heads (``heads``: those heads only), as an array (layers, target pieces + EOS, source pieces + EOS).
+    ``full_context`` (Transformers): the pass that sees the whole target, as guided alignment with
+    full_context trains it; default: as the model was trained (trained_with_full_context).
     """
     if isinstance(sources, str) or isinstance(targets, str):
         raise TypeError("force_attention() takes lists of strings")
@@ -61,13 +64,26 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
         raise AttnmtError(f"the model in {translator.folder} has attention 'none': it has no attention "
                           "weights to align with")
 
+    full_context = trained_with_full_context(translator) if full_context is None else full_context
+    if full_context and not hasattr(model, "attention_maps"):
+        raise AttnmtError(f"the model in {translator.folder} is not a Transformer: full context is a Transformer "
+                          "decoder pass without its causal mask")
+
     def weights_of(batch):
-        if layers:  # (B,L,H,T,S) -> (B,L,T,S)
-            cross = model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in)["cross"]
-            return (cross if heads is None else cross[:, :, heads]).mean(dim=2)
+        if layers or full_context:  # (B,L,H,T,S) -> (B,L,T,S)
+            cross = model.attention_maps(batch.src, batch.src_lengths, batch.tgt_in, full_context)["cross"]
+            maps = (cross if heads is None else cross[:, :, heads]).mean(dim=2)
+            return maps if layers else maps[:, -1]  # the last layer, as decoder_outputs gives it
         return model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, translator.attention_window)[1]
 
     return forced_matrices(translator, sources, targets, batch_size, weights_of)
+
+
+def trained_with_full_context(translator) -> bool:
+    """Whether the model's attention was trained by guided alignment with full_context: then its
+    alignments are read from the pass that sees the whole target."""
+    guided = translator.config.training.guided_alignment
+    return guided is not None and guided.full_context
 
 
 def aligner_posteriors(aligner: AlignmentLayer, translator, sources: list[str], targets: list[str],
@@ -146,7 +162,8 @@ def word_attention(translator, sources: list[str], targets: list[str], matrices:
 
 def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str | None = None,
           threshold: float = 0.5, words: bool = True, shift: bool = False, layer: int | None = None,
-          heads: list[int] | None = None, aligner: AlignmentLayer | None = None) -> list[list[Link]]:
+          heads: list[int] | None = None, aligner: AlignmentLayer | None = None,
+          full_context: bool | None = None) -> list[list[Link]]:
     """Word alignments of sentence pairs from forced attention (one list of links per pair).
 
     With ``words=False`` the indices are those of the subword pieces (without "</s>"), unmerged.
@@ -155,15 +172,17 @@ def align(translator, sources: list[str], targets: list[str], batch_size: int = 
     attention of the step after each word (shifted_by_one). A Transformer's ``layer`` (negative:
     from the last; default: the last) and ``heads`` (default: all, averaged). ``aligner``: an
     alignment layer trained on this model (attnmt.translation.aligner.load_aligner), whose
-    posterior replaces the attention. ``method``: by default the better reading of each on E4:
-    argmax for the attention, threshold for an aligner's posterior (default_method).
+    posterior replaces the attention. ``full_context``: a Transformer's pass that sees the whole
+    target (force_attention; default: as the model was trained). ``method``: by default the better
+    reading of each on E4: argmax for the attention, threshold for an aligner's posterior (default_method).
     """
     method = method or default_method(aligner is not None)
     if method not in ("argmax", "threshold"):
         raise AttnmtError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
     _check_threshold(threshold)
     return [alignments_from_attention(matrix, method, threshold) for matrix in
-            alignment_matrices(translator, sources, targets, batch_size, words, shift, layer, heads, aligner)]
+            alignment_matrices(translator, sources, targets, batch_size, words, shift, layer, heads, aligner,
+                               full_context)]
 
 
 def default_method(from_aligner: bool) -> str:
@@ -181,20 +200,20 @@ def _check_threshold(threshold: float):
 
 def alignment_matrices(translator, sources: list[str], targets: list[str], batch_size: int = 32, words: bool = True,
                        shift: bool = False, layer: int | None = None, heads: list[int] | None = None,
-                       aligner: AlignmentLayer | None = None) -> list[np.ndarray]:
+                       aligner: AlignmentLayer | None = None, full_context: bool | None = None) -> list[np.ndarray]:
     """The matrices that align reads its links from: per pair, target words x source words (with
     ``words=False``, pieces without "</s>"); the options are align's."""
     if aligner is not None:
-        if shift or layer is not None or heads is not None:
-            raise AttnmtError("an aligner gives its own alignment, which has seen each target word: shift, layer "
-                              "and heads are for the attention")
+        if shift or layer is not None or heads is not None or full_context:
+            raise AttnmtError("an aligner gives its own alignment, which has seen each target word: shift, layer, "
+                              "heads and full context are for the attention")
         matrices = aligner_posteriors(aligner, translator, sources, targets, batch_size)
     elif layer is None and heads is None:
-        matrices = force_attention(translator, sources, targets, batch_size)
+        matrices = force_attention(translator, sources, targets, batch_size, full_context=full_context)
     else:
         index = _layer_index(translator, layer)
-        matrices = [maps[index] for maps in
-                    force_attention(translator, sources, targets, batch_size, layers=True, heads=heads)]
+        matrices = [maps[index] for maps in force_attention(translator, sources, targets, batch_size, layers=True,
+                                                            heads=heads, full_context=full_context)]
     return word_attention(translator, sources, targets, matrices, words, shift)
 
 

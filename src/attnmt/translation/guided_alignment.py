@@ -49,9 +49,11 @@ def trained_attention(model, batch, guided: GuidedAlignment,
                       window: tuple[int, int] | None = None) -> tuple[Tensor, Tensor]:
     """Teacher forcing of ``batch``: what enters the output layer (B,T,H) and the attention that
     guided alignment trains (B,T,S): an RNN's attention (within ``window``), or the mean of the
-    chosen heads of one Transformer decoder layer's cross-attention."""
+    chosen heads of one Transformer decoder layer's cross-attention (with ``full_context``, of the
+    pass that sees the whole target)."""
     if hasattr(model, "cross_attention_of"):
-        states, weights = model.cross_attention_of(batch.src, batch.src_lengths, batch.tgt_in, guided.layer)
+        states, weights = model.cross_attention_of(batch.src, batch.src_lengths, batch.tgt_in, guided.layer,
+                                                   guided.full_context)
         return states, weights[:, guided.heads].mean(dim=1)
     return model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, window)
 
