@@ -256,7 +256,8 @@ def test_align_command_reads_the_aligner(scramble, tmp_path, capsys):
     expected = align(translator, [s for s, _ in pairs], [t for _, t in pairs],
                      aligner=load_aligner(aligner_dir, translator))
     assert (tmp_path / "a").read_text().splitlines() == [format_pharaoh(links) for links in expected]
-    for extra, message in ((["--shift"], "shift, layer and heads are for the attention"),
+    for extra, message in ((["--shift"], "shift, layer, heads and full context are for the attention"),
+                           (["--full-context"], "shift, layer, heads and full context are for the attention"),
                            (["--backward-aligner", str(aligner_dir)], "give --backward too")):
         assert main(["align", str(model_dir), *files, "--aligner", str(aligner_dir), *extra]) == 2
         assert message in capsys.readouterr().err
