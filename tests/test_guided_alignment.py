@@ -110,7 +110,9 @@ def test_a_links_file_is_read_from_the_config_files_folder(tmp_path):
         assert config_from_dict(raw, tmp_path / "conf").training.guided_alignment.links == kept
 
 
-def test_a_transformer_gives_one_layers_cross_attention_in_training(tmp_path):
+def small_transformer(tmp_path):
+    """An untrained Transformer of two decoder layers (vocabularies of 20) and a batch of three
+    random pairs for it: the model, src, lengths, tgt_in."""
     from attnmt.seq2seq import build_model
 
     config = config_from_dict({"experiment_dir": str(tmp_path), "data": {"train": {"tsv": "t.tsv"}},
@@ -118,8 +120,13 @@ def test_a_transformer_gives_one_layers_cross_attention_in_training(tmp_path):
                                          "encoder_layers": 1, "decoder_layers": 2, "dropout": 0.0,
                                          "attention_dropout": 0.0},
                                "training": {"max_steps": 1}}, tmp_path)
+    torch.manual_seed(0)
     model = build_model(config.model, 20, 20)
-    src, lengths, tgt_in = torch.randint(4, 20, (3, 5)), torch.tensor([5, 4, 2]), torch.randint(4, 20, (3, 6))
+    return model, torch.randint(4, 20, (3, 5)), torch.tensor([5, 4, 2]), torch.randint(4, 20, (3, 6))
+
+
+def test_a_transformer_gives_one_layers_cross_attention_in_training(tmp_path):
+    model, src, lengths, tgt_in = small_transformer(tmp_path)
     model.train()
     states, weights = model.cross_attention_of(src, lengths, tgt_in, layer=-2)
     weights.sum().backward()  # trainable: gradients reach the layer's projections
@@ -131,16 +138,8 @@ def test_a_transformer_gives_one_layers_cross_attention_in_training(tmp_path):
 
 
 def test_a_full_context_pass_sees_the_whole_target_but_its_padding(tmp_path):
-    from attnmt.seq2seq import build_model
-
-    config = config_from_dict({"experiment_dir": str(tmp_path), "data": {"train": {"tsv": "t.tsv"}},
-                               "model": {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32,
-                                         "encoder_layers": 1, "decoder_layers": 2, "dropout": 0.0,
-                                         "attention_dropout": 0.0},
-                               "training": {"max_steps": 1}}, tmp_path)
-    torch.manual_seed(0)
-    model = build_model(config.model, 20, 20).eval()
-    src, lengths, tgt_in = torch.randint(4, 20, (3, 5)), torch.tensor([5, 4, 2]), torch.randint(4, 20, (3, 6))
+    model, src, lengths, tgt_in = small_transformer(tmp_path)
+    model.eval()
     tgt_in[2, 4:] = PAD
     changed = tgt_in.clone()
     changed[:, 3] = (tgt_in[:, 3] - 3) % 16 + 4  # another word at position 3
