@@ -25,6 +25,7 @@ from attnmt.translation.align import (
     transposed,
 )
 from attnmt.data.subwords import PAD
+from attnmt.seq2seq.links import output_links
 from attnmt.translation.guided_alignment import piece_links
 from attnmt.translation.reference_links import alignment_loss, read_link_file, reference_attention
 from attnmt.translation.training import prepare_data
@@ -189,6 +190,48 @@ def test_a_model_trained_with_full_context_is_aligned_with_it(tmp_path):
     rnn = load(first_model(tmp_path / "rnn", pairs))
     with pytest.raises(AttnmtError, match="not a Transformer: full context"):
         alignment_matrices(rnn, sources, targets, full_context=True)
+
+
+def test_a_guided_transformers_links_are_read_where_guidance_trained_them(tmp_path, capsys):
+    from attnmt.serve import create_app
+    from attnmt.translation.align import GuidedAttentionLinks
+    from conftest import local_client
+
+    pairs, links = permuted_pairs(40, seed=4)
+    (tmp_path / "train.links").write_text("".join(" ".join(f"{i}-{j}" for i, j in pair) + "\n" for pair in links))
+    transformer = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
+                   "decoder_layers": 2}
+    guided = {"links": str(tmp_path / "train.links"), "layer": 0, "heads": [1]}
+    config = toy_config(tmp_path, pairs, model=transformer, training={"max_steps": 40, "validate_every": 1000,
+                                                                      "threads": 1, "guided_alignment": guided})
+    train(config, log=lambda m: None, progress=False)
+    translator = load(config.experiment_dir)
+    assert isinstance(translator.aligner, GuidedAttentionLinks)
+    sources, targets = [s for s, _ in pairs[:5]], [t for _, t in pairs[:5]]
+    trained = alignment_matrices(translator, sources, targets, layer=0, heads=[1])
+    assert all(np.array_equal(a, b) for a, b in zip(alignment_matrices(translator, sources, targets), trained))
+    assert not all(np.allclose(a, b) for a, b in zip(alignment_matrices(translator, sources, targets, layer=-1),
+                                                    trained))
+
+    # the translations' links: each output forced through the guided heads, in Python, the CLI and HTTP
+    translations = translator.translate(sources, beam=2, align=True)
+    outputs = [t.text for t in translations]
+    assert all(o.strip() for o in outputs)  # words to link
+    expected = align(translator, sources, outputs, layer=0, heads=[1])
+    assert [t.best.alignment for t in translations] == expected
+    assert [t.alignment for t in translator.translate(sources, beam=2)] == expected  # found when asked
+    (tmp_path / "s").write_text("\n".join(sources) + "\n")
+    main(["translate", str(config.experiment_dir), "-i", str(tmp_path / "s"), "--beam", "2", "--report-align"])
+    assert capsys.readouterr().out.splitlines() == [f"{o} ||| {format_pharaoh(x)}" for o, x in zip(outputs, expected)]
+    main(["translate", str(config.experiment_dir), "-i", str(tmp_path / "s"), "--beam", "2", "--report-align",
+          "--aligner", "none"])  # the search's own attention: the last layer, every head
+    searched = [output_links(t.attention, t.source_tokens, t.tokens) for t in translations]
+    assert searched != expected  # (so the lines above tell the two apart)
+    assert capsys.readouterr().out.splitlines() == [f"{o} ||| {format_pharaoh(x)}" for o, x in zip(outputs, searched)]
+    with local_client(create_app([config.experiment_dir])) as client:
+        assert client.get("/models").json()[0]["word_links"] == "guided_attention"
+        body = client.post("/translate", json={"text": sources, "beam": 2, "align": True}).json()
+    assert [[tuple(x) for x in t["candidates"][0]["alignment"]] for t in body["translations"]] == expected
 
 
 def first_model(folder, pairs):

@@ -25,8 +25,9 @@ def add_parser(subparsers):
     p.add_argument("--align-threshold", type=float, default=0.5, help="for --align-method threshold")
     p.add_argument("--aligner", metavar="DIR|none",
                    help="read the word links from this alignment layer of the model (attnmt train-aligner); 'none': "
-                        "from the attention. Default: MODEL/aligner if it was trained on these weights, else the "
-                        "attention")
+                        "from the search's attention. Default: MODEL/aligner if it was trained on these weights, else "
+                        "the attention (of a Transformer trained by guided alignment: the layer and heads it trained, "
+                        "each output forced through the model)")
     p.set_defaults(func=run)
 
 

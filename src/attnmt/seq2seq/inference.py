@@ -107,7 +107,8 @@ class Translation:
     def alignment(self) -> list[tuple[int, int]] | None:
         """Word links of the best candidate, (source word i, output word j), both 0-based and
         counting whitespace-separated words, "</s>" left out. From the model's aligner if it has one
-        (an alignment layer in MODEL/aligner, attnmt.translation.aligner), else each output word
+        (an alignment layer in MODEL/aligner, attnmt.translation.aligner; a guided Transformer's
+        trained heads, attnmt.translation.align.GuidedAttentionLinks), else each output word
         linked to the source word it attended to most (attnmt.seq2seq.links.output_links; None
         without attention)."""
         if self.best.alignment is None and self.aligner is not None:
@@ -145,7 +146,8 @@ class Translator:
         self.attention_window = self.config.decoding.attention_window
         # Where word links come from (align_outputs, Translation.alignment): None, the attention;
         # an aligner of its own (attnmt.translation.aligner.OutputAligner: attnmt.load sets the
-        # alignment layer of MODEL/aligner when it was trained on these weights)
+        # alignment layer of MODEL/aligner when it was trained on these weights; else, for a
+        # Transformer trained by guided alignment, attnmt.translation.align.GuidedAttentionLinks)
         self.aligner: Aligner | None = None
         # translate()'s shortlist when it is given none (None: the config's decoding.shortlist)
         self.shortlist: bool | str | Path | None = None

@@ -98,8 +98,10 @@ class LoadedModel:
         return self.translator.inputs
 
     def info(self) -> ModelInfo:
-        # (text in, text out: the models whose words "align": true links)
-        links = ("aligner" if self.translator.aligner else "attention") if self.inputs == "text" else None
+        # (text in, text out: the models whose words "align": true links; an aligner set by hand in
+        # Python may not say what it is: an aligner)
+        aligner = self.translator.aligner
+        links = None if self.inputs != "text" else getattr(aligner, "word_links", "aligner") if aligner else "attention"
         return ModelInfo(name=self.name, task=self.task, word_links=links, **self.translator.describe())
 
 

@@ -100,10 +100,11 @@ class ModelInfo(Strict):
     norm: Optional[Literal["pre", "post"]] = Field(description="Transformer only: LayerNorm placement")
     beam: int = Field(description="default beam size of /translate for this model")
     labels: Optional[list[str]] = Field(None, description="sentence-pair models only: the classes of /classify")
-    word_links: Optional[Literal["aligner", "attention"]] = Field(
+    word_links: Optional[Literal["aligner", "guided_attention", "attention"]] = Field(
         None, description='translation models only: where the links of "align": true come from: "aligner", an '
-                          "alignment layer trained on this model (MODEL/aligner, attnmt train-aligner), or "
-                          '"attention", its attention')
+                          "alignment layer trained on this model (MODEL/aligner, attnmt train-aligner); "
+                          '"guided_attention", the layer and heads of a Transformer that guided alignment trained, '
+                          'read by forcing each output through the model; or "attention", the attention of the search')
 
 
 class CandidateOut(Answer):

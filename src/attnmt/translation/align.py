@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from attnmt.core.config import GuidedAlignment
 from attnmt.core.devices import model_device, to_numpy
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import Batch, inference_batches, make_batch
@@ -84,6 +85,36 @@ def trained_with_full_context(translator) -> bool:
     alignments are read from the pass that sees the whole target."""
     guided = translator.config.training.guided_alignment
     return guided is not None and guided.full_context
+
+
+def guided_heads(translator) -> GuidedAlignment | None:
+    """A Transformer trained by guided alignment: its config's guided_alignment, whose layer and
+    heads are the attention that was trained towards links, and so the one its links are read from
+    when none is chosen; None for any other model (an RNN has one attention, and it was that one)."""
+    guided = translator.config.training.guided_alignment
+    return guided if guided is not None and translator.config.model.type == "transformer" else None
+
+
+class GuidedAttentionLinks:
+    """The word links of a guided Transformer's translations (what ``Translator.aligner`` holds for
+    such a model without an alignment layer): each output forced through the model after the search
+    and read from the attention that guided alignment trained, its layer and heads (and with
+    full_context the pass that sees the whole target), as OpenNMT-py's report_align reads its
+    alignment heads. The search's own attention is the last layer's, every head averaged."""
+
+    word_links = "guided_attention"  # GET /models
+
+    def __init__(self, translator):
+        self.translator = translator
+
+    def __call__(self, sources: list[str], outputs: list[str], method: str | None = None, threshold: float = 0.5,
+                 batch_size: int = 32) -> list[list[Link]]:
+        return align(self.translator, sources, outputs, batch_size, method, threshold)
+
+    def __repr__(self) -> str:
+        guided = guided_heads(self.translator)
+        return (f"GuidedAttentionLinks(layer {guided.layer}, heads {guided.heads}"
+                f"{', full context' if guided.full_context else ''})")
 
 
 def aligner_posteriors(aligner: AlignmentLayer, translator, sources: list[str], targets: list[str],
@@ -170,7 +201,8 @@ def align(translator, sources: list[str], targets: list[str], batch_size: int = 
     With words, the word indices are those of the whitespace-separated tokens of each text;
     a text whose pieces do not give the same number of words is an error. ``shift``: the
     attention of the step after each word (shifted_by_one). A Transformer's ``layer`` (negative:
-    from the last; default: the last) and ``heads`` (default: all, averaged). ``aligner``: an
+    from the last; default: the last) and ``heads`` (default: all, averaged); with neither, a model
+    trained by guided alignment is read where guidance trained it (guided_heads). ``aligner``: an
     alignment layer trained on this model (attnmt.translation.aligner.load_aligner), whose
     posterior replaces the attention. ``full_context``: a Transformer's pass that sees the whole
     target (force_attention; default: as the model was trained). ``method``: by default the better
@@ -208,9 +240,11 @@ def alignment_matrices(translator, sources: list[str], targets: list[str], batch
             raise AttnmtError("an aligner gives its own alignment, which has seen each target word: shift, layer, "
                               "heads and full context are for the attention")
         matrices = aligner_posteriors(aligner, translator, sources, targets, batch_size)
-    elif layer is None and heads is None:
+    elif layer is None and heads is None and guided_heads(translator) is None:
         matrices = force_attention(translator, sources, targets, batch_size, full_context=full_context)
-    else:
+    else:  # a layer, or heads, or none chosen of a guided Transformer: those that guidance trained
+        if layer is None and heads is None:
+            layer, heads = guided_heads(translator).layer, guided_heads(translator).heads
         index = _layer_index(translator, layer)
         matrices = [maps[index] for maps in force_attention(translator, sources, targets, batch_size, layers=True,
                                                             heads=heads, full_context=full_context)]

@@ -33,6 +33,7 @@ from attnmt.data.corpus import Corpus, read_corpus, read_lines
 from attnmt.data.subwords import PAD
 from attnmt.seq2seq.inference import Translator
 from attnmt.seq2seq.links import Link
+from attnmt.translation.align import GuidedAttentionLinks, guided_heads
 from attnmt.translation.agreement import NO_WORD, disagreement, piece_words, word_index_tensor, word_posteriors
 from attnmt.translation.alignment_layer import AlignmentLayer, frozen_features, layer_for
 from attnmt.translation.reference_links import alignment_loss, read_link_file, reference_attention
@@ -399,6 +400,10 @@ def _made_for(stamp: dict, translator: Translator) -> bool:
     return stamp.get("model_weights_sha256") == file_sha256(translator.weights)
 
 
+def guided_attention_links(translator: Translator) -> GuidedAttentionLinks | None:
+    return GuidedAttentionLinks(translator) if guided_heads(translator) is not None else None
+
+
 class OutputAligner:
     """Word links of (source, output) pairs from an alignment layer trained on ``translator``:
     what ``Translator.aligner`` holds, so that its translations' links (``Translation.alignment``,
@@ -415,6 +420,8 @@ class OutputAligner:
         from attnmt.translation.align import align
 
         return align(self.translator, sources, outputs, batch_size, method, threshold, aligner=self.layer)
+
+    word_links = "aligner"  # GET /models
 
     def __repr__(self) -> str:
         return f"OutputAligner({str(self.folder)!r})"
@@ -436,7 +443,8 @@ def folder_aligner(translator: Translator) -> OutputAligner | None:
 
 def load_translator(folder: Path, checkpoint: str = "best", quantize: str | None = None,
                     device: str | torch.device = "cpu") -> Translator:
-    """A translation model as attnmt.load gives it: with its folder's aligner (folder_aligner)."""
+    """A translation model as attnmt.load gives it: with its folder's aligner (folder_aligner), else,
+    for a Transformer trained by guided alignment, the links of the attention that guidance trained."""
     translator = Translator(folder, checkpoint, quantize, device)
-    translator.aligner = folder_aligner(translator)
+    translator.aligner = folder_aligner(translator) or guided_attention_links(translator)
     return translator
