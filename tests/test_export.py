@@ -107,3 +107,5 @@ def test_export_does_not_overwrite(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
     assert main(["export", str(model_dir), "--ct2", str(tmp_path / "ct2"), "--force"]) == 0
     assert (tmp_path / "ct2" / "model.bin").is_file()
+    assert main(["export", str(model_dir), "--ct2", str(tmp_path / "ct2"), "--force", "--checkpoint", "averaged"]) == 2
+    assert "attnmt average" in capsys.readouterr().err  # the weights asked for, which do not exist here

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from attnmt.cli.options import checkpoint_option
 from attnmt.cli.streams import log
 
 
@@ -13,11 +14,13 @@ def add_parser(subparsers):
                    help="store the weights quantized (default float32; CTranslate2 can also quantize "
                         "when loading, with compute_type)")
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    checkpoint_option(p)
     p.set_defaults(func=run)
 
 
 def run(args):
     from attnmt.translation.export import export_ct2
 
-    out = export_ct2(args.model_dir, args.ct2, quantization=args.quantization, force=args.force)
+    out = export_ct2(args.model_dir, args.ct2, quantization=args.quantization, force=args.force,
+                     checkpoint=args.checkpoint)
     log(f"CTranslate2 model in {out}")

@@ -81,7 +81,8 @@ def threads_option(p):
 
 
 def checkpoint_option(p):
-    p.add_argument("--checkpoint", choices=["best", "last"], default="best")
+    p.add_argument("--checkpoint", choices=["best", "last", "averaged"], default="best",
+                   help="best: of the validations; last: of the training's end; averaged: of attnmt average")
 
 
 def decoding_options(p):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import Field, fields
 
-from attnmt.cli.options import _non_negative_float, _port, _positive, _positive_float, device_option, threads_option
+from attnmt.cli.options import (_non_negative_float, _port, _positive, _positive_float, checkpoint_option,
+                                device_option, threads_option)
 from attnmt.cli.streams import log
 
 
@@ -24,6 +25,7 @@ def add_parser(subparsers):
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a Host header to answer besides localhost, 127.0.0.1 and [::1] (and --host): the name "
                         "clients use behind a proxy; may be repeated")
+    checkpoint_option(p)
     device_option(p)
     for limit in limit_fields():
         add_limit_option(p, limit)
@@ -85,7 +87,7 @@ def run(args):
     limits = server_limits(args)
     bound = [] if args.host in ("0.0.0.0", "::", "[::]", "") else [args.host]  # one address: its name is trusted
     app = create_app([model_entry(d) for d in args.model_dir], limits, device=args.device,
-                     allowed_hosts=bound + args.allowed_host)
+                     allowed_hosts=bound + args.allowed_host, checkpoint=args.checkpoint)
     if not is_loopback(args.host):
         log(f"warning: listening on {args.host}, reachable from other machines; the server has no "
             "authentication and no TLS: expose it only behind a reverse proxy")

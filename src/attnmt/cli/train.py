@@ -1,7 +1,8 @@
-"""attnmt prepare (the subword models of an experiment) and attnmt train."""
+"""attnmt prepare (the subword models of an experiment), attnmt train and attnmt average (of kept checkpoints)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from attnmt.cli.options import threads_option
@@ -22,6 +23,12 @@ def add_parser(subparsers):
                    help="where to train (default: training.device of the config, cpu)")
     threads_option(p)
     p.set_defaults(func=run_train)
+
+    p = subparsers.add_parser("average", help="average the weights of the checkpoints that training kept "
+                                              "(training.keep_checkpoints) into MODEL_DIR/averaged.safetensors")
+    p.add_argument("model_dir", help="folder of a trained model (its experiment_dir)")
+    p.add_argument("--last", type=_at_least_two, help="the last N kept checkpoints (default: all that were kept)")
+    p.set_defaults(func=run_average)
 
 
 def run_prepare(args):
@@ -47,3 +54,21 @@ def run_train(args):
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one process reports
         log(f"finished at step {state.step} ({state.seconds / 60:.1f} min of training); "
             f"model in {config.experiment_dir}")
+
+
+def _at_least_two(text: str) -> int:
+    if not text.isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError(f"an average takes two or more checkpoints, got {text!r}")
+    return int(text)
+
+
+def run_average(args):
+    from pathlib import Path
+
+    from attnmt.core.folders import average_checkpoints, model_config
+
+    folder = Path(args.model_dir)
+    model_config(folder)  # a model folder, or an error saying what it is
+    averaged, steps = average_checkpoints(folder, args.last)
+    log(f"averaged the weights of {len(steps)} checkpoints (steps {', '.join(map(str, steps))}) into {averaged}; "
+        "read them with --checkpoint averaged")

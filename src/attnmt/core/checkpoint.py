@@ -183,3 +183,34 @@ def read_trainer_state(path: Path) -> dict:
     if "trainer" not in info:
         raise AttnmtError(f"{path}: not a training checkpoint (no trainer state)")
     return info["trainer"]
+
+
+def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the model weights of several checkpoints of one model (Vaswani et
+    al. 2017 average the last five): each floating-point tensor summed in float64 and stored in its
+    own dtype; any other tensor (a count, a mask) taken from the last checkpoint. The checkpoints
+    must hold the same tensors, of the same shapes."""
+    if not paths:
+        raise AttnmtError("no checkpoints to average")
+    sums: dict[str, torch.Tensor] = {}
+    for path in paths:
+        weights = {name.removeprefix("model."): tensor for name, tensor in read_checkpoint(path)[0].items()
+                   if not name.startswith(("optim.", "rng."))}
+        if sums and weights.keys() != sums.keys():
+            differ = ", ".join(sorted(weights.keys() ^ sums.keys())[:3])
+            raise AttnmtError(f"{path}: its weights are not those of {paths[0]} ({differ}): only checkpoints "
+                              "of one model can be averaged")
+        for name, tensor in weights.items():
+            if name in sums and sums[name].shape != tensor.shape:
+                raise AttnmtError(f"{path}: weight '{name}' has shape {list(tensor.shape)}, in {paths[0]} "
+                                  f"{list(sums[name].shape)}: only checkpoints of one model can be averaged")
+            floating = tensor.is_floating_point()
+            sums[name] = sums[name] + tensor.double() if floating and name in sums else \
+                tensor.double() if floating else tensor
+    return {name: (total / len(paths)).to(weights[name].dtype) if weights[name].is_floating_point() else total
+            for name, total in sums.items()}
+
+
+def save_weights(tensors: dict[str, torch.Tensor], path: Path, info: dict | None = None):
+    """Model weights (name -> tensor, as a model's state_dict names them) as save_model writes them."""
+    _atomic_save({name: host_copy(t) for name, t in tensors.items()}, path, {"info": json.dumps(info or {})})

@@ -209,6 +209,9 @@ class TrainingConfig(Section):
     max_minutes: float | None = Field(None, gt=0)
     validate_every: int = Field(500, gt=0)
     checkpoint_every: int | None = Field(None, gt=0)  # default: at each validation
+    # the model weights at each of the last N checkpoints, in EXPERIMENT/checkpoints/, for `attnmt
+    # average` (Vaswani et al. 2017 average the last 5); 0: only best and last
+    keep_checkpoints: int = Field(0, ge=0)
     log_every: int = Field(50, gt=0)
     dev_beam: int = Field(1, gt=0)  # beam for dev BLEU (1 = greedy, fast)
     adam_betas: tuple[float, float] = (0.9, 0.999)  # (0.9, 0.98) in Vaswani et al. (2017)

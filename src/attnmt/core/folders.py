@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from attnmt.core.checkpoint import check_shapes, load_weights
+from attnmt.core.checkpoint import average_weights, check_shapes, load_weights, save_weights
 from attnmt.core.config import Config, load_config
 from attnmt.core.errors import AttnmtError
 from attnmt.core.task import task_of
@@ -52,14 +52,57 @@ def _model_folders_in(folder: Path) -> list[Path]:
                   and any((sub / name).is_file() for name in WEIGHTS))
 
 
+CHECKPOINTS = ("best", "last", "averaged")  # averaged: written by `attnmt average` (average_checkpoints)
+
+
 def weights_path(folder: Path, checkpoint: str) -> Path:
-    """The weights of ``checkpoint`` ("best", or "last") in a model folder; best is last if there is no best."""
-    if checkpoint not in ("best", "last"):
-        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    """The weights of ``checkpoint`` ("best", "last" or "averaged") in a model folder; best is last
+    if there is no best."""
+    if checkpoint not in CHECKPOINTS:
+        raise ValueError(f"checkpoint must be one of {', '.join(CHECKPOINTS)}, got {checkpoint!r}")
     weights = folder / f"{checkpoint}.safetensors"
     if checkpoint == "best" and not weights.exists():
         weights = folder / "last.safetensors"
+    if checkpoint == "averaged" and not weights.exists():
+        raise AttnmtError(f"{weights}: no averaged weights in {folder}; `attnmt average {folder}` writes them "
+                          "from the checkpoints that training.keep_checkpoints keeps")
     return inside_folder(folder, weights)
+
+
+# ---------------------------------------------------------------- kept checkpoints, and their average
+
+KEPT = "checkpoints"  # the folder of training.keep_checkpoints: step-0001000.safetensors, ...
+
+
+def kept_checkpoint_path(folder: Path, step: int) -> Path:
+    return folder / KEPT / f"step-{step:07d}.safetensors"
+
+
+def kept_checkpoints(folder: Path) -> dict[int, Path]:
+    """The checkpoints that training kept (training.keep_checkpoints): step -> file, in step order."""
+    found = {}
+    for path in (folder / KEPT).glob("step-*.safetensors"):
+        step = path.name.removeprefix("step-").removesuffix(".safetensors")
+        if step.isdigit():
+            found[int(step)] = path
+    return dict(sorted(found.items()))
+
+
+def average_checkpoints(folder: Path, last: int | None = None) -> tuple[Path, list[int]]:
+    """Writes FOLDER/averaged.safetensors, the mean of the weights of the ``last`` checkpoints that
+    training kept (default: all of them); returns the file and the steps averaged."""
+    kept = kept_checkpoints(folder)
+    if len(kept) < 2:
+        raise AttnmtError(f"{folder}: {len(kept)} kept checkpoint(s) in {folder / KEPT}, and averaging needs two or "
+                          "more: train with training.keep_checkpoints: N (e.g. 5)")
+    if last is not None and last > len(kept):
+        raise AttnmtError(f"--last {last}: {folder / KEPT} holds {len(kept)} checkpoints (steps "
+                          f"{', '.join(map(str, kept))})")
+    steps = list(kept)[-last:] if last else list(kept)
+    averaged = folder / "averaged.safetensors"
+    save_weights(average_weights([kept[step] for step in steps]), inside_folder(folder, averaged),
+                 {"averaged_steps": steps, "step": steps[-1]})
+    return averaged, steps
 
 
 class _NoRandomInit(TorchFunctionMode):

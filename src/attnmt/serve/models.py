@@ -124,9 +124,11 @@ def valid_name(name: str, what: str) -> str:
     return name
 
 
-def load_models(entries: list[ModelEntry], limits: ServerLimits, device: str = "cpu") -> dict[str, LoadedModel]:
+def load_models(entries: list[ModelEntry], limits: ServerLimits, device: str = "cpu",
+                checkpoint: str = "best") -> dict[str, LoadedModel]:
     """The models of ``entries`` by name, in order: the first is the default. An entry is a trained
-    model folder, named after it, or a pair (name, folder). Each is loaded on ``device``. Raises
+    model folder, named after it, or a pair (name, folder). Each is loaded on ``device``, its
+    ``checkpoint`` weights (best, last or averaged). Raises
     AttnmtError for a bad folder, a bad name or a name used twice."""
     from attnmt.api import load
 
@@ -146,7 +148,7 @@ def load_models(entries: list[ModelEntry], limits: ServerLimits, device: str = "
         if name in models:
             raise AttnmtError(f"two models are named '{name}' ({models[name].translator.folder} and {folder}); "
                               f"name them apart with NAME=DIR, e.g. {name}-2={folder}")
-        model = models[name] = LoadedModel(name, load(folder, device=device), limits.timeout)
+        model = models[name] = LoadedModel(name, load(folder, checkpoint, device=device), limits.timeout)
         if model.inputs != "pairs":  # /translate requests (text or audio) are batched
             model.batcher = Batcher(model, limits)
     return models

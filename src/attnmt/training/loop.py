@@ -26,6 +26,7 @@ from attnmt.core.distributed import ONE_PROCESS, Processes
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import append_text
 from attnmt.core.interrupt import deferred_interrupt
+from attnmt.core.folders import kept_checkpoint_path, kept_checkpoints
 from attnmt.data import batching
 from attnmt.training.divergence import DivergenceCheck
 from attnmt.training.metrics import MetricsWindow, ProgressBar, trim_metrics
@@ -229,6 +230,9 @@ class TrainingLoop:
         # Records past the checkpoint come from the run that died; they will be logged again.
         if self.processes.main:
             trim_metrics(self.folder / "metrics.jsonl", self.state.step)
+            for step, path in kept_checkpoints(self.folder).items():  # (kept by the run that died)
+                if step > self.state.step:
+                    path.unlink()
         else:  # the checkpoint holds the main process's random state; the others take their own
             torch.manual_seed(self.config.training.seed + self.processes.rank + self.state.step)
         self.log(f"resumed from {path} at step {self.state.step}")
@@ -240,6 +244,17 @@ class TrainingLoop:
         info = {"trainer": asdict(self.state), "scheduler": self.scheduler.state_dict(),
                 "threads": torch.get_num_threads()}
         save_training_state(self.folder / "last.safetensors", self.model, self.optimizer, info)
+        self._keep_checkpoint()
+
+    def _keep_checkpoint(self):
+        """The weights of this checkpoint into EXPERIMENT/checkpoints/, the oldest beyond
+        training.keep_checkpoints removed (for `attnmt average`)."""
+        keep = self.config.training.keep_checkpoints
+        if not keep:
+            return
+        save_model(self.model, kept_checkpoint_path(self.folder, self.state.step), {"step": self.state.step})
+        for path in list(kept_checkpoints(self.folder).values())[:-keep]:
+            path.unlink()
 
     def _periodic(self, bar: ProgressBar) -> bool:
         """Validation and checkpoints when their step comes; True if anything ran."""

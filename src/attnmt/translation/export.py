@@ -32,8 +32,9 @@ NEVER = -1e9
 
 
 def export_ct2(model_dir: str | Path, out_dir: str | Path, quantization: str | None = None,
-               force: bool = False) -> Path:
-    """Converts the Transformer in ``model_dir`` into a CTranslate2 model folder ``out_dir``."""
+               force: bool = False, checkpoint: str = "best") -> Path:
+    """Converts the Transformer in ``model_dir`` (its ``checkpoint`` weights: best, last or
+    averaged) into a CTranslate2 model folder ``out_dir``."""
     from attnmt.seq2seq.inference import Translator
 
     try:
@@ -41,7 +42,7 @@ def export_ct2(model_dir: str | Path, out_dir: str | Path, quantization: str | N
     except ImportError:
         raise AttnmtError("export to CTranslate2 needs the ctranslate2 package: "
                           "pip install 'attnmt[ct2]' (or pip install ctranslate2)") from None
-    translator = Translator(model_dir)
+    translator = Translator(model_dir, checkpoint)
     if translator.config.model.type != "transformer":
         raise AttnmtError(f"{model_dir} holds an RNN model; CTranslate2 export is for Transformer models only "
                           "(CTranslate2 has no specification for attnmt's RNN encoder-decoder with attention)")
