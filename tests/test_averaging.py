@@ -92,3 +92,13 @@ def test_a_resumed_run_drops_the_checkpoints_that_the_dead_run_kept_past_its_las
     ghost.write_bytes(kept_checkpoint_path(folder, 4).read_bytes())
     trained(tmp_path, max_steps=6, keep=5, resume=True)
     assert list(kept_checkpoints(folder)) == [2, 4, 6]
+
+
+def test_average_reads_no_checkpoint_outside_the_model_folder(tmp_path, capsys):
+    folder = trained(tmp_path)
+    outside = tmp_path / "elsewhere.safetensors"
+    kept_checkpoints(folder)[6].rename(outside)
+    kept_checkpoint_path(folder, 6).symlink_to(outside)
+    assert main(["average", str(folder)]) == 2
+    assert "leads outside the model folder" in capsys.readouterr().err
+    assert not (folder / "averaged.safetensors").exists()

@@ -127,7 +127,7 @@ def test_a_model_file_linking_outside_the_folder_is_refused(model_folder, tmp_pa
 
 
 def test_a_checkpoint_name_cannot_leave_the_folder(model_folder):
-    with pytest.raises(ValueError, match="'best' or 'last'"):
+    with pytest.raises(ValueError, match="one of best, last, averaged"):
         load(model_folder, checkpoint="../../elsewhere/best")
 
 

@@ -14,7 +14,7 @@ def add_parser(subparsers):
                                                  "speech synthesized with espeak-ng) and show its attention")
     p.add_argument("--dir", help="where data, model and figures go (default runs/quickstart, runs/quickstart-pairs "
                                  "with --pairs, runs/quickstart-speech with --speech)")
-    p.add_argument("--steps", type=_positive, help="training steps (default 500; --pairs 600; --speech 800)")
+    p.add_argument("--steps", type=_positive, help="training steps (default 500; --pairs 3000; --speech 800)")
     p.add_argument("--attention", help="attention variant (default bahdanau; --speech location)")
     p.add_argument("--pairs", action="store_true", help="instead: the decomposable attention model on a synthetic "
                                                         "sentence-pair task (entailment, contradiction, neutral)")

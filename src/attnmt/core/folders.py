@@ -100,8 +100,8 @@ def average_checkpoints(folder: Path, last: int | None = None) -> tuple[Path, li
                           f"{', '.join(map(str, kept))})")
     steps = list(kept)[-last:] if last else list(kept)
     averaged = folder / "averaged.safetensors"
-    save_weights(average_weights([kept[step] for step in steps]), inside_folder(folder, averaged),
-                 {"averaged_steps": steps, "step": steps[-1]})
+    weights = average_weights([inside_folder(folder, kept[step]) for step in steps])  # (no link leads out)
+    save_weights(weights, inside_folder(folder, averaged), {"averaged_steps": steps, "step": steps[-1]})
     return averaged, steps
 
 
