@@ -102,3 +102,16 @@ def test_average_reads_no_checkpoint_outside_the_model_folder(tmp_path, capsys):
     assert main(["average", str(folder)]) == 2
     assert "leads outside the model folder" in capsys.readouterr().err
     assert not (folder / "averaged.safetensors").exists()
+
+
+def test_info_shows_the_kept_and_averaged_checkpoints(tmp_path, capsys):
+    from attnmt.info import model_info
+
+    folder = trained(tmp_path, keep=3)
+    assert model_info(folder)["checkpoints"] == {"kept": [2, 4, 6]}
+    main(["average", str(folder), "--last", "2"])
+    assert model_info(folder)["checkpoints"] == {"kept": [2, 4, 6], "averaged": [4, 6]}
+    capsys.readouterr()
+    main(["info", str(folder)])
+    out = capsys.readouterr().out
+    assert "checkpoints kept      steps 2, 4, 6" in out and "checkpoints averaged  steps 4, 6" in out

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attnmt.core.checkpoint import read_trainer_state
-from attnmt.core.folders import load_folder
+from attnmt.core.checkpoint import read_info, read_trainer_state
+from attnmt.core.folders import kept_checkpoints, load_folder
 from attnmt.core.task import task_of
 
 # Fields of a metrics record that are bookkeeping, not scores
@@ -29,8 +29,20 @@ def model_info(folder: str | Path) -> dict:
         minutes = round(state["seconds"] / 60, 2)
         info["training"] = {"steps": state["step"], "epochs": state["epoch"], "minutes": minutes,
                             "stopped_early": bool(state.get("stopped_early"))}
+    info["checkpoints"] = _checkpoints(folder)
     info["scores"] = _scores(folder / "metrics.jsonl")
     return info
+
+
+def _checkpoints(folder: Path) -> dict:
+    """The steps of the checkpoints kept for averaging (training.keep_checkpoints) and of those
+    that averaged.safetensors averages (attnmt average)."""
+    found = {}
+    if kept := kept_checkpoints(folder):
+        found["kept"] = list(kept)
+    if (folder / "averaged.safetensors").is_file():
+        found["averaged"] = read_info(folder / "averaged.safetensors").get("averaged_steps", [])
+    return found
 
 
 def _vocabularies(model) -> dict:
@@ -94,6 +106,8 @@ def format_info(info: dict) -> str:
         t = info["training"]
         rows.append(("trained", f"{t['steps']:,} steps (epoch {t['epochs']}), {t['minutes']:.1f} minutes"
                                 f"{', stopped early' if t['stopped_early'] else ''}"))
+    for name, steps in info["checkpoints"].items():
+        rows.append((f"checkpoints {name}", "steps " + ", ".join(f"{step:,}" for step in steps)))
     for name, values in info["scores"].items():
         rows.append((name, ", ".join(f"{k} {_number(v)}" for k, v in values.items())))
     if not info["scores"]:

@@ -172,14 +172,20 @@ def load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Opt
     return info
 
 
-def read_trainer_state(path: Path) -> dict:
-    """The trainer state (step, seconds, sentences, ...) of a training checkpoint, without its tensors."""
+def read_info(path: Path) -> dict:
+    """The info stored with a checkpoint's tensors (save_model's ``info``; a training checkpoint's
+    trainer state), read from its header alone."""
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
     except (SafetensorError, OSError, ValueError) as e:
         raise AttnmtError(f"{path}: not a readable safetensors checkpoint ({e})") from None
-    info = _json_field(Path(path), metadata, "info")
+    return _json_field(Path(path), metadata, "info")
+
+
+def read_trainer_state(path: Path) -> dict:
+    """The trainer state (step, seconds, sentences, ...) of a training checkpoint, without its tensors."""
+    info = read_info(path)
     if "trainer" not in info:
         raise AttnmtError(f"{path}: not a training checkpoint (no trainer state)")
     return info["trainer"]
