@@ -36,11 +36,11 @@ def test_only_checkpoints_of_one_model_are_averaged(tmp_path):
         average_weights([tmp_path / "a.safetensors", tmp_path / "c.safetensors"])
 
 
-def trained(tmp_path, max_steps=6, keep=2, resume=False):
+def trained(tmp_path, max_steps=6, keep=2, resume=False, log=lambda message: None):
     pairs = [(s, s[::-1]) for s in random_strings(40, 3, 8, seed=1)]
     config = toy_config(tmp_path, pairs, training={"max_steps": max_steps, "validate_every": 2, "threads": 1,
                                                    "keep_checkpoints": keep})
-    train(config, resume=resume, log=lambda m: None, progress=False)
+    train(config, resume=resume, log=log, progress=False)
     return config.experiment_dir
 
 
@@ -90,8 +90,10 @@ def test_a_resumed_run_drops_the_checkpoints_that_the_dead_run_kept_past_its_las
     folder = trained(tmp_path, max_steps=4, keep=5)
     ghost = kept_checkpoint_path(folder, 8)  # as a run that died after step 8 but before last.safetensors
     ghost.write_bytes(kept_checkpoint_path(folder, 4).read_bytes())
-    trained(tmp_path, max_steps=6, keep=5, resume=True)
+    logged = []
+    trained(tmp_path, max_steps=6, keep=5, resume=True, log=logged.append)
     assert list(kept_checkpoints(folder)) == [2, 4, 6]
+    assert f"resumed from {folder / 'last.safetensors'} at step 4" in logged
 
 
 def test_average_reads_no_checkpoint_outside_the_model_folder(tmp_path, capsys):

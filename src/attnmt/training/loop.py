@@ -230,9 +230,9 @@ class TrainingLoop:
         # Records past the checkpoint come from the run that died; they will be logged again.
         if self.processes.main:
             trim_metrics(self.folder / "metrics.jsonl", self.state.step)
-            for step, path in kept_checkpoints(self.folder).items():  # (kept by the run that died)
+            for step, kept in kept_checkpoints(self.folder).items():  # (kept by the run that died)
                 if step > self.state.step:
-                    path.unlink()
+                    kept.unlink()
         else:  # the checkpoint holds the main process's random state; the others take their own
             torch.manual_seed(self.config.training.seed + self.processes.rank + self.state.step)
         self.log(f"resumed from {path} at step {self.state.step}")
