@@ -117,3 +117,16 @@ def test_info_shows_the_kept_and_averaged_checkpoints(tmp_path, capsys):
     main(["info", str(folder)])
     out = capsys.readouterr().out
     assert "checkpoints kept      steps 2, 4, 6" in out and "checkpoints averaged  steps 4, 6" in out
+
+
+def test_the_checkpoint_of_an_interruption_is_not_kept_for_averaging(tmp_path, monkeypatch):
+    from attnmt.training.loop import TrainingLoop
+
+    monkeypatch.setattr(TrainingLoop, "_interrupted", lambda self: self.state.step == 3)  # Ctrl-C at step 3
+    with pytest.raises(KeyboardInterrupt):
+        trained(tmp_path, keep=5)
+    folder = tmp_path / "exp"
+    assert list(kept_checkpoints(folder)) == [2]  # the schedule's, not step 3's
+    monkeypatch.undo()
+    trained(tmp_path, keep=5, resume=True)
+    assert list(kept_checkpoints(folder)) == [2, 4, 6]

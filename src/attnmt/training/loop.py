@@ -25,8 +25,8 @@ from attnmt.core.config import Config
 from attnmt.core.distributed import ONE_PROCESS, Processes
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import append_text
-from attnmt.core.interrupt import deferred_interrupt
 from attnmt.core.folders import kept_checkpoint_path, kept_checkpoints
+from attnmt.core.interrupt import deferred_interrupt
 from attnmt.data import batching
 from attnmt.training.divergence import DivergenceCheck
 from attnmt.training.metrics import MetricsWindow, ProgressBar, trim_metrics
@@ -154,7 +154,7 @@ class TrainingLoop:
     def _finish(self):
         if self.state.step % self.config.training.validate_every:  # end of training: one last validation
             self.validate()
-        self.save_checkpoint()
+        self.save_checkpoint(keep=True)
         if self.processes.main and not (self.folder / "best.safetensors").exists():
             save_model(self.model, self.folder / "best.safetensors", {"step": self.state.step})
         distributed.barrier(self.processes)  # nobody leaves before the files are written
@@ -237,21 +237,22 @@ class TrainingLoop:
             torch.manual_seed(self.config.training.seed + self.processes.rank + self.state.step)
         self.log(f"resumed from {path} at step {self.state.step}")
 
-    def save_checkpoint(self):
+    def save_checkpoint(self, keep: bool = False):
+        """last.safetensors; ``keep`` (the checkpoints of the schedule and of the end, not Ctrl-C's):
+        the weights kept for averaging too, written first, so that a run that dies in between
+        resumes from the checkpoint before and writes them again."""
         if not self.processes.main:
             return
         self.divergence.raise_if_diverged(self.state.step)
+        if keep and self.config.training.keep_checkpoints:
+            self._keep_checkpoint(self.config.training.keep_checkpoints)
         info = {"trainer": asdict(self.state), "scheduler": self.scheduler.state_dict(),
                 "threads": torch.get_num_threads()}
         save_training_state(self.folder / "last.safetensors", self.model, self.optimizer, info)
-        self._keep_checkpoint()
 
-    def _keep_checkpoint(self):
-        """The weights of this checkpoint into EXPERIMENT/checkpoints/, the oldest beyond
-        training.keep_checkpoints removed (for `attnmt average`)."""
-        keep = self.config.training.keep_checkpoints
-        if not keep:
-            return
+    def _keep_checkpoint(self, keep: int):
+        """The weights of this step into EXPERIMENT/checkpoints/, the oldest beyond ``keep``
+        removed (training.keep_checkpoints, for `attnmt average`)."""
         save_model(self.model, kept_checkpoint_path(self.folder, self.state.step), {"step": self.state.step})
         for path in list(kept_checkpoints(self.folder).values())[:-keep]:
             path.unlink()
@@ -265,7 +266,7 @@ class TrainingLoop:
             bar.clear()
             self.validate()
         if checkpoint:
-            self.save_checkpoint()
+            self.save_checkpoint(keep=True)
         return validate or checkpoint
 
     # ----------------------------------------------------------------- validation
