@@ -61,7 +61,7 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
     cuda: the same forced attention as on the CPU."""
     from attnmt.translation.align import force_attention
 
-    config = cuda_experiment(tmp_path, steps=6)
+    config = cuda_experiment(tmp_path, steps=6, keep_checkpoints=2)
     state = Trainer(config, **QUIET).train()
     assert state.step == 6
     folder = config.experiment_dir
@@ -80,6 +80,11 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
                  ("translate", folder, "-i", src, "-o", tmp_path / "nbest.txt", "--device", "cuda", "--beam", "3",
                   "--n-best", "2"),
                  ("translate", folder, "-i", src, "-o", tmp_path / "bf16.txt", "--device", "cuda", "--bf16"),
+                 ("translate", folder, "-i", src, "-o", tmp_path / "sampled.txt", "--device", "cuda", "--sample",
+                  "--seed", "1", "--top-k", "3", "--top-p", "0.9"),
+                 ("average", folder),
+                 ("translate", folder, "-i", src, "-o", tmp_path / "averaged.txt", "--device", "cuda",
+                  "--checkpoint", "averaged"),
                  ("evaluate", folder, "--trust-config", "--device", "cuda", "--json", tmp_path / "scores.json"),
                  ("evaluate", folder, "--device", "cuda", "--src", src, "--ref", tgt),
                  ("align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt", "--device", "cuda"),
@@ -95,6 +100,8 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
     for beam, n_best in ((1, 1), (3, 2)):
         for t in on_gpu.translate(sources, beam=beam, n_best=n_best):
             assert isinstance(t.attention, np.ndarray) and t.attention.shape[1] == len(t.source_tokens)
+    sampled = [t.text for t in on_gpu.translate(sources, sampling={"seed": 1, "top_k": 3, "top_p": 0.9})]
+    assert (tmp_path / "sampled.txt").read_text().splitlines() == sampled  # the seed's draws, on the GPU too
     translation, nodes = on_gpu.beam_tree(sources[0], beam=3)
     assert nodes[0]["status"] == "root" and any(n["status"] == "finished" for n in nodes)
     trace = on_gpu.trace(sources[0])

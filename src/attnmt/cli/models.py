@@ -37,7 +37,8 @@ def apply_window_and_shortlist(model, args):
 def translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = "input"):
     """The translations of ``lines``, each cut to --max-tokens subword pieces with a warning."""
     translations = model.translate(lines, beam=args.beam, n_best=n_best, batch_size=args.batch_size,
-                                   max_tokens=args.max_tokens, progress="translating")
+                                   max_tokens=args.max_tokens, progress="translating",
+                                   sampling=getattr(args, "sampling", None))
     for number, t in enumerate(translations, start=1):
         if t.truncated:
             log(f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+
 from attnmt.cli.models import load_model, translate_lines
-from attnmt.cli.options import _positive, decoding_options, input_output_options
+from attnmt.cli.options import _positive, _positive_float, decoding_options, input_output_options
 from attnmt.cli.streams import close_output, log, open_output, read_input
 from attnmt.core.errors import AttnmtError
 
@@ -28,12 +30,25 @@ def add_parser(subparsers):
                         "from the search's attention. Default: MODEL/aligner if it was trained on these weights, else "
                         "the attention (of a Transformer trained by guided alignment: the layer and heads it trained, "
                         "each output forced through the model)")
+    sampling = p.add_argument_group("sampling", "draw each translation from the model instead of searching for "
+                                                "the best (as for back-translation); one output per line")
+    sampling.add_argument("--sample", action="store_true", help="sample (beam 1; the options below shape it)")
+    sampling.add_argument("--top-k", type=_non_negative_int, default=0,
+                          help="draw among the K most probable tokens of each step (default 0: all)")
+    sampling.add_argument("--top-p", type=_probability, default=1.0,
+                          help="... then among the smallest set of them whose probability reaches P (nucleus "
+                               "sampling; default 1: all)")
+    sampling.add_argument("--temperature", type=_positive_float, default=1.0,
+                          help="divide the log-probabilities by T: below 1 sharper, above 1 flatter (default 1)")
+    sampling.add_argument("--seed", type=int, help="the same seed, input and --batch-size give the same outputs "
+                                                   "(default: a new draw each run)")
     p.set_defaults(func=run)
 
 
 def run(args):
     model = load_model(args)
-    beam = args.beam or model.config.decoding.beam
+    args.sampling = sampling_of(args, model)
+    beam = 1 if args.sampling else args.beam or model.config.decoding.beam
     if args.n_best > beam:
         raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
                           "config); give a larger --beam")
@@ -51,6 +66,40 @@ def run(args):
         first = min(unusable)
         raise AttnmtError(f"{len(unusable)} of {len(lines)} sound file(s) not transcribed (empty lines in the output); "
                           f"first: line {first + 1}: {unusable[first]}")
+
+
+def sampling_of(args, model):
+    """The Sampling of --sample and its options, or None; AttnmtError for options that do not go together."""
+    from attnmt.core.config import Sampling
+
+    shaping = [flag for flag, given in (("--top-k", args.top_k != 0), ("--top-p", args.top_p != 1.0),
+                                        ("--temperature", args.temperature != 1.0), ("--seed", args.seed is not None))
+               if given]
+    if not args.sample:
+        if shaping:
+            raise AttnmtError(f"{', '.join(shaping)} shape sampling: give --sample too")
+        return None
+    if args.beam not in (None, 1) or args.n_best != 1:
+        raise AttnmtError("--sample draws one translation per line: it takes no --beam or --n-best")
+    if model.inputs != "text":
+        raise AttnmtError(f"{args.model_dir}: --sample is for translation models")
+    return Sampling(top_k=args.top_k, top_p=args.top_p, temperature=args.temperature, seed=args.seed)
+
+
+def _non_negative_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text!r}")
+    return int(text)
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a probability in (0, 1], got {text!r}")
+    return value
 
 
 def decode_for_task(model, lines: list[str], args) -> tuple[list, dict[int, str]]:

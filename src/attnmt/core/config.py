@@ -239,6 +239,23 @@ class TrainingConfig(Section):
 MAX_BEAM = 100  # larger beams cost time and memory for nothing (and a model folder sets its default)
 
 
+class Sampling(Section):
+    """Each output token drawn from the model's distribution instead of searched for (as for
+    back-translation, Edunov et al. 2018): p(y_t | ...)^(1 / temperature), renormalized over the
+    top_k most probable tokens (0: all) and then over the smallest set whose probability reaches
+    top_p (nucleus sampling, Holtzman et al. 2020; 1: all)."""
+
+    top_k: int = Field(0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float = Field(1.0, gt=0)
+    seed: int | None = None  # the same seed, inputs and batches give the same outputs; None: a new draw each time
+
+
+# (Sampling is asked for by a call, `translate(sampling=...)` or `attnmt translate --sample`, never by a
+# model folder's config: every command, the server and the figures read that config, and would all
+# turn random.)
+
+
 class DecodingConfig(Section):
     beam: int = Field(5, gt=0, le=MAX_BEAM)
     length_penalty: float = Field(1.0, ge=0)  # alpha of Wu et al. (2016); 0 = none

@@ -1,4 +1,5 @@
-"""Decoding: greedy and batched beam search over a batch of source sentences.
+"""Decoding: greedy and batched beam search over a batch of source sentences, and sampling (greedy
+search that draws each token instead of taking the most probable one).
 
 Both return, for each sentence, hypotheses with their token ids (ending in EOS when the
 model produced it), score and attention matrix (one row per output token, one column
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnmt.core.config import Sampling
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS, PAD
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
@@ -125,11 +127,14 @@ def token_ids(columns: Tensor, vocabulary: Tensor | None) -> Tensor:
 @torch.inference_mode()
 def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
                   alpha: float = 1.0, vocabulary: Tensor | None = None,
-                  window: tuple[int, int] | None = None) -> list[list[Hypothesis]]:
+                  window: tuple[int, int] | None = None,
+                  pick: Callable[[Tensor], Tensor] | None = None) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
     and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
     the ids of a shortlist that the output layer is restricted to (see ``decode``); ``window``:
-    the attention window of every step (decoding.attention_window; attnmt.seq2seq.base)."""
+    the attention window of every step (decoding.attention_window; attnmt.seq2seq.base).
+    ``pick``: the column chosen in each row of a step's log-probabilities instead of the most
+    probable (sampler: sampling); the score stays the model's log-probability of the tokens."""
     batch = src.size(0)
     memory = model.encode(src, src_lengths, window)
     memory_widths = memory_lengths(memory)
@@ -142,7 +147,11 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
     rows, tokens, weights = [], [], []
     for t in range(max(max_lengths)):
         step = model.decode_step(prev, state, memory)
-        best, column = step.log_probs.max(dim=-1)
+        if pick is None:
+            best, column = step.log_probs.max(dim=-1)
+        else:
+            column = pick(step.log_probs)
+            best = step.log_probs.gather(1, column[:, None]).squeeze(1)
         prev = token_ids(column, vocabulary)
         log_probs[active] += best
         rows.append(active)
@@ -168,6 +177,26 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
                                     memory_widths[i])])
         start += length
     return checked_search(results)
+
+
+def sampler(sampling: Sampling, generator: torch.Generator | None = None) -> Callable[[Tensor], Tensor]:
+    """greedy_search's ``pick`` that draws each row's token as ``sampling`` says: from the model's
+    distribution sharpened or flattened by the temperature, cut to the top_k most probable tokens,
+    then to the smallest set of them whose probability reaches top_p (the most probable token
+    always stays), renormalized. ``generator``: the random numbers (a seeded one on the rows' device)."""
+    def draw(log_probs: Tensor) -> Tensor:
+        scores = log_probs.float() / sampling.temperature
+        if 0 < sampling.top_k < scores.size(-1):
+            kth = scores.topk(sampling.top_k, dim=-1).values[:, -1:]
+            scores = scores.masked_fill(scores < kth, -math.inf)
+        if sampling.top_p < 1:
+            ordered, order = scores.sort(dim=-1, descending=True)
+            probs = ordered.softmax(dim=-1)
+            before = probs.cumsum(dim=-1) - probs  # the probability of the tokens more probable than each
+            scores = scores.scatter(-1, order, ordered.masked_fill(before >= sampling.top_p, -math.inf))
+        return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+    return draw
 
 
 class _History:

@@ -16,7 +16,7 @@ import torch
 from pydantic import ValidationError
 
 from attnmt.core import speed
-from attnmt.core.config import Config, DecodingConfig
+from attnmt.core.config import Config, DecodingConfig, Sampling
 from attnmt.core.devices import to_numpy
 from attnmt.core.errors import AttnmtError
 from attnmt.core.folders import inference_device, inside_folder, load_model, model_config, weights_path
@@ -225,7 +225,7 @@ class Translator:
     def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
                   batch_size: int | None = None, max_tokens: int | None = None,
                   progress: str | None = None, shortlist: bool | str | Path | None = None,
-                  align: bool = False) -> list[Translation]:
+                  align: bool = False, sampling: Sampling | dict | None = None) -> list[Translation]:
         """Translates each text; the output has one Translation per input, in order.
 
         Empty (or whitespace-only) inputs give an empty translation without running the model.
@@ -237,13 +237,20 @@ class Translator:
         decoding.shortlist says (unless ``Translator.shortlist`` is set).
         ``align``: every candidate's word links filled in (align_outputs); without it,
         ``Translation.alignment`` finds the best candidate's when asked.
+        ``sampling``: each translation drawn from the model instead of searched for
+        (attnmt.core.config.Sampling, or a dict of its fields: top_k, top_p, temperature, seed); one
+        candidate each, beam 1.
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
         dc = self.config.decoding
-        beam = dc.beam if beam is None else beam
+        sampling = Sampling.model_validate(sampling) if sampling is not None else None
+        beam = (1 if sampling else dc.beam) if beam is None else beam
         if beam < 1 or n_best < 1 or n_best > beam:
             raise ValueError(f"need 1 <= n_best <= beam (got beam {beam}, n_best {n_best})")
+        if sampling is not None and beam != 1:
+            raise ValueError(f"sampling draws one translation per text: beam must be 1 (got {beam})")
+        generator = self._generator(sampling)
         table = self.shortlist_table(self.shortlist if shortlist is None else shortlist)
         texts = [valid_text(text) for text in texts]
         src_ids = self.src_subwords.encode(texts)
@@ -259,12 +266,19 @@ class Translator:
                 batch = make_batch([src_ids[i] for i in indices]).to(self.device)
                 with torch.inference_mode():
                     decoded = decode(self.model, batch.src, batch.src_lengths, dc, beam=beam, n_best=n_best,
-                                     shortlist=table)
+                                     shortlist=table, sampling=sampling, generator=generator)
                 for i, hypotheses in zip(indices, decoded):
                     results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
                                              [self._candidate(h) for h in hypotheses], i in truncated, self.aligner)
                 bar.update(len(indices))
         return self.align_outputs(results) if align else results
+
+    def _generator(self, sampling: Sampling | None) -> torch.Generator | None:
+        """The random numbers of a call's sampling: seeded on the model's device if it has a seed,
+        else None (torch's own generator, a new draw each call)."""
+        if sampling is None or sampling.seed is None:
+            return None
+        return torch.Generator(self.device).manual_seed(sampling.seed)
 
     def align_outputs(self, translations: list[Translation], n_best: int | None = None,
                       **options) -> list[Translation]:

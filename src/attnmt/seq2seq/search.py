@@ -1,13 +1,14 @@
-"""The one entry to decoding: greedy search (beam 1) or beam search, on a vocabulary shortlist if
+"""The one entry to decoding: greedy search (beam 1), beam search or sampling, on a vocabulary shortlist if
 one is given, through attnmt.seq2seq.decoding, or on a GPU with the speed tricks on through
 attnmt.seq2seq.fast_decoding (the same hypotheses, without waiting for the GPU at every step)."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from attnmt.core import speed
-from attnmt.core.config import DecodingConfig
+from attnmt.core.config import DecodingConfig, Sampling
 from attnmt.seq2seq import decoding, fast_decoding
 from attnmt.seq2seq.base import EncoderDecoder
 from attnmt.seq2seq.decoding import max_output_lengths
@@ -15,22 +16,30 @@ from attnmt.seq2seq.shortlist import Shortlist, restricted
 
 
 def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: DecodingConfig, *,
-           beam: int | None = None, n_best: int = 1, shortlist: Shortlist | None = None):
+           beam: int | None = None, n_best: int = 1, shortlist: Shortlist | None = None,
+           sampling: Sampling | None = None, generator: torch.Generator | None = None):
     """Greedy search (beam 1) or beam search, as ``settings`` say: its beam (unless ``beam`` is
     given), length penalty, output length limits (max_length_ratio, max_length_offset) and
     attention window. On a GPU with the speed tricks on, those of attnmt.seq2seq.fast_decoding:
     the same hypotheses, without waiting for the GPU at every step. ``shortlist``: the output
-    layer restricted to the batch's candidates (attnmt.seq2seq.shortlist). (settings.batch_size and
-    settings.shortlist are for the callers that cut the sources into batches and choose the table.)"""
-    beam = settings.beam if beam is None else beam
+    layer restricted to the batch's candidates (attnmt.seq2seq.shortlist). ``sampling``: each output
+    drawn instead (beam and n_best 1; on every device the textbook loop of decoding.greedy_search),
+    with ``generator``'s random numbers if given. (settings.batch_size and settings.shortlist are for
+    the callers that cut the sources into batches and choose the table.)"""
+    beam = (1 if sampling else settings.beam) if beam is None else beam
+    if sampling is not None and (beam, n_best) != (1, 1):
+        raise ValueError(f"sampling draws one output per sentence: beam and n_best must be 1 (got {beam}, {n_best})")
     vocabulary = None if shortlist is None else shortlist.vocabulary(src)
     with restricted(model, vocabulary):
-        return _search(model, src, src_lengths, settings, beam, n_best, vocabulary)
+        return _search(model, src, src_lengths, settings, beam, n_best, vocabulary, sampling, generator)
 
 
-def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, vocabulary):
+def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, vocabulary, sampling, generator):
     max_lengths = max_output_lengths(src_lengths, settings.max_length_ratio, settings.max_length_offset)
     alpha, window = settings.length_penalty, settings.attention_window
+    if sampling is not None:
+        return decoding.greedy_search(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary,
+                                      window=window, pick=decoding.sampler(sampling, generator))
     greedy, beamed = decoding.greedy_search, decoding.beam_search
     if src.device.type == "cuda" and speed.enabled():
         greedy, beamed = fast_decoding.greedy_search, fast_decoding.beam_search
