@@ -197,6 +197,7 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     for argv in (["translate", folder, "-i", src, "-o", tmp_path / "out.txt", "--beam", "2"],
                  ["translate", folder, "-i", src, "-o", tmp_path / "sampled.txt", "--sample", "--seed", "1",
                   "--top-k", "3", "--top-p", "0.9"],
+                 ["translate", folder, "-i", src, "-o", tmp_path / "ensemble.txt", "--beam", "2", "--ensemble", folder],
                  ["evaluate", folder, "--trust-config", "--json", tmp_path / "scores.json"],
                  ["evaluate", folder, "--src", src, "--ref", tgt],
                  ["align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt"],

@@ -82,6 +82,8 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
                  ("translate", folder, "-i", src, "-o", tmp_path / "bf16.txt", "--device", "cuda", "--bf16"),
                  ("translate", folder, "-i", src, "-o", tmp_path / "sampled.txt", "--device", "cuda", "--sample",
                   "--seed", "1", "--top-k", "3", "--top-p", "0.9"),
+                 ("translate", folder, "-i", src, "-o", tmp_path / "ensemble.txt", "--device", "cuda", "--beam", "3",
+                  "--ensemble", folder),
                  ("average", folder),
                  ("translate", folder, "-i", src, "-o", tmp_path / "averaged.txt", "--device", "cuda",
                   "--checkpoint", "averaged"),

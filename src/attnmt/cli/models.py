@@ -15,6 +15,11 @@ def load_model(args):
     from attnmt.api import load
 
     model = load(args.model_dir, args.checkpoint, quantize=quantize(args), device=args.device)
+    if getattr(args, "ensemble", None):
+        if model.inputs != "text":
+            raise AttnmtError(f"{args.model_dir}: --ensemble is for translation models")
+        model.ensemble([load(folder, args.checkpoint, quantize=quantize(args), device=args.device)
+                        for folder in args.ensemble])
     apply_window_and_shortlist(model, args)
     return model
 

@@ -55,6 +55,11 @@ class Subwords:
     def pieces(self, ids: list[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]
 
+    def vocabulary(self) -> list[tuple[str, float]]:
+        """Every piece with its score, in id order: two models with the same vocabulary cut texts
+        into the same ids (the file itself also names the text it was trained on)."""
+        return [(self.sp.id_to_piece(i), self.sp.get_score(i)) for i in range(len(self))]
+
 
 def subword_paths(folder: Path, joint: bool) -> tuple[Path, Path]:
     folder = Path(folder) / "spm"

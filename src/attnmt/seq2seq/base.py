@@ -82,6 +82,7 @@ def source_mask(lengths: Tensor, width: int) -> Tensor:
 class EncoderDecoder(nn.Module, ABC):
     config: ModelConfig
     generator: OutputLayer  # decoder outputs -> scores over the target vocabulary
+    fast_search: ClassVar[bool] = True  # on a GPU, the searches of attnmt.seq2seq.fast_decoding may run it
 
     @property
     @abstractmethod

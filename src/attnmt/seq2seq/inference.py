@@ -26,6 +26,7 @@ from attnmt.data.batching import inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.decoding import BeamRecorder, beam_search, max_output_lengths
+from attnmt.seq2seq.ensemble import Ensemble
 from attnmt.seq2seq.links import output_links
 from attnmt.seq2seq.search import decode
 from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
@@ -272,6 +273,27 @@ class Translator:
                                              [self._candidate(h) for h in hypotheses], i in truncated, self.aligner)
                 bar.update(len(indices))
         return self.align_outputs(results) if align else results
+
+    def ensemble(self, others: list[Translator]):
+        """From now on this model searches together with ``others`` (attnmt.seq2seq.ensemble: at every
+        step the mean of their next-token distributions), in translate() and what calls it. They
+        must read and write the same subword pieces (the same sentencepiece models) and run on the
+        same device; this model's decoding settings, vocabularies and aligner stay."""
+        for other in others:
+            if other.inputs != "text" or not isinstance(other, Translator):
+                raise AttnmtError(f"{other.folder}: an ensemble is of translation models; this is {other.what}")
+            for side, mine, theirs in (("source", self.src_subwords, other.src_subwords),
+                                       ("target", self.tgt_subwords, other.tgt_subwords)):
+                if mine.vocabulary() != theirs.vocabulary():
+                    raise AttnmtError(f"{other.folder}: its {side} subword model ({theirs.path}) has other pieces "
+                                      f"than that of {self.folder} ({mine.path}): an ensemble's models must share "
+                                      "their subwords (train them on the same data and settings, or copy one spm "
+                                      "folder into the others' experiment_dir before training)")
+            if other.device != self.device:
+                raise AttnmtError(f"{other.folder} runs on {other.device}, {self.folder} on {self.device}: an "
+                                  "ensemble runs on one device")
+        members = self.model.members if isinstance(self.model, Ensemble) else [self.model]
+        self.model = Ensemble([*members, *(other.model for other in others)])
 
     def _generator(self, sampling: Sampling | None) -> torch.Generator | None:
         """The random numbers of a call's sampling: seeded on the model's device if it has a seed,

@@ -41,7 +41,7 @@ def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, voc
         return decoding.greedy_search(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary,
                                       window=window, pick=decoding.sampler(sampling, generator))
     greedy, beamed = decoding.greedy_search, decoding.beam_search
-    if src.device.type == "cuda" and speed.enabled():
+    if src.device.type == "cuda" and speed.enabled() and model.fast_search:
         greedy, beamed = fast_decoding.greedy_search, fast_decoding.beam_search
     if beam == 1 and n_best == 1:
         return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary, window=window)

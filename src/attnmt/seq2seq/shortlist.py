@@ -118,11 +118,13 @@ def restricted(model, vocabulary: Tensor | None):
     if vocabulary is None:
         yield
         return
-    generator = model.generator
-    if not hasattr(generator, "restrict"):
+    generators = [member.generator for member in getattr(model, "members", [model])]  # (an ensemble: each)
+    if not all(hasattr(generator, "restrict") for generator in generators):
         raise AttnmtError("a vocabulary shortlist needs the float32 or bf16 output layer, not int8")
-    generator.restrict(vocabulary)
+    for generator in generators:
+        generator.restrict(vocabulary)
     try:
         yield
     finally:
-        generator.restrict(None)
+        for generator in generators:
+            generator.restrict(None)

@@ -1,0 +1,93 @@
+"""Ensemble decoding: models of one language pair, trained apart (other seeds, other variants) on the
+same subwords, search as one. At every step the next token's distribution is the mean of theirs,
+
+    p(y_t | y_<t, x) = 1/N sum_n p_n(y_t | y_<t, x),    log p = logsumexp_n log p_n - log N,
+
+and each keeps its own encoder output and decoder state. The attention a step reports is the mean
+of the members' (each the weights its model would draw), so the heatmaps and the word links of an
+ensemble's translations still read as one model's. An Ensemble is an EncoderDecoder for the searches
+(decoding.py: greedy, beam, sampling); teacher forcing (training, forced alignment) reads one model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq.base import EncoderDecoder, StepOutput
+
+
+@dataclass
+class EnsembleMemory:
+    """The members' memories of one batch, reordered together."""
+
+    members: list
+
+    @property
+    def states(self) -> Tensor:  # (what callers read of a memory: its batch, device and source positions)
+        return self.members[0].states
+
+    @property
+    def mask(self) -> Tensor:
+        return self.members[0].mask
+
+    def select(self, index: Tensor) -> EnsembleMemory:
+        return EnsembleMemory([memory.select(index) for memory in self.members])
+
+    def for_beams(self, sentences: Tensor, width: int, k: int) -> EnsembleMemory:
+        return EnsembleMemory([memory.for_beams(sentences, width, k) for memory in self.members])
+
+
+@dataclass
+class EnsembleState:
+    members: list
+
+    def select(self, index: Tensor) -> EnsembleState:
+        return EnsembleState([state.select(index) for state in self.members])
+
+
+class Ensemble(EncoderDecoder):
+    """``models`` searching as one (the module's docstring); the first model's config and output
+    layer stand for the ensemble where one is asked for."""
+
+    fast_search = False  # the textbook searches: the GPU's graphs capture one model's step
+
+    def __init__(self, models: list[EncoderDecoder]):
+        super().__init__()
+        if len(models) < 2:
+            raise AttnmtError("an ensemble needs two or more models")
+        self.members = nn.ModuleList(models)
+        self.config = models[0].config
+        self.generator = models[0].generator
+
+    @property
+    def has_attention(self) -> bool:
+        return all(model.has_attention for model in self.members)
+
+    def encode(self, src: Tensor, lengths: Tensor, window: tuple[int, int] | None = None) -> EnsembleMemory:
+        return EnsembleMemory([model.encode(src, lengths, window) for model in self.members])
+
+    def init_state(self, memory: EnsembleMemory) -> EnsembleState:
+        return EnsembleState([model.init_state(m) for model, m in zip(self.members, memory.members)])
+
+    def decode_step(self, prev_tokens: Tensor, state: EnsembleState, memory: EnsembleMemory) -> StepOutput:
+        steps = [model.decode_step(prev_tokens, s, m)
+                 for model, s, m in zip(self.members, state.members, memory.members)]
+        log_probs = torch.logsumexp(torch.stack([step.log_probs for step in steps]), dim=0) - math.log(len(steps))
+        weights = None if not self.has_attention else torch.stack([step.weights for step in steps]).mean(dim=0)
+        return StepOutput(log_probs, EnsembleState([step.state for step in steps]), weights, None,
+                          steps[0].context, steps[0].output)
+
+    def decoder_outputs(self, src, lengths, tgt_in, window=None):
+        raise AttnmtError(_ONE_MODEL)
+
+    def decoder_outputs_of(self, memory, tgt_in):
+        raise AttnmtError(_ONE_MODEL)
+
+
+_ONE_MODEL = ("an ensemble searches (translate, evaluate); teacher forcing (training, forced alignment, traces) "
+              "reads one model: use a member's folder")
