@@ -100,3 +100,14 @@ def test_translate_and_evaluate_take_an_ensemble(folders, tmp_path, capsys):
     assert main(["evaluate", str(folders["rnn"]), "--src", str(tmp_path / "in"), "--ref", str(tmp_path / "ref"),
                  "--ensemble", str(folders["rnn2"])]) == 0
     assert "BLEU" in capsys.readouterr().out
+
+
+def test_an_ensembles_word_links_come_from_its_attention(folders):
+    from attnmt.seq2seq.links import output_links
+
+    model = load(folders["rnn"])
+    model.aligner = lambda sources, outputs, **options: [[(0, 0)] for _ in sources]  # as an alignment layer would
+    with pytest.warns(UserWarning, match="word links of an ensemble come from its attention"):
+        model.ensemble([load(folders["rnn2"])])
+    [t] = model.translate(TEXTS[:1], beam=2, align=True)
+    assert t.best.alignment == output_links(t.attention, t.source_tokens, t.tokens)

@@ -294,6 +294,10 @@ class Translator:
                                   "ensemble runs on one device")
         members = self.model.members if isinstance(self.model, Ensemble) else [self.model]
         self.model = Ensemble([*members, *(other.model for other in others)])
+        if self.aligner is not None:  # (an alignment layer, or guided heads, reads one model's states)
+            warnings.warn(f"the word links of an ensemble come from its attention, not from {self.aligner!r}, "
+                          f"which reads the model of {self.folder} alone", stacklevel=2)
+            self.aligner = None
 
     def _generator(self, sampling: Sampling | None) -> torch.Generator | None:
         """The random numbers of a call's sampling: seeded on the model's device if it has a seed,
