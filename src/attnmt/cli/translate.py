@@ -48,7 +48,7 @@ def add_parser(subparsers):
 def run(args):
     model = load_model(args)
     args.sampling = sampling_of(args, model)
-    beam = 1 if args.sampling else args.beam or model.config.decoding.beam
+    beam = 1 if args.sampling is not None else args.beam or model.config.decoding.beam
     if args.n_best > beam:
         raise AttnmtError(f"--n-best ({args.n_best}) cannot exceed the beam size ({beam}, from the model's "
                           "config); give a larger --beam")

@@ -246,7 +246,7 @@ class Translator:
             raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
         dc = self.config.decoding
         sampling = Sampling.model_validate(sampling) if sampling is not None else None
-        beam = (1 if sampling else dc.beam) if beam is None else beam
+        beam = (1 if sampling is not None else dc.beam) if beam is None else beam
         if beam < 1 or n_best < 1 or n_best > beam:
             raise ValueError(f"need 1 <= n_best <= beam (got beam {beam}, n_best {n_best})")
         if sampling is not None and beam != 1:

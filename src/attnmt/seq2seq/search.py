@@ -26,7 +26,7 @@ def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: De
     drawn instead (beam and n_best 1; on every device the textbook loop of decoding.greedy_search),
     with ``generator``'s random numbers if given. (settings.batch_size and settings.shortlist are for
     the callers that cut the sources into batches and choose the table.)"""
-    beam = (1 if sampling else settings.beam) if beam is None else beam
+    beam = (1 if sampling is not None else settings.beam) if beam is None else beam
     if sampling is not None and (beam, n_best) != (1, 1):
         raise ValueError(f"sampling draws one output per sentence: beam and n_best must be 1 (got {beam}, {n_best})")
     vocabulary = None if shortlist is None else shortlist.vocabulary(src)
