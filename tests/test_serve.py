@@ -198,6 +198,27 @@ def test_translate_n_best_and_no_attention(served):
     assert [c["attention"] for c in body["translations"][0]["candidates"]] == [None, None]
 
 
+def test_translate_with_sampling_draws_as_the_python_api_does(served):
+    client, _, _, translator, dev = served
+    sampling = {"top_k": 5, "top_p": 0.9, "temperature": 1.5, "seed": 7}
+    texts = dev[:6]
+
+    def drawn():
+        body = client.post("/translate", json={"text": texts, "sampling": sampling, "attention": False})
+        assert body.status_code == 200, body.text
+        return [t["candidates"][0]["text"] for t in body.json()["translations"]]
+
+    first = drawn()
+    assert first == drawn() == [t.text for t in translator.translate(texts, sampling=sampling)]
+    assert first != [t.text for t in translator.translate(texts, sampling={**sampling, "seed": 8})]
+    for wrong, message in (({"beam": 3}, "no beam or n_best above 1"), ({"sampling": {"top_p": 0}}, "greater than 0"),
+                           ({"sampling": {"top_k": -1}}, "greater than or equal to 0"),
+                           ({"sampling": {"temp": 2}}, "Extra inputs")):
+        body = {"text": texts[0], "sampling": sampling, **wrong}
+        answer = client.post("/translate", json=body)
+        assert answer.status_code == 422 and message in answer.text, (wrong, answer.text)
+
+
 def test_translate_with_align_gives_each_candidates_word_links(served):
     client, _, _, translator, dev = served
     text = dev[3] + " " + dev[4]  # two "words"

@@ -526,3 +526,16 @@ def test_a_large_answer_is_made_off_the_event_loop(served, monkeypatch):
         release.set()
         request.join(WAIT)
     assert answer["r"].status_code == 200 and json.loads(answer["r"].text)["translations"]
+
+
+def test_sampling_requests_are_decoded_alone_and_searches_by_beam_and_n_best():
+    """A seed repeats a request's draws only if nothing else shares its batches."""
+    from attnmt.core.config import Sampling
+    from attnmt.serve.batching import _Job
+
+    def job(beam=1, n_best=1, sampling=None):
+        return _Job(["a"], [1], beam, n_best, 0.0, None, sampling)
+
+    assert job(3, 2).options == job(3, 2).options != job(3, 1).options
+    drawn = job(sampling=Sampling(seed=1))
+    assert drawn.options != job(sampling=Sampling(seed=1)).options and drawn.options != job().options

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Awaitable, Callable, Optional, Protocol
 
+from attnmt.core.config import Sampling
 from attnmt.serve.limits import ServerLimits, work
 
 
@@ -33,6 +34,12 @@ class _Job:
     n_best: int
     deadline: float  # time.monotonic() when the request gives up
     future: asyncio.Future  # cancelled when the request gives up (time limit)
+    sampling: Optional[Sampling] = None  # drawn, not searched: decoded alone (a seed repeats its request's draws)
+
+    @property
+    def options(self) -> tuple:
+        """What the requests decoded together share: beam and n_best; a sampling request is alone."""
+        return (self.beam, self.n_best) if self.sampling is None else (id(self),)
 
     @property
     def work(self) -> int:
@@ -63,12 +70,14 @@ class Batcher:
         self.held: Optional[_Job] = None  # taken from the queue, but for the next batch (this one was full)
         self.concurrent = False  # did the last batch hold several requests?
 
-    async def translate(self, texts: list[str], tokens: list[int], beam: int, n_best: int, deadline: float) -> list:
+    async def translate(self, texts: list[str], tokens: list[int], beam: int, n_best: int, deadline: float,
+                        sampling: Optional[Sampling] = None) -> list:
         """The translations of ``texts`` (a list of attnmt.api.Translation), in order; ModelTimeout
-        at ``deadline``, waiting in the queue included. ``tokens``: their subword token counts."""
+        at ``deadline``, waiting in the queue included. ``tokens``: their subword token counts.
+        ``sampling``: drawn instead of searched for (beam and n_best 1)."""
         self._start()
         future = asyncio.get_running_loop().create_future()
-        self.queue.put_nowait(_Job(texts, tokens, beam, n_best, deadline, future))
+        self.queue.put_nowait(_Job(texts, tokens, beam, n_best, deadline, future, sampling))
         return await self.model.in_time(future, deadline)
 
     def _start(self):
@@ -89,8 +98,8 @@ class Batcher:
     async def _work(self):
         while True:
             jobs = await self._collect()
-            for options in dict.fromkeys((job.beam, job.n_best) for job in jobs):
-                await self._decode([job for job in jobs if (job.beam, job.n_best) == options])
+            for options in dict.fromkeys(job.options for job in jobs):
+                await self._decode([job for job in jobs if job.options == options])
 
     async def _collect(self) -> list[_Job]:
         """The first request in the queue and those that follow it, up to ``max_sentences``
@@ -125,8 +134,8 @@ class Batcher:
         return jobs
 
     async def _decode(self, jobs: list[_Job]):
-        """Decodes the sentences of ``jobs`` (same beam and n_best), in chunks; stops between two
-        chunks once every request of the batch has given up."""
+        """Decodes the sentences of ``jobs`` (same options), in chunks; stops between two chunks once
+        every request of the batch has given up."""
         jobs = [job for job in jobs if not job.future.done()]  # gave up while queued
         if not jobs:
             return
@@ -136,7 +145,8 @@ class Batcher:
         translate = self.model.translator.translate
         try:
             results = await self.model.run_chunks(
-                [partial(translate, [texts[i] for i in chunk], beam, n_best) for chunk in chunks],
+                [partial(translate, [texts[i] for i in chunk], beam, n_best, sampling=jobs[0].sampling)
+                 for chunk in chunks],
                 deadline=max(job.deadline for job in jobs),
                 wanted=lambda: not all(job.future.done() for job in jobs))
         except Exception as error:  # noqa: BLE001 - each request of the batch gets it (503 or 500)

@@ -19,6 +19,7 @@ import torch
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import Response
 
+from attnmt.core.config import Sampling
 from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.bodies import StrictJSONRoute
@@ -175,14 +176,16 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
         return await answer(TranslateResponse, {"translations": translations}, limits, model=model.name,
                             reduce='ask for "attention": false, a smaller n_best, or fewer or shorter sound files')
     texts = [body.text] if isinstance(body.text, str) else list(body.text)
-    beam = body.beam if body.beam is not None else min(model.translator.config.decoding.beam, limits.max_beam)
+    sampling = None if body.sampling is None else Sampling(**body.sampling.model_dump())
+    beam = 1 if sampling is not None else body.beam if body.beam is not None else \
+        min(model.translator.config.decoding.beam, limits.max_beam)
     if body.n_best > beam:
         raise HTTPException(422, f"n_best ({body.n_best}) cannot exceed the beam size ({beam})")
     tokens = check_tokens(model, texts, limits, single=isinstance(body.text, str))
     check_work(tokens, beam, limits)
     if body.attention:
         check_matrices(model, tokens, body.n_best, limits)
-    translations = await model.batcher.translate(texts, tokens, beam, body.n_best, deadline)
+    translations = await model.batcher.translate(texts, tokens, beam, body.n_best, deadline, sampling)
     if body.align:  # before the attention may be dropped; an aligner is a model: in the worker thread
         align_outputs = model.translator.align_outputs
         translations = (await model.run(align_outputs, translations, deadline=deadline) if model.translator.aligner

@@ -225,6 +225,25 @@ def _text_kind(value: Any) -> Optional[str]:
     return None
 
 
+class SamplingIn(Strict):
+    """Each translation drawn from the model instead of searched for (attnmt.core.config.Sampling)."""
+
+    top_k: int = Field(0, ge=0, le=100_000, strict=True, description="draw among the K most probable tokens of "
+                                                                      "each step (0: all)")
+    top_p: float = Field(1.0, gt=0, le=1, description="... then among the fewest whose probability reaches P (1: all)")
+    temperature: float = Field(1.0, gt=0, le=100, description="divide the log-probabilities by T")
+    seed: Optional[int] = Field(None, ge=0, le=2 ** 63 - 1, strict=True,
+                                description="the same seed and request give the same outputs; none: a new draw")
+
+
+def _sampling_draws_one(request):
+    if request.sampling is not None and (request.beam not in (None, 1) or request.n_best != 1):
+        raise ValueError("sampling draws one translation per sentence: it takes no beam or n_best above 1")
+    if request.sampling is not None and request.audio is not None:
+        raise ValueError("sampling draws translations of text: a speech model's audio is searched")
+    return request
+
+
 def _text_or_audio(request):
     if (request.text is None) == (request.audio is None):
         raise ValueError("give text (translation models) or audio (speech models), one of them")
@@ -260,7 +279,11 @@ def request_models(limits: ServerLimits) -> RequestModels:
                             description="candidates per sentence, at most beam")
         attention: bool = Field(True, strict=True, description="include the attention matrices")
         align: bool = Field(False, strict=True, description="include each output's word links (text models)")
+        sampling: Optional[SamplingIn] = Field(None, description="draw each translation from the model (as for "
+                                                                 "back-translation) instead of the beam search; "
+                                                                 "beam and n_best 1")
         one_source = model_validator(mode="after")(_text_or_audio)
+        draws_one = model_validator(mode="after")(_sampling_draws_one)
 
     class TraceRequest(Strict):
         text: Optional[Sentence] = Field(None, description=f"one sentence of 1 to {limits.max_chars} characters")
