@@ -92,7 +92,7 @@ def test_translate_and_evaluate_take_an_ensemble(folders, tmp_path, capsys):
     (tmp_path / "in").write_text("\n".join(TEXTS) + "\n")
     (tmp_path / "ref").write_text("\n".join(t[::-1] for t in TEXTS) + "\n")
     assert main(["translate", str(folders["rnn"]), "-i", str(tmp_path / "in"), "--beam", "3",
-                 "--ensemble", str(folders["transformer"]), str(folders["rnn2"])]) == 0
+                 "--ensemble", str(folders["transformer"]), "--ensemble", str(folders["rnn2"])]) == 0
     written = capsys.readouterr().out.splitlines()
     model = load(folders["rnn"])
     model.ensemble([load(folders["transformer"]), load(folders["rnn2"])])

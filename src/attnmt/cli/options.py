@@ -92,9 +92,9 @@ def decoding_options(p):
                    help=f"beam size, 1 (greedy) to {MAX_BEAM} (default: config)")
     p.add_argument("--batch-size", type=_positive, default=None, help="sentences per batch")
     checkpoint_option(p)
-    p.add_argument("--ensemble", nargs="+", metavar="MODEL_DIR",
-                   help="more models of the same language pair and subwords: each step's next-token distribution "
-                        "is the mean of all (ensemble decoding; the same --checkpoint)")
+    p.add_argument("--ensemble", action="append", metavar="MODEL_DIR",
+                   help="another model of the same language pair and subwords (repeatable): each step's next-token "
+                        "distribution is the mean of all (ensemble decoding; the same --checkpoint)")
     p.add_argument("--max-tokens", type=_positive, default=MAX_TOKENS,
                    help=f"a line of more subword tokens is cut to this many, with a warning (default {MAX_TOKENS})")
     p.add_argument("--attention-window", type=window_argument, metavar="LEFT,RIGHT",
