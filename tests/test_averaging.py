@@ -44,6 +44,7 @@ def trained(tmp_path, max_steps=6, keep=2, resume=False, log=lambda message: Non
     return config.experiment_dir
 
 
+@pytest.mark.slow  # trains a model (a second)
 def test_training_keeps_the_last_checkpoints_and_average_writes_their_mean(tmp_path, capsys):
     folder = trained(tmp_path)
     kept = kept_checkpoints(folder)
@@ -62,6 +63,7 @@ def test_training_keeps_the_last_checkpoints_and_average_writes_their_mean(tmp_p
     assert capsys.readouterr().out.strip() == model.translate(["abc"])[0].text
 
 
+@pytest.mark.slow  # trains a model (a second)
 def test_the_server_reads_the_checkpoint_it_is_given(tmp_path):
     from attnmt.serve.limits import ServerLimits
     from attnmt.serve.models import load_models
@@ -72,6 +74,7 @@ def test_the_server_reads_the_checkpoint_it_is_given(tmp_path):
     assert next(iter(models.values())).translator.weights == folder / "averaged.safetensors"
 
 
+@pytest.mark.slow  # trains a model (a second)
 def test_average_says_what_is_missing(tmp_path, capsys):
     folder = trained(tmp_path, keep=0)
     assert main(["translate", str(folder), "--checkpoint", "averaged", "-i", str(tmp_path / "in")]) == 2
@@ -86,6 +89,7 @@ def test_average_says_what_is_missing(tmp_path, capsys):
     assert "two or more checkpoints" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # trains a model (a second)
 def test_a_resumed_run_drops_the_checkpoints_that_the_dead_run_kept_past_its_last(tmp_path):
     folder = trained(tmp_path, max_steps=4, keep=5)
     ghost = kept_checkpoint_path(folder, 8)  # as a run that died after step 8 but before last.safetensors
@@ -96,6 +100,7 @@ def test_a_resumed_run_drops_the_checkpoints_that_the_dead_run_kept_past_its_las
     assert f"resumed from {folder / 'last.safetensors'} at step 4" in logged
 
 
+@pytest.mark.slow  # trains a model (a second)
 def test_average_reads_no_checkpoint_outside_the_model_folder(tmp_path, capsys):
     folder = trained(tmp_path)
     outside = tmp_path / "elsewhere.safetensors"
@@ -106,6 +111,7 @@ def test_average_reads_no_checkpoint_outside_the_model_folder(tmp_path, capsys):
     assert not (folder / "averaged.safetensors").exists()
 
 
+@pytest.mark.slow  # trains a model (a second)
 def test_info_shows_the_kept_and_averaged_checkpoints(tmp_path, capsys):
     from attnmt.info import model_info
 
@@ -119,6 +125,7 @@ def test_info_shows_the_kept_and_averaged_checkpoints(tmp_path, capsys):
     assert "checkpoints kept      steps 2, 4, 6" in out and "checkpoints averaged  steps 4, 6" in out
 
 
+@pytest.mark.slow  # trains a model (a second)
 def test_the_checkpoint_of_an_interruption_is_not_kept_for_averaging(tmp_path, monkeypatch):
     from attnmt.training.loop import TrainingLoop
 

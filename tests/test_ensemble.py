@@ -19,6 +19,8 @@ from conftest import random_strings, toy_config
 
 PAIRS = [(s, s[::-1]) for s in random_strings(300, 3, 8, seed=1)]
 TEXTS = random_strings(10, 3, 8, seed=9)
+
+pytestmark = pytest.mark.slow  # every test here trains models
 TRANSFORMER = {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "encoder_layers": 1,
                "decoder_layers": 2, "dropout": 0.0, "attention_dropout": 0.0}
 

@@ -161,6 +161,7 @@ def test_a_full_context_pass_sees_the_whole_target_but_its_padding(tmp_path):
     torch.testing.assert_close(states.detach(), model.decoder_outputs(src, lengths, tgt_in)[0])  # the causal pass
 
 
+@pytest.mark.slow  # trains a model
 def test_a_model_trained_with_full_context_is_aligned_with_it(tmp_path):
     pairs, links = permuted_pairs(40, seed=3)
     (tmp_path / "train.links").write_text("".join(" ".join(f"{i}-{j}" for i, j in pair) + "\n" for pair in links))
@@ -192,6 +193,7 @@ def test_a_model_trained_with_full_context_is_aligned_with_it(tmp_path):
         alignment_matrices(rnn, sources, targets, full_context=True)
 
 
+@pytest.mark.slow  # trains a model
 def test_a_guided_transformers_links_are_read_where_guidance_trained_them(tmp_path, capsys):
     from attnmt.serve import create_app
     from attnmt.translation.align import GuidedAttentionLinks

@@ -36,7 +36,7 @@ def test_draws_follow_the_shaped_distribution(sampling, expected):
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(tmp_path_factory):  # (the tests that use it are marked slow: it trains)
     folder = tmp_path_factory.mktemp("sampling")
     pairs = [(s, s[::-1]) for s in random_strings(300, 3, 8, seed=1)]
     config = toy_config(folder, pairs, training={"max_steps": 60, "validate_every": 1000, "threads": 1})
@@ -47,6 +47,7 @@ def model(tmp_path_factory):
 TEXTS = random_strings(12, 3, 8, seed=9)
 
 
+@pytest.mark.slow
 def test_top_k_1_is_greedy_search_with_its_scores(model):
     """Also at another temperature: a draw's score is the model's log-probability of it (over the
     length penalty), not that of the shaped distribution."""
@@ -57,6 +58,7 @@ def test_top_k_1_is_greedy_search_with_its_scores(model):
         assert [t.score for t in drawn] == pytest.approx([t.score for t in greedy])
 
 
+@pytest.mark.slow
 def test_a_seed_repeats_the_draws_and_another_seed_does_not(model):
     def drawn(seed):
         return [t.text for t in model.translate(TEXTS, sampling={"seed": seed, "temperature": 1.5})]
@@ -66,11 +68,13 @@ def test_a_seed_repeats_the_draws_and_another_seed_does_not(model):
     assert drawn(1) != [t.text for t in model.translate(TEXTS, beam=1)]
 
 
+@pytest.mark.slow
 def test_sampling_takes_no_beam(model):
     with pytest.raises(ValueError, match="beam must be 1"):
         model.translate(TEXTS, beam=5, sampling={})
 
 
+@pytest.mark.slow
 def test_translate_command_samples(model, tmp_path, capsys):
     (tmp_path / "in").write_text("\n".join(TEXTS) + "\n")
     command = ["translate", str(model.folder), "-i", str(tmp_path / "in"), "--sample", "--seed", "4",
@@ -83,6 +87,7 @@ def test_translate_command_samples(model, tmp_path, capsys):
     assert first.splitlines() == [t.text for t in expected]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options, message", [
     (["--seed", "1"], "--seed shape sampling: give --sample too"),
     (["--sample", "--beam", "5"], "takes no --beam or --n-best"),
@@ -94,6 +99,7 @@ def test_translate_command_says_what_does_not_go_together(model, tmp_path, capsy
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bad_sampling_values_are_refused(model, capsys):
     with pytest.raises(SystemExit):
         main(["translate", str(model.folder), "--sample", "--top-p", "0"])
