@@ -143,10 +143,10 @@ class Batcher:
         beam, n_best = jobs[0].beam, jobs[0].n_best
         chunks = chunked([work([n], beam) for job in jobs for n in job.tokens], self.chunk_work)
         translate = self.model.translator.translate
+        drawn = {} if jobs[0].sampling is None else {"sampling": jobs[0].sampling}
         try:
             results = await self.model.run_chunks(
-                [partial(translate, [texts[i] for i in chunk], beam, n_best, sampling=jobs[0].sampling)
-                 for chunk in chunks],
+                [partial(translate, [texts[i] for i in chunk], beam, n_best, **drawn) for chunk in chunks],
                 deadline=max(job.deadline for job in jobs),
                 wanted=lambda: not all(job.future.done() for job in jobs))
         except Exception as error:  # noqa: BLE001 - each request of the batch gets it (503 or 500)

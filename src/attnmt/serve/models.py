@@ -100,8 +100,10 @@ class LoadedModel:
     def info(self) -> ModelInfo:
         # (text in, text out: the models whose words "align": true links; an aligner set by hand in
         # Python may not say what it is: an aligner)
-        aligner = self.translator.aligner
-        links = None if self.inputs != "text" else getattr(aligner, "word_links", "aligner") if aligner else "attention"
+        links = None
+        if self.inputs == "text":
+            aligner = self.translator.aligner
+            links = getattr(aligner, "word_links", "aligner") if aligner else "attention"
         return ModelInfo(name=self.name, task=self.task, word_links=links, **self.translator.describe())
 
 
