@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
-
 from attnmt.cli.models import load_model, translate_lines
-from attnmt.cli.options import _positive, _positive_float, decoding_options, input_output_options
+from attnmt.cli.options import (_non_negative_int, _positive, _positive_float, _probability, decoding_options,
+                                input_output_options)
 from attnmt.cli.streams import close_output, log, open_output, read_input
 from attnmt.core.errors import AttnmtError
 
@@ -84,22 +83,6 @@ def sampling_of(args, model):
     if model.inputs != "text":
         raise AttnmtError(f"{args.model_dir}: --sample is for translation models")
     return Sampling(top_k=args.top_k, top_p=args.top_p, temperature=args.temperature, seed=args.seed)
-
-
-def _non_negative_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text!r}")
-    return int(text)
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a probability in (0, 1], got {text!r}")
-    return value
 
 
 def decode_for_task(model, lines: list[str], args) -> tuple[list, dict[int, str]]:
