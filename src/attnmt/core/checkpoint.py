@@ -87,9 +87,14 @@ def save_model(model: nn.Module, path: Path, info: dict | None = None):
     _atomic_save(model_tensors(model), path, {"info": json.dumps(info or {})})
 
 
+def _model_weights(tensors: dict) -> dict:
+    """A checkpoint's model weights, named as the model's state_dict names them (a training
+    checkpoint's optimizer and random state left out)."""
+    return {k.removeprefix("model."): v for k, v in tensors.items() if not k.startswith(("optim.", "rng."))}
+
+
 def _load_model(model: nn.Module, path: Path, tensors: dict, metadata: dict) -> dict:
-    weights = {k.removeprefix("model."): v for k, v in tensors.items()
-               if not k.startswith(("optim.", "rng."))}
+    weights = _model_weights(tensors)
     for name, tensor in weights.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise AttnmtError(f"{path}: weight '{name}' holds values that are not finite numbers (NaN or "
@@ -198,23 +203,23 @@ def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
     must hold the same tensors, of the same shapes."""
     if not paths:
         raise AttnmtError("no checkpoints to average")
-    sums: dict[str, torch.Tensor] = {}
-    for path in paths:
-        weights = {name.removeprefix("model."): tensor for name, tensor in read_checkpoint(path)[0].items()
-                   if not name.startswith(("optim.", "rng."))}
-        if sums and weights.keys() != sums.keys():
-            differ = ", ".join(sorted(weights.keys() ^ sums.keys())[:3])
+    first = _model_weights(read_checkpoint(paths[0])[0])
+    sums = {name: tensor.double() for name, tensor in first.items() if tensor.is_floating_point()}
+    last = first
+    for path in paths[1:]:
+        last = _model_weights(read_checkpoint(path)[0])
+        if last.keys() != first.keys():
+            differ = ", ".join(sorted(last.keys() ^ first.keys())[:3])
             raise AttnmtError(f"{path}: its weights are not those of {paths[0]} ({differ}): only checkpoints "
                               "of one model can be averaged")
-        for name, tensor in weights.items():
-            if name in sums and sums[name].shape != tensor.shape:
+        for name, tensor in last.items():
+            if tensor.shape != first[name].shape:
                 raise AttnmtError(f"{path}: weight '{name}' has shape {list(tensor.shape)}, in {paths[0]} "
-                                  f"{list(sums[name].shape)}: only checkpoints of one model can be averaged")
-            floating = tensor.is_floating_point()
-            sums[name] = sums[name] + tensor.double() if floating and name in sums else \
-                tensor.double() if floating else tensor
-    return {name: (total / len(paths)).to(weights[name].dtype) if weights[name].is_floating_point() else total
-            for name, total in sums.items()}
+                                  f"{list(first[name].shape)}: only checkpoints of one model can be averaged")
+            if name in sums:
+                sums[name] += tensor.double()
+    return {name: (sums[name] / len(paths)).to(tensor.dtype) if name in sums else tensor
+            for name, tensor in last.items()}
 
 
 def save_weights(tensors: dict[str, torch.Tensor], path: Path, info: dict | None = None):

@@ -177,8 +177,10 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
                             reduce='ask for "attention": false, a smaller n_best, or fewer or shorter sound files')
     texts = [body.text] if isinstance(body.text, str) else list(body.text)
     sampling = None if body.sampling is None else Sampling(**body.sampling.model_dump())
-    beam = 1 if sampling is not None else body.beam if body.beam is not None else \
-        min(model.translator.config.decoding.beam, limits.max_beam)
+    if sampling is not None:  # (the request's beam, if any, is 1: its schema checked it)
+        beam = 1
+    else:
+        beam = body.beam if body.beam is not None else min(model.translator.config.decoding.beam, limits.max_beam)
     if body.n_best > beam:
         raise HTTPException(422, f"n_best ({body.n_best}) cannot exceed the beam size ({beam})")
     tokens = check_tokens(model, texts, limits, single=isinstance(body.text, str))

@@ -240,11 +240,11 @@ def alignment_matrices(translator, sources: list[str], targets: list[str], batch
             raise AttnmtError("an aligner gives its own alignment, which has seen each target word: shift, layer, "
                               "heads and full context are for the attention")
         matrices = aligner_posteriors(aligner, translator, sources, targets, batch_size)
-    elif layer is None and heads is None and guided_heads(translator) is None:
+    elif layer is None and heads is None and (guided := guided_heads(translator)) is None:
         matrices = force_attention(translator, sources, targets, batch_size, full_context=full_context)
     else:  # a layer, or heads, or none chosen of a guided Transformer: those that guidance trained
         if layer is None and heads is None:
-            layer, heads = guided_heads(translator).layer, guided_heads(translator).heads
+            layer, heads = guided.layer, guided.heads
         index = _layer_index(translator, layer)
         matrices = [maps[index] for maps in force_attention(translator, sources, targets, batch_size, layers=True,
                                                             heads=heads, full_context=full_context)]
