@@ -191,6 +191,8 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     pieces = len(translator.src_subwords.encode(sources[:1])[0]) + 1  # (+ "</s>"; the target: as many)
     assert matrix.shape == (pieces, pieces)
     assert len(align(translator, sources[:2], [reverse(s) for s in sources[:2]], words=False)) == 2
+    [scored] = translator.score(sources[:1], [reverse(sources[0])])
+    assert isinstance(scored.log_probs, np.ndarray) and scored.log_prob < 0
 
     src = write(tmp_path / "src.txt", "\n".join(sources) + "\n")
     tgt = write(tmp_path / "tgt.txt", "\n".join(reverse(s) for s in sources) + "\n")
@@ -200,6 +202,7 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
                  ["translate", folder, "-i", src, "-o", tmp_path / "ensemble.txt", "--beam", "2", "--ensemble", folder],
                  ["evaluate", folder, "--trust-config", "--json", tmp_path / "scores.json"],
                  ["evaluate", folder, "--src", src, "--ref", tgt],
+                 ["score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "scores.txt", "--ensemble", folder],
                  ["align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt"],
                  ["train-aligner", write(tmp_path / "aligner.yaml", f"model: {folder}\nsteps: 3\nlexicon_steps: 1\n")],
                  ["align", folder, "--src", src, "--tgt", tgt, "--aligner", folder / "aligner",
@@ -216,6 +219,7 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
         post(client, "/translate", {"text": sources[0], "beam": 1})
         assert post(client, "/trace", {"text": sources[0]})["steps"]
         assert post(client, "/beam", {"text": sources[0], "beam": 3})["nodes"]
+        assert post(client, "/score", {"text": sources[:2], "translation": sources[:2]})["scores"][1]["log_probs"]
 
 
 @pytest.mark.slow  # trains a model (a few steps: about a second)
@@ -249,6 +253,7 @@ def test_transformer_commands_and_attention_maps_on_a_device(as_on_a_gpu, tmp_pa
     with local_client(create_app([folder], LIMITS)) as client:
         assert len(post(client, "/attention", {"text": source})["cross"]) == 2
         post(client, "/translate", {"text": [source], "beam": 2})
+        assert post(client, "/score", {"text": source, "translation": reverse(source)})["scores"][0]["per_token"] < 0
     if find_spec("ctranslate2") is not None:  # the weights to numpy for CTranslate2
         assert main([str(a) for a in ["export", folder, "--ct2", tmp_path / "ct2"]]) == 0, capsys.readouterr().err
 

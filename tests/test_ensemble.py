@@ -68,6 +68,15 @@ def test_a_model_ensembled_with_itself_translates_as_it_does_alone(folders, beam
         torch.testing.assert_close(torch.as_tensor(a.attention), torch.as_tensor(b.attention))
 
 
+def test_a_model_ensembled_with_itself_scores_as_it_does_alone(folders):
+    alone, twice = load(folders["rnn"]), load(folders["rnn"])
+    twice.ensemble([load(folders["rnn"])])
+    targets = [s[::-1] for s in TEXTS]
+    for a, b in zip(alone.score(TEXTS, targets), twice.score(TEXTS, targets)):
+        assert a.tokens == b.tokens
+        torch.testing.assert_close(torch.as_tensor(a.log_probs), torch.as_tensor(b.log_probs))
+
+
 def test_an_rnn_and_a_transformer_search_together(folders):
     model = load(folders["rnn"])
     model.ensemble([load(folders["transformer"]), load(folders["rnn2"])])

@@ -90,6 +90,7 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
                  ("evaluate", folder, "--trust-config", "--device", "cuda", "--json", tmp_path / "scores.json"),
                  ("evaluate", folder, "--device", "cuda", "--src", src, "--ref", tgt),
                  ("align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt", "--device", "cuda"),
+                 ("score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "scores.txt", "--device", "cuda"),
                  ("plot", folder, sources[0], "--device", "cuda", "--out", tmp_path / "heatmap.png",
                   "--states", tmp_path / "states.png", "--step", "1", tmp_path / "step.png",
                   "--gif", tmp_path / "steps.gif")):
@@ -111,6 +112,10 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
     targets = [reverse(s) for s in sources]
     for a, b in zip(force_attention(on_gpu, sources, targets), force_attention(on_cpu, sources, targets)):
         np.testing.assert_allclose(a, b, atol=1e-4)
+    for a, b in zip(on_gpu.score(sources, targets), on_cpu.score(sources, targets)):
+        np.testing.assert_allclose(a.log_probs, b.log_probs, atol=1e-4)
+    scores = [float(line) for line in (tmp_path / "scores.txt").read_text().splitlines()]
+    assert scores == pytest.approx([s.log_prob for s in on_cpu.score(sources, targets)], abs=1e-3)
     with pytest.raises(AttnmtError, match="for CPUs"):
         load(folder, quantize="int8", device="cuda")
 
@@ -240,6 +245,8 @@ def test_the_http_api_on_cuda(tmp_path):
                            ("/beam", {"text": source, "beam": 3}),
                            ("/translate", {"text": source, "model": "transformer"}),
                            ("/attention", {"text": source, "model": "transformer"}),
+                           ("/score", {"text": [source, DEV[1][0]], "translation": [DEV[0][1], DEV[1][1]]}),
+                           ("/score", {"text": source, "translation": DEV[0][1], "model": "transformer"}),
                            ("/classify", {"premise": "two red cats", "hypothesis": "two cats", "model": "pairs"}),
                            ("/translate", {"audio": audio, "model": "speech"}),
                            ("/trace", {"audio": audio, "model": "speech"})):

@@ -246,7 +246,7 @@ UNREADABLE = [
 @pytest.mark.parametrize("body, content_type, fragment", UNREADABLE, ids=[str(i) for i in range(len(UNREADABLE))])
 def test_unreadable_bodies_are_422_with_the_errors_list(served, body, content_type, fragment):
     client = served[0]
-    for path in ("/translate", "/trace", "/beam", "/attention"):
+    for path in ("/translate", "/trace", "/beam", "/attention", "/score"):
         response = client.post(path, content=body, headers={"content-type": content_type})
         detail = assert_error(response, 422, "the body is not valid UTF-8 JSON", fragment)
         [error] = response.json()["errors"]

@@ -4,11 +4,13 @@
     >>> model = attnmt.load("runs/quickstart/model")
     >>> [t] = model.translate(["22. November 2026"], beam=5)
     >>> t.text, t.tokens, t.score, t.attention.shape
+    >>> [s] = model.score(["22. November 2026"], ["2026-11-22"])   # a given translation's log p(y | x)
+    >>> s.log_prob, s.per_token, s.log_probs
 
 The public names live here; the code behind them is in the shared core (attnmt.core.folders:
-model folders and devices), the sequence-to-sequence family (attnmt.seq2seq.inference: Translator,
-Translation, Candidate) and each task's package, which ``load`` asks through the task registry
-(attnmt.core.task).
+model folders and devices), the sequence-to-sequence family (attnmt.seq2seq.inference:
+Translator; attnmt.seq2seq.results: Translation, Candidate, ScoredTranslation) and each task's
+package, which ``load`` asks through the task registry (attnmt.core.task).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from attnmt.core.folders import (  # noqa: F401
     model_config,
     weights_path,
 )
-from attnmt.seq2seq.inference import QUANTIZE, Candidate, Translation, Translator, links_of, quantize_int8  # noqa: F401
+from attnmt.seq2seq.inference import QUANTIZE, Translator, quantize_int8  # noqa: F401
+from attnmt.seq2seq.results import Candidate, ScoredTranslation, Translation, links_of  # noqa: F401
 
 
 def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = None,

@@ -11,7 +11,20 @@ import argparse
 import gc
 import sys
 
-from attnmt.cli import align, classify, compare, evaluate, export, plots, quickstart, serve, shortlist, train, translate
+from attnmt.cli import (
+    align,
+    classify,
+    compare,
+    evaluate,
+    export,
+    plots,
+    quickstart,
+    score,
+    serve,
+    shortlist,
+    train,
+    translate,
+)
 from attnmt.cli.options import MAX_TOKENS, window_argument
 from attnmt.cli.streams import log
 from attnmt.core.errors import AttnmtError
@@ -19,7 +32,7 @@ from attnmt.core.errors import AttnmtError
 __all__ = ["MAX_TOKENS", "build_parser", "command_line", "main", "window_argument"]
 
 # the command modules, in the order of the commands in `attnmt --help`
-COMMANDS = (train, translate, evaluate, shortlist, classify, export, quickstart, align, compare, serve, plots)
+COMMANDS = (train, translate, evaluate, score, shortlist, classify, export, quickstart, align, compare, serve, plots)
 
 
 def build_parser() -> argparse.ArgumentParser:

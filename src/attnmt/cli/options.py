@@ -103,24 +103,30 @@ def checkpoint_option(p):
 
 def decoding_options(p):
     """MODEL_DIR and how it decodes: translate and evaluate."""
-    p.add_argument("model_dir", help="folder of a trained model (its experiment_dir)")
+    model_options(p, max_tokens=f"a line of more subword tokens is cut to this many, with a warning (default "
+                                f"{MAX_TOKENS})")
     p.add_argument("--beam", type=_beam, default=None,
                    help=f"beam size, 1 (greedy) to {MAX_BEAM} (default: config)")
+    p.add_argument("--shortlist", nargs="?", const="", metavar="FILE",
+                   help="vocabulary shortlist: the output layer scores only the likely target pieces of each "
+                        "batch (MODEL_DIR/shortlist.json, or FILE; build it with 'attnmt shortlist MODEL_DIR'; "
+                        "default: config, decoding.shortlist)")
+
+
+def model_options(p, max_tokens: str):
+    """MODEL_DIR and how it is loaded and run (translate, evaluate, score); ``max_tokens``: the help
+    of --max-tokens, which says what happens to a longer line."""
+    p.add_argument("model_dir", help="folder of a trained model (its experiment_dir)")
     p.add_argument("--batch-size", type=_positive, default=None, help="sentences per batch")
     checkpoint_option(p)
     p.add_argument("--ensemble", action="append", metavar="MODEL_DIR",
                    help="another model of the same language pair and subwords (repeatable): each step's next-token "
                         "distribution is the mean of all (ensemble decoding; the same --checkpoint)")
-    p.add_argument("--max-tokens", type=_positive, default=MAX_TOKENS,
-                   help=f"a line of more subword tokens is cut to this many, with a warning (default {MAX_TOKENS})")
+    p.add_argument("--max-tokens", type=_positive, default=MAX_TOKENS, help=max_tokens)
     p.add_argument("--attention-window", type=window_argument, metavar="LEFT,RIGHT",
                    help="RNN attention: each step attends only within LEFT positions before and RIGHT after the "
                         "median of the previous step's weights (as in Chorowski et al. 2014; default: config, "
                         "decoding.attention_window)")
-    p.add_argument("--shortlist", nargs="?", const="", metavar="FILE",
-                   help="vocabulary shortlist: the output layer scores only the likely target pieces of each "
-                        "batch (MODEL_DIR/shortlist.json, or FILE; build it with 'attnmt shortlist MODEL_DIR'; "
-                        "default: config, decoding.shortlist)")
     device_option(p)
     reduced = p.add_mutually_exclusive_group()
     reduced.add_argument("--int8", action="store_true",

@@ -8,6 +8,7 @@ sorts each pool by length, cuts it into batches, and shuffles the batches.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch import Tensor
@@ -115,3 +116,12 @@ def inference_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     """Indices sorted by length (less padding) and cut into batches; callers restore the order."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def forced_batches(src_ids: list[list[int]], tgt_ids: list[list[int]], batch_size: int,
+                   device: torch.device | str) -> Iterator[tuple[list[int], Batch]]:
+    """Pairs of a source and a known target (forced decoding: alignment, scoring) as batches of
+    similar lengths on ``device``, each with the positions of its pairs in the input."""
+    lengths = [len(s) + len(t) for s, t in zip(src_ids, tgt_ids)]
+    for indices in inference_batches(lengths, batch_size):
+        yield indices, make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices]).to(device)

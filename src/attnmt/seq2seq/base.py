@@ -120,7 +120,15 @@ class EncoderDecoder(nn.Module, ABC):
         return self.generator(states), weights
 
     def next_token_log_probs(self, output: Tensor) -> Tensor:
-        """The decoder's output (B,H) -> log-probabilities (B,V) of the next token."""
+        """The decoder's output (B,H), or (B,T,H) -> log-probabilities (B,V), or (B,T,V), of the next token."""
         logits = self.generator(output)
-        logits[:, PAD] = logits[:, BOS] = float("-inf")  # never produced: not words of a translation
+        logits[..., PAD] = logits[..., BOS] = float("-inf")  # never produced: not words of a translation
         return torch.log_softmax(logits, dim=-1)
+
+    def target_log_probs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+                         window: tuple[int, int] | None = None) -> Tensor:
+        """Teacher forcing: log p(y_t | y_<t, x) of each token of given targets, tgt_out (B,T)
+        (y_1 ... y_n EOS, padded), as the searches score the tokens they write; 0 at the padding."""
+        states, _ = self.decoder_outputs(src, lengths, tgt_in, window)
+        log_probs = self.next_token_log_probs(states).gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)
+        return log_probs.masked_fill(tgt_out == PAD, 0.0)

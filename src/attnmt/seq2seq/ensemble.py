@@ -6,7 +6,8 @@ same subwords, search as one. At every step the next token's distribution is the
 and each keeps its own encoder output and decoder state. The attention a step reports is the mean
 of the members' (each the weights its model would draw), so the heatmaps and the word links of an
 ensemble's translations still read as one model's. An Ensemble is an EncoderDecoder for the searches
-(decoding.py: greedy, beam, sampling); teacher forcing (training, forced alignment) reads one model.
+(decoding.py: greedy, beam, sampling) and scores given translations (``target_log_probs``,
+Translator.score); the other teacher-forced passes (training, forced alignment) read one model.
 """
 
 from __future__ import annotations
@@ -82,6 +83,13 @@ class Ensemble(EncoderDecoder):
         return StepOutput(log_probs, EnsembleState([step.state for step in steps]), weights, None,
                           steps[0].context, steps[0].output)
 
+    def target_log_probs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+                         window: tuple[int, int] | None = None) -> Tensor:
+        """Given targets scored as the ensemble searches: log p(y_t | y_<t, x) = logsumexp_n log p_n - log N
+        for each token. Teacher forcing gives each member the same prefixes, so each scores them alone."""
+        members = torch.stack([model.target_log_probs(src, lengths, tgt_in, tgt_out, window) for model in self.members])
+        return torch.logsumexp(members, dim=0) - math.log(len(self.members))  # (0 at the padding, as each member's)
+
     def decoder_outputs(self, src, lengths, tgt_in, window=None):
         raise AttnmtError(_ONE_MODEL)
 
@@ -89,5 +97,5 @@ class Ensemble(EncoderDecoder):
         raise AttnmtError(_ONE_MODEL)
 
 
-_ONE_MODEL = ("an ensemble searches (translate, evaluate); teacher forcing (training, forced alignment, traces) "
-              "reads one model: use a member's folder")
+_ONE_MODEL = ("an ensemble searches (translate, evaluate) and scores translations (score); other teacher "
+              "forcing (training, forced alignment, traces) reads one model: use a member's folder")

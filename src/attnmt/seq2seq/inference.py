@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import copy
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 from pydantic import ValidationError
 
@@ -22,100 +21,15 @@ from attnmt.core.errors import AttnmtError
 from attnmt.core.folders import inference_device, inside_folder, load_model, model_config, weights_path
 from attnmt.core.progress import phase_bar
 from attnmt.data import splits
-from attnmt.data.batching import inference_batches, make_batch
+from attnmt.data.batching import forced_batches, inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.decoding import BeamRecorder, beam_search, max_output_lengths
 from attnmt.seq2seq.ensemble import Ensemble
-from attnmt.seq2seq.links import output_links
+from attnmt.seq2seq.results import Aligner, Candidate, ScoredTranslation, Translation, links_of
 from attnmt.seq2seq.search import decode
 from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
 from attnmt.seq2seq.shortlist import Shortlist, load_shortlist
-
-
-@dataclass
-class Candidate:
-    """One translation hypothesis."""
-
-    text: str  # detokenized output
-    tokens: list[str]  # subword pieces, ending in "</s>" when the model produced it
-    score: float  # log-probability / length penalty
-    attention: np.ndarray | None  # (len(tokens), len(source_tokens)); None for attention "none"
-    # Word links (source word i, output word j), "</s>" left out: filled where asked for
-    # (translate(align=True), the server's "align": true; Translator.align_outputs)
-    alignment: list[tuple[int, int]] | None = None
-
-    def __repr__(self) -> str:
-        return f"Candidate({self.text!r}, score {self.score:.3f}, {len(self.tokens)} tokens, {_shape(self.attention)})"
-
-
-# Word links of (source, output) text pairs, one list of (source word i, output word j) a pair, from
-# a model of their own rather than the attention: Translator.aligner (attnmt.translation.aligner.OutputAligner).
-Aligner = Callable[..., list[list[tuple[int, int]]]]
-
-
-def links_of(translation: "Translation", candidate: Candidate, **options) -> list[tuple[int, int]] | None:
-    """The word links of ``candidate`` of ``translation``: those filled in, else read from its
-    attention (attnmt.seq2seq.links.output_links with ``options``); None without either."""
-    if candidate.alignment is not None:
-        return candidate.alignment
-    if candidate.attention is None:
-        return None
-    return output_links(candidate.attention, translation.source_tokens, candidate.tokens, **options)
-
-
-def _shape(attention: np.ndarray | None) -> str:
-    """The attention matrix in a repr: its shape, not its numbers."""
-    return "no attention" if attention is None else "attention " + "x".join(map(str, np.shape(attention)))
-
-
-@dataclass
-class Translation:
-    source: str
-    source_tokens: list[str]  # subword pieces of the source, ending in "</s>"
-    candidates: list[Candidate] = field(default_factory=list)  # best first (n-best list)
-    truncated: bool = False  # the source was longer than max_tokens: its first max_tokens pieces were translated
-    # the Translator's aligner when it was made, for the alignment property
-    aligner: Aligner | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def best(self) -> Candidate:
-        return self.candidates[0]
-
-    def __repr__(self) -> str:
-        n = len(self.candidates)
-        return (f"{type(self).__name__}({self.source!r} -> {self.text!r}, score {self.score:.3f}, "
-                f"{len(self.source_tokens)} source tokens, {len(self.tokens)} output tokens, {_shape(self.attention)}, "
-                f"{n} candidate{'s' * (n != 1)}{', truncated' if self.truncated else ''})")
-
-    @property
-    def text(self) -> str:
-        return self.best.text
-
-    @property
-    def tokens(self) -> list[str]:
-        return self.best.tokens
-
-    @property
-    def score(self) -> float:
-        return self.best.score
-
-    @property
-    def attention(self) -> np.ndarray | None:
-        return self.best.attention
-
-    @property
-    def alignment(self) -> list[tuple[int, int]] | None:
-        """Word links of the best candidate, (source word i, output word j), both 0-based and
-        counting whitespace-separated words, "</s>" left out. From the model's aligner if it has one
-        (an alignment layer in MODEL/aligner, attnmt.translation.aligner; a guided Transformer's
-        trained heads, attnmt.translation.align.GuidedAttentionLinks), else each output word
-        linked to the source word it attended to most (attnmt.seq2seq.links.output_links; None
-        without attention)."""
-        if self.best.alignment is None and self.aligner is not None:
-            self.best.alignment = (self.aligner([self.source], [self.text])[0]
-                                   if self.source.strip() and self.text.strip() else [])
-        return links_of(self, self.best)
 
 
 class Translator:
@@ -273,6 +187,48 @@ class Translator:
                                              [self._candidate(h) for h in hypotheses], i in truncated, self.aligner)
                 bar.update(len(indices))
         return self.align_outputs(results) if align else results
+
+    def score(self, sources: list[str], translations: list[str], batch_size: int | None = None,
+              max_tokens: int | None = None, progress: str | None = None) -> list[ScoredTranslation]:
+        """How probable the model finds each given translation of its source, by forced decoding:
+        log p(y | x) = sum_t log p(y_t | y_<t, x) over the translation's subword pieces and the end
+        of sentence, each as a search scores the token it writes (no length penalty, no shortlist).
+        One ScoredTranslation per pair, in order. Low scores per token point at pairs that are not
+        translations of each other (corpus filtering); the scores also rerank other systems'
+        outputs, and their mean is the model's perplexity on a test set. An ensemble
+        (``ensemble``) scores with the mean of its members' distributions.
+
+        ``max_tokens``: AttnmtError for a pair with more subword pieces on either side (a pair cut
+        short would get another translation's score). ``progress``: as in translate().
+        """
+        if isinstance(sources, str) or isinstance(translations, str):
+            raise TypeError("score() takes two lists of strings: the sources and their translations")
+        if self.inputs != "text":
+            raise AttnmtError(f"{self.folder}: score() scores translations of text; this is {self.what}")
+        if len(sources) != len(translations):
+            raise AttnmtError(f"numbers of sentences differ: {len(sources)} sources, {len(translations)} translations")
+        sources, translations = [valid_text(t) for t in sources], [valid_text(t) for t in translations]
+        src_ids, tgt_ids = self.src_subwords.encode(sources), self.tgt_subwords.encode(translations)
+        for side, ids in (("source", src_ids), ("translation", tgt_ids)):
+            long = [i for i, pieces in enumerate(ids) if max_tokens is not None and len(pieces) > max_tokens]
+            if long:
+                raise AttnmtError(f"the {side} of pair {long[0] + 1} (counting from 1) has {len(ids[long[0]])} "
+                                  f"subword tokens, more than {max_tokens} ({len(long)} such pair(s)): a translation "
+                                  "is scored whole or not at all")
+        results: list[ScoredTranslation | None] = [None] * len(sources)
+        window = self.attention_window
+        with phase_bar(len(sources), progress or "", enabled=progress is not None) as bar:
+            for indices, batch in forced_batches(src_ids, tgt_ids, batch_size or self.config.decoding.batch_size,
+                                                 self.device):
+                with torch.inference_mode():
+                    log_probs = to_numpy(self.model.target_log_probs(batch.src, batch.src_lengths, batch.tgt_in,
+                                                                     batch.tgt_out, window).float())
+                for row, i in enumerate(indices):
+                    tokens = self.tgt_subwords.pieces(tgt_ids[i] + [EOS])
+                    results[i] = ScoredTranslation(sources[i], translations[i], tokens,
+                                                   log_probs[row, :len(tokens)].copy())
+                bar.update(len(indices))
+        return results
 
     def ensemble(self, others: list[Translator]):
         """From now on this model searches together with ``others`` (attnmt.seq2seq.ensemble: at every

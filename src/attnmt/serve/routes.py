@@ -33,6 +33,7 @@ from attnmt.serve.schemas import (
     ErrorResponse,
     HealthResponse,
     ModelInfo,
+    ScoreResponse,
     TraceResponse,
     TranslateResponse,
     request_models,
@@ -239,6 +240,24 @@ async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: fl
                         reduce="send a shorter text (or translation)")
 
 
+async def score(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
+    """How probable the model finds a given translation of each text (forced decoding, as `attnmt
+    score` and Translator.score compute it): the log-probability of every token of the translation
+    and their sum. Low scores per token point at pairs that are not translations of each other."""
+    single = isinstance(body.text, str)
+    texts, translations = ([body.text], [body.translation]) if single else (list(body.text), list(body.translation))
+    tokens = check_tokens(model, texts, limits, single)
+    forced = check_tokens(model, translations, limits, single, field="translation", side="tgt")
+    asked = work([s + t for s, t in zip(tokens, forced)], 1)  # one pass over both sides: less than a search's
+    if asked > limits.max_work:
+        raise HTTPException(422, f"the request asks for {asked} units of work (subword tokens of each text and of its "
+                                 f"translation + 1, summed); the limit is {limits.max_work}: send fewer or shorter "
+                                 "texts")
+    scored = await model.run(model.translator.score, texts, translations, deadline=deadline)
+    return await answer(ScoreResponse, {"scores": scored}, limits, model=model.name,
+                        reduce="send fewer or shorter texts")
+
+
 async def classify(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> ClassifyResponse:
     """A sentence pair through a sentence-pair model (task: pairs): label, probabilities and the
     attention between the two sentences in both softmax directions."""
@@ -260,6 +279,7 @@ def model_routes(limits: ServerLimits) -> APIRouter:
                                              ("/trace", trace, requests.trace, TraceResponse),
                                              ("/beam", beam_tree, requests.beam, BeamResponse),
                                              ("/attention", attention, requests.attention, AttentionResponse),
+                                             ("/score", score, requests.score, ScoreResponse),
                                              ("/classify", classify, requests.classify, ClassifyResponse)):
         routes.add_api_route(path, _endpoint(handler, request), methods=["POST"], response_model=response,
                              responses=ERRORS)

@@ -186,6 +186,21 @@ class AttentionResponse(Answer):
     cross: Weights = Field(description="cross-attention [layer][head][output][source], T x S per head")
 
 
+class ScoreOut(Answer):
+    source: str
+    translation: str
+    tokens: list[str] = Field(description="the translation's subword pieces, ending in '</s>'")
+    log_probs: Vector = Field(description="log p(token | the tokens before it, source) of each token, natural log")
+    log_prob: float = Field(description="their sum: log p(translation | source), without length penalty")
+    per_token: float = Field(description="log_prob / len(tokens): scores of different lengths compare")
+    perplexity: float = Field(description="exp(-per_token)")
+
+
+class ScoreResponse(Answer):
+    model: str
+    scores: list[ScoreOut] = Field(description="one per pair, in order")
+
+
 # ---------------------------------------------------------------------------------------------
 # Requests
 
@@ -209,6 +224,7 @@ class RequestModels(NamedTuple):
     beam: type[Strict]
     attention: type[Strict]
     classify: type[Strict]
+    score: type[Strict]
 
 
 def _not_blank(text: str) -> str:
@@ -250,29 +266,51 @@ def _text_or_audio(request):
     return request
 
 
+def _translation_for_each_text(request):
+    if isinstance(request.text, str) != isinstance(request.translation, str):
+        raise ValueError("text and translation go together: two strings, or two lists of the same length")
+    if not isinstance(request.text, str) and len(request.text) != len(request.translation):
+        raise ValueError(f"text has {len(request.text)} sentences and translation {len(request.translation)}: one "
+                         "translation for each text")
+    return request
+
+
+ModelName = Optional[str]
+MODEL_FIELD = Field(None, description="model name (see /models); default: the first model")
+
+
 def request_models(limits: ServerLimits) -> RequestModels:
     """The request bodies, with the limits as Field constraints (so /docs shows them)."""
     Sentence = Annotated[str, Field(min_length=1, max_length=limits.max_chars, strict=True),
                          AfterValidator(_not_blank)]
+    Sentences = Annotated[
+        Union[Annotated[Sentence, Tag("text")],
+              Annotated[list[Sentence], Field(min_length=1, max_length=limits.max_sentences), Tag("list")]],
+        Discriminator(_text_kind, custom_error_type="text_type",
+                      custom_error_message="text must be a string or a list of strings"),
+    ]
+    return RequestModels(*_requests_of_text_or_audio(limits, Sentence, Sentences),
+                         *_requests_of_text(limits, Sentence, Sentences))
+
+
+def _sentences(limits: ServerLimits) -> str:
+    return (f"one sentence, or a list of 1 to {limits.max_sentences} sentences; each 1 to {limits.max_chars} "
+            "characters, not only whitespace")
+
+
+def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tuple[type[Strict], type[Strict]]:
+    """/translate and /trace, which take text or, for a speech model, audio."""
     Audio = Annotated[str, Field(min_length=1, max_length=base64_length(limits.max_audio_bytes), strict=True)]
     audio_field = Field(None, description=f"speech models: a sound file (WAV, FLAC, ...) in base64, at most "
                                           f"{limits.max_audio_bytes:,} bytes (decoded) and "
                                           f"{limits.max_audio_seconds:g} s, at {SAMPLE_RATES[0]:,} to "
                                           f"{SAMPLE_RATES[1]:,} Hz; instead of text")
-    ModelName = Optional[str]
-    model_field = Field(None, description="model name (see /models); default: the first model")
 
     class TranslateRequest(Strict):
-        text: Annotated[
-            Union[Annotated[Sentence, Tag("text")],
-                  Annotated[list[Sentence], Field(min_length=1, max_length=limits.max_sentences), Tag("list")]],
-            Discriminator(_text_kind, custom_error_type="text_type",
-                          custom_error_message="text must be a string or a list of strings"),
-        ] = Field(None, description=f"one sentence, or a list of 1 to {limits.max_sentences} sentences; "
-                                    f"each 1 to {limits.max_chars} characters, not only whitespace")
+        text: Sentences = Field(None, description=_sentences(limits))
         audio: Optional[Union[Audio, Annotated[list[Audio], Field(min_length=1, max_length=limits.max_sentences)]]] \
             = audio_field
-        model: ModelName = model_field
+        model: ModelName = MODEL_FIELD
         beam: Optional[int] = Field(None, ge=1, le=limits.max_beam, strict=True,
                                     description="beam size (1 = greedy); default: the model's")
         n_best: int = Field(1, ge=1, le=limits.max_beam, strict=True,
@@ -288,18 +326,24 @@ def request_models(limits: ServerLimits) -> RequestModels:
     class TraceRequest(Strict):
         text: Optional[Sentence] = Field(None, description=f"one sentence of 1 to {limits.max_chars} characters")
         audio: Optional[Audio] = audio_field
-        model: ModelName = model_field
+        model: ModelName = MODEL_FIELD
         top_k: int = Field(5, ge=1, le=limits.max_top_k, strict=True, description="next-token candidates per step")
         one_source = model_validator(mode="after")(_text_or_audio)
 
+    return TranslateRequest, TraceRequest
+
+
+def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[Strict], ...]:
+    """/beam, /attention, /classify and /score, which take text only."""
+
     class BeamRequest(Strict):
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
-        model: ModelName = model_field
+        model: ModelName = MODEL_FIELD
         beam: int = Field(5, ge=1, le=limits.max_beam, strict=True, description="beam size")
 
     class AttentionRequest(Strict):
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
-        model: ModelName = model_field
+        model: ModelName = MODEL_FIELD
         translation: Optional[Sentence] = Field(
             None, description="a target text whose attention to show (forced decoding); "
                               "default: the model's translation (beam of its config)")
@@ -307,6 +351,13 @@ def request_models(limits: ServerLimits) -> RequestModels:
     class ClassifyRequest(Strict):
         premise: Sentence = Field(description=f"1 to {limits.max_chars} characters")
         hypothesis: Sentence = Field(description=f"1 to {limits.max_chars} characters")
-        model: ModelName = model_field
+        model: ModelName = MODEL_FIELD
 
-    return RequestModels(TranslateRequest, TraceRequest, BeamRequest, AttentionRequest, ClassifyRequest)
+    class ScoreRequest(Strict):
+        text: Sentences = Field(description=_sentences(limits))
+        translation: Sentences = Field(description="a translation of each text, as text gives them (a string, or a "
+                                                   "list as long)")
+        model: ModelName = MODEL_FIELD
+        one_each = model_validator(mode="after")(_translation_for_each_text)
+
+    return BeamRequest, AttentionRequest, ClassifyRequest, ScoreRequest

@@ -25,7 +25,8 @@ from attnmt.core.folders import inside_folder
 from attnmt.core.progress import phase_bar
 from attnmt.data.batching import inference_batches, target_tensors
 from attnmt.data.subwords import Subwords, subword_paths
-from attnmt.seq2seq.inference import Candidate, Translation, Translator
+from attnmt.seq2seq.inference import Translator
+from attnmt.seq2seq.results import Candidate, Translation
 from attnmt.seq2seq.search import decode
 from attnmt.speech.audio import SpeechCorpus, audio_features, load_speech_corpus, read_speech_tsv
 from attnmt.speech.model import build_speech_model

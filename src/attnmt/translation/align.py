@@ -19,7 +19,7 @@ import torch
 from attnmt.core.config import GuidedAlignment
 from attnmt.core.devices import model_device, to_numpy
 from attnmt.core.errors import AttnmtError
-from attnmt.data.batching import Batch, inference_batches, make_batch
+from attnmt.data.batching import Batch, forced_batches
 from attnmt.data.corpus import read_lines
 from attnmt.data.subwords import EOS
 from attnmt.seq2seq.links import (
@@ -141,11 +141,8 @@ def forced_matrices(translator, sources: list[str], targets: list[str], batch_si
     model = translator.model
     was_training = model.training
     model.eval()
-    device = model_device(model)
     try:
-        lengths = [len(s) + len(t) for s, t in zip(src_ids, tgt_ids)]
-        for indices in inference_batches(lengths, batch_size):
-            batch = make_batch([src_ids[i] for i in indices], [tgt_ids[i] for i in indices]).to(device)
+        for indices, batch in forced_batches(src_ids, tgt_ids, batch_size, model_device(model)):
             with torch.inference_mode():  # only the weights: no output layer
                 weights = to_numpy(weights_of(batch).float())
             for row, i in enumerate(indices):
