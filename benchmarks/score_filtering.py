@@ -13,8 +13,13 @@ and scores every pair with Translator.score. For each ranking (lowest first) it 
 each kind against the clean pairs (1.0: every spoiled pair ranks below every clean one; 0.5: chance)
 and the share of spoiled pairs among the lowest ranked as many as there are spoiled ones. Rankings:
 the log-probability per token (`attnmt score --normalize`), the sum (`attnmt score`), and, for scale,
-the length ratio of the two sides (a filter's usual first rule). Also the model's perplexity on the
-clean pairs and the scoring speed (pairs/s).
+the length ratio of the two sides (a filter's usual first rule); with --backward DIR (a target ->
+source model) also that model's log-probability per token of the source given the translation and
+the dual conditional cross-entropy of both (attnmt.translation.filtering, `attnmt score --backward`).
+Also the model's perplexity on the clean pairs and the scoring speed (pairs/s).
+
+    python benchmarks/score_filtering.py --model runs/experiments/transformer-averaged \
+        --backward runs/experiments/transformer-en-de
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ def main():
     parser.add_argument("--limit", type=int, default=1000)
     parser.add_argument("--noisy", type=int, default=50, help="pairs spoiled of each kind (default 50)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--backward", help="a target -> source model: its score and the dual score too")
     args = parser.parse_args()
 
     import attnmt
@@ -91,6 +97,12 @@ def main():
         "length ratio": -np.array([abs(np.log(max(len(t.split()), 1) / max(len(s.split()), 1)))
                                    for s, t in zip(sources, targets)]),
     }
+    if args.backward:
+        from attnmt.translation.filtering import dual_scores
+
+        dual = dual_scores(translator, attnmt.load(args.backward, args.checkpoint), sources, targets, batch_size=64)
+        rankings["backward per token"] = np.array([d.backward.per_token for d in dual])
+        rankings["dual cross-entropy"] = np.array([d.score for d in dual])
     clean = kinds == "clean"
     tokens = sum(len(s.tokens) for s, c in zip(scored, clean) if c)
     perplexity = np.exp(-sum(s.log_prob for s, c in zip(scored, clean) if c) / tokens)

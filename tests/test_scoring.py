@@ -20,8 +20,10 @@ from attnmt.data.subwords import BOS, PAD
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.decoding import length_penalty
 from attnmt.seq2seq.ensemble import Ensemble
+from attnmt.seq2seq.results import ScoredTranslation
 from attnmt.serve import ServerLimits, create_app
 from attnmt.serve.schemas import request_models
+from attnmt.translation.filtering import DualScore, dual_scores
 from conftest import local_client, reverse
 
 TRANSFORMER = {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "encoder_layers": 2,
@@ -231,3 +233,54 @@ def test_post_score_gives_what_the_python_api_gives(reverse_model):
                 ({"text": "ab", "translation": "ba", "model": "other"}, 404, "unknown model 'other'")):
             answer = client.post("/score", json=request)
             assert answer.status_code == status and message in answer.json()["detail"], answer.text
+
+
+# --- the dual score of two models, one each way ---------------------------------------------------------
+
+
+def scored(per_token: float, tokens: int) -> ScoredTranslation:
+    return ScoredTranslation("x", "y", ["p"] * tokens, np.full(tokens, per_token, dtype=np.float32))
+
+
+def test_the_dual_score_reads_like_its_equation():
+    """H_f = 1 and H_b = 3 nats per token: |1 - 3| + (1 + 3) / 2 = 4, whatever the lengths."""
+    pair = DualScore(forward=scored(-1.0, 4), backward=scored(-3.0, 7))
+    assert pair.cross_entropy == pytest.approx(4.0) and pair.score == pytest.approx(-4.0)
+    agreeing = DualScore(forward=scored(-2.0, 4), backward=scored(-2.0, 5))  # same mean, both agree: lower
+    assert agreeing.cross_entropy == pytest.approx(2.0) and agreeing.cross_entropy < pair.cross_entropy
+
+
+def test_the_dual_score_is_each_models_score_one_way_each(reverse_model):
+    """Reversing is its own inverse: the reverse model is its own backward model."""
+    translator, dev = reverse_model
+    sources = dev[:8]
+    right = [reverse(s) for s in sources]
+    dual = dual_scores(translator, translator, sources, right)
+    for d, f, b in zip(dual, translator.score(sources, right), translator.score(right, sources)):
+        np.testing.assert_allclose(d.forward.log_probs, f.log_probs, atol=1e-6)
+        np.testing.assert_allclose(d.backward.log_probs, b.log_probs, atol=1e-6)
+    halves = [r[:max(1, len(r) // 2)] for r in right]  # a translation of half the source
+    assert all(d.score > h.score for d, h in zip(dual, dual_scores(translator, translator, sources, halves)))
+
+
+def test_score_with_backward_writes_the_dual_score(reverse_model, pair_model, tmp_path, capsys):
+    translator, dev = reverse_model
+    sources, targets = dev[:5], [reverse(s) for s in dev[:5]]
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    tgt.write_text("\n".join(targets) + "\n", encoding="utf-8")
+    folder = str(translator.folder)
+    expected = dual_scores(translator, translator, sources, targets)
+    argv = ["score", folder, "--src", str(src), "--tgt", str(tgt), "--backward", folder]
+    assert main(argv) == 0
+    out, log = capsys.readouterr()
+    assert [float(line) for line in out.splitlines()] == pytest.approx([d.score for d in expected], abs=1e-5)
+    assert "5 translations" in log and "5 sources (backward)" in log
+    assert main([*argv, "--jsonl"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["backward"]["tokens"] for r in rows] == [d.backward.tokens for d in expected]
+    assert [r["score"] for r in rows] == pytest.approx([d.score for d in expected], abs=1e-6)
+    assert main([*argv, "--normalize"]) == 2
+    assert "per token already" in capsys.readouterr().err
+    assert main(["score", folder, "--src", str(src), "--tgt", str(tgt), "--backward", str(pair_model)]) == 2
+    assert "the backward model of a dual score is a sentence-pair classifier" in capsys.readouterr().err

@@ -24,30 +24,58 @@ def add_parser(subparsers):
     p.add_argument("--src-column", type=int, default=0, help="of --input, counting from 0 (default 0)")
     p.add_argument("--tgt-column", type=int, default=1, help="of --input (default 1)")
     p.add_argument("-o", "--output", help="output file; default stdout")
+    p.add_argument("--backward", metavar="MODEL_DIR",
+                   help="a target->source model: write the dual conditional cross-entropy score of Junczys-Dowmunt "
+                        "(2018), -(|H_f - H_b| + (H_f + H_b) / 2) with H each model's negative log-probability per "
+                        "token, for filtering a corpus (the same --checkpoint and --device; --ensemble models are "
+                        "forward ones)")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--normalize", action="store_true",
                        help="write the log-probability per token (the sum over the translation's subword tokens and "
                             "its end of sentence, divided by their number): scores of different lengths compare")
     shown.add_argument("--jsonl", action="store_true",
-                       help="write a JSON object per line: log_prob, per_token, tokens and each token's log_prob")
+                       help="write a JSON object per line: log_prob, per_token, tokens and each token's log_prob "
+                            "(with --backward: score, and those of each direction as forward and backward)")
     p.set_defaults(func=run)
 
 
 def run(args):
+    if args.backward and args.normalize:
+        raise AttnmtError("--backward writes the dual score, which is per token already: leave out --normalize")
     sources, translations, name = read_pairs(args)
     model = load_model(args)
     if model.inputs != "text":
         raise AttnmtError(f"{args.model_dir}: attnmt score scores translations of text; this is {model.what}")
     try:
-        scored = model.score(sources, translations, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                             progress="scoring")
+        if args.backward:
+            scored = dual(model, sources, translations, args)
+        else:
+            scored = model.score(sources, translations, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                                 progress="scoring")
     except AttnmtError as error:
         raise AttnmtError(f"{name}: {error}") from None
     write_scores(scored, args)
+    if args.backward:
+        log(summary([s.forward for s in scored], "target"))
+        log(summary([s.backward for s in scored], "source"))
+    else:
+        log(summary(scored, "target"))
+
+
+def dual(model, sources: list[str], translations: list[str], args):
+    from attnmt.api import load
+    from attnmt.cli.models import quantize
+    from attnmt.translation.filtering import dual_scores
+
+    backward = load(args.backward, args.checkpoint, quantize=quantize(args), device=args.device)
+    return dual_scores(model, backward, sources, translations, args.batch_size, args.max_tokens, progress=True)
+
+
+def summary(scored, side: str) -> str:
     tokens = sum(len(s.tokens) for s in scored)
     per_token = math.fsum(s.log_prob for s in scored) / max(tokens, 1)
-    log(f"scored {len(scored)} translations, {tokens} target tokens: log-probability per token {per_token:.4f}, "
-        f"perplexity {math.exp(-per_token):.2f}")
+    return (f"scored {len(scored)} {'translations' if side == 'target' else 'sources (backward)'}, {tokens} {side} "
+            f"tokens: log-probability per token {per_token:.4f}, perplexity {math.exp(-per_token):.2f}")
 
 
 def read_pairs(args) -> tuple[list[str], list[str], str]:
@@ -76,14 +104,21 @@ def read_pairs(args) -> tuple[list[str], list[str], str]:
 
 
 def write_scores(scored, args):
+    """A line per pair: its score (with --backward the dual score), or with --jsonl all of it."""
     out = open_output(args.output)
     try:
         for s in scored:
             if args.jsonl:
-                line = json.dumps({"log_prob": s.log_prob, "per_token": s.per_token, "tokens": s.tokens,
-                                   "token_log_probs": s.log_probs.tolist()}, ensure_ascii=False)
+                fields = ({"score": s.score, "forward": as_json(s.forward), "backward": as_json(s.backward)}
+                          if args.backward else as_json(s))
+                line = json.dumps(fields, ensure_ascii=False)
             else:
-                line = f"{s.per_token if args.normalize else s.log_prob:.6f}"
+                line = f"{s.score if args.backward else s.per_token if args.normalize else s.log_prob:.6f}"
             out.write(line + "\n")
     finally:
         close_output(out)
+
+
+def as_json(s) -> dict:
+    return {"log_prob": s.log_prob, "per_token": s.per_token, "tokens": s.tokens,
+            "token_log_probs": s.log_probs.tolist()}

@@ -119,16 +119,22 @@ class EncoderDecoder(nn.Module, ABC):
         states, weights = self.decoder_outputs(src, lengths, tgt_in, window)
         return self.generator(states), weights
 
-    def next_token_log_probs(self, output: Tensor) -> Tensor:
-        """The decoder's output (B,H), or (B,T,H) -> log-probabilities (B,V), or (B,T,V), of the next token."""
+    def next_token_logits(self, output: Tensor) -> Tensor:
+        """The decoder's output (..., H) -> the scores (..., V) of the next token."""
         logits = self.generator(output)
         logits[..., PAD] = logits[..., BOS] = float("-inf")  # never produced: not words of a translation
-        return torch.log_softmax(logits, dim=-1)
+        return logits
+
+    def next_token_log_probs(self, output: Tensor) -> Tensor:
+        """The decoder's output (B,H) -> log-probabilities (B,V) of the next token."""
+        return torch.log_softmax(self.next_token_logits(output), dim=-1)
 
     def target_log_probs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor,
                          window: tuple[int, int] | None = None) -> Tensor:
-        """Teacher forcing: log p(y_t | y_<t, x) of each token of given targets, tgt_out (B,T)
-        (y_1 ... y_n EOS, padded), as the searches score the tokens they write; 0 at the padding."""
+        """Teacher forcing: log p(y_t | y_<t, x) = s_t[y_t] - log sum_v exp s_t[v] of each token of given
+        targets, tgt_out (B,T) (y_1 ... y_n EOS, padded), as the searches score the tokens they
+        write; 0 at the padding. (Without the (B,T,V) log-softmax: only the scores are that large.)"""
         states, _ = self.decoder_outputs(src, lengths, tgt_in, window)
-        log_probs = self.next_token_log_probs(states).gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)
+        logits = self.next_token_logits(states)
+        log_probs = logits.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         return log_probs.masked_fill(tgt_out == PAD, 0.0)
