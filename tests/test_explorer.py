@@ -316,6 +316,45 @@ def test_beam_layout_is_a_function_of_the_nodes(page, server):
     assert all(n["parent"] == p["id"] for p, n in zip(best, best[1:]))
 
 
+def test_score_card_colours_each_token_by_its_probability(page, server):
+    """After a translation, the model's own output is scored token by token (/score); a wrong
+    translation typed in scores lower, beside the model's own, and its least probable token is
+    outlined; a blank one is the server's error, in the card."""
+    translate_in_page(page, "abcdef")
+    page.wait_for_selector("#score-summary")
+    own = page.input_value("#score-translation")
+    assert own == api_translation(server, "abcdef")["candidates"][0]["text"]
+
+    def shown():
+        return page.eval_on_selector_all(".score-token", "cells => cells.map(c => [c.querySelector('.tok')"
+                                         ".textContent, +c.dataset.p, c.classList.contains('least')])")
+
+    def expected(translation):
+        answer = post(server, "/score", {"text": "abcdef", "translation": translation, "model": server[1]})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["scores"][0]
+
+    first = expected(own)
+    assert [token for token, _, _ in shown()] == first["tokens"]
+    assert [p for _, p, _ in shown()] == pytest.approx(np.exp(first["log_probs"]).tolist(), abs=1e-4)
+    assert page.locator("#score-own").count() == 0  # nothing to compare with yet
+
+    page.fill("#score-translation", "abcdef")  # not reversed: a translation the model finds improbable
+    page.click("#score")
+    page.wait_for_selector("#score-own")
+    wrong = expected("abcdef")
+    assert [token for token, _, _ in shown()] == wrong["tokens"]
+    assert [least for _, _, least in shown()].index(True) == int(np.argmin(wrong["log_probs"]))
+    assert f"per token {wrong['per_token']:.3f}".replace("-", "−") in page.text_content("#score-summary")
+    assert wrong["per_token"] < first["per_token"]
+    assert f"{first['per_token']:.3f}".replace("-", "−") in page.text_content("#score-own")
+
+    page.fill("#score-translation", "  ")
+    page.press("#score-translation", "Enter")
+    page.wait_for_selector("#score-error:not([hidden])")
+    assert "HTTP 422" in page.text_content("#score-error")
+
+
 def test_api_errors_are_shown(page, server):
     translate_in_page(page, "   ")
     detail = post(server, "/translate", {"text": "   "}).json()["detail"]

@@ -55,7 +55,7 @@ def pair_page(browser, pair_server):  # noqa: F811
 def test_pair_view_shows_label_probabilities_and_attention(pair_page, pair_server):
     page = pair_page
     assert page.locator("#pair-card").is_visible() and page.locator("#source").is_hidden()
-    assert page.locator("#results-card").is_hidden()
+    assert page.locator("#results-card").is_hidden() and page.locator("#score-card").is_hidden()
     page.fill("#premise", PREMISE)
     page.fill("#hypothesis", HYPOTHESIS)
     page.press("#hypothesis", "Enter")

@@ -197,7 +197,8 @@ def test_explorer_uploads_plays_and_steps_through_audio(speech_model, tmp_path):
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(f"http://127.0.0.1:{sock.getsockname()[1]}/")
             page.wait_for_selector("body[data-state=ready]")
-            assert page.locator("#audio-card").is_visible() and page.locator("#results-card").is_hidden()
+            assert page.locator("#audio-card").is_visible() and page.locator("#results-card").is_hidden() \
+                and page.locator("#score-card").is_hidden()
             assert page.text_content("#translate") == "Transcribe"
             page.set_input_files("#audio-file", str(wavs[0]))
             page.wait_for_function("document.getElementById('audio-player').src.startsWith('blob:')")

@@ -1,9 +1,10 @@
 // attnmt attention explorer: plain ES modules, no dependencies, no build step.
 //
-// Talks to the JSON API of `attnmt serve` (/models, /translate, /trace, /beam, /attention). This module
-// wires the form to the views:
+// Talks to the JSON API of `attnmt serve` (/models, /translate, /trace, /beam, /attention, /score). This
+// module wires the form to the views:
 //   api.js      fetch and its errors            dom.js     element and SVG helpers, colour scales
 //   heatmap.js  the attention heatmap           panels.js  the translation panels (two to compare)
+//   score.js    how probable a translation is, token by token (/score)
 //   steps.js    the decoding step by step       beam.js    the beam search tree (layout, drawing)
 //   layers.js   a Transformer's layers and heads   words.js   subword pieces merged into words
 //   pairs.js    a sentence-pair model (/classify)   speech.js  audio: spectrogram, attention, steps
@@ -14,6 +15,7 @@ import { $, clear, el } from "./dom.js";
 import { LayersView } from "./layers.js";
 import { PairView } from "./pairs.js";
 import { describeModel, renderPanel, renderPanelError } from "./panels.js";
+import { ScoreView } from "./score.js";
 import { SpeechView } from "./speech.js";
 import { StepView } from "./steps.js";
 
@@ -28,6 +30,7 @@ const steps = new StepView();
 const layers = new LayersView();
 const pairs = new PairView();
 const speech = new SpeechView();
+const scoring = new ScoreView();
 
 function modelByName(name) {
   return state.models.find((m) => m.name === name);
@@ -115,7 +118,10 @@ async function translateAll() {
 
   const panelA = $("panel-a"), panelB = $("panel-b");
   state.shown.clear();
-  if (ta.status === "fulfilled") state.shown.set(panelA, [modelA, ta.value]);
+  if (ta.status === "fulfilled") {
+    state.shown.set(panelA, [modelA, ta.value]);
+    scoring.offer(modelA, text, ta.value.translations[0].candidates[0].text);
+  }
   else { errors.push(ta.reason); renderPanelError(panelA, modelA, ta.reason); }
   panelB.hidden = !modelB;
   if (modelB) {
@@ -181,6 +187,7 @@ function onModelChange() {
   const m = modelByName($("model").value);
   speech.setVisible(m?.task === "speech");
   pairs.toggle(m);
+  scoring.toggle(m);
   fillCompareList();
   labelButton();
   if (m) $("beam").value = String(m.beam);
