@@ -270,7 +270,8 @@ def test_beam_search_stops_a_sentence_that_cannot_improve_with_the_same_results(
 def test_every_tensor_of_decoding_is_made_on_the_models_device(reverse_model, tiny_transformer):
     """With "meta" as the default device, a tensor made without naming its device lands there
     and the first operation mixing it with the model's (CPU) tensors fails: decoding, tracing,
-    beam trees, forced attention, scoring and Transformer attention maps name their device everywhere."""
+    beam trees, forced attention, scoring, prefixes and Transformer attention maps name their device
+    everywhere."""
     from attnmt.translation.align import force_attention
 
     translator, sources = reverse_model
@@ -282,6 +283,8 @@ def test_every_tensor_of_decoding_is_made_on_the_models_device(reverse_model, ti
         translator.beam_tree(sources[0], beam=3)
         force_attention(translator, sources[:3], [reverse(s) for s in sources[:3]])
         translator.score(sources[:3], [reverse(s) for s in sources[:3]])
+        for beam in (1, 3):
+            translator.translate(sources[:3], beam=beam, prefix=["ab", "", "c"], shortlist=False)
         tiny_transformer.score(["abc", "de"], ["cba", ""])
         tiny_transformer.translate(["abcdefghij" * 3], beam=2)
         tiny_transformer.attention("abc")
@@ -318,6 +321,7 @@ def test_every_tensor_of_the_servers_work_is_made_on_the_models_device(reverse_m
                            ("/translate", {"text": "abc", "model": transformer}),
                            ("/attention", {"text": "abc", "model": transformer}),
                            ("/score", {"text": sources[:2], "translation": ["ab", "c"]}),
+                           ("/translate", {"text": sources[:2], "prefix": ["ab", ""], "beam": 2}),
                            ("/score", {"text": "abc", "translation": "cba", "model": transformer}),
                            ("/classify", {"premise": "two red cats", "hypothesis": "two cats", "model": "pairs"})):
             response = client.post(path, json=body)

@@ -191,6 +191,8 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     pieces = len(translator.src_subwords.encode(sources[:1])[0]) + 1  # (+ "</s>"; the target: as many)
     assert matrix.shape == (pieces, pieces)
     assert len(align(translator, sources[:2], [reverse(s) for s in sources[:2]], words=False)) == 2
+    [prefixed] = translator.translate(sources[:1], beam=2, prefix=[reverse(sources[0])[:1]])
+    assert isinstance(prefixed.attention, np.ndarray)
     [scored] = translator.score(sources[:1], [reverse(sources[0])])
     assert isinstance(scored.log_probs, np.ndarray) and scored.log_prob < 0
 

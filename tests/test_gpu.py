@@ -112,6 +112,11 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
     targets = [reverse(s) for s in sources]
     for a, b in zip(force_attention(on_gpu, sources, targets), force_attention(on_cpu, sources, targets)):
         np.testing.assert_allclose(a, b, atol=1e-4)
+    starts = [t[:2] for t in targets]
+    prefixed = zip(starts, on_gpu.translate(sources, beam=3, prefix=starts), on_cpu.translate(sources, beam=3,
+                                                                                              prefix=starts))
+    for start, a, b in prefixed:  # the textbook search on the GPU, with its constraint on the device
+        assert a.text.startswith(start) and a.text == b.text
     for a, b in zip(on_gpu.score(sources, targets), on_cpu.score(sources, targets)):
         np.testing.assert_allclose(a.log_probs, b.log_probs, atol=1e-4)
     scores = [float(line) for line in (tmp_path / "scores.txt").read_text().splitlines()]
@@ -246,6 +251,7 @@ def test_the_http_api_on_cuda(tmp_path):
                            ("/translate", {"text": source, "model": "transformer"}),
                            ("/attention", {"text": source, "model": "transformer"}),
                            ("/score", {"text": [source, DEV[1][0]], "translation": [DEV[0][1], DEV[1][1]]}),
+                           ("/translate", {"text": [source, DEV[1][0]], "prefix": [DEV[0][1][:2], ""], "beam": 3}),
                            ("/score", {"text": source, "translation": DEV[0][1], "model": "transformer"}),
                            ("/classify", {"premise": "two red cats", "hypothesis": "two cats", "model": "pairs"}),
                            ("/translate", {"audio": audio, "model": "speech"}),

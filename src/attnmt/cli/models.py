@@ -43,7 +43,7 @@ def translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = 
     """The translations of ``lines``, each cut to --max-tokens subword pieces with a warning."""
     translations = model.translate(lines, beam=args.beam, n_best=n_best, batch_size=args.batch_size,
                                    max_tokens=args.max_tokens, progress="translating",
-                                   sampling=getattr(args, "sampling", None))
+                                   sampling=getattr(args, "sampling", None), prefix=getattr(args, "prefixes", None))
     for number, t in enumerate(translations, start=1):
         if t.truncated:
             log(f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "

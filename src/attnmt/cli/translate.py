@@ -24,6 +24,9 @@ def add_parser(subparsers):
                    help="argmax: each output word to its most attended source word; threshold: every link with "
                         "weight >= --align-threshold (default: argmax for the attention, threshold for an aligner)")
     p.add_argument("--align-threshold", type=float, default=0.5, help="for --align-method threshold")
+    p.add_argument("--prefix", metavar="FILE",
+                   help="a start for each input line's translation, line by line (an empty line: none): the search "
+                        "continues it, as OpenNMT-py's --tgt_prefix (interactive translation)")
     p.add_argument("--aligner", metavar="DIR|none",
                    help="read the word links from this alignment layer of the model (attnmt train-aligner); 'none': "
                         "from the search's attention. Default: MODEL/aligner if it was trained on these weights, else "
@@ -56,6 +59,7 @@ def run(args):
     if args.aligner:
         model.aligner = None if args.aligner == "none" else output_aligner(args.aligner, model)
     lines = read_input(args.input)
+    args.prefixes = prefixes_of(args, model, len(lines))
     translations, unusable = decode_for_task(model, lines, args)
     if aligned(args):
         translations = model.align_outputs(translations, args.n_best, method=args.align_method,
@@ -83,6 +87,21 @@ def sampling_of(args, model):
     if model.inputs != "text":
         raise AttnmtError(f"{args.model_dir}: --sample is for translation models")
     return Sampling(top_k=args.top_k, top_p=args.top_p, temperature=args.temperature, seed=args.seed)
+
+
+def prefixes_of(args, model, count: int) -> list[str] | None:
+    """The lines of --prefix, one for each input line; None without it."""
+    from attnmt.data.corpus import read_lines
+
+    if args.prefix is None:
+        return None
+    if model.inputs != "text":
+        raise AttnmtError(f"{args.model_dir}: --prefix is for translation models")
+    prefixes = read_lines(args.prefix)
+    if len(prefixes) != count:
+        raise AttnmtError(f"line counts differ: {args.input or '<stdin>'} has {count} lines, {args.prefix} "
+                          f"has {len(prefixes)} (--prefix: one line, maybe empty, for each input line)")
+    return prefixes
 
 
 def decode_for_task(model, lines: list[str], args) -> tuple[list, dict[int, str]]:

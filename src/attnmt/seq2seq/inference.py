@@ -140,7 +140,8 @@ class Translator:
     def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
                   batch_size: int | None = None, max_tokens: int | None = None,
                   progress: str | None = None, shortlist: bool | str | Path | None = None,
-                  align: bool = False, sampling: Sampling | dict | None = None) -> list[Translation]:
+                  align: bool = False, sampling: Sampling | dict | None = None,
+                  prefix: list[str] | None = None) -> list[Translation]:
         """Translates each text; the output has one Translation per input, in order.
 
         Empty (or whitespace-only) inputs give an empty translation without running the model.
@@ -155,6 +156,8 @@ class Translator:
         ``sampling``: each translation drawn from the model instead of searched for
         (attnmt.core.config.Sampling, or a dict of its fields: top_k, top_p, temperature, seed); one
         candidate each, beam 1.
+        ``prefix``: for each text, the start its translations must have ("": none), as subword pieces
+        of its text; the search continues it (attnmt.seq2seq.prefix).
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
@@ -168,6 +171,7 @@ class Translator:
         generator = self._generator(sampling)
         table = self.shortlist_table(self.shortlist if shortlist is None else shortlist)
         texts = [valid_text(text) for text in texts]
+        prefix_ids = self._prefix_ids(texts, prefix)
         src_ids = self.src_subwords.encode(texts)
         truncated = {i for i, ids in enumerate(src_ids) if max_tokens is not None and len(ids) > max_tokens}
         for i in truncated:
@@ -181,12 +185,22 @@ class Translator:
                 batch = make_batch([src_ids[i] for i in indices]).to(self.device)
                 with torch.inference_mode():
                     decoded = decode(self.model, batch.src, batch.src_lengths, dc, beam=beam, n_best=n_best,
-                                     shortlist=table, sampling=sampling, generator=generator)
+                                     shortlist=table, sampling=sampling, generator=generator,
+                                     prefixes=None if prefix_ids is None else [prefix_ids[i] for i in indices])
                 for i, hypotheses in zip(indices, decoded):
                     results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
                                              [self._candidate(h) for h in hypotheses], i in truncated, self.aligner)
                 bar.update(len(indices))
         return self.align_outputs(results) if align else results
+
+    def _prefix_ids(self, texts: list[str], prefix: list[str] | None) -> list[list[int]] | None:
+        """The target pieces of each text's prefix; None where no text has one."""
+        if prefix is None:
+            return None
+        if isinstance(prefix, str) or len(prefix) != len(texts):
+            raise AttnmtError(f"prefix: give a list with a prefix for each of the {len(texts)} texts (\"\": none)")
+        ids = self.tgt_subwords.encode([valid_text(p) for p in prefix])
+        return ids if any(ids) else None
 
     def score(self, sources: list[str], translations: list[str], batch_size: int | None = None,
               max_tokens: int | None = None, progress: str | None = None) -> list[ScoredTranslation]:

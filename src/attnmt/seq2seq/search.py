@@ -12,30 +12,58 @@ from attnmt.core.config import DecodingConfig, Sampling
 from attnmt.seq2seq import decoding, fast_decoding
 from attnmt.seq2seq.base import EncoderDecoder
 from attnmt.seq2seq.decoding import max_output_lengths
+from attnmt.seq2seq.prefix import Prefixed
 from attnmt.seq2seq.shortlist import Shortlist, restricted
 
 
 def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: DecodingConfig, *,
            beam: int | None = None, n_best: int = 1, shortlist: Shortlist | None = None,
-           sampling: Sampling | None = None, generator: torch.Generator | None = None):
+           sampling: Sampling | None = None, generator: torch.Generator | None = None,
+           prefixes: list[list[int]] | None = None):
     """Greedy search (beam 1) or beam search, as ``settings`` say: its beam (unless ``beam`` is
     given), length penalty, output length limits (max_length_ratio, max_length_offset) and
     attention window. On a GPU with the speed tricks on, those of attnmt.seq2seq.fast_decoding:
     the same hypotheses, without waiting for the GPU at every step. ``shortlist``: the output
     layer restricted to the batch's candidates (attnmt.seq2seq.shortlist). ``sampling``: each output
     drawn instead (beam and n_best 1; on every device the textbook loop of decoding.greedy_search),
-    with ``generator``'s random numbers if given. (settings.batch_size and settings.shortlist are for
-    the callers that cut the sources into batches and choose the table.)"""
+    with ``generator``'s random numbers if given. ``prefixes``: the token ids each sentence's outputs
+    begin with (attnmt.seq2seq.prefix; empty: none), on every device through the textbook searches;
+    a sentence's length limit is then at least its prefix and max_length_offset more tokens.
+    (settings.batch_size and settings.shortlist are for the callers that cut the sources into
+    batches and choose the table.)"""
     beam = (1 if sampling is not None else settings.beam) if beam is None else beam
     if sampling is not None and (beam, n_best) != (1, 1):
         raise ValueError(f"sampling draws one output per sentence: beam and n_best must be 1 (got {beam}, {n_best})")
     vocabulary = None if shortlist is None else shortlist.vocabulary(src)
-    with restricted(model, vocabulary):
-        return _search(model, src, src_lengths, settings, beam, n_best, vocabulary, sampling, generator)
-
-
-def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, vocabulary, sampling, generator):
     max_lengths = max_output_lengths(src_lengths, settings.max_length_ratio, settings.max_length_offset)
+    searched = model
+    if prefixes is not None:
+        vocabulary = with_prefix_tokens(vocabulary, prefixes)
+        columns = prefixes if vocabulary is None else [columns_of(vocabulary, p) for p in prefixes]
+        searched = Prefixed(model, columns, src.device)
+        max_lengths = [max(limit, len(p) + settings.max_length_offset) for limit, p in zip(max_lengths, prefixes)]
+    with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
+        return _search(searched, src, src_lengths, settings, beam, n_best, vocabulary, sampling, generator,
+                       max_lengths)
+
+
+def with_prefix_tokens(vocabulary: Tensor | None, prefixes: list[list[int]]) -> Tensor | None:
+    """A shortlist's ids with those of the prefixes added (still sorted): a prefix is written whatever
+    the shortlist says."""
+    if vocabulary is None:
+        return None
+    tokens = torch.tensor([t for p in prefixes for t in p], dtype=vocabulary.dtype, device=vocabulary.device)
+    return torch.unique(torch.cat([vocabulary, tokens]))
+
+
+def columns_of(vocabulary: Tensor, tokens: list[int]) -> list[int]:
+    """The columns of a shortlist's log-probabilities that stand for ``tokens`` (all in its sorted ids)."""
+    return torch.searchsorted(vocabulary, torch.tensor(tokens, dtype=vocabulary.dtype,
+                                                       device=vocabulary.device)).tolist()
+
+
+def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, vocabulary, sampling, generator,
+            max_lengths: list[int]):
     alpha, window = settings.length_penalty, settings.attention_window
     if sampling is not None:
         return decoding.greedy_search(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary,

@@ -101,12 +101,14 @@ def check_work(tokens: list[int], beam: int, limits: ServerLimits):
                                  "texts, or ask for a smaller beam")
 
 
-def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: ServerLimits):
+def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: ServerLimits, prefixes: list[int]):
     """422 before decoding for /translate attention matrices that could exceed ``max_answer_values``:
-    n_best candidates per text, each up to its output length limit x its source tokens."""
+    n_best candidates per text, each up to its output length limit (at least its prefix's tokens
+    and max_length_offset more) x its source tokens."""
     dc = model.translator.config.decoding
     sources = [n + 1 for n in tokens]  # + 1: the end of sentence
     outputs = max_output_lengths(torch.tensor(sources, device="cpu"), dc.max_length_ratio, dc.max_length_offset)
+    outputs = [max(limit, p + dc.max_length_offset) for limit, p in zip(outputs, prefixes)]
     bound = n_best * sum(s * t for s, t in zip(sources, outputs))
     if bound > limits.max_answer_values:
         raise HTTPException(422, f"the answer could hold up to {bound} attention weights ({n_best} matrices per text "
@@ -184,11 +186,15 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
         beam = body.beam if body.beam is not None else min(model.translator.config.decoding.beam, limits.max_beam)
     if body.n_best > beam:
         raise HTTPException(422, f"n_best ({body.n_best}) cannot exceed the beam size ({beam})")
-    tokens = check_tokens(model, texts, limits, single=isinstance(body.text, str))
-    check_work(tokens, beam, limits)
+    single = isinstance(body.text, str)
+    tokens = check_tokens(model, texts, limits, single)
+    prefixes = None if body.prefix is None else [body.prefix] if single else list(body.prefix)
+    forced = [0] * len(texts) if prefixes is None else check_tokens(model, prefixes, limits, single, "prefix", "tgt")
+    steps = [max(n, p) for n, p in zip(tokens, forced)]  # a prefix may make an output longer than its source's limit
+    check_work(steps, beam, limits)
     if body.attention:
-        check_matrices(model, tokens, body.n_best, limits)
-    translations = await model.batcher.translate(texts, tokens, beam, body.n_best, deadline, sampling)
+        check_matrices(model, tokens, body.n_best, limits, forced)
+    translations = await model.batcher.translate(texts, steps, beam, body.n_best, deadline, sampling, prefixes)
     if body.align:  # before the attention may be dropped; an aligner is a model: in the worker thread
         align_outputs = model.translator.align_outputs
         translations = (await model.run(align_outputs, translations, deadline=deadline) if model.translator.aligner

@@ -266,13 +266,26 @@ def _text_or_audio(request):
     return request
 
 
-def _translation_for_each_text(request):
-    if isinstance(request.text, str) != isinstance(request.translation, str):
-        raise ValueError("text and translation go together: two strings, or two lists of the same length")
-    if not isinstance(request.text, str) and len(request.text) != len(request.translation):
-        raise ValueError(f"text has {len(request.text)} sentences and translation {len(request.translation)}: one "
-                         "translation for each text")
+def _one_for_each_text(request, field: str, what: str):
+    """``field`` of the request is a string for a string ``text``, a list as long for a list."""
+    value = getattr(request, field)
+    if value is None:
+        return request
+    if request.text is None:
+        raise ValueError(f"{field} goes with text: a speech model's audio has no {what}")
+    if isinstance(request.text, str) != isinstance(value, str):
+        raise ValueError(f"text and {field} go together: two strings, or two lists of the same length")
+    if not isinstance(request.text, str) and len(request.text) != len(value):
+        raise ValueError(f"text has {len(request.text)} sentences and {field} {len(value)}: one {what} for each text")
     return request
+
+
+def _translation_for_each_text(request):
+    return _one_for_each_text(request, "translation", "translation")
+
+
+def _prefix_for_each_text(request):
+    return _one_for_each_text(request, "prefix", "prefix")
 
 
 ModelName = Optional[str]
@@ -300,6 +313,7 @@ def _sentences(limits: ServerLimits) -> str:
 
 def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tuple[type[Strict], type[Strict]]:
     """/translate and /trace, which take text or, for a speech model, audio."""
+    Prefix = Annotated[str, Field(max_length=limits.max_chars, strict=True)]  # "" is no prefix
     Audio = Annotated[str, Field(min_length=1, max_length=base64_length(limits.max_audio_bytes), strict=True)]
     audio_field = Field(None, description=f"speech models: a sound file (WAV, FLAC, ...) in base64, at most "
                                           f"{limits.max_audio_bytes:,} bytes (decoded) and "
@@ -320,8 +334,12 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
         sampling: Optional[SamplingIn] = Field(None, description="draw each translation from the model (as for "
                                                                  "back-translation) instead of the beam search; "
                                                                  "beam and n_best 1")
+        prefix: Optional[Union[Prefix, Annotated[list[Prefix], Field(min_length=1, max_length=limits.max_sentences)]]] \
+            = Field(None, description="the start of each text's translation, as text gives them (a string, or a list "
+                                      "as long; \"\": none): the search continues it (interactive translation)")
         one_source = model_validator(mode="after")(_text_or_audio)
         draws_one = model_validator(mode="after")(_sampling_draws_one)
+        prefix_each = model_validator(mode="after")(_prefix_for_each_text)
 
     class TraceRequest(Strict):
         text: Optional[Sentence] = Field(None, description=f"one sentence of 1 to {limits.max_chars} characters")

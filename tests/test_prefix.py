@@ -1,0 +1,160 @@
+"""Prefix-constrained decoding: outputs begin with the given tokens and go on as the model would after
+them (forced, then searched), with the model's log-probability as their score, for greedy and beam
+search, sampling, shortlists and ensembles; translate(prefix=...), `attnmt translate --prefix` and
+the "prefix" of POST /translate."""
+
+import pytest
+import torch
+
+from attnmt.cli import main
+from attnmt.core.config import DecodingConfig, ModelConfig, Sampling
+from attnmt.core.errors import AttnmtError
+from attnmt.data.batching import make_batch
+from attnmt.data.subwords import BOS, EOS
+from attnmt.seq2seq import build_model
+from attnmt.seq2seq.decoding import length_penalty
+from attnmt.seq2seq.ensemble import Ensemble
+from attnmt.seq2seq.search import columns_of, decode, with_prefix_tokens
+from attnmt.serve import ServerLimits, create_app
+from attnmt.serve.schemas import request_models
+from conftest import local_client, reverse
+
+TRANSFORMER = {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "encoder_layers": 2,
+               "decoder_layers": 2, "dropout": 0.0, "attention_dropout": 0.0}
+SETTINGS = DecodingConfig(beam=3, length_penalty=0.0, max_length_ratio=1.0, max_length_offset=4)
+
+
+def untrained(**config):
+    return build_model(ModelConfig(**{"embedding_size": 16, "encoder_hidden": 8, "decoder_hidden": 16,
+                                      "attention_size": 8, "dropout": 0.0, **config}), 20, 20).eval()
+
+
+SOURCES = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [4]]
+PREFIXES = [[7, 7], [], [12, 5, 9, 4, 6, 8, 11, 13, 15], [19]]  # none, and one longer than its length limit
+
+
+def forced_then_greedy(model, source: list[int], prefix: list[int], limit: int) -> tuple[list[int], float]:
+    """The reference: the prefix fed to the decoder step by step, its log-probabilities summed, then
+    the most probable token each step until EOS or the limit."""
+    batch = make_batch([source])
+    memory = model.encode(batch.src, batch.src_lengths)
+    state, prev, tokens, total = model.init_state(memory), torch.tensor([BOS]), [], 0.0
+    while len(tokens) < limit and (not tokens or tokens[-1] != EOS):
+        step = model.decode_step(prev, state, memory)
+        token = prefix[len(tokens)] if len(tokens) < len(prefix) else int(step.log_probs[0].argmax())
+        total += float(step.log_probs[0, token])
+        tokens.append(token)
+        state, prev = step.state, torch.tensor([token])
+    return tokens, total
+
+
+@pytest.mark.parametrize("config", [{"attention": "bahdanau"}, TRANSFORMER], ids=["rnn", "transformer"])
+def test_greedy_search_forces_each_prefix_then_goes_on_as_the_model_would(config):
+    model = untrained(**config)
+    batch = make_batch(SOURCES)
+    with torch.inference_mode():
+        found = decode(model, batch.src, batch.src_lengths, SETTINGS, beam=1, prefixes=PREFIXES)
+        for source, prefix, [hypothesis] in zip(SOURCES, PREFIXES, found):
+            limit = max(len(source) + 1 + 4, len(prefix) + 4)  # ratio 1, offset 4; at least prefix + offset
+            tokens, log_prob = forced_then_greedy(model, source, prefix, limit)
+            assert hypothesis.tokens == tokens and hypothesis.tokens[:len(prefix)] == prefix
+            assert hypothesis.log_prob == pytest.approx(log_prob, abs=1e-4)
+
+
+@pytest.mark.parametrize("config", [{"attention": "bahdanau"}, TRANSFORMER], ids=["rnn", "transformer"])
+def test_every_beam_hypothesis_begins_with_its_prefix_and_scores_as_the_model_does(config):
+    model = untrained(**config)
+    batch = make_batch(SOURCES)
+    with torch.inference_mode():
+        found = decode(model, batch.src, batch.src_lengths, SETTINGS, beam=3, n_best=3, prefixes=PREFIXES)
+        free = decode(model, batch.src[1:2], batch.src_lengths[1:2], SETTINGS, beam=3, n_best=3)
+        for source, prefix, hypotheses in zip(SOURCES, PREFIXES, found):
+            assert len(hypotheses) == 3 and all(h.tokens[:len(prefix)] == prefix for h in hypotheses)
+            batch = make_batch([source])
+            for h in hypotheses:  # its tokens' score, teacher-forced (ended by EOS or by the length limit)
+                tgt_in, tgt_out = torch.tensor([[BOS] + h.tokens[:-1]]), torch.tensor([h.tokens])
+                forced = model.target_log_probs(batch.src, batch.src_lengths, tgt_in, tgt_out)
+                assert h.log_prob == pytest.approx(float(forced.sum()), abs=1e-4)
+    assert [h.tokens for h in found[1]] == [h.tokens for h in free[0]]  # no prefix: the search as it was
+
+
+def test_sampling_and_an_ensemble_keep_to_the_prefix():
+    members = [untrained(attention="bahdanau"), untrained(**TRANSFORMER)]
+    batch = make_batch(SOURCES)
+    with torch.inference_mode():
+        drawn = decode(members[0], batch.src, batch.src_lengths, SETTINGS, sampling=Sampling(seed=1),
+                       generator=torch.Generator().manual_seed(1), prefixes=PREFIXES)
+        together = decode(Ensemble(members), batch.src, batch.src_lengths, SETTINGS, beam=2, prefixes=PREFIXES)
+    for prefix, [a], [b] in zip(PREFIXES, drawn, together):
+        assert a.tokens[:len(prefix)] == prefix and b.tokens[:len(prefix)] == prefix
+
+
+def test_a_shortlist_gets_the_prefixs_tokens_and_their_columns():
+    vocabulary = torch.tensor([0, 1, 2, 3, 7, 9])
+    widened = with_prefix_tokens(vocabulary, [[5, 9], [], [7]])
+    assert widened.tolist() == [0, 1, 2, 3, 5, 7, 9]
+    assert columns_of(widened, [5, 9]) == [4, 6] and columns_of(widened, []) == []
+    assert with_prefix_tokens(None, [[5]]) is None
+
+
+def test_a_translate_request_has_a_prefix_for_each_text():
+    request = request_models(ServerLimits(max_sentences=4)).translate
+    assert request.model_validate({"text": ["ab", "cd"], "prefix": ["b", ""]}).prefix == ["b", ""]
+    for body, message in (({"text": ["ab", "cd"], "prefix": ["b"]}, "one prefix for each text"),
+                          ({"text": "ab", "prefix": ["b"]}, "two strings, or two lists"),
+                          ({"audio": "AAAA", "prefix": "b"}, "prefix goes with text"),
+                          ({"text": "ab", "prefix": 3}, "string")):
+        with pytest.raises(ValueError, match=message):
+            request.model_validate(body)
+
+
+# --- a trained model (slow) ---------------------------------------------------------------------------
+
+
+def test_translate_continues_a_prefix(reverse_model):
+    translator, dev = reverse_model
+    texts = dev[:6]
+    starts = [reverse(t)[:2] for t in texts[:3]] + ["jj", "", reverse(texts[5])]
+    translations = translator.translate(texts, beam=3, prefix=starts)
+    for text, start, t in zip(texts, starts, translations):
+        assert t.text.startswith(start)
+        if start in ("", reverse(text)[:2], reverse(text)):  # a right start: the model finishes the reversal
+            assert t.text == reverse(text)
+    scored = translator.score(texts, [t.text for t in translations])
+    alpha = translator.config.decoding.length_penalty
+    for t, s in zip(translations, scored):  # the score of a prefixed output is the model's, as unforced
+        assert s.tokens == t.tokens and s.log_prob == pytest.approx(t.score * length_penalty(len(t.tokens), alpha),
+                                                                    abs=1e-4)
+    unforced = [t.text for t in translator.translate(texts)]
+    assert [t.text for t in translator.translate(texts, prefix=[""] * 6)] == unforced
+    with pytest.raises(AttnmtError, match="a prefix for each of the 6 texts"):
+        translator.translate(texts, prefix=starts[:2])
+
+
+def test_translate_command_reads_a_prefix_per_line(reverse_model, tmp_path, capsys):
+    translator, dev = reverse_model
+    src, prefixes = tmp_path / "src.txt", tmp_path / "prefix.txt"
+    src.write_text("\n".join(dev[:3]) + "\n", encoding="utf-8")
+    prefixes.write_text("jj\n\nih\n", encoding="utf-8")
+    assert main(["translate", str(translator.folder), "-i", str(src), "--prefix", str(prefixes), "--beam", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("jj") and lines[1] == reverse(dev[1]) and lines[2].startswith("ih")
+    prefixes.write_text("zz\n", encoding="utf-8")
+    assert main(["translate", str(translator.folder), "-i", str(src), "--prefix", str(prefixes)]) == 2
+    assert "has 3 lines" in capsys.readouterr().err
+
+
+def test_post_translate_with_a_prefix(reverse_model):
+    translator, dev = reverse_model
+    limits = ServerLimits(max_sentences=8, max_chars=40, max_tokens=12, max_work=400, timeout=30.0)
+    with local_client(create_app([translator.folder], limits)) as client:
+        answer = client.post("/translate", json={"text": dev[:3], "prefix": ["jj", "", reverse(dev[2])[:3]],
+                                                 "beam": 2, "attention": False})
+        assert answer.status_code == 200, answer.text
+        texts = [t["candidates"][0]["text"] for t in answer.json()["translations"]]
+        expected = translator.translate(dev[:3], beam=2, prefix=["jj", "", reverse(dev[2])[:3]])
+        assert texts == [t.text for t in expected] and texts[0].startswith("jj") and texts[2] == reverse(dev[2])
+        [one] = client.post("/translate", json={"text": dev[0], "prefix": "e", "beam": 1}).json()["translations"]
+        assert one["candidates"][0]["text"].startswith("e")
+        refused = client.post("/translate", json={"text": "ab", "prefix": "a" * 13})
+        assert refused.status_code == 422 and "prefix has 14 subword tokens" in refused.json()["detail"]
