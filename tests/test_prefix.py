@@ -14,7 +14,9 @@ from attnmt.data.subwords import BOS, EOS
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.decoding import length_penalty
 from attnmt.seq2seq.ensemble import Ensemble
+from attnmt.seq2seq.prefix import Prefixes, Spelling, split_last_word
 from attnmt.seq2seq.search import columns_of, decode, with_prefix_tokens
+from attnmt.seq2seq.shortlist import Shortlist
 from attnmt.serve import ServerLimits, create_app
 from attnmt.serve.schemas import request_models
 from conftest import local_client, reverse
@@ -53,7 +55,7 @@ def test_greedy_search_forces_each_prefix_then_goes_on_as_the_model_would(config
     model = untrained(**config)
     batch = make_batch(SOURCES)
     with torch.inference_mode():
-        found = decode(model, batch.src, batch.src_lengths, SETTINGS, beam=1, prefixes=PREFIXES)
+        found = decode(model, batch.src, batch.src_lengths, SETTINGS, beam=1, prefixes=Prefixes(PREFIXES))
         for source, prefix, [hypothesis] in zip(SOURCES, PREFIXES, found):
             limit = max(len(source) + 1 + 4, len(prefix) + 4)  # ratio 1, offset 4; at least prefix + offset
             tokens, log_prob = forced_then_greedy(model, source, prefix, limit)
@@ -66,7 +68,8 @@ def test_every_beam_hypothesis_begins_with_its_prefix_and_scores_as_the_model_do
     model = untrained(**config)
     batch = make_batch(SOURCES)
     with torch.inference_mode():
-        found = decode(model, batch.src, batch.src_lengths, SETTINGS, beam=3, n_best=3, prefixes=PREFIXES)
+        found = decode(model, batch.src, batch.src_lengths, SETTINGS, beam=3, n_best=3,
+                       prefixes=Prefixes(PREFIXES))
         free = decode(model, batch.src[1:2], batch.src_lengths[1:2], SETTINGS, beam=3, n_best=3)
         for source, prefix, hypotheses in zip(SOURCES, PREFIXES, found):
             assert len(hypotheses) == 3 and all(h.tokens[:len(prefix)] == prefix for h in hypotheses)
@@ -83,18 +86,74 @@ def test_sampling_and_an_ensemble_keep_to_the_prefix():
     batch = make_batch(SOURCES)
     with torch.inference_mode():
         drawn = decode(members[0], batch.src, batch.src_lengths, SETTINGS, sampling=Sampling(seed=1),
-                       generator=torch.Generator().manual_seed(1), prefixes=PREFIXES)
-        together = decode(Ensemble(members), batch.src, batch.src_lengths, SETTINGS, beam=2, prefixes=PREFIXES)
+                       generator=torch.Generator().manual_seed(1), prefixes=Prefixes(PREFIXES))
+        together = decode(Ensemble(members), batch.src, batch.src_lengths, SETTINGS, beam=2,
+                          prefixes=Prefixes(PREFIXES))
     for prefix, [a], [b] in zip(PREFIXES, drawn, together):
         assert a.tokens[:len(prefix)] == prefix and b.tokens[:len(prefix)] == prefix
 
 
 def test_a_shortlist_gets_the_prefixs_tokens_and_their_columns():
     vocabulary = torch.tensor([0, 1, 2, 3, 7, 9])
-    widened = with_prefix_tokens(vocabulary, [[5, 9], [], [7]])
+    widened = with_prefix_tokens(vocabulary, Prefixes([[5, 9], [], [7]]))
     assert widened.tolist() == [0, 1, 2, 3, 5, 7, 9]
     assert columns_of(widened, [5, 9]) == [4, 6] and columns_of(widened, []) == []
-    assert with_prefix_tokens(None, [[5]]) is None
+    assert with_prefix_tokens(None, Prefixes([[5]])) is None
+    spelled = with_prefix_tokens(vocabulary, Prefixes([[5], []], ["", "▁do"], Spelling(PIECES)))
+    assert spelled.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 9, 10]  # "▁d", "▁do", "▁dog", "▁"; "d" and "o" after them
+
+
+def test_a_prefix_is_cut_before_the_word_it_ends_inside():
+    assert split_last_word("The do") == ("The ", "do")
+    assert split_last_word("The ") == ("The ", "") and split_last_word("") == ("", "")
+    assert split_last_word("do") == ("", "do") and split_last_word("a\tb c\nde") == ("a\tb c\n", "de")
+
+
+# ids 4-12 of a 20-piece vocabulary as text; 0-3 (PAD, UNK, BOS, EOS) and 13-19 spell nothing
+PIECES = ["", "", "", "", "▁d", "▁do", "▁dog", "o", "g", "▁", "d", "s", "▁cat"] + [""] * 7
+
+
+def test_a_piece_fits_a_word_if_it_starts_it_or_goes_beyond_it():
+    spelling = Spelling(PIECES)
+    fits = [i for i, ok in enumerate(spelling.fits("▁do").tolist()) if ok]
+    assert fits == [4, 5, 6, 9]  # "▁d", "▁do", "▁dog", "▁"; not "o", "d", "▁cat", nor EOS
+    assert spelling.after("▁do", 4) == "o" and spelling.after("▁do", 6) == "" and spelling.after("o", 7) == ""
+    assert spelling.after("▁do", 9) == "do"
+
+
+@pytest.mark.parametrize("config", [{"attention": "bahdanau"}, TRANSFORMER], ids=["rnn", "transformer"])
+def test_every_search_spells_the_word_a_prefix_ends_inside(config):
+    """After its whole tokens, each output's next pieces spell its word: their text starts with it,
+    or it with theirs, up to the piece that reaches its end."""
+    model, batch = untrained(**config), make_batch(SOURCES)
+    prefixes = Prefixes([[7, 7], [], [12], []], ["▁do", "▁d", "", ""], Spelling(PIECES))
+    searches = {"greedy": {"beam": 1}, "beam": {"beam": 3, "n_best": 3}, "sampling": {"sampling": Sampling(seed=2)}}
+    for name, options in searches.items():
+        with torch.inference_mode():
+            found = decode(model, batch.src, batch.src_lengths, SETTINGS, prefixes=prefixes, **options)
+        for tokens, word, hypotheses in zip(prefixes.tokens, prefixes.words, found):
+            for h in hypotheses:
+                assert h.tokens[:len(tokens)] == tokens, name
+                text = "".join(PIECES[t] for t in h.tokens[len(tokens):len(tokens) + len(word)])
+                assert text.startswith(word) or (word.startswith(text) and len(h.tokens) == len(tokens) + len(word)), \
+                    (name, word, h.tokens)
+    assert found[2][0].tokens[0] == 12 and found[3][0].tokens != []  # no word: the model's own next pieces
+
+
+def test_under_a_shortlist_the_prefix_and_its_word_are_written_all_the_same():
+    """The shortlist allows 4, 9 and 11 only: the prefix's 7 and the word's pieces are added to it."""
+    model, batch = untrained(attention="bahdanau"), make_batch(SOURCES)
+    table = Shortlist([[] for _ in range(20)], [9, 11])
+    prefixes = Prefixes([[7], [12, 7], [], []], ["▁dog", "", "▁c", ""], Spelling(PIECES))
+    for options in ({"beam": 1}, {"beam": 3, "n_best": 2}):
+        with torch.inference_mode():
+            found = decode(model, batch.src, batch.src_lengths, SETTINGS, shortlist=table, prefixes=prefixes,
+                           **options)
+        for tokens, word, hypotheses in zip(prefixes.tokens, prefixes.words, found):
+            for h in hypotheses:
+                assert h.tokens[:len(tokens)] == tokens
+                assert "".join(PIECES[t] for t in h.tokens[len(tokens):]).startswith(word)
+                assert set(h.tokens[len(tokens):]) <= {1, 2, 3, 4, 5, 6, 9, 11, 12}  # the table's, the word's
 
 
 def test_a_translate_request_has_a_prefix_for_each_text():
@@ -129,6 +188,17 @@ def test_translate_continues_a_prefix(reverse_model):
     assert [t.text for t in translator.translate(texts, prefix=[""] * 6)] == unforced
     with pytest.raises(AttnmtError, match="a prefix for each of the 6 texts"):
         translator.translate(texts, prefix=starts[:2])
+
+
+def test_a_prefix_ending_inside_a_word_is_spelled_and_an_unspellable_one_kept_whole(reverse_model):
+    """Character pieces spell any word of the toy alphabet; "zz" has none (unknown): taken whole."""
+    translator, dev = reverse_model
+    right = reverse(dev[0])
+    [t, u] = translator.translate([dev[0], dev[0]], prefix=[right[:3], "zz"])
+    assert t.text == right  # the word's start spelled, the rest the model's
+    assert u.text.startswith(" ⁇ ") and u.tokens[0] == "▁"
+    spellings = translator.tgt_subwords.spellings()
+    assert spellings[:4] == ["", "", "", ""] and "a" in spellings and "▁" in spellings
 
 
 def test_translate_command_reads_a_prefix_per_line(reverse_model, tmp_path, capsys):

@@ -55,6 +55,13 @@ class Subwords:
     def pieces(self, ids: list[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]
 
+    def spellings(self) -> list[str]:
+        """The text of every piece, in id order ("▁" for a space); "" for the pieces that spell no
+        text (control, unknown, unused and byte pieces)."""
+        sp = self.sp
+        return ["" if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i) else sp.id_to_piece(i)
+                for i in range(len(self))]
+
     def vocabulary(self) -> list[tuple[str, float]]:
         """Every piece with its score, in id order: two models with the same vocabulary cut texts
         into the same ids (the file itself also names the text it was trained on)."""

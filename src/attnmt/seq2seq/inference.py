@@ -22,10 +22,11 @@ from attnmt.core.folders import inference_device, inside_folder, load_model, mod
 from attnmt.core.progress import phase_bar
 from attnmt.data import splits
 from attnmt.data.batching import forced_batches, inference_batches, make_batch
-from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
+from attnmt.data.subwords import BOS, EOS, UNK, load_subwords, subword_paths, valid_text
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.decoding import BeamRecorder, beam_search, max_output_lengths
 from attnmt.seq2seq.ensemble import Ensemble
+from attnmt.seq2seq.prefix import Prefixes, Spelling, split_last_word
 from attnmt.seq2seq.results import Aligner, Candidate, ScoredTranslation, Translation, links_of
 from attnmt.seq2seq.search import decode
 from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
@@ -67,6 +68,7 @@ class Translator:
         # translate()'s shortlist when it is given none (None: the config's decoding.shortlist)
         self.shortlist: bool | str | Path | None = None
         self._shortlists: dict[Path, Shortlist] = {}  # the tables read so far, by file
+        self._spelling: Spelling | None = None  # the target pieces' texts, for prefixes that end inside a word
 
     @property
     def attention_window(self) -> tuple[int, int] | None:
@@ -171,7 +173,7 @@ class Translator:
         generator = self._generator(sampling)
         table = self.shortlist_table(self.shortlist if shortlist is None else shortlist)
         texts = [valid_text(text) for text in texts]
-        prefix_ids = self._prefix_ids(texts, prefix)
+        prefixes = self._prefixes(texts, prefix)
         src_ids = self.src_subwords.encode(texts)
         truncated = {i for i, ids in enumerate(src_ids) if max_tokens is not None and len(ids) > max_tokens}
         for i in truncated:
@@ -186,21 +188,34 @@ class Translator:
                 with torch.inference_mode():
                     decoded = decode(self.model, batch.src, batch.src_lengths, dc, beam=beam, n_best=n_best,
                                      shortlist=table, sampling=sampling, generator=generator,
-                                     prefixes=None if prefix_ids is None else [prefix_ids[i] for i in indices])
+                                     prefixes=None if prefixes is None else prefixes.of(indices))
                 for i, hypotheses in zip(indices, decoded):
                     results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
                                              [self._candidate(h) for h in hypotheses], i in truncated, self.aligner)
                 bar.update(len(indices))
         return self.align_outputs(results) if align else results
 
-    def _prefix_ids(self, texts: list[str], prefix: list[str] | None) -> list[list[int]] | None:
-        """The target pieces of each text's prefix; None where no text has one."""
+    def _prefixes(self, texts: list[str], prefix: list[str] | None) -> Prefixes | None:
+        """What each text's translations begin with: the target pieces of its prefix up to the word it
+        ends inside, then pieces that spell that word's start ("The do": "▁The", then "▁do" or
+        "▁dog" or "▁d", "o"...); a word that the pieces cannot spell is taken as whole pieces.
+        None where no text has a prefix."""
         if prefix is None:
             return None
         if isinstance(prefix, str) or len(prefix) != len(texts):
             raise AttnmtError(f"prefix: give a list with a prefix for each of the {len(texts)} texts (\"\": none)")
-        ids = self.tgt_subwords.encode([valid_text(p) for p in prefix])
-        return ids if any(ids) else None
+        prefix = [valid_text(p) for p in prefix]
+        heads, words = zip(*map(split_last_word, prefix)) if prefix else ((), ())
+        tokens, spelled = self.tgt_subwords.encode(list(heads)), self.tgt_subwords.encode(list(words))
+        spellable = [UNK not in ids for ids in spelled]
+        whole = iter(self.tgt_subwords.encode([p for p, ok in zip(prefix, spellable) if not ok]))
+        tokens = [ids if ok else next(whole) for ids, ok in zip(tokens, spellable)]
+        words = ["".join(self.tgt_subwords.pieces(ids)) if ok else "" for ids, ok in zip(spelled, spellable)]
+        if not any(tokens) and not any(words):
+            return None
+        if self._spelling is None:
+            self._spelling = Spelling(self.tgt_subwords.spellings())
+        return Prefixes(tokens, words, self._spelling)
 
     def score(self, sources: list[str], translations: list[str], batch_size: int | None = None,
               max_tokens: int | None = None, progress: str | None = None) -> list[ScoredTranslation]:

@@ -14,6 +14,7 @@ prefix forced, which Translator.score checks).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,32 +27,82 @@ from attnmt.data.subwords import PAD
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
 
 
+class Spelling:
+    """The pieces that can go on spelling the start of a word an output must begin with (a prefix
+    that ends inside a word: "The do" must go on "▁do..."), by their text: a piece fits what is
+    left to spell if it is the start of it, or goes beyond it ("▁dog"). Control, unknown and byte
+    pieces never do."""
+
+    def __init__(self, pieces: list[str]):
+        self.pieces = pieces  # the text of each piece id; "" for those that never spell
+        self._fits: dict[str, Tensor] = {}
+
+    def fits(self, left: str) -> Tensor:
+        """(V,) bool: which pieces fit ``left`` (cached: a batch asks for few words)."""
+        if left not in self._fits:
+            self._fits[left] = torch.tensor([bool(p) and (p.startswith(left) or left.startswith(p))
+                                             for p in self.pieces], device="cpu")
+        return self._fits[left]
+
+    def after(self, left: str, token: int) -> str:
+        """What is left to spell once ``token`` is written: "" when it went to the end or beyond."""
+        piece = self.pieces[token]
+        return left[len(piece):] if piece and left.startswith(piece) else ""
+
+
+@dataclass
+class Prefixes:
+    """What the outputs of a batch's sentences begin with: first ``tokens`` (whole pieces, one by
+    one: token ids, or under a shortlist their columns), then pieces that spell ``words`` (the
+    start of a word, "▁do": "" for none; the last piece may go beyond it), by ``spelling``."""
+
+    tokens: list[list[int]]
+    words: list[str] | None = None
+    spelling: Spelling | None = None
+
+    def of(self, sentences: list[int]) -> Prefixes:
+        """The prefixes of ``sentences`` (a batch's, in its order)."""
+        words = None if self.words is None else [self.words[i] for i in sentences]
+        return Prefixes([self.tokens[i] for i in sentences], words, self.spelling)
+
+
+def split_last_word(text: str) -> tuple[str, str]:
+    """A prefix cut before the word it ends inside: "The do" -> ("The ", "do"); "The " -> ("The ", "")."""
+    head, word = re.fullmatch(r"(.*\s)?(\S*)", text, re.DOTALL).groups()
+    return head or "", word
+
+
 @dataclass
 class PrefixState:
-    """The model's decoder state, with the sentence of each row and the steps taken."""
+    """The model's decoder state, with the sentence of each row, the steps taken, and for each row
+    what is left of its sentence's word to spell (None: no sentence of the batch has one)."""
 
     inner: Any
     sentences: Tensor  # (rows,) the sentence (position in the batch) of each row
     t: int
+    left: list[str] | None = None
 
     def select(self, index: Tensor) -> PrefixState:
-        return PrefixState(self.inner.select(index), self.sentences[index], self.t)
+        left = None if self.left is None else [self.left[i] for i in index.tolist()]
+        return PrefixState(self.inner.select(index), self.sentences[index], self.t, left)
 
 
 class Prefixed(EncoderDecoder):
-    """``model`` whose outputs for the B sentences of a batch begin with ``prefixes`` (B lists of
-    column ids of its log-probabilities: token ids, or under a shortlist their columns; empty: no
-    prefix)."""
+    """``model`` whose outputs for the sentences of a batch begin with ``prefixes``; ``vocabulary``:
+    the ids of the shortlist its log-probabilities are over, if any."""
 
     fast_search = False  # the textbook searches: the GPU's captured step has no constraint
 
-    def __init__(self, model: EncoderDecoder, prefixes: list[list[int]], device: torch.device):
+    def __init__(self, model: EncoderDecoder, prefixes: Prefixes, vocabulary: Tensor | None, device: torch.device):
         super().__init__()
-        if any(PAD in p for p in prefixes):
+        if any(PAD in p for p in prefixes.tokens):
             raise AttnmtError("a prefix holds padding")
-        self.model = model
+        self.model, self.prefixes, self.vocabulary = model, prefixes, vocabulary
         self.config, self.generator = model.config, model.generator
-        self.prefixes = pad(prefixes)[0].to(device) if any(prefixes) else None  # (B, longest), PAD after each
+        tokens = prefixes.tokens
+        self.tokens = pad(tokens)[0].to(device) if any(tokens) else None  # (B, longest), PAD after each
+        self.forced = [len(t) for t in tokens]  # tokens forced before a sentence's word is spelled
+        self.words = prefixes.words if prefixes.words and any(prefixes.words) else None
 
     @property
     def has_attention(self) -> bool:
@@ -61,17 +112,36 @@ class Prefixed(EncoderDecoder):
         return self.model.encode(src, lengths, window)
 
     def init_state(self, memory) -> PrefixState:
-        inner = self.model.init_state(memory)
-        return PrefixState(inner, torch.arange(memory.states.size(0), device=memory.states.device), 0)
+        rows = memory.states.size(0)
+        return PrefixState(self.model.init_state(memory), torch.arange(rows, device=memory.states.device), 0,
+                           None if self.words is None else list(self.words))
 
     def decode_step(self, prev_tokens: Tensor, state: PrefixState, memory) -> StepOutput:
         step = self.model.decode_step(prev_tokens, state.inner, memory)
-        log_probs = step.log_probs
-        if self.prefixes is not None and state.t < self.prefixes.size(1):
-            forced = self.prefixes[state.sentences, state.t].unsqueeze(1)  # (rows, 1); PAD: the prefix is over
+        log_probs, left = step.log_probs, state.left
+        if self.tokens is not None and state.t < self.tokens.size(1):
+            forced = self.tokens[state.sentences, state.t].unsqueeze(1)  # (rows, 1); PAD: the tokens are over
             only = torch.full_like(log_probs, float("-inf")).scatter(1, forced, log_probs.gather(1, forced))
             log_probs = torch.where(forced != PAD, only, log_probs)
-        return replace(step, log_probs=log_probs, state=PrefixState(step.state, state.sentences, state.t + 1))
+        if left is not None:
+            left, fits = self._spell(prev_tokens, state)
+            if fits is not None:
+                log_probs = log_probs.masked_fill(~fits.to(log_probs.device), float("-inf"))
+        return replace(step, log_probs=log_probs, state=PrefixState(step.state, state.sentences, state.t + 1, left))
+
+    def _spell(self, prev_tokens: Tensor, state: PrefixState) -> tuple[list[str], Tensor | None]:
+        """What each row has left to spell once its last token is counted, and (rows, columns) the
+        pieces that may come next (None where no row is spelling now)."""
+        spelling, forced = self.prefixes.spelling, [self.forced[s] for s in state.sentences.tolist()]
+        prev = prev_tokens.tolist()
+        left = [spelling.after(word, prev[r]) if word and 0 <= state.t - 1 - forced[r] else word
+                for r, word in enumerate(state.left)]  # (a token written after the row's forced ones)
+        spelling_now = [bool(word) and state.t >= forced[r] for r, word in enumerate(left)]
+        if not any(spelling_now):
+            return left, None
+        everything = torch.ones(len(spelling.pieces), dtype=torch.bool, device="cpu")
+        fits = torch.stack([spelling.fits(word) if now else everything for word, now in zip(left, spelling_now)])
+        return left, fits if self.vocabulary is None else fits[:, self.vocabulary.cpu()]
 
     def decoder_outputs(self, src, lengths, tgt_in, window=None):
         raise AttnmtError(_SEARCH_ONLY)

@@ -4,6 +4,8 @@ attnmt.seq2seq.fast_decoding (the same hypotheses, without waiting for the GPU a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import Tensor
 
@@ -12,23 +14,24 @@ from attnmt.core.config import DecodingConfig, Sampling
 from attnmt.seq2seq import decoding, fast_decoding
 from attnmt.seq2seq.base import EncoderDecoder
 from attnmt.seq2seq.decoding import max_output_lengths
-from attnmt.seq2seq.prefix import Prefixed
+from attnmt.seq2seq.prefix import Prefixed, Prefixes
 from attnmt.seq2seq.shortlist import Shortlist, restricted
 
 
 def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: DecodingConfig, *,
            beam: int | None = None, n_best: int = 1, shortlist: Shortlist | None = None,
            sampling: Sampling | None = None, generator: torch.Generator | None = None,
-           prefixes: list[list[int]] | None = None):
+           prefixes: Prefixes | None = None):
     """Greedy search (beam 1) or beam search, as ``settings`` say: its beam (unless ``beam`` is
     given), length penalty, output length limits (max_length_ratio, max_length_offset) and
     attention window. On a GPU with the speed tricks on, those of attnmt.seq2seq.fast_decoding:
     the same hypotheses, without waiting for the GPU at every step. ``shortlist``: the output
     layer restricted to the batch's candidates (attnmt.seq2seq.shortlist). ``sampling``: each output
     drawn instead (beam and n_best 1; on every device the textbook loop of decoding.greedy_search),
-    with ``generator``'s random numbers if given. ``prefixes``: the token ids each sentence's outputs
-    begin with (attnmt.seq2seq.prefix; empty: none), on every device through the textbook searches;
-    a sentence's length limit is then at least its prefix and max_length_offset more tokens.
+    with ``generator``'s random numbers if given. ``prefixes``: what each sentence's outputs begin
+    with (attnmt.seq2seq.prefix: token ids, then the start of a word to spell), on every device
+    through the textbook searches; a sentence's length limit is then at least its prefix and
+    max_length_offset more tokens.
     (settings.batch_size and settings.shortlist are for the callers that cut the sources into
     batches and choose the table.)"""
     beam = (1 if sampling is not None else settings.beam) if beam is None else beam
@@ -39,20 +42,27 @@ def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: De
     searched = model
     if prefixes is not None:
         vocabulary = with_prefix_tokens(vocabulary, prefixes)
-        columns = prefixes if vocabulary is None else [columns_of(vocabulary, p) for p in prefixes]
-        searched = Prefixed(model, columns, src.device)
-        max_lengths = [max(limit, len(p) + settings.max_length_offset) for limit, p in zip(max_lengths, prefixes)]
+        if vocabulary is not None:
+            prefixes = replace(prefixes, tokens=[columns_of(vocabulary, p) for p in prefixes.tokens])
+        searched = Prefixed(model, prefixes, vocabulary, src.device)
+        words = prefixes.words or [""] * len(prefixes.tokens)  # (a word's characters bound its pieces)
+        max_lengths = [max(limit, len(p) + len(word) + settings.max_length_offset)
+                       for limit, p, word in zip(max_lengths, prefixes.tokens, words)]
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
         return _search(searched, src, src_lengths, settings, beam, n_best, vocabulary, sampling, generator,
                        max_lengths)
 
 
-def with_prefix_tokens(vocabulary: Tensor | None, prefixes: list[list[int]]) -> Tensor | None:
-    """A shortlist's ids with those of the prefixes added (still sorted): a prefix is written whatever
-    the shortlist says."""
+def with_prefix_tokens(vocabulary: Tensor | None, prefixes: Prefixes) -> Tensor | None:
+    """A shortlist's ids with those of the prefixes added (still sorted), and every piece that can
+    spell a part of their words: a prefix is written whatever the shortlist says."""
     if vocabulary is None:
         return None
-    tokens = torch.tensor([t for p in prefixes for t in p], dtype=vocabulary.dtype, device=vocabulary.device)
+    ids = [t for p in prefixes.tokens for t in p]
+    for word in filter(None, prefixes.words or []):
+        for start in range(len(word)):  # what may be left to spell: the word's ends
+            ids += prefixes.spelling.fits(word[start:]).nonzero().view(-1).tolist()
+    tokens = torch.tensor(ids, dtype=vocabulary.dtype, device=vocabulary.device)
     return torch.unique(torch.cat([vocabulary, tokens]))
 
 
