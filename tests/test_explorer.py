@@ -233,6 +233,36 @@ def test_step_through_decoding(page, server):
     assert page.is_disabled("#step-next")
 
 
+def test_a_prefix_starts_every_view_and_its_steps_are_marked(page, server):
+    """"Start the translation with" reaches /translate, /trace and /beam: the translation, the
+    greedy steps (the prefix's marked, the model's own top-k beside them) and the beam's best path
+    begin with it; without it, the views are as before."""
+    page.fill("#prefix", "ji")  # not what the model writes for "abcdef" ("fedcba")
+    translate_in_page(page, "abcdef")
+    [translation] = post(server, "/translate", {"text": "abcdef", "model": server[1], "prefix": "ji"}).json()[
+        "translations"]
+    assert translation["candidates"][0]["text"].startswith("ji")
+    assert page.text_content("#panel-a .translation") == translation["candidates"][0]["text"]
+    trace = post(server, "/trace", {"text": "abcdef", "model": server[1], "prefix": "ji"}).json()
+    constrained = [s["constrained"] for s in trace["steps"]]
+    assert constrained[:3] == [True, True, True] and not any(constrained[3:])  # "▁", "j", "i"
+    assert page.locator("#step-token.constrained").count() == 1 and page.locator("#step-constrained").count() == 1
+    assert page.text_content("#step-view table.topk td.tok") == trace["steps"][0]["top_k"][0][0]
+    for _ in range(3):
+        page.click("#step-next")
+    assert page.locator("#step-token.constrained").count() == 0  # step 4: the model's own choice
+    assert page.locator("#step-view .chip.constrained").count() == 3
+    beam = post(server, "/beam", {"text": "abcdef", "model": server[1], "beam": 3, "prefix": "ji"}).json()
+    assert beam["translation"]["candidates"][0]["text"].startswith("ji")
+    finals = page.locator("#beam-view table.finals td.translation-cell").all_text_contents()
+    assert finals and all(text.startswith("ji") for text in finals)
+
+    page.fill("#prefix", "")
+    translate_in_page(page, "abcdef")
+    assert page.text_content("#panel-a .translation") == "fedcba"
+    assert page.locator("#step-token.constrained").count() == 0
+
+
 def test_compare_two_models(page, server):
     _, first, second, _ = server
     page.check("#compare")

@@ -201,6 +201,37 @@ def test_a_prefix_ending_inside_a_word_is_spelled_and_an_unspellable_one_kept_wh
     assert spellings[:4] == ["", "", "", ""] and "a" in spellings and "▁" in spellings
 
 
+def test_trace_and_beam_tree_begin_with_the_prefix_as_translate_does(reverse_model):
+    translator, dev = reverse_model
+    text, start = dev[0], "ji"
+    trace = translator.trace(text, prefix=start)
+    [greedy] = translator.translate([text], beam=1, prefix=[start])
+    assert trace.text == greedy.text and trace.text.startswith(start)
+    n = len(translator.tgt_subwords.encode([start])[0])  # "▁", "j", "i"
+    assert [s.constrained for s in trace.steps[:n + 1]] == [True] * n + [False]
+    unforced = translator.trace(text)
+    assert trace.steps[0].top_k == unforced.steps[0].top_k  # the model's own distribution, shown as it is
+    translation, nodes = translator.beam_tree(text, beam=3, prefix=start)
+    [searched] = translator.translate([text], beam=3, prefix=[start])
+    assert translation.text == searched.text and all(c.text.startswith(start) for c in translation.candidates)
+    assert [n["token"] for n in nodes if n["step"] == 1 and n["status"] != "pruned"] == ["▁"]
+
+
+def test_post_trace_and_beam_take_a_prefix(reverse_model):
+    translator, dev = reverse_model
+    limits = ServerLimits(max_sentences=8, max_chars=40, max_tokens=12, max_work=400, timeout=30.0)
+    with local_client(create_app([translator.folder], limits)) as client:
+        trace = client.post("/trace", json={"text": dev[0], "prefix": "ji"}).json()
+        assert trace["text"] == translator.trace(dev[0], prefix="ji").text and trace["steps"][0]["constrained"]
+        beam = client.post("/beam", json={"text": dev[0], "prefix": "ji", "beam": 2}).json()
+        assert beam["translation"]["candidates"][0]["text"] == translator.beam_tree(dev[0], 2, prefix="ji")[0].text
+        for path in ("/trace", "/beam"):
+            refused = client.post(path, json={"text": "ab", "prefix": "a" * 13})
+            assert refused.status_code == 422 and "prefix has 14 subword tokens" in refused.json()["detail"]
+        plain = client.post("/trace", json={"text": dev[0]}).json()
+        assert not any(step["constrained"] for step in plain["steps"])
+
+
 def test_translate_command_reads_a_prefix_per_line(reverse_model, tmp_path, capsys):
     translator, dev = reverse_model
     src, prefixes = tmp_path / "src.txt", tmp_path / "prefix.txt"

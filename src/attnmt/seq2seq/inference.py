@@ -28,7 +28,7 @@ from attnmt.seq2seq.decoding import BeamRecorder, beam_search, max_output_length
 from attnmt.seq2seq.ensemble import Ensemble
 from attnmt.seq2seq.prefix import Prefixes, Spelling, split_last_word
 from attnmt.seq2seq.results import Aligner, Candidate, ScoredTranslation, Translation, links_of
-from attnmt.seq2seq.search import decode
+from attnmt.seq2seq.search import decode, prefixed
 from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
 from attnmt.seq2seq.shortlist import Shortlist, load_shortlist
 
@@ -326,21 +326,26 @@ class Translator:
             self._shortlists[path] = load_shortlist(path, self.src_subwords, self.tgt_subwords).to(self.device)
         return self._shortlists[path]
 
-    def beam_tree(self, text: str, beam: int | None = None,
-                  stop: Callable[[], bool] | None = None) -> tuple[Translation, list[dict]]:
+    def beam_tree(self, text: str, beam: int | None = None, stop: Callable[[], bool] | None = None,
+                  prefix: str = "") -> tuple[Translation, list[dict]]:
         """Beam search on one sentence, with its search tree: every candidate looked at, as
         {"id", "parent", "token", "log_prob", "step", "status"}; status is "root", "kept",
         "finished" (ended in EOS) or "pruned" (fell out of the beam). ``stop``: asked between two
-        decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped (the server's time limit)."""
+        decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped (the server's time limit).
+        ``prefix``: the start of its outputs, as in translate()."""
         dc = self.config.decoding
         beam = dc.beam if beam is None else beam
         text = valid_text(text)
         src_ids = self.src_subwords.encode([text])[0]
         batch = make_batch([src_ids]).to(self.device)
         recorder = BeamRecorder(1, beam)
+        prefixes = self._prefixes([text], [prefix])
         with torch.inference_mode():
             limits = max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset)
-            [hypotheses] = beam_search(self.model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
+            model = self.model
+            if prefixes is not None:
+                model, _, limits = prefixed(model, prefixes, None, limits, dc.max_length_offset, self.device)
+            [hypotheses] = beam_search(model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
                                        alpha=dc.length_penalty, record=recorder, window=dc.attention_window,
                                        stop=stop)
         translation = Translation(text, self.src_subwords.pieces(src_ids + [EOS]),
@@ -348,13 +353,16 @@ class Translator:
         nodes = [{**asdict(node), "token": self.tgt_subwords.pieces([node.token])[0]} for node in recorder.trees[0]]
         return translation, nodes
 
-    def trace(self, text: str, top_k: int = 5, stop: Callable[[], bool] | None = None):
+    def trace(self, text: str, top_k: int = 5, stop: Callable[[], bool] | None = None, prefix: str = ""):
         """Greedy translation of one sentence with every quantity of every decoder step
         (scores, weights, context, state, top-k next tokens): see attnmt.seq2seq.trace. ``stop``:
-        asked between two decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped."""
+        asked between two decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped.
+        ``prefix``: the start of the output, as in translate(); its steps are marked ``constrained``
+        and still show the model's own top-k."""
         from attnmt.seq2seq.trace import trace
 
-        return trace(self, valid_text(text), top_k, stop=stop)
+        text = valid_text(text)
+        return trace(self, text, top_k, stop=stop, prefixes=self._prefixes([text], [prefix]))
 
     def attention(self, text: str, translation: str | Translation | Candidate | None = None) -> dict:
         """Every attention weight of a Transformer, for one sentence and its translation, from a

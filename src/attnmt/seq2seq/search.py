@@ -41,16 +41,24 @@ def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: De
     max_lengths = max_output_lengths(src_lengths, settings.max_length_ratio, settings.max_length_offset)
     searched = model
     if prefixes is not None:
-        vocabulary = with_prefix_tokens(vocabulary, prefixes)
-        if vocabulary is not None:
-            prefixes = replace(prefixes, tokens=[columns_of(vocabulary, p) for p in prefixes.tokens])
-        searched = Prefixed(model, prefixes, vocabulary, src.device)
-        words = prefixes.words or [""] * len(prefixes.tokens)  # (a word's characters bound its pieces)
-        max_lengths = [max(limit, len(p) + len(word) + settings.max_length_offset)
-                       for limit, p, word in zip(max_lengths, prefixes.tokens, words)]
+        searched, vocabulary, max_lengths = prefixed(model, prefixes, vocabulary, max_lengths,
+                                                     settings.max_length_offset, src.device)
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
         return _search(searched, src, src_lengths, settings, beam, n_best, vocabulary, sampling, generator,
                        max_lengths)
+
+
+def prefixed(model: EncoderDecoder, prefixes: Prefixes, vocabulary: Tensor | None, max_lengths: list[int],
+             offset: int, device: torch.device) -> tuple[Prefixed, Tensor | None, list[int]]:
+    """The model whose outputs begin with ``prefixes``, the shortlist's ids with the prefixes' (None:
+    no shortlist), and the length limits: at least each prefix and ``offset`` more tokens."""
+    vocabulary = with_prefix_tokens(vocabulary, prefixes)
+    if vocabulary is not None:
+        prefixes = replace(prefixes, tokens=[columns_of(vocabulary, p) for p in prefixes.tokens])
+    words = prefixes.words or [""] * len(prefixes.tokens)  # (a word's characters bound its pieces)
+    max_lengths = [max(limit, len(p) + len(word) + offset) for limit, p, word in zip(max_lengths, prefixes.tokens,
+                                                                                     words)]
+    return Prefixed(model, prefixes, vocabulary, device), vocabulary, max_lengths
 
 
 def with_prefix_tokens(vocabulary: Tensor | None, prefixes: Prefixes) -> Tensor | None:

@@ -17,6 +17,7 @@ from attnmt.core.devices import model_device, to_numpy
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import BOS, EOS
 from attnmt.seq2seq.decoding import stop_now
+from attnmt.seq2seq.prefix import Prefixes
 
 
 @dataclass
@@ -32,6 +33,9 @@ class StepTrace:
     # cross-attention averaged over heads (as in Translation.attention); context that attention's
     # output, state the top layer's output.
     top_k: list[tuple[str, float]] = field(default_factory=list)  # next-token candidates and probabilities
+    # chosen under a prefix (its token, or a piece spelling its last word), not as the most probable
+    # token; probability and top_k stay the model's own
+    constrained: bool = False
 
     def __repr__(self) -> str:
         # The sizes of the vectors, not their numbers (a trace's steps would print tens of thousands of characters)
@@ -71,21 +75,23 @@ class DecodingTrace:
 
 @torch.inference_mode()
 def trace(translator, text: str, top_k: int = 5, max_length: int | None = None,
-          stop: Callable[[], bool] | None = None) -> DecodingTrace:
-    """Greedy decoding of one sentence, recording each step (``stop``: see ``trace_source``)."""
+          stop: Callable[[], bool] | None = None, prefixes: Prefixes | None = None) -> DecodingTrace:
+    """Greedy decoding of one sentence, recording each step (``stop``, ``prefixes``: see ``trace_source``)."""
     src_ids = translator.src_subwords.encode([text])[0]
     batch = make_batch([src_ids])
     return trace_source(translator, batch.src, batch.src_lengths, text, translator.src_subwords.pieces(src_ids + [EOS]),
-                        top_k, max_length, stop)
+                        top_k, max_length, stop, prefixes)
 
 
 @torch.inference_mode()
 def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, source: str, source_tokens: list[str],
-                 top_k: int = 5, max_length: int | None = None,
-                 stop: Callable[[], bool] | None = None) -> DecodingTrace:
+                 top_k: int = 5, max_length: int | None = None, stop: Callable[[], bool] | None = None,
+                 prefixes: Prefixes | None = None) -> DecodingTrace:
     """Greedy decoding of one source given as a batch of one (token ids, or audio features),
     recording each step; ``source_tokens`` label its encoder states. ``stop``: asked between two
-    decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped."""
+    decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped. ``prefixes``: what
+    the output begins with (attnmt.seq2seq.prefix, of a batch of one): those steps take the
+    prefix's token, or the most probable piece that spells its last word, as the searches do."""
     model = translator.model
     model.eval()
     device = model_device(model)
@@ -94,6 +100,8 @@ def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, sourc
     memory = model.encode(src, src_lengths, dc.attention_window)
     state = model.init_state(memory)
     limit = max_length or int(dc.max_length_ratio * src.size(1) + dc.max_length_offset)
+    chooser = _Chooser(prefixes)
+    limit = max(limit, chooser.length + dc.max_length_offset)
     prev = torch.tensor([BOS], device=device)
     steps = []
     for t in range(limit):
@@ -102,13 +110,14 @@ def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, sourc
         step = model.decode_step(prev, state, memory)
         state = step.state
         probs = step.log_probs.exp()[0]
-        best = int(probs.argmax())
+        best, constrained = chooser.choose(t, probs)
         top = probs.topk(min(top_k, probs.numel()))
         steps.append(StepTrace(
             token=translator.tgt_subwords.pieces([best])[0], token_id=best, probability=float(probs[best]),
             scores=_row(step.scores), weights=_row(step.weights), context=_row(step.context), state=_row(step.output),
             top_k=[(translator.tgt_subwords.pieces([i])[0], p)
                    for p, i in zip(top.values.tolist(), top.indices.tolist())],
+            constrained=constrained,
         ))
         if best == EOS:
             break
@@ -116,6 +125,27 @@ def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, sourc
     ids = [s.token_id for s in steps]
     return DecodingTrace(source, source_tokens, to_numpy(memory.states[0].float(), copy=True), steps,
                          translator.tgt_subwords.decode(ids))
+
+
+class _Chooser:
+    """The token of each step of a trace: the prefix's while it lasts, then pieces spelling its last
+    word (the most probable that fits), then the most probable; and whether the prefix chose it."""
+
+    def __init__(self, prefixes: Prefixes | None):
+        self.tokens = [] if prefixes is None else prefixes.tokens[0]
+        self.left = "" if prefixes is None or not prefixes.words else prefixes.words[0]
+        self.spelling = None if prefixes is None else prefixes.spelling
+        self.length = len(self.tokens) + len(self.left)  # (a word's characters bound its pieces)
+
+    def choose(self, t: int, probs: torch.Tensor) -> tuple[int, bool]:
+        if t < len(self.tokens):
+            return self.tokens[t], True
+        if not self.left:
+            return int(probs.argmax()), False
+        fits = self.spelling.fits(self.left).to(probs.device)
+        best = int(probs.masked_fill(~fits, -1.0).argmax())
+        self.left = self.spelling.after(self.left, best)
+        return best, True
 
 
 def _row(batch_of_one: torch.Tensor | None) -> np.ndarray | None:

@@ -92,6 +92,14 @@ def check_tokens(model: LoadedModel, texts: list[str], limits: ServerLimits, sin
     return counts
 
 
+def with_prefix(model: LoadedModel, body, limits: ServerLimits) -> list[int]:
+    """The work of one text of /trace or /beam, [tokens]: its subword tokens, or its prefix's if more
+    (a prefix may make the output longer than its source's limit); 422 for either over the limit."""
+    [tokens] = check_tokens(model, [body.text], limits, single=True)
+    [forced] = check_tokens(model, [body.prefix or ""], limits, True, "prefix", "tgt")
+    return [max(tokens, forced)]
+
+
 def check_work(tokens: list[int], beam: int, limits: ServerLimits):
     """422 for a request asking for more than ``max_work``: its time must stay well within the limit."""
     asked = work(tokens, beam)
@@ -210,17 +218,17 @@ async def trace(body, model: LoadedModel, limits: ServerLimits, deadline: float)
     if body.audio is not None or model.inputs == "audio":
         result = await trace_audio(body, model, limits, deadline)
     else:
-        check_work(check_tokens(model, [body.text], limits, single=True), 1, limits)
-        result = await model.run(partial(model.translator.trace, body.text, body.top_k, stop=stop_at(deadline)),
-                                 deadline=deadline)
+        check_work(with_prefix(model, body, limits), 1, limits)
+        result = await model.run(partial(model.translator.trace, body.text, body.top_k, stop=stop_at(deadline),
+                                         prefix=body.prefix or ""), deadline=deadline)
     return await answer(TraceResponse, result, limits, model=model.name, reduce="send a shorter text")
 
 
 async def beam_tree(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     """The beam search tree of one sentence: every candidate looked at, kept, finished or pruned."""
-    check_work(check_tokens(model, [body.text], limits, single=True), body.beam, limits)
+    check_work(with_prefix(model, body, limits), body.beam, limits)
     translation, nodes = await model.run(partial(model.translator.beam_tree, body.text, body.beam,
-                                                 stop=stop_at(deadline)), deadline=deadline)
+                                                 stop=stop_at(deadline), prefix=body.prefix or ""), deadline=deadline)
     return await answer(BeamResponse, {"source_tokens": translation.source_tokens, "nodes": nodes,
                                        "translation": translation}, limits, model=model.name,
                         reduce="send a shorter text or ask for a smaller beam")

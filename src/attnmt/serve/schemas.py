@@ -140,6 +140,9 @@ class StepOut(Answer):
     context: Vector = Field(description="context vector c_t = sum_j a_j h_j")
     state: Vector = Field(description="decoder state s_t (top layer)")
     top_k: list[tuple[str, float]] = Field(description="most probable next tokens with their probabilities")
+    constrained: bool = Field(False, description="the token was chosen by the request's prefix (its token, or a "
+                                                 "piece spelling its last word), not as the most probable; "
+                                                 "probability and top_k stay the model's own")
 
 
 class TraceResponse(Answer):
@@ -290,6 +293,7 @@ def _prefix_for_each_text(request):
 
 ModelName = Optional[str]
 MODEL_FIELD = Field(None, description="model name (see /models); default: the first model")
+PREFIX_OF_ONE = "the start of the output (\"\" or null: none), as the prefix of /translate: the search continues it"
 
 
 def request_models(limits: ServerLimits) -> RequestModels:
@@ -346,7 +350,9 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
         audio: Optional[Audio] = audio_field
         model: ModelName = MODEL_FIELD
         top_k: int = Field(5, ge=1, le=limits.max_top_k, strict=True, description="next-token candidates per step")
+        prefix: Optional[Prefix] = Field(None, description=PREFIX_OF_ONE)
         one_source = model_validator(mode="after")(_text_or_audio)
+        prefix_each = model_validator(mode="after")(_prefix_for_each_text)
 
     return TranslateRequest, TraceRequest
 
@@ -358,6 +364,8 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
         model: ModelName = MODEL_FIELD
         beam: int = Field(5, ge=1, le=limits.max_beam, strict=True, description="beam size")
+        prefix: Optional[Annotated[str, Field(max_length=limits.max_chars, strict=True)]] = Field(
+            None, description=PREFIX_OF_ONE)
 
     class AttentionRequest(Strict):
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")

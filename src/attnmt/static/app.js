@@ -98,12 +98,13 @@ async function translateAll() {
   setBusy(true);
   showErrors([]);
 
-  const translateBody = (model) => ({ text, model, beam, n_best: 1, attention: true, align: true });
+  const prefix = $("prefix").value || null; // the start every view's output must have
+  const translateBody = (model) => ({ text, model, beam, n_best: 1, attention: true, align: true, prefix });
   const jobs = [
     api("/translate", translateBody(modelA), `translate (${modelA})`),
     modelB ? api("/translate", translateBody(modelB), `translate (${modelB})`) : Promise.resolve(null),
-    api("/trace", { text, model: modelA, top_k: TOP_K }, `trace (${modelA})`),
-    api("/beam", { text, model: modelA, beam: beam ?? (modelByName(modelA)?.beam ?? 5) }, `beam (${modelA})`),
+    api("/trace", { text, model: modelA, top_k: TOP_K, prefix }, `trace (${modelA})`),
+    api("/beam", { text, model: modelA, beam: beam ?? (modelByName(modelA)?.beam ?? 5), prefix }, `beam (${modelA})`),
   ];
   // A Transformer's layers and heads, for the translation shown (forced), once it is known.
   if (modelByName(modelA)?.type === "transformer") {
@@ -201,12 +202,14 @@ function init() {
     event.preventDefault();
     translateAll();
   });
-  $("source").addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-      event.preventDefault();
-      translateAll();
-    }
-  });
+  for (const box of ["source", "prefix"]) {
+    $(box).addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        translateAll();
+      }
+    });
+  }
   $("words").addEventListener("change", () => {
     drawPanels();
     steps.setWords($("words").checked);

@@ -100,15 +100,17 @@ export class StepView {
     index.textContent = `step ${t + 1} / ${n}`;
     const line = $("step-token-line");
     clear(line);
-    line.append("writes ", el("span", { id: "step-token", class: "tok big" }, step.token),
-      el("span", { class: "muted" }, ` p = ${fmt(step.probability, 3)}`));
+    line.append("writes ", el("span", { id: "step-token", class: `tok big${step.constrained ? " constrained" : ""}` },
+      step.token), el("span", { class: "muted" }, ` p = ${fmt(step.probability, 3)}`),
+    step.constrained ? el("span", { id: "step-constrained", class: "muted small" }, " chosen by the prefix, not by the model") : null);
     this.updateButtons();
 
     const { output, attention, vectors, topk } = this.parts;
     clear(output);
     output.append(el("span", { class: "muted small label" }, "output"));
     trace.tokens.forEach((tok, i) => {
-      const cls = i < t ? "chip done" : i === t ? "chip current" : "chip future";
+      const cls = (i < t ? "chip done" : i === t ? "chip current" : "chip future")
+        + (i <= t && trace.steps[i].constrained ? " constrained" : ""); // (a prefix's: dashed)
       output.append(el("span", { class: cls, "data-index": i }, i <= t ? tok : "·"));
     });
     clear(attention);
