@@ -246,8 +246,11 @@ def test_a_prefix_starts_every_view_and_its_steps_are_marked(page, server):
     trace = post(server, "/trace", {"text": "abcdef", "model": server[1], "prefix": "ji"}).json()
     constrained = [s["constrained"] for s in trace["steps"]]
     assert constrained[:3] == [True, True, True] and not any(constrained[3:])  # "▁", "j", "i"
-    assert page.locator("#step-token.constrained").count() == 1 and page.locator("#step-constrained").count() == 1
-    assert page.text_content("#step-view table.topk td.tok") == trace["steps"][0]["top_k"][0][0]
+    assert page.locator("#step-token.constrained").count() == 1
+    top = trace["steps"][0]["top_k"][0][0]
+    assert page.text_content("#step-view table.topk td.tok") == top
+    note = page.text_content("#step-constrained")
+    assert "set by the prefix" in note and (top in note) == (top != trace["steps"][0]["token"])
     for _ in range(3):
         page.click("#step-next")
     assert page.locator("#step-token.constrained").count() == 0  # step 4: the model's own choice

@@ -102,7 +102,7 @@ export class StepView {
     clear(line);
     line.append("writes ", el("span", { id: "step-token", class: `tok big${step.constrained ? " constrained" : ""}` },
       step.token), el("span", { class: "muted" }, ` p = ${fmt(step.probability, 3)}`),
-    step.constrained ? el("span", { id: "step-constrained", class: "muted small" }, " chosen by the prefix, not by the model") : null);
+    step.constrained ? el("span", { id: "step-constrained", class: "muted small" }, constrainedNote(step)) : null);
     this.updateButtons();
 
     const { output, attention, vectors, topk } = this.parts;
@@ -275,4 +275,11 @@ function vectorsView(trace, step, scales) {
   box.append(el("div", { class: "legend" }, el("span", {}, "−"), el("span", { class: "ramp diverging" }), el("span", {}, "+"),
     el("span", { class: "muted" }, " value (scaled by the largest magnitude of each kind of vector)")));
   return box;
+}
+
+/** What a step that the prefix chose says: set by the prefix, and what the model would have written. */
+function constrainedNote(step) {
+  const [top] = step.top_k[0] ?? [null];
+  return top === null || top === step.token ? " set by the prefix (the model's choice too)"
+    : ` set by the prefix; the model would write ${top}`;
 }
