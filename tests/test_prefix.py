@@ -259,3 +259,10 @@ def test_post_translate_with_a_prefix(reverse_model):
         assert one["candidates"][0]["text"].startswith("e")
         refused = client.post("/translate", json={"text": "ab", "prefix": "a" * 13})
         assert refused.status_code == 422 and "prefix has 14 subword tokens" in refused.json()["detail"]
+    bounded = ServerLimits(max_chars=100, max_tokens=100, max_answer_values=300, timeout=30.0)
+    with local_client(create_app([translator.folder], bounded)) as client:  # the matrices' bound counts the prefix
+        assert client.post("/translate", json={"text": "ab", "beam": 1}).status_code == 200
+        refused = client.post("/translate", json={"text": "ab", "beam": 1, "prefix": "ab" * 40})
+        assert refused.status_code == 422 and "could hold up to" in refused.json()["detail"]
+        assert client.post("/translate", json={"text": "ab", "beam": 1, "prefix": "ab" * 40,
+                                               "attention": False}).status_code == 200

@@ -109,14 +109,15 @@ def check_work(tokens: list[int], beam: int, limits: ServerLimits):
                                  "texts, or ask for a smaller beam")
 
 
-def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: ServerLimits, prefixes: list[int]):
+def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: ServerLimits, prefixes: list[str]):
     """422 before decoding for /translate attention matrices that could exceed ``max_answer_values``:
-    n_best candidates per text, each up to its output length limit (at least its prefix's tokens
-    and max_length_offset more) x its source tokens."""
+    n_best candidates per text, each up to its output length limit x its source tokens. With a
+    prefix the limit is at least its tokens, those spelling an unfinished last word included, and
+    max_length_offset more: at most its characters + 1 (a piece spells one or more, "▁" the space)."""
     dc = model.translator.config.decoding
     sources = [n + 1 for n in tokens]  # + 1: the end of sentence
     outputs = max_output_lengths(torch.tensor(sources, device="cpu"), dc.max_length_ratio, dc.max_length_offset)
-    outputs = [max(limit, p + dc.max_length_offset) for limit, p in zip(outputs, prefixes)]
+    outputs = [max(limit, len(p) + 1 + dc.max_length_offset) if p else limit for limit, p in zip(outputs, prefixes)]
     bound = n_best * sum(s * t for s, t in zip(sources, outputs))
     if bound > limits.max_answer_values:
         raise HTTPException(422, f"the answer could hold up to {bound} attention weights ({n_best} matrices per text "
@@ -201,7 +202,7 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     steps = [max(n, p) for n, p in zip(tokens, forced)]  # a prefix may make an output longer than its source's limit
     check_work(steps, beam, limits)
     if body.attention:
-        check_matrices(model, tokens, body.n_best, limits, forced)
+        check_matrices(model, tokens, body.n_best, limits, prefixes or [""] * len(texts))
     translations = await model.batcher.translate(texts, steps, beam, body.n_best, deadline, sampling, prefixes)
     if body.align:  # before the attention may be dropped; an aligner is a model: in the worker thread
         align_outputs = model.translator.align_outputs
