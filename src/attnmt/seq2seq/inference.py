@@ -158,8 +158,8 @@ class Translator:
         ``sampling``: each translation drawn from the model instead of searched for
         (attnmt.core.config.Sampling, or a dict of its fields: top_k, top_p, temperature, seed); one
         candidate each, beam 1.
-        ``prefix``: for each text, the start its translations must have ("": none), as subword pieces
-        of its text; the search continues it (attnmt.seq2seq.prefix).
+        ``prefix``: for each text, the start its translations must have ("": none); the search
+        continues it, and completes a last word left unfinished (attnmt.seq2seq.prefix).
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
