@@ -14,8 +14,9 @@ from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import BOS
 from attnmt.seq2seq.ensemble import Ensemble
+from attnmt.serve import ServerLimits, create_app
 from attnmt.training import train
-from conftest import random_strings, toy_config
+from conftest import local_client, random_strings, toy_config
 
 PAIRS = [(s, s[::-1]) for s in random_strings(300, 3, 8, seed=1)]
 TEXTS = random_strings(10, 3, 8, seed=9)
@@ -122,3 +123,41 @@ def test_an_ensembles_word_links_come_from_its_attention(folders):
         model.ensemble([load(folders["rnn2"])])
     [t] = model.translate(TEXTS[:1], beam=2, align=True)
     assert t.best.alignment == output_links(t.attention, t.source_tokens, t.tokens)
+
+
+def test_a_served_model_decodes_with_its_ensemble(folders):
+    """attnmt serve --ensemble NAME=DIR: /translate, /score and /trace of NAME are the ensemble's;
+    /models says so; /attention, one Transformer's layers, is a 422."""
+    app = create_app([("rnn", folders["rnn"]), ("transformer", folders["transformer"])], ServerLimits(timeout=60.0),
+                     ensembles={"rnn": [folders["rnn2"]], "transformer": [folders["rnn"]]})
+    expected = load(folders["rnn"])
+    expected.ensemble([load(folders["rnn2"])])
+    targets = [s[::-1] for s in TEXTS]
+    with local_client(app) as client:
+        models = {m["name"]: m for m in client.get("/models").json()}
+        assert models["rnn"]["ensemble"] == [folders["rnn2"].name] and models["rnn"]["word_links"] == "attention"
+        answer = client.post("/translate", json={"text": TEXTS, "beam": 3, "model": "rnn"})
+        assert answer.status_code == 200, answer.text
+        assert [t["candidates"][0]["text"] for t in answer.json()["translations"]] == \
+               [t.text for t in expected.translate(TEXTS, beam=3)]
+        scores = client.post("/score", json={"text": TEXTS, "translation": targets, "model": "rnn"}).json()["scores"]
+        assert [s["log_prob"] for s in scores] == pytest.approx([s.log_prob for s in expected.score(TEXTS, targets)],
+                                                                abs=1e-5)
+        trace = client.post("/trace", json={"text": TEXTS[0], "model": "rnn"}).json()
+        assert trace["text"] == expected.trace(TEXTS[0]).text
+        refused = client.post("/attention", json={"text": TEXTS[0], "model": "transformer"})
+        assert refused.status_code == 422 and "is an ensemble" in refused.json()["detail"]
+
+
+def test_serve_names_a_wrong_ensemble(folders, monkeypatch, capsys):
+    import uvicorn
+
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.append(app))
+    rnn, rnn2 = str(folders["rnn"]), str(folders["rnn2"])
+    assert main(["serve", f"a={rnn}", "--ensemble", f"a={rnn2}"]) == 0
+    assert served[0].state.models["a"].translator.ensembled == [folders["rnn2"]]
+    for argument, message in ((f"b={rnn2}", "no model named 'b' is served (models: a)"),
+                              ("a", "give NAME=DIR"), ("a=", "give NAME=DIR")):
+        assert main(["serve", f"a={rnn}", "--ensemble", argument]) == 2
+        assert message in capsys.readouterr().err

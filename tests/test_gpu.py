@@ -238,8 +238,9 @@ def test_the_http_api_on_cuda(tmp_path):
     train(speech, **QUIET)
 
     app = create_app([("rnn", rnn.experiment_dir), ("transformer", transformer.experiment_dir),
-                      ("pairs", pairs.experiment_dir), ("speech", speech.experiment_dir)],
-                     ServerLimits(timeout=120.0), device="cuda")
+                      ("pairs", pairs.experiment_dir), ("speech", speech.experiment_dir),
+                      ("ensemble", rnn.experiment_dir)],
+                     ServerLimits(timeout=120.0), device="cuda", ensembles={"ensemble": [rnn.experiment_dir]})
     assert all(m.translator.model.training is False and next(m.translator.model.parameters()).is_cuda
                for m in app.state.models.values())
     source = DEV[0][0]
@@ -252,6 +253,8 @@ def test_the_http_api_on_cuda(tmp_path):
                            ("/attention", {"text": source, "model": "transformer"}),
                            ("/score", {"text": [source, DEV[1][0]], "translation": [DEV[0][1], DEV[1][1]]}),
                            ("/translate", {"text": [source, DEV[1][0]], "prefix": [DEV[0][1][:2], ""], "beam": 3}),
+                           ("/translate", {"text": [source, DEV[1][0]], "beam": 3, "model": "ensemble"}),
+                           ("/trace", {"text": source, "model": "ensemble"}),
                            ("/score", {"text": source, "translation": DEV[0][1], "model": "transformer"}),
                            ("/classify", {"premise": "two red cats", "hypothesis": "two cats", "model": "pairs"}),
                            ("/translate", {"audio": audio, "model": "speech"}),

@@ -25,6 +25,9 @@ def add_parser(subparsers):
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a Host header to answer besides localhost, 127.0.0.1 and [::1] (and --host): the name "
                         "clients use behind a proxy; may be repeated")
+    p.add_argument("--ensemble", action="append", default=[], metavar="NAME=DIR",
+                   help="the translation model NAME decodes with DIR's model too, of the same language pair and "
+                        "subwords (repeatable): each step's distribution is the mean of all (ensemble decoding)")
     checkpoint_option(p)
     device_option(p)
     for limit in limit_fields():
@@ -35,6 +38,19 @@ def add_parser(subparsers):
     threads_option(p)
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=run)
+
+
+def ensembles_of(arguments: list[str]) -> dict[str, list[str]]:
+    """--ensemble NAME=DIR, each: NAME -> its DIRs, in order."""
+    from attnmt.core.errors import AttnmtError
+
+    ensembles: dict[str, list[str]] = {}
+    for argument in arguments:
+        name, equals, folder = argument.partition("=")
+        if not (equals and name and folder):
+            raise AttnmtError(f"--ensemble {argument}: give NAME=DIR (NAME: a served model's name)")
+        ensembles.setdefault(name, []).append(folder)
+    return ensembles
 
 
 def limit_fields() -> list[Field]:
@@ -87,7 +103,8 @@ def run(args):
     limits = server_limits(args)
     bound = [] if args.host in ("0.0.0.0", "::", "[::]", "") else [args.host]  # one address: its name is trusted
     app = create_app([model_entry(d) for d in args.model_dir], limits, device=args.device,
-                     allowed_hosts=bound + args.allowed_host, checkpoint=args.checkpoint)
+                     allowed_hosts=bound + args.allowed_host, checkpoint=args.checkpoint,
+                     ensembles=ensembles_of(args.ensemble))
     if not is_loopback(args.host):
         log(f"warning: listening on {args.host}, reachable from other machines; the server has no "
             "authentication and no TLS: expose it only behind a reverse proxy")

@@ -69,6 +69,7 @@ class Translator:
         self.shortlist: bool | str | Path | None = None
         self._shortlists: dict[Path, Shortlist] = {}  # the tables read so far, by file
         self._spelling: Spelling | None = None  # the target pieces' texts, for prefixes that end inside a word
+        self.ensembled: list[Path] = []  # the folders of the models it decodes with (ensemble)
 
     @property
     def attention_window(self) -> tuple[int, int] | None:
@@ -279,6 +280,7 @@ class Translator:
                                   "ensemble runs on one device")
         members = self.model.members if isinstance(self.model, Ensemble) else [self.model]
         self.model = Ensemble([*members, *(other.model for other in others)])
+        self.ensembled = [*self.ensembled, *(other.folder for other in others)]
         if self.aligner is not None:  # (an alignment layer, or guided heads, reads one model's states)
             warnings.warn(f"the word links of an ensemble come from its attention, not from {self.aligner!r}, "
                           f"which reads the model of {self.folder} alone", stacklevel=2)

@@ -5,6 +5,7 @@ batches this way too, in chunks."""
 
 import re
 import threading
+import warnings
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -104,7 +105,9 @@ class LoadedModel:
         if self.inputs == "text":
             aligner = self.translator.aligner
             links = getattr(aligner, "word_links", "aligner") if aligner else "attention"
-        return ModelInfo(name=self.name, task=self.task, word_links=links, **self.translator.describe())
+        members = getattr(self.translator, "ensembled", None)
+        return ModelInfo(name=self.name, task=self.task, word_links=links, **self.translator.describe(),
+                         ensemble=[Path(folder).name for folder in members] if members else None)
 
 
 def model_entry(argument: str) -> ModelEntry:
@@ -127,11 +130,13 @@ def valid_name(name: str, what: str) -> str:
 
 
 def load_models(entries: list[ModelEntry], limits: ServerLimits, device: str = "cpu",
-                checkpoint: str = "best") -> dict[str, LoadedModel]:
+                checkpoint: str = "best", ensembles: Optional[dict[str, list]] = None) -> dict[str, LoadedModel]:
     """The models of ``entries`` by name, in order: the first is the default. An entry is a trained
     model folder, named after it, or a pair (name, folder). Each is loaded on ``device``, its
-    ``checkpoint`` weights (best, last or averaged). Raises
-    AttnmtError for a bad folder, a bad name or a name used twice."""
+    ``checkpoint`` weights (best, last or averaged). ``ensembles``: name -> the folders of the
+    models that the translation model of that name decodes with (Translator.ensemble). Raises
+    AttnmtError for a bad folder, a bad name or a name used twice, or an ensemble of a model not
+    served or not a translation model."""
     from attnmt.api import load
 
     if not entries:
@@ -153,4 +158,20 @@ def load_models(entries: list[ModelEntry], limits: ServerLimits, device: str = "
         model = models[name] = LoadedModel(name, load(folder, checkpoint, device=device), limits.timeout)
         if model.inputs != "pairs":  # /translate requests (text or audio) are batched
             model.batcher = Batcher(model, limits)
+    for name, folders in (ensembles or {}).items():
+        ensemble(models, name, folders, checkpoint, device)
     return models
+
+
+def ensemble(models: dict[str, LoadedModel], name: str, folders: list, checkpoint: str, device: str):
+    """The model ``name`` decodes with the models of ``folders`` too (attnmt serve --ensemble)."""
+    from attnmt.api import load
+
+    if name not in models:
+        raise AttnmtError(f"--ensemble {name}=...: no model named '{name}' is served (models: {', '.join(models)})")
+    translator = models[name].translator
+    if translator.inputs != "text":
+        raise AttnmtError(f"--ensemble {name}=...: '{name}' is {translator.what}; an ensemble is of translation models")
+    with warnings.catch_warnings():  # (the aligner it drops is said by /models: word_links "attention")
+        warnings.simplefilter("ignore")
+        translator.ensemble([load(Path(folder), checkpoint, device=device) for folder in folders])

@@ -243,6 +243,10 @@ async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     if model.translator.config.model.type != "transformer":
         raise HTTPException(422, f"/attention gives the layers and heads of Transformer models; '{model.name}' "
                                  "is an RNN model: its attention matrix is the 'attention' of /translate")
+    if getattr(model.translator, "ensembled", None):
+        raise HTTPException(422, f"/attention gives one Transformer's layers and heads; '{model.name}' is an "
+                                 "ensemble: serve a member alone for them (its mean attention is the 'attention' "
+                                 "of /translate)")
     tokens = check_tokens(model, [body.text], limits, single=True)
     if body.translation is None:  # translated first, with the model's beam
         check_work(tokens, model.translator.config.decoding.beam, limits)

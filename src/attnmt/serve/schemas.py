@@ -100,6 +100,10 @@ class ModelInfo(Strict):
     norm: Optional[Literal["pre", "post"]] = Field(description="Transformer only: LayerNorm placement")
     beam: int = Field(description="default beam size of /translate for this model")
     labels: Optional[list[str]] = Field(None, description="sentence-pair models only: the classes of /classify")
+    ensemble: Optional[list[str]] = Field(
+        None, description="the other models this one decodes with, by folder name (`attnmt serve --ensemble`): "
+                          "each step's distribution is the mean of all; /attention, which reads one model's "
+                          "layers, answers 422")
     word_links: Optional[Literal["aligner", "guided_attention", "attention"]] = Field(
         None, description='translation models only: where the links of "align": true come from: "aligner", an '
                           "alignment layer trained on this model (MODEL/aligner, attnmt train-aligner); "

@@ -106,8 +106,9 @@ async function translateAll() {
     api("/trace", { text, model: modelA, top_k: TOP_K, prefix }, `trace (${modelA})`),
     api("/beam", { text, model: modelA, beam: beam ?? (modelByName(modelA)?.beam ?? 5), prefix }, `beam (${modelA})`),
   ];
-  // A Transformer's layers and heads, for the translation shown (forced), once it is known.
-  if (modelByName(modelA)?.type === "transformer") {
+  // A Transformer's layers and heads, for the translation shown (forced), once it is known (an
+  // ensemble's are several models': none).
+  if (modelByName(modelA)?.type === "transformer" && !modelByName(modelA)?.ensemble) {
     jobs.push(jobs[0].then((answer) => {
       const shown = answer.translations[0].candidates[0].text;
       return api("/attention", { text, model: modelA, translation: shown.trim() ? shown : null }, `attention (${modelA})`);
