@@ -205,6 +205,8 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
                  ["evaluate", folder, "--trust-config", "--json", tmp_path / "scores.json"],
                  ["evaluate", folder, "--src", src, "--ref", tgt],
                  ["score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "scores.txt", "--ensemble", folder],
+                 ["score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "dual.txt", "--backward", folder],
+                 ["translate", folder, "-i", src, "-o", tmp_path / "reranked.txt", "--beam", "2", "--rerank", folder],
                  ["align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt"],
                  ["train-aligner", write(tmp_path / "aligner.yaml", f"model: {folder}\nsteps: 3\nlexicon_steps: 1\n")],
                  ["align", folder, "--src", src, "--tgt", tgt, "--aligner", folder / "aligner",

@@ -91,6 +91,10 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
                  ("evaluate", folder, "--device", "cuda", "--src", src, "--ref", tgt),
                  ("align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt", "--device", "cuda"),
                  ("score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "scores.txt", "--device", "cuda"),
+                 ("score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "dual.txt", "--device", "cuda",
+                  "--backward", folder),
+                 ("translate", folder, "-i", src, "-o", tmp_path / "reranked.txt", "--device", "cuda", "--beam", "3",
+                  "--rerank", folder),
                  ("plot", folder, sources[0], "--device", "cuda", "--out", tmp_path / "heatmap.png",
                   "--states", tmp_path / "states.png", "--step", "1", tmp_path / "step.png",
                   "--gif", tmp_path / "steps.gif")):
