@@ -52,3 +52,31 @@ def test_translate_rerank_writes_the_reranked_n_best(reverse_model, tmp_path, ca
                           (["--rerank-weight", "1"], "give --rerank DIR too")):
         assert main(["translate", folder, "-i", str(src), *argv]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_evaluate_rerank_scores_the_reranked_best(reverse_model, tmp_path, capsys):
+    """--rerank in evaluate: on --src/--ref and on the config's test sets, the hypotheses are the
+    reranked best of the beam."""
+    import json
+
+    translator, dev = reverse_model
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("\n".join(dev[:5]) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(s[::-1] for s in dev[:5]) + "\n", encoding="utf-8")
+    folder = str(translator.folder)
+    # a weight against the backward model: the reranked best differs from the beam's (so the test can fail)
+    expected = [t.candidates[0].text for t in rerank(translator, translator,
+                                                      translator.translate(dev[:5], beam=3, n_best=3), -5.0)]
+    assert expected != [t.text for t in translator.translate(dev[:5], beam=3)]
+    assert main(["evaluate", folder, "--src", str(src), "--ref", str(ref), "--beam", "3", "--rerank", folder,
+                 "--rerank-weight", "-5", "--hypotheses", str(tmp_path / "hyp.txt")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines() == expected
+    tsv = tmp_path / "test.tsv"
+    tsv.write_text("".join(f"{s}\t{s[::-1]}\n" for s in dev[:5]), encoding="utf-8")
+    assert main(["evaluate", folder, "--tsv", str(tsv), "--beam", "3", "--rerank", folder, "--rerank-weight", "-5",
+                 "--json", str(tmp_path / "report.json"), "--hypotheses", str(tmp_path / "tsv-hyp.txt")]) == 0, \
+        capsys.readouterr().err
+    assert (tmp_path / "tsv-hyp.txt").read_text(encoding="utf-8").splitlines() == expected  # (the test-set path)
+    assert json.loads((tmp_path / "report.json").read_text())["beam"] == 3
+    assert main(["evaluate", folder, "--tsv", str(tsv), "--rerank-weight", "2"]) == 2
+    assert "give --rerank DIR too" in capsys.readouterr().err

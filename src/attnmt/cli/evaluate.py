@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from attnmt.cli.models import load_model, translate_lines
-from attnmt.cli.options import decoding_options
+from attnmt.cli.models import check_rerank, load_model, reranker, translate_lines
+from attnmt.cli.options import decoding_options, rerank_options
 from attnmt.cli.streams import log, read_line_pairs, write_text
 from attnmt.core.errors import AttnmtError
 
@@ -25,6 +25,7 @@ def add_parser(subparsers):
     p.add_argument("--json", help="also write the report as JSON to this file (several test sets: {name: report})")
     p.add_argument("--hypotheses", help="also write the translations (or predicted labels) to this file (several test "
                                         "sets: FILE.NAME)")
+    rerank_options(p)
     p.add_argument("--trust-config", action="store_true",
                    help="read the test sets that the folder's config names outside the folder (a folder you trained: "
                         "without it, a model folder cannot make attnmt read other files; see docs/security.md)")
@@ -38,6 +39,7 @@ def run(args):
         raise AttnmtError("give --src and --ref (two line-aligned files), or --tsv FILE, or neither to score the "
                           "test sets of the model's config (data.test)")
     model = load_model(args)
+    check_rerank(args, model, args.beam or (model.config.decoding.beam if model.inputs == "text" else 1))
     evaluator_of(model)(model, args)
 
 
@@ -51,10 +53,15 @@ def evaluate_translation(model, args):
     from attnmt.data.test_sets import config_test_sets
     from attnmt.translation.evaluation import evaluation_report, format_report, test_set_reports
 
+    rerank = reranker(model, args) if args.rerank else None
     if args.src:
         sources, references = read_line_pairs(args.src, args.ref)
         warn_if_tabular(sources, args.src)
-        hypotheses = [t.text for t in translate_lines(model, sources, args, name=args.src)]
+        if rerank is None:
+            hypotheses = [t.text for t in translate_lines(model, sources, args, name=args.src)]
+        else:  # every candidate of the beam, reranked
+            beam = args.beam or model.config.decoding.beam
+            hypotheses = [t.text for t in rerank(translate_lines(model, sources, args, beam, name=args.src))]
         reports = {"": {**evaluation_report(sources, hypotheses, references), "hypotheses": hypotheses,
                         "beam": args.beam or model.config.decoding.beam}}
     else:
@@ -66,7 +73,7 @@ def evaluate_translation(model, args):
             raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --src and --ref, "
                               "or --tsv FILE")
         reports = test_set_reports(model, sets, beam=args.beam, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                                   log=log, progress=True)
+                                   log=log, progress=True, rerank=rerank)
     write_reports(reports, args, "hypotheses", format_report)
 
 

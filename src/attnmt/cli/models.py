@@ -49,3 +49,28 @@ def translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = 
             log(f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "
                 f"{args.max_tokens} were translated (--max-tokens)")
     return translations
+
+
+def check_rerank(args, model, beam: int):
+    """AttnmtError for --rerank (--rerank-weight) where it cannot rerank."""
+    if args.rerank_weight is not None and not args.rerank:
+        raise AttnmtError("--rerank-weight weighs the backward model of --rerank: give --rerank DIR too")
+    if not args.rerank:
+        return
+    if model.inputs != "text":
+        raise AttnmtError(f"{args.model_dir}: --rerank is for translation models")
+    if getattr(args, "sampling", None) is not None or beam < 2:
+        raise AttnmtError("--rerank reorders the candidates of a beam search: give a --beam of 2 or more (and no "
+                          "--sample)")
+
+
+def reranker(model, args):
+    """translations -> those translations with their candidates reranked by --rerank's backward model."""
+    from functools import partial
+
+    from attnmt.api import load
+    from attnmt.translation.reranking import WEIGHT, rerank
+
+    backward = load(args.rerank, args.checkpoint, quantize=quantize(args), device=args.device)
+    weight = WEIGHT if args.rerank_weight is None else args.rerank_weight
+    return partial(rerank, model, backward, weight=weight, batch_size=args.batch_size)

@@ -137,6 +137,16 @@ def model_options(p, max_tokens: str):
                               "with AVX512-BF16/AMX; a few translations change)")
 
 
+def rerank_options(p):
+    """--rerank DIR and --rerank-weight W: translate and evaluate."""
+    p.add_argument("--rerank", metavar="DIR",
+                   help="a target->source model: the beam's candidates reranked by how well each explains the source, "
+                        "log p(y|x)/|y| + W log p(x|y)/|x| (noisy-channel reranking; n-best scores are then that); "
+                        "needs a beam of 2 or more")
+    p.add_argument("--rerank-weight", type=float, default=None, metavar="W",
+                   help="W of --rerank (default 0.25, the best on Multi30k's dev set: tune it on yours)")
+
+
 def input_output_options(p):
     p.add_argument("-i", "--input", help="input file (plain or .gz); default stdin")
     p.add_argument("-o", "--output", help="output file; default stdout")

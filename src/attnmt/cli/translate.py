@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from attnmt.cli.models import load_model, translate_lines
+from attnmt.cli.models import check_rerank, load_model, reranker, translate_lines
 from attnmt.cli.options import (_non_negative_int, _positive, _positive_float, _probability, decoding_options,
-                                input_output_options)
+                                input_output_options, rerank_options)
 from attnmt.cli.streams import close_output, log, open_output, read_input
 from attnmt.core.errors import AttnmtError
 
@@ -27,12 +27,7 @@ def add_parser(subparsers):
     p.add_argument("--prefix", metavar="FILE",
                    help="a start for each input line's translation, line by line (an empty line: none): the search "
                         "continues it, as OpenNMT-py's --tgt_prefix (interactive translation)")
-    p.add_argument("--rerank", metavar="DIR",
-                   help="a target->source model: the beam's candidates reranked by how well each explains the source, "
-                        "log p(y|x)/|y| + W log p(x|y)/|x| (noisy-channel reranking; the n-best scores are then that); "
-                        "needs a beam of 2 or more")
-    p.add_argument("--rerank-weight", type=float, default=None, metavar="W",
-                   help="W of --rerank (default 0.25, the best on Multi30k's dev set: tune it on yours)")
+    rerank_options(p)
     p.add_argument("--aligner", metavar="DIR|none",
                    help="read the word links from this alignment layer of the model (attnmt train-aligner); 'none': "
                         "from the search's attention. Default: MODEL/aligner if it was trained on these weights, else "
@@ -119,37 +114,14 @@ def decode_for_task(model, lines: list[str], args) -> tuple[list, dict[int, str]
                           "source words")
     if model.inputs != "audio":
         if args.rerank:  # every candidate of the beam, reranked; the n best of them written
-            return reranked(model, translate_lines(model, lines, args, args.beam or model.config.decoding.beam,
-                                                   args.input or "<stdin>"), args), {}
+            return reranker(model, args)(translate_lines(model, lines, args, args.beam or model.config.decoding.beam,
+                                                         args.input or "<stdin>")), {}
         return translate_lines(model, lines, args, args.n_best, args.input or "<stdin>"), {}
     translations, unusable = model.transcribe_files(lines, beam=args.beam, n_best=args.n_best,
                                                     batch_size=args.batch_size)
     for i, message in unusable.items():
         log(f"attnmt: warning: {args.input or '<stdin>'}, line {i + 1}: {message}; an empty line written")
     return translations, unusable
-
-
-def check_rerank(args, model, beam: int):
-    """AttnmtError for --rerank (--rerank-weight) where it cannot rerank."""
-    if args.rerank_weight is not None and not args.rerank:
-        raise AttnmtError("--rerank-weight weighs the backward model of --rerank: give --rerank DIR too")
-    if not args.rerank:
-        return
-    if model.inputs != "text":
-        raise AttnmtError(f"{args.model_dir}: --rerank is for translation models")
-    if args.sampling is not None or beam < 2:
-        raise AttnmtError("--rerank reorders the candidates of a beam search: give a --beam of 2 or more (and no "
-                          "--sample)")
-
-
-def reranked(model, translations, args):
-    from attnmt.api import load
-    from attnmt.cli.models import quantize
-    from attnmt.translation.reranking import WEIGHT, rerank
-
-    backward = load(args.rerank, args.checkpoint, quantize=quantize(args), device=args.device)
-    weight = WEIGHT if args.rerank_weight is None else args.rerank_weight
-    return rerank(model, backward, translations, weight, args.batch_size)
 
 
 def aligned(args) -> bool:

@@ -12,7 +12,7 @@ Bahdanau et al. (2014), Fig. 2, to show how attention helps on long sentences.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
@@ -154,10 +154,12 @@ def evaluation_report(
 
 
 def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size: int | None = None,
-                     max_tokens: int | None = None, log=print, progress: bool = False) -> dict[str, dict]:
+                     max_tokens: int | None = None, log=print, progress: bool = False,
+                     rerank: Callable[[list], list] | None = None) -> dict[str, dict]:
     """Each test set of ``sets`` (name -> config.CorpusFiles) translated by ``translator`` (an
     attnmt.api.Translator; sources cut to ``max_tokens`` pieces, with a warning) and scored:
-    name -> evaluation_report, with the beam used and the hypotheses."""
+    name -> evaluation_report, with the beam used and the hypotheses. ``rerank``: every candidate
+    of the beam reordered by it (attnmt.translation.reranking) before the best is taken."""
     from attnmt.data.corpus import read_corpus
 
     reports = {}
@@ -166,18 +168,21 @@ def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size
         if corpus.dropped_empty:
             log(f"test set {name}: {corpus.dropped_empty} pair(s) with an empty side left out")
         reports[name] = score_translations(translator, name, corpus.sources, corpus.targets, beam, batch_size,
-                                           max_tokens, log, progress)[0]
+                                           max_tokens, log, progress, rerank)[0]
     return reports
 
 
 def score_translations(translator, name: str, sources: list[str], references: list[str], beam: int | None = None,
                        batch_size: int | None = None, max_tokens: int | None = None, log=print,
-                       progress: bool = False) -> tuple[dict, list]:
+                       progress: bool = False, rerank: Callable[[list], list] | None = None) -> tuple[dict, list]:
     """The sources translated and scored against the references: (evaluation_report with the beam
     and the hypotheses, the attnmt.api.Translation of each source). ``progress``: a progress bar
-    while translating (on a terminal)."""
-    translations = translator.translate(sources, beam=beam, batch_size=batch_size, max_tokens=max_tokens,
-                                        progress=f"test set {name}" if progress else None)
+    while translating (on a terminal). ``rerank``: as in test_set_reports."""
+    n_best = (beam or translator.config.decoding.beam) if rerank else 1  # (a reranking chooses among all)
+    translations = translator.translate(sources, beam=beam, n_best=n_best, batch_size=batch_size,
+                                        max_tokens=max_tokens, progress=f"test set {name}" if progress else None)
+    if rerank is not None:
+        translations = rerank(translations)
     for number, t in enumerate(translations, start=1):
         if t.truncated:
             log(f"warning: test set {name}, pair {number}: more than {max_tokens} subword tokens; its first "
