@@ -111,12 +111,19 @@ def write_scores(scored, args):
             if args.jsonl:
                 fields = ({"score": s.score, "forward": as_json(s.forward), "backward": as_json(s.backward)}
                           if args.backward else as_json(s))
-                line = json.dumps(fields, ensure_ascii=False)
+                out.write(json.dumps(fields, ensure_ascii=False) + "\n")
             else:
-                line = f"{s.score if args.backward else s.per_token if args.normalize else s.log_prob:.6f}"
-            out.write(line + "\n")
+                out.write(f"{value_of(s, args):.6f}\n")
     finally:
         close_output(out)
+
+
+def value_of(scored, args) -> float:
+    """The number of a pair's line: the dual score (--backward), the log-probability per token
+    (--normalize) or the log-probability."""
+    if args.backward:
+        return scored.score
+    return scored.per_token if args.normalize else scored.log_prob
 
 
 def as_json(s) -> dict:
