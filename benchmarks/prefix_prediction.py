@@ -21,18 +21,11 @@ line up).
 from __future__ import annotations
 
 import argparse
-import gzip
 import time
 from pathlib import Path
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 BUCKETS = (("first word", 0, 1), ("words 2-5", 1, 5), ("words 6+", 5, 10_000))
-
-
-def read(path: Path, limit: int) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f][:limit]
 
 
 def main():
@@ -46,9 +39,10 @@ def main():
     args = parser.parse_args()
 
     import attnmt
+    from attnmt.data.corpus import read_lines  # plain or gzip, errors naming the file
 
     translator = attnmt.load(args.model, args.checkpoint)
-    sources, references = read(args.src, args.limit), read(args.ref, args.limit)
+    sources, references = read_lines(args.src)[:args.limit], read_lines(args.ref)[:args.limit]
     texts, prefixes, expected, positions = [], [], [], []
     for source, reference in zip(sources, references):
         words = reference.split()

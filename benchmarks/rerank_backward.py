@@ -18,17 +18,10 @@ beam's own best (sacreBLEU, and the paired bootstrap of sacreBLEU against the be
 from __future__ import annotations
 
 import argparse
-import gzip
 import time
 from pathlib import Path
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-
-
-def read(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def candidates(forward, backward, sources: list[str], beam: int, n_best: int):
@@ -65,13 +58,14 @@ def main():
     args = parser.parse_args()
 
     import attnmt
+    from attnmt.data.corpus import read_lines  # plain or gzip, errors naming the file
 
     forward, backward = attnmt.load(args.model, args.checkpoint), attnmt.load(args.backward, args.checkpoint)
     weights = [float(w) for w in args.weights.split(",")]
     results = {}
     for name, (src, ref) in (("dev", args.dev), ("test", args.test)):
         start = time.perf_counter()
-        sources, references = read(src), read(ref)
+        sources, references = read_lines(src), read_lines(ref)
         scored = candidates(forward, backward, sources, args.beam, args.n_best)
         results[name] = (scored, references)
         print(f"{name}: {len(sources)} sentences, {args.n_best} candidates each (beam {args.beam}), "

@@ -25,7 +25,6 @@ Also the model's perplexity on the clean pairs and the scoring speed (pairs/s).
 from __future__ import annotations
 
 import argparse
-import gzip
 import random
 import time
 from pathlib import Path
@@ -34,12 +33,6 @@ import numpy as np
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 KINDS = ("misaligned", "copy", "truncated", "shuffled")
-
-
-def read(path: Path, limit: int) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f][:limit]
 
 
 def spoil(sources: list[str], targets: list[str], noisy: int, seed: int) -> tuple[list[str], list[str]]:
@@ -83,9 +76,10 @@ def main():
     args = parser.parse_args()
 
     import attnmt
+    from attnmt.data.corpus import read_lines  # plain or gzip, errors naming the file
 
     translator = attnmt.load(args.model, args.checkpoint)
-    sources, references = read(args.src, args.limit), read(args.tgt, args.limit)
+    sources, references = read_lines(args.src)[:args.limit], read_lines(args.tgt)[:args.limit]
     targets, kinds = spoil(sources, references, args.noisy, args.seed)
     start = time.perf_counter()
     scored = translator.score(sources, targets, batch_size=64)
