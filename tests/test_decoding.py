@@ -270,8 +270,8 @@ def test_beam_search_stops_a_sentence_that_cannot_improve_with_the_same_results(
 def test_every_tensor_of_decoding_is_made_on_the_models_device(reverse_model, tiny_transformer):
     """With "meta" as the default device, a tensor made without naming its device lands there
     and the first operation mixing it with the model's (CPU) tensors fails: decoding, tracing,
-    beam trees, forced attention, scoring, prefixes and Transformer attention maps name their device
-    everywhere."""
+    beam trees, forced attention, scoring, prefixes, the coverage penalty, constraints and Transformer
+    attention maps name their device everywhere."""
     from attnmt.translation.align import force_attention
 
     translator, sources = reverse_model
@@ -285,6 +285,13 @@ def test_every_tensor_of_decoding_is_made_on_the_models_device(reverse_model, ti
         translator.score(sources[:3], [reverse(s) for s in sources[:3]])
         for beam in (1, 3):
             translator.translate(sources[:3], beam=beam, prefix=["ab", "", "c"], shortlist=False)
+        before = translator.config.decoding
+        translator.set_decoding(coverage_penalty=0.4)
+        try:
+            translator.translate(sources[:3], beam=3)
+            translator.translate(sources[:3], beam=3, constraints=[["ab"], [], ["c", "d"]])
+        finally:
+            translator.config = translator.config.model_copy(update={"decoding": before})
         tiny_transformer.score(["abc", "de"], ["cba", ""])
         tiny_transformer.translate(["abcdefghij" * 3], beam=2)
         tiny_transformer.attention("abc")

@@ -95,6 +95,10 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
                   "--backward", folder),
                  ("translate", folder, "-i", src, "-o", tmp_path / "reranked.txt", "--device", "cuda", "--beam", "3",
                   "--rerank", folder),
+                 ("translate", folder, "-i", src, "-o", tmp_path / "covered.txt", "--device", "cuda", "--beam", "3",
+                  "--coverage-penalty", "0.4", "--length-penalty", "0.6"),
+                 ("translate", folder, "-i", src, "-o", tmp_path / "constrained.txt", "--device", "cuda", "--beam",
+                  "3", "--constraints", write(tmp_path / "phrases.txt", "ab\n" * len(DEV[:6]))),
                  ("plot", folder, sources[0], "--device", "cuda", "--out", tmp_path / "heatmap.png",
                   "--states", tmp_path / "states.png", "--step", "1", tmp_path / "step.png",
                   "--gif", tmp_path / "steps.gif")):
@@ -121,6 +125,15 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
                                                                                               prefix=starts))
     for start, a, b in prefixed:  # the textbook search on the GPU, with its constraint on the device
         assert a.text.startswith(start) and a.text == b.text
+    for translator in (on_gpu, on_cpu):  # the textbook search on the GPU, its coverage summed there
+        translator.set_decoding(coverage_penalty=0.4, length_penalty=0.6)
+    for a, b in zip(on_gpu.translate(sources, beam=3, n_best=2), on_cpu.translate(sources, beam=3, n_best=2)):
+        assert [c.text for c in a.candidates] == [c.text for c in b.candidates]
+        assert [c.score for c in a.candidates] == pytest.approx([c.score for c in b.candidates], abs=1e-3)
+    wanted = [["ab"], [], ["c", "de"], [], [], ["j"]]
+    for a, b in zip(on_gpu.translate(sources, beam=3, constraints=wanted),
+                    on_cpu.translate(sources, beam=3, constraints=wanted)):
+        assert a.text == b.text
     for a, b in zip(on_gpu.score(sources, targets), on_cpu.score(sources, targets)):
         np.testing.assert_allclose(a.log_probs, b.log_probs, atol=1e-4)
     scores = [float(line) for line in (tmp_path / "scores.txt").read_text().splitlines()]

@@ -20,19 +20,23 @@ def load_model(args):
             raise AttnmtError(f"{args.model_dir}: --ensemble is for translation models")
         model.ensemble([load(folder, args.checkpoint, quantize=quantize(args), device=args.device)
                         for folder in args.ensemble])
-    apply_window_and_shortlist(model, args)
+    apply_decoding_options(model, args)
     return model
 
 
-def apply_window_and_shortlist(model, args):
-    """--attention-window and --shortlist, given, on the models they are for."""
+def apply_decoding_options(model, args):
+    """--attention-window, --length-penalty, --coverage-penalty and --shortlist, given, on the models
+    they are for."""
     from attnmt.api import Translator
 
-    if getattr(args, "attention_window", None) is not None:
+    settings = {name: getattr(args, name, None) for name in ("attention_window", "length_penalty", "coverage_penalty")}
+    settings = {name: value for name, value in settings.items() if value is not None}
+    if settings:
         if not isinstance(model, Translator):
-            raise AttnmtError(f"{args.model_dir}: --attention-window is for RNN decoders with attention; this is a "
-                              "sentence-pair classifier")
-        model.attention_window = args.attention_window
+            option = "--" + next(iter(settings)).replace("_", "-")
+            raise AttnmtError(f"{args.model_dir}: {option} is for models that decode; this is a sentence-pair "
+                              "classifier")
+        model.set_decoding(**settings)
     if getattr(args, "shortlist", None) is not None:
         if model.inputs != "text":
             raise AttnmtError(f"{args.model_dir}: --shortlist is for translation models")
@@ -43,7 +47,8 @@ def translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = 
     """The translations of ``lines``, each cut to --max-tokens subword pieces with a warning."""
     translations = model.translate(lines, beam=args.beam, n_best=n_best, batch_size=args.batch_size,
                                    max_tokens=args.max_tokens, progress="translating",
-                                   sampling=getattr(args, "sampling", None), prefix=getattr(args, "prefixes", None))
+                                   sampling=getattr(args, "sampling", None), prefix=getattr(args, "prefixes", None),
+                                   constraints=getattr(args, "phrases", None))
     for number, t in enumerate(translations, start=1):
         if t.truncated:
             log(f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "

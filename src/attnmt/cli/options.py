@@ -111,6 +111,13 @@ def decoding_options(p):
                    help="vocabulary shortlist: the output layer scores only the likely target pieces of each "
                         "batch (MODEL_DIR/shortlist.json, or FILE; build it with 'attnmt shortlist MODEL_DIR'; "
                         "default: config, decoding.shortlist)")
+    p.add_argument("--length-penalty", type=float, default=None, metavar="ALPHA",
+                   help="alpha of Wu et al. (2016): scores are log p / ((5 + |y|) / 6)^alpha; 0: none "
+                        "(default: config, decoding.length_penalty)")
+    p.add_argument("--coverage-penalty", type=float, default=None, metavar="BETA",
+                   help="beta of Wu et al. (2016): + beta * sum over source words of log(min(attention they "
+                        "received, 1)), against outputs that leave words out; 0: none (default: config, "
+                        "decoding.coverage_penalty)")
 
 
 def model_options(p, max_tokens: str):

@@ -27,6 +27,9 @@ def add_parser(subparsers):
     p.add_argument("--prefix", metavar="FILE",
                    help="a start for each input line's translation, line by line (an empty line: none): the search "
                         "continues it, as OpenNMT-py's --tgt_prefix (interactive translation)")
+    p.add_argument("--constraints", metavar="FILE",
+                   help="words or phrases each input line's translation must contain, line by line, separated by "
+                        "tabs (an empty line: none): beam search with dynamic beam allocation (Post & Vilar 2018)")
     rerank_options(p)
     p.add_argument("--aligner", metavar="DIR|none",
                    help="read the word links from this alignment layer of the model (attnmt train-aligner); 'none': "
@@ -62,6 +65,7 @@ def run(args):
         model.aligner = None if args.aligner == "none" else output_aligner(args.aligner, model)
     lines = read_input(args.input)
     args.prefixes = prefixes_of(args, model, len(lines))
+    args.phrases = constraints_of(args, model, len(lines))
     translations, unusable = decode_for_task(model, lines, args)
     if aligned(args):
         translations = model.align_outputs(translations, args.n_best, method=args.align_method,
@@ -104,6 +108,27 @@ def prefixes_of(args, model, count: int) -> list[str] | None:
         raise AttnmtError(f"line counts differ: {args.input or '<stdin>'} has {count} lines, {args.prefix} "
                           f"has {len(prefixes)} (--prefix: one line, maybe empty, for each input line)")
     return prefixes
+
+
+def constraints_of(args, model, count: int) -> list[list[str]] | None:
+    """The phrases of --constraints (tab-separated), one line for each input line; None without it."""
+    from attnmt.data.corpus import read_lines
+
+    if args.constraints is None:
+        return None
+    if model.inputs != "text":
+        raise AttnmtError(f"{args.model_dir}: --constraints is for translation models")
+    if args.sampling is not None:
+        raise AttnmtError("--sample draws translations as the model writes them: it takes no --constraints")
+    lines = read_lines(args.constraints)
+    if len(lines) != count:
+        raise AttnmtError(f"line counts differ: {args.input or '<stdin>'} has {count} lines, {args.constraints} "
+                          f"has {len(lines)} (--constraints: one line, maybe empty, for each input line)")
+    phrases = [[phrase for phrase in line.split("\t") if phrase.strip()] for line in lines]
+    for number, (line, found) in enumerate(zip(lines, phrases), start=1):
+        if line.strip() and len(found) != line.count("\t") + 1:
+            raise AttnmtError(f"{args.constraints}, line {number}: an empty phrase between tabs")
+    return phrases
 
 
 def decode_for_task(model, lines: list[str], args) -> tuple[list, dict[int, str]]:

@@ -259,6 +259,9 @@ class Sampling(Section):
 class DecodingConfig(Section):
     beam: int = Field(5, gt=0, le=MAX_BEAM)
     length_penalty: float = Field(1.0, ge=0)  # alpha of Wu et al. (2016); 0 = none
+    # beta of Wu et al. (2016): + beta * sum_i log(min(attention received by source word i, 1)) in the
+    # scores of finished hypotheses, against outputs that leave source words out; 0 = none
+    coverage_penalty: float = Field(0.0, ge=0, le=10)
     max_length_ratio: float = Field(1.5, gt=0, le=10)  # output at most ratio * source length + offset
     max_length_offset: int = Field(10, ge=0, le=1000)
     batch_size: int = Field(64, gt=0, le=10_000)

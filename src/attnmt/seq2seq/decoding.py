@@ -4,7 +4,11 @@ search that draws each token instead of taking the most probable one).
 Both return, for each sentence, hypotheses with their token ids (ending in EOS when the
 model produced it), score and attention matrix (one row per output token, one column
 per source token). Scores are log-probabilities divided by the length penalty of
-Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6) ** alpha, so greedy and beam scores compare.
+Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6) ** alpha, so greedy and beam scores compare; with a
+coverage penalty beta > 0 (Wu et al. 2016), s(Y, X) = log p(Y|X) / lp(Y) + cp(X; Y), where
+cp(X; Y) = beta * sum_i log(min(sum_t a_t,i, 1)) punishes source words that the output's attention
+has covered less than once (see ``coverage_penalty``). Beam search ranks its finished hypotheses
+by that score; which ones stay alive is still decided by their log-probabilities.
 
 With a vocabulary shortlist (attnmt.translation.shortlist) the output layer scores the ids of ``vocabulary``
 only: a step's log-probabilities then have one column per id of it, and the searches map the
@@ -97,6 +101,19 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+COVERAGE_FLOOR = 1e-6  # a source word's coverage below this counts as this (a word an attention window hid: 0)
+
+
+def coverage_penalty(attention: Tensor, beta: float) -> float:
+    """cp(X; Y) = beta * sum_i log(min(sum_t a_t,i, 1)) (Wu et al. 2016): ``attention`` (output
+    tokens, source positions) a hypothesis' weights, each column summed into how much source
+    position i was attended over the whole output. A word covered at least once costs nothing;
+    one the output left out (under-translation) costs beta * log(its coverage) < 0. Never above
+    0, and it can only rise as the output grows (beam search's stopping rule relies on both)."""
+    coverage = attention.float().sum(0).clamp(COVERAGE_FLOOR, 1.0)
+    return beta * float(coverage.log().sum())
+
+
 def max_output_lengths(src_lengths: Tensor, ratio: float, offset: int) -> list[int]:
     return [max(1, int(ratio * n + offset)) for n in src_lengths.tolist()]
 
@@ -108,14 +125,20 @@ def memory_lengths(memory) -> list[int]:
 
 
 def hypothesis_of(tokens: list[int], log_prob: float, attention: Tensor | None, alpha: float,
-                src_length: int) -> Hypothesis:
+                src_length: int, beta: float = 0.0) -> Hypothesis:
     """A hypothesis of ``tokens``, cut after its first EOS, with its attention rows over the real
-    positions of the encoder's output."""
+    positions of the encoder's output, scored with length penalty ``alpha`` and coverage penalty ``beta``."""
     if EOS in tokens:
         tokens = tokens[: tokens.index(EOS) + 1]
     if attention is not None:
         attention = attention[: len(tokens), :src_length].clone()
-    return Hypothesis(tokens, log_prob / length_penalty(len(tokens), alpha), log_prob, attention)
+    score = log_prob / length_penalty(len(tokens), alpha)
+    if beta:
+        if attention is None:
+            raise AttnmtError("a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
+                              "has no attention (attention: none); set coverage_penalty: 0")
+        score += coverage_penalty(attention, beta)
+    return Hypothesis(tokens, score, log_prob, attention)
 
 
 def token_ids(columns: Tensor, vocabulary: Tensor | None) -> Tensor:
@@ -128,13 +151,14 @@ def token_ids(columns: Tensor, vocabulary: Tensor | None) -> Tensor:
 def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
                   alpha: float = 1.0, vocabulary: Tensor | None = None,
                   window: tuple[int, int] | None = None,
-                  pick: Callable[[Tensor], Tensor] | None = None) -> list[list[Hypothesis]]:
+                  pick: Callable[[Tensor], Tensor] | None = None, beta: float = 0.0) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
     and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
     the ids of a shortlist that the output layer is restricted to (see ``decode``); ``window``:
     the attention window of every step (decoding.attention_window; attnmt.seq2seq.base).
     ``pick``: the column chosen in each row of a step's log-probabilities instead of the most
-    probable (sampler: sampling); the score stays the model's log-probability of the tokens."""
+    probable (sampler: sampling); the score stays the model's log-probability of the tokens.
+    ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no output)."""
     batch = src.size(0)
     memory = model.encode(src, src_lengths, window)
     memory_widths = memory_lengths(memory)
@@ -174,7 +198,7 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
     for i, length in enumerate(lengths):
         matrix = None if attention is None else attention[start:start + length]
         results.append([hypothesis_of(tokens[start:start + length], float(log_probs[i]), matrix, alpha,
-                                    memory_widths[i])])
+                                    memory_widths[i], beta)])
         start += length
     return checked_search(results)
 
@@ -228,7 +252,7 @@ class _History:
 def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
                 n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None,
                 vocabulary: Tensor | None = None, window: tuple[int, int] | None = None,
-                stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
+                stop: Callable[[], bool] | None = None, beta: float = 0.0) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
     A hypothesis that ends in EOS leaves the beam for the finished list of its sentence. A
@@ -245,13 +269,21 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
     ``stop``: asked after each decoder step that leaves the search unfinished; when it says True,
     DecodingStopped is raised (a server's time limit: torch cannot interrupt a step, but the search
     need not take another).
+    ``beta``: the coverage penalty of the finished hypotheses' scores (``coverage_penalty``); the
+    stopping rules stay exact, since it is never above 0.
     """
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     memory = model.encode(src, src_lengths, window)
+    beams = Beams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), record, src.device, beta)
+    return search_with(beams, model, memory, vocabulary, stop)
+
+
+def search_with(beams: Beams, model: EncoderDecoder, memory, vocabulary: Tensor | None = None,
+                stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
+    """The steps of a beam search, whose choices ``beams`` make, from the encoder's ``memory``."""
     state = model.init_state(memory)
-    beams = _Beams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), record, src.device)
-    for t in range(max(max_lengths)):
+    for t in range(max(beams.max_lengths)):
         step = model.decode_step(beams.prev, state, memory)
         sentences, source_rows = beams.extend(t, step, vocabulary)
         beams.finish_at_limit(t, sentences, source_rows)
@@ -260,18 +292,18 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
             break
         stop_now(stop, t + 1)
         state, memory = beams.next_batch(going, source_rows, step.state, memory)
-    return checked_search([sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in beams.finished])
+    return checked_search(beams.results())
 
 
-class _Beams:
+class Beams:
     """The state of a batched beam search between two steps: the sentence of each group of rows
     (``active``), the live hypotheses' scores (n, width) and last tokens (``prev``, n*width), the
     finished hypotheses of every sentence, and the ``_History`` to read hypotheses back from.
     Each step: ``extend``, ``finish_at_limit``, ``going``, then ``next_batch`` (see beam_search)."""
 
     def __init__(self, batch: int, k: int, n_best: int, alpha: float, max_lengths: list[int],
-                 memory_widths: list[int], record: BeamRecorder | None, device: torch.device):
-        self.k, self.n_best, self.alpha, self.max_lengths = k, n_best, alpha, max_lengths
+                 memory_widths: list[int], record: BeamRecorder | None, device: torch.device, beta: float = 0.0):
+        self.k, self.n_best, self.alpha, self.beta, self.max_lengths = k, n_best, alpha, beta, max_lengths
         self.memory_widths, self.record, self.device = memory_widths, record, device
         # The k hypotheses of a sentence would start identical: the first step runs on one row per
         # sentence (width 1), and its best extensions then fill the sentence's k rows.
@@ -356,13 +388,20 @@ class _Beams:
         self.width = k
         return state, memory
 
-    def _finish(self, t: int, sentences: list[int], rows: Tensor, tokens: Tensor, log_probs: list[float]):
-        """The hypotheses of ``rows`` of batch t, extended by ``tokens``, join their sentences' finished ones."""
+    def results(self) -> list[list[Hypothesis]]:
+        """Each sentence's n best finished hypotheses, best first."""
+        return [sorted(hyps, key=lambda h: -h.score)[:self.n_best] for hyps in self.finished]
+
+    def _finish(self, t: int, sentences: list[int], rows: Tensor, tokens: Tensor, log_probs: list[float],
+                into: list[list[Hypothesis]] | None = None):
+        """The hypotheses of ``rows`` of batch t, extended by ``tokens``, join their sentences'
+        finished ones (or their lists of ``into``)."""
         token_lists, attention = self.history.read(t, rows, tokens)
+        into = self.finished if into is None else into
         for i, (sentence, log_prob) in enumerate(zip(sentences, log_probs)):
             matrix = None if attention is None else attention[i]
-            self.finished[sentence].append(hypothesis_of(token_lists[i], log_prob, matrix, self.alpha,
-                                                       self.memory_widths[sentence]))
+            into[sentence].append(hypothesis_of(token_lists[i], log_prob, matrix, self.alpha,
+                                                self.memory_widths[sentence], self.beta))
 
 
 def _cannot_improve(finished: list[Hypothesis], n_best: int, best_live: float, max_length: int,
@@ -370,7 +409,8 @@ def _cannot_improve(finished: list[Hypothesis], n_best: int, best_live: float, m
     """Whether no live hypothesis can still enter a sentence's n best. A live hypothesis' log-
     probability only falls as it grows; divided by the length penalty, the best score it can
     reach is its log-probability over the penalty of the longest output allowed (``max_length``;
-    given the current length instead, whether it would beat them were it to end now)."""
+    given the current length instead, whether it would beat them were it to end now). A coverage
+    penalty, never above 0, leaves that bound true."""
     if len(finished) < n_best:
         return False
     nth_best = sorted((h.score for h in finished), reverse=True)[n_best - 1]

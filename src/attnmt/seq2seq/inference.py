@@ -22,11 +22,12 @@ from attnmt.core.folders import inference_device, inside_folder, load_model, mod
 from attnmt.core.progress import phase_bar
 from attnmt.data import splits
 from attnmt.data.batching import forced_batches, inference_batches, make_batch
-from attnmt.data.subwords import BOS, EOS, UNK, load_subwords, subword_paths, valid_text
+from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
 from attnmt.seq2seq import build_model
+from attnmt.seq2seq.constraints import phrases_of
 from attnmt.seq2seq.decoding import BeamRecorder, beam_search, max_output_lengths
 from attnmt.seq2seq.ensemble import Ensemble
-from attnmt.seq2seq.prefix import Prefixes, Spelling, split_last_word
+from attnmt.seq2seq.prefix import Prefixes, Spelling, prefixes_of
 from attnmt.seq2seq.results import Aligner, Candidate, ScoredTranslation, Translation, links_of
 from attnmt.seq2seq.search import decode, prefixed
 from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
@@ -93,6 +94,22 @@ class Translator:
                               f"or None ({error.errors()[0]['msg']})") from None
         self.config = self.config.model_copy(update={"decoding": decoding})
 
+    def set_decoding(self, **settings):
+        """Changes decoding settings for every later call: fields of config.decoding (beam,
+        length_penalty, coverage_penalty, max_length_ratio, ...), validated as in a config; an unknown
+        field or a wrong value is an AttnmtError naming it. The model is never changed."""
+        if "attention_window" in settings:
+            self.attention_window = settings.pop("attention_window")
+        if settings.get("coverage_penalty") and getattr(getattr(self.model, "decoder", None), "attention", 1) is None:
+            raise AttnmtError(f"{self.folder}: a coverage penalty sums the attention weights; this model has "
+                              "attention: none")
+        try:
+            decoding = DecodingConfig.model_validate({**self.config.decoding.model_dump(), **settings})
+        except ValidationError as error:
+            field = ".".join(map(str, error.errors()[0]["loc"])) or "decoding"
+            raise AttnmtError(f"decoding.{field}: {error.errors()[0]['msg']}") from None
+        self.config = self.config.model_copy(update={"decoding": decoding})
+
     def __repr__(self) -> str:
         model = self.config.model
         kind = "transformer" if model.type == "transformer" else f"{model.rnn_type} {model.attention} attention"
@@ -144,7 +161,7 @@ class Translator:
                   batch_size: int | None = None, max_tokens: int | None = None,
                   progress: str | None = None, shortlist: bool | str | Path | None = None,
                   align: bool = False, sampling: Sampling | dict | None = None,
-                  prefix: list[str] | None = None) -> list[Translation]:
+                  prefix: list[str] | None = None, constraints: list[list[str]] | None = None) -> list[Translation]:
         """Translates each text; the output has one Translation per input, in order.
 
         Empty (or whitespace-only) inputs give an empty translation without running the model.
@@ -161,6 +178,9 @@ class Translator:
         candidate each, beam 1.
         ``prefix``: for each text, the start its translations must have ("": none); the search
         continues it, and completes a last word left unfinished (attnmt.seq2seq.prefix).
+        ``constraints``: for each text, words or phrases its translations must contain ([]: none), by
+        beam search with dynamic beam allocation (attnmt.seq2seq.constraints: no sampling nor shortlist;
+        outputs that could not fit them all within the length limit come after those that did).
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
@@ -175,6 +195,7 @@ class Translator:
         table = self.shortlist_table(self.shortlist if shortlist is None else shortlist)
         texts = [valid_text(text) for text in texts]
         prefixes = self._prefixes(texts, prefix)
+        phrases = None if constraints is None else phrases_of(self.tgt_subwords, texts, constraints)
         src_ids = self.src_subwords.encode(texts)
         truncated = {i for i, ids in enumerate(src_ids) if max_tokens is not None and len(ids) > max_tokens}
         for i in truncated:
@@ -189,7 +210,8 @@ class Translator:
                 with torch.inference_mode():
                     decoded = decode(self.model, batch.src, batch.src_lengths, dc, beam=beam, n_best=n_best,
                                      shortlist=table, sampling=sampling, generator=generator,
-                                     prefixes=None if prefixes is None else prefixes.of(indices))
+                                     prefixes=None if prefixes is None else prefixes.of(indices),
+                                     constraints=None if phrases is None else [phrases[i] for i in indices])
                 for i, hypotheses in zip(indices, decoded):
                     results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
                                              [self._candidate(h) for h in hypotheses], i in truncated, self.aligner)
@@ -197,26 +219,12 @@ class Translator:
         return self.align_outputs(results) if align else results
 
     def _prefixes(self, texts: list[str], prefix: list[str] | None) -> Prefixes | None:
-        """What each text's translations begin with: the target pieces of its prefix up to the word it
-        ends inside, then pieces that spell that word's start ("The do": "▁The", then "▁do" or
-        "▁dog" or "▁d", "o"...); a word that the pieces cannot spell is taken as whole pieces.
-        None where no text has a prefix."""
+        """What each text's translations begin with (attnmt.seq2seq.prefix.prefixes_of); None where none has one."""
         if prefix is None:
-            return None
-        if isinstance(prefix, str) or len(prefix) != len(texts):
-            raise AttnmtError(f"prefix: give a list with a prefix for each of the {len(texts)} texts (\"\": none)")
-        prefix = [valid_text(p) for p in prefix]
-        heads, words = zip(*map(split_last_word, prefix)) if prefix else ((), ())
-        tokens, spelled = self.tgt_subwords.encode(list(heads)), self.tgt_subwords.encode(list(words))
-        spellable = [UNK not in ids for ids in spelled]
-        whole = iter(self.tgt_subwords.encode([p for p, ok in zip(prefix, spellable) if not ok]))
-        tokens = [ids if ok else next(whole) for ids, ok in zip(tokens, spellable)]
-        words = ["".join(self.tgt_subwords.pieces(ids)) if ok else "" for ids, ok in zip(spelled, spellable)]
-        if not any(tokens) and not any(words):
             return None
         if self._spelling is None:
             self._spelling = Spelling(self.tgt_subwords.spellings())
-        return Prefixes(tokens, words, self._spelling)
+        return prefixes_of(self.tgt_subwords, texts, prefix, self._spelling)
 
     def score(self, sources: list[str], translations: list[str], batch_size: int | None = None,
               max_tokens: int | None = None, progress: str | None = None) -> list[ScoredTranslation]:
@@ -349,7 +357,7 @@ class Translator:
                 model, _, limits = prefixed(model, prefixes, None, limits, dc.max_length_offset, self.device)
             [hypotheses] = beam_search(model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
                                        alpha=dc.length_penalty, record=recorder, window=dc.attention_window,
-                                       stop=stop)
+                                       stop=stop, beta=dc.coverage_penalty)
         translation = Translation(text, self.src_subwords.pieces(src_ids + [EOS]),
                                   [self._candidate(h) for h in hypotheses])
         nodes = [{**asdict(node), "token": self.tgt_subwords.pieces([node.token])[0]} for node in recorder.trees[0]]

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import pad
-from attnmt.data.subwords import PAD
+from attnmt.data.subwords import PAD, UNK, valid_text
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
 
 
@@ -64,6 +64,25 @@ class Prefixes:
         """The prefixes of ``sentences`` (a batch's, in its order)."""
         words = None if self.words is None else [self.words[i] for i in sentences]
         return Prefixes([self.tokens[i] for i in sentences], words, self.spelling)
+
+
+def prefixes_of(subwords, texts: list[str], prefix: list[str], spelling: Spelling) -> Prefixes | None:
+    """What each of ``texts``' translations begin with, from ``prefix`` (one string for each; "":
+    none) and the target ``subwords``: the pieces of each prefix up to the word it ends inside, then
+    pieces that spell that word's start ("The do": "▁The", then "▁do" or "▁dog" or "▁d", "o"...); a
+    word that the pieces cannot spell is taken as whole pieces. None where no text has a prefix."""
+    if isinstance(prefix, str) or len(prefix) != len(texts):
+        raise AttnmtError(f"prefix: give a list with a prefix for each of the {len(texts)} texts (\"\": none)")
+    prefix = [valid_text(p) for p in prefix]
+    heads, words = zip(*map(split_last_word, prefix)) if prefix else ((), ())
+    tokens, spelled = subwords.encode(list(heads)), subwords.encode(list(words))
+    spellable = [UNK not in ids for ids in spelled]
+    whole = iter(subwords.encode([p for p, ok in zip(prefix, spellable) if not ok]))
+    tokens = [ids if ok else next(whole) for ids, ok in zip(tokens, spellable)]
+    words = ["".join(subwords.pieces(ids)) if ok else "" for ids, ok in zip(spelled, spellable)]
+    if not any(tokens) and not any(words):
+        return None
+    return Prefixes(tokens, words, spelling)
 
 
 def split_last_word(text: str) -> tuple[str, str]:

@@ -18,7 +18,7 @@ class Candidate:
 
     text: str  # detokenized output
     tokens: list[str]  # subword pieces, ending in "</s>" when the model produced it
-    score: float  # log-probability / length penalty
+    score: float  # log-probability / length penalty (+ coverage penalty, if decoding.coverage_penalty)
     attention: np.ndarray | None  # (len(tokens), len(source_tokens)); None for attention "none"
     # Word links (source word i, output word j), "</s>" left out: filled where asked for
     # (translate(align=True), the server's "align": true; Translator.align_outputs)

@@ -5,6 +5,7 @@ attnmt.seq2seq.fast_decoding (the same hypotheses, without waiting for the GPU a
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -13,6 +14,7 @@ from attnmt.core import speed
 from attnmt.core.config import DecodingConfig, Sampling
 from attnmt.seq2seq import decoding, fast_decoding
 from attnmt.seq2seq.base import EncoderDecoder
+from attnmt.seq2seq.constraints import Phrases, constrained_beam_search
 from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.seq2seq.prefix import Prefixed, Prefixes
 from attnmt.seq2seq.shortlist import Shortlist, restricted
@@ -21,7 +23,7 @@ from attnmt.seq2seq.shortlist import Shortlist, restricted
 def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: DecodingConfig, *,
            beam: int | None = None, n_best: int = 1, shortlist: Shortlist | None = None,
            sampling: Sampling | None = None, generator: torch.Generator | None = None,
-           prefixes: Prefixes | None = None):
+           prefixes: Prefixes | None = None, constraints: list[Phrases] | None = None):
     """Greedy search (beam 1) or beam search, as ``settings`` say: its beam (unless ``beam`` is
     given), length penalty, output length limits (max_length_ratio, max_length_offset) and
     attention window. On a GPU with the speed tricks on, those of attnmt.seq2seq.fast_decoding:
@@ -31,18 +33,33 @@ def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: De
     with ``generator``'s random numbers if given. ``prefixes``: what each sentence's outputs begin
     with (attnmt.seq2seq.prefix: token ids, then the start of a word to spell), on every device
     through the textbook searches; a sentence's length limit is then at least its prefix and
-    max_length_offset more tokens.
+    max_length_offset more tokens. A coverage penalty (settings.coverage_penalty) takes the textbook
+    searches on every device. ``constraints``: phrases of token ids each sentence's outputs must
+    contain (attnmt.seq2seq.constraints; beam search by dynamic beam allocation, on every device,
+    without a shortlist); a sentence's length limit is then at least their tokens and
+    max_length_offset more.
     (settings.batch_size and settings.shortlist are for the callers that cut the sources into
     batches and choose the table.)"""
     beam = (1 if sampling is not None else settings.beam) if beam is None else beam
     if sampling is not None and (beam, n_best) != (1, 1):
         raise ValueError(f"sampling draws one output per sentence: beam and n_best must be 1 (got {beam}, {n_best})")
-    vocabulary = None if shortlist is None else shortlist.vocabulary(src)
+    if constraints is not None and sampling is not None:
+        raise ValueError("sampling draws outputs as the model writes them: it takes no constraints")
+    if constraints is not None and not any(constraints):
+        constraints = None
+    vocabulary = None if shortlist is None or constraints is not None else shortlist.vocabulary(src)
     max_lengths = max_output_lengths(src_lengths, settings.max_length_ratio, settings.max_length_offset)
+    if constraints is not None:
+        max_lengths = [max(limit, sum(map(len, phrases)) + settings.max_length_offset)
+                       for limit, phrases in zip(max_lengths, constraints)]
     searched = model
     if prefixes is not None:
         searched, vocabulary, max_lengths = prefixed(model, prefixes, vocabulary, max_lengths,
                                                      settings.max_length_offset, src.device)
+    if constraints is not None:
+        return constrained_beam_search(searched, src, src_lengths, max_lengths, constraints, beam, n_best,
+                                       settings.length_penalty, settings.attention_window,
+                                       beta=settings.coverage_penalty)
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
         return _search(searched, src, src_lengths, settings, beam, n_best, vocabulary, sampling, generator,
                        max_lengths)
@@ -82,13 +99,20 @@ def columns_of(vocabulary: Tensor, tokens: list[int]) -> list[int]:
 
 def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, vocabulary, sampling, generator,
             max_lengths: list[int]):
-    alpha, window = settings.length_penalty, settings.attention_window
+    alpha, beta, window = settings.length_penalty, settings.coverage_penalty, settings.attention_window
     if sampling is not None:
         return decoding.greedy_search(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary,
-                                      window=window, pick=decoding.sampler(sampling, generator))
-    greedy, beamed = decoding.greedy_search, decoding.beam_search
-    if src.device.type == "cuda" and speed.enabled() and model.fast_search:
-        greedy, beamed = fast_decoding.greedy_search, fast_decoding.beam_search
+                                      window=window, pick=decoding.sampler(sampling, generator), beta=beta)
+    greedy, beamed = searches(src.device, model, beta)
     if beam == 1 and n_best == 1:
         return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary, window=window)
     return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary=vocabulary, window=window)
+
+
+def searches(device: torch.device, model: EncoderDecoder, beta: float):
+    """Greedy and beam search for a model on ``device``: those of fast_decoding on a GPU with the
+    speed tricks on, else the textbook ones; always the textbook ones for a model that asks for them
+    (prefixes) or with a coverage penalty ``beta`` (the fixed-shape searches keep no coverage)."""
+    if device.type == "cuda" and speed.enabled() and model.fast_search and not beta:
+        return fast_decoding.greedy_search, fast_decoding.beam_search
+    return partial(decoding.greedy_search, beta=beta), partial(decoding.beam_search, beta=beta)

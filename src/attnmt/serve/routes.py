@@ -20,6 +20,8 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import Response
 
 from attnmt.core.config import Sampling
+from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq.constraints import phrases_of
 from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.bodies import StrictJSONRoute
@@ -100,6 +102,21 @@ def with_prefix(model: LoadedModel, body, limits: ServerLimits) -> list[int]:
     return [max(tokens, forced)]
 
 
+def constraints_of(model: LoadedModel, body, texts: list[str], limits: ServerLimits):
+    """The phrases of /translate's constraints, one list per text, or None; and the subword tokens each
+    text's phrases add up to (an output holds them all). 422 for a phrase the model's target pieces
+    cannot write, or phrases of more tokens than the limit."""
+    if body.constraints is None:
+        return None, [0] * len(texts)
+    single = isinstance(body.text, str)
+    phrases = [list(body.constraints)] if single else [list(c) for c in body.constraints]
+    try:
+        phrases_of(model.translator.tgt_subwords, texts, phrases)
+    except AttnmtError as error:
+        raise HTTPException(422, f"constraints: {error}") from None
+    return phrases, check_tokens(model, [" ".join(p) for p in phrases], limits, single, "constraints", "tgt")
+
+
 def check_work(tokens: list[int], beam: int, limits: ServerLimits):
     """422 for a request asking for more than ``max_work``: its time must stay well within the limit."""
     asked = work(tokens, beam)
@@ -109,15 +126,18 @@ def check_work(tokens: list[int], beam: int, limits: ServerLimits):
                                  "texts, or ask for a smaller beam")
 
 
-def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: ServerLimits, prefixes: list[str]):
+def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: ServerLimits, prefixes: list[str],
+                   constrained: list[int]):
     """422 before decoding for /translate attention matrices that could exceed ``max_answer_values``:
     n_best candidates per text, each up to its output length limit x its source tokens. With a
     prefix the limit is at least its tokens, those spelling an unfinished last word included, and
-    max_length_offset more: at most its characters + 1 (a piece spells one or more, "▁" the space)."""
+    max_length_offset more: at most its characters + 1 (a piece spells one or more, "▁" the space);
+    with constraints, at least their ``constrained`` tokens and max_length_offset more."""
     dc = model.translator.config.decoding
     sources = [n + 1 for n in tokens]  # + 1: the end of sentence
     outputs = max_output_lengths(torch.tensor(sources, device="cpu"), dc.max_length_ratio, dc.max_length_offset)
     outputs = [max(limit, len(p) + 1 + dc.max_length_offset) if p else limit for limit, p in zip(outputs, prefixes)]
+    outputs = [max(limit, c + dc.max_length_offset) if c else limit for limit, c in zip(outputs, constrained)]
     bound = n_best * sum(s * t for s, t in zip(sources, outputs))
     if bound > limits.max_answer_values:
         raise HTTPException(422, f"the answer could hold up to {bound} attention weights ({n_best} matrices per text "
@@ -199,11 +219,14 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     tokens = check_tokens(model, texts, limits, single)
     prefixes = None if body.prefix is None else [body.prefix] if single else list(body.prefix)
     forced = [0] * len(texts) if prefixes is None else check_tokens(model, prefixes, limits, single, "prefix", "tgt")
-    steps = [max(n, p) for n, p in zip(tokens, forced)]  # a prefix may make an output longer than its source's limit
+    phrases, needed = constraints_of(model, body, texts, limits)
+    # a prefix or constraints may make an output longer than its source's limit
+    steps = [max(n, p, c) for n, p, c in zip(tokens, forced, needed)]
     check_work(steps, beam, limits)
     if body.attention:
-        check_matrices(model, tokens, body.n_best, limits, prefixes or [""] * len(texts))
-    translations = await model.batcher.translate(texts, steps, beam, body.n_best, deadline, sampling, prefixes)
+        check_matrices(model, tokens, body.n_best, limits, prefixes or [""] * len(texts), needed)
+    translations = await model.batcher.translate(texts, steps, beam, body.n_best, deadline, sampling, prefixes,
+                                                 phrases)
     if body.align:  # before the attention may be dropped; an aligner is a model: in the worker thread
         align_outputs = model.translator.align_outputs
         translations = (await model.run(align_outputs, translations, deadline=deadline) if model.translator.aligner

@@ -114,7 +114,8 @@ class ModelInfo(Strict):
 class CandidateOut(Answer):
     text: str
     tokens: list[str] = Field(description="output subword pieces, ending in '</s>' when the model produced it")
-    score: float = Field(description="log-probability / length penalty")
+    score: float = Field(description="log-probability / length penalty (+ the coverage penalty of the model's "
+                                     "decoding settings)")
     attention: Optional[WeightMatrix] = Field(
         description="len(tokens) x len(source_tokens), rows sum to 1, rounded to 6 decimals; null without "
                     "attention or when not asked")
@@ -295,8 +296,29 @@ def _prefix_for_each_text(request):
     return _one_for_each_text(request, "prefix", "prefix")
 
 
+def _constraints_for_each_text(request):
+    """A list of phrases for a string text, a list of such lists for a list of texts; not with
+    audio nor sampling."""
+    value = request.constraints
+    if value is None:
+        return request
+    if request.text is None:
+        raise ValueError("constraints go with text: a speech model's audio has no words to constrain")
+    if request.sampling is not None:
+        raise ValueError("sampling draws translations as the model writes them: it takes no constraints")
+    nested = bool(value) and not isinstance(value[0], str)
+    if isinstance(request.text, str) == nested:
+        raise ValueError("text and constraints go together: a string and a list of phrases, or a list of texts "
+                         "and a list as long of lists of phrases")
+    if nested and len(value) != len(request.text):
+        raise ValueError(f"text has {len(request.text)} sentences and constraints {len(value)}: a list of phrases "
+                         "for each text")
+    return request
+
+
 ModelName = Optional[str]
 MODEL_FIELD = Field(None, description="model name (see /models); default: the first model")
+MAX_CONSTRAINTS = 16  # phrases per text of /translate
 PREFIX_OF_ONE = "the start of the output (\"\" or null: none), as the prefix of /translate: the search continues it"
 
 
@@ -322,6 +344,8 @@ def _sentences(limits: ServerLimits) -> str:
 def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tuple[type[Strict], type[Strict]]:
     """/translate and /trace, which take text or, for a speech model, audio."""
     Prefix = Annotated[str, Field(max_length=limits.max_chars, strict=True)]  # "" is no prefix
+    Phrases = Annotated[list[Annotated[str, Field(min_length=1, max_length=limits.max_chars, strict=True),
+                                       AfterValidator(_not_blank)]], Field(max_length=MAX_CONSTRAINTS)]
     Audio = Annotated[str, Field(min_length=1, max_length=base64_length(limits.max_audio_bytes), strict=True)]
     audio_field = Field(None, description=f"speech models: a sound file (WAV, FLAC, ...) in base64, at most "
                                           f"{limits.max_audio_bytes:,} bytes (decoded) and "
@@ -345,9 +369,15 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
         prefix: Optional[Union[Prefix, Annotated[list[Prefix], Field(min_length=1, max_length=limits.max_sentences)]]] \
             = Field(None, description="the start of each text's translation, as text gives them (a string, or a list "
                                       "as long; \"\": none): the search continues it (interactive translation)")
+        constraints: Optional[Union[Phrases, Annotated[list[Phrases], Field(min_length=1,
+                                                                             max_length=limits.max_sentences)]]] \
+            = Field(None, description=f"words or phrases each translation must contain (up to {MAX_CONSTRAINTS} per "
+                                      "text): a list of them for a string text, a list as long of such lists for a "
+                                      "list ([]: none); beam search with dynamic beam allocation")
         one_source = model_validator(mode="after")(_text_or_audio)
         draws_one = model_validator(mode="after")(_sampling_draws_one)
         prefix_each = model_validator(mode="after")(_prefix_for_each_text)
+        constraints_each = model_validator(mode="after")(_constraints_for_each_text)
 
     class TraceRequest(Strict):
         text: Optional[Sentence] = Field(None, description=f"one sentence of 1 to {limits.max_chars} characters")
