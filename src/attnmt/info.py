@@ -27,8 +27,10 @@ def model_info(folder: str | Path) -> dict:
     if last.is_file():
         state = read_trainer_state(last)
         minutes = round(state["seconds"] / 60, 2)
+        tc = config.training
+        start = None if tc.init_from is None else f"{tc.init_from} ({tc.init_checkpoint})"
         info["training"] = {"steps": state["step"], "epochs": state["epoch"], "minutes": minutes,
-                            "stopped_early": bool(state.get("stopped_early"))}
+                            "stopped_early": bool(state.get("stopped_early")), "fine_tuned_from": start}
     info["checkpoints"] = _checkpoints(folder)
     info["scores"] = _scores(folder / "metrics.jsonl")
     return info
@@ -106,6 +108,8 @@ def format_info(info: dict) -> str:
         t = info["training"]
         rows.append(("trained", f"{t['steps']:,} steps (epoch {t['epochs']}), {t['minutes']:.1f} minutes"
                                 f"{', stopped early' if t['stopped_early'] else ''}"))
+        if t["fine_tuned_from"]:
+            rows.append(("fine-tuned from", t["fine_tuned_from"]))
     for name, steps in info["checkpoints"].items():
         rows.append((f"checkpoints {name}", "steps " + ", ".join(f"{step:,}" for step in steps)))
     for name, values in info["scores"].items():

@@ -215,8 +215,7 @@ class TrainingConfig(Section):
     log_every: int = Field(50, gt=0)
     dev_beam: int = Field(1, gt=0)  # beam for dev BLEU (1 = greedy, fast)
     adam_betas: tuple[float, float] = (0.9, 0.999)  # (0.9, 0.98) in Vaswani et al. (2017)
-    # plateau: multiply the rate by lr_decay_factor when validation stops improving;
-    # noam: linear warm-up to learning_rate at warmup_steps, then decay as 1/sqrt(step)
+    # plateau: * lr_decay_factor when validation stops improving; noam: warm-up to learning_rate, then 1/sqrt(step)
     schedule: Literal["plateau", "noam"] = "plateau"
     warmup_steps: int = Field(4000, gt=0)
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast matrix products, fp32 master weights
@@ -228,6 +227,9 @@ class TrainingConfig(Section):
     # it sets unless that is given); None: over the whole source
     attention_window: Window | None = None
     guided_alignment: GuidedAlignment | None = None  # RNN translation models with attention
+    # Fine-tuning: start from the weights (init_checkpoint) and subwords of this trained translation model
+    init_from: Path | None = None  # (its model section must be this config's; optimizer and steps start afresh)
+    init_checkpoint: Literal["best", "last", "averaged"] = "best"
 
     @model_validator(mode="after")
     def has_a_limit(self):
@@ -393,6 +395,7 @@ def resolve_paths(section: Section | None, base: Path):
 
 def _resolve_paths(config: Config, base: Path) -> Config:
     resolve_paths(config, base)  # experiment_dir
+    resolve_paths(config.training, base)  # init_from
     for files in (config.data.train, config.data.dev, *config.data.test.values()):
         resolve_paths(files, base)
     if config.task == "pairs":

@@ -51,6 +51,8 @@ class Task:
     architecture: Callable[[Config], str]
     # (request, model) -> the writers of the figures attnmt plot draws of one input (attnmt.viz.plan)
     figure_writers: Callable[[Any, Any], list[Callable[[], Path]]]
+    # whether its training can start from a trained model's weights (training.init_from: fine-tuning)
+    fine_tunes: bool = False
 
 
 def task_of(name: str) -> Task:

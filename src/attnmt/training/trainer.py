@@ -10,6 +10,7 @@ import torch
 
 from attnmt.core import distributed, speed, threads
 from attnmt.core.config import Config
+from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text
 from attnmt.core.task import task_of
 from attnmt.training.loop import TrainerState
@@ -31,6 +32,9 @@ class Trainer:
         if tc.precision == "bf16" and self.device.type == "cpu" and not speed.cpu_has_bf16():
             log("warning: training.precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): its products are "
                 "emulated, tens of times slower than fp32 here; set training.precision: fp32")
+        if tc.init_from is not None and not self.task.fine_tunes:
+            raise AttnmtError(f"training.init_from: the training of {self.task.what} cannot start from another "
+                              "model's weights (fine-tuning is for translation models)")
         torch.manual_seed(tc.seed)
         self.loop = self.task.training_loop(config, self.device, self.processes, log, progress)
         self.model = self.loop.model

@@ -9,6 +9,7 @@ from attnmt.core.config import Config, CorpusFiles
 from attnmt.core.errors import AttnmtError
 from attnmt.data import splits
 from attnmt.data.corpus import Corpus, read_corpus
+from attnmt.translation import fine_tuning
 from attnmt.data.subwords import Subwords, load_subwords, prepared_subwords, subword_paths, train_subwords
 
 
@@ -43,7 +44,12 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
                           "were drawn, so they saw those sentences: use 'attnmt prepare --force' to draw the sets "
                           "and retrain the subwords, or another experiment_dir")
 
+    if config.training.init_from is not None:  # fine-tuning: the subwords of the model it starts from
+        fine_tuning.check_same_subwords(config)
+
     def train():
+        if config.training.init_from is not None:
+            return fine_tuning.copy_subwords(config, log)
         if sentences is None:
             corpus = training_corpus(config, log)
             sources, targets = corpus.sources, corpus.targets

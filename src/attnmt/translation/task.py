@@ -18,4 +18,4 @@ def figure_writers(request, model) -> list:
 
 TASK = Task(name="translation", what="a translation model", inputs="text", prepare=prepare,
             training_loop=translation_training_loop, test_scores=translation_test_scores, load=load_translator,
-            architecture=lambda config: architecture(config.model), figure_writers=figure_writers)
+            architecture=lambda config: architecture(config.model), figure_writers=figure_writers, fine_tunes=True)

@@ -22,7 +22,7 @@ from attnmt.seq2seq.graphs import GraphedLoss, graphed_loss
 from attnmt.seq2seq.training import TrainingLoss, evaluate_loss, sequence_loss, translate_ids, validation_decoding
 from attnmt.training.loop import TrainingLoop
 from attnmt.training.optimization import TrainingSetup, setup_training
-from attnmt.translation import guided_alignment, reference_links
+from attnmt.translation import fine_tuning, guided_alignment, reference_links
 from attnmt.translation.evaluation import corpus_scores
 from attnmt.translation.prepare import EncodedCorpus, encode_corpus, prepare, training_corpus
 
@@ -55,8 +55,11 @@ def prepare_data(config: Config, processes: Processes = ONE_PROCESS,
 def setup_translation(config: Config, data: TranslationData, device: torch.device,
                       processes: Processes = ONE_PROCESS) -> TrainingSetup:
     """The model of the config for the data's vocabularies, its loss, optimizer and scheduler."""
-    model = build_model(config.model, len(data.src_sw), len(data.tgt_sw)).to(device)
+    model = build_model(config.model, len(data.src_sw), len(data.tgt_sw))
     tc = config.training
+    if tc.init_from is not None:  # fine-tuning (a resumed run then loads its own last checkpoint)
+        fine_tuning.initialize(model, config)
+    model = model.to(device)
     guided = tc.guided_alignment
     # (the graphs capture the translation loss only: guided alignment trains without them)
     graphs = None if guided else graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs, processes.world,
@@ -66,9 +69,10 @@ def setup_translation(config: Config, data: TranslationData, device: torch.devic
 
 
 def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
-    mc = config.model
+    mc, tc = config.model, config.training
+    start = "" if tc.init_from is None else f"; fine-tuning the {tc.init_checkpoint} weights of {tc.init_from}"
     return (f"model: {'transformer' if mc.type == 'transformer' else mc.attention + ' attention'}, "
-            f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(data.train):,} training pairs")
+            f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(data.train):,} training pairs{start}")
 
 
 def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
