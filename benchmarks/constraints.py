@@ -68,11 +68,15 @@ def main():
     parser.add_argument("--beams", type=lambda s: [int(x) for x in s.split(",")], default=[5, 10])
     parser.add_argument("--counts", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3])
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--length-penalty", type=float, default=None, help="alpha (default: the model's config)")
     parser.add_argument("--limit", type=int, default=None, help="the first N sentences (a quick check)")
     args = parser.parse_args()
     sources, references = (read_lines(path)[:args.limit] for path in args.test)
     model = attnmt.load(args.model, args.checkpoint)
-    print(f"constrained decoding of {len(sources)} sentences, {args.model}; {time.strftime('%Y-%m-%d %H:%M')}")
+    if args.length_penalty is not None:
+        model.set_decoding(length_penalty=args.length_penalty)
+    print(f"constrained decoding of {len(sources)} sentences, {args.model}, length penalty "
+          f"{model.config.decoding.length_penalty:g}; {time.strftime('%Y-%m-%d %H:%M')}")
     print(f"{'beam':>5} {'constraints':>12} {'BLEU':>7} {'all held':>9} {'after the end':>14} {'s/sentence':>11} "
           f"{'x plain':>8}")
     for beam in args.beams:

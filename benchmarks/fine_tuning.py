@@ -10,7 +10,7 @@ original model keeps most of both. Here the general model is the English -> Fren
 configs/experiments/transformer-en-fr.yaml (image captions, Multi30k); the new domain is the
 Canadian Hansards (parliament debates, lowercased and tokenized) of the shared alignment test set:
 its first --train pairs to fine-tune on, the next --dev to choose the checkpoint, the rest to test.
-Lines: BLEU (beam 5) on the Hansards test pairs and on Multi30k test_2016, for the general model,
+Lines: BLEU and chrF (beam 5) on the Hansards test pairs and on Multi30k test_2016, for the general model,
 the same architecture trained on the Hansards pairs alone (from scratch, as many steps), the
 fine-tuned model, and the ensemble of the general and the fine-tuned models.
 """
@@ -50,11 +50,13 @@ def config_for(base, files: dict[str, Path], folder: Path, args, init: bool):
     return config_from_dict(raw, folder.parent)
 
 
-def bleu(model, pairs: tuple[list[str], list[str]]) -> float:
+def scores(model, pairs: tuple[list[str], list[str]]) -> tuple[float, float]:
+    """BLEU and chrF of the model's translations (beam 5); force: the Hansards are tokenized text."""
     import sacrebleu
 
     outputs = [t.text for t in model.translate(pairs[0], beam=5, batch_size=32)]
-    return sacrebleu.corpus_bleu(outputs, [pairs[1]]).score
+    return (sacrebleu.corpus_bleu(outputs, [pairs[1]], force=True).score,
+            sacrebleu.corpus_chrf(outputs, [pairs[1]]).score)
 
 
 def main():
@@ -96,9 +98,10 @@ def main():
     ensemble = attnmt.load(args.out / "fine-tuned")
     ensemble.ensemble([attnmt.load(args.model)])
     rows.append(("ensemble of general and fine-tuned", ensemble))
-    print(f"{'model':<38}{'Hansards test':>14}{'Multi30k test_2016':>20}")
+    print(f"{'model':<38}{'Hansards BLEU':>14}{'chrF':>7}{'Multi30k test_2016 BLEU':>25}{'chrF':>7}")
     for name, model in rows:
-        print(f"{name:<38}{bleu(model, hansards):>14.2f}{bleu(model, general):>20.2f}")
+        print(f"{name:<38}" + "".join(f"{value:>{width}.2f}" for value, width in
+                                      zip((*scores(model, hansards), *scores(model, general)), (14, 7, 25, 7))))
 
 
 if __name__ == "__main__":
