@@ -93,3 +93,12 @@ def test_a_missing_folder_other_subwords_in_the_experiment_and_another_task_are_
     pairs = config_from_dict(pair_config(tmp_path / "d", training={"init_from": str(base)}), tmp_path)
     with pytest.raises(AttnmtError, match="cannot start from another model's weights"):
         Trainer(pairs, **QUIET)
+
+
+def test_held_out_sets_are_drawn_when_attnmt_prepare_copies_the_subwords(tmp_path, base):
+    from attnmt.translation.prepare import prepare
+
+    config = fine_tuning_config(tmp_path, base, data={"dev": {"split": 1}, "test": {"split": 1}})
+    prepare(config, log=lambda message: None)  # attnmt prepare, then attnmt train
+    assert (config.experiment_dir / "splits" / "held-out.json").is_file()
+    assert Trainer(config, **QUIET).train().step == 2

@@ -49,6 +49,8 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
 
     def train():
         if config.training.init_from is not None:
+            if config.data.held_out:  # drawn now, as where subwords are trained (a later prepare checks it)
+                training_corpus(config, log)
             return fine_tuning.copy_subwords(config, log)
         if sentences is None:
             corpus = training_corpus(config, log)
