@@ -1,6 +1,7 @@
 """The coverage penalty of Wu et al. (2016): s(Y, X) = log p(Y|X) / lp(Y) + beta * sum_i log(min(sum_t a_t,i, 1)),
 in every search, the Python API and the command line."""
 
+import json
 import math
 from dataclasses import dataclass, replace
 
@@ -156,3 +157,9 @@ def test_the_command_line_options_override_the_config(reverse_model, tmp_path, c
     assert any(float(p[2]) < float(q[2]) for p, q in zip(penalized, plain))  # scores changed
     assert main(["translate", str(translator.folder), "-i", str(src), "--coverage-penalty", "-2"]) == 2
     assert "decoding.coverage_penalty" in capsys.readouterr().err
+    report = tmp_path / "report.json"
+    assert main(["evaluate", str(translator.folder), "--src", str(src), "--ref", str(src), "--beam", "3",
+                 "--coverage-penalty", "0.3", "--json", str(report)]) == 0
+    settings = json.loads(report.read_text())
+    assert (settings["beam"], settings["coverage_penalty"]) == (3, 0.3)  # what the figures were searched with
+    assert settings["length_penalty"] == translator.config.decoding.length_penalty

@@ -51,7 +51,7 @@ def evaluator_of(model):
 def evaluate_translation(model, args):
     """sacreBLEU and chrF, and BLEU by source length, of --src/--ref, --tsv or the config's test sets."""
     from attnmt.data.test_sets import config_test_sets
-    from attnmt.translation.evaluation import evaluation_report, format_report, test_set_reports
+    from attnmt.translation.evaluation import decoding_settings, evaluation_report, format_report, test_set_reports
 
     rerank = reranker(model, args) if args.rerank else None
     if args.src:
@@ -63,7 +63,7 @@ def evaluate_translation(model, args):
             beam = args.beam or model.config.decoding.beam
             hypotheses = [t.text for t in rerank(translate_lines(model, sources, args, beam, name=args.src))]
         reports = {"": {**evaluation_report(sources, hypotheses, references), "hypotheses": hypotheses,
-                        "beam": args.beam or model.config.decoding.beam}}
+                        **decoding_settings(model, args.beam)}}
     else:
         from attnmt.core.config import CorpusFiles
 

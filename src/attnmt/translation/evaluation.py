@@ -30,6 +30,7 @@ __all__ = [
     "format_report",
     "test_set_reports",
     "score_translations",
+    "decoding_settings",
     "joined",
     "attention_failures",
     "translation_test_scores",
@@ -189,7 +190,13 @@ def score_translations(translator, name: str, sources: list[str], references: li
                 f"{max_tokens} were translated")
     hypotheses = [t.text for t in translations]
     report = evaluation_report(sources, hypotheses, references)
-    return {**report, "beam": beam or translator.config.decoding.beam, "hypotheses": hypotheses}, translations
+    return {**report, **decoding_settings(translator, beam), "hypotheses": hypotheses}, translations
+
+
+def decoding_settings(translator, beam: int | None = None) -> dict:
+    """The settings a report's translations were searched with: beam, length and coverage penalties."""
+    dc = translator.config.decoding
+    return {"beam": beam or dc.beam, "length_penalty": dc.length_penalty, "coverage_penalty": dc.coverage_penalty}
 
 
 def joined(sources: list[str], targets: list[str], k: int) -> tuple[list[str], list[str]]:
