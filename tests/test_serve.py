@@ -67,7 +67,8 @@ def test_models_describe_the_config(served):
                     "decoder_hidden": config.model.decoder_hidden, "d_model": None, "heads": None,
                     "encoder_layers": config.model.encoder_layers, "decoder_layers": config.model.decoder_layers,
                     "feed_forward": None, "norm": None,
-                    "beam": config.decoding.beam, "labels": None, "ensemble": None,
+                    "beam": config.decoding.beam, "length_penalty": config.decoding.length_penalty,
+                    "coverage_penalty": 0.0, "labels": None, "ensemble": None,
                     "word_links": "attention"}
     listing = client.get("/models").text  # the name only: nothing of where the model lies on disk
     assert str(translator.folder.resolve().parent) not in listing and "path" not in listing
@@ -805,8 +806,8 @@ def test_models_describe_a_transformer(both):
     assert info[name] == {"name": name, "task": "translation", "type": "transformer", "attention": "multi-head",
                           "rnn_type": None, "input_feeding": None, "decoder_hidden": None, "d_model": 32, "heads": 4,
                           "encoder_layers": 3, "decoder_layers": 2, "feed_forward": 64, "norm": "pre",
-                          "beam": transformer.config.decoding.beam, "labels": None, "ensemble": None,
-                          "word_links": "attention"}
+                          "beam": transformer.config.decoding.beam, "length_penalty": 1.0, "coverage_penalty": 0.0,
+                          "labels": None, "ensemble": None, "word_links": "attention"}
     assert info[rnn_name]["type"] == "rnn" and info[rnn_name]["heads"] is None
 
 

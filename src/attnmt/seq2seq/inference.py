@@ -145,8 +145,9 @@ class Translator:
         m = self.config.model
         none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
                               "norm"))
-        common = dict(type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
-                      beam=self.config.decoding.beam)
+        dc = self.config.decoding
+        common = dict(type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers, beam=dc.beam,
+                      length_penalty=dc.length_penalty, coverage_penalty=dc.coverage_penalty)
         if m.type == "transformer":
             return {**common, **none, "attention": "multi-head", "d_model": m.d_model, "heads": m.heads,
                     "feed_forward": m.feed_forward, "norm": m.norm}

@@ -99,6 +99,9 @@ class ModelInfo(Strict):
     feed_forward: Optional[int] = Field(description="Transformer only: inner size of the feed-forward layers")
     norm: Optional[Literal["pre", "post"]] = Field(description="Transformer only: LayerNorm placement")
     beam: int = Field(description="default beam size of /translate for this model")
+    length_penalty: Optional[float] = Field(None, description="alpha of the length penalty its searches rank with")
+    coverage_penalty: Optional[float] = Field(None, description="beta of the coverage penalty its searches rank "
+                                                                "with (0: none)")
     labels: Optional[list[str]] = Field(None, description="sentence-pair models only: the classes of /classify")
     ensemble: Optional[list[str]] = Field(
         None, description="the other models this one decodes with, by folder name (`attnmt serve --ensemble`): "
