@@ -102,3 +102,15 @@ def test_held_out_sets_are_drawn_when_attnmt_prepare_copies_the_subwords(tmp_pat
     prepare(config, log=lambda message: None)  # attnmt prepare, then attnmt train
     assert (config.experiment_dir / "splits" / "held-out.json").is_file()
     assert Trainer(config, **QUIET).train().step == 2
+
+
+def test_a_fine_tuning_run_resumes_without_the_folder_it_started_from(tmp_path, base):
+    import shutil
+
+    start = tmp_path / "start"
+    shutil.copytree(base, start)
+    config = fine_tuning_config(tmp_path / "run", start)
+    assert Trainer(config, **QUIET).train().step == 2
+    shutil.rmtree(start)  # moved or deleted: the run has its own checkpoint and subwords
+    config.training.max_steps = 3
+    assert Trainer(config, **QUIET).train(resume=True).step == 3

@@ -65,18 +65,22 @@ def copy_subwords(config: Config, log: Callable[[str], None] = print):
 
 def check_same_subwords(config: Config):
     """AttnmtError if the experiment's spm/ holds other subword models than ``training.init_from``'s
-    (an experiment_dir used before: the weights would read other pieces)."""
+    (an experiment_dir used before: the weights would read other pieces). Nothing to compare once
+    that folder is gone (a fine-tuning run resumed needs only its own)."""
     folder = config.training.init_from
     joint = config.data.subwords.joint
     for theirs, ours in zip(subword_paths(folder, joint), subword_paths(config.experiment_dir, joint)):
-        if ours.is_file() and not filecmp.cmp(theirs, ours, shallow=False):
+        if ours.is_file() and theirs.is_file() and not filecmp.cmp(theirs, ours, shallow=False):
             raise AttnmtError(f"{ours} is not the subword model of {folder} (training.init_from), whose weights "
                               "this experiment starts from: use another experiment_dir")
 
 
-def initialize(model: nn.Module, config: Config) -> Path:
+def initialize(model: nn.Module, config: Config) -> Path | None:
     """``model`` given the weights of ``training.init_from`` (checked against its config first);
-    returns the file they came from."""
+    returns the file they came from. None for an experiment that has trained already (a resumed run
+    reads its own checkpoint, and needs the folder it started from no more)."""
+    if (config.experiment_dir / "last.safetensors").is_file():
+        return None
     initial_config(config)
     weights = weights_path(config.training.init_from, config.training.init_checkpoint)
     check_shapes(model, weights)
