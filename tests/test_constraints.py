@@ -109,6 +109,21 @@ def test_outputs_that_could_not_meet_every_constraint_come_after_those_that_did(
     assert met[0] and met == sorted(met, reverse=True)
 
 
+def test_an_ensemble_and_a_coverage_penalty_search_with_constraints_too():
+    from attnmt.seq2seq.decoding import coverage_penalty, length_penalty
+    from attnmt.seq2seq.ensemble import Ensemble
+
+    ensemble, batch = Ensemble([untrained(seed=7), untrained("location", seed=8)]).eval(), batch_of(3, seed=9)
+    settings = DecodingConfig(beam=4, coverage_penalty=0.5, length_penalty=0.6)
+    phrases = [[(6, 7)], [], [(10,), (11,)]]
+    for wanted, hypotheses in zip(phrases, decode(ensemble, batch.src, batch.src_lengths, settings, n_best=2,
+                                                  constraints=phrases)):
+        assert all(contains(hypotheses[0].tokens, phrase) for phrase in wanted)
+        for h in hypotheses:  # the members' mean attention, penalized
+            expected = h.log_prob / length_penalty(len(h.tokens), 0.6) + coverage_penalty(h.attention, 0.5)
+            assert h.score == pytest.approx(expected, abs=1e-5)
+
+
 def test_decode_takes_constraints_with_prefixes_and_refuses_them_with_sampling():
     from attnmt.core.config import Sampling
     from attnmt.seq2seq.prefix import Prefixes
