@@ -114,3 +114,30 @@ def test_a_fine_tuning_run_resumes_without_the_folder_it_started_from(tmp_path, 
     shutil.rmtree(start)  # moved or deleted: the run has its own checkpoint and subwords
     config.training.max_steps = 3
     assert Trainer(config, **QUIET).train(resume=True).step == 3
+
+
+def test_a_speech_model_is_fine_tuned_on_other_recordings(tmp_path):
+    """The synthetic tones of speech_helpers: a model trained on some texts fine-tuned on others,
+    with its vocabulary and its global feature statistics (the model's, not the new corpus's)."""
+    from speech_helpers import random_texts, speech_config, write_tone_corpus
+
+    texts = random_texts(24, seed=1)
+    first = speech_config(tmp_path / "first", write_tone_corpus(tmp_path / "data", "first", texts[:16]), steps=3,
+                          speech={"conv_channels": 8, "n_mels": 40, "normalize": "global"})
+    Trainer(first, **QUIET).train()
+    second = speech_config(tmp_path / "second", write_tone_corpus(tmp_path / "data", "second", texts[16:]), steps=2,
+                           speech={"conv_channels": 8, "n_mels": 40, "normalize": "global",
+                                   "spec_augment": {"time_masks": 1}},
+                           training={"init_from": str(first.experiment_dir), "max_steps": 2, "threads": 1})
+    trainer = Trainer(second, **QUIET)
+    best = load_file(str(first.experiment_dir / "best.safetensors"))
+    for name, weight in trainer.model.state_dict().items():
+        assert torch.equal(weight, best[name]), name  # the global statistics too
+    assert filecmp.cmp(first.experiment_dir / "spm" / "tgt.model", second.experiment_dir / "spm" / "tgt.model",
+                       shallow=False)
+    assert trainer.train().step == 2
+    changed = speech_config(tmp_path / "third", second.data.train.tsv, steps=2,
+                            speech={"conv_channels": 8, "n_mels": 32, "normalize": "global"},
+                            training={"init_from": str(first.experiment_dir)})
+    with pytest.raises(AttnmtError, match="speech.n_mels: 32 here, 40 there"):
+        Trainer(changed, **QUIET)

@@ -31,4 +31,4 @@ TASK = Task(name="speech", what="a speech model (it transcribes audio)", inputs=
             prepare=prepare_vocabulary, training_loop=speech_training_loop, test_scores=speech_test_scores,
             load=Recognizer, architecture=lambda config: f"{config.speech.n_mels} log-mels, "
                                                          + architecture(config.model),
-            figure_writers=figure_writers)
+            figure_writers=figure_writers, fine_tunes=True)

@@ -25,6 +25,7 @@ from attnmt.seq2seq.training import TrainingLoss, best_outputs, evaluate_loss, s
 from attnmt.speech.audio import SpeechCorpus, load_speech_corpus, read_speech_tsv
 from attnmt.speech.error_rates import error_rates
 from attnmt.speech.model import build_speech_model
+from attnmt.training import fine_tuning
 from attnmt.training.loop import TrainingLoop
 from attnmt.training.optimization import setup_training
 
@@ -74,8 +75,13 @@ def prepare_vocabulary(config: Config, log: Callable[[str], None] = print, force
     present with the same settings; writes the config into the experiment folder."""
     folder = config.experiment_dir
     _, tgt_path = subword_paths(folder, False)
+    if config.training.init_from is not None:  # fine-tuning: the vocabulary of the model it starts from
+        fine_tuning.check_same_subwords(config)
 
     def train():
+        if config.training.init_from is not None:
+            fine_tuning.copy_subwords(config, log)
+            return Subwords(tgt_path)
         _, texts = read_speech_tsv(config.data.train.tsv)
         log(f"training the {config.data.subwords.type} vocabulary of {len(texts):,} transcripts")
         return train_target_subwords(texts, config.data.subwords, folder, config.training.seed)
@@ -114,6 +120,8 @@ def speech_parts(config: Config, device: torch.device, processes: Processes = ON
         check_ctc_lengths(train, model, config.data.train.tsv, log)
     if config.speech.normalize == "global":
         model.encoder.set_global_statistics(train.corpus.features)
+    if config.training.init_from is not None:  # fine-tuning: its weights, global statistics included
+        fine_tuning.initialize(model, config)
     model.to(device)
     window = config.training.attention_window
     loss = (SpeechLoss(model, config.training.label_smoothing, config.speech.ctc_weight, window)

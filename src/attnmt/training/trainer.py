@@ -34,7 +34,7 @@ class Trainer:
                 "emulated, tens of times slower than fp32 here; set training.precision: fp32")
         if tc.init_from is not None and not self.task.fine_tunes:
             raise AttnmtError(f"training.init_from: the training of {self.task.what} cannot start from another "
-                              "model's weights (fine-tuning is for translation models)")
+                              "model's weights (fine-tuning is for translation and speech models)")
         torch.manual_seed(tc.seed)
         self.loop = self.task.training_loop(config, self.device, self.processes, log, progress)
         self.model = self.loop.model

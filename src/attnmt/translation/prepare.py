@@ -9,8 +9,8 @@ from attnmt.core.config import Config, CorpusFiles
 from attnmt.core.errors import AttnmtError
 from attnmt.data import splits
 from attnmt.data.corpus import Corpus, read_corpus
-from attnmt.translation import fine_tuning
 from attnmt.data.subwords import Subwords, load_subwords, prepared_subwords, subword_paths, train_subwords
+from attnmt.training import fine_tuning
 
 
 @dataclass
@@ -51,7 +51,8 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
         if config.training.init_from is not None:
             if config.data.held_out:  # drawn now, as where subwords are trained (a later prepare checks it)
                 training_corpus(config, log)
-            return fine_tuning.copy_subwords(config, log)
+            fine_tuning.copy_subwords(config, log)
+            return load_subwords(folder, sub.joint)
         if sentences is None:
             corpus = training_corpus(config, log)
             sources, targets = corpus.sources, corpus.targets

@@ -22,7 +22,8 @@ from attnmt.seq2seq.graphs import GraphedLoss, graphed_loss
 from attnmt.seq2seq.training import TrainingLoss, evaluate_loss, sequence_loss, translate_ids, validation_decoding
 from attnmt.training.loop import TrainingLoop
 from attnmt.training.optimization import TrainingSetup, setup_training
-from attnmt.translation import fine_tuning, guided_alignment, reference_links
+from attnmt.training import fine_tuning
+from attnmt.translation import guided_alignment, reference_links
 from attnmt.translation.evaluation import corpus_scores
 from attnmt.translation.prepare import EncodedCorpus, encode_corpus, prepare, training_corpus
 

@@ -1,13 +1,15 @@
-"""Fine-tuning (continued training): a translation model trained on one corpus trained further on
-another, typically a small in-domain one (Luong & Manning 2015; Freitag & Al-Onaizan 2016), as
-OpenNMT-py's train_from with a reset optimizer and fairseq's --finetune-from-model do.
+"""Fine-tuning (continued training): a model trained on one corpus trained further on another,
+typically a small in-domain one (Luong & Manning 2015; Freitag & Al-Onaizan 2016), as OpenNMT-py's
+train_from with a reset optimizer and fairseq's --finetune-from-model do; for the tasks whose
+Task.fine_tunes (translation, speech).
 
 ``training.init_from: DIR`` names the trained model folder to start from. The new experiment takes
 its subword models (copied into its spm/: the pieces, hence the vocabulary and the embeddings, stay
 those the weights were trained with; new subwords would give the weights other words) and its
-weights (``training.init_checkpoint``: best, last or averaged); the optimizer, the schedule and the
-step count start afresh, on the new config's data and settings. The new config's model section
-must be the folder's, but for its dropouts; data.subwords must be the folder's too.
+weights (``training.init_checkpoint``: best, last or averaged; a speech model's global feature
+statistics with them); the optimizer, the schedule and the step count start afresh, on the new
+config's data and settings. The new config's model section must be the folder's, but for its
+dropouts; data.subwords and the speech section (but spec_augment and max_seconds) too.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from attnmt.core.checkpoint import check_shapes, load_weights
 from attnmt.core.config import Config
 from attnmt.core.errors import AttnmtError
 from attnmt.core.folders import model_config, weights_path
-from attnmt.data.subwords import load_subwords, subword_paths
 
+SPM = "spm"  # a model folder's subword models
 FREE = ("dropout", "attention_dropout")  # model fields a fine-tuning run may change: they shape no weight
+FREE_SPEECH = ("spec_augment", "max_seconds")  # the speech section's: what training sees, not what it computes
 
 
 def initial_config(config: Config) -> Config:
@@ -38,29 +41,31 @@ def initial_config(config: Config) -> Config:
     if init.task != config.task:
         raise AttnmtError(f"training.init_from: {folder} is a model of task {init.task}, this config of task "
                           f"{config.task}")
-    ours, theirs = config.model.model_dump(mode="json"), init.model.model_dump(mode="json")
-    differ = [f"model.{name}: {ours[name]!r} here, {theirs[name]!r} there" for name in ours
-              if name not in FREE and ours[name] != theirs.get(name)]
-    ours, theirs = config.data.subwords.model_dump(mode="json"), init.data.subwords.model_dump(mode="json")
-    differ += [f"data.subwords.{name}: {ours[name]!r} here, {theirs[name]!r} there" for name in ours
-               if ours[name] != theirs[name]]
+    differ = (_differences("model", config.model, init.model, FREE)
+              + _differences("data.subwords", config.data.subwords, init.data.subwords, ())
+              + _differences("speech", config.speech, init.speech, FREE_SPEECH))
     if differ:
         raise AttnmtError(f"training.init_from: the model of {folder} is not the one this config describes "
-                          f"(copy its model section and data.subwords; only {' and '.join(FREE)} may change): "
-                          + "; ".join(differ))
+                          f"(copy its model section, data.subwords and any speech section; only "
+                          f"{', '.join(FREE + FREE_SPEECH)} may change): " + "; ".join(differ))
     return init
 
 
+def _differences(section: str, ours, theirs, free: tuple[str, ...]) -> list[str]:
+    """'section.field: ours here, theirs there' for each field of two config sections that differs."""
+    ours, theirs = ({} if s is None else s.model_dump(mode="json") for s in (ours, theirs))
+    return [f"{section}.{name}: {ours.get(name)!r} here, {theirs.get(name)!r} there"
+            for name in sorted(set(ours) | set(theirs)) if name not in free and ours.get(name) != theirs.get(name)]
+
+
 def copy_subwords(config: Config, log: Callable[[str], None] = print):
-    """The subword models of ``training.init_from`` copied into the experiment's spm/ (what
-    attnmt.translation.prepare does instead of training them), with their settings; returned loaded."""
+    """The subword models of ``training.init_from`` (spm/*.model) copied into the experiment's spm/:
+    what a task's prepare does instead of training them."""
     init = initial_config(config)
-    joint = config.data.subwords.joint
-    for source, target in zip(subword_paths(init.experiment_dir, joint), subword_paths(config.experiment_dir, joint)):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+    (config.experiment_dir / SPM).mkdir(parents=True, exist_ok=True)
+    for source in sorted((init.experiment_dir / SPM).glob("*.model")):
+        shutil.copyfile(source, config.experiment_dir / SPM / source.name)
     log(f"subword model(s) of {init.experiment_dir} (training.init_from)")
-    return load_subwords(config.experiment_dir, joint)
 
 
 def check_same_subwords(config: Config):
@@ -68,9 +73,9 @@ def check_same_subwords(config: Config):
     (an experiment_dir used before: the weights would read other pieces). Nothing to compare once
     that folder is gone (a fine-tuning run resumed needs only its own)."""
     folder = config.training.init_from
-    joint = config.data.subwords.joint
-    for theirs, ours in zip(subword_paths(folder, joint), subword_paths(config.experiment_dir, joint)):
-        if ours.is_file() and theirs.is_file() and not filecmp.cmp(theirs, ours, shallow=False):
+    for ours in sorted((config.experiment_dir / SPM).glob("*.model")):
+        theirs = folder / SPM / ours.name
+        if theirs.is_file() and not filecmp.cmp(theirs, ours, shallow=False):
             raise AttnmtError(f"{ours} is not the subword model of {folder} (training.init_from), whose weights "
                               "this experiment starts from: use another experiment_dir")
 
