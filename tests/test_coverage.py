@@ -163,3 +163,39 @@ def test_the_command_line_options_override_the_config(reverse_model, tmp_path, c
     settings = json.loads(report.read_text())
     assert (settings["beam"], settings["coverage_penalty"]) == (3, 0.3)  # what the figures were searched with
     assert settings["length_penalty"] == translator.config.decoding.length_penalty
+
+
+
+def test_a_server_decodes_with_the_penalties_it_is_given(reverse_model):
+    from attnmt.serve import create_app
+    from conftest import local_client
+
+    translator, dev = reverse_model
+    app = create_app([translator.folder], decoding={"length_penalty": 0.6, "coverage_penalty": 0.7})
+    with local_client(app) as client:
+        [info] = client.get("/models").json()
+        assert (info["length_penalty"], info["coverage_penalty"]) == (0.6, 0.7)
+        [answer] = client.post("/translate", json={"text": [dev[0]], "beam": 3, "n_best": 3}).json()["translations"]
+    expected = app.state.models[info["name"]].translator.translate([dev[0]], beam=3, n_best=3)[0]
+    assert [c["score"] for c in answer["candidates"]] == pytest.approx([c.score for c in expected.candidates])
+    log_probs = [s.log_prob for s in translator.score([dev[0]] * 3, [c.text for c in expected.candidates])]
+    first = expected.candidates[0]
+    assert first.score == pytest.approx(log_probs[0] / length_penalty(len(first.tokens), 0.6)
+                                        + coverage_penalty(torch.from_numpy(first.attention), 0.7), abs=1e-4)
+    assert translator.config.decoding.coverage_penalty == 0.0  # the caller's own model is not changed
+    with pytest.raises(AttnmtError, match="decoding.coverage_penalty"):
+        create_app([translator.folder], decoding={"coverage_penalty": -1})
+
+
+def test_attnmt_serve_takes_the_penalties(reverse_model, monkeypatch, capsys):
+    import attnmt.serve
+
+    translator, _ = reverse_model
+    served = {}
+    monkeypatch.setattr(attnmt.serve, "run_server", lambda app, **options: served.update(app=app))
+    assert main(["serve", str(translator.folder), "--length-penalty", "0.2", "--coverage-penalty", "0.4"]) == 0
+    [model] = served["app"].state.models.values()
+    assert (model.translator.config.decoding.length_penalty, model.translator.config.decoding.coverage_penalty) \
+        == (0.2, 0.4)
+    assert main(["serve", str(translator.folder), "--coverage-penalty", "-1"]) == 2
+    assert "decoding.coverage_penalty" in capsys.readouterr().err

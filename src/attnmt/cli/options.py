@@ -111,6 +111,11 @@ def decoding_options(p):
                    help="vocabulary shortlist: the output layer scores only the likely target pieces of each "
                         "batch (MODEL_DIR/shortlist.json, or FILE; build it with 'attnmt shortlist MODEL_DIR'; "
                         "default: config, decoding.shortlist)")
+    penalty_options(p)
+
+
+def penalty_options(p):
+    """--length-penalty and --coverage-penalty: translate, evaluate and serve."""
     p.add_argument("--length-penalty", type=float, default=None, metavar="ALPHA",
                    help="alpha of Wu et al. (2016): scores are log p / ((5 + |y|) / 6)^alpha; 0: none "
                         "(default: config, decoding.length_penalty)")

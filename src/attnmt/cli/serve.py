@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import Field, fields
 
 from attnmt.cli.options import (_non_negative_float, _port, _positive, _positive_float, checkpoint_option,
-                                device_option, threads_option)
+                                device_option, penalty_options, threads_option)
 from attnmt.cli.streams import log
 
 
@@ -30,6 +30,7 @@ def add_parser(subparsers):
                         "subwords (repeatable): each step's distribution is the mean of all (ensemble decoding)")
     checkpoint_option(p)
     device_option(p)
+    penalty_options(p)
     for limit in limit_fields():
         add_limit_option(p, limit)
         if limit.name == "batch_wait":
@@ -104,7 +105,10 @@ def run(args):
     bound = [] if args.host in ("0.0.0.0", "::", "[::]", "") else [args.host]  # one address: its name is trusted
     app = create_app([model_entry(d) for d in args.model_dir], limits, device=args.device,
                      allowed_hosts=bound + args.allowed_host, checkpoint=args.checkpoint,
-                     ensembles=ensembles_of(args.ensemble))
+                     ensembles=ensembles_of(args.ensemble),
+                     decoding={name: value for name, value in (("length_penalty", args.length_penalty),
+                                                               ("coverage_penalty", args.coverage_penalty))
+                               if value is not None})
     if not is_loopback(args.host):
         log(f"warning: listening on {args.host}, reachable from other machines; the server has no "
             "authentication and no TLS: expose it only behind a reverse proxy")

@@ -42,16 +42,21 @@ Interactive documentation: <a href="docs">/docs</a>.</p>
 
 def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, device: str = "cpu",
                allowed_hosts: Sequence[str] = (), checkpoint: str = "best",
-               ensembles: Optional[dict[str, list]] = None) -> FastAPI:
+               ensembles: Optional[dict[str, list]] = None, decoding: Optional[dict] = None) -> FastAPI:
     """An application serving ``models``: trained model folders, each named after its folder, or
     pairs (name, folder); the first is the default. Each is loaded with ``attnmt.load(folder,
     checkpoint, device=device)``. Requests must name this machine in their Host header (localhost, 127.0.0.1 or
     [::1]) or one of ``allowed_hosts`` (a proxy's name: see docs/security.md). ``ensembles``: name ->
     the folders of other models that the translation model of that name decodes with (an
-    ensemble). Raises AttnmtError for a bad folder, a bad name or a name used twice."""
+    ensemble). ``decoding``: decoding settings (fields of config.decoding: length_penalty,
+    coverage_penalty, ...) for every model that decodes, instead of its config's. Raises
+    AttnmtError for a bad folder, a bad name or a name used twice, or a bad setting."""
     limits = limits or ServerLimits()
     hosts = [host_name(h) for h in (*LOOPBACK_HOSTS, *allowed_hosts)]  # checked now: middleware is built later
     loaded = load_models(models, limits, device, checkpoint, ensembles)
+    for model in loaded.values():
+        if decoding and model.inputs != "pairs":
+            model.translator.set_decoding(**decoding)
 
     @asynccontextmanager
     async def lifespan(app):
