@@ -32,8 +32,9 @@ FREE_SPEECH = ("spec_augment", "max_seconds")  # the speech section's: what trai
 
 
 def initial_config(config: Config) -> Config:
-    """The config of the model folder ``training.init_from``, checked against ``config``: a
-    translation model with the same model section (but its dropouts) and data.subwords."""
+    """The config of the model folder ``training.init_from``, checked against ``config``: a model of
+    the same task with the same model section (but its dropouts), data.subwords and speech section
+    (but spec_augment and max_seconds)."""
     folder = config.training.init_from
     if not folder.is_dir():
         raise AttnmtError(f"training.init_from: {folder} is not a folder (a trained model's experiment_dir)")
