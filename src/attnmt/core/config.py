@@ -14,6 +14,7 @@ import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from attnmt.core.errors import AttnmtError
+from attnmt.core.data_sections import GPU_BATCH_TOKENS, CorpusFiles, DataConfig, ExtraCorpus  # noqa: F401 (re-exported)
 from attnmt.core.sections import SET_NAME, Section, SetName, SubwordConfig, named_sets  # noqa: F401 (re-exported)
 from attnmt.core.task import TASKS
 from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imported from here)
@@ -29,68 +30,6 @@ from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imp
 S = TypeVar("S", bound=Section)
 
 ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "location")
-
-
-class CorpusFiles(Section):
-    """Two line-aligned files (``src``, ``tgt``), one TSV file (``tsv``), or, for a dev or test
-    set, ``split: N``: N pairs held out of the training corpus (see attnmt.data.splits)."""
-
-    src: Path | None = None
-    tgt: Path | None = None
-    tsv: Path | None = None
-    src_column: int = Field(0, ge=0)
-    tgt_column: int = Field(1, ge=0)
-    split: int | None = Field(None, gt=0)
-
-    @model_validator(mode="after")
-    def one_form(self):
-        forms = [self.src is not None or self.tgt is not None, self.tsv is not None, self.split is not None]
-        choices = "'src' and 'tgt' files, one 'tsv' file, or 'split: N' (N pairs held out of data.train)"
-        if sum(forms) > 1:
-            raise ValueError(f"give one of {choices}, not both")
-        if sum(forms) == 0 or (forms[0] and (self.src is None or self.tgt is None)):
-            raise ValueError(f"give {choices}")
-        return self
-
-    def as_spec(self) -> dict:
-        if self.tsv is not None:
-            return {"tsv": self.tsv, "src_column": self.src_column, "tgt_column": self.tgt_column}
-        return {"src": self.src, "tgt": self.tgt}
-
-
-GPU_BATCH_TOKENS = 4096  # data.batch_tokens on a GPU unless the config sets a batch size
-
-
-class DataConfig(Section):
-    train: CorpusFiles
-    dev: CorpusFiles | None = None
-    # test sets by name: {name: files}, or the files of one, named "test"; scored at the end of training and by
-    # `attnmt evaluate`
-    test: dict[SetName, CorpusFiles] = {}
-    subwords: SubwordConfig = SubwordConfig()
-    max_length: int = Field(100, gt=0)  # pairs with more subwords on either side are dropped
-    max_source_words: int | None = Field(None, gt=0)  # training pairs whose source has more words are dropped
-    batch_size: int = Field(64, gt=0)  # sentences per batch ...
-    batch_tokens: int | None = Field(None, gt=0)  # ... or a budget of (padded) tokens per batch
-    bucket_batches: int = Field(100, gt=0)  # batches per pool sorted by length
-
-    @field_validator("test", mode="before")
-    @classmethod
-    def one_test_set_is_named_test(cls, value):
-        return named_sets(value, CorpusFiles)
-
-    @model_validator(mode="after")
-    def train_is_files(self):
-        if self.train.split is not None:
-            raise ValueError("data.train must be files ('split' is for the dev and test sets held out of it)")
-        return self
-
-    @property
-    def held_out(self) -> dict[str, int]:
-        """The sets held out of data.train, by name ("dev" and the test names), with their sizes."""
-        sets = {"dev": self.dev} if self.dev is not None else {}
-        sets.update(self.test)
-        return {name: files.split for name, files in sets.items() if files.split is not None}
 
 
 class ModelConfig(Section):
@@ -309,6 +248,8 @@ class Config(Section):
             raise ValueError("task: speech is scored by cer (or loss), not bleu: set training.early_stopping_metric")
         if self.model.type != "rnn":
             raise ValueError("task: speech uses the RNN decoder (model.type: rnn)")
+        if self.data.extra_train:
+            raise ValueError("data.extra_train is for task: translation")
         for name, files in {"train": self.data.train, "dev": self.data.dev, **self.data.test}.items():
             if files is not None and files.tsv is None:
                 raise ValueError(f"task: speech reads TSV files of audio paths and transcripts: give data.{name} "
@@ -347,6 +288,9 @@ class Config(Section):
         guided, model = self.training.guided_alignment, self.model
         if self.task != "translation":
             raise ValueError("training.guided_alignment is for task: translation")
+        if self.data.extra_train:  # (its links are those of data.train's lines)
+            raise ValueError("training.guided_alignment learns from the links of data.train's pairs: "
+                             "it cannot train with data.extra_train")
         if model.type == "rnn" and model.attention == "none":
             raise ValueError("training.guided_alignment trains attention: model.attention none has none")
         if model.type != "transformer" and guided.full_context:
@@ -396,7 +340,8 @@ def resolve_paths(section: Section | None, base: Path):
 def _resolve_paths(config: Config, base: Path) -> Config:
     resolve_paths(config, base)  # experiment_dir
     resolve_paths(config.training, base)  # init_from
-    for files in (config.data.train, config.data.dev, *config.data.test.values()):
+    for files in (config.data.train, config.data.dev, *config.data.test.values(),
+                  *getattr(config.data, "extra_train", ())):  # (task: pairs has none)
         resolve_paths(files, base)
     if config.task == "pairs":
         resolve_paths(config.model.embeddings, base)

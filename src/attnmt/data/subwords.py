@@ -79,15 +79,16 @@ Trained = TypeVar("Trained")
 
 
 def prepared_subwords(config: Config, paths: list[Path], train: Callable[[], Trained], load: Callable[[], Trained],
-                      log: Callable[[str], None] = print, force: bool = False) -> Trained:
+                      log: Callable[[str], None] = print, force: bool = False, tags: list[str] = ()) -> Trained:
     """The one way every task prepares its subwords: the models at ``paths`` (in the experiment's
     spm/) if they were trained with the config's data.subwords (spm/settings.yaml, written after
     them: without it an earlier prepare died half-way), read by ``load()``; else, or with
     ``force``, ``train()``. Models trained with other settings are an error, never silently
-    reused. Then the config is written into the folder, which holds everything the model needs."""
+    reused. ``tags`` (pieces of their own, data.extra_train's) are settings too. Then the config is
+    written into the folder, which holds everything the model needs."""
     folder = config.experiment_dir
     settings = folder / "spm" / "settings.yaml"
-    wanted = config.data.subwords.model_dump(mode="json")
+    wanted = config.data.subwords.model_dump(mode="json") | ({"tags": list(tags)} if tags else {})
     if all(path.is_file() for path in paths) and settings.is_file() and not force:
         stored = yaml.safe_load(settings.read_text(encoding="utf-8"))
         if {**SubwordConfig().model_dump(mode="json"), **stored} != wanted:  # (fields added since: defaults)
@@ -103,14 +104,15 @@ def prepared_subwords(config: Config, paths: list[Path], train: Callable[[], Tra
 
 
 def train_subwords(sources: list[str], targets: list[str], config: SubwordConfig, folder: Path,
-                   seed: int = 0) -> tuple[Subwords, Subwords]:
-    """Trains the sentencepiece model(s) on the training corpus and stores them in ``folder/spm``."""
+                   seed: int = 0, tags: list[str] = ()) -> tuple[Subwords, Subwords]:
+    """Trains the sentencepiece model(s) on the training corpus and stores them in ``folder/spm``;
+    ``tags``: pieces of their own in the source vocabulary (always cut as one piece)."""
     src_path, tgt_path = subword_paths(folder, config.joint)
     _make_folder(src_path.parent)
     if config.joint:
-        _train_one(sources + targets, config, src_path, seed)
+        _train_one(sources + targets, config, src_path, seed, tags)
     else:
-        _train_one(sources, config, src_path, seed)
+        _train_one(sources, config, src_path, seed, tags)
         _train_one(targets, config, tgt_path, seed)
     return Subwords(src_path), Subwords(tgt_path)
 
@@ -138,19 +140,19 @@ def load_subwords(folder: Path, joint: bool) -> tuple[Subwords, Subwords]:
     return Subwords(src_path), Subwords(tgt_path)
 
 
-def _train_one(texts: list[str], config: SubwordConfig, path: Path, seed: int):
+def _train_one(texts: list[str], config: SubwordConfig, path: Path, seed: int, tags: list[str] = ()):
     if len(texts) > config.max_sentences:  # sample here, with our seed, so the result is reproducible
         texts = random.Random(seed).sample(texts, config.max_sentences)
     try:
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             prefix = os.path.join(tmp, "model")
-            _train_sentencepiece(texts, config, prefix)
+            _train_sentencepiece(texts, config, prefix, tags)
             os.replace(prefix + ".model", path)  # atomic: a half-written model is never left behind
     except OSError as e:  # full disk, unwritable folder
         raise write_error(path, e) from None
 
 
-def _train_sentencepiece(texts: list[str], config: SubwordConfig, prefix: str):
+def _train_sentencepiece(texts: list[str], config: SubwordConfig, prefix: str, tags: list[str] = ()):
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(texts), model_prefix=prefix, model_type=config.type,
@@ -159,7 +161,7 @@ def _train_sentencepiece(texts: list[str], config: SubwordConfig, prefix: str):
             normalization_rule_name="nmt_nfkc_cf" if config.lowercase else "nmt_nfkc",
             pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
             num_threads=os.cpu_count() or 1, minloglevel=2,
-            max_sentence_length=1 << 16,
+            max_sentence_length=1 << 16, user_defined_symbols=list(tags),
         )
     except RuntimeError as e:
         raise AttnmtError(f"training the subword model failed: {e}") from None

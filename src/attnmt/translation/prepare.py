@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from attnmt.core.config import Config, CorpusFiles
+from attnmt.core.config import Config, CorpusFiles, ExtraCorpus
 from attnmt.core.errors import AttnmtError
 from attnmt.data import splits
 from attnmt.data.corpus import Corpus, read_corpus
-from attnmt.data.subwords import Subwords, load_subwords, prepared_subwords, subword_paths, train_subwords
+from attnmt.data.subwords import UNK, Subwords, load_subwords, prepared_subwords, subword_paths, train_subwords
 from attnmt.training import fine_tuning
 
 
@@ -54,16 +54,16 @@ def prepare(config: Config, log: Callable[[str], None] = print, force: bool = Fa
             fine_tuning.copy_subwords(config, log)
             return load_subwords(folder, sub.joint)
         if sentences is None:
-            corpus = training_corpus(config, log)
-            sources, targets = corpus.sources, corpus.targets
+            corpora = [training_corpus(config, log), *(corpus for _, corpus in extra_corpora(config))]
+            sources, targets = [s for c in corpora for s in c.sources], [t for c in corpora for t in c.targets]
         else:
             sources, targets = sentences()
         log(f"training {'joint' if sub.joint else 'separate'} {sub.type} subwords ({sub.vocab_size}) on "
             f"{len(sources)} pairs")
-        return train_subwords(sources, targets, sub, folder, config.training.seed)
+        return train_subwords(sources, targets, sub, folder, config.training.seed, config.data.tags)
 
     return prepared_subwords(config, [src_path, tgt_path], train, lambda: load_subwords(folder, sub.joint), log,
-                             force)
+                             force, config.data.tags)
 
 
 def training_corpus(config: Config, log: Callable[[str], None] = print) -> Corpus:
@@ -71,6 +71,44 @@ def training_corpus(config: Config, log: Callable[[str], None] = print) -> Corpu
     first call: attnmt.data.splits)."""
     corpus = read_corpus(config.data.train.as_spec())
     return splits.without(corpus, splits.hold_out(config, corpus, log))
+
+
+def extra_corpora(config: Config) -> list[tuple[ExtraCorpus, Corpus]]:
+    """The corpora of data.extra_train, read."""
+    return [(files, read_corpus(files.as_spec())) for files in config.data.extra_train]
+
+
+def training_pairs(config: Config, src_sw: Subwords, tgt_sw: Subwords,
+                   log: Callable[[str], None] = print) -> EncodedCorpus:
+    """What a translation model trains on: data.train (less its held-out sets), then each corpus of
+    data.extra_train ``repeat`` times, its sources after its tag's piece; pairs too long dropped
+    (data.max_length, data.max_source_words: the tag is not counted)."""
+    limits = {"max_length": config.data.max_length, "max_source_words": config.data.max_source_words}
+    train = encode_corpus(config.data.train, src_sw, tgt_sw, log=log, corpus=training_corpus(config, log), **limits)
+    if not config.data.extra_train:
+        return train
+    parts = [train]
+    for files, corpus in extra_corpora(config):
+        extra = encode_corpus(files, src_sw, tgt_sw, log=log, corpus=corpus, **limits)
+        if files.tag is not None:  # (its piece, not its text: "<BT> a" would be cut "▁", "<BT>", "▁a")
+            tag = tag_piece(src_sw, files.tag)
+            extra.src_ids = [[tag] + ids for ids in extra.src_ids]
+        log(f"{files.tsv or files.src}: {len(extra):,} extra training pairs" +
+            (f", tagged {files.tag}" if files.tag else "") + (f", {files.repeat} times" if files.repeat > 1 else ""))
+        parts += [extra] * files.repeat
+    return EncodedCorpus(*([item for part in parts for item in getattr(part, column)]
+                           for column in ("sources", "targets", "src_ids", "tgt_ids")))  # (lines: data.train's only)
+
+
+def tag_piece(src_sw: Subwords, tag: str) -> int:
+    """The id of ``tag`` in the source vocabulary; AttnmtError if it has none (subwords trained
+    without it, such as those of training.init_from)."""
+    piece = src_sw.sp.piece_to_id(tag)
+    if piece == UNK:
+        raise AttnmtError(f"data.extra_train: the tag {tag!r} is no piece of the subwords in {src_sw.path.parent} "
+                          "(trained without it): tags are learnt with the subwords, so a model fine-tuned from them "
+                          "cannot add one")
+    return piece
 
 
 def encode_corpus(files: CorpusFiles, src_sw: Subwords, tgt_sw: Subwords, max_length: int | None,

@@ -25,7 +25,7 @@ from attnmt.training.optimization import TrainingSetup, setup_training
 from attnmt.training import fine_tuning
 from attnmt.translation import guided_alignment, reference_links
 from attnmt.translation.evaluation import corpus_scores
-from attnmt.translation.prepare import EncodedCorpus, encode_corpus, prepare, training_corpus
+from attnmt.translation.prepare import EncodedCorpus, encode_corpus, prepare, training_pairs
 
 
 @dataclass
@@ -42,8 +42,7 @@ def prepare_data(config: Config, processes: Processes = ONE_PROCESS,
     encoded training and dev corpora of an experiment."""
     with distributed.main_first(processes):  # (it also draws the held-out dev and test sets)
         src_sw, tgt_sw = prepare(config, log)
-    train = encode_corpus(config.data.train, src_sw, tgt_sw, config.data.max_length, log,
-                          corpus=training_corpus(config, log), max_source_words=config.data.max_source_words)
+    train = training_pairs(config, src_sw, tgt_sw, log)
     dev = None
     if config.data.dev:
         dev = encode_corpus(splits.resolved(config.data.dev, "dev", config.experiment_dir), src_sw, tgt_sw, None, log)

@@ -1,0 +1,108 @@
+"""Extra training corpora (data.extra_train): back-translations and other corpora beside data.train,
+each with an optional tag (a source piece of its own) and a repeat count."""
+
+import pytest
+
+from attnmt.api import load
+from attnmt.core.config import config_from_dict
+from attnmt.core.errors import AttnmtError
+from attnmt.training import Trainer
+from conftest import reverse, toy_config, write_tsv
+from test_compare import run_cli, toy_experiment
+
+QUIET = {"log": lambda message: None, "progress": False}
+MAIN = [(s, reverse(s)) for s in ("abc", "bcd", "cde", "abcde")]
+SYNTHETIC = [("xab", "bax"), ("xcd", "dcx"), ("xde", "edx")]
+OTHER = [("ab", "ba"), ("cd", "dc")]
+
+
+def extra_config(folder, extra=None, training=None):
+    """A toy config whose data.extra_train is the synthetic pairs tagged <BT> twice, and two untagged pairs."""
+    if extra is None:
+        extra = [{"tsv": str(write_tsv(folder / "synthetic.tsv", SYNTHETIC)), "tag": "<BT>", "repeat": 2},
+                 {"tsv": str(write_tsv(folder / "other.tsv", OTHER))}]
+    return toy_config(folder, MAIN, MAIN[:2], data={"extra_train": extra},
+                      training={"max_steps": 2, "validate_every": 10, **(training or {})})
+
+
+def test_the_extra_pairs_follow_data_train_repeated_their_sources_after_the_tag_piece(tmp_path):
+    lines = []
+    config = extra_config(tmp_path)
+    trainer = Trainer(config, log=lines.append, progress=False)
+    data, src_sw = trainer.data.train, trainer.data.src_sw
+    tag = src_sw.sp.piece_to_id("<BT>")
+    assert tag > 3 and src_sw.pieces([tag]) == ["<BT>"]  # a piece of its own, in the vocabulary
+    assert data.sources == [s for s, _ in MAIN] + [s for s, _ in SYNTHETIC] * 2 + [s for s, _ in OTHER]
+    assert data.targets == [t for _, t in MAIN] + [t for _, t in SYNTHETIC] * 2 + [t for _, t in OTHER]
+    encoded = src_sw.encode(data.sources)
+    for i, ids in enumerate(data.src_ids):
+        tagged = len(MAIN) <= i < len(MAIN) + 2 * len(SYNTHETIC)
+        assert ids == ([tag] if tagged else []) + encoded[i], i
+    assert data.lines is None  # (the lines of data.train only are known: no guided alignment)
+    assert any("3 extra training pairs, tagged <BT>, 2 times" in line for line in lines)
+    assert trainer.train().step == 2
+    assert len(load(config.experiment_dir).translate(["abc"])) == 1
+
+
+def test_the_tags_are_subword_settings(tmp_path):
+    config = extra_config(tmp_path)
+    Trainer(config, **QUIET)
+    config.data.extra_train[0].tag = "<SYN>"  # subwords learnt without this tag are not reused
+    with pytest.raises(AttnmtError, match="other settings"):
+        Trainer(config, **QUIET)
+    config.data.extra_train = []
+    with pytest.raises(AttnmtError, match="other settings"):
+        Trainer(config, **QUIET)
+
+
+def test_a_model_fine_tuned_from_subwords_without_the_tag_is_refused(tmp_path):
+    base = toy_config(tmp_path / "base", MAIN, training={"max_steps": 1})
+    Trainer(base, **QUIET).train()
+    config = extra_config(tmp_path, training={"init_from": str(base.experiment_dir)})
+    with pytest.raises(AttnmtError, match="the tag '<BT>' is no piece of the subwords"):
+        Trainer(config, **QUIET)
+
+
+@pytest.mark.parametrize("extra, field, message", [
+    ({"tag": "<B T>"}, "data.extra_train.0.tag", "pattern"),
+    ({"tag": "<unk>"}, "data.extra_train.0", "special piece"),
+    ({"repeat": 0}, "data.extra_train.0.repeat", "greater than or equal to 1"),
+    ({"split": 5, "src": None, "tgt": None}, "data.extra_train.0", "files"),
+])
+def test_bad_extra_corpora_are_errors_naming_the_field(tmp_path, extra, field, message):
+    files = {"src": str(tmp_path / "a.de"), "tgt": str(tmp_path / "a.en")}
+    with pytest.raises(AttnmtError) as info:
+        extra_config(tmp_path, extra=[{k: v for k, v in {**files, **extra}.items() if v is not None}])
+    assert field in str(info.value) and message in str(info.value)
+
+
+def test_a_missing_extra_file_is_an_error_naming_it(tmp_path):
+    config = extra_config(tmp_path, extra=[{"src": str(tmp_path / "nowhere.de"), "tgt": str(tmp_path / "a.en")}])
+    with pytest.raises(AttnmtError, match="nowhere.de"):
+        Trainer(config, **QUIET)
+
+
+def test_tasks_and_settings_that_cannot_train_on_extra_corpora_refuse(tmp_path):
+    extra = [{"tsv": str(tmp_path / "x.tsv")}]
+    raw = {"experiment_dir": str(tmp_path / "exp"), "task": "speech",
+           "data": {"train": {"tsv": str(tmp_path / "t.tsv")}, "extra_train": extra},
+           "training": {"max_steps": 1}}
+    with pytest.raises(AttnmtError, match="data.extra_train is for task: translation"):
+        config_from_dict(raw, tmp_path)
+    guided = {"links": "eflomal"}
+    with pytest.raises(AttnmtError, match="cannot train with data.extra_train"):
+        toy_config(tmp_path, MAIN, data={"extra_train": extra}, training={"guided_alignment": guided})
+    raw = {"experiment_dir": str(tmp_path / "exp"), "task": "pairs",
+           "data": {"train": {"tsv": str(tmp_path / "t.tsv")}, "extra_train": extra}, "training": {"max_steps": 1}}
+    with pytest.raises(AttnmtError, match="data.extra_train: unknown field"):
+        config_from_dict(raw, tmp_path)
+
+
+def test_compare_refuses_a_config_with_extra_corpora(tmp_path, capsys):
+    config = toy_experiment(tmp_path)
+    write_tsv(tmp_path / "bt.tsv", OTHER)
+    config.write_text(config.read_text().replace("  train: {tsv: train.tsv}\n",
+                                                 "  train: {tsv: train.tsv}\n  extra_train: [{tsv: bt.tsv}]\n"))
+    assert run_cli("compare", config, "--vary", "model.attention=bahdanau,luong-dot", "--steps", 2,
+                   "--out", tmp_path / "out") == 2
+    assert "attnmt compare trains on data.train alone" in capsys.readouterr().err
