@@ -6,6 +6,7 @@ import pytest
 from attnmt.api import load
 from attnmt.core.config import config_from_dict
 from attnmt.core.errors import AttnmtError
+from attnmt.info import format_info, model_info
 from attnmt.training import Trainer
 from conftest import reverse, toy_config, write_tsv
 from test_compare import run_cli, toy_experiment
@@ -42,6 +43,9 @@ def test_the_extra_pairs_follow_data_train_repeated_their_sources_after_the_tag_
     assert any("3 extra training pairs, tagged <BT>, 2 times" in line for line in lines)
     assert trainer.train().step == 2
     assert len(load(config.experiment_dir).translate(["abc"])) == 1
+    info = format_info(model_info(config.experiment_dir))
+    assert "data extra train 1  " in info and "synthetic.tsv (tagged <BT>, 2 times)" in info
+    assert info.split("data extra train 2")[1].split("\n")[0].strip().endswith("other.tsv")
 
 
 def test_the_tags_are_subword_settings(tmp_path):

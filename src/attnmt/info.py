@@ -69,6 +69,9 @@ def _files(files) -> str:
 def _data(config) -> dict:
     data = config.data
     sets = {"train": _files(data.train)}
+    for i, files in enumerate(getattr(data, "extra_train", ())):  # (task: pairs has none)
+        how = [f"tagged {files.tag}"] * (files.tag is not None) + [f"{files.repeat} times"] * (files.repeat > 1)
+        sets[f"extra train {i + 1}"] = _files(files) + (f" ({', '.join(how)})" if how else "")
     if data.dev is not None:
         sets["dev"] = _files(data.dev)
     sets.update({f"test {name}": _files(files) for name, files in data.test.items()})

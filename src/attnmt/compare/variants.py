@@ -22,7 +22,8 @@ from attnmt.core.config import Config, config_from_dict, load_config
 from attnmt.core.errors import AttnmtError
 
 FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-SHARED_DATA_FIELDS = ("experiment_dir", "data.train", "data.extra_train", "data.dev", "data.test")  # the same for every variant
+# the same for every variant
+SHARED_DATA_FIELDS = ("experiment_dir", "data.train", "data.extra_train", "data.dev", "data.test")
 
 
 @dataclass
