@@ -18,8 +18,9 @@ the reverse model (--reverse, English -> German, trained on Multi30k) translates
 Then the base config is trained again, the same steps and seed, with those pairs as
 ``data.extra_train``: untagged, tagged "<BT>", and untagged but drawn from the reverse model by
 sampling (temperature 1, seed 1) instead of beam search (--variants: which). Lines: test_2016 BLEU and
-chrF (beam 5) of the best checkpoint of each, and the paired bootstrap of sacreBLEU against the base
-model. Each model already trained in --out is only scored.
+chrF (beam 5) of the best checkpoint of each, the paired bootstrap of sacreBLEU against the base
+model, and the share of outputs without a final period (SICK's sentences have none, Multi30k's do).
+Each model already trained in --out is only scored.
 """
 
 from __future__ import annotations
@@ -133,13 +134,14 @@ def main():
             print(f"  {name}: trained in {time.perf_counter() - started:.0f} s")
         rows.append((f"+ back-translated SICK, {name}", attnmt.load(folder)))
     baseline = None
-    print(f"{'training data':<40}{'BLEU':>7}{'chrF':>7}{'p (paired bootstrap)':>22}")
+    print(f"{'training data':<40}{'BLEU':>7}{'chrF':>7}{'p (paired bootstrap)':>22}{'no final period':>17}")
     for name, model in rows:
         outputs = [t.text for t in model.translate(sources, beam=5, batch_size=64)]
         p_value = "" if baseline is None else f"{significance(baseline, outputs, references):.3f}"
         baseline = baseline or outputs
+        no_period = sum(not output.rstrip().endswith(".") for output in outputs) / len(outputs)
         print(f"{name:<40}{sacrebleu.corpus_bleu(outputs, [references]).score:>7.2f}"
-              f"{sacrebleu.corpus_chrf(outputs, [references]).score:>7.2f}{p_value:>22}")
+              f"{sacrebleu.corpus_chrf(outputs, [references]).score:>7.2f}{p_value:>22}{no_period:>16.1%}")
 
 
 if __name__ == "__main__":
