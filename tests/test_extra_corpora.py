@@ -110,3 +110,18 @@ def test_compare_refuses_a_config_with_extra_corpora(tmp_path, capsys):
     assert run_cli("compare", config, "--vary", "model.attention=bahdanau,luong-dot", "--steps", 2,
                    "--out", tmp_path / "out") == 2
     assert "attnmt compare trains on data.train alone" in capsys.readouterr().err
+
+
+def test_pairs_too_uneven_are_dropped_from_every_corpus_with_a_count(tmp_path):
+    lines = []
+    uneven = [("abcdef", "a"), ("ab", "abcdefabcdef")]  # 7 / 2 and 13 / 3 pieces (each side: "▁" and characters)
+    extra = [{"tsv": str(write_tsv(tmp_path / "extra.tsv", SYNTHETIC + uneven))}]
+    config = toy_config(tmp_path, MAIN + uneven, data={"extra_train": extra, "max_length_ratio": 3},
+                        training={"max_steps": 1})
+    data = Trainer(config, log=lines.append, progress=False).data.train
+    assert data.sources == [s for s, _ in MAIN + SYNTHETIC]
+    assert sum("dropped 2 pair(s) whose longer side has more than 3 times" in line for line in lines) == 2
+    config.data.max_length_ratio = 4.5  # (3.5 and 4.33 times: kept)
+    assert len(Trainer(config, **QUIET).data.train) == len(MAIN + SYNTHETIC + uneven * 2)
+    with pytest.raises(AttnmtError, match="data.max_length_ratio"):
+        toy_config(tmp_path, MAIN, data={"max_length_ratio": 0.5})

@@ -72,6 +72,9 @@ class DataConfig(Section):
     subwords: SubwordConfig = SubwordConfig()
     max_length: int = Field(100, gt=0)  # pairs with more subwords on either side are dropped
     max_source_words: int | None = Field(None, gt=0)  # training pairs whose source has more words are dropped
+    # training pairs whose longer side has more than this times the subwords of the shorter are dropped
+    # (misaligned or truncated pairs: Moses's clean-corpus-n uses 9 words); None keeps them all
+    max_length_ratio: float | None = Field(None, ge=1)
     batch_size: int = Field(64, gt=0)  # sentences per batch ...
     batch_tokens: int | None = Field(None, gt=0)  # ... or a budget of (padded) tokens per batch
     bucket_batches: int = Field(100, gt=0)  # batches per pool sorted by length

@@ -81,11 +81,13 @@ def extra_corpora(config: Config) -> list[tuple[ExtraCorpus, Corpus]]:
 def training_pairs(config: Config, src_sw: Subwords, tgt_sw: Subwords,
                    log: Callable[[str], None] = print) -> EncodedCorpus:
     """What a translation model trains on: data.train (less its held-out sets), then each corpus of
-    data.extra_train ``repeat`` times, its sources after its tag's piece; pairs too long dropped
-    (data.max_length, data.max_source_words: the tag is not counted)."""
-    limits = {"max_length": config.data.max_length, "max_source_words": config.data.max_source_words}
-    train = encode_corpus(config.data.train, src_sw, tgt_sw, log=log, corpus=training_corpus(config, log), **limits)
-    if not config.data.extra_train:
+    data.extra_train ``repeat`` times, its sources after its tag's piece; pairs too long or too
+    uneven dropped (data.max_length, data.max_source_words, data.max_length_ratio; the tag not counted)."""
+    data = config.data
+    limits = {"max_length": data.max_length, "max_source_words": data.max_source_words,
+              "max_length_ratio": data.max_length_ratio}
+    train = encode_corpus(data.train, src_sw, tgt_sw, log=log, corpus=training_corpus(config, log), **limits)
+    if not data.extra_train:
         return train
     parts = [train]
     for files, corpus in extra_corpora(config):
@@ -113,31 +115,43 @@ def tag_piece(src_sw: Subwords, tag: str) -> int:
 
 def encode_corpus(files: CorpusFiles, src_sw: Subwords, tgt_sw: Subwords, max_length: int | None,
                   log: Callable[[str], None] = print, corpus: Corpus | None = None,
-                  max_source_words: int | None = None) -> EncodedCorpus:
+                  max_source_words: int | None = None, max_length_ratio: float | None = None) -> EncodedCorpus:
     """The pairs of ``files`` (or ``corpus``, read from them) encoded, those longer than
-    ``max_length`` subwords, or whose source has more than ``max_source_words`` words, dropped with
-    a count in the log."""
+    ``max_length`` subwords, whose source has more than ``max_source_words`` words, or whose longer
+    side has more than ``max_length_ratio`` times the pieces of the shorter, dropped with a count in
+    the log."""
     corpus = corpus or read_corpus(files.as_spec())
     data = EncodedCorpus(corpus.sources, corpus.targets, src_sw.encode(corpus.sources),
                          tgt_sw.encode(corpus.targets), corpus.lines)
-    if max_length is None and max_source_words is None:
+    if max_length is None and max_source_words is None and max_length_ratio is None:
         _report_dropped(files, corpus.dropped_empty, 0, log)
         return data
     keep = [i for i in range(len(data)) if (max_length is None or max(len(data.src_ids[i]),
                                                                           len(data.tgt_ids[i])) <= max_length)]
     _report_dropped(files, corpus.dropped_empty, len(data) - len(keep), log, max_length)
+    name = files.tsv or files.src
     if max_source_words is not None:
         short = [i for i in keep if len(data.sources[i].split()) <= max_source_words]
         if len(short) < len(keep):
-            log(f"{files.tsv or files.src}: dropped {len(keep) - len(short)} pair(s) whose source has more than "
+            log(f"{name}: dropped {len(keep) - len(short)} pair(s) whose source has more than "
                 f"{max_source_words} words (data.max_source_words)")
         keep = short
+    if max_length_ratio is not None:
+        even = [i for i in keep if _length_ratio(data.src_ids[i], data.tgt_ids[i]) <= max_length_ratio]
+        if len(even) < len(keep):
+            log(f"{name}: dropped {len(keep) - len(even)} pair(s) whose longer side has more than "
+                f"{max_length_ratio:g} times the subwords of the shorter (data.max_length_ratio)")
+        keep = even
     if not keep:
-        raise AttnmtError(f"{files.tsv or files.src}: no sentence pair is short enough (data.max_length "
-                          f"{max_length} subwords, data.max_source_words {max_source_words}); raise them")
+        raise AttnmtError(f"{name}: no sentence pair is left (data.max_length {max_length} subwords, "
+                          f"data.max_source_words {max_source_words}, data.max_length_ratio {max_length_ratio})")
     return EncodedCorpus(*([column[i] for i in keep] for column in
                            (data.sources, data.targets, data.src_ids, data.tgt_ids)),
                          None if data.lines is None else [data.lines[i] for i in keep])
+
+
+def _length_ratio(src_ids: list[int], tgt_ids: list[int]) -> float:
+    return max(len(src_ids), len(tgt_ids)) / max(min(len(src_ids), len(tgt_ids)), 1)
 
 
 def _report_dropped(files: CorpusFiles, empty: int, long: int, log, max_length: int | None = None):

@@ -75,7 +75,8 @@ def build_shortlist(folder: str | Path, top: int = 50, frequent: int = 100,
         raise AttnmtError(f"{folder}: a shortlist is for translation models; this is a {config.task} model")
     src_sw, tgt_sw = load_subwords(folder, config.data.subwords.joint)
     train = encode_corpus(config.data.train, src_sw, tgt_sw, config.data.max_length, log,
-                          corpus=training_corpus(config, log), max_source_words=config.data.max_source_words)
+                          corpus=training_corpus(config, log), max_source_words=config.data.max_source_words,
+                          max_length_ratio=config.data.max_length_ratio)  # (the pairs it trained on)
     words = [(" ".join(s.split()), " ".join(t.split())) for s, t in zip(train.sources, train.targets)]
     path = eflomal_file(config, [s for s, _ in words], [t for _, t in words], log)
     word_links = read_link_file(path, len(train), one_based=False)
