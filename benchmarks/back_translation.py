@@ -68,8 +68,8 @@ def back_translated(reverse: Path, english: Path, out: Path, sample: bool = Fals
         return out
     started = time.perf_counter()
     lines = read_lines(english)
-    sampling = {"seed": 1} if sample else None
-    translations = attnmt.load(reverse).translate(lines, beam=5, batch_size=64, sampling=sampling)
+    search = {"beam": 1, "sampling": {"seed": 1}} if sample else {"beam": 5}
+    translations = attnmt.load(reverse).translate(lines, batch_size=64, **search)
     tmp = out.with_suffix(".tmp")
     tmp.write_text("".join(t.text + "\n" for t in translations), encoding="utf-8")
     tmp.replace(out)
@@ -118,7 +118,9 @@ def main():
 
     english = monolingual_english(args.out / "sick.en")
     german = back_translated(args.reverse, english, args.out / "sick.bt.de")
-    sampled = back_translated(args.reverse, english, args.out / "sick.sampled.de", sample=True)
+    sampled = args.out / "sick.sampled.de"
+    if "sampled" in args.variants:
+        back_translated(args.reverse, english, sampled, sample=True)
     base = load_config(args.base)
     test = base.data.test["test_2016"]
     sources, references = read_lines(test.src), read_lines(test.tgt)
