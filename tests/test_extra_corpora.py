@@ -69,6 +69,7 @@ def test_a_model_fine_tuned_from_subwords_without_the_tag_is_refused(tmp_path):
 
 @pytest.mark.parametrize("extra, field, message", [
     ({"tag": "<B T>"}, "data.extra_train.0.tag", "pattern"),
+    ({"tag": "BT"}, "data.extra_train.0.tag", "pattern"),
     ({"tag": "<unk>"}, "data.extra_train.0", "special piece"),
     ({"repeat": 0}, "data.extra_train.0.repeat", "greater than or equal to 1"),
     ({"split": 5, "src": None, "tgt": None}, "data.extra_train.0", "files"),

@@ -46,7 +46,9 @@ class ExtraCorpus(CorpusFiles):
     2019 tag back-translated sources so that the model tells them from genuine ones); ``repeat``:
     how many times its pairs are in each epoch (to weigh a small corpus against a large one)."""
 
-    tag: str | None = Field(None, pattern=r"^\S{1,32}$")
+    # in angle brackets: sentencepiece cuts a user-defined symbol out of any text that holds it, so a
+    # tag "BT" would cut every "BT" of the corpora
+    tag: str | None = Field(None, pattern=r"^<[^\s<>]{1,30}>$")
     repeat: int = Field(1, ge=1, le=100)
 
     @model_validator(mode="after")
