@@ -17,7 +17,9 @@ not a sentence of Multi30k (train, val or test, compared in lower case without t
 the reverse model (--reverse, English -> German, trained on Multi30k) translates them with beam 5.
 Then the base config is trained again, the same steps and seed, with those pairs as
 ``data.extra_train``: untagged, tagged "<BT>", and untagged but drawn from the reverse model by
-sampling (temperature 1, seed 1) instead of beam search (--variants: which). Lines: test_2016 BLEU and
+sampling (temperature 1, seed 1) instead of beam search, and untagged with a period put at the end of
+each English sentence that has none ("periods": SICK's sentences hardly ever end with one, Multi30k's
+almost always do) (--variants: which). Lines: test_2016 BLEU and
 chrF (beam 5) of the best checkpoint of each, the paired bootstrap of sacreBLEU against the base
 model, and the share of outputs without a final period (SICK's sentences have none, Multi30k's do).
 Each model already trained in --out is only scored.
@@ -33,7 +35,7 @@ from pathlib import Path
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 SICK = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")
 MULTI30K_ENGLISH = ("train.en.gz", "val.en.gz", "test_2016_flickr.en.gz")
-VARIANTS = {"untagged": None, "tagged": "<BT>", "sampled": None}  # name: tag
+VARIANTS = {"untagged": None, "tagged": "<BT>", "sampled": None, "periods": None}  # name: tag
 
 
 def _key(sentence: str) -> str:
@@ -118,9 +120,11 @@ def main():
 
     english = monolingual_english(args.out / "sick.en")
     german = back_translated(args.reverse, english, args.out / "sick.bt.de")
-    sampled = args.out / "sick.sampled.de"
+    sampled, periods = args.out / "sick.sampled.de", args.out / "sick.periods.en"
     if "sampled" in args.variants:
         back_translated(args.reverse, english, sampled, sample=True)
+    if "periods" in args.variants:  # SICK's sentences end without a period, Multi30k's with one
+        periods.write_text("".join(line.rstrip(".") + ".\n" for line in read_lines(english)), encoding="utf-8")
     base = load_config(args.base)
     test = base.data.test["test_2016"]
     sources, references = read_lines(test.src), read_lines(test.tgt)
@@ -128,11 +132,12 @@ def main():
           f"{time.strftime('%Y-%m-%d %H:%M')}")
     rows = [("Multi30k alone (the base)", attnmt.load(base.experiment_dir))]
     for name in args.variants:
-        tag, synthetic = VARIANTS[name], sampled if name == "sampled" else german
+        tag = VARIANTS[name]
+        synthetic = (sampled if name == "sampled" else german, periods if name == "periods" else english)
         folder = args.out / name
         if not (folder / "best.safetensors").is_file():
             started = time.perf_counter()
-            train(config_for(args.base, (synthetic, english), folder, tag), log=print, progress=False)
+            train(config_for(args.base, synthetic, folder, tag), log=print, progress=False)
             print(f"  {name}: trained in {time.perf_counter() - started:.0f} s")
         rows.append((f"+ back-translated SICK, {name}", attnmt.load(folder)))
     baseline = None
