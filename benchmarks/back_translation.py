@@ -90,23 +90,13 @@ def config_for(base: Path, synthetic: tuple[Path, Path], folder: Path, tag: str 
     return config_from_dict(raw, folder.parent)
 
 
-def significance(baseline: list[str], system: list[str], references: list[str]) -> float:
-    """The p-value of sacreBLEU's paired bootstrap (1,000 resamples) of ``system`` against ``baseline``."""
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()}, references=[references],
-                      test_type="bs", n_samples=1000)
-    _, scores = test()
-    return scores["BLEU"][1].p_value
-
-
 def main():
     import attnmt
     import sacrebleu
     from attnmt.core.config import load_config
     from attnmt.data.corpus import read_lines
     from attnmt.training import train
+    from coverage_penalty import significance  # (benchmarks/ is on the path of a script run from it)
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", type=Path, default=Path("configs/experiments/transformer-averaged.yaml"),
