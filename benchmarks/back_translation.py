@@ -21,14 +21,18 @@ sampling (temperature 1, seed 1) instead of beam search, and untagged with a per
 each English sentence that has none ("periods": SICK's sentences hardly ever end with one, Multi30k's
 almost always do) (--variants: which). Lines: test_2016 BLEU and
 chrF (beam 5) of the best checkpoint of each, the paired bootstrap of sacreBLEU against the base
-model, and the share of outputs without a final period (SICK's sentences have none, Multi30k's do).
-Each model already trained in --out is only scored.
+model, and two marks of SICK's style in the outputs: the share without a final period (SICK's
+sentences have none, Multi30k's do) and the share saying "is/are ...ing". The tagged model is
+scored twice: as it is used (sources untagged) and with "<BT>" before every source (``translate
+--tag``: does the tag steer the output to the synthetic corpus's style?). Each model already
+trained in --out is only scored.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import re
 import time
 from pathlib import Path
 
@@ -36,6 +40,9 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 SICK = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")
 MULTI30K_ENGLISH = ("train.en.gz", "val.en.gz", "test_2016_flickr.en.gz")
 VARIANTS = {"untagged": None, "tagged": "<BT>", "sampled": None, "periods": None}  # name: tag
+
+
+PROGRESSIVE = re.compile(r"\b(is|are)\s+\w+ing\b")  # "is/are ...ing": 78 % of SICK's sentences
 
 
 def _key(sentence: str) -> str:
@@ -120,7 +127,7 @@ def main():
     sources, references = read_lines(test.src), read_lines(test.tgt)
     print(f"base {args.base} ({base.training.max_steps} steps, seed {base.training.seed}); "
           f"{time.strftime('%Y-%m-%d %H:%M')}")
-    rows = [("Multi30k alone (the base)", attnmt.load(base.experiment_dir))]
+    rows = [("Multi30k alone (the base)", attnmt.load(base.experiment_dir), None)]
     for name in args.variants:
         tag = VARIANTS[name]
         synthetic = (sampled if name == "sampled" else german, periods if name == "periods" else english)
@@ -129,16 +136,27 @@ def main():
             started = time.perf_counter()
             train(config_for(args.base, synthetic, folder, tag), log=print, progress=False)
             print(f"  {name}: trained in {time.perf_counter() - started:.0f} s")
-        rows.append((f"+ back-translated SICK, {name}", attnmt.load(folder)))
+        rows.append((f"+ back-translated SICK, {name}", attnmt.load(folder), None))
+        if tag:
+            rows.append((f"  ... translated with {tag}", rows[-1][1], tag))
     baseline = None
-    print(f"{'training data':<40}{'BLEU':>7}{'chrF':>7}{'p (paired bootstrap)':>22}{'no final period':>17}")
-    for name, model in rows:
-        outputs = [t.text for t in model.translate(sources, beam=5, batch_size=64)]
+    print(f"{'training data':<40}{'BLEU':>7}{'chrF':>7}{'p (paired bootstrap)':>22}{'no final period':>17}"
+          f"{'is/are ...ing':>15}")
+    for name, model, tag in rows:
+        outputs = [t.text for t in model.translate(sources, beam=5, batch_size=64, tag=tag)]
         p_value = "" if baseline is None else f"{significance(baseline, outputs, references):.3f}"
         baseline = baseline or outputs
-        no_period = sum(not output.rstrip().endswith(".") for output in outputs) / len(outputs)
         print(f"{name:<40}{sacrebleu.corpus_bleu(outputs, [references]).score:>7.2f}"
-              f"{sacrebleu.corpus_chrf(outputs, [references]).score:>7.2f}{p_value:>22}{no_period:>16.1%}")
+              f"{sacrebleu.corpus_chrf(outputs, [references]).score:>7.2f}{p_value:>22}{style(outputs)}")
+    print(f"{'(the references)':<76}{style(references)}")
+    print(f"{'(the SICK sentences)':<76}{style(read_lines(english))}")
+
+
+def style(sentences: list[str]) -> str:
+    """The shares of sentences without a final period and saying "is/are ...ing", as two columns."""
+    no_period = sum(not s.rstrip().endswith(".") for s in sentences) / len(sentences)
+    progressive = sum(bool(PROGRESSIVE.search(s)) for s in sentences) / len(sentences)
+    return f"{no_period:>16.1%}{progressive:>15.1%}"
 
 
 if __name__ == "__main__":

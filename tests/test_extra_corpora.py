@@ -17,12 +17,12 @@ SYNTHETIC = [("xab", "bax"), ("xcd", "dcx"), ("xde", "edx")]
 OTHER = [("ab", "ba"), ("cd", "dc")]
 
 
-def extra_config(folder, extra=None, training=None):
+def extra_config(folder, extra=None, training=None, model=None):
     """A toy config whose data.extra_train is the synthetic pairs tagged <BT> twice, and two untagged pairs."""
     if extra is None:
         extra = [{"tsv": str(write_tsv(folder / "synthetic.tsv", SYNTHETIC)), "tag": "<BT>", "repeat": 2},
                  {"tsv": str(write_tsv(folder / "other.tsv", OTHER))}]
-    return toy_config(folder, MAIN, MAIN[:2], data={"extra_train": extra},
+    return toy_config(folder, MAIN, MAIN[:2], data={"extra_train": extra}, model=model,
                       training={"max_steps": 2, "validate_every": 10, **(training or {})})
 
 

@@ -68,7 +68,7 @@ def test_models_describe_the_config(served):
                     "encoder_layers": config.model.encoder_layers, "decoder_layers": config.model.decoder_layers,
                     "feed_forward": None, "norm": None,
                     "beam": config.decoding.beam, "length_penalty": config.decoding.length_penalty,
-                    "coverage_penalty": 0.0, "labels": None, "ensemble": None,
+                    "coverage_penalty": 0.0, "labels": None, "ensemble": None, "tags": [],
                     "word_links": "attention"}
     listing = client.get("/models").text  # the name only: nothing of where the model lies on disk
     assert str(translator.folder.resolve().parent) not in listing and "path" not in listing
@@ -807,7 +807,8 @@ def test_models_describe_a_transformer(both):
                           "rnn_type": None, "input_feeding": None, "decoder_hidden": None, "d_model": 32, "heads": 4,
                           "encoder_layers": 3, "decoder_layers": 2, "feed_forward": 64, "norm": "pre",
                           "beam": transformer.config.decoding.beam, "length_penalty": 1.0, "coverage_penalty": 0.0,
-                          "labels": None, "ensemble": None, "word_links": "attention"}
+                          "labels": None, "ensemble": None, "tags": [],
+                          "word_links": "attention"}
     assert info[rnn_name]["type"] == "rnn" and info[rnn_name]["heads"] is None
 
 

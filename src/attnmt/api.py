@@ -28,7 +28,8 @@ from attnmt.core.folders import (  # noqa: F401
     model_config,
     weights_path,
 )
-from attnmt.seq2seq.inference import QUANTIZE, Translator, quantize_int8  # noqa: F401
+from attnmt.seq2seq.inference import Translator  # noqa: F401
+from attnmt.seq2seq.quantize import QUANTIZE, quantize_int8  # noqa: F401
 from attnmt.seq2seq.results import Candidate, ScoredTranslation, Translation, links_of  # noqa: F401
 
 

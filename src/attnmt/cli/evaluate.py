@@ -63,7 +63,7 @@ def evaluate_translation(model, args):
             beam = args.beam or model.config.decoding.beam
             hypotheses = [t.text for t in rerank(translate_lines(model, sources, args, beam, name=args.src))]
         reports = {"": {**evaluation_report(sources, hypotheses, references), "hypotheses": hypotheses,
-                        **decoding_settings(model, args.beam)}}
+                        **decoding_settings(model, args.beam, args.tag)}}
     else:
         from attnmt.core.config import CorpusFiles
 
@@ -73,7 +73,7 @@ def evaluate_translation(model, args):
             raise AttnmtError(f"{args.model_dir}: its config has no test set (data.test); give --src and --ref, "
                               "or --tsv FILE")
         reports = test_set_reports(model, sets, beam=args.beam, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                                   log=log, progress=True, rerank=rerank)
+                                   log=log, progress=True, rerank=rerank, tag=args.tag)
     write_reports(reports, args, "hypotheses", format_report)
 
 

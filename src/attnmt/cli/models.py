@@ -25,8 +25,8 @@ def load_model(args):
 
 
 def apply_decoding_options(model, args):
-    """--attention-window, --length-penalty, --coverage-penalty and --shortlist, given, on the models
-    they are for."""
+    """--attention-window, --length-penalty, --coverage-penalty, --tag and --shortlist, given, on the
+    models they are for."""
     from attnmt.api import Translator
 
     settings = {name: getattr(args, name, None) for name in ("attention_window", "length_penalty", "coverage_penalty")}
@@ -37,6 +37,10 @@ def apply_decoding_options(model, args):
             raise AttnmtError(f"{args.model_dir}: {option} is for models that decode; this is a sentence-pair "
                               "classifier")
         model.set_decoding(**settings)
+    if getattr(args, "tag", None):
+        if model.inputs != "text":
+            raise AttnmtError(f"{args.model_dir}: --tag is for translation models")
+        model.source_ids([""], args.tag)  # (an unknown tag: an error before any work)
     if getattr(args, "shortlist", None) is not None:
         if model.inputs != "text":
             raise AttnmtError(f"{args.model_dir}: --shortlist is for translation models")
@@ -48,7 +52,7 @@ def translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = 
     translations = model.translate(lines, beam=args.beam, n_best=n_best, batch_size=args.batch_size,
                                    max_tokens=args.max_tokens, progress="translating",
                                    sampling=getattr(args, "sampling", None), prefix=getattr(args, "prefixes", None),
-                                   constraints=getattr(args, "phrases", None))
+                                   constraints=getattr(args, "phrases", None), tag=args.tag)
     for number, t in enumerate(translations, start=1):
         if t.truncated:
             log(f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "
@@ -78,4 +82,4 @@ def reranker(model, args):
 
     backward = load(args.rerank, args.checkpoint, quantize=quantize(args), device=args.device)
     weight = WEIGHT if args.rerank_weight is None else args.rerank_weight
-    return partial(rerank, model, backward, weight=weight, batch_size=args.batch_size)
+    return partial(rerank, model, backward, weight=weight, batch_size=args.batch_size, tag=args.tag)

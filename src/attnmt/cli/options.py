@@ -111,6 +111,9 @@ def decoding_options(p):
                    help="vocabulary shortlist: the output layer scores only the likely target pieces of each "
                         "batch (MODEL_DIR/shortlist.json, or FILE; build it with 'attnmt shortlist MODEL_DIR'; "
                         "default: config, decoding.shortlist)")
+    p.add_argument("--tag", metavar="TAG",
+                   help="put this tag, one the model was trained with (data.extra_train's, e.g. '<BT>'; attnmt info "
+                        "lists them), before every source: its outputs then follow that corpus (a domain, a style)")
     penalty_options(p)
 
 

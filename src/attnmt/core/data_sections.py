@@ -10,6 +10,10 @@ from pydantic import Field, field_validator, model_validator
 
 from attnmt.core.sections import Section, SetName, SubwordConfig, named_sets
 
+# A tag of data.extra_train: a word in angle brackets, no spaces (sentencepiece keeps it one piece)
+TAG_PATTERN = r"^<[^\s<>]{1,30}>$"
+
+
 class CorpusFiles(Section):
     """Two line-aligned files (``src``, ``tgt``), one TSV file (``tsv``), or, for a dev or test
     set, ``split: N``: N pairs held out of the training corpus (see attnmt.data.splits)."""
@@ -48,7 +52,7 @@ class ExtraCorpus(CorpusFiles):
 
     # in angle brackets: sentencepiece cuts a user-defined symbol out of any text that holds it, so a
     # tag "BT" would cut every "BT" of the corpora
-    tag: str | None = Field(None, pattern=r"^<[^\s<>]{1,30}>$")
+    tag: str | None = Field(None, pattern=TAG_PATTERN)
     repeat: int = Field(1, ge=1, le=100)
 
     @model_validator(mode="after")

@@ -5,9 +5,8 @@ speech models as its subclass attnmt.speech.recognizer.Recognizer."""
 
 from __future__ import annotations
 
-import copy
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -25,11 +24,11 @@ from attnmt.data.batching import forced_batches, inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.constraints import phrases_of
-from attnmt.seq2seq.decoding import BeamRecorder, beam_search, max_output_lengths
 from attnmt.seq2seq.ensemble import Ensemble
 from attnmt.seq2seq.prefix import Prefixes, Spelling, prefixes_of
+from attnmt.seq2seq.quantize import QUANTIZE, quantize_int8
 from attnmt.seq2seq.results import Aligner, Candidate, ScoredTranslation, Translation, links_of
-from attnmt.seq2seq.search import decode, prefixed
+from attnmt.seq2seq.search import decode
 from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
 from attnmt.seq2seq.shortlist import Shortlist, load_shortlist
 
@@ -162,7 +161,8 @@ class Translator:
                   batch_size: int | None = None, max_tokens: int | None = None,
                   progress: str | None = None, shortlist: bool | str | Path | None = None,
                   align: bool = False, sampling: Sampling | dict | None = None,
-                  prefix: list[str] | None = None, constraints: list[list[str]] | None = None) -> list[Translation]:
+                  prefix: list[str] | None = None, constraints: list[list[str]] | None = None,
+                  tag: str | list[str] | None = None) -> list[Translation]:
         """Translates each text; the output has one Translation per input, in order.
 
         Empty (or whitespace-only) inputs give an empty translation without running the model.
@@ -182,22 +182,19 @@ class Translator:
         ``constraints``: for each text, words or phrases its translations must contain ([]: none), by
         beam search with dynamic beam allocation (attnmt.seq2seq.constraints: no sampling nor shortlist;
         outputs that could not fit them all within the length limit come after those that did).
+        ``tag``: a tag of the model's data.extra_train put before every source, or one per text (""
+        or None: none); see source_ids. The Translation's source_tokens begin with it.
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of strings; wrap a single sentence in a list")
         dc = self.config.decoding
-        sampling = Sampling.model_validate(sampling) if sampling is not None else None
-        beam = (1 if sampling is not None else dc.beam) if beam is None else beam
-        if beam < 1 or n_best < 1 or n_best > beam:
-            raise ValueError(f"need 1 <= n_best <= beam (got beam {beam}, n_best {n_best})")
-        if sampling is not None and beam != 1:
-            raise ValueError(f"sampling draws one translation per text: beam must be 1 (got {beam})")
+        beam, sampling = self._search(beam, n_best, sampling)
         generator = self._generator(sampling)
         table = self.shortlist_table(self.shortlist if shortlist is None else shortlist)
         texts = [valid_text(text) for text in texts]
         prefixes = self._prefixes(texts, prefix)
         phrases = None if constraints is None else phrases_of(self.tgt_subwords, texts, constraints)
-        src_ids = self.src_subwords.encode(texts)
+        src_ids = self.source_ids(texts, tag)
         truncated = {i for i, ids in enumerate(src_ids) if max_tokens is not None and len(ids) > max_tokens}
         for i in truncated:
             src_ids[i] = src_ids[i][:max_tokens]
@@ -215,9 +212,20 @@ class Translator:
                                      constraints=None if phrases is None else [phrases[i] for i in indices])
                 for i, hypotheses in zip(indices, decoded):
                     results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
-                                             [self._candidate(h) for h in hypotheses], i in truncated, self.aligner)
+                                             [self.candidate(h) for h in hypotheses], i in truncated, self.aligner,
+                                             tagged=self._tagged(src_ids[i]))
                 bar.update(len(indices))
         return self.align_outputs(results) if align else results
+
+    def _search(self, beam: int | None, n_best: int, sampling: Sampling | dict | None) -> tuple[int, Sampling | None]:
+        """The beam and sampling of a translate() call, checked (sampling: beam 1 unless given)."""
+        sampling = Sampling.model_validate(sampling) if sampling is not None else None
+        beam = (1 if sampling is not None else self.config.decoding.beam) if beam is None else beam
+        if beam < 1 or n_best < 1 or n_best > beam:
+            raise ValueError(f"need 1 <= n_best <= beam (got beam {beam}, n_best {n_best})")
+        if sampling is not None and beam != 1:
+            raise ValueError(f"sampling draws one translation per text: beam must be 1 (got {beam})")
+        return beam, sampling
 
     def _prefixes(self, texts: list[str], prefix: list[str] | None) -> Prefixes | None:
         """What each text's translations begin with (attnmt.seq2seq.prefix.prefixes_of); None where none has one."""
@@ -227,8 +235,33 @@ class Translator:
             self._spelling = Spelling(self.tgt_subwords.spellings())
         return prefixes_of(self.tgt_subwords, texts, prefix, self._spelling)
 
+    def source_ids(self, texts: list[str], tag: str | list[str] | None = None) -> list[list[int]]:
+        """The subword ids of each text, after its tag's: ``tag`` one of the model's tags (``tags``)
+        for every text, or one per text ("" or None: none). A tag is a piece of its own, which
+        training put before the sources of its data.extra_train corpus (attnmt.translation.prepare):
+        the text "<BT> ..." would be cut into other pieces, so it is given here, never in the text."""
+        tags = [tag] * len(texts) if tag is None or isinstance(tag, str) else list(tag)
+        if len(tags) != len(texts):
+            raise AttnmtError(f"{len(tags)} tags for {len(texts)} texts: give one tag, or one per text")
+        unknown = sorted({t for t in tags if t and t not in self.tags})
+        if unknown:
+            known = f"its tags are {', '.join(self.tags)}" if self.tags else "it was trained without tags"
+            raise AttnmtError(f"tag {unknown[0]!r} is not a tag of {self.folder} ({known}: data.extra_train's tag)")
+        ids = {t: self.src_subwords.sp.piece_to_id(t) for t in set(tags) if t}
+        return [[ids[t], *row] if t else row for t, row in zip(tags, self.src_subwords.encode(texts))]
+
+    @property
+    def tags(self) -> list[str]:
+        """The tags the model was trained with (data.extra_train's), which source_ids can put before a text."""
+        return getattr(self.config.data, "tags", [])
+
+    def _tagged(self, ids: list[int]) -> bool:
+        """Whether these source ids begin with a tag (their first piece is one of the model's tags)."""
+        return bool(ids and self.tags) and self.src_subwords.pieces(ids[:1])[0] in self.tags
+
     def score(self, sources: list[str], translations: list[str], batch_size: int | None = None,
-              max_tokens: int | None = None, progress: str | None = None) -> list[ScoredTranslation]:
+              max_tokens: int | None = None, progress: str | None = None,
+              tag: str | list[str] | None = None) -> list[ScoredTranslation]:
         """How probable the model finds each given translation of its source, by forced decoding:
         log p(y | x) = sum_t log p(y_t | y_<t, x) over the translation's subword pieces and the end
         of sentence, each as a search scores the token it writes (no length penalty, no shortlist).
@@ -238,7 +271,7 @@ class Translator:
         (``ensemble``) scores with the mean of its members' distributions.
 
         ``max_tokens``: AttnmtError for a pair with more subword pieces on either side (a pair cut
-        short would get another translation's score). ``progress``: as in translate().
+        short would get another translation's score). ``progress``, ``tag``: as in translate().
         """
         if isinstance(sources, str) or isinstance(translations, str):
             raise TypeError("score() takes two lists of strings: the sources and their translations")
@@ -247,7 +280,7 @@ class Translator:
         if len(sources) != len(translations):
             raise AttnmtError(f"numbers of sentences differ: {len(sources)} sources, {len(translations)} translations")
         sources, translations = [valid_text(t) for t in sources], [valid_text(t) for t in translations]
-        src_ids, tgt_ids = self.src_subwords.encode(sources), self.tgt_subwords.encode(translations)
+        src_ids, tgt_ids = self.source_ids(sources, tag), self.tgt_subwords.encode(translations)
         for side, ids in (("source", src_ids), ("translation", tgt_ids)):
             long = [i for i, pieces in enumerate(ids) if max_tokens is not None and len(pieces) > max_tokens]
             if long:
@@ -338,44 +371,32 @@ class Translator:
         return self._shortlists[path]
 
     def beam_tree(self, text: str, beam: int | None = None, stop: Callable[[], bool] | None = None,
-                  prefix: str = "") -> tuple[Translation, list[dict]]:
+                  prefix: str = "", tag: str = "") -> tuple[Translation, list[dict]]:
         """Beam search on one sentence, with its search tree: every candidate looked at, as
         {"id", "parent", "token", "log_prob", "step", "status"}; status is "root", "kept",
         "finished" (ended in EOS) or "pruned" (fell out of the beam). ``stop``: asked between two
         decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped (the server's time limit).
-        ``prefix``: the start of its outputs, as in translate()."""
-        dc = self.config.decoding
-        beam = dc.beam if beam is None else beam
-        text = valid_text(text)
-        src_ids = self.src_subwords.encode([text])[0]
-        batch = make_batch([src_ids]).to(self.device)
-        recorder = BeamRecorder(1, beam)
-        prefixes = self._prefixes([text], [prefix])
-        with torch.inference_mode():
-            limits = max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset)
-            model = self.model
-            if prefixes is not None:
-                model, _, limits = prefixed(model, prefixes, None, limits, dc.max_length_offset, self.device)
-            [hypotheses] = beam_search(model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
-                                       alpha=dc.length_penalty, record=recorder, window=dc.attention_window,
-                                       stop=stop, beta=dc.coverage_penalty)
-        translation = Translation(text, self.src_subwords.pieces(src_ids + [EOS]),
-                                  [self._candidate(h) for h in hypotheses])
-        nodes = [{**asdict(node), "token": self.tgt_subwords.pieces([node.token])[0]} for node in recorder.trees[0]]
-        return translation, nodes
+        ``prefix``, ``tag``: the start of its outputs and a tag before its source, as in translate()."""
+        from attnmt.seq2seq.beam_tree import beam_tree
 
-    def trace(self, text: str, top_k: int = 5, stop: Callable[[], bool] | None = None, prefix: str = ""):
+        text = valid_text(text)
+        return beam_tree(self, text, self.config.decoding.beam if beam is None else beam, stop,
+                         self._prefixes([text], [prefix]), tag)
+
+    def trace(self, text: str, top_k: int = 5, stop: Callable[[], bool] | None = None, prefix: str = "",
+              tag: str = ""):
         """Greedy translation of one sentence with every quantity of every decoder step
         (scores, weights, context, state, top-k next tokens): see attnmt.seq2seq.trace. ``stop``:
         asked between two decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped.
         ``prefix``: the start of the output, as in translate(); its steps are marked ``constrained``
-        and still show the model's own top-k."""
+        and still show the model's own top-k. ``tag``: before the source, as in translate()."""
         from attnmt.seq2seq.trace import trace
 
         text = valid_text(text)
-        return trace(self, text, top_k, stop=stop, prefixes=self._prefixes([text], [prefix]))
+        return trace(self, text, top_k, stop=stop, prefixes=self._prefixes([text], [prefix]), tag=tag)
 
-    def attention(self, text: str, translation: str | Translation | Candidate | None = None) -> dict:
+    def attention(self, text: str, translation: str | Translation | Candidate | None = None,
+                  tag: str = "") -> dict:
         """Every attention weight of a Transformer, for one sentence and its translation, from a
         teacher-forced pass over the translation's tokens (the weights decoding computed for them):
 
@@ -392,21 +413,21 @@ class Translator:
         cross-attention averaged over its heads. ``translation``: None translates ``text`` (beam
         of the config) and takes the best; a Translation (its best), a Candidate or anything with
         the output pieces as ``.tokens`` (a DecodingTrace); or a string, a target text to force.
-        See docs/transformer.md.
+        ``tag``: before the source, as in translate(). See docs/transformer.md.
         """
         if self.config.model.type != "transformer":
             raise AttnmtError("attention() gives the layers and heads of Transformer models; "
                               "an RNN model's attention is Translation.attention")
         text = valid_text(text)
         if translation is None:
-            [translation] = self.translate([text])
+            [translation] = self.translate([text], tag=tag)
         if isinstance(translation, Translation):
             translation = translation.best
         if isinstance(translation, str):
             tgt_ids = self.tgt_subwords.encode([valid_text(translation)])[0] + [EOS]
         else:
             tgt_ids = [self.tgt_subwords.sp.piece_to_id(piece) for piece in translation.tokens]
-        src_ids = self.src_subwords.encode([text])[0]
+        src_ids = self.source_ids([text], tag)[0]
         batch = make_batch([src_ids]).to(self.device)
         tgt_in = torch.tensor([[BOS] + tgt_ids[:-1]], dtype=torch.long, device=self.device)[:, :len(tgt_ids)]
         with torch.inference_mode():
@@ -416,45 +437,8 @@ class Translator:
                 "source_tokens": self.src_subwords.pieces(src_ids + [EOS]), "tokens": tokens,
                 "decoder_tokens": self.tgt_subwords.pieces(tgt_in[0].tolist())}
 
-    def _candidate(self, hypothesis) -> Candidate:
+    def candidate(self, hypothesis) -> Candidate:
+        """A hypothesis of a search (attnmt.seq2seq.decoding) as a Candidate: its text, pieces, score, attention."""
         attention = None if hypothesis.attention is None else to_numpy(hypothesis.attention)
         return Candidate(self.tgt_subwords.decode(hypothesis.tokens), self.tgt_subwords.pieces(hypothesis.tokens),
                          hypothesis.score, attention)
-
-
-QUANTIZE = (None, "int8", "bf16")
-
-
-def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
-    """The model with every linear layer (the RNN decoder's, the attention's, the Transformer's
-    and the output layer) replaced by PyTorch's dynamically quantized int8 version: weights
-    stored as int8 with a scale, activations quantized on the fly at each product. For
-    translation only: the quantized model cannot be trained.
-
-    The encoder's nn.GRU / nn.LSTM stay float32: quantizing them too gained nothing measurable
-    (docs/performance.md); the encoder runs once per sentence, the decoder once per word. The
-    output layer, an nn.Linear subclass with a fused training loss, is first made a plain
-    nn.Linear (on the same parameters), because quantize_dynamic maps modules by exact type and
-    would leave it in float32, and it is the largest product of a decoder step.
-
-    Layers with a single output (additive attention's v in e_j = v^T tanh(...)) stay float32: a
-    product with one output gains nothing from int8, quantizing its input would cost a pass over
-    every energy of the step, and attnmt.core.speed.v_tanh computes the score from v's weights."""
-    from torch.ao.quantization import quantize_dynamic
-
-    from attnmt.seq2seq.output import OutputLayer
-
-    model = copy.deepcopy(model)  # the caller's float model stays as it was (deepcopy keeps ties)
-    for parent in list(model.modules()):
-        for name, child in parent.named_children():
-            if isinstance(child, OutputLayer):
-                plain = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
-                plain.weight, plain.bias = child.weight, child.bias  # shares tied weights, copies nothing
-                setattr(parent, name, plain)
-    with warnings.catch_warnings():
-        # torch.ao.quantization announces its move to torchao; it still works in this torch
-        # and is what attnmt pins (torch 2.13), so the warning would only confuse users.
-        warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated")
-        warnings.filterwarnings("ignore", message=r".*quantize_per_tensor.*deprecated")
-        products = {name for name, m in model.named_modules() if type(m) is torch.nn.Linear and m.out_features > 1}
-        return quantize_dynamic(model, products, dtype=torch.qint8, inplace=True)

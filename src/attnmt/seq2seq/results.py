@@ -68,6 +68,8 @@ def links_of(translation: "Translation", candidate: Candidate, **options) -> lis
         return candidate.alignment
     if candidate.attention is None:
         return None
+    if translation.tagged:  # (the tag's column left out: source word i is the text's, not the tag's)
+        return output_links(candidate.attention[:, 1:], translation.source_tokens[1:], candidate.tokens, **options)
     return output_links(candidate.attention, translation.source_tokens, candidate.tokens, **options)
 
 
@@ -84,6 +86,8 @@ class Translation:
     truncated: bool = False  # the source was longer than max_tokens: its first max_tokens pieces were translated
     # the Translator's aligner when it was made, for the alignment property
     aligner: Aligner | None = field(default=None, repr=False, compare=False)
+    # source_tokens begin with a tag (Translator.source_ids), which is no word of the source
+    tagged: bool = False
 
     @property
     def best(self) -> Candidate:

@@ -75,9 +75,10 @@ class DecodingTrace:
 
 @torch.inference_mode()
 def trace(translator, text: str, top_k: int = 5, max_length: int | None = None,
-          stop: Callable[[], bool] | None = None, prefixes: Prefixes | None = None) -> DecodingTrace:
-    """Greedy decoding of one sentence, recording each step (``stop``, ``prefixes``: see ``trace_source``)."""
-    src_ids = translator.src_subwords.encode([text])[0]
+          stop: Callable[[], bool] | None = None, prefixes: Prefixes | None = None, tag: str = "") -> DecodingTrace:
+    """Greedy decoding of one sentence, recording each step (``stop``, ``prefixes``: see ``trace_source``;
+    ``tag``: put before the source, Translator.source_ids)."""
+    src_ids = translator.source_ids([text], tag)[0]
     batch = make_batch([src_ids])
     return trace_source(translator, batch.src, batch.src_lengths, text, translator.src_subwords.pieces(src_ids + [EOS]),
                         top_k, max_length, stop, prefixes)

@@ -37,6 +37,7 @@ class _Job:
     sampling: Optional[Sampling] = None  # drawn, not searched: decoded alone (a seed repeats its request's draws)
     prefixes: Optional[list[str]] = None  # the start of each text's translations ("": none)
     constraints: Optional[list[list[str]]] = None  # the phrases each text's translations must hold ([]: none)
+    tag: Optional[str] = None  # put before each of its texts (Translator.source_ids)
 
     @property
     def options(self) -> tuple:
@@ -74,15 +75,16 @@ class Batcher:
 
     async def translate(self, texts: list[str], tokens: list[int], beam: int, n_best: int, deadline: float,
                         sampling: Optional[Sampling] = None, prefixes: Optional[list[str]] = None,
-                        constraints: Optional[list[list[str]]] = None) -> list:
+                        constraints: Optional[list[list[str]]] = None, tag: Optional[str] = None) -> list:
         """The translations of ``texts`` (a list of attnmt.api.Translation), in order; ModelTimeout
         at ``deadline``, waiting in the queue included. ``tokens``: their subword token counts (the
         work of each). ``sampling``: drawn instead of searched for (beam and n_best 1). ``prefixes``:
         the start of each text's translations ("": none), ``constraints`` the phrases they must hold
-        ([]: none), decoded with other requests' texts."""
+        ([]: none), ``tag`` one before each text, decoded with other requests' texts."""
         self._start()
         future = asyncio.get_running_loop().create_future()
-        self.queue.put_nowait(_Job(texts, tokens, beam, n_best, deadline, future, sampling, prefixes, constraints))
+        self.queue.put_nowait(_Job(texts, tokens, beam, n_best, deadline, future, sampling, prefixes, constraints,
+                                    tag))
         return await self.model.in_time(future, deadline)
 
     def _start(self):
@@ -151,9 +153,11 @@ class Batcher:
         drawn = {} if jobs[0].sampling is None else {"sampling": jobs[0].sampling}
         prefixes = [p for job in jobs for p in (job.prefixes or [""] * len(job.texts))]
         phrases = [c for job in jobs for c in (job.constraints or [[]] * len(job.texts))]
+        tags = [job.tag or "" for job in jobs for _ in job.texts]
 
         def prefixed(chunk: list[int]) -> dict:  # (only where one is given: the searches without are faster on GPUs)
             given = {"prefix": [prefixes[i] for i in chunk]} if any(prefixes[i] for i in chunk) else {}
+            given |= {"tag": [tags[i] for i in chunk]} if any(tags[i] for i in chunk) else {}
             return given | ({"constraints": [phrases[i] for i in chunk]} if any(phrases[i] for i in chunk) else {})
 
         try:

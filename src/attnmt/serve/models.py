@@ -106,7 +106,8 @@ class LoadedModel:
             aligner = self.translator.aligner
             links = getattr(aligner, "word_links", "aligner") if aligner else "attention"
         members = getattr(self.translator, "ensembled", None)
-        return ModelInfo(name=self.name, task=self.task, word_links=links, **self.translator.describe(),
+        tags = self.translator.tags if self.inputs == "text" else None
+        return ModelInfo(name=self.name, task=self.task, word_links=links, tags=tags, **self.translator.describe(),
                          ensemble=[Path(folder).name for folder in members] if members else None)
 
 

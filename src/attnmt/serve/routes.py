@@ -77,16 +77,23 @@ def find_model(models: dict[str, LoadedModel], name: Optional[str]) -> LoadedMod
 
 
 def check_tokens(model: LoadedModel, texts: list[str], limits: ServerLimits, single: bool, field: str = "text",
-                 side: str = "src") -> list[int]:
-    """The subword token count of each text; 422 for a text over the limit (the model's unit of
-    work: its cost grows with them, and a character count says little about it for a BPE model)."""
+                 side: str = "src", tag: Optional[str] = None) -> list[int]:
+    """The subword token count of each text (``tag``: a source tag before each, counted); 422 for a
+    text over the limit (the model's unit of work: its cost grows with them, and a character count
+    says little about it for a BPE model), or for a tag the model does not know."""
     if model.inputs == "audio":
         raise HTTPException(422, f"'{model.name}' is a speech model: /translate and /trace take its audio")
     if model.inputs == "pairs":
         subwords = model.translator.subwords
     else:
         subwords = model.translator.src_subwords if side == "src" else model.translator.tgt_subwords
-    counts = [len(ids) for ids in subwords.encode(texts)]
+    if tag:
+        try:
+            counts = [len(ids) for ids in model.translator.source_ids(texts, tag)]
+        except AttnmtError as error:
+            raise HTTPException(422, f"tag: {error}") from None
+    else:
+        counts = [len(ids) for ids in subwords.encode(texts)]
     for i, n in enumerate(counts):
         if n > limits.max_tokens:
             where = field if single else f"{field}[{i}]"
@@ -97,7 +104,7 @@ def check_tokens(model: LoadedModel, texts: list[str], limits: ServerLimits, sin
 def with_prefix(model: LoadedModel, body, limits: ServerLimits) -> list[int]:
     """The work of one text of /trace or /beam, [tokens]: its subword tokens, or its prefix's if more
     (a prefix may make the output longer than its source's limit); 422 for either over the limit."""
-    [tokens] = check_tokens(model, [body.text], limits, single=True)
+    [tokens] = check_tokens(model, [body.text], limits, single=True, tag=body.tag)
     [forced] = check_tokens(model, [body.prefix or ""], limits, True, "prefix", "tgt")
     return [max(tokens, forced)]
 
@@ -216,7 +223,7 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     if body.n_best > beam:
         raise HTTPException(422, f"n_best ({body.n_best}) cannot exceed the beam size ({beam})")
     single = isinstance(body.text, str)
-    tokens = check_tokens(model, texts, limits, single)
+    tokens = check_tokens(model, texts, limits, single, tag=body.tag)
     prefixes = None if body.prefix is None else [body.prefix] if single else list(body.prefix)
     forced = [0] * len(texts) if prefixes is None else check_tokens(model, prefixes, limits, single, "prefix", "tgt")
     phrases, needed = constraints_of(model, body, texts, limits)
@@ -226,7 +233,7 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     if body.attention:
         check_matrices(model, tokens, body.n_best, limits, prefixes or [""] * len(texts), needed)
     translations = await model.batcher.translate(texts, steps, beam, body.n_best, deadline, sampling, prefixes,
-                                                 phrases)
+                                                 phrases, body.tag)
     if body.align:  # before the attention may be dropped; an aligner is a model: in the worker thread
         align_outputs = model.translator.align_outputs
         translations = (await model.run(align_outputs, translations, deadline=deadline) if model.translator.aligner
@@ -244,7 +251,7 @@ async def trace(body, model: LoadedModel, limits: ServerLimits, deadline: float)
     else:
         check_work(with_prefix(model, body, limits), 1, limits)
         result = await model.run(partial(model.translator.trace, body.text, body.top_k, stop=stop_at(deadline),
-                                         prefix=body.prefix or ""), deadline=deadline)
+                                         prefix=body.prefix or "", tag=body.tag or ""), deadline=deadline)
     return await answer(TraceResponse, result, limits, model=model.name, reduce="send a shorter text")
 
 
@@ -252,7 +259,8 @@ async def beam_tree(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     """The beam search tree of one sentence: every candidate looked at, kept, finished or pruned."""
     check_work(with_prefix(model, body, limits), body.beam, limits)
     translation, nodes = await model.run(partial(model.translator.beam_tree, body.text, body.beam,
-                                                 stop=stop_at(deadline), prefix=body.prefix or ""), deadline=deadline)
+                                                 stop=stop_at(deadline), prefix=body.prefix or "", tag=body.tag or ""),
+                                         deadline=deadline)
     return await answer(BeamResponse, {"source_tokens": translation.source_tokens, "nodes": nodes,
                                        "translation": translation}, limits, model=model.name,
                         reduce="send a shorter text or ask for a smaller beam")
@@ -270,14 +278,14 @@ async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: fl
         raise HTTPException(422, f"/attention gives one Transformer's layers and heads; '{model.name}' is an "
                                  "ensemble: serve a member alone for them (its mean attention is the 'attention' "
                                  "of /translate)")
-    tokens = check_tokens(model, [body.text], limits, single=True)
+    tokens = check_tokens(model, [body.text], limits, single=True, tag=body.tag)
     if body.translation is None:  # translated first, with the model's beam
         check_work(tokens, model.translator.config.decoding.beam, limits)
         forced = None
     else:
         [forced] = check_tokens(model, [body.translation], limits, single=True, field="translation", side="tgt")
     check_attention_maps(model, tokens[0], forced, limits)
-    maps = await model.run(model.translator.attention, body.text, body.translation, deadline=deadline)
+    maps = await model.run(model.translator.attention, body.text, body.translation, body.tag or "", deadline=deadline)
     return await answer(AttentionResponse, maps, limits, model=model.name,
                         reduce="send a shorter text (or translation)")
 
@@ -288,14 +296,14 @@ async def score(body, model: LoadedModel, limits: ServerLimits, deadline: float)
     and their sum. Low scores per token point at pairs that are not translations of each other."""
     single = isinstance(body.text, str)
     texts, translations = ([body.text], [body.translation]) if single else (list(body.text), list(body.translation))
-    tokens = check_tokens(model, texts, limits, single)
+    tokens = check_tokens(model, texts, limits, single, tag=body.tag)
     forced = check_tokens(model, translations, limits, single, field="translation", side="tgt")
     asked = work([s + t for s, t in zip(tokens, forced)], 1)  # one pass over both sides: less than a search's
     if asked > limits.max_work:
         raise HTTPException(422, f"the request asks for {asked} units of work (subword tokens of each text and of its "
                                  f"translation + 1, summed); the limit is {limits.max_work}: send fewer or shorter "
                                  "texts")
-    scored = await model.run(model.translator.score, texts, translations, deadline=deadline)
+    scored = await model.run(partial(model.translator.score, texts, translations, tag=body.tag), deadline=deadline)
     return await answer(ScoreResponse, {"scores": scored}, limits, model=model.name,
                         reduce="send fewer or shorter texts")
 

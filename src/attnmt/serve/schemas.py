@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, NamedTuple, Optional, TypeVar, Union
 import numpy as np
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from attnmt.core.data_sections import TAG_PATTERN
 from attnmt.serve.limits import ServerLimits, base64_length
 from attnmt.speech.audio import SAMPLE_RATES
 
@@ -107,6 +108,9 @@ class ModelInfo(Strict):
         None, description="the other models this one decodes with, by folder name (`attnmt serve --ensemble`): "
                           "each step's distribution is the mean of all; /attention, which reads one model's "
                           "layers, answers 422")
+    tags: Optional[list[str]] = Field(
+        None, description="translation models: the tags it was trained with (data.extra_train's), which the `tag` "
+                          "of a request puts before its sources; [] for none")
     word_links: Optional[Literal["aligner", "guided_attention", "attention"]] = Field(
         None, description='translation models only: where the links of "align": true come from: "aligner", an '
                           "alignment layer trained on this model (MODEL/aligner, attnmt train-aligner); "
@@ -291,6 +295,12 @@ def _one_for_each_text(request, field: str, what: str):
     return request
 
 
+def _tag_goes_with_text(request):
+    if request.tag is not None and request.text is None:
+        raise ValueError("tag goes with text: a speech model's audio has no tags")
+    return request
+
+
 def _translation_for_each_text(request):
     return _one_for_each_text(request, "translation", "translation")
 
@@ -323,6 +333,10 @@ ModelName = Optional[str]
 MODEL_FIELD = Field(None, description="model name (see /models); default: the first model")
 MAX_CONSTRAINTS = 16  # phrases per text of /translate
 PREFIX_OF_ONE = "the start of the output (\"\" or null: none), as the prefix of /translate: the search continues it"
+# One tag of the model's (/models: tags) before every source of a request
+SourceTag = Annotated[str, Field(pattern=TAG_PATTERN, strict=True)]
+TAG_FIELD = Field(None, description="a tag the model was trained with (/models: tags; data.extra_train's), put "
+                                    "before every source: its outputs then follow that corpus (a domain, a style)")
 
 
 def request_models(limits: ServerLimits) -> RequestModels:
@@ -377,10 +391,12 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
             = Field(None, description=f"words or phrases each translation must contain (up to {MAX_CONSTRAINTS} per "
                                       "text): a list of them for a string text, a list as long of such lists for a "
                                       "list ([]: none); beam search with dynamic beam allocation")
+        tag: Optional[SourceTag] = TAG_FIELD
         one_source = model_validator(mode="after")(_text_or_audio)
         draws_one = model_validator(mode="after")(_sampling_draws_one)
         prefix_each = model_validator(mode="after")(_prefix_for_each_text)
         constraints_each = model_validator(mode="after")(_constraints_for_each_text)
+        tag_with_text = model_validator(mode="after")(_tag_goes_with_text)
 
     class TraceRequest(Strict):
         text: Optional[Sentence] = Field(None, description=f"one sentence of 1 to {limits.max_chars} characters")
@@ -388,8 +404,10 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
         model: ModelName = MODEL_FIELD
         top_k: int = Field(5, ge=1, le=limits.max_top_k, strict=True, description="next-token candidates per step")
         prefix: Optional[Prefix] = Field(None, description=PREFIX_OF_ONE)
+        tag: Optional[SourceTag] = TAG_FIELD
         one_source = model_validator(mode="after")(_text_or_audio)
         prefix_each = model_validator(mode="after")(_prefix_for_each_text)
+        tag_with_text = model_validator(mode="after")(_tag_goes_with_text)
 
     return TranslateRequest, TraceRequest
 
@@ -403,6 +421,7 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
         beam: int = Field(5, ge=1, le=limits.max_beam, strict=True, description="beam size")
         prefix: Optional[Annotated[str, Field(max_length=limits.max_chars, strict=True)]] = Field(
             None, description=PREFIX_OF_ONE)
+        tag: Optional[SourceTag] = TAG_FIELD
 
     class AttentionRequest(Strict):
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
@@ -410,6 +429,7 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
         translation: Optional[Sentence] = Field(
             None, description="a target text whose attention to show (forced decoding); "
                               "default: the model's translation (beam of its config)")
+        tag: Optional[SourceTag] = TAG_FIELD
 
     class ClassifyRequest(Strict):
         premise: Sentence = Field(description=f"1 to {limits.max_chars} characters")
@@ -421,6 +441,7 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
         translation: Sentences = Field(description="a translation of each text, as text gives them (a string, or a "
                                                    "list as long)")
         model: ModelName = MODEL_FIELD
+        tag: Optional[SourceTag] = TAG_FIELD
         one_each = model_validator(mode="after")(_translation_for_each_text)
 
     return BeamRequest, AttentionRequest, ClassifyRequest, ScoreRequest

@@ -128,7 +128,7 @@ class Recognizer(Translator):
                     decoded = decode(self.model, src.to(self.device), lengths.to(self.device), dc, beam=beam,
                                      n_best=n_best)
                 for i, hypotheses in zip(indices, decoded):
-                    results[i] = self._transcription(names[i], features[i], [self._candidate(h) for h in hypotheses])
+                    results[i] = self._transcription(names[i], features[i], [self.candidate(h) for h in hypotheses])
                 bar.update(len(indices))
         return results
 

@@ -156,11 +156,12 @@ def evaluation_report(
 
 def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size: int | None = None,
                      max_tokens: int | None = None, log=print, progress: bool = False,
-                     rerank: Callable[[list], list] | None = None) -> dict[str, dict]:
+                     rerank: Callable[[list], list] | None = None, tag: str | None = None) -> dict[str, dict]:
     """Each test set of ``sets`` (name -> config.CorpusFiles) translated by ``translator`` (an
     attnmt.api.Translator; sources cut to ``max_tokens`` pieces, with a warning) and scored:
     name -> evaluation_report, with the beam used and the hypotheses. ``rerank``: every candidate
-    of the beam reordered by it (attnmt.translation.reranking) before the best is taken."""
+    of the beam reordered by it (attnmt.translation.reranking) before the best is taken. ``tag``:
+    put before every source (Translator.source_ids)."""
     from attnmt.data.corpus import read_corpus
 
     reports = {}
@@ -169,19 +170,21 @@ def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size
         if corpus.dropped_empty:
             log(f"test set {name}: {corpus.dropped_empty} pair(s) with an empty side left out")
         reports[name] = score_translations(translator, name, corpus.sources, corpus.targets, beam, batch_size,
-                                           max_tokens, log, progress, rerank)[0]
+                                           max_tokens, log, progress, rerank, tag)[0]
     return reports
 
 
 def score_translations(translator, name: str, sources: list[str], references: list[str], beam: int | None = None,
                        batch_size: int | None = None, max_tokens: int | None = None, log=print,
-                       progress: bool = False, rerank: Callable[[list], list] | None = None) -> tuple[dict, list]:
+                       progress: bool = False, rerank: Callable[[list], list] | None = None,
+                       tag: str | None = None) -> tuple[dict, list]:
     """The sources translated and scored against the references: (evaluation_report with the beam
     and the hypotheses, the attnmt.api.Translation of each source). ``progress``: a progress bar
-    while translating (on a terminal). ``rerank``: as in test_set_reports."""
+    while translating (on a terminal). ``rerank``, ``tag``: as in test_set_reports."""
     n_best = (beam or translator.config.decoding.beam) if rerank else 1  # (a reranking chooses among all)
     translations = translator.translate(sources, beam=beam, n_best=n_best, batch_size=batch_size,
-                                        max_tokens=max_tokens, progress=f"test set {name}" if progress else None)
+                                        max_tokens=max_tokens, progress=f"test set {name}" if progress else None,
+                                        tag=tag)
     if rerank is not None:
         translations = rerank(translations)
     for number, t in enumerate(translations, start=1):
@@ -190,13 +193,15 @@ def score_translations(translator, name: str, sources: list[str], references: li
                 f"{max_tokens} were translated")
     hypotheses = [t.text for t in translations]
     report = evaluation_report(sources, hypotheses, references)
-    return {**report, **decoding_settings(translator, beam), "hypotheses": hypotheses}, translations
+    return {**report, **decoding_settings(translator, beam, tag), "hypotheses": hypotheses}, translations
 
 
-def decoding_settings(translator, beam: int | None = None) -> dict:
-    """The settings a report's translations were searched with: beam, length and coverage penalties."""
+def decoding_settings(translator, beam: int | None = None, tag: str | None = None) -> dict:
+    """The settings a report's translations were searched with: beam, length and coverage penalties,
+    and the tag before their sources (None: none)."""
     dc = translator.config.decoding
-    return {"beam": beam or dc.beam, "length_penalty": dc.length_penalty, "coverage_penalty": dc.coverage_penalty}
+    return {"beam": beam or dc.beam, "length_penalty": dc.length_penalty, "coverage_penalty": dc.coverage_penalty,
+            "tag": tag or None}
 
 
 def joined(sources: list[str], targets: list[str], k: int) -> tuple[list[str], list[str]]:

@@ -1,0 +1,155 @@
+"""Source tags at translation time: the tag of a data.extra_train corpus put before the sources
+(Translator.source_ids), from Python, the command line and the HTTP API."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attnmt.api import load
+from attnmt.core.errors import AttnmtError
+from attnmt.data.batching import make_batch
+from attnmt.seq2seq.results import Candidate, Translation, links_of
+from attnmt.seq2seq.search import decode
+from attnmt.serve import ServerLimits, create_app
+from attnmt.training import Trainer
+from conftest import local_client, toy_config
+from test_compare import run_cli
+from test_extra_corpora import MAIN, QUIET, extra_config
+
+TAG = "<BT>"
+
+
+def trained(config):
+    torch.manual_seed(0)
+    Trainer(config, **QUIET).train()
+    return load(config.experiment_dir)
+
+
+@pytest.fixture(scope="module")
+def tagged(tmp_path_factory):
+    """A toy RNN model trained a few steps with extra pairs tagged <BT> (the tag's effect is
+    measured on real data in docs/back-translation.md; here, where and how it is put)."""
+    return trained(extra_config(tmp_path_factory.mktemp("tagged"), training={"max_steps": 3}))
+
+
+def test_source_ids_put_the_tag_piece_before_the_text(tagged):
+    tag = tagged.src_subwords.sp.piece_to_id(TAG)
+    plain = tagged.src_subwords.encode(["abc", "bcd"])
+    assert tagged.tags == [TAG]
+    assert tagged.source_ids(["abc", "bcd"], TAG) == [[tag, *plain[0]], [tag, *plain[1]]]
+    assert tagged.source_ids(["abc", "bcd"], [TAG, ""]) == [[tag, *plain[0]], plain[1]]
+    assert tagged.source_ids(["abc", "bcd"]) == plain
+    # the text "<BT> abc" is cut into other pieces: a tag is given beside the text, never in it
+    assert tagged.src_subwords.encode([f"{TAG} abc"])[0][0] != tag
+    with pytest.raises(AttnmtError, match="1 tags for 2 texts"):
+        tagged.source_ids(["abc", "bcd"], [TAG])
+
+
+def test_translate_with_a_tag_decodes_the_tagged_source(tagged):
+    [translation] = tagged.translate(["abcd"], beam=2, tag=TAG)
+    ids = tagged.source_ids(["abcd"], TAG)[0]
+    batch = make_batch([ids])
+    with torch.inference_mode():
+        [[best, *_]] = decode(tagged.model, batch.src, batch.src_lengths, tagged.config.decoding, beam=2, n_best=2)
+    assert translation.tokens == tagged.tgt_subwords.pieces(best.tokens)
+    assert translation.source_tokens == [TAG, *tagged.src_subwords.pieces(ids[1:]), "</s>"]
+    assert translation.attention.shape == (len(translation.tokens), len(ids) + 1)
+    assert translation.tagged
+    [untagged] = tagged.translate(["abcd"], beam=2)
+    assert not untagged.tagged and untagged.source_tokens[0] != TAG
+
+
+def test_the_word_links_of_a_tagged_translation_count_the_words_of_its_text():
+    # source "ab cd" after a tag: pieces <BT> ▁ab ▁cd </s>; output "x y": ▁x ▁y </s>
+    attention = np.array([[0.1, 0.1, 0.8, 0.0],   # ▁x attends to ▁cd
+                          [0.1, 0.8, 0.1, 0.0],   # ▁y attends to ▁ab
+                          [0.0, 0.0, 0.0, 1.0]])
+    candidate = Candidate("x y", ["▁x", "▁y", "</s>"], 0.0, attention)
+    translation = Translation("ab cd", [TAG, "▁ab", "▁cd", "</s>"], [candidate], tagged=True)
+    assert links_of(translation, candidate) == [(0, 1), (1, 0)]  # "cd" is word 1 of the text, not 2
+
+
+def test_an_unknown_tag_is_an_error_naming_the_models_tags(tagged, tmp_path):
+    with pytest.raises(AttnmtError, match=r"'<XX>' is not a tag of .*its tags are <BT>"):
+        tagged.translate(["abc"], tag="<XX>")
+    plain = trained(toy_config(tmp_path, MAIN, training={"max_steps": 1}))
+    with pytest.raises(AttnmtError, match="trained without tags"):
+        plain.translate(["abc"], tag=TAG)
+
+
+def test_score_trace_and_beam_tree_take_the_tag(tagged):
+    [with_tag], [without] = tagged.score(["abc"], ["cba"], tag=TAG), tagged.score(["abc"], ["cba"])
+    assert with_tag.tokens == without.tokens and not np.allclose(with_tag.log_probs, without.log_probs)
+    trace = tagged.trace("abc", top_k=2, tag=TAG)
+    assert trace.source_tokens[0] == TAG and len(trace.encoder_states) == len(trace.source_tokens)
+    assert trace.text == tagged.translate(["abc"], beam=1, tag=TAG)[0].text
+    tree, nodes = tagged.beam_tree("abc", beam=2, tag=TAG)
+    assert tree.source_tokens[0] == TAG and tree.tagged and nodes[0]["status"] == "root"
+    assert tree.text == tagged.translate(["abc"], beam=2, tag=TAG)[0].text
+
+
+def test_a_transformers_attention_maps_take_the_tag(tmp_path):
+    transformer = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
+                   "decoder_layers": 1}
+    model = trained(extra_config(tmp_path, training={"max_steps": 2}, model=transformer))
+    maps = model.attention("abc", tag=TAG)
+    assert maps["source_tokens"][0] == TAG
+    assert maps["cross"].shape[-1] == maps["encoder"].shape[-1] == len(maps["source_tokens"])
+    with local_client(create_app([model.folder])) as client:
+        served = client.post("/attention", json={"text": "abc", "tag": TAG}).json()
+    assert served["source_tokens"] == maps["source_tokens"]
+    np.testing.assert_allclose(served["cross"], maps["cross"], atol=1e-5)
+
+
+def test_the_command_line_translates_and_evaluates_with_a_tag(tagged, tmp_path, capsys):
+    source = tmp_path / "in.txt"
+    source.write_text("abc\nbcd\n", encoding="utf-8")
+    assert run_cli("translate", tagged.folder, "-i", source, "--tag", TAG, "--beam", 2) == 0
+    expected = [t.text for t in tagged.translate(["abc", "bcd"], beam=2, tag=TAG)]
+    assert capsys.readouterr().out.splitlines() == expected
+    reference = tmp_path / "ref.txt"
+    reference.write_text("cba\ndcb\n", encoding="utf-8")
+    report = tmp_path / "report.json"
+    assert run_cli("evaluate", tagged.folder, "--src", source, "--ref", reference, "--tag", TAG, "--beam", 2,
+                   "--json", report) == 0
+    assert json.loads(report.read_text())["tag"] == TAG
+    assert run_cli("translate", tagged.folder, "-i", source, "--tag", "<XX>") != 0
+    assert "'<XX>' is not a tag of" in capsys.readouterr().err
+
+
+def test_the_server_takes_a_tag_and_lists_the_models_tags(tagged, tmp_path):
+    limits = ServerLimits(max_sentences=8, max_chars=40, max_tokens=20, max_beam=5, max_top_k=10, max_work=400)
+    with local_client(create_app([tagged.folder], limits)) as client:
+        [info] = client.get("/models").json()
+        assert info["tags"] == [TAG]
+        answer = client.post("/translate", json={"text": ["abc", "bcd"], "beam": 2, "tag": TAG}).json()
+        expected = tagged.translate(["abc", "bcd"], beam=2, tag=TAG)
+        for got, want in zip(answer["translations"], expected):
+            assert got["source_tokens"] == want.source_tokens and got["candidates"][0]["text"] == want.text
+        trace = client.post("/trace", json={"text": "abc", "tag": TAG}).json()
+        assert trace["source_tokens"][0] == TAG
+        beam = client.post("/beam", json={"text": "abc", "beam": 2, "tag": TAG}).json()
+        assert beam["source_tokens"][0] == TAG
+        scores = client.post("/score", json={"text": "abc", "translation": "cba", "tag": TAG}).json()["scores"]
+        assert scores[0]["log_prob"] == pytest.approx(tagged.score(["abc"], ["cba"], tag=TAG)[0].log_prob, abs=1e-4)
+        unknown = client.post("/translate", json={"text": "abc", "tag": "<XX>"})
+        assert unknown.status_code == 422 and "'<XX>' is not a tag" in unknown.json()["detail"]
+        assert client.post("/translate", json={"text": "abc", "tag": "BT"}).status_code == 422  # no brackets
+
+
+def test_a_tag_long_enough_to_pass_the_token_limit_is_counted(tagged, tmp_path):
+    text = "abcd"
+    pieces = len(tagged.src_subwords.encode([text])[0])  # within the limit alone, over it with the tag
+    limits = ServerLimits(max_sentences=8, max_chars=40, max_tokens=pieces, max_beam=5, max_top_k=10, max_work=400)
+    with local_client(create_app([tagged.folder], limits)) as client:
+        assert client.post("/translate", json={"text": text}).status_code == 200
+        over = client.post("/translate", json={"text": text, "tag": TAG})
+        assert over.status_code == 422 and f"{pieces + 1} subword tokens" in over.json()["detail"]
+
+
+def test_a_speech_request_takes_no_tag(tagged):
+    with local_client(create_app([tagged.folder])) as client:
+        answer = client.post("/translate", json={"audio": "UklGRg==", "tag": TAG})
+        assert answer.status_code == 422 and "tag goes with text" in answer.text
