@@ -629,3 +629,53 @@ def test_step_labels_stay_readable_up_to_the_token_limit(page, server, reverse_m
             assert page.locator("#step-view svg.bars text.tok-label").count() == labels
             assert overlapping_labels(page) == [], (len(text), words)
     assert pieces == limit + 1  # the last sentence was at the limit: every piece labelled, none overlapping
+
+
+@pytest.fixture(scope="module")
+def tagged_server(browser, tmp_path_factory):
+    """(base URL, a toy model trained with extra pairs tagged <BT>, a toy model without tags)."""
+    from attnmt.training import Trainer
+    from conftest import toy_config
+    from test_extra_corpora import MAIN, QUIET, extra_config
+
+    folder = tmp_path_factory.mktemp("explorer-tags")
+    tagged, plain = extra_config(folder / "tagged", training={"max_steps": 3}), toy_config(folder / "plain", MAIN)
+    for config, name in ((tagged, "tagged"), (plain, "plain")):
+        config.experiment_dir = folder / name
+        Trainer(config, **QUIET).train()
+    with running_server(create_app([tagged.experiment_dir, plain.experiment_dir])) as url:
+        yield url, "tagged", "plain"
+
+
+def test_a_tag_reaches_every_view_of_the_models_trained_with_it(browser, tagged_server):
+    """The Tag menu lists the first model's tags (hidden for a model without); the tag chosen goes
+    with /translate, /trace, /beam and /score of that model, not to a compared model without it."""
+    url, tagged, plain = tagged_server
+    page = browser.new_page(viewport={"width": 1320, "height": 900})
+    errors, sent = [], []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("request", lambda r: sent.append((r.url.rsplit("/", 1)[1], json.loads(r.post_data)))
+            if r.method == "POST" else None)
+    try:
+        page.goto(url + "/")
+        page.wait_for_selector("body[data-state=ready]")
+        assert page.is_visible("#tag-field")
+        assert page.locator("#tag option").all_text_contents() == ["none", "<BT>"]
+        page.select_option("#tag", "<BT>")
+        page.check("#compare")
+        page.select_option("#model-b", plain)
+        translate_in_page(page, "abc")
+        page.fill("#score-translation", "cba")  # (a toy model's own output may be empty: nothing scored)
+        page.click("#score")
+        page.wait_for_selector("#score-summary")
+        bodies = {(path, body["model"]): body for path, body in sent}
+        for path in ("translate", "trace", "beam", "score"):
+            assert bodies[(path, tagged)]["tag"] == "<BT>", path
+        assert bodies[("translate", plain)]["tag"] is None
+        labels = page.locator("#panel-a table.heatmap th.src-label").all_text_contents()
+        assert labels[0] == "<BT>"  # the tag's column: how much each step looks at it
+        page.select_option("#model", plain)
+        assert not page.is_visible("#tag-field")
+    finally:
+        page.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"

@@ -99,19 +99,23 @@ async function translateAll() {
   showErrors([]);
 
   const prefix = $("prefix").value || null; // the start every view's output must have
-  const translateBody = (model) => ({ text, model, beam, n_best: 1, attention: true, align: true, prefix });
+  const tag = tagOf(modelA); // before the source, for each model trained with it
+  const translateBody = (model) => ({ text, model, beam, n_best: 1, attention: true, align: true, prefix,
+    tag: tagOf(model) });
   const jobs = [
     api("/translate", translateBody(modelA), `translate (${modelA})`),
     modelB ? api("/translate", translateBody(modelB), `translate (${modelB})`) : Promise.resolve(null),
-    api("/trace", { text, model: modelA, top_k: TOP_K, prefix }, `trace (${modelA})`),
-    api("/beam", { text, model: modelA, beam: beam ?? (modelByName(modelA)?.beam ?? 5), prefix }, `beam (${modelA})`),
+    api("/trace", { text, model: modelA, top_k: TOP_K, prefix, tag }, `trace (${modelA})`),
+    api("/beam", { text, model: modelA, beam: beam ?? (modelByName(modelA)?.beam ?? 5), prefix, tag },
+      `beam (${modelA})`),
   ];
   // A Transformer's layers and heads, for the translation shown (forced), once it is known (an
   // ensemble's are several models': none).
   if (modelByName(modelA)?.type === "transformer" && !modelByName(modelA)?.ensemble) {
     jobs.push(jobs[0].then((answer) => {
       const shown = answer.translations[0].candidates[0].text;
-      return api("/attention", { text, model: modelA, translation: shown.trim() ? shown : null }, `attention (${modelA})`);
+      return api("/attention", { text, model: modelA, translation: shown.trim() ? shown : null, tag },
+        `attention (${modelA})`);
     }));
   }
   const [ta, tb, tr, bm, at] = await Promise.allSettled(jobs);
@@ -122,7 +126,7 @@ async function translateAll() {
   state.shown.clear();
   if (ta.status === "fulfilled") {
     state.shown.set(panelA, [modelA, ta.value]);
-    scoring.offer(modelA, text, ta.value.translations[0].candidates[0].text);
+    scoring.offer(modelA, text, ta.value.translations[0].candidates[0].text, tag);
   }
   else { errors.push(ta.reason); renderPanelError(panelA, modelA, ta.reason); }
   panelB.hidden = !modelB;
@@ -185,8 +189,25 @@ function fillCompareList() {
   select.disabled = !$("compare").checked;
 }
 
+/** The tag chosen, for `model` if it was trained with it, else null (each model knows its own). */
+function tagOf(model) {
+  const tag = $("tag").value;
+  return tag && (modelByName(model)?.tags ?? []).includes(tag) ? tag : null;
+}
+
+/** The tags of the first model (GET /models: tags), "none" first; the field is hidden without any. */
+function fillTags(m) {
+  const select = $("tag"), previous = select.value, tags = m?.tags ?? [];
+  clear(select);
+  select.append(el("option", { value: "" }, "none"));
+  for (const tag of tags) select.append(el("option", { value: tag }, tag));
+  select.value = tags.includes(previous) ? previous : "";
+  $("tag-field").hidden = !tags.length;
+}
+
 function onModelChange() {
   const m = modelByName($("model").value);
+  fillTags(m);
   speech.setVisible(m?.task === "speech");
   pairs.toggle(m);
   scoring.toggle(m);

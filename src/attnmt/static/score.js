@@ -39,9 +39,10 @@ export class ScoreView {
     this.card.hidden = model?.task !== "translation";
   }
 
-  /** A new translation of `source` by `model`: its own output scored, as the comparison for others. */
-  offer(model, source, translation) {
-    Object.assign(this, { model, source, own: null });
+  /** A new translation of `source` by `model` (its source after `tag`, if not null): its own output
+   *  scored, as the comparison for others. */
+  offer(model, source, translation, tag = null) {
+    Object.assign(this, { model, source, tag, own: null });
     this.box.value = translation.trim() ? translation : "";
     this.button.disabled = false;
     clear(this.result);
@@ -53,7 +54,8 @@ export class ScoreView {
     const id = ++this.requestId, translation = this.box.value;
     this.error.hidden = true;
     try {
-      const answer = await api("/score", { text: this.source, translation, model: this.model }, `score (${this.model})`);
+      const body = { text: this.source, translation, model: this.model, tag: this.tag };
+      const answer = await api("/score", body, `score (${this.model})`);
       if (id !== this.requestId) return;
       if (this.own === null) this.own = answer.scores[0];
       this.render(answer.scores[0]);
