@@ -153,3 +153,14 @@ def test_a_speech_request_takes_no_tag(tagged):
     with local_client(create_app([tagged.folder])) as client:
         answer = client.post("/translate", json={"audio": "UklGRg==", "tag": TAG})
         assert answer.status_code == 422 and "tag goes with text" in answer.text
+
+
+def test_plot_draws_the_tagged_sentence(tagged, tmp_path, capsys):
+    heatmap, steps = tmp_path / "heatmap.html", tmp_path / "step.png"
+    assert run_cli("plot", tagged.folder, "abc", "--tag", TAG, "--out", heatmap, "--step", 0, steps) == 0
+    page = heatmap.read_text(encoding="utf-8")
+    assert "&lt;BT&gt;" in page and steps.stat().st_size > 0
+    assert run_cli("plot", tagged.folder, "abc", "--out", tmp_path / "plain.html") == 0
+    assert "&lt;BT&gt;" not in (tmp_path / "plain.html").read_text(encoding="utf-8")
+    assert run_cli("plot", tagged.folder, "abc", "--tag", "<XX>", "--out", heatmap) != 0
+    assert "'<XX>' is not a tag of" in capsys.readouterr().err

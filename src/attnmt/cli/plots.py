@@ -42,6 +42,8 @@ def add_plot_parser(subparsers):
     p.add_argument("--curves", metavar="FILE",
                    help="training curves (loss, perplexity, BLEU) from MODEL_DIR/metrics.jsonl (.png or .svg)")
     transformer_plot_options(p)
+    p.add_argument("--tag", help="a translation model trained with tags: put this one before the sentence, as "
+                                 "translate --tag does (the figures show it as the first source token)")
     p.add_argument("--hypothesis", help="a sentence-pair model: the hypothesis (SENTENCE is the premise); --out draws "
                                         "attend, compare (--dims) and aggregate")
     p.add_argument("--direction", choices=["premise", "hypothesis"], default="premise",
@@ -87,7 +89,7 @@ def run_plot(args):
                             steps=steps, top_k=args.top_k, gif=args.gif, fps=args.fps, curves=args.curves,
                             head_view=args.head_view, grid=args.grid, kind=args.kind, layer=args.layer,
                             head=args.head, device=args.device, hypothesis=args.hypothesis,
-                            direction=args.direction)
+                            direction=args.direction, tag=args.tag)
     for write in plan_figures(request):
         print(write(), flush=True)
 

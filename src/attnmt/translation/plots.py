@@ -12,8 +12,8 @@ from attnmt.viz.plan import FigureRequest, Writer
 
 
 def translation_writers(r: FigureRequest, model) -> list[Writer]:
-    """A translation model's figures of one sentence: heatmap (or HTML), Transformer layer and head
-    views, encoder states, decoder steps, animation."""
+    """A translation model's figures of one sentence (after its tag, if any): heatmap (or HTML),
+    Transformer layer and head views, encoder states, decoder steps, animation."""
     transformer_options = r.transformer_options()
     if transformer_options and model.config.model.type != "transformer":
         raise AttnmtError(f"{', '.join(transformer_options)}: for the layers and heads of Transformer models; "
@@ -22,7 +22,7 @@ def translation_writers(r: FigureRequest, model) -> list[Writer]:
     writers = []
     translation = None
     if out or r.head_view or r.grid:
-        [translation] = model.translate([r.sentence], beam=r.beam)
+        [translation] = model.translate([r.sentence], beam=r.beam, tag=r.tag)
     if out:
         title = f"{r.sentence}  \u2192  {translation.text}"
         if Path(out).suffix.lower() == ".html":
@@ -31,9 +31,9 @@ def translation_writers(r: FigureRequest, model) -> list[Writer]:
             fig = figures.attention_heatmap(translation, title=title, merge_words=r.merge_words)
             writers.append(partial(figures.save, fig, out))
     if r.head_view or r.grid:
-        writers += _layer_head_writers(r, model.attention(r.sentence, translation))
+        writers += _layer_head_writers(r, model.attention(r.sentence, translation, tag=r.tag or ""))
     if r.states or r.steps or r.gif:
-        trace = model.trace(r.sentence, top_k=r.top_k)
+        trace = model.trace(r.sentence, top_k=r.top_k, tag=r.tag or "")
         if r.states:
             fig = figures.encoder_states_figure(trace, max_dims=r.dims or None)
             writers.append(partial(figures.save, fig, r.states))

@@ -46,6 +46,7 @@ class FigureRequest:
     head: int | None = None  # of head_view (default: the average of the heads)
     hypothesis: str | None = None  # a sentence-pair model: the hypothesis of ``sentence`` (the premise)
     direction: str = "premise"  # a sentence-pair model: the softmax drawn (over the hypothesis, or the premise)
+    tag: str | None = None  # a translation model: one of its tags, put before ``sentence`` (Translator.source_ids)
 
     def sentence_figures(self) -> bool:
         return bool(self.out or self.states or self.steps or self.gif or self.head_view or self.grid)
@@ -93,4 +94,6 @@ def _sentence_writers(r: FigureRequest) -> list[Writer]:
     model = load_folder(r.model_dir, r.checkpoint, device=r.device)
     if r.hypothesis is not None and model.inputs != "pairs":
         raise AttnmtError(f"--hypothesis: for sentence-pair models; {r.model_dir} is a {model.config.task} model")
+    if r.tag and model.inputs != "text":
+        raise AttnmtError(f"--tag: for translation models; {r.model_dir} is a {model.config.task} model")
     return task_of(model.config.task).figure_writers(r, model)
