@@ -219,3 +219,65 @@ def test_post_translate_with_constraints(reverse_model):
         assert client.post("/translate", json={"text": "ab", "beam": 1}).status_code == 200
         refused = client.post("/translate", json={"text": "ab", "beam": 1, "constraints": ["ab" * 40]})
         assert refused.status_code == 422 and "could hold up to" in refused.json()["detail"]
+
+
+def path_to(tree, node):
+    """The tokens from the root to ``node`` (root left out)."""
+    tokens = []
+    while node.parent is not None:
+        tokens.append(node.token)
+        node = tree[node.parent]
+    return tokens[::-1]
+
+
+@pytest.mark.parametrize("beam", [2, 4])
+def test_the_constrained_search_tree_records_each_step_with_its_bank(beam):
+    from attnmt.seq2seq.decoding import BeamRecorder
+
+    model, batch = untrained(seed=2), batch_of(2, seed=5)
+    constraints = [[(7,), (9, 10)], [(12, 13, 14)]]
+    limits = max_output_lengths(batch.src_lengths, 1.5, 10)
+    recorder = BeamRecorder(2, beam)
+    recorded = constrained_beam_search(model, batch.src, batch.src_lengths, limits, constraints, beam=beam,
+                                       n_best=beam, record=recorder)
+    plain = constrained_beam_search(model, batch.src, batch.src_lengths, limits, constraints, beam=beam, n_best=beam)
+    assert [[h.tokens for h in s] for s in recorded] == [[h.tokens for h in s] for s in plain]  # (the same search)
+    for tree, phrases, hypotheses in zip(recorder.trees, constraints, recorded):
+        assert tree[0].status == "root" and tree[0].met is None
+        full = sum(map(len, phrases))
+        for node in tree[1:]:
+            tokens = path_to(tree, node)
+            assert len(tokens) == node.step
+            assert tree[node.parent].status in ("root", "kept")  # only live hypotheses are extended
+            progress = Progress()
+            for token in tokens[:-1] if node.status == "finished" else tokens:
+                progress = progress.after(token, phrases)
+            assert node.met == progress.count(phrases), (tokens, node)
+            if node.status == "finished":
+                assert node.token == EOS and node.met == full and progress.complete(phrases)
+        kept = [n for n in tree if n.status == "kept"]
+        assert all(sum(n.step == s for n in kept) <= beam for s in range(1, max(limits) + 1))
+        # each output is a path of the tree: ended by EOS (finished), or by the length limit (kept)
+        paths = {tuple(path_to(tree, n)) for n in tree[1:] if n.status in ("kept", "finished")}
+        assert all(tuple(h.tokens) in paths for h in hypotheses)
+
+
+def test_beam_tree_and_post_beam_take_constraints(reverse_model):
+    translator, dev = reverse_model
+    text, wanted = dev[0], ["hg", "a"]
+    translation, nodes = translator.beam_tree(text, beam=4, constraints=wanted)
+    [expected] = translator.translate([text], beam=4, n_best=4, constraints=[wanted])
+    assert [c.text for c in translation.candidates] == [c.text for c in expected.candidates]
+    assert all(p in translation.text for p in wanted)
+    full = len(translator.tgt_subwords.encode(["hg"])[0]) + len(translator.tgt_subwords.encode(["a"])[0])
+    assert max(n["met"] for n in nodes[1:]) == full and nodes[0]["met"] is None
+    assert all(n["met"] == full for n in nodes if n["status"] == "finished")
+    _, plain = translator.beam_tree(text, beam=4)
+    assert all(n["met"] is None for n in plain)
+    limits = ServerLimits(max_sentences=8, max_chars=40, max_tokens=12, max_work=400, timeout=30.0)
+    with local_client(create_app([translator.folder], limits)) as client:
+        answer = client.post("/beam", json={"text": text, "beam": 4, "constraints": wanted})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["nodes"] == pytest.approx(nodes)
+        refused = client.post("/beam", json={"text": text, "constraints": ["xa"]})
+        assert refused.status_code == 422 and "cannot write" in refused.json()["detail"]

@@ -266,6 +266,32 @@ def test_a_prefix_starts_every_view_and_its_steps_are_marked(page, server):
     assert page.locator("#step-token.constrained").count() == 0
 
 
+def test_must_contain_constrains_the_translation_and_the_beam_tree(page, server):
+    """"Must contain" (phrases separated by ";") reaches /translate and /beam: the translation holds
+    them, the beam tree's nodes say how many constraint tokens they wrote, and the step view says
+    that its greedy steps are the model's own; cleared, the views are as before."""
+    sent = []
+    page.on("request", lambda r: sent.append((r.url.rsplit("/", 1)[1], json.loads(r.post_data)))
+            if r.method == "POST" else None)
+    page.fill("#constraints", "hh; ; a")
+    translate_in_page(page, "abcdef")
+    bodies = {path: body for path, body in sent}
+    assert bodies["translate"]["constraints"] == bodies["beam"]["constraints"] == ["hh", "a"]
+    assert "constraints" not in bodies["trace"]
+    expected = post(server, "/translate", {"text": "abcdef", "model": server[1], "constraints": ["hh", "a"]}).json()
+    text = expected["translations"][0]["candidates"][0]["text"]
+    assert "hh" in text and page.text_content("#panel-a .translation") == text
+    assert page.is_visible("#steps-unconstrained")
+    titles = page.locator("#beam-view g.node title").all_text_contents()
+    assert titles and all("constraint tokens written" in t for t in titles if not t.startswith("step 0"))
+    sent.clear()
+    page.fill("#constraints", "")
+    translate_in_page(page, "abcdef")
+    assert {path: body for path, body in sent}["translate"]["constraints"] is None
+    assert page.text_content("#panel-a .translation") == "fedcba" and not page.is_visible("#steps-unconstrained")
+    assert not any("constraint tokens" in t for t in page.locator("#beam-view g.node title").all_text_contents())
+
+
 def test_compare_two_models(page, server):
     _, first, second, _ = server
     page.check("#compare")

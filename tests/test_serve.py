@@ -686,7 +686,7 @@ def test_beam_tree_is_consistent_with_translate(served):
     nodes = body["nodes"]
     assert [n["id"] for n in nodes] == list(range(len(nodes)))
     assert nodes[0] == {"id": 0, "parent": None, "token": nodes[0]["token"], "log_prob": 0.0, "step": 0,
-                        "status": "root"}
+                        "status": "root", "met": None}
     assert sum(n["status"] == "root" for n in nodes) == 1
     assert {"kept", "finished", "pruned"} <= {n["status"] for n in nodes}
     for n in nodes[1:]:

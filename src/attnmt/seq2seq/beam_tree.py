@@ -11,6 +11,7 @@ import torch
 
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import EOS
+from attnmt.seq2seq.constraints import Phrases, constrained_beam_search
 from attnmt.seq2seq.decoding import BeamRecorder, beam_search, max_output_lengths
 from attnmt.seq2seq.prefix import Prefixes
 from attnmt.seq2seq.results import Translation
@@ -19,20 +20,29 @@ from attnmt.seq2seq.search import prefixed
 
 @torch.inference_mode()
 def beam_tree(translator, text: str, beam: int, stop: Callable[[], bool] | None = None,
-              prefixes: Prefixes | None = None, tag: str = "") -> tuple[Translation, list[dict]]:
+              prefixes: Prefixes | None = None, tag: str = "",
+              phrases: Phrases | None = None) -> tuple[Translation, list[dict]]:
     """Beam search on ``text`` by ``translator`` (an attnmt.api.Translator) with its search tree, as
-    Translator.beam_tree describes it; ``prefixes``: of a batch of one (attnmt.seq2seq.prefix), or None."""
+    Translator.beam_tree describes it; ``prefixes``: of a batch of one (attnmt.seq2seq.prefix), or
+    None; ``phrases``: the constraints of its outputs (attnmt.seq2seq.constraints), or None."""
     dc = translator.config.decoding
     src_ids = translator.source_ids([text], tag)[0]
     batch = make_batch([src_ids]).to(translator.device)
     recorder = BeamRecorder(1, beam)
     limits = max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset)
+    if phrases:  # (as attnmt.seq2seq.search.decode: room for the constraints)
+        limits = [max(limits[0], sum(map(len, phrases)) + dc.max_length_offset)]
     model = translator.model
     if prefixes is not None:
         model, _, limits = prefixed(model, prefixes, None, limits, dc.max_length_offset, translator.device)
-    [hypotheses] = beam_search(model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
-                               alpha=dc.length_penalty, record=recorder, window=dc.attention_window,
-                               stop=stop, beta=dc.coverage_penalty)
+    if phrases:
+        [hypotheses] = constrained_beam_search(model, batch.src, batch.src_lengths, limits, [phrases], beam, beam,
+                                               dc.length_penalty, dc.attention_window, stop, dc.coverage_penalty,
+                                               recorder)
+    else:
+        [hypotheses] = beam_search(model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
+                                   alpha=dc.length_penalty, record=recorder, window=dc.attention_window,
+                                   stop=stop, beta=dc.coverage_penalty)
     translation = Translation(text, translator.src_subwords.pieces(src_ids + [EOS]),
                               [translator.candidate(h) for h in hypotheses], tagged=bool(tag))
     tokens = translator.tgt_subwords

@@ -29,7 +29,7 @@ from torch import Tensor
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import EOS, PAD, UNK, valid_text
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
-from attnmt.seq2seq.decoding import Beams, Hypothesis, memory_lengths, search_with
+from attnmt.seq2seq.decoding import BeamRecorder, Beams, Candidate, Hypothesis, memory_lengths, search_with
 
 NEG_INF = float("-inf")
 
@@ -98,16 +98,18 @@ def phrases_of(subwords, texts: list[str], constraints: list[list[str]]) -> list
 def constrained_beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
                             constraints: list[Phrases], beam: int = 5, n_best: int = 1, alpha: float = 1.0,
                             window: tuple[int, int] | None = None, stop: Callable[[], bool] | None = None,
-                            beta: float = 0.0) -> list[list[Hypothesis]]:
+                            beta: float = 0.0, record: BeamRecorder | None = None) -> list[list[Hypothesis]]:
     """decoding.beam_search whose outputs contain each sentence's ``constraints`` (token phrases;
-    [] for none), by dynamic beam allocation (see the module). The full output layer: no shortlist."""
+    [] for none), by dynamic beam allocation (see the module). The full output layer: no shortlist.
+    ``record``: each step's live rows, ends and the k best candidates left out join the search tree,
+    each with the constraint tokens it has met (its bank)."""
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     if any(not phrase or PAD in phrase or EOS in phrase for phrases in constraints for phrase in phrases):
         raise ValueError("a constraint is a phrase of one or more tokens, none of them padding or EOS")
     memory = model.encode(src, src_lengths, window)
     beams = _ConstrainedBeams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device,
-                              beta, constraints)
+                              beta, constraints, record)
     return search_with(beams, model, memory, stop=stop)
 
 
@@ -116,8 +118,8 @@ class _ConstrainedBeams(Beams):
     hypotheses that met every constraint in ``finished`` (they alone can stop a sentence), those
     the length limit ended before in ``unmet``."""
 
-    def __init__(self, batch, k, n_best, alpha, max_lengths, memory_widths, device, beta, constraints):
-        super().__init__(batch, k, n_best, alpha, max_lengths, memory_widths, None, device, beta)
+    def __init__(self, batch, k, n_best, alpha, max_lengths, memory_widths, device, beta, constraints, record=None):
+        super().__init__(batch, k, n_best, alpha, max_lengths, memory_widths, record, device, beta)
         self.phrases = constraints
         self.progress = [Progress() for _ in range(batch)]  # of each live row
         self.unmet: list[list[Hypothesis]] = [[] for _ in range(batch)]
@@ -128,11 +130,15 @@ class _ConstrainedBeams(Beams):
         self.history.weights.append(step.weights)
         sentences, width = self.active.tolist(), self.width
         candidates = self._candidates(step.log_probs.float(), [s for s in sentences for _ in range(width)])
-        chosen, ends = [], []
+        chosen, ends, recorded = [], [], []
         for g, sentence in enumerate(sentences):
-            live, finishing = self._choose(candidates[g * width:(g + 1) * width], g * width, self.phrases[sentence])
+            phrases = self.phrases[sentence]
+            live, finishing, considered = self._choose(candidates[g * width:(g + 1) * width], g * width, phrases)
             chosen.append(live)
             ends += [(sentence, row, score) for row, score in finishing]
+            recorded.append((sentence, self._recorded(live, finishing, considered, g * width, phrases)))
+        if self.record is not None:
+            self.record.add(t, recorded)
         if ends:
             rows = torch.tensor([row for _, row, _ in ends], device=self.device)
             self._finish(t, [s for s, _, _ in ends], rows, torch.full_like(rows, EOS), [s for _, _, s in ends])
@@ -159,8 +165,8 @@ class _ConstrainedBeams(Beams):
         return candidates
 
     def _choose(self, candidates: list[dict[int, float]], first_row: int, phrases: Phrases):
-        """A sentence's k live rows as (row of batch t, token, score, progress), by banks, and the
-        (row, score) of its hypotheses that end now."""
+        """A sentence's k live rows as (row of batch t, token, score, progress), by banks, the
+        (row, score) of its hypotheses that end now, and every candidate (row, token, score, progress)."""
         scores = self.scores.view(-1)[first_row:first_row + len(candidates)].tolist()
         banks: dict[int, list] = {}
         for j, tokens in enumerate(candidates):
@@ -179,7 +185,21 @@ class _ConstrainedBeams(Beams):
         ending = sorted(banks.pop(-1, []), key=lambda c: -c[2])
         best_full = sorted(banks.get(full, []) + ending, key=lambda c: -c[2])[:self.k]
         finishing = [(row, score) for row, token, score, _ in best_full if token == EOS]
-        return _by_banks(banks, self.k, first_row), finishing
+        return _by_banks(banks, self.k, first_row), finishing, [c for bank in banks.values() for c in bank] + ending
+
+    def _recorded(self, live: list, finishing: list, considered: list, first_row: int,
+                  phrases: Phrases) -> list[Candidate]:
+        """What the search tree shows of a sentence's step (attnmt.seq2seq.decoding.BeamRecorder): its
+        live rows, kept; the hypotheses that end, finished; the k best candidates left out, pruned;
+        each with the constraint tokens it has met."""
+        if self.record is None:
+            return []
+        taken = {(row, token) for row, token, _, _ in live} | {(row, EOS) for row, _ in finishing}
+        left = sorted((c for c in considered if (c[0], c[1]) not in taken), key=lambda c: -c[2])[:self.k]
+        return ([(row - first_row, token, score, "kept", p.count(phrases)) for row, token, score, p in live
+                 if score != NEG_INF]
+                + [(row - first_row, EOS, score, "finished", sum(map(len, phrases))) for row, score in finishing]
+                + [(row - first_row, token, score, "pruned", p.count(phrases)) for row, token, score, p in left])
 
     def finish_at_limit(self, t: int, sentences: list[int], source_rows: Tensor):
         """Sentences at their length limit finish with their live hypotheses: into ``finished``

@@ -64,6 +64,10 @@ class BeamNode:
     log_prob: float  # of the whole prefix
     step: int
     status: str  # "root", "kept" (stays in the beam), "finished" (ended in EOS), "pruned"
+    met: int | None = None  # constrained search: the constraint tokens written by then (its bank)
+
+
+Candidate = tuple[int, int, float, str, "int | None"]  # (live row j it extends, token, score, status, met)
 
 
 class BeamRecorder:
@@ -76,18 +80,23 @@ class BeamRecorder:
 
     def step(self, t: int, active: Tensor, origin: Tensor, token: Tensor, score: Tensor, finished: Tensor,
              alive: Tensor):
-        k = self.beam
+        """Step t's 2k candidates of each sentence of the batch, from beam_search's tensors."""
         active, origin, token, score, finished, alive = (x.cpu() for x in (active, origin, token, score, finished,
                                                                             alive))
-        row_node = torch.zeros(alive.size(0) * k, dtype=torch.long, device="cpu")
-        for g, sentence in enumerate(active.tolist()):
+        self.add(t, [(sentence, [(int(origin[g, j]), int(token[g, j]), float(score[g, j]),
+                                  "finished" if finished[g, j] else "kept" if alive[g, j] else "pruned", None)
+                                 for j in range(origin.size(1)) if score[g, j] != float("-inf")])
+                     for g, sentence in enumerate(active.tolist())])
+
+    def add(self, t: int, groups: list[tuple[int, list[Candidate]]]):
+        """Step t's candidates, for each group of live rows (sentence, its candidates): the "kept"
+        ones, in order, become the group's live rows of step t+1."""
+        k = self.beam
+        row_node = torch.zeros(len(groups) * k, dtype=torch.long, device="cpu")
+        for g, (sentence, candidates) in enumerate(groups):
             tree, rank = self.trees[sentence], 0
-            for j in range(origin.size(1)):
-                if score[g, j] == float("-inf"):
-                    continue
-                status = "finished" if finished[g, j] else "kept" if alive[g, j] else "pruned"
-                parent = int(self.row_node[g * k + origin[g, j]])
-                tree.append(BeamNode(len(tree), parent, int(token[g, j]), float(score[g, j]), t + 1, status))
+            for j, token, score, status, met in candidates:
+                tree.append(BeamNode(len(tree), int(self.row_node[g * k + j]), token, score, t + 1, status, met))
                 if status == "kept":
                     row_node[g * k + rank] = len(tree) - 1
                     rank += 1

@@ -371,17 +371,21 @@ class Translator:
         return self._shortlists[path]
 
     def beam_tree(self, text: str, beam: int | None = None, stop: Callable[[], bool] | None = None,
-                  prefix: str = "", tag: str = "") -> tuple[Translation, list[dict]]:
+                  prefix: str = "", tag: str = "",
+                  constraints: list[str] | None = None) -> tuple[Translation, list[dict]]:
         """Beam search on one sentence, with its search tree: every candidate looked at, as
         {"id", "parent", "token", "log_prob", "step", "status"}; status is "root", "kept",
         "finished" (ended in EOS) or "pruned" (fell out of the beam). ``stop``: asked between two
         decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped (the server's time limit).
-        ``prefix``, ``tag``: the start of its outputs and a tag before its source, as in translate()."""
+        ``prefix``, ``tag``: the start of its outputs and a tag before its source, as in translate();
+        ``constraints``: words or phrases its outputs must contain, as one text's in translate() (dynamic
+        beam allocation; each node then says in ``met`` how many constraint tokens it has written)."""
         from attnmt.seq2seq.beam_tree import beam_tree
 
         text = valid_text(text)
+        phrases = None if not constraints else phrases_of(self.tgt_subwords, [text], [constraints])[0]
         return beam_tree(self, text, self.config.decoding.beam if beam is None else beam, stop,
-                         self._prefixes([text], [prefix]), tag)
+                         self._prefixes([text], [prefix]), tag, phrases)
 
     def trace(self, text: str, top_k: int = 5, stop: Callable[[], bool] | None = None, prefix: str = "",
               tag: str = ""):

@@ -257,9 +257,11 @@ async def trace(body, model: LoadedModel, limits: ServerLimits, deadline: float)
 
 async def beam_tree(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     """The beam search tree of one sentence: every candidate looked at, kept, finished or pruned."""
-    check_work(with_prefix(model, body, limits), body.beam, limits)
+    phrases, [needed] = constraints_of(model, body, [body.text], limits)
+    check_work([max(*with_prefix(model, body, limits), needed)], body.beam, limits)
     translation, nodes = await model.run(partial(model.translator.beam_tree, body.text, body.beam,
-                                                 stop=stop_at(deadline), prefix=body.prefix or "", tag=body.tag or ""),
+                                                 stop=stop_at(deadline), prefix=body.prefix or "", tag=body.tag or "",
+                                                 constraints=None if phrases is None else phrases[0]),
                                          deadline=deadline)
     return await answer(BeamResponse, {"source_tokens": translation.source_tokens, "nodes": nodes,
                                        "translation": translation}, limits, model=model.name,

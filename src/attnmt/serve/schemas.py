@@ -179,6 +179,8 @@ class BeamNodeOut(Answer):
     step: int = Field(description="output position: 0 for the root, 1 for the first token")
     status: Literal["root", "kept", "finished", "pruned"] = Field(
         description="kept: stayed in the beam; finished: ended in '</s>'; pruned: fell out of the beam")
+    met: Optional[int] = Field(None, description="with constraints: how many of their tokens the hypothesis has "
+                                                 "written (its bank in dynamic beam allocation); else null")
 
 
 class BeamResponse(Answer):
@@ -422,6 +424,12 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
         prefix: Optional[Annotated[str, Field(max_length=limits.max_chars, strict=True)]] = Field(
             None, description=PREFIX_OF_ONE)
         tag: Optional[SourceTag] = TAG_FIELD
+        constraints: Optional[Annotated[list[Annotated[str, Field(min_length=1, max_length=limits.max_chars,
+                                                                  strict=True), AfterValidator(_not_blank)]],
+                                        Field(max_length=MAX_CONSTRAINTS)]] = Field(
+            None, description=f"words or phrases every hypothesis must contain (up to {MAX_CONSTRAINTS}), as the "
+                              "constraints of /translate: the tree of dynamic beam allocation, each node with its "
+                              "bank (met)")
 
     class AttentionRequest(Strict):
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")

@@ -100,13 +100,15 @@ async function translateAll() {
 
   const prefix = $("prefix").value || null; // the start every view's output must have
   const tag = tagOf(modelA); // before the source, for each model trained with it
+  const constraints = phrases(); // what the translation and the beam tree must contain (null: nothing)
   const translateBody = (model) => ({ text, model, beam, n_best: 1, attention: true, align: true, prefix,
-    tag: tagOf(model) });
+    tag: tagOf(model), constraints });
+  $("steps-unconstrained").hidden = constraints === null;
   const jobs = [
     api("/translate", translateBody(modelA), `translate (${modelA})`),
     modelB ? api("/translate", translateBody(modelB), `translate (${modelB})`) : Promise.resolve(null),
     api("/trace", { text, model: modelA, top_k: TOP_K, prefix, tag }, `trace (${modelA})`),
-    api("/beam", { text, model: modelA, beam: beam ?? (modelByName(modelA)?.beam ?? 5), prefix, tag },
+    api("/beam", { text, model: modelA, beam: beam ?? (modelByName(modelA)?.beam ?? 5), prefix, tag, constraints },
       `beam (${modelA})`),
   ];
   // A Transformer's layers and heads, for the translation shown (forced), once it is known (an
@@ -189,6 +191,12 @@ function fillCompareList() {
   select.disabled = !$("compare").checked;
 }
 
+/** The phrases of "Must contain", separated by ";" (blank ones left out), or null for none. */
+function phrases() {
+  const list = $("constraints").value.split(";").map((p) => p.trim()).filter((p) => p);
+  return list.length ? list : null;
+}
+
 /** The tag chosen, for `model` if it was trained with it, else null (each model knows its own). */
 function tagOf(model) {
   const tag = $("tag").value;
@@ -224,7 +232,7 @@ function init() {
     event.preventDefault();
     translateAll();
   });
-  for (const box of ["source", "prefix"]) {
+  for (const box of ["source", "prefix", "constraints"]) {
     $(box).addEventListener("keydown", (event) => {
       if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
         event.preventDefault();

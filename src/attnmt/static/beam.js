@@ -125,7 +125,8 @@ function drawTree(nodes, { columns, pos, width, height }, best) {
     const room = nodeW - 6 - 5 - (score === null ? 0 : textWidth(score, lpFont) + GAP);
     group.append(svg("g", { class: `node ${n.status}${onPath}`, "data-id": n.id, "data-status": n.status,
       "data-step": n.step, transform: `translate(${p.x},${p.y})` },
-    svg("title", {}, `step ${n.step} · ${label} · log p = ${n.log_prob.toFixed(4)} · ${n.status}`),
+    svg("title", {}, `step ${n.step} · ${label} · log p = ${n.log_prob.toFixed(4)} · ${n.status}`
+      + (n.met === null || n.met === undefined ? "" : ` · constraint tokens written: ${n.met}`)),
     svg("rect", { width: nodeW, height: nodeH, rx: 4 }),
     svg("text", { x: 6, y: 14, class: "tok" }, fitLabel(label, tokFont, room)),
     score === null ? null : svg("text", { x: nodeW - 5, y: 14, class: "lp" }, score)));
