@@ -164,3 +164,16 @@ def test_plot_draws_the_tagged_sentence(tagged, tmp_path, capsys):
     assert "&lt;BT&gt;" not in (tmp_path / "plain.html").read_text(encoding="utf-8")
     assert run_cli("plot", tagged.folder, "abc", "--tag", "<XX>", "--out", heatmap) != 0
     assert "'<XX>' is not a tag of" in capsys.readouterr().err
+
+
+def test_the_score_command_scores_with_the_tag(tagged, tmp_path, capsys):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("abc\tcba\nbcd\tdcb\n", encoding="utf-8")
+    assert run_cli("score", tagged.folder, "-i", pairs, "--tag", TAG) == 0
+    scores = [float(line) for line in capsys.readouterr().out.splitlines()]
+    expected = tagged.score(["abc", "bcd"], ["cba", "dcb"], tag=TAG)
+    assert scores == pytest.approx([s.log_prob for s in expected], abs=1e-3)
+    assert run_cli("score", tagged.folder, "-i", pairs, "--backward", tagged.folder, "--tag", TAG, "--jsonl") == 0
+    [first, _] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert first["forward"]["log_prob"] == pytest.approx(expected[0].log_prob, abs=1e-3)
+    assert first["backward"]["log_prob"] == pytest.approx(tagged.score(["cba"], ["abc"])[0].log_prob, abs=1e-3)

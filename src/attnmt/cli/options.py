@@ -111,9 +111,6 @@ def decoding_options(p):
                    help="vocabulary shortlist: the output layer scores only the likely target pieces of each "
                         "batch (MODEL_DIR/shortlist.json, or FILE; build it with 'attnmt shortlist MODEL_DIR'; "
                         "default: config, decoding.shortlist)")
-    p.add_argument("--tag", metavar="TAG",
-                   help="put this tag, one the model was trained with (data.extra_train's, e.g. '<BT>'; attnmt info "
-                        "lists them), before every source: its outputs then follow that corpus (a domain, a style)")
     penalty_options(p)
 
 
@@ -138,6 +135,10 @@ def model_options(p, max_tokens: str):
                    help="another model of the same language pair and subwords (repeatable): each step's next-token "
                         "distribution is the mean of all (ensemble decoding; the same --checkpoint)")
     p.add_argument("--max-tokens", type=_positive, default=MAX_TOKENS, help=max_tokens)
+    p.add_argument("--tag", metavar="TAG",
+                   help="put this tag, one the model was trained with (data.extra_train's, e.g. '<BT>'; attnmt info "
+                        "lists them), before every source: its outputs then follow that corpus (a domain, a style); "
+                        "with score --backward, the forward model's sources only")
     p.add_argument("--attention-window", type=window_argument, metavar="LEFT,RIGHT",
                    help="RNN attention: each step attends only within LEFT positions before and RIGHT after the "
                         "median of the previous step's weights (as in Chorowski et al. 2014; default: config, "

@@ -51,7 +51,7 @@ def run(args):
             scored = dual(model, sources, translations, args)
         else:
             scored = model.score(sources, translations, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                                 progress="scoring")
+                                 progress="scoring", tag=args.tag)
     except AttnmtError as error:
         raise AttnmtError(f"{name}: {error}") from None
     write_scores(scored, args)
@@ -68,7 +68,8 @@ def dual(model, sources: list[str], translations: list[str], args):
     from attnmt.translation.filtering import dual_scores
 
     backward = load(args.backward, args.checkpoint, quantize=quantize(args), device=args.device)
-    return dual_scores(model, backward, sources, translations, args.batch_size, args.max_tokens, progress=True)
+    return dual_scores(model, backward, sources, translations, args.batch_size, args.max_tokens, progress=True,
+                       tag=args.tag)
 
 
 def summary(scored, side: str) -> str:
