@@ -185,6 +185,8 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
         assert isinstance(t.attention, np.ndarray) and t.attention.shape[1] == len(t.source_tokens)
     translation, nodes = translator.beam_tree(sources[0], beam=3)
     assert nodes[0]["status"] == "root" and isinstance(translation.attention, np.ndarray)
+    translation, nodes = translator.beam_tree(sources[0], beam=3, constraints=[reverse(sources[0])[:2]])
+    assert nodes[1]["met"] is not None and isinstance(translation.attention, np.ndarray)
     trace = translator.trace(sources[0])
     assert isinstance(trace.encoder_states, np.ndarray) and isinstance(trace.steps[0].weights, np.ndarray)
     [matrix] = force_attention(translator, sources[:1], [reverse(sources[0])])
@@ -223,6 +225,7 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
         post(client, "/translate", {"text": sources[0], "beam": 1})
         assert post(client, "/trace", {"text": sources[0]})["steps"]
         assert post(client, "/beam", {"text": sources[0], "beam": 3})["nodes"]
+        assert post(client, "/beam", {"text": sources[0], "beam": 3, "constraints": ["ab"]})["nodes"][1]["met"] >= 0
         assert post(client, "/score", {"text": sources[:2], "translation": sources[:2]})["scores"][1]["log_probs"]
 
 

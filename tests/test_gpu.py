@@ -115,6 +115,9 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
     assert (tmp_path / "sampled.txt").read_text().splitlines() == sampled  # the seed's draws, on the GPU too
     translation, nodes = on_gpu.beam_tree(sources[0], beam=3)
     assert nodes[0]["status"] == "root" and any(n["status"] == "finished" for n in nodes)
+    for constrained in (on_gpu, on_cpu):  # the constrained search's tree, on the GPU as on the CPU
+        translation, nodes = constrained.beam_tree(sources[0], beam=3, constraints=["ab"])
+        assert "ab" in translation.text and all(n["met"] is not None for n in nodes[1:])
     trace = on_gpu.trace(sources[0])
     assert trace.encoder_states.shape[0] == len(trace.source_tokens) and trace.steps[0].weights is not None
     targets = [reverse(s) for s in sources]
