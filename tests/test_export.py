@@ -109,3 +109,26 @@ def test_export_does_not_overwrite(tmp_path, capsys):
     assert (tmp_path / "ct2" / "model.bin").is_file()
     assert main(["export", str(model_dir), "--ct2", str(tmp_path / "ct2"), "--force", "--checkpoint", "averaged"]) == 2
     assert "attnmt average" in capsys.readouterr().err  # the weights asked for, which do not exist here
+
+
+def test_an_exported_transformer_takes_a_tag_as_its_first_source_piece(tmp_path):
+    """A model trained with a tag (data.extra_train) translates in CTranslate2 with the tag's piece
+    before the source's, as attnmt's translate(tag=...) puts it."""
+    from test_extra_corpora import extra_config
+
+    config = extra_config(tmp_path, training={"max_steps": 20}, model={
+        "type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
+        "decoder_layers": 1})
+    torch.manual_seed(0)
+    train(config, log=lambda m: None, progress=False)
+    assert main(["export", str(config.experiment_dir), "--ct2", str(tmp_path / "ct2")]) == 0
+    ours = attnmt.load(config.experiment_dir)
+    theirs = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", compute_type="float32")
+    for text in ("abc", "bcde", "cd"):
+        [t] = ours.translate([text], beam=1, tag="<BT>")
+        pieces = t.source_tokens[:-1]  # "<BT>", then the text's pieces (CTranslate2 adds "</s>" itself)
+        assert pieces[0] == "<BT>"
+        [limit] = max_output_lengths(torch.tensor([len(t.source_tokens)]), ours.config.decoding.max_length_ratio,
+                                     ours.config.decoding.max_length_offset)
+        [result] = theirs.translate_batch([pieces], beam_size=1, max_decoding_length=limit)
+        assert result.hypotheses[0] == [token for token in t.tokens if token != "</s>"], text

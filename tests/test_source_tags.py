@@ -177,3 +177,4 @@ def test_the_score_command_scores_with_the_tag(tagged, tmp_path, capsys):
     [first, _] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert first["forward"]["log_prob"] == pytest.approx(expected[0].log_prob, abs=1e-3)
     assert first["backward"]["log_prob"] == pytest.approx(tagged.score(["cba"], ["abc"])[0].log_prob, abs=1e-3)
+
