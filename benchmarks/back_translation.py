@@ -16,8 +16,8 @@ distinct sentence of the SICK corpus (image and video descriptions, the shared n
 not a sentence of Multi30k (train, val or test, compared in lower case without the final period);
 the reverse model (--reverse, English -> German, trained on Multi30k) translates them with beam 5.
 Then the base config is trained again, the same steps and seed, with those pairs as
-``data.extra_train``: untagged, tagged "<BT>", and untagged but drawn from the reverse model by
-sampling (temperature 1, seed 1) instead of beam search, and untagged with a period put at the end of
+``data.extra_train``: untagged, tagged "<BT>", drawn from the reverse model by sampling
+(temperature 1, seed 1) instead of beam search, untagged and tagged, and untagged with a period put at the end of
 each English sentence that has none ("periods": SICK's sentences hardly ever end with one, Multi30k's
 almost always do) (--variants: which). Lines: test_2016 BLEU and
 chrF (beam 5) of the best checkpoint of each, the paired bootstrap of sacreBLEU against the base
@@ -39,7 +39,7 @@ from pathlib import Path
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 SICK = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")
 MULTI30K_ENGLISH = ("train.en.gz", "val.en.gz", "test_2016_flickr.en.gz")
-VARIANTS = {"untagged": None, "tagged": "<BT>", "sampled": None, "periods": None}  # name: tag
+VARIANTS = {"untagged": None, "tagged": "<BT>", "sampled": None, "sampled-tagged": "<BT>", "periods": None}  # name: tag
 
 
 PROGRESSIVE = re.compile(r"\b(is|are)\s+\w+ing\b")  # "is/are ...ing": 78 % of SICK's sentences
@@ -118,7 +118,7 @@ def main():
     english = monolingual_english(args.out / "sick.en")
     german = back_translated(args.reverse, english, args.out / "sick.bt.de")
     sampled, periods = args.out / "sick.sampled.de", args.out / "sick.periods.en"
-    if "sampled" in args.variants:
+    if any(name.startswith("sampled") for name in args.variants):
         back_translated(args.reverse, english, sampled, sample=True)
     if "periods" in args.variants:  # SICK's sentences end without a period, Multi30k's with one
         periods.write_text("".join(line.rstrip(".") + ".\n" for line in read_lines(english)), encoding="utf-8")
@@ -130,7 +130,7 @@ def main():
     rows = [("Multi30k alone (the base)", attnmt.load(base.experiment_dir), None)]
     for name in args.variants:
         tag = VARIANTS[name]
-        synthetic = (sampled if name == "sampled" else german, periods if name == "periods" else english)
+        synthetic = (sampled if name.startswith("sampled") else german, periods if name == "periods" else english)
         folder = args.out / name
         if not (folder / "best.safetensors").is_file():
             started = time.perf_counter()
