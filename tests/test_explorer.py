@@ -687,6 +687,7 @@ def test_a_tag_reaches_every_view_of_the_models_trained_with_it(browser, tagged_
         page.wait_for_selector("body[data-state=ready]")
         assert page.is_visible("#tag-field")
         assert page.locator("#tag option").all_text_contents() == ["none", "<BT>"]
+        assert "tags <BT>" in page.text_content("#model-info")
         page.select_option("#tag", "<BT>")
         page.check("#compare")
         page.select_option("#model-b", plain)

@@ -8,16 +8,17 @@ import { linkedCells, mergePieces } from "./words.js";
 export function describeModel(m) {
   if (!m) return "";
   if (m.type === "decomposable") return `sentence pairs · decomposable attention · labels ${m.labels.join(", ")}`;
-  // an ensemble (attnmt serve --ensemble): this model's figures, then the models it decodes with
-  const ensemble = m.ensemble ? ` · ensemble with ${m.ensemble.join(", ")} (mean attention)` : "";
+  // after this model's figures: the models it decodes with (attnmt serve --ensemble), its tags
+  const after = (m.ensemble ? ` · ensemble with ${m.ensemble.join(", ")} (mean attention)` : "")
+    + (m.tags?.length ? ` · tags ${m.tags.join(", ")}` : "");
   if (m.type === "transformer") {
     return `Transformer · d_model ${m.d_model} · ${m.heads} heads · ${m.encoder_layers} encoder + ` +
-      `${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}${ensemble}`;
+      `${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}${after}`;
   }
   const attention = m.attention === "none" ? "no attention" : `${m.attention} attention`;
   const feeding = m.attention.startsWith("luong") ? (m.input_feeding ? " · input feeding" : " · no input feeding") : "";
   return `${attention} · ${m.rnn_type.toUpperCase()} · decoder ${m.decoder_hidden}${feeding} · default beam ${m.beam}` +
-    ensemble;
+    after;
 }
 
 /** The best translation of a /translate answer, with its heatmap (of words when `words`, else of
