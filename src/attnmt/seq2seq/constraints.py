@@ -136,7 +136,8 @@ class _ConstrainedBeams(Beams):
             live, finishing, considered = self._choose(candidates[g * width:(g + 1) * width], g * width, phrases)
             chosen.append(live)
             ends += [(sentence, row, score) for row, score in finishing]
-            recorded.append((sentence, self._recorded(live, finishing, considered, g * width, phrases)))
+            if self.record is not None:
+                recorded.append((sentence, self._recorded(live, finishing, considered, g * width, phrases)))
         if self.record is not None:
             self.record.add(t, recorded)
         if ends:
@@ -192,8 +193,6 @@ class _ConstrainedBeams(Beams):
         """What the search tree shows of a sentence's step (attnmt.seq2seq.decoding.BeamRecorder): its
         live rows, kept; the hypotheses that end, finished; the k best candidates left out, pruned;
         each with the constraint tokens it has met."""
-        if self.record is None:
-            return []
         taken = {(row, token) for row, token, _, _ in live} | {(row, EOS) for row, _ in finishing}
         left = sorted((c for c in considered if (c[0], c[1]) not in taken), key=lambda c: -c[2])[:self.k]
         return ([(row - first_row, token, score, "kept", p.count(phrases)) for row, token, score, p in live
