@@ -178,3 +178,24 @@ def test_the_score_command_scores_with_the_tag(tagged, tmp_path, capsys):
     assert first["forward"]["log_prob"] == pytest.approx(expected[0].log_prob, abs=1e-3)
     assert first["backward"]["log_prob"] == pytest.approx(tagged.score(["cba"], ["abc"])[0].log_prob, abs=1e-3)
 
+
+
+def test_requests_with_and_without_a_tag_are_decoded_together_each_with_its_own(tagged, monkeypatch):
+    from test_serve import post_together
+
+    app = create_app([tagged.folder], ServerLimits(batch_wait=0.5))  # a wide window: all get in
+    model = app.state.models[tagged.folder.name]
+    original, calls = model.translator.translate, []
+    monkeypatch.setattr(model.translator, "translate",
+                        lambda texts, *args, **kwargs: calls.append(list(texts)) or original(texts, *args, **kwargs))
+    bodies = [{"text": ["abc", "bcd"], "beam": 2, "tag": TAG}, {"text": "abcd", "beam": 2},
+              {"text": "cde", "beam": 2, "tag": TAG}, {"text": ["de", "abc"], "beam": 2}]
+    with local_client(app) as client:
+        responses = post_together(client, bodies)
+    assert len(calls) < len(bodies)  # decoded together
+    for body, response in zip(bodies, responses):
+        texts = [body["text"]] if isinstance(body["text"], str) else body["text"]
+        expected = tagged.translate(texts, beam=2, tag=body.get("tag"))
+        got = response.json()["translations"]
+        assert [t["source_tokens"] for t in got] == [t.source_tokens for t in expected]
+        assert [t["candidates"][0]["tokens"] for t in got] == [t.tokens for t in expected]
