@@ -142,14 +142,35 @@ def main():
     baseline = None
     print(f"{'training data':<40}{'BLEU':>7}{'chrF':>7}{'p (paired bootstrap)':>22}{'no final period':>17}"
           f"{'is/are ...ing':>15}")
+    attended = []
     for name, model, tag in rows:
-        outputs = [t.text for t in model.translate(sources, beam=5, batch_size=64, tag=tag)]
+        translations = model.translate(sources, beam=5, batch_size=64, tag=tag)
+        outputs = [t.text for t in translations]
+        if tag:
+            attended.append((name, tag_attention(model, sources, translations, tag)))
         p_value = "" if baseline is None else f"{significance(baseline, outputs, references):.3f}"
         baseline = baseline or outputs
         print(f"{name:<40}{sacrebleu.corpus_bleu(outputs, [references]).score:>7.2f}"
               f"{sacrebleu.corpus_chrf(outputs, [references]).score:>7.2f}{p_value:>22}{style(outputs)}")
     print(f"{'(the references)':<76}{style(references)}")
     print(f"{'(the SICK sentences)':<76}{style(read_lines(english))}")
+    for name, line in attended:
+        print(f"attention on the tag,{name.strip(' .')}: {line}")
+
+
+def tag_attention(model, sources: list[str], translations: list, tag: str) -> str:
+    """How much the model looks at ``tag`` in translating ``sources`` after it (``translations``): the
+    cross-attention of the last layer, heads averaged (a Translation's attention), per output token
+    and at the step that ends the output; the encoder's self-attention to it, per layer."""
+    import numpy as np
+
+    weights = [t.attention[:, 0] for t in translations if t.attention is not None and t.tokens[-1:] == ["</s>"]]
+    uniform = np.mean([1 / t.attention.shape[1] for t in translations if t.attention is not None])
+    encoder = np.mean([model.attention(s, t, tag=tag)["encoder"][:, :, 1:, 0].mean(axis=(1, 2))
+                       for s, t in zip(sources, translations) if t.tokens], axis=0)
+    return (f"cross-attention {np.mean(np.concatenate(weights)):.1%} of each output token's (uniform: "
+            f"{uniform:.1%}), {np.mean([w[-1] for w in weights]):.1%} at the step writing </s>; encoder "
+            f"self-attention to it by layer {', '.join(f'{x:.1%}' for x in encoder)}")
 
 
 def style(sentences: list[str]) -> str:
