@@ -199,3 +199,21 @@ def test_requests_with_and_without_a_tag_are_decoded_together_each_with_its_own(
         got = response.json()["translations"]
         assert [t["source_tokens"] for t in got] == [t.source_tokens for t in expected]
         assert [t["candidates"][0]["tokens"] for t in got] == [t.tokens for t in expected]
+
+
+def test_a_request_of_several_texts_takes_a_tag_for_each(tagged):
+    texts, tags = ["abc", "bcd", "cde"], [TAG, None, TAG]
+    with local_client(create_app([tagged.folder])) as client:
+        answer = client.post("/translate", json={"text": texts, "beam": 2, "tag": tags})
+        assert answer.status_code == 200, answer.text
+        expected = tagged.translate(texts, beam=2, tag=[t or "" for t in tags])
+        got = answer.json()["translations"]
+        assert [t["source_tokens"] for t in got] == [t.source_tokens for t in expected]
+        assert [t["source_tokens"][0] == TAG for t in got] == [True, False, True]
+        scores = client.post("/score", json={"text": texts, "translation": ["cba"] * 3, "tag": tags}).json()["scores"]
+        assert [s["log_prob"] for s in scores] == pytest.approx(
+            [s.log_prob for s in tagged.score(texts, ["cba"] * 3, tag=[t or "" for t in tags])], abs=1e-4)
+        for body, message in (({"text": texts, "tag": [TAG]}, "one tag (or null) for each text"),
+                              ({"text": "abc", "tag": [TAG]}, "a list of tags goes with a list of texts")):
+            refused = client.post("/translate", json=body)
+            assert refused.status_code == 422 and message in refused.text

@@ -7,7 +7,7 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Awaitable, Callable, Optional, Protocol
+from typing import Any, Awaitable, Callable, Optional, Protocol, Union
 
 from attnmt.core.config import Sampling
 from attnmt.serve.limits import ServerLimits, work
@@ -37,7 +37,7 @@ class _Job:
     sampling: Optional[Sampling] = None  # drawn, not searched: decoded alone (a seed repeats its request's draws)
     prefixes: Optional[list[str]] = None  # the start of each text's translations ("": none)
     constraints: Optional[list[list[str]]] = None  # the phrases each text's translations must hold ([]: none)
-    tag: Optional[str] = None  # put before each of its texts (Translator.source_ids)
+    tag: Union[str, list[Optional[str]], None] = None  # put before each of its texts, or one each (source_ids)
 
     @property
     def options(self) -> tuple:
@@ -75,12 +75,13 @@ class Batcher:
 
     async def translate(self, texts: list[str], tokens: list[int], beam: int, n_best: int, deadline: float,
                         sampling: Optional[Sampling] = None, prefixes: Optional[list[str]] = None,
-                        constraints: Optional[list[list[str]]] = None, tag: Optional[str] = None) -> list:
+                        constraints: Optional[list[list[str]]] = None,
+                        tag: Union[str, list[Optional[str]], None] = None) -> list:
         """The translations of ``texts`` (a list of attnmt.api.Translation), in order; ModelTimeout
         at ``deadline``, waiting in the queue included. ``tokens``: their subword token counts (the
         work of each). ``sampling``: drawn instead of searched for (beam and n_best 1). ``prefixes``:
         the start of each text's translations ("": none), ``constraints`` the phrases they must hold
-        ([]: none), ``tag`` one before each text, decoded with other requests' texts."""
+        ([]: none), ``tag`` one before every text or one each (None: none), decoded with other requests' texts."""
         self._start()
         future = asyncio.get_running_loop().create_future()
         self.queue.put_nowait(_Job(texts, tokens, beam, n_best, deadline, future, sampling, prefixes, constraints,
@@ -153,7 +154,8 @@ class Batcher:
         drawn = {} if jobs[0].sampling is None else {"sampling": jobs[0].sampling}
         prefixes = [p for job in jobs for p in (job.prefixes or [""] * len(job.texts))]
         phrases = [c for job in jobs for c in (job.constraints or [[]] * len(job.texts))]
-        tags = [job.tag or "" for job in jobs for _ in job.texts]
+        tags = [t or "" for job in jobs
+                for t in (job.tag if isinstance(job.tag, list) else [job.tag] * len(job.texts))]
 
         def per_text(chunk: list[int]) -> dict:  # (only those given: the searches without are faster on GPUs)
             options = {"prefix": prefixes, "tag": tags, "constraints": phrases}

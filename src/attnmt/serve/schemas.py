@@ -303,6 +303,17 @@ def _tag_goes_with_text(request):
     return request
 
 
+def _tags_for_each_text(request):
+    """One tag for every text, or a list of them (null: none) as long as a list of texts."""
+    if isinstance(request.tag, list):
+        if not isinstance(request.text, list):
+            raise ValueError("a list of tags goes with a list of texts: give one tag for a single text")
+        if len(request.tag) != len(request.text):
+            raise ValueError(f"text has {len(request.text)} sentences and tag {len(request.tag)}: one tag (or null) "
+                             "for each text, or one tag for all")
+    return request
+
+
 def _translation_for_each_text(request):
     return _one_for_each_text(request, "translation", "translation")
 
@@ -339,6 +350,17 @@ PREFIX_OF_ONE = "the start of the output (\"\" or null: none), as the prefix of 
 SourceTag = Annotated[str, Field(pattern=TAG_PATTERN, strict=True)]
 TAG_FIELD = Field(None, description="a tag the model was trained with (/models: tags; data.extra_train's), put "
                                     "before every source: its outputs then follow that corpus (a domain, a style)")
+
+
+def tags_type(limits: ServerLimits):
+    """One tag (every text's), or a list of them (null: none) for a list of texts."""
+    return Optional[Union[SourceTag, Annotated[list[Optional[SourceTag]],
+                                               Field(min_length=1, max_length=limits.max_sentences)]]]
+
+
+TAGS_FIELD = Field(None, description="a tag the model was trained with (/models: tags; data.extra_train's), put "
+                                     "before every source: its outputs then follow that corpus (a domain, a style); "
+                                     "for a list of texts, one tag for all or a list as long (null: none)")
 
 
 def request_models(limits: ServerLimits) -> RequestModels:
@@ -393,12 +415,13 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
             = Field(None, description=f"words or phrases each translation must contain (up to {MAX_CONSTRAINTS} per "
                                       "text): a list of them for a string text, a list as long of such lists for a "
                                       "list ([]: none); beam search with dynamic beam allocation")
-        tag: Optional[SourceTag] = TAG_FIELD
+        tag: tags_type(limits) = TAGS_FIELD
         one_source = model_validator(mode="after")(_text_or_audio)
         draws_one = model_validator(mode="after")(_sampling_draws_one)
         prefix_each = model_validator(mode="after")(_prefix_for_each_text)
         constraints_each = model_validator(mode="after")(_constraints_for_each_text)
         tag_with_text = model_validator(mode="after")(_tag_goes_with_text)
+        tags_each = model_validator(mode="after")(_tags_for_each_text)
 
     class TraceRequest(Strict):
         text: Optional[Sentence] = Field(None, description=f"one sentence of 1 to {limits.max_chars} characters")
@@ -449,7 +472,8 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
         translation: Sentences = Field(description="a translation of each text, as text gives them (a string, or a "
                                                    "list as long)")
         model: ModelName = MODEL_FIELD
-        tag: Optional[SourceTag] = TAG_FIELD
+        tag: tags_type(limits) = TAGS_FIELD
         one_each = model_validator(mode="after")(_translation_for_each_text)
+        tags_each = model_validator(mode="after")(_tags_for_each_text)
 
     return BeamRequest, AttentionRequest, ClassifyRequest, ScoreRequest
