@@ -142,20 +142,22 @@ def main():
     baseline = None
     print(f"{'training data':<40}{'BLEU':>7}{'chrF':>7}{'p (paired bootstrap)':>22}{'no final period':>17}"
           f"{'is/are ...ing':>15}")
-    attended = []
+    attended, variant = [], ""
     for name, model, tag in rows:
         translations = model.translate(sources, beam=5, batch_size=64, tag=tag)
         outputs = [t.text for t in translations]
         if tag:
-            attended.append((name, tag_attention(model, sources, translations, tag)))
+            attended.append((variant, tag_attention(model, sources, translations, tag)))
+        else:
+            variant = name.removeprefix("+ back-translated SICK, ")
         p_value = "" if baseline is None else f"{significance(baseline, outputs, references):.3f}"
         baseline = baseline or outputs
         print(f"{name:<40}{sacrebleu.corpus_bleu(outputs, [references]).score:>7.2f}"
               f"{sacrebleu.corpus_chrf(outputs, [references]).score:>7.2f}{p_value:>22}{style(outputs)}")
     print(f"{'(the references)':<76}{style(references)}")
     print(f"{'(the SICK sentences)':<76}{style(read_lines(english))}")
-    for name, line in attended:
-        print(f"attention on the tag,{name.strip(' .')}: {line}")
+    for variant, line in attended:
+        print(f"{variant}, translated with its tag, attention on the tag: {line}")
 
 
 def tag_attention(model, sources: list[str], translations: list, tag: str) -> str:
