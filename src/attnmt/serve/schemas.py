@@ -20,6 +20,17 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Dis
 
 from attnmt.core.data_sections import TAG_PATTERN
 from attnmt.serve.limits import ServerLimits, base64_length
+from attnmt.serve.request_checks import (
+    constraints_for_each_text,
+    not_blank,
+    prefix_for_each_text,
+    sampling_draws_one,
+    tag_goes_with_text,
+    tags_for_each_text,
+    text_kind,
+    text_or_audio,
+    translation_for_each_text,
+)
 from attnmt.speech.audio import SAMPLE_RATES
 
 
@@ -218,10 +229,6 @@ class ScoreResponse(Answer):
     scores: list[ScoreOut] = Field(description="one per pair, in order")
 
 
-# ---------------------------------------------------------------------------------------------
-# Requests
-
-
 class ClassifyResponse(Strict):
     """A sentence pair through the decomposable attention model: its label and probabilities, and
     the attention matrices (rows: premise tokens, columns: hypothesis tokens) in both directions."""
@@ -235,6 +242,10 @@ class ClassifyResponse(Strict):
     hypothesis_attention: list[list[float]] = Field(description="softmax over the premise: each column sums to 1")
 
 
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
 class RequestModels(NamedTuple):
     translate: type[Strict]
     trace: type[Strict]
@@ -242,20 +253,6 @@ class RequestModels(NamedTuple):
     attention: type[Strict]
     classify: type[Strict]
     score: type[Strict]
-
-
-def _not_blank(text: str) -> str:
-    if not text.strip():
-        raise ValueError("text must not be empty or only whitespace")
-    return text
-
-
-def _text_kind(value: Any) -> Optional[str]:
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, list):
-        return "list"
-    return None
 
 
 class SamplingIn(Strict):
@@ -267,79 +264,6 @@ class SamplingIn(Strict):
     temperature: float = Field(1.0, gt=0, le=100, description="divide the log-probabilities by T")
     seed: Optional[int] = Field(None, ge=0, le=2 ** 63 - 1, strict=True,
                                 description="the same seed and request give the same outputs; none: a new draw")
-
-
-def _sampling_draws_one(request):
-    if request.sampling is not None and (request.beam not in (None, 1) or request.n_best != 1):
-        raise ValueError("sampling draws one translation per sentence: it takes no beam or n_best above 1")
-    if request.sampling is not None and request.audio is not None:
-        raise ValueError("sampling draws translations of text: a speech model's audio is searched")
-    return request
-
-
-def _text_or_audio(request):
-    if (request.text is None) == (request.audio is None):
-        raise ValueError("give text (translation models) or audio (speech models), one of them")
-    return request
-
-
-def _one_for_each_text(request, field: str, what: str):
-    """``field`` of the request is a string for a string ``text``, a list as long for a list."""
-    value = getattr(request, field)
-    if value is None:
-        return request
-    if request.text is None:
-        raise ValueError(f"{field} goes with text: a speech model's audio has no {what}")
-    if isinstance(request.text, str) != isinstance(value, str):
-        raise ValueError(f"text and {field} go together: two strings, or two lists of the same length")
-    if not isinstance(request.text, str) and len(request.text) != len(value):
-        raise ValueError(f"text has {len(request.text)} sentences and {field} {len(value)}: one {what} for each text")
-    return request
-
-
-def _tag_goes_with_text(request):
-    if request.tag is not None and request.text is None:
-        raise ValueError("tag goes with text: a speech model's audio has no tags")
-    return request
-
-
-def _tags_for_each_text(request):
-    """One tag for every text, or a list of them (null: none) as long as a list of texts."""
-    if isinstance(request.tag, list):
-        if not isinstance(request.text, list):
-            raise ValueError("a list of tags goes with a list of texts: give one tag for a single text")
-        if len(request.tag) != len(request.text):
-            raise ValueError(f"text has {len(request.text)} sentences and tag {len(request.tag)}: one tag (or null) "
-                             "for each text, or one tag for all")
-    return request
-
-
-def _translation_for_each_text(request):
-    return _one_for_each_text(request, "translation", "translation")
-
-
-def _prefix_for_each_text(request):
-    return _one_for_each_text(request, "prefix", "prefix")
-
-
-def _constraints_for_each_text(request):
-    """A list of phrases for a string text, a list of such lists for a list of texts; not with
-    audio nor sampling."""
-    value = request.constraints
-    if value is None:
-        return request
-    if request.text is None:
-        raise ValueError("constraints go with text: a speech model's audio has no words to constrain")
-    if request.sampling is not None:
-        raise ValueError("sampling draws translations as the model writes them: it takes no constraints")
-    nested = bool(value) and not isinstance(value[0], str)
-    if isinstance(request.text, str) == nested:
-        raise ValueError("text and constraints go together: a string and a list of phrases, or a list of texts "
-                         "and a list as long of lists of phrases")
-    if nested and len(value) != len(request.text):
-        raise ValueError(f"text has {len(request.text)} sentences and constraints {len(value)}: a list of phrases "
-                         "for each text")
-    return request
 
 
 ModelName = Optional[str]
@@ -366,11 +290,11 @@ TAGS_FIELD = Field(None, description="a tag the model was trained with (/models:
 def request_models(limits: ServerLimits) -> RequestModels:
     """The request bodies, with the limits as Field constraints (so /docs shows them)."""
     Sentence = Annotated[str, Field(min_length=1, max_length=limits.max_chars, strict=True),
-                         AfterValidator(_not_blank)]
+                         AfterValidator(not_blank)]
     Sentences = Annotated[
         Union[Annotated[Sentence, Tag("text")],
               Annotated[list[Sentence], Field(min_length=1, max_length=limits.max_sentences), Tag("list")]],
-        Discriminator(_text_kind, custom_error_type="text_type",
+        Discriminator(text_kind, custom_error_type="text_type",
                       custom_error_message="text must be a string or a list of strings"),
     ]
     return RequestModels(*_requests_of_text_or_audio(limits, Sentence, Sentences),
@@ -386,7 +310,7 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
     """/translate and /trace, which take text or, for a speech model, audio."""
     Prefix = Annotated[str, Field(max_length=limits.max_chars, strict=True)]  # "" is no prefix
     Phrases = Annotated[list[Annotated[str, Field(min_length=1, max_length=limits.max_chars, strict=True),
-                                       AfterValidator(_not_blank)]], Field(max_length=MAX_CONSTRAINTS)]
+                                       AfterValidator(not_blank)]], Field(max_length=MAX_CONSTRAINTS)]
     Audio = Annotated[str, Field(min_length=1, max_length=base64_length(limits.max_audio_bytes), strict=True)]
     audio_field = Field(None, description=f"speech models: a sound file (WAV, FLAC, ...) in base64, at most "
                                           f"{limits.max_audio_bytes:,} bytes (decoded) and "
@@ -416,12 +340,12 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
                                       "text): a list of them for a string text, a list as long of such lists for a "
                                       "list ([]: none); beam search with dynamic beam allocation")
         tag: tags_type(limits) = TAGS_FIELD
-        one_source = model_validator(mode="after")(_text_or_audio)
-        draws_one = model_validator(mode="after")(_sampling_draws_one)
-        prefix_each = model_validator(mode="after")(_prefix_for_each_text)
-        constraints_each = model_validator(mode="after")(_constraints_for_each_text)
-        tag_with_text = model_validator(mode="after")(_tag_goes_with_text)
-        tags_each = model_validator(mode="after")(_tags_for_each_text)
+        one_source = model_validator(mode="after")(text_or_audio)
+        draws_one = model_validator(mode="after")(sampling_draws_one)
+        prefix_each = model_validator(mode="after")(prefix_for_each_text)
+        constraints_each = model_validator(mode="after")(constraints_for_each_text)
+        tag_with_text = model_validator(mode="after")(tag_goes_with_text)
+        tags_each = model_validator(mode="after")(tags_for_each_text)
 
     class TraceRequest(Strict):
         text: Optional[Sentence] = Field(None, description=f"one sentence of 1 to {limits.max_chars} characters")
@@ -430,9 +354,9 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
         top_k: int = Field(5, ge=1, le=limits.max_top_k, strict=True, description="next-token candidates per step")
         prefix: Optional[Prefix] = Field(None, description=PREFIX_OF_ONE)
         tag: Optional[SourceTag] = TAG_FIELD
-        one_source = model_validator(mode="after")(_text_or_audio)
-        prefix_each = model_validator(mode="after")(_prefix_for_each_text)
-        tag_with_text = model_validator(mode="after")(_tag_goes_with_text)
+        one_source = model_validator(mode="after")(text_or_audio)
+        prefix_each = model_validator(mode="after")(prefix_for_each_text)
+        tag_with_text = model_validator(mode="after")(tag_goes_with_text)
 
     return TranslateRequest, TraceRequest
 
@@ -448,7 +372,7 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
             None, description=PREFIX_OF_ONE)
         tag: Optional[SourceTag] = TAG_FIELD
         constraints: Optional[Annotated[list[Annotated[str, Field(min_length=1, max_length=limits.max_chars,
-                                                                  strict=True), AfterValidator(_not_blank)]],
+                                                                  strict=True), AfterValidator(not_blank)]],
                                         Field(max_length=MAX_CONSTRAINTS)]] = Field(
             None, description=f"words or phrases every hypothesis must contain (up to {MAX_CONSTRAINTS}), as the "
                               "constraints of /translate: the tree of dynamic beam allocation, each node with its "
@@ -473,7 +397,7 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
                                                    "list as long)")
         model: ModelName = MODEL_FIELD
         tag: tags_type(limits) = TAGS_FIELD
-        one_each = model_validator(mode="after")(_translation_for_each_text)
-        tags_each = model_validator(mode="after")(_tags_for_each_text)
+        one_each = model_validator(mode="after")(translation_for_each_text)
+        tags_each = model_validator(mode="after")(tags_for_each_text)
 
     return BeamRequest, AttentionRequest, ClassifyRequest, ScoreRequest
