@@ -14,7 +14,7 @@ from attnmt.seq2seq.results import Candidate, Translation, links_of
 from attnmt.seq2seq.search import decode
 from attnmt.serve import ServerLimits, create_app
 from attnmt.training import Trainer
-from conftest import local_client, toy_config
+from conftest import local_client, toy_config, write_tsv
 from test_compare import run_cli
 from test_extra_corpora import MAIN, QUIET, extra_config
 
@@ -217,3 +217,14 @@ def test_a_request_of_several_texts_takes_a_tag_for_each(tagged):
                               ({"text": "abc", "tag": [TAG]}, "a list of tags goes with a list of texts")):
             refused = client.post("/translate", json=body)
             assert refused.status_code == 422 and message in refused.text
+
+
+def test_evaluate_heads_each_test_set_with_the_tag(tmp_path, capsys):
+    from attnmt.core.config import CorpusFiles
+
+    config = extra_config(tmp_path, training={"max_steps": 2})
+    config.data.test = {"held": CorpusFiles(tsv=write_tsv(tmp_path / "held.tsv", MAIN[:2]))}
+    trained(config)
+    capsys.readouterr()
+    assert run_cli("evaluate", config.experiment_dir, "--tag", TAG, "--beam", 2, "--trust-config") == 0
+    assert "== test set held (beam 2, tag <BT>)" in capsys.readouterr().out

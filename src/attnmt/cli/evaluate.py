@@ -117,7 +117,8 @@ def write_reports(reports: dict[str, dict], args, outputs: str, format_report):
         if args.hypotheses:
             write_text(args.hypotheses if len(reports) == 1 else f"{args.hypotheses}.{name}",
                        "".join(line + "\n" for line in lines))
-        beam = f" (beam {report['beam']})" if "beam" in report else ""
+        tag = f", tag {report['tag']}" if report.get("tag") else ""
+        beam = f" (beam {report['beam']}{tag})" if "beam" in report else ""
         print(f"== test set {name}{beam}\n" if name else "", end="")
         print(format_report(report) + ("\n" if len(reports) > 1 else ""))
     if args.json:
