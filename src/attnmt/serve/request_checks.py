@@ -47,14 +47,13 @@ def one_for_each_text(request, field: str, what: str):
     return request
 
 
-def tag_goes_with_text(request):
-    if request.tag is not None and request.text is None:
+def tag_for_each_text(request):
+    """A tag goes with text (not audio): one for every text, or a list of them (null: none) as long
+    as a list of texts."""
+    if request.tag is None:
+        return request
+    if request.text is None:
         raise ValueError("tag goes with text: a speech model's audio has no tags")
-    return request
-
-
-def tags_for_each_text(request):
-    """One tag for every text, or a list of them (null: none) as long as a list of texts."""
     if isinstance(request.tag, list):
         if not isinstance(request.text, list):
             raise ValueError("a list of tags goes with a list of texts: give one tag for a single text")

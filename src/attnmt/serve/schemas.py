@@ -25,8 +25,7 @@ from attnmt.serve.request_checks import (
     not_blank,
     prefix_for_each_text,
     sampling_draws_one,
-    tag_goes_with_text,
-    tags_for_each_text,
+    tag_for_each_text,
     text_kind,
     text_or_audio,
     translation_for_each_text,
@@ -344,8 +343,7 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
         draws_one = model_validator(mode="after")(sampling_draws_one)
         prefix_each = model_validator(mode="after")(prefix_for_each_text)
         constraints_each = model_validator(mode="after")(constraints_for_each_text)
-        tag_with_text = model_validator(mode="after")(tag_goes_with_text)
-        tags_each = model_validator(mode="after")(tags_for_each_text)
+        tag_each = model_validator(mode="after")(tag_for_each_text)
 
     class TraceRequest(Strict):
         text: Optional[Sentence] = Field(None, description=f"one sentence of 1 to {limits.max_chars} characters")
@@ -356,7 +354,7 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
         tag: Optional[SourceTag] = TAG_FIELD
         one_source = model_validator(mode="after")(text_or_audio)
         prefix_each = model_validator(mode="after")(prefix_for_each_text)
-        tag_with_text = model_validator(mode="after")(tag_goes_with_text)
+        tag_each = model_validator(mode="after")(tag_for_each_text)
 
     return TranslateRequest, TraceRequest
 
@@ -398,6 +396,6 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
         model: ModelName = MODEL_FIELD
         tag: tags_type(limits) = TAGS_FIELD
         one_each = model_validator(mode="after")(translation_for_each_text)
-        tags_each = model_validator(mode="after")(tags_for_each_text)
+        tag_each = model_validator(mode="after")(tag_for_each_text)
 
     return BeamRequest, AttentionRequest, ClassifyRequest, ScoreRequest
