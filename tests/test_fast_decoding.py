@@ -12,6 +12,7 @@ import torch
 
 from attnmt.core import speed
 from attnmt.core.config import DecodingConfig, ModelConfig
+from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import EOS, build_model, capture, decoding, fast_decoding
 from attnmt.seq2seq import search as searches
 from attnmt.seq2seq.decoding import max_output_lengths
@@ -106,6 +107,48 @@ def test_beam_search_finds_the_reference_n_best(name):
             assert_same_hypotheses(fast, reference)
 
 
+WITH_ATTENTION = [name for name in MODELS if name != "gru-none"]
+
+
+@pytest.mark.parametrize("name", WITH_ATTENTION)
+def test_a_coverage_penalty_ranks_as_the_reference_ranks(name):
+    """With a coverage penalty (summed as the search goes, over each sentence's real positions,
+    the attention window's hidden ones at the floor): the reference's n best, scores and order."""
+    batch, beta = random_batch(6, seed=4), 1.0
+    changed = 0
+    for case, (eos_bias, limits) in enumerate(CASES):
+        model, limits = tiny(name, eos_bias), limits_of(batch, limits)
+        args, window = (model, batch.src, batch.src_lengths, limits), window_of(name)
+        for graphs in (False, True):
+            reference = decoding.greedy_search(*args, window=window, beta=beta)
+            assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs, window=window, beta=beta),
+                                   reference)
+        for beam, n_best, alpha in BEAMS[1:]:
+            reference = decoding.beam_search(*args, beam, n_best, alpha, window=window, beta=beta)
+            fast = fast_decoding.beam_search(*args, beam, n_best, alpha, graphs=(case + beam) % 2 == 0,
+                                             window=window, beta=beta)
+            assert_same_hypotheses(fast, reference)
+            plain = decoding.beam_search(*args, beam, n_best, alpha, window=window)
+            changed += [[h.tokens for h in hyps] for hyps in plain] != [[h.tokens for h in hyps] for hyps in reference]
+    assert changed  # (the penalty changed some n best: the cases test the ranking, not just the scores)
+
+
+def test_a_gpu_takes_the_fast_searches_with_a_coverage_penalty_too():
+    model, cuda = tiny("gru-bahdanau"), torch.device("cuda")
+    greedy, beam = searches.searches(cuda, model, 0.4)
+    assert (greedy.func, beam.func, beam.keywords) == (fast_decoding.greedy_search, fast_decoding.beam_search,
+                                                       {"beta": 0.4})
+    with speed.plain():
+        assert searches.searches(cuda, model, 0.4)[1].func is decoding.beam_search
+    assert searches.searches(torch.device("cpu"), model, 0.4)[1].func is decoding.beam_search
+
+
+def test_a_coverage_penalty_without_attention_is_refused():
+    batch = random_batch()
+    with pytest.raises(AttnmtError, match="coverage_penalty: 0"):
+        fast_decoding.beam_search(tiny("gru-none"), batch.src, batch.src_lengths, [6] * 5, 3, beta=0.4)
+
+
 def test_the_cases_cover_early_ends_and_length_limits():
     batch = random_batch(6, seed=2)
     limits = limits_of(batch, "usual")
@@ -158,12 +201,16 @@ def test_every_tensor_is_made_on_the_models_device(name):
     limits = limits_of(batch, "usual")
     greedy = decoding.greedy_search(model, batch.src, batch.src_lengths, limits)
     beam = decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2)
+    beta = 0.0 if name == "gru-none" else 0.4  # (a coverage penalty sums the attention)
+    covered = decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2, beta=beta)
     with torch.device("meta"):
         for graphs in (False, True):
             assert_same_hypotheses(fast_decoding.greedy_search(model, batch.src, batch.src_lengths, limits,
                                                                graphs=graphs), greedy)
             assert_same_hypotheses(fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2,
                                                              graphs=graphs), beam)
+            assert_same_hypotheses(fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2,
+                                                             graphs=graphs, beta=beta), covered)
 
 
 def test_n_best_above_the_beam_is_refused():
@@ -206,8 +253,11 @@ def test_a_step_reads_no_value_back(name):
     with torch.inference_mode():
         memory = on_meta(model.encode(batch.src, batch.src_lengths, window_of(name)))
         model = copy.deepcopy(model).to("meta")
-        for search in (fast_decoding._Greedy(model, memory, [6, 6, 6, 6], 1.0),
-                       fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0)):
+        searches_run = [fast_decoding._Greedy(model, memory, [6, 6, 6, 6], 1.0),
+                        fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0)]
+        if name != "gru-none":  # (and with a coverage penalty, which sums the attention)
+            searches_run.append(fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, beta=0.4))
+        for search in searches_run:
             loop = search.start()
             for _ in range(4):
                 loop = search.step(loop)
@@ -289,8 +339,8 @@ def strict_steps(monkeypatch):
 @pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "gru-bahdanau-window", "transformer"])
 def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
     """On CUDA: graphs on, graphs off and the reference give the same hypotheses for greedy and
-    beam 5; a step never synchronises; decode() takes the fast searches on a GPU, and the
-    reference ones with speed.plain()."""
+    beam 5 (and beam 5 with a coverage penalty); a step never synchronises; decode() takes the
+    fast searches on a GPU, and the reference ones with speed.plain()."""
     strict_steps(monkeypatch)
     batch = random_batch(16, seed=3).to("cuda")
     for eos_bias, limits in CASES:
@@ -304,6 +354,10 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
         for graphs in (False, True):
             assert_same_hypotheses(fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window),
                                    reference, atol=1e-4)
+        reference = decoding.beam_search(*args, beam=5, n_best=3, window=window, beta=1.0)  # a coverage penalty
+        for graphs in (False, True):
+            assert_same_hypotheses(fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window,
+                                                             beta=1.0), reference, atol=1e-4)
 
     calls = []
     monkeypatch.setattr(fast_decoding, "beam_search", lambda *args, **kwargs: calls.append("fast") or [])

@@ -128,7 +128,7 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
                                                                                               prefix=starts))
     for start, a, b in prefixed:  # the textbook search on the GPU, with its constraint on the device
         assert a.text.startswith(start) and a.text == b.text
-    for translator in (on_gpu, on_cpu):  # the textbook search on the GPU, its coverage summed there
+    for translator in (on_gpu, on_cpu):  # the fixed-shape search on the GPU, its coverage summed there
         translator.set_decoding(coverage_penalty=0.4, length_penalty=0.6)
     for a, b in zip(on_gpu.translate(sources, beam=3, n_best=2), on_cpu.translate(sources, beam=3, n_best=2)):
         assert [c.text for c in a.candidates] == [c.text for c in b.candidates]

@@ -17,6 +17,8 @@ the device:
     table of its n best finished hypotheses (score, log-probability, end step, row, last token),
     kept in the order Python's stable sort gives decoding's lists; the k best candidates that do
     not end in EOS stay alive; the stopping rules of decoding.beam_search are tensor comparisons.
+    With a coverage penalty each row carries its coverage (its attention summed so far), which
+    scores the candidates that finish (decoding.coverage_penalty).
   - tokens, back-pointers (the row of step t that each row of step t+1 extends) and attention
     weights go into buffers preallocated for the longest output, written at the step counter,
     itself a tensor on the device.
@@ -49,10 +51,12 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS
 from attnmt.seq2seq.base import EncoderDecoder
 from attnmt.seq2seq.capture import captured, side_stream
 from attnmt.seq2seq.decoding import (
+    COVERAGE_FLOOR,
     Hypothesis,
     best_candidates,
     checked_search,
@@ -71,9 +75,10 @@ NEG_INF = float("-inf")
 @torch.inference_mode()
 def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
                   alpha: float = 1.0, graphs: bool | None = None, vocabulary: Tensor | None = None,
-                  window: tuple[int, int] | None = None) -> list[list[Hypothesis]]:
-    """decoding.greedy_search's hypotheses, every sentence computed until all have ended."""
-    search = _Greedy(model, model.encode(src, src_lengths, window), max_lengths, alpha, vocabulary)
+                  window: tuple[int, int] | None = None, beta: float = 0.0) -> list[list[Hypothesis]]:
+    """decoding.greedy_search's hypotheses, every sentence computed until all have ended (``beta``:
+    the coverage penalty added to each score, from the attention read back at the end)."""
+    search = _Greedy(model, model.encode(src, src_lengths, window), max_lengths, alpha, vocabulary, beta)
     loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
     return checked_search(search.results(loop, steps))
 
@@ -81,12 +86,14 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
 @torch.inference_mode()
 def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
                 n_best: int = 1, alpha: float = 1.0, graphs: bool | None = None, vocabulary: Tensor | None = None,
-                window: tuple[int, int] | None = None) -> list[list[Hypothesis]]:
+                window: tuple[int, int] | None = None, beta: float = 0.0) -> list[list[Hypothesis]]:
     """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
-    sentence keeping its k rows until all are done."""
+    sentence keeping its k rows until all are done. ``beta``: the coverage penalty of the finished
+    hypotheses' scores, from each live row's attention summed as it goes (``_Coverage``)."""
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
-    search = _Beam(model, model.encode(src, src_lengths, window), max_lengths, beam, n_best, alpha, vocabulary)
+    search = _Beam(model, model.encode(src, src_lengths, window), max_lengths, beam, n_best, alpha, vocabulary,
+                   beta)
     loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
     return checked_search(search.results(loop, steps))
 
@@ -215,8 +222,8 @@ class _Greedy:
     all_done() for the host's check, results() at the end."""
 
     def __init__(self, model: EncoderDecoder, memory, max_lengths: list[int], alpha: float,
-                 vocabulary: Tensor | None = None):
-        self.model, self.memory, self.alpha, self.vocabulary = model, memory, alpha, vocabulary
+                 vocabulary: Tensor | None = None, beta: float = 0.0):
+        self.model, self.memory, self.alpha, self.vocabulary, self.beta = model, memory, alpha, vocabulary, beta
         device = memory.states.device
         self.limits = torch.tensor(max_lengths, device=device)
         self.history = _History(max(max_lengths), _batch_size(memory), device)
@@ -249,7 +256,7 @@ class _Greedy:
         lengths, log_probs = loop.length.tolist(), loop.log_prob.tolist()
         widths = memory_lengths(self.memory)
         return [[hypothesis_of(tokens[i][:length], log_probs[i], None if attention is None else attention[i],
-                             self.alpha, widths[i])]
+                             self.alpha, widths[i], self.beta)]
                 for i, length in enumerate(lengths)]
 
 
@@ -279,6 +286,7 @@ class _BeamLoop:
     scores: Tensor  # (B,k) the live hypotheses' log-probabilities ((B,1) before the first step)
     done: Tensor  # (B,) the sentence's search is over
     finished: _Finished
+    coverage: Tensor | None  # (B*k,S) each live row's attention summed over its steps (a coverage penalty only)
 
 
 class _Beam:
@@ -286,10 +294,10 @@ class _Beam:
     memory repeated k times): the same methods as _Greedy."""
 
     def __init__(self, model: EncoderDecoder, memory, max_lengths: list[int], beam: int, n_best: int,
-                 alpha: float, vocabulary: Tensor | None = None):
+                 alpha: float, vocabulary: Tensor | None = None, beta: float = 0.0):
         batch, device, steps = _batch_size(memory), memory.states.device, max(max_lengths)
         self.model, self.beam, self.n_best, self.alpha, self.batch = model, beam, n_best, alpha, batch
-        self.vocabulary = vocabulary
+        self.vocabulary, self.beta = vocabulary, beta
         self.memory = memory.select(torch.arange(batch, device=device).repeat_interleave(beam))  # k rows each
         self.first_row = torch.arange(batch, device=device).unsqueeze(1) * beam  # (B,1)
         self.limits = torch.tensor(max_lengths, device=device)
@@ -313,7 +321,8 @@ class _Beam:
         return _BeamLoop(torch.zeros(1, dtype=torch.long, device=device),
                          torch.full((batch * k,), BOS, dtype=torch.long, device=device),
                          self.model.init_state(self.memory), scores,
-                         torch.zeros(batch, dtype=torch.bool, device=device), finished)
+                         torch.zeros(batch, dtype=torch.bool, device=device), finished,
+                         torch.zeros(self.memory.mask.shape, device=device) if self.beta else None)
 
     def step(self, loop: _BeamLoop) -> _BeamLoop:
         k, t, still_open = self.beam, loop.step, ~loop.done.unsqueeze(1)
@@ -324,35 +333,53 @@ class _Beam:
         token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         parent = self.first_row + origin  # the row of this step each candidate extends
         is_eos = token == EOS
+        coverage, penalty = self._coverage(loop.coverage, out.weights, parent)
 
         # EOS among the best k candidates: finished hypotheses.
         ended = is_eos[:, :k] & (candidates[:, :k] > NEG_INF) & still_open
         # The best k candidates that do not end in EOS stay alive (a row has one EOS at most, so
         # there are k of them).
         alive = _first_true(~is_eos, k)
-        scores, prev, parent_alive = (x.gather(1, alive) for x in (candidates, token, parent))
+        scores, prev, parent_alive, penalty_alive = (x.gather(1, alive) for x in (candidates, token, parent, penalty))
 
         # Sentences at their length limit finish with their live hypotheses, unless k have already.
         count = loop.finished.count + ended.sum(1)
         at_limit = still_open & (self.limits <= t + 1).unsqueeze(1) & (count < k).unsqueeze(1)
         stopped = at_limit & (scores != NEG_INF)  # (NaN scores finish too: checked_search reports them)
         finished = self._with_finished(loop.finished, t, count + stopped.sum(1),
-                                       (ended, candidates[:, :k], parent[:, :k], token[:, :k]),
-                                       (stopped, scores, parent_alive, prev))
+                                       (ended, candidates[:, :k], parent[:, :k], token[:, :k], penalty[:, :k]),
+                                       (stopped, scores, parent_alive, prev, penalty_alive))
 
-        self.history.write(t, prev.flatten(), parent_alive.flatten(), out.weights)
-        return _BeamLoop(t + 1, prev.flatten(), out.state.select(parent_alive.flatten()), scores,
-                         loop.done | self._done(finished, scores, t), finished)
+        rows = parent_alive.flatten()
+        self.history.write(t, prev.flatten(), rows, out.weights)
+        return _BeamLoop(t + 1, prev.flatten(), out.state.select(rows), scores,
+                         loop.done | self._done(finished, scores, t), finished,
+                         None if coverage is None else coverage[rows])
+
+    def _coverage(self, coverage: Tensor | None, weights: Tensor | None,
+                  parent: Tensor) -> tuple[Tensor | None, Tensor]:
+        """Each row's coverage with step t's attention ``weights`` added (None without a coverage
+        penalty), and the coverage penalty (B,2k) of the candidates that extend the rows ``parent``
+        (decoding.coverage_penalty over each sentence's real positions; 0 without one)."""
+        if coverage is None:
+            return None, torch.zeros(parent.shape, dtype=torch.float64, device=parent.device)
+        if weights is None:
+            raise AttnmtError("a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
+                              "has no attention (attention: none); set coverage_penalty: 0")
+        coverage = coverage + weights.float()
+        logs = coverage.clamp(COVERAGE_FLOOR, 1.0).log().masked_fill(~self.memory.mask, 0.0)
+        return coverage, self.beta * logs.sum(1).double()[parent]
 
     def _with_finished(self, finished: _Finished, t: Tensor, count: Tensor, *new) -> _Finished:
         """``finished`` and the hypotheses ``new`` that finish at step t (each a tuple of (B,m)
-        tensors: which finish, their log-probabilities, rows and last tokens): the n best, ordered
-        as decoding's stable sort of its lists orders them (older ones first among equal scores)."""
+        tensors: which finish, their log-probabilities, rows, last tokens and coverage penalties):
+        the n best, ordered as decoding's stable sort of its lists orders them (older ones first
+        among equal scores)."""
         penalty = self.penalties.index_select(0, t)  # they have t + 1 tokens
         slots = {name: [getattr(finished, name)] for name in _Finished.SLOTS}
-        for finishes, log_prob, row, token in new:
+        for finishes, log_prob, row, token, coverage_penalty in new:
             log_prob = log_prob.double()
-            slots["score"].append(torch.where(finishes, log_prob / penalty, NEG_INF))
+            slots["score"].append(torch.where(finishes, log_prob / penalty + coverage_penalty, NEG_INF))
             slots["log_prob"].append(log_prob)
             slots["end"].append(t.expand_as(row))
             slots["row"].append(row)
@@ -386,7 +413,7 @@ class _Beam:
         attention = None if attention is None else attention.float().cpu()
         widths = memory_lengths(self.memory)[::self.beam]
         return [[hypothesis_of(tokens[b][j][:ends[b][j] + 1], log_probs[b][j],
-                             None if attention is None else attention[b, j], self.alpha, widths[b])
+                             None if attention is None else attention[b, j], self.alpha, widths[b], self.beta)
                  for j in range(min(counts[b], self.n_best))]
                 for b in range(self.batch)]
 

@@ -33,8 +33,7 @@ def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: De
     with ``generator``'s random numbers if given. ``prefixes``: what each sentence's outputs begin
     with (attnmt.seq2seq.prefix: token ids, then the start of a word to spell), on every device
     through the textbook searches; a sentence's length limit is then at least its prefix and
-    max_length_offset more tokens. A coverage penalty (settings.coverage_penalty) takes the textbook
-    searches on every device. ``constraints``: phrases of token ids each sentence's outputs must
+    max_length_offset more tokens. ``constraints``: phrases of token ids each sentence's outputs must
     contain (attnmt.seq2seq.constraints; beam search by dynamic beam allocation, on every device,
     without a shortlist); a sentence's length limit is then at least their tokens and
     max_length_offset more.
@@ -110,9 +109,9 @@ def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, voc
 
 
 def searches(device: torch.device, model: EncoderDecoder, beta: float):
-    """Greedy and beam search for a model on ``device``: those of fast_decoding on a GPU with the
-    speed tricks on, else the textbook ones; always the textbook ones for a model that asks for them
-    (prefixes) or with a coverage penalty ``beta`` (the fixed-shape searches keep no coverage)."""
-    if device.type == "cuda" and speed.enabled() and model.fast_search and not beta:
-        return fast_decoding.greedy_search, fast_decoding.beam_search
-    return partial(decoding.greedy_search, beta=beta), partial(decoding.beam_search, beta=beta)
+    """Greedy and beam search for a model on ``device``, with coverage penalty ``beta``: those of
+    fast_decoding on a GPU with the speed tricks on, else the textbook ones; always the textbook
+    ones for a model that asks for them (prefixes, ensembles)."""
+    fast = device.type == "cuda" and speed.enabled() and model.fast_search
+    module = fast_decoding if fast else decoding
+    return partial(module.greedy_search, beta=beta), partial(module.beam_search, beta=beta)
