@@ -340,15 +340,17 @@ class _Beam:
         # The best k candidates that do not end in EOS stay alive (a row has one EOS at most, so
         # there are k of them).
         alive = _first_true(~is_eos, k)
-        scores, prev, parent_alive, penalty_alive = (x.gather(1, alive) for x in (candidates, token, parent, penalty))
+        scores, prev, parent_alive = (x.gather(1, alive) for x in (candidates, token, parent))
 
         # Sentences at their length limit finish with their live hypotheses, unless k have already.
         count = loop.finished.count + ended.sum(1)
         at_limit = still_open & (self.limits <= t + 1).unsqueeze(1) & (count < k).unsqueeze(1)
         stopped = at_limit & (scores != NEG_INF)  # (NaN scores finish too: checked_search reports them)
         finished = self._with_finished(loop.finished, t, count + stopped.sum(1),
-                                       (ended, candidates[:, :k], parent[:, :k], token[:, :k], penalty[:, :k]),
-                                       (stopped, scores, parent_alive, prev, penalty_alive))
+                                       (ended, candidates[:, :k], parent[:, :k], token[:, :k],
+                                        None if penalty is None else penalty[:, :k]),
+                                       (stopped, scores, parent_alive, prev,
+                                        None if penalty is None else penalty.gather(1, alive)))
 
         rows = parent_alive.flatten()
         self.history.write(t, prev.flatten(), rows, out.weights)
@@ -357,12 +359,12 @@ class _Beam:
                          None if coverage is None else coverage[rows])
 
     def _coverage(self, coverage: Tensor | None, weights: Tensor | None,
-                  parent: Tensor) -> tuple[Tensor | None, Tensor]:
-        """Each row's coverage with step t's attention ``weights`` added (None without a coverage
-        penalty), and the coverage penalty (B,2k) of the candidates that extend the rows ``parent``
-        (decoding.coverage_penalty over each sentence's real positions; 0 without one)."""
+                  parent: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """Each row's coverage with step t's attention ``weights`` added, and the coverage penalty
+        (B,2k) of the candidates that extend the rows ``parent`` (decoding.coverage_penalty over
+        each sentence's real positions); None and None without a coverage penalty."""
         if coverage is None:
-            return None, torch.zeros(parent.shape, dtype=torch.float64, device=parent.device)
+            return None, None
         if weights is None:
             raise AttnmtError("a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
                               "has no attention (attention: none); set coverage_penalty: 0")
@@ -379,7 +381,8 @@ class _Beam:
         slots = {name: [getattr(finished, name)] for name in _Finished.SLOTS}
         for finishes, log_prob, row, token, coverage_penalty in new:
             log_prob = log_prob.double()
-            slots["score"].append(torch.where(finishes, log_prob / penalty + coverage_penalty, NEG_INF))
+            score = log_prob / penalty if coverage_penalty is None else log_prob / penalty + coverage_penalty
+            slots["score"].append(torch.where(finishes, score, NEG_INF))
             slots["log_prob"].append(log_prob)
             slots["end"].append(t.expand_as(row))
             slots["row"].append(row)
