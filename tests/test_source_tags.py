@@ -2,6 +2,7 @@
 (Translator.source_ids), from Python, the command line and the HTTP API."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -117,6 +118,57 @@ def test_the_command_line_translates_and_evaluates_with_a_tag(tagged, tmp_path, 
     assert json.loads(report.read_text())["tag"] == TAG
     assert run_cli("translate", tagged.folder, "-i", source, "--tag", "<XX>") != 0
     assert "'<XX>' is not a tag of" in capsys.readouterr().err
+
+
+def n_best_lines(translations, n: int) -> list[str]:
+    return [f"{i} ||| {c.text} ||| {c.score:.4f}" for i, t in enumerate(translations) for c in t.candidates[:n]]
+
+
+def test_the_command_line_takes_a_tag_for_each_line(tagged, tmp_path, capsys):
+    lines, tags = ["abc", "bcd", "cde"], [TAG, "", TAG]
+    source, tag_file = tmp_path / "in.txt", tmp_path / "tags.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tag_file.write_text("\n".join(tags) + "\n", encoding="utf-8")
+    assert run_cli("translate", tagged.folder, "-i", source, "--tag-file", tag_file, "--beam", 2, "--n-best", 2) == 0
+    expected = n_best_lines(tagged.translate(lines, beam=2, n_best=2, tag=tags), 2)
+    assert capsys.readouterr().out.splitlines() == expected
+    assert expected != n_best_lines(tagged.translate(lines, beam=2, n_best=2, tag=TAG), 2)  # (each line its own)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("abc\tcba\nbcd\tdcb\ncde\tedc\n", encoding="utf-8")
+    assert run_cli("score", tagged.folder, "-i", pairs, "--tag-file", tag_file) == 0
+    scores = [float(line) for line in capsys.readouterr().out.splitlines()]
+    expected = tagged.score(lines, ["cba", "dcb", "edc"], tag=tags)
+    assert scores == pytest.approx([s.log_prob for s in expected], abs=1e-3)
+
+
+def test_a_reranked_translation_is_scored_with_its_lines_tag(tagged, tmp_path, capsys):
+    from attnmt.translation.reranking import rerank
+
+    lines, tags = ["abc", "bcd"], [TAG, ""]
+    source, tag_file = tmp_path / "in.txt", tmp_path / "tags.txt"
+    source.write_text("abc\nbcd\n", encoding="utf-8")
+    tag_file.write_text(f"{TAG}\n\n", encoding="utf-8")
+    assert run_cli("translate", tagged.folder, "-i", source, "--tag-file", tag_file, "--beam", 3, "--n-best", 3,
+                   "--rerank", tagged.folder) == 0
+    reranked = rerank(tagged, tagged, tagged.translate(lines, beam=3, n_best=3, tag=tags), tag=tags)
+    assert capsys.readouterr().out.splitlines() == n_best_lines(reranked, 3)
+    forward = tagged.score(["abc"] * 3, [c.text for c in reranked[0].candidates], tag=TAG)
+    backward = tagged.score([c.text for c in reranked[0].candidates], ["abc"] * 3)
+    assert sorted(c.score for c in reranked[0].candidates) == pytest.approx(
+        sorted(f.per_token + 0.25 * b.per_token for f, b in zip(forward, backward)))
+
+
+def test_a_tag_file_that_does_not_fit_is_an_error_naming_it(tagged, tmp_path, capsys):
+    source, tag_file = tmp_path / "in.txt", tmp_path / "tags.txt"
+    source.write_text("abc\nbcd\n", encoding="utf-8")
+    for tags, message in ((f"{TAG}\n", "in.txt has 2 lines, .*tags.txt has 1"),
+                          (f"{TAG}\n<XX>\n", "tags.txt, line 2: '<XX>' is not a tag of")):
+        tag_file.write_text(tags, encoding="utf-8")
+        assert run_cli("translate", tagged.folder, "-i", source, "--tag-file", tag_file) != 0
+        assert re.search(message, capsys.readouterr().err)
+    tag_file.write_text(f"{TAG}\n\n", encoding="utf-8")
+    assert run_cli("translate", tagged.folder, "-i", source, "--tag-file", tag_file, "--tag", TAG) != 0
+    assert "not both" in capsys.readouterr().err
 
 
 def test_the_server_takes_a_tag_and_lists_the_models_tags(tagged, tmp_path):

@@ -47,6 +47,28 @@ def apply_decoding_options(model, args):
         model.shortlist = True if args.shortlist == "" else args.shortlist
 
 
+def tags_of(args, model, count: int, name: str) -> str | list[str] | None:
+    """The tag of every source line: --tag's, or --tag-file's lines (one per line of ``name``,
+    which has ``count``), each checked against the model's tags."""
+    from attnmt.data.corpus import read_lines
+
+    if args.tag_file is None:
+        return args.tag
+    if args.tag:
+        raise AttnmtError("give --tag (one tag for every line) or --tag-file (a tag for each line), not both")
+    if model.inputs != "text":
+        raise AttnmtError(f"{args.model_dir}: --tag-file is for translation models")
+    tags = [line.strip() for line in read_lines(args.tag_file)]
+    if len(tags) != count:
+        raise AttnmtError(f"line counts differ: {name} has {count} lines, {args.tag_file} has {len(tags)} "
+                          "(--tag-file: one line, maybe empty, for each source line)")
+    for number, tag in enumerate(tags, start=1):
+        if tag and tag not in model.tags:
+            known = f"its tags are {', '.join(model.tags)}" if model.tags else "it was trained without tags"
+            raise AttnmtError(f"{args.tag_file}, line {number}: {tag!r} is not a tag of {args.model_dir} ({known})")
+    return tags
+
+
 def translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = "input"):
     """The translations of ``lines``, each cut to --max-tokens subword pieces with a warning."""
     translations = model.translate(lines, beam=args.beam, n_best=n_best, batch_size=args.batch_size,

@@ -125,6 +125,13 @@ def penalty_options(p):
                         "decoding.coverage_penalty)")
 
 
+def tag_file_option(p):
+    """--tag-file (translate, score): a tag for each source line."""
+    p.add_argument("--tag-file", metavar="FILE",
+                   help="a tag for each source line, line by line (an empty line: none), each one the model was "
+                        "trained with: as --tag, line by line (sources of several domains or styles in one file)")
+
+
 def model_options(p, max_tokens: str):
     """MODEL_DIR and how it is loaded and run (translate, evaluate, score); ``max_tokens``: the help
     of --max-tokens, which says what happens to a longer line."""

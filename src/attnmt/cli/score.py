@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import math
 
-from attnmt.cli.models import load_model
-from attnmt.cli.options import MAX_TOKENS, model_options
+from attnmt.cli.models import load_model, tags_of
+from attnmt.cli.options import MAX_TOKENS, model_options, tag_file_option
 from attnmt.cli.streams import close_output, log, open_output, read_input, read_line_pairs
 from attnmt.core.errors import AttnmtError
 
@@ -24,6 +24,7 @@ def add_parser(subparsers):
     p.add_argument("--src-column", type=int, default=0, help="of --input, counting from 0 (default 0)")
     p.add_argument("--tgt-column", type=int, default=1, help="of --input (default 1)")
     p.add_argument("-o", "--output", help="output file; default stdout")
+    tag_file_option(p)
     p.add_argument("--backward", metavar="MODEL_DIR",
                    help="a target->source model: write the dual conditional cross-entropy score of Junczys-Dowmunt "
                         "(2018), -(|H_f - H_b| + (H_f + H_b) / 2) with H each model's negative log-probability per "
@@ -46,6 +47,7 @@ def run(args):
     model = load_model(args)
     if model.inputs != "text":
         raise AttnmtError(f"{args.model_dir}: attnmt score scores translations of text; this is {model.what}")
+    args.tag = tags_of(args, model, len(sources), name)
     try:
         if args.backward:
             scored = dual(model, sources, translations, args)

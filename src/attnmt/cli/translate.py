@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from attnmt.cli.models import check_rerank, load_model, reranker, translate_lines
+from attnmt.cli.models import check_rerank, load_model, reranker, tags_of, translate_lines
 from attnmt.cli.options import (_non_negative_int, _positive, _positive_float, _probability, decoding_options,
-                                input_output_options, rerank_options)
+                                input_output_options, rerank_options, tag_file_option)
 from attnmt.cli.streams import close_output, log, open_output, read_input
 from attnmt.core.errors import AttnmtError
 
@@ -30,6 +30,7 @@ def add_parser(subparsers):
     p.add_argument("--constraints", metavar="FILE",
                    help="words or phrases each input line's translation must contain, line by line, separated by "
                         "tabs (an empty line: none): beam search with dynamic beam allocation (Post & Vilar 2018)")
+    tag_file_option(p)
     rerank_options(p)
     p.add_argument("--aligner", metavar="DIR|none",
                    help="read the word links from this alignment layer of the model (attnmt train-aligner); 'none': "
@@ -64,6 +65,7 @@ def run(args):
     if args.aligner:
         model.aligner = None if args.aligner == "none" else output_aligner(args.aligner, model)
     lines = read_input(args.input)
+    args.tag = tags_of(args, model, len(lines), args.input or "<stdin>")
     args.prefixes = prefixes_of(args, model, len(lines))
     args.phrases = constraints_of(args, model, len(lines))
     translations, unusable = decode_for_task(model, lines, args)

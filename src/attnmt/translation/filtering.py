@@ -38,9 +38,9 @@ class DualScore:
 
 def dual_scores(forward: Translator, backward: Translator, sources: list[str], translations: list[str],
                 batch_size: int | None = None, max_tokens: int | None = None,
-                progress: bool = False, tag: str | None = None) -> list[DualScore]:
-    """Each pair scored by ``forward`` (its sources after ``tag``, if given) and, turned around, by
-    ``backward`` (Translator.score); in order."""
+                progress: bool = False, tag: str | list[str] | None = None) -> list[DualScore]:
+    """Each pair scored by ``forward`` (its sources after ``tag``, if given: one, or one per pair)
+    and, turned around, by ``backward`` (Translator.score); in order."""
     for model, role in ((forward, "forward"), (backward, "backward")):
         if model.inputs != "text":
             raise AttnmtError(f"{model.folder}: the {role} model of a dual score is {model.what}, not a "
