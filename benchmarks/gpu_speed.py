@@ -8,11 +8,19 @@ then decodes test_2016_flickr with the first model, greedy and beam 5, with the 
 of attnmt.seq2seq.fast_decoding (CUDA graphs) and with the reference search of attnmt.seq2seq.decoding
 (``speed.plain()``). Prints sentences/s of each and the ratios; the same for --precision bf16
 with --bf16. For the comparison with OpenNMT-py, see benchmarks/peers.py --device cuda.
+
+    python benchmarks/gpu_speed.py --data DIR --transformer --steps 1500
+
+trains configs/transformer-small.yaml instead (no graphs in its training) and decodes test_2016
+three ways: the fixed-shape search with the Transformer's cache made for the whole search
+(transformer.FixedCache), each step a CUDA graph; the same search with the cache that grows a
+position a step, every step eager (attnmt before the FixedCache); the reference search.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -45,11 +53,12 @@ def profiled(steps: int):
     return profiler
 
 
-def train(args, out: Path, graphs: bool, precision: str, tokens: int | None = None) -> dict:
+def train(args, out: Path, graphs: bool, precision: str, tokens: int | None = None,
+          config_name: str = "rnn-bahdanau.yaml") -> dict:
     from attnmt.core.config import load_config
-    from attnmt.translation.training import train as train_config
+    from attnmt.training import train as train_config
 
-    config = load_config(REPO / "configs" / "rnn-bahdanau.yaml")
+    config = load_config(REPO / "configs" / config_name)
     data = Path(args.data).resolve()
     config.data.train.src, config.data.train.tgt = data / "train.de.gz", data / "train.en.gz"
     config.data.dev.src, config.data.dev.tgt = data / "val.de.gz", data / "val.en.gz"
@@ -74,16 +83,46 @@ def decode(model_dir: Path, sources: list[str], beam: int, plain: bool, device: 
     from attnmt.core import speed
 
     translator = attnmt.load(model_dir, device=device)
-    translator.translate(sources[:64], beam=beam)  # warm-up: cuDNN and cuBLAS choose their kernels
-    synchronize(device)
-    started = time.perf_counter()
-    if plain:
-        with speed.plain():
-            translator.translate(sources, beam=beam, batch_size=64)
-    else:
+    with speed.plain() if plain else contextlib.nullcontext():
+        translator.translate(sources[:64], beam=beam)  # warm-up: cuDNN and cuBLAS choose their kernels
+        synchronize(device)
+        started = time.perf_counter()
         translator.translate(sources, beam=beam, batch_size=64)
-    synchronize(device)
+        synchronize(device)
     return len(sources) / (time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def growing_cache():
+    """The Transformer's fixed-shape searches as before transformer.FixedCache: the cache grows a
+    position a step, so no step is captured."""
+    from attnmt.seq2seq.base import EncoderDecoder
+    from attnmt.seq2seq.transformer import Transformer
+
+    own = Transformer.init_fixed_state
+    Transformer.init_fixed_state = EncoderDecoder.init_fixed_state
+    try:
+        yield
+    finally:
+        Transformer.init_fixed_state = own
+
+
+def transformer_decoding(args, work: Path, sources: list[str]) -> dict:
+    """Trains configs/transformer-small.yaml for --steps, then decodes with each search (see the
+    module's docstring); sentences/s of each, and BLEU of beam 5 (they must agree)."""
+    results = {"train": train(args, work / "transformer", False, "fp32", config_name="transformer-small.yaml")}
+    print(f"training the Transformer: {results['train']}", flush=True)
+    for beam in (1, 5):
+        results[f"beam{beam}_fixed_cache_graphs"] = decode(work / "transformer", sources, beam, False, args.device)
+        with growing_cache():
+            results[f"beam{beam}_growing_cache_eager"] = decode(work / "transformer", sources, beam, False,
+                                                                args.device)
+        results[f"beam{beam}_reference"] = decode(work / "transformer", sources, beam, True, args.device)
+        fixed, growing, reference = (results[f"beam{beam}_{name}"] for name in
+                                     ("fixed_cache_graphs", "growing_cache_eager", "reference"))
+        print(f"beam {beam}: fixed cache, graphs {fixed:.0f} sentences/s; growing cache, eager {growing:.0f} "
+              f"({fixed / growing:.2f}x); reference {reference:.0f} ({fixed / reference:.2f}x)", flush=True)
+    return results
 
 
 def first_calls(model_dir: Path, sources: list[str], device: str, profile: bool):
@@ -173,6 +212,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="with --fresh-processes (default 3)")
     parser.add_argument("--torch-capture", action="store_true",
                         help="decoding captures graphs with torch.cuda.graph (attnmt.seq2seq.capture.LEAN_CAPTURE off)")
+    parser.add_argument("--transformer", action="store_true",
+                        help="only train configs/transformer-small.yaml for --steps and time its decoding with the "
+                             "fixed cache and graphs, the growing cache, and the reference search")
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a check of this script, nothing to measure)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -192,6 +234,11 @@ def main(argv=None):
         print(json.dumps(first_calls(Path(args.first_calls), sources, args.device, args.profile_first)))
         return
     work = Path(args.work)
+    if args.transformer:
+        sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")[:args.sentences]
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "transformer.json").write_text(json.dumps(transformer_decoding(args, work, sources), indent=1))
+        return
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "none"
     results = {"gpu": gpu, "torch": torch.__version__, "steps": args.steps}
     runs = [("graphs", True, "fp32", None), ("eager", False, "fp32", None)]

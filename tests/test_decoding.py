@@ -376,6 +376,9 @@ class ConfidentModel:
 
         return Position(torch.zeros(memory.states.size(0), dtype=torch.long))
 
+    def init_fixed_state(self, memory, steps):  # (the searches of fast_decoding: its state keeps its shape)
+        return self.init_state(memory)
+
     def decode_step(self, prev, state, memory):
         from dataclasses import replace
 

@@ -31,6 +31,8 @@ MODELS = {
     "lstm-bahdanau-2-layers": {"rnn_type": "lstm", "decoder_layers": 2},
     "lstm-location": {"rnn_type": "lstm", "attention": "location"},
     "transformer": TRANSFORMER,
+    "transformer-learned-positions-post-norm": {**TRANSFORMER, "positions": "learned", "norm": "post",
+                                                "max_positions": 64},
 }
 # The bias added to EOS's score: 0, sentences end at various steps; +3, most end within a few
 # steps; -10, none ends and all reach their length limits.
@@ -220,8 +222,9 @@ def test_n_best_above_the_beam_is_refused():
 
 
 def test_a_graph_is_captured_only_where_the_state_keeps_its_shape(monkeypatch):
-    """RNN states keep their shape: after the warm-up the step runs on static buffers. The
-    Transformer's cache grows: its steps all run eagerly."""
+    """RNN states keep their shape, and so does the Transformer's cache made for the whole search
+    (FixedCache): after the warm-up the step runs on static buffers. A Transformer whose search is
+    longer than its table of positions keeps the growing cache: its steps all run eagerly."""
     captured = []
     original = fast_decoding._StepGraph.__init__
 
@@ -231,9 +234,11 @@ def test_a_graph_is_captured_only_where_the_state_keeps_its_shape(monkeypatch):
 
     monkeypatch.setattr(fast_decoding._StepGraph, "__init__", spy)
     batch = random_batch()
-    for name, expected in (("lstm-location", 2), ("transformer", 0)):
+    short_table = tiny("transformer", NEVER_ENDS)
+    short_table.tgt_embed.max_positions = 10
+    for model, expected in ((tiny("lstm-location", NEVER_ENDS), 2), (tiny("transformer", NEVER_ENDS), 2),
+                            (short_table, 0)):
         captured.clear()
-        model = tiny(name, NEVER_ENDS)
         fast_decoding.greedy_search(model, batch.src, batch.src_lengths, [12] * 5, graphs=True)
         fast_decoding.beam_search(model, batch.src, batch.src_lengths, [12] * 5, beam=3, graphs=True)
         assert len(captured) == expected

@@ -98,6 +98,12 @@ class EncoderDecoder(nn.Module, ABC):
     def init_state(self, memory):
         """The decoder state before the first step."""
 
+    def init_fixed_state(self, memory, steps: int):
+        """The decoder state before the first step, of a shape its steps keep for ``steps`` steps
+        (a search captured as a CUDA graph, attnmt.seq2seq.fast_decoding): an RNN's state keeps it
+        anyway; a Transformer preallocates its cache."""
+        return self.init_state(memory)
+
     @abstractmethod
     def decode_step(self, prev_tokens: Tensor, state, memory) -> StepOutput:
         """prev_tokens (B,) the tokens written last (BOS at first) -> the next step."""

@@ -33,8 +33,10 @@ are the search's own first steps, and show whether the state keeps its shape. Th
 captured on static buffers: the loop's tensors (step counter, previous tokens, decoder state,
 scores, finished table), which the captured step reads and at its end overwrites with its results.
 The memory (encoder output), limits and history buffers belong to the search and live as long as
-its graph. The Transformer's state, its cache of keys and values, grows by one position a step: it
-runs the same fixed-shape search eagerly, without a graph.
+its graph. The Transformer's state, its cache of keys and values, would grow by one position a
+step: here it is preallocated for the longest output (``init_fixed_state``: transformer.FixedCache,
+each step writing its position in place of a zero and attending over the positions written), so
+its steps are captured too.
 
 The switch. attnmt.seq2seq.search.decode uses these searches when the source is on a CUDA device and the
 speed tricks are on (``attnmt.core.speed.plain()`` or ``ATTNMT_PLAIN=1``: the reference searches).
@@ -232,7 +234,8 @@ class _Greedy:
         batch, device = _batch_size(self.memory), self.limits.device
         return _GreedyLoop(torch.zeros(1, dtype=torch.long, device=device),
                            torch.full((batch,), BOS, dtype=torch.long, device=device),
-                           self.model.init_state(self.memory), torch.zeros(batch, device=device),
+                           self.model.init_fixed_state(self.memory, self.history.tokens.size(0)),
+                           torch.zeros(batch, device=device),
                            torch.zeros(batch, dtype=torch.long, device=device),
                            torch.zeros(batch, dtype=torch.bool, device=device))
 
@@ -320,7 +323,7 @@ class _Beam:
                              empty, empty.clone(), empty.clone())
         return _BeamLoop(torch.zeros(1, dtype=torch.long, device=device),
                          torch.full((batch * k,), BOS, dtype=torch.long, device=device),
-                         self.model.init_state(self.memory), scores,
+                         self.model.init_fixed_state(self.memory, self.history.tokens.size(0)), scores,
                          torch.zeros(batch, dtype=torch.bool, device=device), finished,
                          torch.zeros(self.memory.mask.shape, device=device) if self.beta else None)
 

@@ -135,15 +135,22 @@ class DecoderLayer(Layer):
         self.feed_forward = FeedForward(config.d_model, config.feed_forward)
 
     def forward(self, x: Tensor, cache: tuple[Tensor, Tensor], source: tuple[Tensor, Tensor],
-                causal: Tensor, src_mask: Tensor, need_weights: bool = False, need_cross_weights: bool = False):
+                causal: Tensor, src_mask: Tensor, need_weights: bool = False, need_cross_weights: bool = False,
+                write_at: Tensor | None = None):
         """x (B,T,d_model): the new positions; cache: self-attention keys and values (B,H,t,d_k)
         of the t positions before them; source: cross-attention keys and values of the encoder
         output -> x, the cache extended by the new positions, (self, cross) weights or Nones, and
         the cross-attention's output (B,T,d_model): what the layer read from the source.
-        ``need_cross_weights``: the cross-attention's weights only (guided alignment trains them)."""
+        ``need_cross_weights``: the cross-attention's weights only (guided alignment trains them).
+        ``write_at`` (B,capacity): a cache of fixed size (FixedCache), where each row's one new
+        position goes instead of after the cache."""
         h = self.pre(0, x)
         k, v = self.self_attention.keys_values(h)
-        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        if write_at is None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        else:
+            at = write_at[:, None, :, None]  # (B,1,capacity,1)
+            k, v = torch.where(at, k, cache[0]), torch.where(at, v, cache[1])
         y, self_weights = self.self_attention(h, k, v, causal, need_weights)
         x = self.post(0, x + self.dropout(y))
         context, cross_weights = self.cross_attention(self.pre(1, x), *source, src_mask,
@@ -191,6 +198,12 @@ class Embeddings(nn.Module):
             positions = table[start:end]
         return self.dropout(self.tokens(tokens) * math.sqrt(self.d_model) + positions)
 
+    def at(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """tokens (B,) each at its position (B,), a tensor (a captured step reads no number from
+        it; within the table: FixedCache's capacity) -> (B,1,d_model)."""
+        table = self.table if self.learned is None else self.learned.weight
+        return self.dropout(self.tokens(tokens) * math.sqrt(self.d_model) + table[positions]).unsqueeze(1)
+
 
 @dataclass
 class TransformerMemory(Batched):
@@ -213,6 +226,18 @@ class TransformerState(Batched):
     @property
     def length(self) -> int:
         return self.keys[0].size(2)
+
+
+@dataclass
+class FixedCache(Batched):
+    """The decoder's cache in buffers of one size for a whole search, so that a step keeps the
+    shapes of its tensors and a CUDA graph can replay it (attnmt.seq2seq.fast_decoding): per layer,
+    self-attention keys and values (B,H,capacity,d_k), of which each row's first ``length``
+    positions are written (the others are zeros, masked)."""
+
+    keys: list[Tensor]
+    values: list[Tensor]
+    length: Tensor  # (B,) positions written, the same in every row: a tensor, which a graph reads on the device
 
 
 class Transformer(EncoderDecoder):
@@ -276,6 +301,34 @@ class Transformer(EncoderDecoder):
         empty = memory.states.new_zeros(batch, heads, 0, self.config.d_model // heads)
         return TransformerState([empty] * len(self.decoder_layers), [empty] * len(self.decoder_layers))
 
+    def init_fixed_state(self, memory: TransformerMemory, steps: int) -> FixedCache | TransformerState:
+        """A cache of capacity ``steps`` (its positions within the position table; a longer search
+        keeps the growing cache of init_state)."""
+        if steps > self.tgt_embed.max_positions:
+            return self.init_state(memory)
+        batch, heads = memory.states.size(0), self.config.heads
+        empty = [memory.states.new_zeros(batch, heads, steps, self.config.d_model // heads)
+                 for _ in range(2 * len(self.decoder_layers))]
+        return FixedCache(empty[0::2], empty[1::2], memory.mask.new_zeros(batch, dtype=torch.long))
+
+    def _fixed_step(self, prev_tokens: Tensor, state: FixedCache, memory: TransformerMemory) -> StepOutput:
+        """decode_step on a FixedCache: the new position written at each row's ``length``, the
+        queries masked to the positions written."""
+        x = self.tgt_embed.at(prev_tokens, state.length)
+        positions = torch.arange(state.keys[0].size(2), device=x.device)
+        write_at = positions == state.length[:, None]  # (B,capacity)
+        visible = (positions <= state.length[:, None])[:, None, None, :]  # (B,1,1,capacity)
+        keys, values = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, (k, v), (_, cross), context = layer(x, (state.keys[i], state.values[i]),
+                                                   (memory.keys[i], memory.values[i]), visible,
+                                                   memory.mask[:, None, None, :], True, write_at=write_at)
+            keys.append(k)
+            values.append(v)
+        x = self.decoder_norm(x)[:, 0]
+        return StepOutput(self.next_token_log_probs(x), FixedCache(keys, values, state.length + 1),
+                          cross[:, :, 0].mean(dim=1), None, context[:, 0], x)
+
     def _decode(self, tgt_in: Tensor, state: TransformerState, memory: TransformerMemory, need_weights: bool,
                 cross_weights_of: int | None = None, full_context: bool = False):
         """tgt_in (B,T): tokens of the positions after the state's -> top outputs (B,T,d_model), the
@@ -305,6 +358,8 @@ class Transformer(EncoderDecoder):
     def decode_step(self, prev_tokens: Tensor, state: TransformerState, memory: TransformerMemory) -> StepOutput:
         """The weights are the last layer's cross-attention averaged over its heads; the context
         what that attention read, the output the top layer's."""
+        if isinstance(state, FixedCache):
+            return self._fixed_step(prev_tokens, state, memory)
         x, state, _, cross, context = self._decode(prev_tokens.unsqueeze(1), state, memory, need_weights=True)
         return StepOutput(self.next_token_log_probs(x[:, 0]), state, cross[-1][:, :, 0].mean(dim=1), None,
                           context[:, 0], x[:, 0])
