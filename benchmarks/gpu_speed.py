@@ -9,10 +9,10 @@ of attnmt.seq2seq.fast_decoding (CUDA graphs) and with the reference search of a
 (``speed.plain()``). Prints sentences/s of each and the ratios; the same for --precision bf16
 with --bf16. For the comparison with OpenNMT-py, see benchmarks/peers.py --device cuda.
 
-    python benchmarks/gpu_speed.py --data DIR --transformer --steps 1500
+    python benchmarks/gpu_speed.py --data DIR --transformer --steps 1000
 
-trains configs/transformer-small.yaml instead (no graphs in its training) and decodes test_2016
-three ways: the fixed-shape search with the Transformer's cache made for the whole search
+trains configs/transformer-small.yaml instead, with and without graphs, and decodes test_2016 with
+the first model three ways: the fixed-shape search with the Transformer's cache made for the whole search
 (transformer.FixedCache), each step a CUDA graph; the same search with the cache that grows a
 position a step, every step eager (attnmt before the FixedCache); the reference search.
 """
@@ -108,10 +108,14 @@ def growing_cache():
 
 
 def transformer_decoding(args, work: Path, sources: list[str]) -> dict:
-    """Trains configs/transformer-small.yaml for --steps, then decodes with each search (see the
-    module's docstring); sentences/s of each, and BLEU of beam 5 (they must agree)."""
-    results = {"train": train(args, work / "transformer", False, "fp32", config_name="transformer-small.yaml")}
-    print(f"training the Transformer: {results['train']}", flush=True)
+    """Trains configs/transformer-small.yaml for --steps with graphs and without, then decodes with
+    each search (see the module's docstring); sentences/s of each."""
+    results = {}
+    for name, graphs in (("transformer", True), ("transformer-eager", False)):
+        results[f"train_{name}"] = train(args, work / name, graphs, "fp32", config_name="transformer-small.yaml")
+        print(f"training, {name}: {results[f'train_{name}']}", flush=True)
+    ratio = results["train_transformer"]["sentences_per_s"] / results["train_transformer-eager"]["sentences_per_s"]
+    print(f"training the Transformer, graphs / eager: {ratio:.2f}x", flush=True)
     for beam in (1, 5):
         results[f"beam{beam}_fixed_cache_graphs"] = decode(work / "transformer", sources, beam, False, args.device)
         with growing_cache():
@@ -213,8 +217,8 @@ def main(argv=None):
     parser.add_argument("--torch-capture", action="store_true",
                         help="decoding captures graphs with torch.cuda.graph (attnmt.seq2seq.capture.LEAN_CAPTURE off)")
     parser.add_argument("--transformer", action="store_true",
-                        help="only train configs/transformer-small.yaml for --steps and time its decoding with the "
-                             "fixed cache and graphs, the growing cache, and the reference search")
+                        help="only train configs/transformer-small.yaml for --steps (graphs, eager) and time its "
+                             "decoding with the fixed cache and graphs, the growing cache, and the reference search")
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a check of this script, nothing to measure)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():

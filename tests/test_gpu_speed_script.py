@@ -24,8 +24,9 @@ def gpu_speed(*argv) -> str:
 def test_the_transformer_decodings_and_the_first_calls_run(tmp_path):
     data = shared_data("multi30k")
     out = gpu_speed("--transformer", "--steps", 2, "--data", data, "--work", tmp_path)
-    assert "beam 5: fixed cache, graphs" in out and "growing cache, eager" in out
+    assert "beam 5: fixed cache, graphs" in out and "training the Transformer, graphs / eager" in out
     results = json.loads((tmp_path / "transformer.json").read_text())
-    assert {"beam1_fixed_cache_graphs", "beam5_growing_cache_eager", "beam5_reference"} <= set(results)
+    assert {"train_transformer", "train_transformer-eager", "beam1_fixed_cache_graphs", "beam5_growing_cache_eager",
+            "beam5_reference"} <= set(results)
     first = json.loads(gpu_speed("--first-calls", tmp_path / "transformer", "--data", data).splitlines()[-1])
     assert set(first) == {"load", "one_sentence", "greedy_1", "greedy_2", "beam5_1", "beam5_2"}

@@ -70,6 +70,28 @@ def test_the_captured_loss_is_the_usual_loss(attention, rnn_type):
         torch.testing.assert_close(captured_grads[name], usual_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+TRANSFORMER = dict(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=2, decoder_layers=2,
+                   dropout=0.0, attention_dropout=0.0)
+
+
+@pytest.mark.parametrize("options", [{}, {"norm": "post", "positions": "learned", "max_positions": 32}],
+                         ids=["pre-norm", "post-norm-learned-positions"])
+def test_the_captured_loss_of_a_transformer_is_the_usual_loss(options):
+    """A Transformer's BatchLoss (targets padded in time, padding ignored by target) against
+    sequence_loss with the padding selected away: same loss and gradients."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(**TRANSFORMER, **options), 30, 30).train()
+    batch = training_batch(SOURCES, TARGETS)
+    usual = sequence_loss(model, batch, label_smoothing=0.1)
+    usual_grads = gradients(model, usual)
+    captured = BatchLoss(model, 0.1)(batch.src, batch.src_lengths, *padded_targets(batch))
+    captured_grads = gradients(model, captured)
+    torch.testing.assert_close(captured, usual, rtol=1e-5, atol=1e-5)
+    assert captured_grads.keys() == usual_grads.keys()
+    for name in usual_grads:
+        torch.testing.assert_close(captured_grads[name], usual_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_ignored_targets_add_nothing_and_get_no_gradient():
     torch.manual_seed(0)
     x, weight = torch.randn(5, 4, requires_grad=True), torch.randn(7, 4, requires_grad=True)
@@ -116,13 +138,18 @@ def test_shapes_past_the_limit_run_without_a_graph(monkeypatch):
 
 def test_the_graphed_path_is_taken_only_where_it_applies(monkeypatch):
     rnn = build_model(ModelConfig(attention="bahdanau", **RNN), 30, 30)
+    from attnmt.core.config import SpeechConfig
+    from attnmt.speech.model import build_speech_model
+
     transformer = build_model(ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32), 30, 30)
+    speech = build_speech_model(ModelConfig(**RNN), SpeechConfig(n_mels=8, conv_channels=4), 20)
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert isinstance(graphed_loss(rnn, 0.1, cuda, enabled=True), GraphedLoss)
     assert graphed_loss(rnn, 0.1, cpu, enabled=True) is None
     assert graphed_loss(rnn, 0.1, cuda, enabled=False) is None
     assert graphed_loss(rnn, 0.1, cuda, enabled=True, processes=2) is None
-    assert graphed_loss(transformer, 0.1, cuda, enabled=True) is None
+    assert isinstance(graphed_loss(transformer, 0.1, cuda, enabled=True), GraphedLoss)
+    assert graphed_loss(speech, 0.1, cuda, enabled=True) is None  # (its loss adds CTC)
     with speed.plain():
         assert graphed_loss(rnn, 0.1, cuda, enabled=True) is None
 
@@ -180,14 +207,15 @@ def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location"])
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "transformer"])
 def test_on_a_gpu_the_graphs_compute_the_loss_and_gradients_of_the_usual_path(attention):
     """Captured for real: replays (a second batch of the same shape, new values) against the usual
     path on the same weights, dropout off; and with dropout on, two replays from one random
     state draw the same masks."""
     device = torch.device("cuda")
     torch.manual_seed(0)
-    model = build_model(ModelConfig(attention=attention, **RNN), 30, 30).to(device).train()
+    config = ModelConfig(**TRANSFORMER) if attention == "transformer" else ModelConfig(attention=attention, **RNN)
+    model = build_model(config, 30, 30).to(device).train()
     loss = GraphedLoss(model, 0.1)
     loss(training_batch(SOURCES, TARGETS).to(device))  # the capture
     loss(training_batch(SOURCES, [t + [9] * 8 for t in TARGETS]).to(device))  # another shape, the same pool
@@ -203,10 +231,14 @@ def test_on_a_gpu_the_graphs_compute_the_loss_and_gradients_of_the_usual_path(at
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_a_capture_leaves_the_random_state_as_it_found_it():
+@pytest.mark.parametrize("model_type", ["rnn", "transformer"])
+def test_on_a_gpu_a_capture_leaves_the_random_state_as_it_found_it(model_type):
+    """(The Transformer's dropout includes the fused attention kernel's.)"""
     device = torch.device("cuda")
     torch.manual_seed(0)
-    model = build_model(ModelConfig(attention="bahdanau", **{**RNN, "dropout": 0.3}), 30, 30).to(device).train()
+    config = (ModelConfig(attention="bahdanau", **{**RNN, "dropout": 0.3}) if model_type == "rnn" else
+              ModelConfig(**{**TRANSFORMER, "dropout": 0.3, "attention_dropout": 0.3}))
+    model = build_model(config, 30, 30).to(device).train()
     loss = GraphedLoss(model, 0.1)
     batch = training_batch(SOURCES, TARGETS).to(device)
     state = torch.cuda.get_rng_state()

@@ -1,4 +1,4 @@
-"""Teacher-forced training of an RNN translation model on a GPU, as CUDA graphs.
+"""Teacher-forced training of a translation model (RNN or Transformer) on a GPU, as CUDA graphs.
 
 A step-by-step decoder launches a few dozen small kernels per target position, forward and
 backward: at batch 64 an H100 finishes each long before Python has launched the next, so the GPU
@@ -9,10 +9,12 @@ pass once and replays them with one launch. What is captured, once per batch sha
         -> the encoder, keys, the T decoder steps, the output layer, the summed loss   forward graph
         -> the gradients of every weight                                               backward graph
 
-(``torch.cuda.make_graphed_callables``); the optimizer steps as before. In the graph the encoder
+(``torch.cuda.make_graphed_callables``); the optimizer steps as before. In the graph an RNN encoder
 runs as on a CPU (attnmt.core.speed): cuDNN's RNN kernel per direction over the padded batch, the
 backward direction on each sentence reversed within its length, since a packed batch (what the
-encoder does on a GPU outside graphs) takes its lengths from the host at every call.
+encoder does on a GPU outside graphs) takes its lengths from the host at every call. A Transformer
+has no step loop (its decoder reads the whole target at once), but still some thirty kernels a
+layer forward and more backward, small at batch 64: its pass is captured as it is.
 
 A graph holds fixed shapes: the target is padded in time to a multiple of ``TIME_MULTIPLE`` (the
 source width is already one, see attnmt.core.speed), and the padded positions are left out of the loss
@@ -40,6 +42,7 @@ from attnmt.core import speed
 from attnmt.data.batching import Batch
 from attnmt.data.subwords import PAD
 from attnmt.seq2seq.base import source_mask
+from attnmt.seq2seq.transformer import Transformer
 
 TIME_MULTIPLE = 8
 MAX_GRAPHS = 64  # shapes; each graph keeps the activations of its pass on the GPU
@@ -47,12 +50,12 @@ WARMUP_PASSES = 2  # before a capture (cuDNN and cuBLAS choose their kernels, la
 
 
 def can_graph(model: nn.Module) -> bool:
-    """Whether ``model``'s decoder can be captured: an RNN encoder-decoder (its state has the same
-    shape at every step), not a Transformer nor a speech model (whose loss adds CTC)."""
+    """Whether ``model``'s training pass can be captured: an RNN encoder-decoder (its state has the
+    same shape at every step) or a Transformer, not a speech model (whose loss adds CTC)."""
     from attnmt.seq2seq.model import Seq2Seq
 
-    # the exact class: its subclasses (attnmt.speech.model.SpeechModel) add to the encoder or the loss
-    return type(model) is Seq2Seq
+    # the exact classes: a subclass (attnmt.speech.model.SpeechModel) adds to the encoder or the loss
+    return type(model) in (Seq2Seq, Transformer)
 
 
 class BatchLoss(nn.Module):
@@ -65,11 +68,19 @@ class BatchLoss(nn.Module):
         self.model, self.label_smoothing, self.window = model, label_smoothing, window
 
     def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
-        states, final = self.model.encoder(src, lengths, unpacked=True)
-        memory = self.model.memory_of(states, final, source_mask(lengths, states.size(1)), self.window)
-        outputs, _ = self.model.decoder_outputs_of(memory, tgt_in)
+        outputs = self.decoder_outputs(src, lengths, tgt_in)
         return self.model.generator.loss(outputs.flatten(0, 1), tgt_out.flatten(), self.label_smoothing,
                                          ignore_index=PAD)
+
+    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """What enters the output layer: an RNN's with its encoder unpacked (see the module's
+        docstring), a Transformer's as in any training step (its targets' padding comes after
+        their tokens, which the causal mask keeps from seeing it)."""
+        if isinstance(self.model, Transformer):  # (no window: a Transformer refuses one)
+            return self.model.decoder_outputs(src, lengths, tgt_in, self.window)[0]
+        states, final = self.model.encoder(src, lengths, unpacked=True)
+        memory = self.model.memory_of(states, final, source_mask(lengths, states.size(1)), self.window)
+        return self.model.decoder_outputs_of(memory, tgt_in)[0]
 
 
 def padded_targets(batch: Batch) -> tuple[Tensor, Tensor]:
