@@ -109,15 +109,17 @@ def test_a_penalty_on_a_model_without_attention_is_a_clear_error():
     assert decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=3)  # none: fine
 
 
-def test_on_a_gpu_a_coverage_penalty_takes_the_textbook_searches():
+def test_on_a_gpu_a_coverage_penalty_keeps_the_fixed_shape_searches():
+    """(tests/test_fast_decoding.py checks that they rank with it as the textbook searches do.)"""
     model = LeavesAWordOut()
     cuda = torch.device("cuda")
-    assert searches(cuda, model, 0.0) == (fast_decoding.greedy_search, fast_decoding.beam_search)
-    greedy, beamed = searches(cuda, model, 0.3)
-    assert (greedy.func, beamed.func) == (decoding.greedy_search, decoding.beam_search)
-    assert greedy.keywords == beamed.keywords == {"beta": 0.3}
+    for beta in (0.0, 0.3):
+        greedy, beamed = searches(cuda, model, beta)
+        assert (greedy.func, beamed.func) == (fast_decoding.greedy_search, fast_decoding.beam_search)
+        assert greedy.keywords == beamed.keywords == {"beta": beta}
     with speed.plain():
-        assert searches(cuda, model, 0.0)[1].func is decoding.beam_search
+        assert searches(cuda, model, 0.3)[1].func is decoding.beam_search
+    assert searches(torch.device("cpu"), model, 0.3)[1].func is decoding.beam_search
 
 
 def test_set_decoding_changes_the_settings_of_later_calls_and_names_a_wrong_field(reverse_model):

@@ -135,16 +135,6 @@ def test_a_coverage_penalty_ranks_as_the_reference_ranks(name):
     assert changed  # (the penalty changed some n best: the cases test the ranking, not just the scores)
 
 
-def test_a_gpu_takes_the_fast_searches_with_a_coverage_penalty_too():
-    model, cuda = tiny("gru-bahdanau"), torch.device("cuda")
-    greedy, beam = searches.searches(cuda, model, 0.4)
-    assert (greedy.func, beam.func, beam.keywords) == (fast_decoding.greedy_search, fast_decoding.beam_search,
-                                                       {"beta": 0.4})
-    with speed.plain():
-        assert searches.searches(cuda, model, 0.4)[1].func is decoding.beam_search
-    assert searches.searches(torch.device("cpu"), model, 0.4)[1].func is decoding.beam_search
-
-
 def test_a_coverage_penalty_without_attention_is_refused():
     batch = random_batch()
     with pytest.raises(AttnmtError, match="coverage_penalty: 0"):

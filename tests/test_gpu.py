@@ -162,14 +162,16 @@ def test_resume_on_cuda_repeats_the_uninterrupted_run_bit_for_bit(tmp_path, mode
         assert torch.equal(a[key], b[key]), key
 
 
-def test_a_training_step_on_one_gpu_waits_for_nothing_and_a_diverged_step_is_caught(tmp_path):
+@pytest.mark.parametrize("model", [RNN, TRANSFORMER], ids=["rnn", "transformer"])
+def test_a_training_step_on_one_gpu_waits_for_nothing_and_a_diverged_step_is_caught(tmp_path, model):
     """One process on a GPU keeps each step's loss and gradient norm on the device (attnmt.training.
-    divergence): once a batch shape is captured, a step makes no host synchronisation
-    (torch.cuda.set_sync_debug_mode raises at any); a step whose loss is not finite leaves the
-    weights as they were, and the next check names it."""
+    divergence): once a batch shape is captured (an RNN's or a Transformer's pass), a step makes no
+    host synchronisation (torch.cuda.set_sync_debug_mode raises at any); a step whose loss is not
+    finite leaves the weights as they were, and the next check names it."""
     from attnmt.translation.training import translation_batch
 
-    trainer = Trainer(cuda_experiment(tmp_path / "run", test=False), **QUIET)
+    trainer = Trainer(cuda_experiment(tmp_path / "run", model, test=False), **QUIET)
+    assert trainer.loop.loss.graphs is not None
     loop = trainer.loop
     assert loop.divergence.on_device
     batch = translation_batch(trainer.data.train, loop.epoch_batches(0)[0])
