@@ -131,6 +131,25 @@ def test_alignment_against_gold_with_both_directions_and_the_statistical_aligner
     assert "## Word alignment" in (out / "results.md").read_text()
 
 
+def test_a_comparison_trains_every_run_on_the_extra_corpora_too(tmp_path, capsys):
+    """data.extra_train (here a tagged corpus, as back-translations are): the shared subwords learn
+    its text and its tag, and every run trains on it beside data.train."""
+    config, out = toy_experiment(tmp_path), tmp_path / "out"
+    write_tsv(tmp_path / "extra.tsv", [("zzz yyy", "yyy zzz"), ("yyy xxx zzz", "zzz xxx yyy")] * 10)
+    config.write_text(config.read_text().replace("  train: {tsv: train.tsv}\n", "  train: {tsv: train.tsv}\n"
+                                                 "  extra_train: [{tsv: extra.tsv, tag: '<BT>'}]\n"))
+    argv = ["compare", config, "--variant", "b:model.attention=bahdanau", "--steps", 2, "--out", out, "--no-progress"]
+    assert run_cli(*argv) == 0
+    from attnmt.api import load
+
+    model = load(out / "b/seed42")
+    assert model.tags == ["<BT>"] and model.src_subwords.sp.piece_to_id("<BT>") != model.src_subwords.sp.unk_id()
+    assert "z" in model.src_subwords.sp.id_to_piece(list(range(model.src_subwords.sp.get_piece_size())))
+    assert "extra.tsv: 20 extra training pairs, tagged <BT>" in capsys.readouterr().err
+    assert run_cli(*argv[:-1], "--both-directions", "--out", tmp_path / "both") == 2
+    assert "data.extra_train's corpora" in capsys.readouterr().err
+
+
 def test_bad_requests_are_errors_before_any_training(tmp_path, capsys):
     config, out = toy_experiment(tmp_path), tmp_path / "out"
     assert run_cli("compare", config, "--variant", "x:model.atention=bahdanau", "--steps", 2, "--out", out) == 2

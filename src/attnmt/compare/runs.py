@@ -157,9 +157,10 @@ class RunFolders:
     def shared_data(self) -> dict:
         """The corpora every run gets (the data section's train, dev and test), in OUT/shared."""
         config = self.base.with_overrides({"experiment_dir": str(self.shared)})
-        if config.data.extra_train:  # (its subwords would need the tags, a reversed run its pairs turned around)
-            raise AttnmtError("attnmt compare trains on data.train alone: remove data.extra_train from the config "
-                              "(to compare training with and without it, train each with attnmt train)")
+        if config.data.extra_train and self.settings.both_directions:  # (a reversed run: its pairs turned around)
+            raise AttnmtError("--both-directions trains each variant on data.train turned around too, which "
+                              "data.extra_train's corpora (back-translations, tagged sources) do not go with: remove "
+                              "data.extra_train from the config, or compare one direction")
         return {"train": {"tsv": str(self.shared / "train.tsv")},
                 "dev": self._spec(config.data.dev, "dev", config) if config.data.dev else None,
                 "test": None}
