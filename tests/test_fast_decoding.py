@@ -141,6 +141,22 @@ def test_a_coverage_penalty_without_attention_is_refused():
         fast_decoding.beam_search(tiny("gru-none"), batch.src, batch.src_lengths, [6] * 5, 3, beta=0.4)
 
 
+@pytest.mark.parametrize("names", [("gru-bahdanau", "lstm-location"), ("gru-luong-general", "transformer")])
+def test_an_ensemble_finds_the_reference_hypotheses(names):
+    """An ensemble's step is its members' steps (each state of fixed shape, a Transformer's
+    FixedCache): the whole step is captured as one."""
+    from attnmt.seq2seq.ensemble import Ensemble
+
+    batch = random_batch(6, seed=5)
+    for eos_bias, limits in CASES:
+        model, limits = Ensemble([tiny(name, eos_bias) for name in names]).eval(), limits_of(batch, limits)
+        args = (model, batch.src, batch.src_lengths, limits)
+        for graphs in (False, True):
+            assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs), decoding.greedy_search(*args))
+            assert_same_hypotheses(fast_decoding.beam_search(*args, 3, 2, graphs=graphs),
+                                   decoding.beam_search(*args, 3, 2))
+
+
 def test_the_cases_cover_early_ends_and_length_limits():
     batch = random_batch(6, seed=2)
     limits = limits_of(batch, "usual")
@@ -213,8 +229,9 @@ def test_n_best_above_the_beam_is_refused():
 
 def test_a_graph_is_captured_only_where_the_state_keeps_its_shape(monkeypatch):
     """RNN states keep their shape, and so does the Transformer's cache made for the whole search
-    (FixedCache): after the warm-up the step runs on static buffers. A Transformer whose search is
-    longer than its table of positions keeps the growing cache: its steps all run eagerly."""
+    (FixedCache), and an ensemble's of those: after the warm-up the step runs on static buffers.
+    A Transformer whose search is longer than its table of positions keeps the growing cache: its
+    steps all run eagerly."""
     captured = []
     original = fast_decoding._StepGraph.__init__
 
@@ -224,10 +241,13 @@ def test_a_graph_is_captured_only_where_the_state_keeps_its_shape(monkeypatch):
 
     monkeypatch.setattr(fast_decoding._StepGraph, "__init__", spy)
     batch = random_batch()
+    from attnmt.seq2seq.ensemble import Ensemble
+
     short_table = tiny("transformer", NEVER_ENDS)
     short_table.tgt_embed.max_positions = 10
+    ensemble = Ensemble([tiny("lstm-location", NEVER_ENDS), tiny("transformer", NEVER_ENDS)])
     for model, expected in ((tiny("lstm-location", NEVER_ENDS), 2), (tiny("transformer", NEVER_ENDS), 2),
-                            (short_table, 0)):
+                            (ensemble, 2), (short_table, 0)):
         captured.clear()
         fast_decoding.greedy_search(model, batch.src, batch.src_lengths, [12] * 5, graphs=True)
         fast_decoding.beam_search(model, batch.src, batch.src_lengths, [12] * 5, beam=3, graphs=True)
@@ -361,6 +381,22 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
     with speed.plain():
         searches.decode(model, batch.src, batch.src_lengths, settings, beam=3)
     assert calls == ["fast"]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_an_ensemble_is_captured_and_finds_the_reference_hypotheses(monkeypatch):
+    from attnmt.seq2seq.ensemble import Ensemble
+
+    strict_steps(monkeypatch)
+    batch = random_batch(16, seed=3).to("cuda")
+    for eos_bias, limits in CASES:
+        model = Ensemble([tiny("gru-bahdanau", eos_bias), tiny("transformer", eos_bias)]).cuda().eval()
+        args = (model, batch.src, batch.src_lengths, limits_of(batch, limits))
+        for graphs in (False, True):
+            assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs), decoding.greedy_search(*args),
+                                   atol=1e-4)
+            assert_same_hypotheses(fast_decoding.beam_search(*args, 5, 3, graphs=graphs),
+                                   decoding.beam_search(*args, 5, 3), atol=1e-4)
 
 
 @pytest.mark.gpu

@@ -55,8 +55,6 @@ class Ensemble(EncoderDecoder):
     """``models`` searching as one (the module's docstring); the first model's config and output
     layer stand for the ensemble where one is asked for."""
 
-    fast_search = False  # the textbook searches: the GPU's graphs capture one model's step
-
     def __init__(self, models: list[EncoderDecoder]):
         super().__init__()
         if len(models) < 2:
@@ -74,6 +72,11 @@ class Ensemble(EncoderDecoder):
 
     def init_state(self, memory: EnsembleMemory) -> EnsembleState:
         return EnsembleState([model.init_state(m) for model, m in zip(self.members, memory.members)])
+
+    def init_fixed_state(self, memory: EnsembleMemory, steps: int) -> EnsembleState:
+        """Each member's state of fixed shape (for a search captured as one CUDA graph, every member's
+        step in it)."""
+        return EnsembleState([model.init_fixed_state(m, steps) for model, m in zip(self.members, memory.members)])
 
     def decode_step(self, prev_tokens: Tensor, state: EnsembleState, memory: EnsembleMemory) -> StepOutput:
         steps = [model.decode_step(prev_tokens, s, m)
