@@ -91,7 +91,7 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
                 window: tuple[int, int] | None = None, beta: float = 0.0) -> list[list[Hypothesis]]:
     """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
     sentence keeping its k rows until all are done. ``beta``: the coverage penalty of the finished
-    hypotheses' scores, from each live row's attention summed as it goes (``_Coverage``)."""
+    hypotheses' scores, from each live row's attention summed as it goes (``_Beam._coverage``)."""
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     search = _Beam(model, model.encode(src, src_lengths, window), max_lengths, beam, n_best, alpha, vocabulary,

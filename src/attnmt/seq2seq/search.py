@@ -111,7 +111,7 @@ def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, voc
 def searches(device: torch.device, model: EncoderDecoder, beta: float):
     """Greedy and beam search for a model on ``device``, with coverage penalty ``beta``: those of
     fast_decoding on a GPU with the speed tricks on, else the textbook ones; always the textbook
-    ones for a model that asks for them (prefixes, ensembles)."""
+    ones for a model that asks for them (prefixes)."""
     fast = device.type == "cuda" and speed.enabled() and model.fast_search
     module = fast_decoding if fast else decoding
     return partial(module.greedy_search, beta=beta), partial(module.beam_search, beta=beta)
