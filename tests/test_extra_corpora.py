@@ -9,7 +9,6 @@ from attnmt.core.errors import AttnmtError
 from attnmt.info import format_info, model_info
 from attnmt.training import Trainer
 from conftest import reverse, toy_config, write_tsv
-from test_compare import run_cli, toy_experiment
 
 QUIET = {"log": lambda message: None, "progress": False}
 MAIN = [(s, reverse(s)) for s in ("abc", "bcd", "cde", "abcde")]
@@ -101,16 +100,6 @@ def test_tasks_and_settings_that_cannot_train_on_extra_corpora_refuse(tmp_path):
            "data": {"train": {"tsv": str(tmp_path / "t.tsv")}, "extra_train": extra}, "training": {"max_steps": 1}}
     with pytest.raises(AttnmtError, match="data.extra_train: unknown field"):
         config_from_dict(raw, tmp_path)
-
-
-def test_compare_refuses_a_config_with_extra_corpora(tmp_path, capsys):
-    config = toy_experiment(tmp_path)
-    write_tsv(tmp_path / "bt.tsv", OTHER)
-    config.write_text(config.read_text().replace("  train: {tsv: train.tsv}\n",
-                                                 "  train: {tsv: train.tsv}\n  extra_train: [{tsv: bt.tsv}]\n"))
-    assert run_cli("compare", config, "--vary", "model.attention=bahdanau,luong-dot", "--steps", 2,
-                   "--out", tmp_path / "out") == 2
-    assert "attnmt compare trains on data.train alone" in capsys.readouterr().err
 
 
 def test_pairs_too_uneven_are_dropped_from_every_corpus_with_a_count(tmp_path):
