@@ -25,8 +25,8 @@ def load_model(args):
 
 
 def apply_decoding_options(model, args):
-    """--attention-window, --length-penalty, --coverage-penalty, --tag and --shortlist, given, on the
-    models they are for."""
+    """--attention-window, --length-penalty, --coverage-penalty, --tag, --mask-heads and --shortlist,
+    given, on the models they are for."""
     from attnmt.api import Translator
 
     settings = {name: getattr(args, name, None) for name in ("attention_window", "length_penalty", "coverage_penalty")}
@@ -41,6 +41,10 @@ def apply_decoding_options(model, args):
         if model.inputs != "text":
             raise AttnmtError(f"{args.model_dir}: --tag is for translation models")
         model.source_ids([""], args.tag)  # (an unknown tag: an error before any work)
+    if getattr(args, "mask_heads", None):
+        if model.inputs != "text":
+            raise AttnmtError(f"{args.model_dir}: --mask-heads is for translation models")
+        model.mask_heads(args.mask_heads)
     if getattr(args, "shortlist", None) is not None:
         if model.inputs != "text":
             raise AttnmtError(f"{args.model_dir}: --shortlist is for translation models")

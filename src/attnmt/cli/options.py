@@ -146,6 +146,10 @@ def model_options(p, max_tokens: str):
                    help="put this tag, one the model was trained with (data.extra_train's, e.g. '<BT>'; attnmt info "
                         "lists them), before every source: its outputs then follow that corpus (a domain, a style); "
                         "with score --backward, the forward model's sources only")
+    p.add_argument("--mask-heads", metavar="KIND.LAYER.HEAD,...",
+                   help="a Transformer: switch these attention heads off (their output multiplied by 0; KIND "
+                        "encoder, decoder or cross, LAYER and HEAD from 0, e.g. cross.2.0,encoder.0.3), to see what "
+                        "the others do without them (docs/transformer.md)")
     p.add_argument("--attention-window", type=window_argument, metavar="LEFT,RIGHT",
                    help="RNN attention: each step attends only within LEFT positions before and RIGHT after the "
                         "median of the previous step's weights (as in Chorowski et al. 2014; default: config, "

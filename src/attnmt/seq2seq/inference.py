@@ -25,6 +25,7 @@ from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_t
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.constraints import phrases_of
 from attnmt.seq2seq.ensemble import Ensemble
+from attnmt.seq2seq.heads import mask_heads, parse_heads
 from attnmt.seq2seq.prefix import Prefixes, Spelling, prefixes_of
 from attnmt.seq2seq.quantize import QUANTIZE, quantize_int8
 from attnmt.seq2seq.results import Aligner, Candidate, ScoredTranslation, Translation, links_of
@@ -108,6 +109,11 @@ class Translator:
             field = ".".join(map(str, error.errors()[0]["loc"])) or "decoding"
             raise AttnmtError(f"decoding.{field}: {error.errors()[0]['msg']}") from None
         self.config = self.config.model_copy(update={"decoding": decoding})
+
+    def mask_heads(self, heads: str | list[tuple[str, int, int]]):
+        """Switches these attention heads of a Transformer off for every later call, the others on
+        (attnmt.seq2seq.heads): "cross.2.0,encoder.0.3" or (kind, layer, head) tuples; "": all on."""
+        mask_heads(self.model, parse_heads(heads) if isinstance(heads, str) else heads)
 
     def __repr__(self) -> str:
         model = self.config.model

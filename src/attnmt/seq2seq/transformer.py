@@ -60,6 +60,8 @@ class MultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(d_model, d_model)
         self.W_o = nn.Linear(d_model, d_model)
         self.dropout = Dropout(dropout)
+        # (H,) 1 for a head that counts, 0 for one switched off (attnmt.seq2seq.heads); None: all count
+        self.register_buffer("head_mask", None, persistent=False)
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B,T,d_model) -> (B,H,T,d_k)."""
@@ -80,6 +82,8 @@ class MultiHeadAttention(nn.Module):
         else:  # the same equation in one fused kernel: faster, less memory, no weights
             dropout = self.dropout.p if self.training else 0.0
             out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+        if self.head_mask is not None:
+            out = out * self.head_mask[:, None, None]
         batch, heads, length, d_k = out.shape
         return self.W_o(out.transpose(1, 2).reshape(batch, length, heads * d_k)), weights
 

@@ -1,0 +1,126 @@
+"""Are all of a Transformer's attention heads needed? Heads switched off at test time, one at a time and
+then many, on Multi30k German -> English.
+
+    flock /tmp/attnmt-bench.lock python benchmarks/head_pruning.py runs/experiments/transformer-averaged
+
+Michel, Levy & Neubig (2019, "Are Sixteen Heads Really Better than One?") masked the heads of trained
+Transformers at test time: most single heads could be removed without a significant change of BLEU,
+many layers could be reduced to one head, and the encoder-decoder (cross) attention depended on
+having several heads more than the self-attentions did. Voita et al. (2019) found a few specialised
+heads doing most of the work. Here, with the model of docs/transformer.md (3 encoder and 3 decoder
+layers of 4 heads: 36 heads in all):
+
+1. every head masked alone: BLEU of the dev set (Multi30k val, greedy), against all heads on;
+2. heads masked cumulatively, least important first (by step 1's dev BLEU, so the test set plays
+   no part in the order): BLEU of test_2016 (beam 5) at each count, with the paired bootstrap
+   against all heads;
+3. each kind (encoder, decoder, cross) reduced to its most important head in every layer, the
+   others on: test BLEU; and every cross-attention head off (the decoder then cannot read the
+   source at all: the floor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def bleu(model, sources: list[str], references: list[str], beam: int, heads) -> tuple[float, list[str]]:
+    import sacrebleu
+
+    model.mask_heads(heads)
+    hypotheses = [t.text for t in model.translate(sources, beam=beam, batch_size=64)]
+    return sacrebleu.corpus_bleu(hypotheses, [references]).score, hypotheses
+
+
+def significance(baseline: list[str], system: list[str], references: list[str]) -> float:
+    """The p-value of sacreBLEU's paired bootstrap (1,000 resamples) of ``system`` against ``baseline``."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()}, references=[references],
+                      test_type="bs", n_samples=1000)
+    return test()[1]["BLEU"][1].p_value
+
+
+def name(head) -> str:
+    return ".".join(map(str, head))
+
+
+def single_heads(model, dev, heads) -> tuple[float, dict]:
+    """Step 1: dev BLEU with all heads on, and with each head masked alone."""
+    base, _ = bleu(model, *dev, 1, [])
+    alone = {head: bleu(model, *dev, 1, [head])[0] for head in heads}
+    print(f"\n1. each head masked alone: dev BLEU (greedy; all heads on: {base:.2f}), change per head")
+    layers = sorted({(kind, layer) for kind, layer, _ in heads})
+    for kind, layer in layers:
+        row = [alone[h] - base for h in heads if h[:2] == (kind, layer)]
+        print(f"   {kind:>7} layer {layer}: " + "  ".join(f"{change:+6.2f}" for change in row))
+    changes = sorted(alone[h] - base for h in heads)
+    print(f"   {sum(c > -0.5 for c in changes)} of {len(heads)} heads cost less than 0.5 BLEU alone; the worst "
+          f"{changes[0]:+.2f}, the best {changes[-1]:+.2f}")
+    return base, alone
+
+
+def cumulative(model, test, order, counts: list[int]):
+    """Step 2: the ``count`` least important heads masked together, test BLEU (beam 5)."""
+    print("\n2. heads masked cumulatively, least important (on dev) first: test_2016 BLEU, beam 5")
+    print(f"   {'masked':>6} {'BLEU':>6} {'p':>6}  by kind (encoder/decoder/cross)")
+    base = None
+    for count in counts:
+        masked = order[:count]
+        score, hypotheses = bleu(model, *test, 5, masked)
+        if base is None:
+            base = hypotheses
+        p = significance(base, hypotheses, test[1]) if count else float("nan")
+        kinds = "/".join(str(sum(h[0] == kind for h in masked)) for kind in ("encoder", "decoder", "cross"))
+        print(f"   {count:>6} {score:6.2f} {p:6.3f}  {kinds}", flush=True)
+
+
+def one_head_a_layer(model, test, alone, heads):
+    """Step 3: a kind's layers reduced to their best head each; then every cross head off."""
+    print("\n3. one head a layer (the most important on dev), one kind at a time: test_2016 BLEU, beam 5")
+    for kind in ("encoder", "decoder", "cross"):
+        layers = sorted({layer for k, layer, _ in heads if k == kind})
+        kept = {max((h for h in heads if h[:2] == (kind, layer)), key=lambda h: -alone[h]) for layer in layers}
+        masked = [h for h in heads if h[0] == kind and h not in kept]
+        score, _ = bleu(model, *test, 5, masked)
+        print(f"   {kind:>7}: kept {', '.join(sorted(map(name, kept)))}; {len(masked)} masked: BLEU {score:.2f}")
+    score, _ = bleu(model, *test, 5, [h for h in heads if h[0] == "cross"])
+    print(f"   every cross-attention head masked (the decoder blind to the source): BLEU {score:.2f}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="a trained Transformer's folder")
+    parser.add_argument("--checkpoint", default="best")
+    parser.add_argument("--data", default=str(MULTI30K))
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    import torch
+
+    import attnmt
+    from attnmt.data.corpus import read_lines
+    from attnmt.seq2seq.heads import every_head
+
+    torch.set_num_threads(args.threads)
+    data = Path(args.data)
+    dev = (read_lines(data / "val.de.gz"), read_lines(data / "val.en.gz"))
+    test = (read_lines(data / "test_2016_flickr.de.gz"), read_lines(data / "test_2016_flickr.en.gz"))
+    model = attnmt.load(args.model, args.checkpoint)
+    heads = every_head(model.model)
+    started = time.perf_counter()
+    print(f"{args.model} ({args.checkpoint}): {len(heads)} heads")
+    base, alone = single_heads(model, dev, heads)
+    order = sorted(heads, key=lambda h: base - alone[h])  # least important (least lost, or most gained) first
+    print("   order (least important first): " + " ".join(name(h) for h in order))
+    cumulative(model, test, order, list(range(0, len(heads) + 1, 4)))
+    one_head_a_layer(model, test, alone, heads)
+    print(f"\n{time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
