@@ -75,9 +75,9 @@ def cumulative(model, test, order, counts: list[int]):
         score, hypotheses = bleu(model, *test, 5, masked)
         if base is None:
             base = hypotheses
-        p = significance(base, hypotheses, test[1]) if count else float("nan")
+        p = f"{significance(base, hypotheses, test[1]):6.3f}" if count else f"{'':>6}"
         kinds = "/".join(str(sum(h[0] == kind for h in masked)) for kind in ("encoder", "decoder", "cross"))
-        print(f"   {count:>6} {score:6.2f} {p:6.3f}  {kinds}", flush=True)
+        print(f"   {count:>6} {score:6.2f} {p}  {kinds}", flush=True)
 
 
 def one_head_a_layer(model, test, alone, heads):
