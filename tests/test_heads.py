@@ -2,6 +2,7 @@
 before W_o and nothing else changes; with every cross-attention head off the decoder cannot see the
 source; the Python, command-line and error paths."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -86,3 +87,44 @@ def test_translate_and_evaluate_take_heads_to_mask(tiny, tmp_path, capsys):
     int8 = load(tiny, quantize="int8")  # (its linear layers quantized: the mask is made beside them)
     int8.mask_heads([("encoder", 0, 0)])
     assert int8.translate(["abc"])[0].text is not None
+
+
+def test_the_server_switches_a_requests_heads_off_and_no_others(tiny, monkeypatch):
+    """/translate and /attention take mask_heads; concurrent requests with other heads off (or none)
+    are decoded apart, each as the model with its own heads off, and the model is left as it was."""
+    from attnmt.serve import ServerLimits, create_app
+    from conftest import local_client
+    from test_serve import post_together
+
+    reference = load(tiny)
+    app = create_app([tiny], ServerLimits(batch_wait=0.5))  # a wide window: all get in
+    model = app.state.models[tiny.name]
+    original, calls = model.translator.translate, []
+    monkeypatch.setattr(model.translator, "translate",
+                        lambda texts, *args, **kwargs: calls.append(list(texts)) or original(texts, *args, **kwargs))
+    bodies = [{"text": "abc", "beam": 2, "n_best": 2, "mask_heads": "cross.0.1"},
+              {"text": "bcd", "beam": 2, "n_best": 2},
+              {"text": "cde", "beam": 2, "n_best": 2, "mask_heads": "cross.0.1"},
+              {"text": "abcd", "beam": 2, "n_best": 2, "mask_heads": "encoder.0.0,cross.0.1"}]
+    with local_client(app) as client:
+        responses = post_together(client, bodies)
+        for body, response in zip(bodies, responses):
+            reference.mask_heads(body.get("mask_heads", ""))
+            [expected] = reference.translate([body["text"]], beam=2, n_best=2)
+            got = response.json()["translations"][0]["candidates"]
+            assert [c["score"] for c in got] == pytest.approx([c.score for c in expected.candidates], abs=1e-4)
+        heads_of_text = {body["text"]: body.get("mask_heads") for body in bodies}
+        assert all(len({heads_of_text[text] for text in call}) == 1 for call in calls)  # never decoded together
+        assert all(a.head_mask is None for layer in model.translator.model.decoder_layers
+                   for a in (layer.self_attention, layer.cross_attention))
+        reference.mask_heads("encoder.0.1")
+        maps = client.post("/attention", json={"text": "abc", "translation": "cba", "mask_heads": "encoder.0.1"})
+        assert maps.status_code == 200
+        expected = reference.attention("abc", "cba")
+        np.testing.assert_allclose(maps.json()["cross"], expected["cross"], atol=1e-5)
+        reference.mask_heads("")
+        assert not np.allclose(maps.json()["cross"], reference.attention("abc", "cba")["cross"], atol=1e-5)
+        for bad, message in (("cross.3.0", "no head cross.3.0"), ("cross.0", "KIND.LAYER.HEAD"),
+                             ("<b>", "string_pattern_mismatch")):
+            answer = client.post("/translate", json={"text": "abc", "mask_heads": bad})
+            assert answer.status_code == 422 and message in answer.text, answer.text

@@ -16,7 +16,8 @@ benchmarks/head_pruning.py measures what each head is worth on Multi30k (docs/tr
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -27,6 +28,7 @@ from attnmt.seq2seq.transformer import Transformer
 KINDS = ("encoder", "decoder", "cross")
 
 Head = tuple[str, int, int]  # (kind, layer, head)
+T = TypeVar("T")
 
 
 def attentions(model: nn.Module, kind: str) -> list[nn.Module]:
@@ -44,24 +46,44 @@ def every_head(model: nn.Module) -> list[Head]:
             for head in range(attention.heads)]
 
 
-def mask_heads(model: nn.Module, heads: Iterable[Head]):
-    """Switches ``heads`` off and every other head on (an empty list: all on again)."""
+def check_heads(model: nn.Module, heads: Iterable[Head]):
+    """AttnmtError unless ``model`` is a Transformer that has every one of ``heads``."""
     if not isinstance(model, Transformer):
         raise AttnmtError("heads are masked in a Transformer (model.type: transformer); this model has one "
                           "attention of one head")
-    heads = list(heads)
     known = set(every_head(model))
     for head in heads:
         if head not in known:
             raise AttnmtError(f"no head {'.'.join(map(str, head))} in this model: it has "
                               f"{len(model.encoder_layers)} encoder and {len(model.decoder_layers)} decoder layers of "
                               f"{model.config.heads} heads (kinds: {', '.join(KINDS)}; counting from 0)")
+
+
+def mask_heads(model: nn.Module, heads: Iterable[Head]):
+    """Switches ``heads`` off and every other head on (an empty list: all on again)."""
+    heads = list(heads)
+    check_heads(model, heads)
     for kind in KINDS:
         for layer, attention in enumerate(attentions(model, kind)):
             off = [h for k, n, h in heads if (k, n) == (kind, layer)]
             mask = torch.ones(attention.heads, device=model.src_embed.tokens.weight.device)  # (W_o may be int8)
             mask[off] = 0.0
             attention.head_mask = mask if off else None
+
+
+def call_masked(model: nn.Module, heads: list[Head], call: Callable[[], T]) -> T:
+    """call() with ``heads`` switched off and the others on, then the model's heads as they were
+    (the server: one request's heads; none: call() on the model as it is)."""
+    if not heads:
+        return call()
+    check_heads(model, heads)
+    attentions_before = [(a, a.head_mask) for kind in KINDS for a in attentions(model, kind)]
+    mask_heads(model, heads)
+    try:
+        return call()
+    finally:
+        for attention, mask in attentions_before:
+            attention.head_mask = mask
 
 
 def parse_heads(text: str) -> list[Head]:

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any, Awaitable, Callable, Optional, Protocol, Union
 
 from attnmt.core.config import Sampling
+from attnmt.seq2seq.heads import call_masked
 from attnmt.serve.limits import ServerLimits, work
 
 
@@ -38,11 +39,13 @@ class _Job:
     prefixes: Optional[list[str]] = None  # the start of each text's translations ("": none)
     constraints: Optional[list[list[str]]] = None  # the phrases each text's translations must hold ([]: none)
     tag: Union[str, list[Optional[str]], None] = None  # put before each of its texts, or one each (source_ids)
+    heads: tuple = ()  # a Transformer's heads switched off (attnmt.seq2seq.heads): decoded with the same only
 
     @property
     def options(self) -> tuple:
-        """What the requests decoded together share: beam and n_best; a sampling request is alone."""
-        return (self.beam, self.n_best) if self.sampling is None else (id(self),)
+        """What the requests decoded together share: beam, n_best and the heads switched off; a
+        sampling request is alone."""
+        return (self.beam, self.n_best, self.heads) if self.sampling is None else (id(self),)
 
     @property
     def work(self) -> int:
@@ -76,16 +79,17 @@ class Batcher:
     async def translate(self, texts: list[str], tokens: list[int], beam: int, n_best: int, deadline: float,
                         sampling: Optional[Sampling] = None, prefixes: Optional[list[str]] = None,
                         constraints: Optional[list[list[str]]] = None,
-                        tag: Union[str, list[Optional[str]], None] = None) -> list:
+                        tag: Union[str, list[Optional[str]], None] = None, heads: tuple = ()) -> list:
         """The translations of ``texts`` (a list of attnmt.api.Translation), in order; ModelTimeout
         at ``deadline``, waiting in the queue included. ``tokens``: their subword token counts (the
         work of each). ``sampling``: drawn instead of searched for (beam and n_best 1). ``prefixes``:
         the start of each text's translations ("": none), ``constraints`` the phrases they must hold
-        ([]: none), ``tag`` one before every text or one each (None: none), decoded with other requests' texts."""
+        ([]: none), ``tag`` one before every text or one each (None: none), decoded with other requests' texts;
+        ``heads``: a Transformer's heads switched off for these texts (with the requests that switch off the same)."""
         self._start()
         future = asyncio.get_running_loop().create_future()
         self.queue.put_nowait(_Job(texts, tokens, beam, n_best, deadline, future, sampling, prefixes, constraints,
-                                    tag))
+                                    tag, heads))
         return await self.model.in_time(future, deadline)
 
     def _start(self):
@@ -162,9 +166,11 @@ class Batcher:
             return {name: [values[i] for i in chunk] for name, values in options.items()
                     if any(values[i] for i in chunk)}
 
+        heads = list(jobs[0].heads)
         try:
             results = await self.model.run_chunks(
-                [partial(translate, [texts[i] for i in chunk], beam, n_best, **drawn, **per_text(chunk))
+                [partial(call_masked, self.model.translator.model, heads,
+                         partial(translate, [texts[i] for i in chunk], beam, n_best, **drawn, **per_text(chunk)))
                  for chunk in chunks],
                 deadline=max(job.deadline for job in jobs),
                 wanted=lambda: not all(job.future.done() for job in jobs))

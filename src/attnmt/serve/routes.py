@@ -23,6 +23,7 @@ from attnmt.core.config import Sampling
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq.constraints import phrases_of
 from attnmt.seq2seq.decoding import max_output_lengths
+from attnmt.seq2seq.heads import call_masked, check_heads, parse_heads
 from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.bodies import StrictJSONRoute
 from attnmt.serve.limits import ServerLimits, work
@@ -124,6 +125,21 @@ def constraints_of(model: LoadedModel, body, texts: list[str], limits: ServerLim
     return phrases, check_tokens(model, [" ".join(p) for p in phrases], limits, single, "constraints", "tgt")
 
 
+def heads_of(model: LoadedModel, body) -> list:
+    """The heads a request switches off (``mask_heads``), checked against the model's; 422 otherwise."""
+    if not getattr(body, "mask_heads", None):
+        return []
+    if getattr(model.translator, "ensembled", None):
+        raise HTTPException(422, f"mask_heads: '{model.name}' is an ensemble; serve a member alone to switch its "
+                                 "heads off")
+    try:
+        heads = parse_heads(body.mask_heads)
+        check_heads(model.translator.model, heads)
+    except AttnmtError as error:
+        raise HTTPException(422, f"mask_heads: {error}") from None
+    return heads
+
+
 def check_work(tokens: list[int], beam: int, limits: ServerLimits):
     """422 for a request asking for more than ``max_work``: its time must stay well within the limit."""
     asked = work(tokens, beam)
@@ -207,6 +223,7 @@ async def answer(schema: type[Answer], result, limits: ServerLimits, reduce: str
 
 async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     # Through the model's batcher: decoded together with concurrent requests.
+    heads = heads_of(model, body)  # (422 for a model without heads: an RNN, a speech model)
     if body.audio is not None or model.inputs == "audio":
         if body.align:
             raise HTTPException(422, '"align" links the words of a text and of its translation: a speech model has '
@@ -233,7 +250,7 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     if body.attention:
         check_matrices(model, tokens, body.n_best, limits, prefixes or [""] * len(texts), needed)
     translations = await model.batcher.translate(texts, steps, beam, body.n_best, deadline, sampling, prefixes,
-                                                 phrases, body.tag)
+                                                 phrases, body.tag, tuple(heads))
     if body.align:  # before the attention may be dropped; an aligner is a model: in the worker thread
         align_outputs = model.translator.align_outputs
         translations = (await model.run(align_outputs, translations, deadline=deadline) if model.translator.aligner
@@ -281,13 +298,16 @@ async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: fl
                                  "ensemble: serve a member alone for them (its mean attention is the 'attention' "
                                  "of /translate)")
     tokens = check_tokens(model, [body.text], limits, single=True, tag=body.tag)
+    heads = heads_of(model, body)
     if body.translation is None:  # translated first, with the model's beam
         check_work(tokens, model.translator.config.decoding.beam, limits)
         forced = None
     else:
         [forced] = check_tokens(model, [body.translation], limits, single=True, field="translation", side="tgt")
     check_attention_maps(model, tokens[0], forced, limits)
-    maps = await model.run(model.translator.attention, body.text, body.translation, body.tag or "", deadline=deadline)
+    maps = await model.run(call_masked, model.translator.model, heads,
+                           partial(model.translator.attention, body.text, body.translation, body.tag or ""),
+                           deadline=deadline)
     return await answer(AttentionResponse, maps, limits, model=model.name,
                         reduce="send a shorter text (or translation)")
 

@@ -267,6 +267,10 @@ class SamplingIn(Strict):
 
 ModelName = Optional[str]
 MODEL_FIELD = Field(None, description="model name (see /models); default: the first model")
+HeadList = Annotated[str, Field(max_length=2000, pattern=r"^[a-z0-9., ]*$", strict=True)]
+HEADS_FIELD = Field(None, description="a Transformer's attention heads to switch off for this request, as "
+                                      "KIND.LAYER.HEAD separated by commas (KIND encoder, decoder or cross; from 0), "
+                                      "e.g. \"cross.1.0,encoder.2.3\": what the model does without them")
 MAX_CONSTRAINTS = 16  # phrases per text of /translate
 PREFIX_OF_ONE = "the start of the output (\"\" or null: none), as the prefix of /translate: the search continues it"
 # One tag of the model's (/models: tags) before every source of a request
@@ -339,6 +343,7 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
                                       "text): a list of them for a string text, a list as long of such lists for a "
                                       "list ([]: none); beam search with dynamic beam allocation")
         tag: tags_type(limits) = TAGS_FIELD
+        mask_heads: Optional[HeadList] = HEADS_FIELD
         one_source = model_validator(mode="after")(text_or_audio)
         draws_one = model_validator(mode="after")(sampling_draws_one)
         prefix_each = model_validator(mode="after")(prefix_for_each_text)
@@ -383,6 +388,7 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
             None, description="a target text whose attention to show (forced decoding); "
                               "default: the model's translation (beam of its config)")
         tag: Optional[SourceTag] = TAG_FIELD
+        mask_heads: Optional[HeadList] = HEADS_FIELD
 
     class ClassifyRequest(Strict):
         premise: Sentence = Field(description=f"1 to {limits.max_chars} characters")
