@@ -529,6 +529,44 @@ def test_transformer_layers_and_heads(page, server):
     assert page.locator("#layers-card").is_hidden()
 
 
+def test_heads_switched_off_translate_the_sentence_without_them(page, server):
+    """"Switch this head off" sends the first model's request again with mask_heads; the answer is
+    shown beside the translation with every head; chips switch heads on again, one or all."""
+    from playwright.sync_api import expect
+
+    transformer, sent = server[3], []
+    page.on("request", lambda r: sent.append(json.loads(r.post_data))
+            if r.method == "POST" and r.url.endswith("/translate") else None)
+    page.select_option("#model", transformer)
+    translate_in_page(page, "abcdef")
+    shown = page.text_content("#panel-a .translation")
+    assert page.is_hidden("#heads-off") and page.is_disabled("#head-off")  # all heads averaged: none chosen
+
+    def switch_off(kind, layer, head, expected_heads):
+        page.select_option("#att-kind", kind)
+        page.select_option("#att-layer", layer)
+        page.select_option("#att-head", head)
+        page.click("#head-off")
+        body = {"text": "abcdef", "model": transformer, "beam": sent[0]["beam"], "mask_heads": expected_heads}
+        without = post(server, "/translate", body).json()["translations"][0]["candidates"][0]["text"]
+        expect(page.locator("#heads-off-translation")).to_have_text(without)
+        assert sent[-1]["mask_heads"] == expected_heads and sent[-1]["text"] == "abcdef"
+        assert page.is_disabled("#head-off")  # (this one is off already)
+
+    switch_off("cross", "1", "2", "cross.1.2")
+    assert page.text_content("#heads-off-result .with-all") == shown
+    assert page.eval_on_selector_all(".head-grid canvas.grid-cell.off",
+                                     "cs => cs.map(c => [+c.dataset.layer, +c.dataset.head])") == [[1, 2]]
+    switch_off("encoder", "0", "1", "cross.1.2,encoder.0.1")
+    assert page.locator("#heads-off-list .head-chip").all_text_contents() == ["cross.1.2 ×", "encoder.0.1 ×"]
+    page.click("#heads-off-list .head-chip[data-head='cross.1.2']")  # on again
+    page.wait_for_function("() => document.querySelectorAll('#heads-off-list .head-chip').length === 1")
+    assert sent[-1]["mask_heads"] == "encoder.0.1"
+    requests = len(sent)
+    page.click("#heads-on")
+    assert page.is_hidden("#heads-off") and len(sent) == requests  # (all on: nothing to ask)
+
+
 # --- words or subword pieces; readable labels ---------------------------------------------------
 
 

@@ -25,9 +25,10 @@ const state = {
   models: [], // the answer of /models
   requestId: 0, // of the latest translation asked for: older answers are dropped
   shown: new Map(), // panel element -> [model name, /translate answer] it shows, redrawn when "words" changes
+  asked: null, // [the /translate body of the first model's translation shown, its text]: the heads-off view's
 };
 const steps = new StepView();
-const layers = new LayersView();
+const layers = new LayersView((heads) => translateWithout(heads));
 const pairs = new PairView();
 const speech = new SpeechView();
 const scoring = new ScoreView();
@@ -126,8 +127,10 @@ async function translateAll() {
 
   const panelA = $("panel-a"), panelB = $("panel-b");
   state.shown.clear();
+  state.asked = null;
   if (ta.status === "fulfilled") {
     state.shown.set(panelA, [modelA, ta.value]);
+    state.asked = [translateBody(modelA), ta.value.translations[0].candidates[0].text];
     scoring.offer(modelA, text, ta.value.translations[0].candidates[0].text, tag);
   }
   else { errors.push(ta.reason); renderPanelError(panelA, modelA, ta.reason); }
@@ -142,7 +145,10 @@ async function translateAll() {
   if (tr.status === "fulfilled") steps.show(tr.value);
   else { errors.push(tr.reason); steps.showError(tr.reason); }
 
-  if (at && at.status === "fulfilled") layers.show(at.value);
+  if (at && at.status === "fulfilled") {
+    layers.show(at.value);
+    if (layers.off.length) translateWithout(layers.off);
+  }
   else { layers.show(null); if (at) errors.push(at.reason); }
 
   if (bm.status === "fulfilled") renderBeam(bm.value, beam ?? modelByName(modelA)?.beam);
@@ -151,6 +157,22 @@ async function translateAll() {
   showErrors(distinct(errors));
   document.body.dataset.state = errors.length ? "error" : "done";
   setBusy(false);
+}
+
+/** The first model's sentence translated again with these heads switched off (the Layers and heads
+ *  card), beside its translation with every head; nothing to do before a translation is shown. */
+async function translateWithout(heads) {
+  if (!heads.length || !state.asked) return;
+  const [body, withAll] = state.asked, id = state.requestId;
+  try {
+    const answer = await api("/translate", { ...body, attention: false, align: false, mask_heads: heads.join(",") },
+      `translate without ${heads.join(", ")} (${body.model})`);
+    if (id === state.requestId && layers.off.join(",") === heads.join(",")) {
+      layers.showWithout(answer.translations[0].candidates[0].text, withAll);
+    }
+  } catch (err) {
+    if (id === state.requestId) layers.showWithout(err, withAll);
+  }
 }
 
 /** The translation panels shown, with heatmaps of words or of pieces as "words" says; two panels
@@ -215,6 +237,7 @@ function fillTags(m) {
 
 function onModelChange() {
   const m = modelByName($("model").value);
+  if (m?.name !== state.asked?.[0].model) layers.reset(); // (another model's heads: none off)
   fillTags(m);
   speech.setVisible(m?.task === "speech");
   pairs.toggle(m);

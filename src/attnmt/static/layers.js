@@ -1,6 +1,7 @@
 // A Transformer's layers and heads (/attention; weights are [layer][head][query][key]): for the chosen
 // kind of attention, layer and head, a head view (lines from queries to keys) beside a heatmap, and a
-// grid of every layer x head.
+// grid of every layer x head. Heads can be switched off ("KIND.LAYER.HEAD", the mask_heads of
+// /translate): the sentence is then translated without them, beside its translation with all heads.
 
 import { $, blue, clear, el, svg } from "./dom.js";
 import { Heatmap } from "./heatmap.js";
@@ -22,14 +23,60 @@ export function headMatrix(weights, layer, head) {
 }
 
 export class LayersView {
-  constructor() {
+  /** onHeadsOff(names): called when the heads switched off change (names: "cross.1.0", ...). */
+  constructor(onHeadsOff) {
     this.data = null; // the /attention answer shown, or null
+    this.off = []; // the heads switched off, as KIND.LAYER.HEAD
+    this.onHeadsOff = onHeadsOff;
     $("att-kind").addEventListener("change", () => {
       this.fillSelects();
       this.draw();
     });
     $("att-layer").addEventListener("change", () => this.draw());
     $("att-head").addEventListener("change", () => this.draw());
+    $("head-off").addEventListener("click", () => {
+      const name = `${$("att-kind").value}.${$("att-layer").value}.${$("att-head").value}`;
+      if (!this.off.includes(name)) this.setOff([...this.off, name]);
+    });
+    $("heads-on").addEventListener("click", () => this.setOff([]));
+  }
+
+  /** Switches these heads off (and every other on), and says so to onHeadsOff. */
+  setOff(names) {
+    this.off = names;
+    this.reset(names);
+    this.onHeadsOff(names);
+  }
+
+  /** The list of heads off, without asking for a translation (a new model: none off). */
+  reset(names = []) {
+    this.off = names;
+    const list = $("heads-off-list");
+    clear(list);
+    for (const name of names) {
+      const chip = el("button", { type: "button", class: "chip head-chip", "data-head": name,
+        title: "switch this head on again" }, `${name} ×`);
+      chip.addEventListener("click", () => this.setOff(this.off.filter((n) => n !== name)));
+      list.append(chip);
+    }
+    $("heads-off").hidden = !names.length;
+    if (!names.length) clear($("heads-off-result"));
+    this.draw();
+  }
+
+  /** The translation without the heads switched off, beside the one with all heads (or an error). */
+  showWithout(without, withAll) {
+    const box = $("heads-off-result");
+    clear(box);
+    if (without instanceof Error) {
+      box.append(el("span", { class: "error-text" }, without.message));
+      return;
+    }
+    const changed = without !== withAll;
+    box.append(el("span", { class: "muted" }, "Without them: "),
+      el("span", { class: `without${changed ? " changed" : ""}`, id: "heads-off-translation" }, without),
+      el("br"), el("span", { class: "muted" }, `With every head${changed ? "" : " (the same)"}: `),
+      el("span", { class: "with-all" }, withAll));
   }
 
   /** Shows an /attention answer; null hides the card (an RNN model). */
@@ -69,6 +116,7 @@ export class LayersView {
     const data = this.data;
     if (!data) return;
     const kind = $("att-kind").value, layer = Number($("att-layer").value), head = $("att-head").value;
+    $("head-off").disabled = head === "mean" || this.off.includes(`${kind}.${layer}.${head}`);
     const k = KINDS[kind];
     const matrix = headMatrix(data[kind], layer, head);
     const which = head === "mean" ? "all heads averaged" : `head ${head}`;
@@ -80,7 +128,8 @@ export class LayersView {
         names: { rows: k.sides[0], columns: k.sides[1] } });
     view.append(
       el("div", { class: "layers-top" }, headView(data[k.queries], data[k.keys], matrix, kind), heatmap.element),
-      el("div", { class: "head-grid-wrap" }, headGrid(data[kind], kind, layer, head, (l, h) => this.select(l, h))));
+      el("div", { class: "head-grid-wrap" }, headGrid(data[kind], kind, layer, head, (l, h) => this.select(l, h),
+        this.off)));
   }
 }
 
@@ -122,8 +171,8 @@ function headView(queryTokens, keyTokens, matrix, kind) {
 }
 
 /** Every layer (rows) x head (columns) as a small canvas heatmap; a click calls onSelect(layer, head)
- *  (head "mean" for a layer's label: its heads averaged). */
-function headGrid(weights, kind, layer, head, onSelect) {
+ *  (head "mean" for a layer's label: its heads averaged); the heads in ``off`` are marked switched off. */
+function headGrid(weights, kind, layer, head, onSelect, off) {
   const layers = weights.length, heads = weights[0].length;
   const grid = el("div", { class: "head-grid", style: `grid-template-columns: auto repeat(${heads}, 76px)`,
     "data-kind": kind, "data-layers": layers, "data-heads": heads });
@@ -137,9 +186,11 @@ function headGrid(weights, kind, layer, head, onSelect) {
       const matrix = weights[l][h];
       const rows = matrix.length, cols = rows ? matrix[0].length : 0;
       const px = Math.max(1, Math.floor(72 / Math.max(rows, cols, 1)));
-      const canvas = el("canvas", { class: `grid-cell${l === layer && String(h) === head ? " selected" : ""}`,
+      const isOff = off.includes(`${kind}.${l}.${h}`);
+      const canvas = el("canvas", {
+        class: `grid-cell${l === layer && String(h) === head ? " selected" : ""}${isOff ? " off" : ""}`,
         width: Math.max(1, cols * px), height: Math.max(1, rows * px), "data-layer": l, "data-head": h,
-        title: `layer ${l} head ${h}: click to select` });
+        title: `layer ${l} head ${h}${isOff ? " (switched off)" : ""}: click to select` });
       const ctx = canvas.getContext("2d");
       matrix.forEach((row, i) => row.forEach((w, j) => {
         ctx.fillStyle = blue(w);
