@@ -400,7 +400,7 @@ def test_on_a_gpu_an_ensemble_is_captured_and_finds_the_reference_hypotheses(mon
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location"])
+@pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "transformer"])
 def test_on_a_gpu_graphs_under_autocast_and_a_bf16_output_layer(monkeypatch, name):
     """bf16 autocast (whose cache of cast weights a graph must not read) and the output layer's
     bf16 weight (cast once, before the capture): the graph computes what the eager steps compute."""
