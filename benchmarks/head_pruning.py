@@ -16,7 +16,11 @@ layers of 4 heads: 36 heads in all):
    against all heads;
 3. each kind (encoder, decoder, cross) reduced to its most important head in every layer, the
    others on: test BLEU; and every cross-attention head off (the decoder then cannot read the
-   source at all: the floor).
+   source at all: the floor);
+4. the roles Voita et al. found in the encoder's important heads, for every encoder head over the
+   dev sources: how often a token's most attended token is the one before it or after it
+   ("positional": 90 % of the time or more, as they define it), and how often it is the sentence's
+   rarest piece (by the training sources' piece counts), beside the head's importance of step 1.
 """
 
 from __future__ import annotations
@@ -93,12 +97,55 @@ def one_head_a_layer(model, test, alone, heads):
     print(f"   every cross-attention head masked (the decoder blind to the source): BLEU {score:.2f}")
 
 
+def encoder_roles(model, sources: list[str], train_sources: list[str], heads) -> dict:
+    """Step 4: for each encoder head, the share of queries (the sentence's pieces, not its </s>)
+    whose most attended piece is the previous one, the next one, and the sentence's rarest."""
+    from collections import Counter
+
+    import torch
+
+    from attnmt.data.batching import make_batch
+    from attnmt.data.subwords import BOS
+
+    counts = Counter(piece for ids in model.source_ids(train_sources) for piece in ids)
+    hits = {head: torch.zeros(3) for head in heads if head[0] == "encoder"}
+    queries = 0
+    ids = [row for row in model.source_ids(sources) if len(row) >= 2]
+    for start in range(0, len(ids), 64):
+        chunk = ids[start:start + 64]
+        batch = make_batch(chunk)
+        with torch.no_grad():
+            maps = model.model.attention_maps(batch.src, batch.src_lengths, torch.full((len(chunk), 1), BOS))
+        top = maps["encoder"].argmax(-1)  # (B,L,H,S): each query's most attended key
+        for b, row in enumerate(chunk):
+            n = len(row)
+            rarest = min(range(n), key=lambda i: counts[row[i]])
+            positions = torch.arange(n)
+            for (_, layer, head), hit in hits.items():
+                most = top[b, layer, head, :n]
+                hit += torch.stack([(most == positions - 1).sum(), (most == positions + 1).sum(),
+                                    (most == rarest).sum()]).float()
+            queries += n
+    return {head: (hit / queries).tolist() for head, hit in hits.items()}
+
+
+def print_roles(roles: dict, alone: dict, base: float):
+    print("\n4. encoder heads: importance (dev BLEU lost when masked alone) and roles (share of tokens whose most "
+          "attended token is ...)")
+    print(f"   {'head':<12} {'lost':>6} {'previous':>9} {'next':>6} {'rarest':>7}  role")
+    for head in sorted(roles, key=lambda h: alone[h]):  # most important first
+        previous, following, rarest = roles[head]
+        role = "positional" if max(previous, following) >= 0.9 else ""
+        print(f"   {name(head):<12} {base - alone[head]:6.2f} {previous:9.0%} {following:6.0%} {rarest:7.0%}  {role}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a trained Transformer's folder")
     parser.add_argument("--checkpoint", default="best")
     parser.add_argument("--data", default=str(MULTI30K))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--roles-only", action="store_true", help="step 4 alone (with step 1's importance)")
     args = parser.parse_args(argv)
     import torch
 
@@ -115,10 +162,15 @@ def main(argv=None):
     started = time.perf_counter()
     print(f"{args.model} ({args.checkpoint}): {len(heads)} heads")
     base, alone = single_heads(model, dev, heads)
+    if args.roles_only:
+        print_roles(encoder_roles(model, dev[0], read_lines(data / "train.de.gz"), heads), alone, base)
+        return
     order = sorted(heads, key=lambda h: base - alone[h])  # least important (least lost, or most gained) first
     print("   order (least important first): " + " ".join(name(h) for h in order))
     cumulative(model, test, order, list(range(0, len(heads) + 1, 4)))
     one_head_a_layer(model, test, alone, heads)
+    model.mask_heads([])
+    print_roles(encoder_roles(model, dev[0], read_lines(data / "train.de.gz"), heads), alone, base)
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 
