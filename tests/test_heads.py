@@ -55,8 +55,12 @@ def test_heads_are_named_kind_layer_head_and_a_wrong_one_is_an_error():
     with pytest.raises(AttnmtError, match="no head cross.2.0 in this model: it has 2 encoder and 2 decoder layers"):
         mask_heads(untrained(), [("cross", 2, 0)])
     rnn = build_model(ModelConfig(embedding_size=8, encoder_hidden=8, decoder_hidden=8, attention_size=8), 20, 20)
-    with pytest.raises(AttnmtError, match="in a Transformer"):
+    with pytest.raises(AttnmtError, match="in a Transformer .*one attention of one head"):
         mask_heads(rnn, [("cross", 0, 0)])
+    from attnmt.seq2seq.ensemble import Ensemble
+
+    with pytest.raises(AttnmtError, match="this is an ensemble: heads are switched off in one model"):
+        mask_heads(Ensemble([untrained(), untrained()]), [("cross", 0, 0)])
 
 
 @pytest.fixture(scope="module")

@@ -49,8 +49,9 @@ def every_head(model: nn.Module) -> list[Head]:
 def check_heads(model: nn.Module, heads: Iterable[Head]):
     """AttnmtError unless ``model`` is a Transformer that has every one of ``heads``."""
     if not isinstance(model, Transformer):
-        raise AttnmtError("heads are masked in a Transformer (model.type: transformer); this model has one "
-                          "attention of one head")
+        what = ("an ensemble: heads are switched off in one model" if hasattr(model, "members") else
+                "a model with one attention of one head")
+        raise AttnmtError(f"heads are masked in a Transformer (model.type: transformer); this is {what}")
     known = set(every_head(model))
     for head in heads:
         if head not in known:
