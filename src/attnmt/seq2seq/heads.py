@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq.ensemble import Ensemble
 from attnmt.seq2seq.transformer import Transformer
 
 KINDS = ("encoder", "decoder", "cross")
@@ -49,7 +50,7 @@ def every_head(model: nn.Module) -> list[Head]:
 def check_heads(model: nn.Module, heads: Iterable[Head]):
     """AttnmtError unless ``model`` is a Transformer that has every one of ``heads``."""
     if not isinstance(model, Transformer):
-        what = ("an ensemble: heads are switched off in one model" if hasattr(model, "members") else
+        what = ("an ensemble: heads are switched off in one model" if isinstance(model, Ensemble) else
                 "a model with one attention of one head")
         raise AttnmtError(f"heads are masked in a Transformer (model.type: transformer); this is {what}")
     known = set(every_head(model))
