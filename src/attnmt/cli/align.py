@@ -49,6 +49,10 @@ def add_align_parser(subparsers):
     p.add_argument("--aligner", metavar="DIR", help="read the links from this alignment layer of the model "
                                                       "(attnmt train-aligner) instead of its attention")
     p.add_argument("--backward-aligner", metavar="DIR", help="the same for the --backward model")
+    p.add_argument("--saliency", nargs="?", type=int, const=0, metavar="SAMPLES",
+                   help="read the links from gradients instead of attention: how much each source word's embedding "
+                        "moves each output word's log-probability (gradient x input; with SAMPLES, SmoothGrad over "
+                        "that many noisy copies); Ding et al. 2019 (docs/alignment.md)")
     p.set_defaults(func=run_align)
 
 
@@ -78,7 +82,7 @@ def run_align(args):
     sources, targets = read_line_pairs(args.src, args.tgt)
     model = load(args.model_dir, args.checkpoint, device=args.device)
     options = dict(batch_size=args.batch_size, method=args.method, threshold=args.threshold, shift=args.shift,
-                   layer=args.layer, heads=args.heads, full_context=args.full_context)
+                   layer=args.layer, heads=args.heads, full_context=args.full_context, saliency=args.saliency)
     if args.backward_aligner and not args.backward:
         raise AttnmtError("--backward-aligner is the alignment layer of the --backward model: give --backward too")
     aligner = _aligner(args.aligner, model)

@@ -31,6 +31,7 @@ from attnmt.seq2seq.links import (
     word_matrix,
 )
 from attnmt.translation.alignment_layer import AlignmentLayer, frozen_features
+from attnmt.translation.saliency import saliency_matrices
 from attnmt.viz.words import word_spans
 
 # ---------------------------------------------------------------- forced attention
@@ -191,7 +192,7 @@ def word_attention(translator, sources: list[str], targets: list[str], matrices:
 def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str | None = None,
           threshold: float = 0.5, words: bool = True, shift: bool = False, layer: int | None = None,
           heads: list[int] | None = None, aligner: AlignmentLayer | None = None,
-          full_context: bool | None = None) -> list[list[Link]]:
+          full_context: bool | None = None, saliency: int | None = None) -> list[list[Link]]:
     """Word alignments of sentence pairs from forced attention (one list of links per pair).
 
     With ``words=False`` the indices are those of the subword pieces (without "</s>"), unmerged.
@@ -204,6 +205,7 @@ def align(translator, sources: list[str], targets: list[str], batch_size: int = 
     posterior replaces the attention. ``full_context``: a Transformer's pass that sees the whole
     target (force_attention; default: as the model was trained). ``method``: by default the better
     reading of each on E4: argmax for the attention, threshold for an aligner's posterior (default_method).
+    ``saliency``: gradients instead of attention, with that many SmoothGrad samples (attnmt.translation.saliency).
     """
     method = method or default_method(aligner is not None)
     if method not in ("argmax", "threshold"):
@@ -211,7 +213,7 @@ def align(translator, sources: list[str], targets: list[str], batch_size: int = 
     _check_threshold(threshold)
     return [alignments_from_attention(matrix, method, threshold) for matrix in
             alignment_matrices(translator, sources, targets, batch_size, words, shift, layer, heads, aligner,
-                               full_context)]
+                               full_context, saliency)]
 
 
 def default_method(from_aligner: bool) -> str:
@@ -229,14 +231,16 @@ def _check_threshold(threshold: float):
 
 def alignment_matrices(translator, sources: list[str], targets: list[str], batch_size: int = 32, words: bool = True,
                        shift: bool = False, layer: int | None = None, heads: list[int] | None = None,
-                       aligner: AlignmentLayer | None = None, full_context: bool | None = None) -> list[np.ndarray]:
+                       aligner: AlignmentLayer | None = None, full_context: bool | None = None,
+                       saliency: int | None = None) -> list[np.ndarray]:
     """The matrices that align reads its links from: per pair, target words x source words (with
     ``words=False``, pieces without "</s>"); the options are align's."""
-    if aligner is not None:
-        if shift or layer is not None or heads is not None or full_context:
-            raise AttnmtError("an aligner gives its own alignment, which has seen each target word: shift, layer, "
-                              "heads and full context are for the attention")
-        matrices = aligner_posteriors(aligner, translator, sources, targets, batch_size)
+    if aligner is not None or saliency is not None:
+        if shift or layer is not None or heads is not None or full_context or (aligner and saliency is not None):
+            raise AttnmtError("an aligner, or saliency, gives its own alignment of each target word: shift, layer, "
+                              "heads and full context are for the attention (and saliency reads no aligner)")
+        matrices = (aligner_posteriors(aligner, translator, sources, targets, batch_size) if aligner is not None
+                    else saliency_matrices(translator, sources, targets, batch_size, saliency))
     elif layer is None and heads is None and (guided := guided_heads(translator)) is None:
         matrices = force_attention(translator, sources, targets, batch_size, full_context=full_context)
     else:  # a layer, or heads, or none chosen of a guided Transformer: those that guidance trained
