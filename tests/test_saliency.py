@@ -101,3 +101,21 @@ def test_a_transformers_saliency_and_a_model_without_source_tokens():
     torch.testing.assert_close(weights.sum(-1), torch.ones(batch.tgt_out.shape))
     with pytest.raises(AttnmtError, match="reads no source tokens"):
         saliency_of(Ensemble([model, untrained()]), batch)
+
+
+def test_the_server_gives_saliency_beside_attention(reverse_model):
+    from attnmt.serve import create_app
+    from attnmt.translation.align import force_attention
+    from conftest import local_client
+
+    model, sources = reverse_model
+    with local_client(create_app([model.folder])) as client:
+        answer = client.post("/saliency", json={"text": "abc", "translation": "cba"})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["tokens"] == ["▁", "c", "b", "a", "</s>"] and body["source_tokens"] == ["▁", "a", "b", "c", "</s>"]
+        np.testing.assert_allclose(body["saliency"], saliency_matrices(model, ["abc"], ["cba"])[0], atol=1e-4)
+        np.testing.assert_allclose(body["attention"], force_attention(model, ["abc"], ["cba"])[0], atol=1e-4)
+        own = client.post("/saliency", json={"text": "abcd"}).json()
+        assert own["translation"] == model.translate(["abcd"])[0].text
+        assert client.post("/saliency", json={"text": "abc", "translation": ""}).status_code == 422

@@ -28,9 +28,12 @@ from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.bodies import StrictJSONRoute
 from attnmt.serve.limits import ServerLimits, work
 from attnmt.serve.models import LoadedModel, stop_at
+from attnmt.translation.align import force_attention, piece_lists
+from attnmt.translation.saliency import saliency_matrices
 from attnmt.serve.schemas import (
     Answer,
     AttentionResponse,
+    SaliencyResponse,
     BeamResponse,
     ClassifyResponse,
     ErrorResponse,
@@ -312,6 +315,37 @@ async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: fl
                         reduce="send a shorter text (or translation)")
 
 
+async def saliency(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
+    """Which source pieces each output piece depends on, by gradients: how much each source piece's
+    embedding moves the output piece's log-probability (gradient x input, rows summing to 1), beside
+    the attention of the same forced pass: two readings of where an output word comes from
+    (`attnmt align --saliency`). One backward pass per output piece."""
+    if model.inputs != "text" or getattr(model.translator, "ensembled", None):
+        raise HTTPException(422, f"/saliency reads the gradients of one translation model; '{model.name}' is "
+                                 f"{'an ensemble' if model.inputs == 'text' else model.translator.what}")
+    tokens = check_tokens(model, [body.text], limits, single=True)
+    if body.translation is None:  # translated first, with the model's beam
+        check_work(tokens, model.translator.config.decoding.beam, limits)
+    else:
+        forced = check_tokens(model, [body.translation], limits, single=True, field="translation", side="tgt")
+        check_work(forced, 1, limits)
+    result = await model.run(saliency_view, model.translator, body.text, body.translation, deadline=deadline)
+    return await answer(SaliencyResponse, result, limits, model=model.name,
+                        reduce="send a shorter text (or translation)")
+
+
+def saliency_view(translator, text: str, translation: Optional[str]) -> dict:
+    """One sentence's saliency beside its attention: the translation read (``translation``, or the
+    model's own), its pieces and the source's (each ending in "</s>"), both T x S matrices."""
+    if translation is None:
+        translation = translator.translate([text])[0].text
+    [matrix] = saliency_matrices(translator, [text], [translation])
+    [attention] = force_attention(translator, [text], [translation])
+    [source_tokens], [tokens] = piece_lists(translator, [text], [translation])
+    return {"translation": translation, "source_tokens": source_tokens, "tokens": tokens, "saliency": matrix,
+            "attention": attention}
+
+
 async def score(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
     """How probable the model finds a given translation of each text (forced decoding, as `attnmt
     score` and Translator.score compute it): the log-probability of every token of the translation
@@ -352,6 +386,7 @@ def model_routes(limits: ServerLimits) -> APIRouter:
                                              ("/beam", beam_tree, requests.beam, BeamResponse),
                                              ("/attention", attention, requests.attention, AttentionResponse),
                                              ("/score", score, requests.score, ScoreResponse),
+                                             ("/saliency", saliency, requests.saliency, SaliencyResponse),
                                              ("/classify", classify, requests.classify, ClassifyResponse)):
         routes.add_api_route(path, _endpoint(handler, request), methods=["POST"], response_model=response,
                              responses=ERRORS)

@@ -213,6 +213,17 @@ class AttentionResponse(Answer):
     cross: Weights = Field(description="cross-attention [layer][head][output][source], T x S per head")
 
 
+class SaliencyResponse(Answer):
+    model: str
+    translation: str = Field(description="the translation read (the one given, or the model's)")
+    source_tokens: list[str] = Field(description="S source pieces, ending in '</s>'")
+    tokens: list[str] = Field(description="T output pieces, ending in '</s>'")
+    saliency: WeightMatrix = Field(description="T x S: how much each source piece's embedding moves each output "
+                                               "piece's log-probability (|gradient . embedding|), rows summing to 1")
+    attention: WeightMatrix = Field(description="T x S: the attention of the same forced pass (a Transformer's last "
+                                                "layer, heads averaged), for comparison")
+
+
 class ScoreOut(Answer):
     source: str
     translation: str
@@ -252,6 +263,7 @@ class RequestModels(NamedTuple):
     attention: type[Strict]
     classify: type[Strict]
     score: type[Strict]
+    saliency: type[Strict]
 
 
 class SamplingIn(Strict):
@@ -365,7 +377,7 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
 
 
 def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[Strict], ...]:
-    """/beam, /attention, /classify and /score, which take text only."""
+    """/beam, /attention, /classify, /score and /saliency, which take text only."""
 
     class BeamRequest(Strict):
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
@@ -404,4 +416,11 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
         one_each = model_validator(mode="after")(translation_for_each_text)
         tag_each = model_validator(mode="after")(tag_for_each_text)
 
-    return BeamRequest, AttentionRequest, ClassifyRequest, ScoreRequest
+    class SaliencyRequest(Strict):
+        text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
+        model: ModelName = MODEL_FIELD
+        translation: Optional[Sentence] = Field(
+            None, description="a target text to read (forced decoding); default: the model's translation (beam of its "
+                              "config)")
+
+    return BeamRequest, AttentionRequest, ClassifyRequest, ScoreRequest, SaliencyRequest

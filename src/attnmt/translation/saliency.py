@@ -103,3 +103,4 @@ def saliency_matrices(translator, sources: list[str], targets: list[str], batch_
     finally:
         model.train(was_training)
     return results
+
