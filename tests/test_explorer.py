@@ -567,6 +567,26 @@ def test_heads_switched_off_translate_the_sentence_without_them(page, server):
     assert page.is_hidden("#heads-off") and len(sent) == requests  # (all on: nothing to ask)
 
 
+def test_saliency_beside_attention(page, server):
+    """"Compare with saliency" asks /saliency for the translation shown: two heatmaps, the attention
+    and the gradients, each the API's weights, and how often their rows agree on the top piece."""
+    translate_in_page(page, "abcdef")
+    shown = page.text_content("#panel-a .translation")
+    assert page.is_visible("#saliency-card") and page.locator("#saliency-result table").count() == 0
+    page.click("#saliency-run")
+    page.wait_for_selector("#saliency-agreement")
+    answer = post(server, "/saliency", {"text": "abcdef", "model": server[1],
+                                        "translation": shown if shown.strip() else None}).json()
+    for index, key in ((0, "attention"), (1, "saliency")):
+        cells = page.eval_on_selector_all(f"#saliency-result table.heatmap >> nth={index} >> td.cell",
+                                          "cs => cs.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])")
+        assert len(cells) == len(answer["tokens"]) * len(answer["source_tokens"])
+        for i, j, w in cells:
+            assert w == pytest.approx(answer[key][i][j], abs=1e-3), (key, i, j)
+    same = sum(np.argmax(a) == np.argmax(b) for a, b in zip(answer["attention"], answer["saliency"]))
+    assert page.text_content("#saliency-agreement").startswith(f"{same} of {len(answer['tokens'])}")
+
+
 # --- words or subword pieces; readable labels ---------------------------------------------------
 
 

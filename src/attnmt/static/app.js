@@ -1,13 +1,14 @@
 // attnmt attention explorer: plain ES modules, no dependencies, no build step.
 //
-// Talks to the JSON API of `attnmt serve` (/models, /translate, /trace, /beam, /attention, /score). This
-// module wires the form to the views:
+// Talks to the JSON API of `attnmt serve` (/models, /translate, /trace, /beam, /attention, /score,
+// /saliency). This module wires the form to the views:
 //   api.js      fetch and its errors            dom.js     element and SVG helpers, colour scales
 //   heatmap.js  the attention heatmap           panels.js  the translation panels (two to compare)
 //   score.js    how probable a translation is, token by token (/score)
 //   steps.js    the decoding step by step       beam.js    the beam search tree (layout, drawing)
 //   layers.js   a Transformer's layers and heads   words.js   subword pieces merged into words
 //   pairs.js    a sentence-pair model (/classify)   speech.js  audio: spectrogram, attention, steps
+//   saliency.js attention beside gradients (/saliency)
 
 import { api, ApiError } from "./api.js";
 import { renderBeam, renderBeamError } from "./beam.js";
@@ -15,6 +16,7 @@ import { $, clear, el } from "./dom.js";
 import { LayersView } from "./layers.js";
 import { PairView } from "./pairs.js";
 import { describeModel, renderPanel, renderPanelError } from "./panels.js";
+import { SaliencyView } from "./saliency.js";
 import { ScoreView } from "./score.js";
 import { SpeechView } from "./speech.js";
 import { StepView } from "./steps.js";
@@ -32,6 +34,7 @@ const layers = new LayersView((heads) => translateWithout(heads));
 const pairs = new PairView();
 const speech = new SpeechView();
 const scoring = new ScoreView();
+const saliency = new SaliencyView();
 
 function modelByName(name) {
   return state.models.find((m) => m.name === name);
@@ -132,6 +135,7 @@ async function translateAll() {
     state.shown.set(panelA, [modelA, ta.value]);
     state.asked = [translateBody(modelA), ta.value.translations[0].candidates[0].text];
     scoring.offer(modelA, text, ta.value.translations[0].candidates[0].text, tag);
+    saliency.offer(modelA, text, ta.value.translations[0].candidates[0].text);
   }
   else { errors.push(ta.reason); renderPanelError(panelA, modelA, ta.reason); }
   panelB.hidden = !modelB;
@@ -242,6 +246,7 @@ function onModelChange() {
   speech.setVisible(m?.task === "speech");
   pairs.toggle(m);
   scoring.toggle(m);
+  saliency.toggle(m);
   fillCompareList();
   labelButton();
   if (m) $("beam").value = String(m.beam);
