@@ -93,8 +93,8 @@ def test_a_transformers_saliency_and_a_model_without_source_tokens():
     from attnmt.translation.saliency import saliency_of
     from test_transformer import random_batch, untrained
 
-    model, batch = untrained(), random_batch()
-    weights = saliency_of(model, batch)
+    model, batch = untrained(share_embeddings=True), random_batch()  # (the target's lookup is the source's)
+    weights = saliency_of(model, batch, samples=2)
     assert weights.shape == (*batch.tgt_out.shape, batch.src.size(1))
     real = batch.src != 0
     assert torch.all(weights[~real.unsqueeze(1).expand_as(weights)] == 0)  # padding: nothing

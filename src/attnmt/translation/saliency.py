@@ -47,7 +47,9 @@ def saliency_of(model: nn.Module, batch: Batch, samples: int = 0, noise: float =
     rows normalized to sum to 1 over the real source positions; ``samples`` > 0: SmoothGrad."""
     embed, captured = source_embedding(model), {}
 
-    def keep(module, inputs, output):  # the embeddings, with noise for a SmoothGrad sample
+    def keep(module, inputs, output):  # the source's embeddings, with noise for a SmoothGrad sample
+        if "e" in captured:  # a later call of a pass: the target's, where the embeddings are shared
+            return None
         if captured.get("noise"):
             scale = noise * output.detach().std()
             output = output + scale * torch.randn(output.shape, generator=generator, device=output.device)
@@ -69,6 +71,7 @@ def saliency_of(model: nn.Module, batch: Batch, samples: int = 0, noise: float =
 
 def _gradient_times_input(model: nn.Module, batch: Batch, captured: dict) -> Tensor:
     """|grad . e| (B,T,S) of one forward pass, a backward pass per target position."""
+    captured.pop("e", None)  # (the source is embedded first: its call is the one kept)
     with torch.enable_grad():
         states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in)
         log_probs = torch.log_softmax(model.generator(states).float(), dim=-1)
