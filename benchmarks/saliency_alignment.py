@@ -11,8 +11,8 @@ English-French tokenized as the gold text, with the 447 gold pairs' text appende
 447 pairs by forced decoding and scores them against the gold links (AER, precision, recall; argmax
 links, each target word to one source word):
 
-  - attention: the decoder's attention (a Transformer's last layer, its heads averaged, and each
-    layer);
+  - attention: the decoder's attention (a Transformer's last layer, its heads averaged, each layer,
+    and each head of each layer alone);
   - saliency: gradient x input (attnmt.translation.saliency), and SmoothGrad over --samples noisy
     copies of the source embeddings.
 """
@@ -41,6 +41,9 @@ def run_model(folder: str, pairs: tuple[list[str], list[str]], gold, samples: in
     layers = model.config.model.decoder_layers if model.config.model.type == "transformer" else 0
     readings = [("attention" + (" (last layer, heads averaged)" if layers else ""), {})]
     readings += [(f"attention, layer {layer}", {"layer": layer}) for layer in range(layers - 1)]
+    heads = model.config.model.heads if layers else 0
+    readings += [(f"attention, layer {layer}, head {head}", {"layer": layer, "heads": [head]})
+                 for layer in range(layers) for head in range(heads)]
     readings += [("saliency: gradient x input", {"saliency": 0}),
                  (f"saliency: SmoothGrad, {samples} samples", {"saliency": samples})]
     for name, options in readings:
