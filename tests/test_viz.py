@@ -358,6 +358,28 @@ def test_cli_plot_writes_the_files(reverse_model, tmp_path):
     assert (tmp_path / "heat.html").read_text(encoding="utf-8").count("<td") > 0
 
 
+def test_cli_plot_draws_the_saliency_of_the_translation(reverse_model, tmp_path, monkeypatch):
+    """--saliency: the heatmap of saliency_matrices for the model's translation (drawn as --out draws
+    the attention), refused for a --tag."""
+    from attnmt.translation.saliency import saliency_matrices
+    from attnmt.viz import figures
+
+    model, _ = reverse_model
+    drawn = []
+    heatmap = figures.attention_heatmap
+    monkeypatch.setattr(figures, "attention_heatmap", lambda *args, **kwargs: drawn.append((args, kwargs))
+                        or heatmap(*args, **kwargs))
+    code, stdout, err = run("plot", model.folder, "abcdef", "--saliency", tmp_path / "saliency.png")
+    assert code == 0, err
+    assert (tmp_path / "saliency.png").read_bytes().startswith(PNG_MAGIC)
+    [(args, kwargs)] = drawn
+    translation = model.translate(["abcdef"])[0].text
+    np.testing.assert_allclose(args[2], saliency_matrices(model, ["abcdef"], [translation])[0], atol=1e-5)
+    assert kwargs["title"].startswith("saliency") and kwargs["quantity"] == "saliency" and args[0][-1] == "</s>"
+    code, _, err = run("plot", model.folder, "abc", "--saliency", tmp_path / "s.jpg")
+    assert code == 2 and ".png or .svg" in err
+
+
 def test_cli_plot_errors(reverse_model, tmp_path):
     model, _ = reverse_model
     cases = [

@@ -31,6 +31,9 @@ def add_plot_parser(subparsers):
     p.add_argument("--beam", type=_positive, default=None, help="beam size of the heatmap's translation "
                                                                  "(default: config); the other figures are greedy")
     checkpoint_option(p)
+    p.add_argument("--saliency", metavar="FILE",
+                   help="a translation model: heatmap of the translation's saliency, how much each source piece's "
+                        "embedding moves each output piece (gradient x input; .png or .svg), to set beside --out")
     p.add_argument("--states", metavar="FILE", help="encoder states and context vectors (.png or .svg)")
     p.add_argument("--dims", type=int, default=32,
                    help="dimensions drawn by --states: the N that vary most (0 = all; default 32)")
@@ -89,7 +92,7 @@ def run_plot(args):
                             steps=steps, top_k=args.top_k, gif=args.gif, fps=args.fps, curves=args.curves,
                             head_view=args.head_view, grid=args.grid, kind=args.kind, layer=args.layer,
                             head=args.head, device=args.device, hypothesis=args.hypothesis,
-                            direction=args.direction, tag=args.tag)
+                            direction=args.direction, tag=args.tag, saliency=args.saliency)
     for write in plan_figures(request):
         print(write(), flush=True)
 

@@ -21,7 +21,7 @@ def translation_writers(r: FigureRequest, model) -> list[Writer]:
     out = r.out or (None if r.sentence_figures() else "attention.png")
     writers = []
     translation = None
-    if out or r.head_view or r.grid:
+    if out or r.head_view or r.grid or r.saliency:
         [translation] = model.translate([r.sentence], beam=r.beam, tag=r.tag)
     if out:
         title = f"{r.sentence}  \u2192  {translation.text}"
@@ -32,6 +32,8 @@ def translation_writers(r: FigureRequest, model) -> list[Writer]:
             writers.append(partial(figures.save, fig, out))
     if r.head_view or r.grid:
         writers += _layer_head_writers(r, model.attention(r.sentence, translation, tag=r.tag or ""))
+    if r.saliency:
+        writers.append(_saliency_writer(r, model, translation.text))
     if r.states or r.steps or r.gif:
         trace = model.trace(r.sentence, top_k=r.top_k, tag=r.tag or "")
         if r.states:
@@ -44,6 +46,20 @@ def translation_writers(r: FigureRequest, model) -> list[Writer]:
                 raise AttnmtError("no attention to animate: the model has attention 'none'")
             writers.append(partial(figures.decoding_animation, trace, r.gif, fps=r.fps))
     return writers
+
+
+def _saliency_writer(r: FigureRequest, model, translation: str) -> Writer:
+    """The heatmap of the translation's saliency (attnmt.translation.saliency), as --out draws its attention."""
+    from attnmt.translation.align import piece_lists
+    from attnmt.translation.saliency import saliency_matrices
+
+    if r.tag:
+        raise AttnmtError("--saliency reads the gradients of the source's own pieces: it takes no --tag")
+    [matrix] = saliency_matrices(model, [r.sentence], [translation])
+    [source_tokens], [tokens] = piece_lists(model, [r.sentence], [translation])
+    fig = figures.attention_heatmap(source_tokens, tokens, matrix, merge_words=r.merge_words, quantity="saliency",
+                                    title=f"saliency (gradient \u00d7 input): {r.sentence}  \u2192  {translation}")
+    return partial(figures.save, fig, r.saliency)
 
 
 def _layer_head_writers(r: FigureRequest, maps) -> list[Writer]:

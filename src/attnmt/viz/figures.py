@@ -58,14 +58,15 @@ __all__ = ["attention_heatmap", "encoder_states_figure", "decoder_step_figure", 
 
 def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: str | None = None,
                       merge_words: bool = False, *, space_marker: str | None = None, cmap: str = "Blues",
-                      values: bool = False) -> Figure:
+                      values: bool = False, quantity: str = "attention weight") -> Figure:
     """The attention matrix as a heatmap: source tokens across the top (x), target tokens down (y),
     one cell per (target, source) pair, weights 0 (white) to 1 (dark), with a colour bar.
 
     Takes the tokens and the matrix (len(target_tokens) x len(source_tokens)), or a Translation or
     DecodingTrace alone: ``attention_heatmap(t)``. ``merge_words`` merges subword pieces into words
     (source columns summed, target rows averaged: see ``attnmt.viz.words``). ``values`` writes each
-    weight in its cell.
+    weight in its cell. ``quantity``: what the colour bar says the cells are (another matrix of the
+    same form: saliency).
     """
     source_tokens, target_tokens, matrix = unpack_attention(source_tokens, target_tokens, attention)
     if merge_words:
@@ -97,7 +98,7 @@ def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: 
                         fontsize=max(5, tick_font_size(max(n_src, n_tgt)) - 3),
                         color="white" if matrix[i, j] > 0.55 else "black")
     bar = fig.colorbar(image, ax=ax, shrink=min(1.0, max(0.45, 4 / max(n_tgt * cell, 1e-9))), aspect=25, pad=0.02)
-    bar.set_label("attention weight" + (" (word)" if merge_words else ""), fontsize=8)
+    bar.set_label(quantity + (" (word)" if merge_words else ""), fontsize=8)
     bar.ax.tick_params(labelsize=7)
     if title:
         fig.suptitle(title, fontsize=11, parse_math=False)

@@ -47,9 +47,10 @@ class FigureRequest:
     hypothesis: str | None = None  # a sentence-pair model: the hypothesis of ``sentence`` (the premise)
     direction: str = "premise"  # a sentence-pair model: the softmax drawn (over the hypothesis, or the premise)
     tag: str | None = None  # a translation model: one of its tags, put before ``sentence`` (Translator.source_ids)
+    saliency: str | None = None  # a translation model: heatmap of the translation's saliency (gradient x input)
 
     def sentence_figures(self) -> bool:
-        return bool(self.out or self.states or self.steps or self.gif or self.head_view or self.grid)
+        return bool(self.out or self.states or self.steps or self.gif or self.head_view or self.grid or self.saliency)
 
     def transformer_options(self) -> list[str]:
         options = (("--head-view", self.head_view), ("--grid", self.grid), ("--kind", self.kind),
@@ -79,8 +80,8 @@ def check_request(r: FigureRequest):
     if r.sentence is None and (r.sentence_figures() or not r.curves):
         raise AttnmtError("give a sentence to draw (attnmt plot MODEL_DIR \"sentence\" ...), "
                           "or --curves FILE for the training curves")
-    for path, suffixes in [(r.out, (*IMAGE, ".html")), (r.states, IMAGE), (r.curves, IMAGE), (r.gif, (".gif",)),
-                           (r.head_view, IMAGE), (r.grid, IMAGE)] + [(path, IMAGE) for _, path in r.steps]:
+    images = [r.states, r.curves, r.head_view, r.grid, r.saliency] + [path for _, path in r.steps]
+    for path, suffixes in [(r.out, (*IMAGE, ".html")), (r.gif, (".gif",))] + [(path, IMAGE) for path in images]:
         if path and Path(path).suffix.lower() not in suffixes:
             raise AttnmtError(f"{path}: the file name must end in {' or '.join(suffixes)}")
 
@@ -94,6 +95,7 @@ def _sentence_writers(r: FigureRequest) -> list[Writer]:
     model = load_folder(r.model_dir, r.checkpoint, device=r.device)
     if r.hypothesis is not None and model.inputs != "pairs":
         raise AttnmtError(f"--hypothesis: for sentence-pair models; {r.model_dir} is a {model.config.task} model")
-    if r.tag and model.inputs != "text":
-        raise AttnmtError(f"--tag: for translation models; {r.model_dir} is a {model.config.task} model")
+    for option, given in (("--tag", r.tag), ("--saliency", r.saliency)):
+        if given and model.inputs != "text":
+            raise AttnmtError(f"{option}: for translation models; {r.model_dir} is a {model.config.task} model")
     return task_of(model.config.task).figure_writers(r, model)
