@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnmt.core import speed
-from attnmt.core.config import DecodingConfig, ModelConfig
+from attnmt.core.config import DecodingConfig, ModelConfig, Sampling
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import EOS, build_model, capture, decoding, fast_decoding
 from attnmt.seq2seq import search as searches
@@ -155,6 +155,36 @@ def test_an_ensemble_finds_the_reference_hypotheses(names):
             assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs), decoding.greedy_search(*args))
             assert_same_hypotheses(fast_decoding.beam_search(*args, 3, 2, graphs=graphs),
                                    decoding.beam_search(*args, 3, 2))
+
+
+def test_greedy_search_takes_the_columns_a_pick_draws(monkeypatch):
+    """``pick`` (sampling): the most probable column gives greedy search; a sampler with a seed draws
+    the same twice and another seed other outputs; each hypothesis scores its tokens as the model
+    does; and the steps run eagerly, graphs or not (the generator is no graph's)."""
+    from attnmt.core.config import Sampling
+    from attnmt.data.batching import make_batch
+
+    captures = []
+    monkeypatch.setattr(fast_decoding, "_StepGraph", lambda step, loop: captures.append(1) or step)
+    batch, model = random_batch(6, seed=6), tiny("gru-bahdanau")
+    args = (model, batch.src, batch.src_lengths, limits_of(batch, "usual"))
+    assert_same_hypotheses(fast_decoding.greedy_search(*args, pick=lambda log_probs: log_probs.argmax(-1)),
+                           decoding.greedy_search(*args))
+
+    def drawn(seed):
+        sampler = decoding.sampler(Sampling(top_k=8), torch.Generator().manual_seed(seed))
+        return fast_decoding.greedy_search(*args, graphs=True, pick=sampler)
+
+    first, again, other = drawn(1), drawn(1), drawn(2)
+    assert [h[0].tokens for h in first] == [h[0].tokens for h in again] != [h[0].tokens for h in other]
+    assert not captures
+    ended = [(i, h) for i, [h] in enumerate(first) if h.tokens[-1] == EOS]
+    assert ended
+    for i, hypothesis in ended:  # (its log-probability by teacher forcing, which adds the EOS back)
+        forced = make_batch([batch.src[i, :batch.src_lengths[i] - 1].tolist()], [hypothesis.tokens[:-1]])
+        with torch.no_grad():
+            expected = model.target_log_probs(forced.src, forced.src_lengths, forced.tgt_in, forced.tgt_out)
+        assert hypothesis.log_prob == pytest.approx(float(expected.sum()), abs=1e-4)
 
 
 def test_the_cases_cover_early_ends_and_length_limits():
@@ -354,8 +384,9 @@ def strict_steps(monkeypatch):
 @pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "gru-bahdanau-window", "transformer"])
 def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
     """On CUDA: graphs on, graphs off and the reference give the same hypotheses for greedy and
-    beam 5 (and beam 5 with a coverage penalty); a step never synchronises; decode() takes the
-    fast searches on a GPU, and the reference ones with speed.plain()."""
+    beam 5 (and beam 5 with a coverage penalty); a step never synchronises, sampling's neither;
+    decode() takes the fast searches on a GPU (sampling too), and the reference ones with
+    speed.plain()."""
     strict_steps(monkeypatch)
     batch = random_batch(16, seed=3).to("cuda")
     for eos_bias, limits in CASES:
@@ -373,14 +404,19 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
         for graphs in (False, True):
             assert_same_hypotheses(fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window,
                                                              beta=1.0), reference, atol=1e-4)
+        sampler = decoding.sampler(Sampling(top_k=5, top_p=0.9), torch.Generator("cuda").manual_seed(1))
+        drawn = fast_decoding.greedy_search(*args, window=window, pick=sampler)  # (a step that syncs raises)
+        assert len(drawn) == batch.src.size(0)
 
     calls = []
     monkeypatch.setattr(fast_decoding, "beam_search", lambda *args, **kwargs: calls.append("fast") or [])
+    monkeypatch.setattr(fast_decoding, "greedy_search", lambda *args, **kwargs: calls.append("sampled") or [])
     settings = DecodingConfig(attention_window=window_of(name))
     searches.decode(model, batch.src, batch.src_lengths, settings, beam=3)
+    searches.decode(model, batch.src, batch.src_lengths, settings, sampling=Sampling(top_k=5))
     with speed.plain():
         searches.decode(model, batch.src, batch.src_lengths, settings, beam=3)
-    assert calls == ["fast"]
+    assert calls == ["fast", "sampled"]
 
 
 @pytest.mark.gpu

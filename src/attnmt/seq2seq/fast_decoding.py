@@ -77,11 +77,14 @@ NEG_INF = float("-inf")
 @torch.inference_mode()
 def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
                   alpha: float = 1.0, graphs: bool | None = None, vocabulary: Tensor | None = None,
-                  window: tuple[int, int] | None = None, beta: float = 0.0) -> list[list[Hypothesis]]:
+                  window: tuple[int, int] | None = None, beta: float = 0.0,
+                  pick: Callable[[Tensor], Tensor] | None = None) -> list[list[Hypothesis]]:
     """decoding.greedy_search's hypotheses, every sentence computed until all have ended (``beta``:
-    the coverage penalty added to each score, from the attention read back at the end)."""
-    search = _Greedy(model, model.encode(src, src_lengths, window), max_lengths, alpha, vocabulary, beta)
-    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
+    the coverage penalty of each score). ``pick``: each row's column instead of its most probable
+    (decoding.sampler), drawn for every row at every step (so unlike the reference's draws, for the
+    sentences going), in eager steps: a graph would not know the generator."""
+    search = _Greedy(model, model.encode(src, src_lengths, window), max_lengths, alpha, vocabulary, beta, pick)
+    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device) and pick is None)
     return checked_search(search.results(loop, steps))
 
 
@@ -224,8 +227,9 @@ class _Greedy:
     all_done() for the host's check, results() at the end."""
 
     def __init__(self, model: EncoderDecoder, memory, max_lengths: list[int], alpha: float,
-                 vocabulary: Tensor | None = None, beta: float = 0.0):
+                 vocabulary: Tensor | None = None, beta: float = 0.0, pick: Callable[[Tensor], Tensor] | None = None):
         self.model, self.memory, self.alpha, self.vocabulary, self.beta = model, memory, alpha, vocabulary, beta
+        self.pick = pick
         device = memory.states.device
         self.limits = torch.tensor(max_lengths, device=device)
         self.history = _History(max(max_lengths), _batch_size(memory), device)
@@ -242,7 +246,11 @@ class _Greedy:
     def step(self, loop: _GreedyLoop) -> _GreedyLoop:
         t = loop.step
         out = self.model.decode_step(loop.prev, loop.state, self.memory)
-        best, column = out.log_probs.max(dim=-1)
+        if self.pick is None:
+            best, column = out.log_probs.max(dim=-1)
+        else:
+            column = self.pick(out.log_probs)
+            best = out.log_probs.gather(1, column[:, None]).squeeze(1)
         token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         going = ~loop.ended
         self.history.write(t, token, None, out.weights)

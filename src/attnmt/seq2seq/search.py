@@ -29,14 +29,14 @@ def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: De
     attention window. On a GPU with the speed tricks on, those of attnmt.seq2seq.fast_decoding:
     the same hypotheses, without waiting for the GPU at every step. ``shortlist``: the output
     layer restricted to the batch's candidates (attnmt.seq2seq.shortlist). ``sampling``: each output
-    drawn instead (beam and n_best 1; on every device the textbook loop of decoding.greedy_search),
-    with ``generator``'s random numbers if given. ``prefixes``: what each sentence's outputs begin
-    with (attnmt.seq2seq.prefix: token ids, then the start of a word to spell), on every device
-    through the textbook searches; a sentence's length limit is then at least its prefix and
-    max_length_offset more tokens. ``constraints``: phrases of token ids each sentence's outputs must
-    contain (attnmt.seq2seq.constraints; beam search by dynamic beam allocation, on every device,
-    without a shortlist); a sentence's length limit is then at least their tokens and
-    max_length_offset more.
+    drawn instead (beam and n_best 1; the greedy search of the device, on a GPU eagerly, see
+    fast_decoding.greedy_search), with ``generator``'s random numbers if given. ``prefixes``: what
+    each sentence's outputs begin with (attnmt.seq2seq.prefix: token ids, then the start of a word
+    to spell), on every device through the textbook searches; a sentence's length limit is then at
+    least its prefix and max_length_offset more tokens. ``constraints``: phrases of token ids each
+    sentence's outputs must contain (attnmt.seq2seq.constraints; beam search by dynamic beam
+    allocation, on every device, without a shortlist); a sentence's length limit is then at least
+    their tokens and max_length_offset more.
     (settings.batch_size and settings.shortlist are for the callers that cut the sources into
     batches and choose the table.)"""
     beam = (1 if sampling is not None else settings.beam) if beam is None else beam
@@ -99,10 +99,10 @@ def columns_of(vocabulary: Tensor, tokens: list[int]) -> list[int]:
 def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, vocabulary, sampling, generator,
             max_lengths: list[int]):
     alpha, beta, window = settings.length_penalty, settings.coverage_penalty, settings.attention_window
-    if sampling is not None:
-        return decoding.greedy_search(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary,
-                                      window=window, pick=decoding.sampler(sampling, generator), beta=beta)
     greedy, beamed = searches(src.device, model, beta)
+    if sampling is not None:
+        return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary, window=window,
+                      pick=decoding.sampler(sampling, generator))
     if beam == 1 and n_best == 1:
         return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary, window=window)
     return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary=vocabulary, window=window)
