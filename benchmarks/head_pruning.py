@@ -13,7 +13,8 @@ layers of 4 heads: 36 heads in all):
 1. every head masked alone: BLEU of the dev set (Multi30k val, greedy), against all heads on;
 2. heads masked cumulatively, least important first (by step 1's dev BLEU, so the test set plays
    no part in the order): BLEU of test_2016 (beam 5) at each count, with the paired bootstrap
-   against all heads;
+   against all heads; then again in the order of Michel et al.'s own importance score, the dev
+   set's summed |dL/d xi_h| for a gate xi_h on each head (normalized per layer);
 3. each kind (encoder, decoder, cross) reduced to its most important head in every layer, the
    others on: test BLEU; and every cross-attention head off (the decoder then cannot read the
    source at all: the floor);
@@ -82,6 +83,36 @@ def cumulative(model, test, order, counts: list[int]):
         p = f"{significance(base, hypotheses, test[1]):6.3f}" if count else f"{'':>6}"
         kinds = "/".join(str(sum(h[0] == kind for h in masked)) for kind in ("encoder", "decoder", "cross"))
         print(f"   {count:>6} {score:6.2f} {p}  {kinds}", flush=True)
+
+
+def gradient_importance(model, dev, heads) -> dict:
+    """Michel et al.'s importance of each head: I_h = sum over the dev pairs of |dL/d xi_h|, xi_h the
+    head's gate (1: on) and L the teacher-forced cross-entropy, normalized per layer (l2)."""
+    import torch
+
+    from attnmt.data.batching import forced_batches
+    from attnmt.seq2seq.heads import KINDS, attentions
+    from attnmt.seq2seq.training import sequence_loss
+
+    net = model.model
+    gates = {(kind, layer): attention for kind in KINDS for layer, attention in enumerate(attentions(net, kind))}
+    for attention in gates.values():
+        attention.head_mask = torch.ones(attention.heads, requires_grad=True)
+    src_ids, tgt_ids = model.src_subwords.encode(dev[0]), model.tgt_subwords.encode(dev[1])
+    totals = {key: torch.zeros(attention.heads) for key, attention in gates.items()}
+    with torch.enable_grad():
+        for _, batch in forced_batches(src_ids, tgt_ids, 64, torch.device("cpu")):
+            loss = sequence_loss(net, batch)
+            grads = torch.autograd.grad(loss, [a.head_mask for a in gates.values()])
+            for key, grad in zip(gates, grads):
+                totals[key] += grad.abs()
+    for attention in gates.values():
+        attention.head_mask = None
+    importance = {}
+    for (kind, layer), total in totals.items():
+        total = total / total.norm()
+        importance.update({(kind, layer, head): float(total[head]) for head in range(len(total))})
+    return importance
 
 
 def one_head_a_layer(model, test, alone, heads):
@@ -168,6 +199,11 @@ def main(argv=None):
     order = sorted(heads, key=lambda h: base - alone[h])  # least important (least lost, or most gained) first
     print("   order (least important first): " + " ".join(name(h) for h in order))
     cumulative(model, test, order, list(range(0, len(heads) + 1, 4)))
+    importance = gradient_importance(model, dev, heads)
+    by_gradient = sorted(heads, key=lambda h: importance[h])
+    print("\n2b. the same, in the order of Michel et al.'s gradient importance (dev, teacher forced), least first: "
+          + " ".join(name(h) for h in by_gradient))
+    cumulative(model, test, by_gradient, list(range(0, len(heads) + 1, 4)))
     one_head_a_layer(model, test, alone, heads)
     model.mask_heads([])
     print_roles(encoder_roles(model, dev[0], read_lines(data / "train.de.gz"), heads), alone, base)
