@@ -70,9 +70,9 @@ def single_heads(model, dev, heads) -> tuple[float, dict]:
     return base, alone
 
 
-def cumulative(model, test, order, counts: list[int]):
+def cumulative(model, test, order, counts: list[int], step: str = "2"):
     """Step 2: the ``count`` least important heads masked together, test BLEU (beam 5)."""
-    print("\n2. heads masked cumulatively, least important (on dev) first: test_2016 BLEU, beam 5")
+    print(f"\n{step}. heads masked cumulatively, least important (on dev) first: test_2016 BLEU, beam 5")
     print(f"   {'masked':>6} {'BLEU':>6} {'p':>6}  by kind (encoder/decoder/cross)")
     base = None
     for count in counts:
@@ -201,9 +201,9 @@ def main(argv=None):
     cumulative(model, test, order, list(range(0, len(heads) + 1, 4)))
     importance = gradient_importance(model, dev, heads)
     by_gradient = sorted(heads, key=lambda h: importance[h])
-    print("\n2b. the same, in the order of Michel et al.'s gradient importance (dev, teacher forced), least first: "
+    print("\n   the order of Michel et al.'s gradient importance (dev, teacher forced), least first: "
           + " ".join(name(h) for h in by_gradient))
-    cumulative(model, test, by_gradient, list(range(0, len(heads) + 1, 4)))
+    cumulative(model, test, by_gradient, list(range(0, len(heads) + 1, 4)), "2b")
     one_head_a_layer(model, test, alone, heads)
     model.mask_heads([])
     print_roles(encoder_roles(model, dev[0], read_lines(data / "train.de.gz"), heads), alone, base)
