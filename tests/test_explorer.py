@@ -375,6 +375,18 @@ def test_beam_layout_is_a_function_of_the_nodes(page, server):
     assert all(n["parent"] == p["id"] for p, n in zip(best, best[1:]))
 
 
+def test_the_model_line_names_local_attention(page, server):
+    """static/panels.js describeModel: a model with Luong's local attention says which, and its D."""
+    [info] = [m for m in httpx.get(f"{server[0]}/models").json() if m["name"] == server[1]]
+    lines = page.evaluate("""async (info) => {
+        const { describeModel } = await import("/static/panels.js");
+        return [describeModel(info), describeModel({ ...info, attention: "luong-general", input_feeding: false,
+                                                     local_attention: "local-p", local_window: 10 })];
+    }""", info)
+    assert "local" not in lines[0] and info["local_attention"] == "none"
+    assert lines[1].startswith("luong-general local-p (D 10) attention") and "no input feeding" in lines[1]
+
+
 def test_score_card_colours_each_token_by_its_probability(page, server):
     """After a translation, the model's own output is scored token by token (/score); a wrong
     translation typed in scores lower, beside the model's own, and its least probable token is

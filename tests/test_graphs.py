@@ -47,14 +47,21 @@ class FakeCuda:
         torch.set_rng_state(state)
 
 
-@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "none"])
+def attention_options(attention: str) -> dict:
+    """A config's attention fields: "local-m" and "local-p" are Luong's local attention with the general score."""
+    if attention.startswith("local-"):
+        return {"attention": "luong-general", "local_attention": attention, "local_window": 1}
+    return {"attention": attention}
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "none", "local-m", "local-p"])
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
 def test_the_captured_loss_is_the_usual_loss(attention, rnn_type):
     """BatchLoss (fixed shapes: unpacked encoder, targets padded in time, padding ignored by
     target) against sequence_loss on the textbook path (packed encoder, padding selected away):
     same loss and gradients."""
     torch.manual_seed(0)
-    model = build_model(ModelConfig(attention=attention, rnn_type=rnn_type, **RNN), 30, 30).train()
+    model = build_model(ModelConfig(**attention_options(attention), rnn_type=rnn_type, **RNN), 30, 30).train()
     batch = training_batch(SOURCES, TARGETS)
     tgt_in, tgt_out = padded_targets(batch)
     assert tgt_in.size(1) % graphs.TIME_MULTIPLE == 0 and tgt_in.size(1) > batch.tgt_in.size(1)
@@ -207,14 +214,15 @@ def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "transformer"])
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "local-m", "local-p", "transformer"])
 def test_on_a_gpu_the_graphs_compute_the_loss_and_gradients_of_the_usual_path(attention):
     """Captured for real: replays (a second batch of the same shape, new values) against the usual
     path on the same weights, dropout off; and with dropout on, two replays from one random
     state draw the same masks."""
     device = torch.device("cuda")
     torch.manual_seed(0)
-    config = ModelConfig(**TRANSFORMER) if attention == "transformer" else ModelConfig(attention=attention, **RNN)
+    config = ModelConfig(**TRANSFORMER) if attention == "transformer" else ModelConfig(**attention_options(attention),
+                                                                                        **RNN)
     model = build_model(config, 30, 30).to(device).train()
     loss = GraphedLoss(model, 0.1)
     loss(training_batch(SOURCES, TARGETS).to(device))  # the capture

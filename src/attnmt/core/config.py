@@ -30,6 +30,7 @@ from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imp
 S = TypeVar("S", bound=Section)
 
 ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "location")
+LOCAL_ATTENTIONS = ("none", "local-m", "local-p")  # Luong et al. (2015): global, local-m, local-p
 
 
 class ModelConfig(Section):
@@ -50,6 +51,11 @@ class ModelConfig(Section):
     decoder_init: Literal["bridge", "zeros"] = "bridge"
     location_channels: int = Field(10, gt=0)  # location attention: conv filters ...
     location_kernel: int = Field(31, gt=0)  # ... and their width (odd)
+    # Luong et al.'s local attention, with a luong-* score: each step attends within local_window (D)
+    # source positions of p_t, which is t (local-m, monotonic) or predicted from s_t (local-p, with a
+    # Gaussian around p_t); none: global attention over the whole source
+    local_attention: Literal[LOCAL_ATTENTIONS] = "none"
+    local_window: int = Field(10, gt=0, le=1000)  # D: the window is [p_t - D, p_t + D]
     init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
     # Transformer (type: transformer); encoder_layers and decoder_layers count its layers too
     d_model: int = Field(256, gt=0)
@@ -70,6 +76,10 @@ class ModelConfig(Section):
             raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
         if self.type == "rnn" and self.share_embeddings:
             raise ValueError("share_embeddings is for type: transformer (RNN models have tie_embeddings)")
+        if self.local_attention != "none" and (self.type != "rnn" or not self.attention.startswith("luong-")):
+            raise ValueError(f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an RNN "
+                             "decoder whose query is its current state: model.attention luong-dot, luong-general or "
+                             f"luong-concat (here {self.type if self.type != 'rnn' else self.attention})")
         return self
 
 
@@ -314,6 +324,9 @@ class Config(Section):
                     self.task == "pairs" or self.model.type != "rnn" or self.model.attention == "none"):
                 raise ValueError(f"{section}.attention_window is for RNN decoders with attention (model.type: rnn, "
                                  "model.attention not none)")
+            if getattr(self, section).attention_window is not None and self.model.local_attention != "none":
+                raise ValueError(f"{section}.attention_window: model.local_attention {self.model.local_attention} "
+                                 "already keeps each step to its own window (model.local_window)")
         if "attention_window" not in self.decoding.model_fields_set:  # decode as trained
             self.decoding.attention_window = self.training.attention_window
         return self

@@ -5,9 +5,11 @@
     c    = sum_j a_j h_j                  the context vector
 
 The variants differ only in ``score``. (The additive ones compute v^T tanh(.) through
-attnmt.core.speed.v_tanh: the same value, faster on a CPU.) Queries have shape (batch, steps, query_size), so
-one call scores a single decoder step (steps = 1) or every step at once when the
-decoder states are known in advance (Luong attention without input feeding).
+attnmt.core.speed.v_tanh: the same value, faster on a CPU.) Local attention (Luong et al. 2015)
+keeps each step to a window of the source around an aligned position p_t, with any of Luong's
+scores. Queries have shape (batch, steps, query_size), so one call scores a single decoder step
+(steps = 1) or every step at once when the decoder states are known in advance (Luong attention
+without input feeding).
 ``keys`` are what ``project_keys`` makes of the encoder states, once per sentence.
 """
 
@@ -28,6 +30,9 @@ class Attention(nn.Module, ABC):
     #: True when the score reads each query's previous weights a_{t-1} (location): such queries
     #: cannot share one memory row (a beam search's hypotheses, attnmt.seq2seq.decoder.Memory).
     reads_previous_weights = False
+    #: True when the weights depend on the target position t of each query (local-m): the decoder
+    #: then counts its steps (DecoderState.step).
+    reads_step = False
 
     def project_keys(self, memory: Tensor) -> Tensor:
         """Work that depends on the source only, done once per sentence."""
@@ -38,9 +43,10 @@ class Attention(nn.Module, ABC):
         """Scores e (B,T,S) of each query against each source position."""
 
     def forward(self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor,
-                prev_weights: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                prev_weights: Tensor | None = None, steps: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """query (B,T,Q), memory (B,S,M), mask (B,S) True at real tokens -> context c (B,T,M),
-        weights a (B,T,S) and scores e (B,T,S), -inf at padding."""
+        weights a (B,T,S) and scores e (B,T,S), -inf at padding. ``steps`` (B,T): the target
+        position t of each query, read where ``reads_step``."""
         scores = self.score(query, keys, prev_weights)
         scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
         weights = torch.softmax(scores, dim=-1)
@@ -127,6 +133,58 @@ class LocationAttention(Attention):
         return speed.v_tanh(self.w.weight, self.W(query), keys + self.U(f)).unsqueeze(1)
 
 
+class LocalAttention(Attention):
+    """Local attention, Luong et al. (2015): step t attends only to the source positions j within D
+    of an aligned position p_t, scored by one of Luong's global scores e_j (``scorer``):
+
+        local-m  p_t = t                                          (monotonic)
+                 a_t = softmax(e) over |j - p_t| <= D
+        local-p  p_t = (S - 1) sigmoid(v_p^T tanh(W_p s_t))        (predicted; S the source length)
+                 a_t(j) = softmax(e)_j exp(-(j - p_t)^2 / (2 sigma^2)),  sigma = D / 2,  over |j - p_t| <= D
+
+    Positions count from 0, so p_t spans the source (the paper's p_t = S sigmoid(.) counts from 1).
+    local-p's weights are not renormalised after the Gaussian, as in the paper: they sum to at
+    most 1, and p_t learns through the Gaussian. local-m keeps p_t to the last source position
+    once t passes it (the paper does not say what happens there)."""
+
+    def __init__(self, scorer: Attention, kind: str, window: int, query_size: int, hidden_size: int):
+        super().__init__()
+        if kind not in ("local-m", "local-p"):
+            raise ValueError(f"unknown local attention {kind!r}; choose local-m or local-p")
+        self.scorer, self.kind, self.D = scorer, kind, window
+        self.query_is_previous_state = scorer.query_is_previous_state
+        self.reads_step = kind == "local-m"
+        if kind == "local-p":
+            self.W_p = nn.Linear(query_size, hidden_size, bias=False)
+            self.v_p = nn.Linear(hidden_size, 1, bias=False)
+
+    def project_keys(self, memory):
+        return self.scorer.project_keys(memory)
+
+    def score(self, query, keys, prev_weights):
+        return self.scorer.score(query, keys, prev_weights)
+
+    def aligned_position(self, query: Tensor, mask: Tensor, steps: Tensor | None) -> Tensor:
+        """p_t (B,T) of each query (B,T,Q)."""
+        last = (mask.sum(-1, keepdim=True) - 1).to(query.dtype)  # S - 1
+        if self.kind == "local-m":
+            return torch.minimum(steps.to(query.dtype), last)
+        return last * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)
+
+    def forward(self, query, memory, keys, mask, prev_weights=None, steps=None):
+        p = self.aligned_position(query, mask, steps).float()
+        j = torch.arange(mask.size(-1), device=mask.device, dtype=p.dtype)
+        distance = j - p.unsqueeze(-1)  # (B,T,S): j - p_t
+        window = mask.unsqueeze(1) & (distance.abs() <= self.D)
+        scores = self.score(query, keys, prev_weights).masked_fill(~window, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        if self.kind == "local-p":
+            sigma = self.D / 2
+            weights = (weights * torch.exp(-distance.square() / (2 * sigma ** 2))).to(weights.dtype)
+        context = torch.bmm(weights, memory)
+        return context, weights, scores
+
+
 def window_mask(prev_weights: Tensor, mask: Tensor, left: int, right: int) -> Tensor:
     """Attention within a window (as in Chorowski et al. 2014): a step attends only to the real
     positions j with m - left <= j <= m + right, m the median of the previous step's weights
@@ -139,8 +197,16 @@ def window_mask(prev_weights: Tensor, mask: Tensor, left: int, right: int) -> Te
 
 
 def build_attention(name: str, query_size: int, memory_size: int, hidden_size: int,
-                    location_channels: int = 10, location_kernel: int = 31) -> Attention | None:
-    """The attention named in the config; None for 'none' (fixed context, no attention)."""
+                    location_channels: int = 10, location_kernel: int = 31, local: str = "none",
+                    local_window: int = 10) -> Attention | None:
+    """The attention named in the config; None for 'none' (fixed context, no attention). ``local``:
+    local-m or local-p around the score ``name`` (LocalAttention); none: global."""
+    if local != "none":
+        if not name.startswith("luong-"):
+            raise ValueError(f"local attention ({local}) takes a Luong score (luong-dot, luong-general, "
+                             f"luong-concat), not {name!r}")
+        scorer = build_attention(name, query_size, memory_size, hidden_size)
+        return LocalAttention(scorer, local, local_window, query_size, hidden_size)
     if name == "none":
         return None
     if name == "bahdanau":
@@ -160,4 +226,4 @@ def build_attention(name: str, query_size: int, memory_size: int, hidden_size: i
 
 
 __all__ = ["Attention", "BahdanauAttention", "LuongDotAttention", "LuongGeneralAttention",
-           "LuongConcatAttention", "LocationAttention", "build_attention", "window_mask"]
+           "LuongConcatAttention", "LocationAttention", "LocalAttention", "build_attention", "window_mask"]

@@ -71,6 +71,7 @@ class DecoderState(Batched):
     cell: Tensor | None  # (layers,B,H) for LSTMs
     attentional: Tensor  # (B,H) h~_{t-1}, fed back with input feeding
     weights: Tensor  # (B,S) a_{t-1}, read by location attention
+    step: Tensor | None = None  # (B,) t, the steps taken: counted for local-m attention only (reads_step)
 
 
 @dataclass
@@ -160,26 +161,37 @@ class RNNDecoder(nn.Module):
         # Location attention starts from all weight on the first source token.
         weights = torch.zeros_like(memory.mask, dtype=memory.final.dtype)
         weights[:, 0] = 1.0
-        return DecoderState(hidden, cell, attentional, weights)
+        step = memory.mask.new_zeros(batch, dtype=torch.long) if self._counts_steps else None
+        return DecoderState(hidden, cell, attentional, weights, step)
 
-    def _attend(self, query: Tensor, memory: Memory, prev_weights: Tensor | None, mask: Tensor | None = None):
+    @property
+    def _counts_steps(self) -> bool:
+        return self.attention is not None and self.attention.reads_step
+
+    def _attend(self, query: Tensor, memory: Memory, prev_weights: Tensor | None, mask: Tensor | None = None,
+                steps: Tensor | None = None):
         """query (B,T,H) -> context (B,T,M), weights and scores (B,T,S) or None without attention;
-        over the real positions, or those of ``mask`` (B,S)."""
+        over the real positions, or those of ``mask`` (B,S). ``steps`` (B,T): each query's target
+        position t, for an attention that reads it (local-m)."""
         if self.attention is None:
             return memory.final.unsqueeze(1).expand(-1, query.size(1), -1), None, None
-        return self.attention(query, memory.states, memory.keys, memory.mask if mask is None else mask, prev_weights)
+        return self.attention(query, memory.states, memory.keys, memory.mask if mask is None else mask, prev_weights,
+                              steps)
 
     def _attend_one(self, query: Tensor, memory: Memory, state: DecoderState, read_weights: bool):
         """The attention of one step: query (B,H) -> context (B,M), weights and scores (B,S) or None.
         The previous weights (``state.weights``) go to the score if ``read_weights`` (location
         attention), and to the memory's window if it has one."""
+        steps = state.step
         if memory.beam > 1:  # a sentence's k hypotheses as k queries (B,k,H) of its one memory
-            attended = self._attend(query.view(-1, memory.beam, query.size(-1)), memory, None)
+            steps = None if steps is None else steps.view(-1, memory.beam)
+            attended = self._attend(query.view(-1, memory.beam, query.size(-1)), memory, None, steps=steps)
             return tuple(x.flatten(0, 1) for x in attended)
         window = memory.window
         mask = None if window is None else window_mask(state.weights, memory.mask, *window)
         prev_weights = state.weights.unsqueeze(1) if read_weights else None
-        context, weights, scores = self._attend(query.unsqueeze(1), memory, prev_weights, mask)
+        steps = None if steps is None else steps.unsqueeze(1)
+        context, weights, scores = self._attend(query.unsqueeze(1), memory, prev_weights, mask, steps)
         return context.squeeze(1), *(None if x is None else x.squeeze(1) for x in (weights, scores))
 
     def _recur(self, gates: Tensor, state: DecoderState, memory: Memory):
@@ -204,7 +216,8 @@ class RNNDecoder(nn.Module):
             attended = self._attend_one(hidden[-1], memory, state, read_weights=False)
         context, weights, scores = attended
         attentional = self._attentional(context, hidden[-1])
-        new_state = DecoderState(hidden, cell, attentional, state.weights if weights is None else weights)
+        new_state = DecoderState(hidden, cell, attentional, state.weights if weights is None else weights,
+                                 None if state.step is None else state.step + 1)
         return DecoderStep(attentional, new_state, context, weights, scores)
 
     def forward(self, embedded: Tensor, state: DecoderState, memory: Memory):
@@ -227,17 +240,20 @@ class RNNDecoder(nn.Module):
     def _recurrence_then_the_rest(self, gates: list[Tensor], state: DecoderState, memory: Memory):
         """ATTEND_FIRST and ATTEND_AFTER: the loop runs only what the recurrence needs; what it
         does not (h~_t, and Luong's attention of s_t) runs after it, for all steps at once."""
-        tops, attended = [], []
+        tops, attended, first = [], [], state
         for step_gates in gates:
             hidden, cell, step_attended = self._recur(step_gates, state, memory)
             weights = state.weights if step_attended is None or step_attended[1] is None else step_attended[1]
-            state = DecoderState(hidden, cell, state.attentional, weights)
+            step = None if state.step is None else state.step + 1
+            state = DecoderState(hidden, cell, state.attentional, weights, step)
             tops.append(hidden[-1])
             attended.append(step_attended)
         tops = torch.stack(tops, dim=1)
         if self.path == ATTEND_FIRST:
             contexts = torch.stack([a[0] for a in attended], dim=1)
             weights = None if self.attention is None else torch.stack([a[1] for a in attended], dim=1)
-        else:  # every step attends in one batched product
-            contexts, weights, _ = self._attend(tops, memory, None)
+        else:  # every step attends in one batched product (step t's query at position t)
+            steps = None if first.step is None else first.step.unsqueeze(1) + torch.arange(
+                len(gates), device=first.step.device)
+            contexts, weights, _ = self._attend(tops, memory, None, steps=steps)
         return speed.padded_in_time(self._attentional, contexts, tops), weights

@@ -10,7 +10,7 @@ from attnmt.core.config import ModelConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.core.speed import Dropout
 from attnmt.data.subwords import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
-from attnmt.seq2seq.attention import build_attention
+from attnmt.seq2seq.attention import LocalAttention, build_attention
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput, source_mask
 from attnmt.seq2seq.decoder import DecoderState, Memory, RNNDecoder
 from attnmt.seq2seq.encoder import RNNEncoder
@@ -26,7 +26,7 @@ class Seq2Seq(EncoderDecoder):
         memory_size = self.encoder.output_size
         attention = build_attention(config.attention, config.decoder_hidden, memory_size,
                                     config.attention_size, config.location_channels,
-                                    config.location_kernel)
+                                    config.location_kernel, config.local_attention, config.local_window)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, config.embedding_size, padding_idx=PAD)
         self.decoder = RNNDecoder(config.embedding_size, config.decoder_hidden, memory_size,
                                   config.decoder_layers, config.rnn_type, attention,
@@ -70,6 +70,9 @@ class Seq2Seq(EncoderDecoder):
         attention's keys projected once per sentence, and the attention ``window`` of every step."""
         states = speed.cast_for_autocast(states)
         attention = self.decoder.attention
+        if window is not None and isinstance(attention, LocalAttention):
+            raise AttnmtError(f"an attention window ({window}) and local attention ({attention.kind}) together: local "
+                              "attention keeps each step to its own window (model.local_window)")
         keys = None if attention is None else attention.project_keys(states)
         shareable = attention is not None and not attention.reads_previous_weights and window is None
         return Memory(states, keys, mask, final, window, shareable)
@@ -114,4 +117,7 @@ def architecture(m: ModelConfig) -> str:
         return (f"transformer, d_model {m.d_model}, {m.heads} heads, {m.encoder_layers}+{m.decoder_layers} layers, "
                 f"feed-forward {m.feed_forward}")
     encoder = f"{'bidirectional ' if m.bidirectional else ''}{m.rnn_type} encoder {m.encoder_layers}x{m.encoder_hidden}"
-    return f"rnn, {m.attention} attention, {encoder}, decoder {m.decoder_layers}x{m.decoder_hidden}"
+    attention = m.attention
+    if m.local_attention != "none":
+        attention += f" {m.local_attention} (D={m.local_window})"
+    return f"rnn, {attention} attention, {encoder}, decoder {m.decoder_layers}x{m.decoder_hidden}"

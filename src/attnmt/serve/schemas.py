@@ -102,6 +102,10 @@ class ModelInfo(Strict):
                     "Transformer: 'multi-head'")
     rnn_type: Optional[str] = Field(description="RNN only: gru | lstm")
     input_feeding: Optional[bool] = Field(description="RNN only")
+    local_attention: Optional[Literal["none", "local-m", "local-p"]] = Field(
+        None, description="RNN only: Luong et al.'s local attention (each step within local_window source "
+                          "positions of t, local-m, or of a predicted position, local-p); none: global")
+    local_window: Optional[int] = Field(None, description="RNN with local attention only: D, the window's half-width")
     decoder_hidden: Optional[int] = Field(description="RNN only: size of the decoder state")
     d_model: Optional[int] = Field(description="Transformer only: model width")
     heads: Optional[int] = Field(description="Transformer only: attention heads per layer")

@@ -15,7 +15,8 @@ export function describeModel(m) {
     return `Transformer · d_model ${m.d_model} · ${m.heads} heads · ${m.encoder_layers} encoder + ` +
       `${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}${after}`;
   }
-  const attention = m.attention === "none" ? "no attention" : `${m.attention} attention`;
+  const local = m.local_attention && m.local_attention !== "none" ? ` ${m.local_attention} (D ${m.local_window})` : "";
+  const attention = m.attention === "none" ? "no attention" : `${m.attention}${local} attention`;
   const feeding = m.attention.startsWith("luong") ? (m.input_feeding ? " · input feeding" : " · no input feeding") : "";
   return `${attention} · ${m.rnn_type.toUpperCase()} · decoder ${m.decoder_hidden}${feeding} · default beam ${m.beam}` +
     after;

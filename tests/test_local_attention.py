@@ -1,0 +1,258 @@
+"""Luong et al.'s (2015) local attention: local-m (p_t = t) and local-p (p_t predicted, a Gaussian
+around it), each step within [p_t - D, p_t + D]; its equations, the decoder's paths, and the
+searches."""
+
+import math
+
+import pytest
+import torch
+
+from attnmt.core.config import ModelConfig, load_config
+from attnmt.core.errors import AttnmtError
+from attnmt.seq2seq import BOS, PAD, build_model, decoding, fast_decoding
+from attnmt.seq2seq.attention import LocalAttention, LuongGeneralAttention, build_attention
+from test_attention import SRC_VOCAB, TGT_VOCAB, padded_batch
+
+LOCAL = ["local-m", "local-p"]
+
+
+def make_local_model(local, attention="luong-general", input_feeding=True, layers=1, window=2, rnn_type="gru"):
+    config = ModelConfig(attention=attention, local_attention=local, local_window=window, rnn_type=rnn_type,
+                         input_feeding=input_feeding, embedding_size=16, encoder_hidden=12, decoder_hidden=24,
+                         attention_size=10, decoder_layers=layers, dropout=0.0)
+    return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
+
+
+def long_batch(width=12):
+    """Three sources of 12, 9 and 3 pieces (padded): wider than a window of 2 on either side."""
+    torch.manual_seed(0)
+    lengths = torch.tensor([width, 9, 3])
+    src = torch.randint(4, SRC_VOCAB, (3, width))
+    for i, n in enumerate(lengths.tolist()):
+        src[i, n:] = PAD
+    return src, lengths, torch.randint(4, TGT_VOCAB, (3, 7))
+
+
+def test_local_m_attends_within_d_of_t_and_softmaxes_the_scores_there():
+    """local-m: a_t = softmax(e) over |j - t| <= D; past the source's end, around its last position."""
+    D = 2
+    attention = LocalAttention(LuongGeneralAttention(4, 6), "local-m", D, query_size=4, hidden_size=5)
+    T, S = 7, 5
+    s, h = torch.randn(1, T, 4), torch.randn(1, S, 6)
+    mask = torch.tensor([[True] * 4 + [False]])  # 4 real positions
+    steps = torch.arange(T).unsqueeze(0)
+    context, weights, scores = attention(s, h, attention.project_keys(h), mask, steps=steps)
+    for t in range(T):
+        p = min(t, 3)
+        inside = [j for j in range(S) if abs(j - p) <= D and j < 4]
+        e = torch.stack([s[0, t] @ attention.scorer.W(h[0, j]) for j in inside])
+        expected = torch.zeros(S)
+        expected[inside] = torch.softmax(e, 0)
+        torch.testing.assert_close(weights[0, t], expected)
+        torch.testing.assert_close(context[0, t], expected @ h[0])
+
+
+def test_local_p_is_its_equation():
+    """local-p: p_t = (S-1) sigmoid(v_p^T tanh(W_p s_t)); a_t(j) = softmax(e)_j exp(-(j-p_t)^2 / (2 (D/2)^2))
+    over |j - p_t| <= D, not renormalised."""
+    D = 2
+    attention = LocalAttention(LuongGeneralAttention(4, 6), "local-p", D, query_size=4, hidden_size=5)
+    S = 9
+    s, h = torch.randn(2, 3, 4), torch.randn(2, S, 6)
+    mask = torch.tensor([[True] * S, [True] * 6 + [False] * 3])
+    _, weights, _ = attention(s, h, attention.project_keys(h), mask)
+    for b, length in enumerate([S, 6]):
+        for t in range(3):
+            p = (length - 1) * torch.sigmoid(attention.v_p.weight @ torch.tanh(attention.W_p.weight @ s[b, t]))[0]
+            inside = [j for j in range(length) if abs(j - p.item()) <= D]
+            e = torch.stack([s[b, t] @ attention.scorer.W(h[b, j]) for j in inside])
+            gaussian = torch.exp(-(torch.tensor(inside, dtype=torch.float) - p) ** 2 / (2 * (D / 2) ** 2))
+            expected = torch.zeros(S)
+            expected[inside] = torch.softmax(e, 0) * gaussian
+            torch.testing.assert_close(weights[b, t], expected)
+            assert weights[b, t].sum() < 1
+
+
+def test_local_p_learns_its_position_through_the_gaussian():
+    attention = LocalAttention(LuongGeneralAttention(4, 6), "local-p", 2, query_size=4, hidden_size=5)
+    s, h = torch.randn(1, 2, 4), torch.randn(1, 8, 6)
+    context, _, _ = attention(s, h, attention.project_keys(h), torch.ones(1, 8, dtype=torch.bool))
+    context.sum().backward()
+    assert attention.W_p.weight.grad.abs().sum() > 0 and attention.v_p.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("input_feeding", [True, False])
+@pytest.mark.parametrize("attention", ["luong-dot", "luong-general", "luong-concat"])
+@pytest.mark.parametrize("local", LOCAL)
+def test_stepwise_decoding_equals_teacher_forced_forward(local, attention, input_feeding, layers, rnn_type):
+    """The all-steps-at-once pass (Luong without input feeding: positions 0..T-1 at once) and the
+    sequential ones compute what the steps compute one by one, the step counter included."""
+    model = make_local_model(local, attention, input_feeding, layers, rnn_type=rnn_type)
+    src, lengths, tgt = long_batch()
+    logits, weights = model(src, lengths, tgt)
+    logits[:, :, [PAD, BOS]] = float("-inf")
+    memory = model.encode(src, lengths)
+    state = model.init_state(memory)
+    for t in range(tgt.size(1)):
+        step = model.decode_step(tgt[:, t], state, memory)
+        state = step.state
+        torch.testing.assert_close(step.log_probs, torch.log_softmax(logits[:, t], -1), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(step.weights, weights[:, t], atol=1e-6, rtol=1e-5)
+    assert (state.step is not None) == (local == "local-m")
+
+
+def test_local_m_weights_are_zero_outside_the_window_and_sum_to_one():
+    model = make_local_model("local-m", window=2)
+    src, lengths, tgt = long_batch()
+    _, weights = model(src, lengths, tgt)
+    j = torch.arange(src.size(1))
+    for b, n in enumerate(lengths.tolist()):
+        for t in range(tgt.size(1)):
+            inside = (j - min(t, n - 1)).abs().le(2) & (j < n)
+            assert torch.all(weights[b, t][~inside] == 0) and torch.all(weights[b, t][inside] > 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, tgt.size(1)))
+
+
+def test_local_p_weights_stay_within_d_of_their_own_position():
+    model = make_local_model("local-p", window=2)
+    src, lengths, tgt = long_batch()
+    _, weights = model(src, lengths, tgt)
+    for b, n in enumerate(lengths.tolist()):
+        for t in range(tgt.size(1)):
+            attended = weights[b, t].nonzero().flatten()
+            assert attended.max() - attended.min() <= 4 and attended.max() < n  # 2D + 1 positions at most
+    assert torch.all(weights.sum(-1) <= 1 + 1e-6) and torch.all(weights.sum(-1) > 0)
+
+
+@pytest.mark.parametrize("local", LOCAL)
+def test_sentence_alone_equals_sentence_in_padded_batch(local):
+    model = make_local_model(local, input_feeding=False)
+    src, lengths, tgt = long_batch()
+    batch_logits, batch_weights = model(src, lengths, tgt)
+    for i, n in enumerate(lengths.tolist()):
+        alone_logits, alone_weights = model(src[i:i + 1, :n], lengths[i:i + 1], tgt[i:i + 1])
+        torch.testing.assert_close(alone_logits[0], batch_logits[i], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(alone_weights[0], batch_weights[i, :, :n], atol=1e-5, rtol=1e-4)
+
+
+def test_a_window_wider_than_any_source_is_global_attention_for_local_m():
+    local = make_local_model("local-m", window=50)
+    plain = build_model(local.config.model_copy(update={"local_attention": "none"}), SRC_VOCAB, TGT_VOCAB).eval()
+    plain.load_state_dict({k.replace("attention.scorer.", "attention."): v for k, v in local.state_dict().items()})
+    src, lengths, tgt = padded_batch()
+    torch.testing.assert_close(local(src, lengths, tgt), plain(src, lengths, tgt))
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("local", LOCAL)
+def test_searches_of_local_attention_match_teacher_forcing_and_each_other(local, beam):
+    """Beam search shares each sentence's memory among its hypotheses (k queries of one row, each at
+    step t): its best hypothesis scores as teacher forcing scores it, its attention is the forced
+    pass's; and the fixed-shape searches of GPUs (on static buffers here) return the same."""
+    model = make_local_model(local, "luong-dot", window=2)
+    with torch.no_grad():
+        model.generator.bias[3] -= 2.0  # outputs of several steps (3 = EOS)
+    src, lengths, _ = long_batch()
+    limits = decoding.max_output_lengths(lengths, 1.5, 5)
+    search = decoding.greedy_search if beam == 1 else decoding.beam_search
+    options = {} if beam == 1 else {"beam": beam}
+    with torch.inference_mode():
+        reference = search(model, src, lengths, limits, **options)
+    fast = (fast_decoding.greedy_search if beam == 1 else fast_decoding.beam_search)(
+        model, src, lengths, limits, graphs=True, **options)
+    for i, (ours, theirs) in enumerate(zip(fast, reference)):
+        assert ours[0].tokens == theirs[0].tokens
+        assert ours[0].log_prob == pytest.approx(theirs[0].log_prob, abs=1e-5)
+        torch.testing.assert_close(ours[0].attention, theirs[0].attention, atol=1e-5, rtol=0)
+        tokens = torch.tensor([theirs[0].tokens])
+        tgt_in = torch.cat([torch.tensor([[BOS]]), tokens[:, :-1]], 1)
+        n = lengths[i].item()
+        with torch.no_grad():
+            forced = model.target_log_probs(src[i:i + 1, :n], lengths[i:i + 1], tgt_in, tokens)
+            _, weights = model(src[i:i + 1, :n], lengths[i:i + 1], tgt_in)
+        assert forced.sum().item() == pytest.approx(theirs[0].log_prob, abs=1e-4)
+        torch.testing.assert_close(theirs[0].attention, weights[0], atol=1e-5, rtol=1e-4)
+
+
+def test_config_refuses_local_attention_without_a_luong_score(tmp_path):
+    with pytest.raises(ValueError, match="luong-dot, luong-general or luong-concat"):
+        ModelConfig(attention="bahdanau", local_attention="local-p")
+    with pytest.raises(ValueError, match="local_attention"):
+        ModelConfig(type="transformer", attention="luong-general", local_attention="local-m")
+    with pytest.raises(ValueError, match="Luong score"):
+        build_attention("location", 4, 4, 4, local="local-m")
+    with pytest.raises(ValueError, match="local_window"):
+        ModelConfig(attention="luong-dot", local_attention="local-m", local_window=0)
+    path = tmp_path / "c.yaml"
+    path.write_text("experiment_dir: x\ndata: {train: {src: a, tgt: b}}\ntraining: {max_steps: 1, "
+                    "attention_window: [1, 1]}\nmodel: {attention: luong-dot, decoder_hidden: 512, "
+                    "local_attention: local-p}\n")
+    with pytest.raises(AttnmtError, match="training.attention_window.*local_window"):
+        load_config(path)
+
+
+def test_an_attention_window_at_decoding_time_is_a_clear_error():
+    model = make_local_model("local-p")
+    src, lengths, _ = padded_batch()
+    with pytest.raises(AttnmtError, match="local attention"):
+        model.encode(src, lengths, window=(1, 1))
+
+
+def test_the_gaussian_has_sigma_d_over_2():
+    """At distance D the Gaussian is exp(-2): the window's edge keeps 13.5 % of a score's weight."""
+    attention = LocalAttention(LuongGeneralAttention(2, 2), "local-p", 4, query_size=2, hidden_size=2)
+    with torch.no_grad():
+        attention.v_p.weight.zero_()  # p_t = (S-1) / 2 = 4 with S = 9
+        attention.scorer.W.weight.zero_()  # equal scores: softmax 1/9 inside the window
+    s, h = torch.randn(1, 1, 2), torch.randn(1, 9, 2)
+    _, weights, _ = attention(s, h, attention.project_keys(h), torch.ones(1, 9, dtype=torch.bool))
+    assert weights[0, 0, 4].item() == pytest.approx(1 / 9)
+    assert weights[0, 0, 0].item() == pytest.approx(math.exp(-2) / 9)
+
+
+@pytest.mark.slow
+def test_a_trained_local_model_translates_traces_and_describes_itself(tmp_path):
+    """Trained, saved and loaded through the usual commands' code: translations, the step trace,
+    the beam tree, the server's description and `attnmt info`'s line; every output row's weights
+    inside its window (local-m: around t)."""
+    from attnmt.api import load
+    from attnmt.info import model_info
+    from attnmt.training import train
+    from conftest import random_strings, toy_config
+
+    train_src = random_strings(300, 3, 8, seed=1)
+    config = toy_config(tmp_path, [(s, s) for s in train_src], model={"attention": "luong-general",
+                                                                    "local_attention": "local-m", "local_window": 1},
+                        training={"max_steps": 20, "validate_every": 20, "threads": 1})
+    torch.manual_seed(0)
+    train(config, log=lambda m: None, progress=False)
+    translator = load(config.experiment_dir)
+    assert translator.config.model.local_attention == "local-m"
+    for t in translator.translate(["abcdefg", "hij"], beam=3):
+        for row, weights in enumerate(t.attention):
+            attended = weights.nonzero()[0]
+            p = min(row, len(t.source_tokens) - 1)
+            assert attended.min() >= p - 1 and attended.max() <= p + 1
+    greedy = translator.translate(["abcdefg"], beam=1)[0]
+    torch.testing.assert_close(translator.trace("abcdefg").attention, greedy.attention, atol=1e-6, rtol=1e-5)
+    translator.beam_tree("abcdefg", beam=2)
+    info = translator.describe()
+    assert (info["local_attention"], info["local_window"]) == ("local-m", 1)
+    assert "luong-general local-m (D=1) attention" in model_info(config.experiment_dir)["model"]
+
+
+def test_every_tensor_of_local_attention_is_made_on_the_models_device():
+    """With "meta" as the default device, a tensor made without naming its device lands there and
+    mixing it with the model's (CPU) tensors fails: training's pass, the searches and the fixed-shape ones."""
+    models = [make_local_model(local, input_feeding=False) for local in LOCAL]
+    src, lengths, tgt = long_batch()
+    limits = decoding.max_output_lengths(lengths, 1.5, 5)
+    with torch.device("meta"):
+        for model in models:
+            model(src, lengths, tgt)
+            with torch.inference_mode():
+                decoding.beam_search(model, src, lengths, limits, beam=3)
+                decoding.greedy_search(model, src, lengths, limits)
+            fast_decoding.beam_search(model, src, lengths, limits, beam=3, graphs=True)
