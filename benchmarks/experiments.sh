@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The four experiments of docs/experiments.md with their default budgets, one after the other, each
+# The five experiments of docs/experiments.md with their default budgets, one after the other, each
 # under the benchmark lock (one training at a time on the machine). Run from the checkout's root:
-#     bash benchmarks/experiments.sh [e1 e2 e3 e4]      (default: all four; results in runs/experiments/)
+#     bash benchmarks/experiments.sh [e1 e2 e3 e4 e5]   (default: all five; results in runs/experiments/)
 # A finished run is skipped when this is run again; an interrupted one continues (--resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,17 @@ LOCK=/tmp/attnmt-bench.lock
 GOLD=(--align-pairs runs/e4-data/hansards.pairs --align-gold runs/e4-data/hansards.gold --one-based)
 LUONG=(--vary model.attention=luong-dot,luong-general,luong-concat --vary model.input_feeding=true,false
        --variant bahdanau:model.attention=bahdanau --variant location:model.attention=location)
+# E5: Luong et al.'s Table 4 (global, local-m, local-p; dot and general) with the paper's D = 10, and a
+# narrower D = 3; without input feeding, which E2 found better at this budget
+NO_FEED=model.input_feeding=false
+LOCAL=(--variant "global-dot:model.attention=luong-dot,$NO_FEED"
+       --variant "global-general:model.attention=luong-general,$NO_FEED"
+       --variant "local-m-dot:model.attention=luong-dot,model.local_attention=local-m,$NO_FEED"
+       --variant "local-m-general:model.attention=luong-general,model.local_attention=local-m,$NO_FEED"
+       --variant "local-p-dot:model.attention=luong-dot,model.local_attention=local-p,$NO_FEED"
+       --variant "local-p-general:model.attention=luong-general,model.local_attention=local-p,$NO_FEED"
+       --variant "local-m-general-D3:model.attention=luong-general,model.local_attention=local-m,model.local_window=3,$NO_FEED"
+       --variant "local-p-general-D3:model.attention=luong-general,model.local_attention=local-p,model.local_window=3,$NO_FEED")
 
 run() {  # NAME ARGS...: one experiment, its date, commit and command logged beside its results
     local name=$1; shift
@@ -21,7 +32,7 @@ run() {  # NAME ARGS...: one experiment, its date, commit and command logged bes
 }
 
 [ -f runs/e4-data/hansards.gold ] || python -m attnmt.translation.hansards runs/e4-data --data ../shared/data
-[ $# -gt 0 ] || set -- e1 e2 e3 e4
+[ $# -gt 0 ] || set -- e1 e2 e3 e4 e5
 for experiment in "$@"; do
   case $experiment in
     e1) run e1 configs/experiments/e1-de-en.yaml --variant none:model.attention=none \
@@ -35,6 +46,8 @@ for experiment in "$@"; do
     e4) run e4 configs/experiments/e4-en-fr.yaml --variant bahdanau:model.attention=bahdanau \
           --variant luong-general:model.attention=luong-general --variant location:model.attention=location \
           --variant transformer=configs/experiments/transformer.yaml "${GOLD[@]}" --both-directions ;;
-    *) echo "unknown experiment $experiment (e1, e2, e3 or e4)" >&2; exit 2 ;;
+    e5) run e5-de-en configs/experiments/e1-de-en.yaml "${LOCAL[@]}" --steps 1000
+        run e5-en-fr configs/experiments/e4-en-fr.yaml "${LOCAL[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
+    *) echo "unknown experiment $experiment (e1, e2, e3, e4 or e5)" >&2; exit 2 ;;
   esac
 done

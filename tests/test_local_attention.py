@@ -241,6 +241,7 @@ def test_a_trained_local_model_translates_traces_and_describes_itself(tmp_path):
     info = translator.describe()
     assert (info["local_attention"], info["local_window"]) == ("local-m", 1)
     assert "luong-general local-m (D=1) attention" in model_info(config.experiment_dir)["model"]
+    assert "luong-general local-m (D=1) attention" in repr(translator)
 
 
 def test_every_tensor_of_local_attention_is_made_on_the_models_device():

@@ -70,6 +70,13 @@ class ModelConfig(Section):
     dropout: float = Field(0.3, ge=0, lt=1)
     tie_embeddings: bool = False  # target embeddings = output projection
 
+    @property
+    def attention_name(self) -> str:
+        """An RNN's attention in words: "bahdanau", "luong-general local-p (D=10)"."""
+        if self.local_attention == "none":
+            return self.attention
+        return f"{self.attention} {self.local_attention} (D={self.local_window})"
+
     @model_validator(mode="after")
     def transformer_sizes(self):
         if self.type == "transformer" and self.d_model % self.heads:

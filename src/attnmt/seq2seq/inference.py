@@ -117,7 +117,7 @@ class Translator:
 
     def __repr__(self) -> str:
         model = self.config.model
-        kind = "transformer" if model.type == "transformer" else f"{model.rnn_type} {model.attention} attention"
+        kind = "transformer" if model.type == "transformer" else f"{model.rnn_type} {model.attention_name} attention"
         parameters = sum(p.numel() for p in self.model.parameters())
         sizes = "/".join("-" if v is None else f"{len(v):,}" for v in (self.src_subwords, self.tgt_subwords))
         return (f"<{type(self).__name__} {self.folder}: {kind}, {parameters:,} parameters, vocabularies {sizes}, "

@@ -117,7 +117,4 @@ def architecture(m: ModelConfig) -> str:
         return (f"transformer, d_model {m.d_model}, {m.heads} heads, {m.encoder_layers}+{m.decoder_layers} layers, "
                 f"feed-forward {m.feed_forward}")
     encoder = f"{'bidirectional ' if m.bidirectional else ''}{m.rnn_type} encoder {m.encoder_layers}x{m.encoder_hidden}"
-    attention = m.attention
-    if m.local_attention != "none":
-        attention += f" {m.local_attention} (D={m.local_window})"
-    return f"rnn, {attention} attention, {encoder}, decoder {m.decoder_layers}x{m.decoder_hidden}"
+    return f"rnn, {m.attention_name} attention, {encoder}, decoder {m.decoder_layers}x{m.decoder_hidden}"

@@ -128,7 +128,7 @@ def speech_parts(config: Config, device: torch.device, processes: Processes = ON
             if config.speech.ctc_weight else TrainingLoss(model, config.training.label_smoothing, window=window))
     setup = setup_training(model, loss, config.training, processes)
     seconds = train.corpus.seconds(config.speech.hop_ms)
-    summary = (f"model: speech encoder, {config.model.attention} attention, "
+    summary = (f"model: speech encoder, {config.model.attention_name} attention, "
                f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(train):,} training utterances "
                f"({seconds / 3600:.2f} h of audio)")
     validation = SpeechScores(dev, tgt_sw, config, progress) if dev is not None else None
