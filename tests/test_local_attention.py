@@ -212,23 +212,30 @@ def test_the_gaussian_has_sigma_d_over_2():
     assert weights[0, 0, 0].item() == pytest.approx(math.exp(-2) / 9)
 
 
-@pytest.mark.slow
-def test_a_trained_local_model_translates_traces_and_describes_itself(tmp_path):
-    """Trained, saved and loaded through the usual commands' code: translations, the step trace,
-    the beam tree, the server's description and `attnmt info`'s line; every output row's weights
-    inside its window (local-m: around t)."""
+@pytest.fixture(scope="module")
+def local_model(tmp_path_factory):
+    """A local-m model (D = 1) trained, saved and loaded through the usual code (20 steps, a few seconds)."""
     from attnmt.api import load
-    from attnmt.info import model_info
     from attnmt.training import train
     from conftest import random_strings, toy_config
 
+    folder = tmp_path_factory.mktemp("local")
     train_src = random_strings(300, 3, 8, seed=1)
-    config = toy_config(tmp_path, [(s, s) for s in train_src], model={"attention": "luong-general",
-                                                                    "local_attention": "local-m", "local_window": 1},
+    config = toy_config(folder, [(s, s) for s in train_src], model={"attention": "luong-general",
+                                                                  "local_attention": "local-m", "local_window": 1},
                         training={"max_steps": 20, "validate_every": 20, "threads": 1})
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
-    translator = load(config.experiment_dir)
+    return load(config.experiment_dir)
+
+
+@pytest.mark.slow
+def test_a_trained_local_model_translates_traces_and_describes_itself(local_model):
+    """Translations, the step trace, the beam tree, the server's description and `attnmt info`'s
+    line; every output row's weights inside its window (local-m: around t)."""
+    from attnmt.info import model_info
+
+    translator = local_model
     assert translator.config.model.local_attention == "local-m"
     for t in translator.translate(["abcdefg", "hij"], beam=3):
         for row, weights in enumerate(t.attention):
@@ -240,8 +247,34 @@ def test_a_trained_local_model_translates_traces_and_describes_itself(tmp_path):
     translator.beam_tree("abcdefg", beam=2)
     info = translator.describe()
     assert (info["local_attention"], info["local_window"]) == ("local-m", 1)
-    assert "luong-general local-m (D=1) attention" in model_info(config.experiment_dir)["model"]
+    assert "luong-general local-m (D=1) attention" in model_info(translator.folder)["model"]
     assert "luong-general local-m (D=1) attention" in repr(translator)
+
+
+@pytest.mark.slow
+def test_the_trace_of_a_local_model_has_no_score_outside_the_window(local_model):
+    """Over HTTP a score outside the window (-inf) is null, its weight 0; the step figure draws no
+    bar there and says so."""
+    import numpy as np
+
+    from attnmt.serve import create_app
+    from attnmt.viz import decoder_step_figure
+    from conftest import local_client
+
+    with local_client(create_app([local_model.folder])) as client:
+        body = client.post("/trace", json={"text": "abcdefg"}).json()
+        [info] = client.get("/models").json()
+    assert (info["local_attention"], info["local_window"]) == ("local-m", 1)
+    for t, step in enumerate(body["steps"]):
+        p = min(t, len(body["source_tokens"]) - 1)
+        inside = [abs(j - p) <= 1 for j in range(len(body["source_tokens"]))]
+        assert [e is not None for e in step["scores"]] == inside
+        assert [w > 0 for w in step["weights"]] == inside
+    figure = decoder_step_figure(local_model.trace("abcdefg"), 0)
+    ax = next(a for a in figure.axes if a.get_label() == "scores")
+    heights = [bar.get_height() for bar in ax.patches]
+    assert sum(np.isfinite(heights)) == 2  # step 0: positions 0 and 1
+    assert "none outside the window" in ax.get_title()
 
 
 def test_every_tensor_of_local_attention_is_made_on_the_models_device():

@@ -165,14 +165,14 @@ class LocalAttention(Attention):
         return self.scorer.score(query, keys, prev_weights)
 
     def aligned_position(self, query: Tensor, mask: Tensor, steps: Tensor | None) -> Tensor:
-        """p_t (B,T) of each query (B,T,Q)."""
-        last = (mask.sum(-1, keepdim=True) - 1).to(query.dtype)  # S - 1
+        """p_t (B,T) of each query (B,T,Q), in float32 (under bf16 autocast too: positions to the Gaussian)."""
+        last = (mask.sum(-1, keepdim=True) - 1).float()  # S - 1
         if self.kind == "local-m":
-            return torch.minimum(steps.to(query.dtype), last)
-        return last * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)
+            return torch.minimum(steps.float(), last)
+        return last * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query))).float()).squeeze(-1)
 
     def forward(self, query, memory, keys, mask, prev_weights=None, steps=None):
-        p = self.aligned_position(query, mask, steps).float()
+        p = self.aligned_position(query, mask, steps)
         j = torch.arange(mask.size(-1), device=mask.device, dtype=p.dtype)
         distance = j - p.unsqueeze(-1)  # (B,T,S): j - p_t
         window = mask.unsqueeze(1) & (distance.abs() <= self.D)

@@ -234,6 +234,7 @@ function drawScores(root, axis, scores, { left, width, top, scoreH, colW, best }
     svg("text", { x: 4, y: top + 28, class: "axis-note" }, "before softmax"));
   root.append(svg("line", { x1: left, x2: width - 4, y1: zero, y2: zero, class: "zero" }));
   scores.forEach((v, j) => {
+    if (v === null) return; // -inf (JSON null): outside an attention window, no score
     const x = left + j * colW + 4;
     const y = Math.min(zero, yOf(v));
     const h = Math.max(1, Math.abs(yOf(v) - zero));

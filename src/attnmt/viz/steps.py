@@ -88,13 +88,16 @@ def _attention_bars(ax_scores, ax_weights, st, sources: list[str]):
     weights = np.asarray(st.weights, dtype=np.float64)
     best = int(weights.argmax())
     edges = ["black" if j == best else "none" for j in range(n)]
+    outside = ""
     if st.scores is not None:
         scores = np.asarray(st.scores, dtype=np.float64)
+        if not np.isfinite(scores).all():  # -inf outside an attention window (local attention): no bar
+            scores, outside = np.where(np.isfinite(scores), scores, np.nan), "; none outside the window"
         ax_scores.bar(range(n), scores, color=[POSITIVE if e >= 0 else NEGATIVE for e in scores], width=0.8,
                       edgecolor=edges, linewidth=1.5)
         ax_scores.axhline(0, color="black", linewidth=0.6)
     ax_scores.set_ylabel("score e_j", fontsize=9)
-    ax_scores.set_title("attention scores (before the softmax; blue > 0, red < 0)", fontsize=10)
+    ax_scores.set_title(f"attention scores (before the softmax; blue > 0, red < 0{outside})", fontsize=10)
     ax_weights.bar(range(n), weights, color=BAR, width=0.8, edgecolor=edges, linewidth=1.5)
     ax_weights.set_ylim(0, max(float(weights.max()) * 1.15, 0.05))
     ax_weights.set_ylabel("weight a_j", fontsize=9)
