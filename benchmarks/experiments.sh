@@ -10,10 +10,11 @@ LOCK=/tmp/attnmt-bench.lock
 GOLD=(--align-pairs runs/e4-data/hansards.pairs --align-gold runs/e4-data/hansards.gold --one-based)
 LUONG=(--vary model.attention=luong-dot,luong-general,luong-concat --vary model.input_feeding=true,false
        --variant bahdanau:model.attention=bahdanau --variant location:model.attention=location)
-# E5: Luong et al.'s Table 4 (global, local-m, local-p; dot and general) with the paper's D = 10, and a
+# E5: Luong et al.'s Table 4 (global: location, dot, general; local-m, local-p: dot, general) with the paper's D = 10, and a
 # narrower D = 3; without input feeding, which E2 found better at this budget
 NO_FEED=model.input_feeding=false
-LOCAL=(--variant "global-dot:model.attention=luong-dot,$NO_FEED"
+LOCAL=(--variant "global-location:model.attention=luong-location,$NO_FEED"
+       --variant "global-dot:model.attention=luong-dot,$NO_FEED"
        --variant "global-general:model.attention=luong-general,$NO_FEED"
        --variant "local-m-dot:model.attention=luong-dot,model.local_attention=local-m,$NO_FEED"
        --variant "local-m-general:model.attention=luong-general,model.local_attention=local-m,$NO_FEED"
@@ -22,7 +23,7 @@ LOCAL=(--variant "global-dot:model.attention=luong-dot,$NO_FEED"
        --variant "local-m-general-D3:model.attention=luong-general,model.local_attention=local-m,model.local_window=3,$NO_FEED"
        --variant "local-p-general-D3:model.attention=luong-general,model.local_attention=local-p,model.local_window=3,$NO_FEED")
 # E5 at four times the steps (about 9 epochs of Multi30k, Luong et al. trained 10-12 of WMT): the four that matter
-LOCAL_LONG=("${LOCAL[@]:0:4}"
+LOCAL_LONG=("${LOCAL[@]:2:4}"
             --variant "local-m-general:model.attention=luong-general,model.local_attention=local-m,$NO_FEED"
             --variant "local-p-general:model.attention=luong-general,model.local_attention=local-p,$NO_FEED")
 

@@ -212,3 +212,19 @@ def test_a_window_wider_than_the_source_changes_nothing(attention):
     _, free = model(src, lengths, tgt)
     _, windowed = model(src, lengths, tgt, window=(7, 7))
     torch.testing.assert_close(windowed, free)
+
+
+def test_luong_location_scores_positions_from_the_decoder_state_alone():
+    """Luong et al.'s location: e = W_a s_t, the first S rows of W_a; the source states are not read."""
+    from attnmt.seq2seq.attention import LuongLocationAttention
+
+    attention = LuongLocationAttention(query_size=4, max_positions=6)
+    s = torch.randn(2, 3, 4)
+    h, other = torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    _, weights, scores = attention(s, h, attention.project_keys(h), mask)
+    torch.testing.assert_close(scores[0], s[0] @ attention.W_a.weight[:5].T)
+    torch.testing.assert_close(weights[1, :, :3], torch.softmax(s[1] @ attention.W_a.weight[:3].T, -1))
+    torch.testing.assert_close(attention(s, other, other, mask)[1], weights)  # content-blind
+    with pytest.raises(AttnmtError, match=r"at most 6 source positions \(model.max_positions\).* 7"):
+        attention(s, torch.randn(2, 7, 4), torch.randn(2, 7, 4), torch.ones(2, 7, dtype=torch.bool))

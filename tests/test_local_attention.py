@@ -177,7 +177,7 @@ def test_searches_of_local_attention_match_teacher_forcing_and_each_other(local,
 
 
 def test_config_refuses_local_attention_without_a_luong_score(tmp_path):
-    with pytest.raises(ValueError, match="luong-dot, luong-general or luong-concat"):
+    with pytest.raises(ValueError, match="luong-dot, luong-general, luong-concat or luong-location"):
         ModelConfig(attention="bahdanau", local_attention="local-p")
     with pytest.raises(ValueError, match="local_attention"):
         ModelConfig(type="transformer", attention="luong-general", local_attention="local-m")

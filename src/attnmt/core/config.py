@@ -29,7 +29,7 @@ from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imp
 
 S = TypeVar("S", bound=Section)
 
-ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "location")
+ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "location")
 LOCAL_ATTENTIONS = ("none", "local-m", "local-p")  # Luong et al. (2015): global, local-m, local-p
 
 
@@ -62,7 +62,8 @@ class ModelConfig(Section):
     heads: int = Field(4, gt=0)
     feed_forward: int = Field(1024, gt=0)  # inner size of the position-wise feed-forward layers
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
-    max_positions: int = Field(1024, gt=0, le=100_000)  # longest sequence with learned positions
+    # longest sequence with learned positions (Transformer), or that luong-location attention scores (RNN)
+    max_positions: int = Field(1024, gt=0, le=100_000)
     norm: Literal["pre", "post"] = "pre"  # LayerNorm before each sublayer (pre) or after the residual (post)
     attention_dropout: float = Field(0.1, ge=0, lt=1)  # on the attention weights
     share_embeddings: bool = False  # source = target embeddings = output projection (joint vocabulary)
@@ -84,9 +85,9 @@ class ModelConfig(Section):
         if self.type == "rnn" and self.share_embeddings:
             raise ValueError("share_embeddings is for type: transformer (RNN models have tie_embeddings)")
         if self.local_attention != "none" and (self.type != "rnn" or not self.attention.startswith("luong-")):
-            raise ValueError(f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an RNN "
-                             "decoder whose query is its current state: model.attention luong-dot, luong-general or "
-                             f"luong-concat (here {self.type if self.type != 'rnn' else self.attention})")
+            raise ValueError(f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an "
+                             "RNN decoder whose query is its current state: model.attention luong-dot, luong-general, "
+                             f"luong-concat or luong-location (here {self.type if self.type != 'rnn' else self.attention})")
         return self
 
 

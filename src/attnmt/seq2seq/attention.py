@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmt.core import speed
+from attnmt.core.errors import AttnmtError
 
 
 class Attention(nn.Module, ABC):
@@ -91,6 +92,23 @@ class LuongGeneralAttention(Attention):
 
     def score(self, query, keys, prev_weights):
         return torch.bmm(query, keys.transpose(1, 2))
+
+
+class LuongLocationAttention(Attention):
+    """Luong et al. (2015), location: e = W_a s_t, a score for each source position j from the
+    decoder state alone (the states h_j are not read: where to look, not what is there). W_a has a
+    row for each position up to ``max_positions``; a longer source is an error."""
+
+    def __init__(self, query_size: int, max_positions: int):
+        super().__init__()
+        self.W_a = nn.Linear(query_size, max_positions, bias=False)
+
+    def score(self, query, keys, prev_weights):
+        S = keys.size(1)
+        if S > self.W_a.out_features:
+            raise AttnmtError(f"luong-location attention scores at most {self.W_a.out_features} source positions "
+                              f"(model.max_positions), and this source has {S}")
+        return torch.nn.functional.linear(query, self.W_a.weight[:S])
 
 
 class LuongConcatAttention(BahdanauAttention):
@@ -198,14 +216,14 @@ def window_mask(prev_weights: Tensor, mask: Tensor, left: int, right: int) -> Te
 
 def build_attention(name: str, query_size: int, memory_size: int, hidden_size: int,
                     location_channels: int = 10, location_kernel: int = 31, local: str = "none",
-                    local_window: int = 10) -> Attention | None:
+                    local_window: int = 10, max_positions: int = 1024) -> Attention | None:
     """The attention named in the config; None for 'none' (fixed context, no attention). ``local``:
     local-m or local-p around the score ``name`` (LocalAttention); none: global."""
     if local != "none":
         if not name.startswith("luong-"):
             raise ValueError(f"local attention ({local}) takes a Luong score (luong-dot, luong-general, "
-                             f"luong-concat), not {name!r}")
-        scorer = build_attention(name, query_size, memory_size, hidden_size)
+                             f"luong-concat, luong-location), not {name!r}")
+        scorer = build_attention(name, query_size, memory_size, hidden_size, max_positions=max_positions)
         return LocalAttention(scorer, local, local_window, query_size, hidden_size)
     if name == "none":
         return None
@@ -217,13 +235,15 @@ def build_attention(name: str, query_size: int, memory_size: int, hidden_size: i
         return LuongDotAttention()
     if name == "luong-general":
         return LuongGeneralAttention(query_size, memory_size)
+    if name == "luong-location":
+        return LuongLocationAttention(query_size, max_positions)
     if name == "luong-concat":
         return LuongConcatAttention(query_size, memory_size, hidden_size)
     if name == "location":
         return LocationAttention(query_size, memory_size, hidden_size, location_channels, location_kernel)
     raise ValueError(f"unknown attention {name!r}; choose one of none, bahdanau, luong-dot, "
-                     "luong-general, luong-concat, location")
+                     "luong-general, luong-concat, luong-location, location")
 
 
-__all__ = ["Attention", "BahdanauAttention", "LuongDotAttention", "LuongGeneralAttention",
-           "LuongConcatAttention", "LocationAttention", "LocalAttention", "build_attention", "window_mask"]
+__all__ = ["Attention", "BahdanauAttention", "LuongDotAttention", "LuongGeneralAttention", "LuongConcatAttention",
+           "LuongLocationAttention", "LocationAttention", "LocalAttention", "build_attention", "window_mask"]

@@ -26,7 +26,8 @@ class Seq2Seq(EncoderDecoder):
         memory_size = self.encoder.output_size
         attention = build_attention(config.attention, config.decoder_hidden, memory_size,
                                     config.attention_size, config.location_channels,
-                                    config.location_kernel, config.local_attention, config.local_window)
+                                    config.location_kernel, config.local_attention, config.local_window,
+                                    config.max_positions)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, config.embedding_size, padding_idx=PAD)
         self.decoder = RNNDecoder(config.embedding_size, config.decoder_hidden, memory_size,
                                   config.decoder_layers, config.rnn_type, attention,
