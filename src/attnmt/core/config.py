@@ -85,9 +85,10 @@ class ModelConfig(Section):
         if self.type == "rnn" and self.share_embeddings:
             raise ValueError("share_embeddings is for type: transformer (RNN models have tie_embeddings)")
         if self.local_attention != "none" and (self.type != "rnn" or not self.attention.startswith("luong-")):
+            here = self.type if self.type != "rnn" else self.attention
             raise ValueError(f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an "
                              "RNN decoder whose query is its current state: model.attention luong-dot, luong-general, "
-                             f"luong-concat or luong-location (here {self.type if self.type != 'rnn' else self.attention})")
+                             f"luong-concat or luong-location (here {here})")
         return self
 
 
