@@ -72,21 +72,30 @@ def test_stepwise_decoding_equals_teacher_forced_forward(attention, input_feedin
     """Each of the decoder's three teacher-forcing paths computes what its steps compute one by one."""
     model = make_model(attention, rnn_type, input_feeding, layers)
     src, lengths, tgt = padded_batch()
-    logits, weights = model(src, lengths, tgt)
-    logits[:, :, [PAD, BOS]] = float("-inf")  # decoding never produces these
-    memory = model.encode(src, lengths)
-    state = model.init_state(memory)
-    for t in range(tgt.size(1)):
-        step = model.decode_step(tgt[:, t], state, memory)
-        state = step.state
-        torch.testing.assert_close(step.log_probs, torch.log_softmax(logits[:, t], -1), atol=1e-5, rtol=1e-4)
+    memory, weights = model.encode(src, lengths), model(src, lengths, tgt)[1]
+    for step in steps_matching_forward(model, src, lengths, tgt):
         if weights is None:
             assert step.weights is None and step.scores is None
             torch.testing.assert_close(step.context, memory.final)  # the fixed context
         else:
-            torch.testing.assert_close(step.weights, weights[:, t], atol=1e-6, rtol=1e-5)
             torch.testing.assert_close(step.weights, torch.softmax(step.scores, -1))  # a = softmax(e)
             torch.testing.assert_close(step.context, torch.einsum("bs,bsm->bm", step.weights, memory.states))
+
+
+def steps_matching_forward(model, src, lengths, tgt) -> list:
+    """The decoder's steps along ``tgt``, one by one, each checked to give the teacher-forced
+    pass's log-probabilities; and their attention weights the forced pass's."""
+    logits, weights = model(src, lengths, tgt)
+    logits[:, :, [PAD, BOS]] = float("-inf")  # decoding never produces these
+    memory = model.encode(src, lengths)
+    state, steps = model.init_state(memory), []
+    for t in range(tgt.size(1)):
+        steps.append(model.decode_step(tgt[:, t], state, memory))
+        state = steps[-1].state
+        torch.testing.assert_close(steps[-1].log_probs, torch.log_softmax(logits[:, t], -1), atol=1e-5, rtol=1e-4)
+        if weights is not None:
+            torch.testing.assert_close(steps[-1].weights, weights[:, t], atol=1e-6, rtol=1e-5)
+    return steps
 
 
 def test_bahdanau_score_is_its_equation():

@@ -73,6 +73,10 @@ class DecoderState(Batched):
     weights: Tensor  # (B,S) a_{t-1}, read by location attention
     step: Tensor | None = None  # (B,) t, the steps taken: counted for local-m attention only (reads_step)
 
+    def next_step(self) -> Tensor | None:
+        """The step counter after one more step (None where it is not counted)."""
+        return None if self.step is None else self.step + 1
+
 
 @dataclass
 class DecoderStep:
@@ -217,7 +221,7 @@ class RNNDecoder(nn.Module):
         context, weights, scores = attended
         attentional = self._attentional(context, hidden[-1])
         new_state = DecoderState(hidden, cell, attentional, state.weights if weights is None else weights,
-                                 None if state.step is None else state.step + 1)
+                                 state.next_step())
         return DecoderStep(attentional, new_state, context, weights, scores)
 
     def forward(self, embedded: Tensor, state: DecoderState, memory: Memory):
@@ -244,8 +248,7 @@ class RNNDecoder(nn.Module):
         for step_gates in gates:
             hidden, cell, step_attended = self._recur(step_gates, state, memory)
             weights = state.weights if step_attended is None or step_attended[1] is None else step_attended[1]
-            step = None if state.step is None else state.step + 1
-            state = DecoderState(hidden, cell, state.attentional, weights, step)
+            state = DecoderState(hidden, cell, state.attentional, weights, state.next_step())
             tops.append(hidden[-1])
             attended.append(step_attended)
         tops = torch.stack(tops, dim=1)
