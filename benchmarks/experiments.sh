@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The five experiments of docs/experiments.md with their default budgets, one after the other, each
+# The experiments of docs/experiments.md with their default budgets, one after the other, each
 # under the benchmark lock (one training at a time on the machine). Run from the checkout's root:
-#     bash benchmarks/experiments.sh [e1 e2 e3 e4 e5 e5-long]   (default: e1-e5; results in runs/experiments/)
+#     bash benchmarks/experiments.sh [e1 e2 e3 e4 e5 e5-long e6]   (default: e1-e5; results in runs/experiments/)
 # A finished run is skipped when this is run again; an interrupted one continues (--resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,16 @@ LOCAL=(--variant "global-location:model.attention=luong-location,$NO_FEED"
 LOCAL_LONG=("${LOCAL[@]:2:4}"
             --variant "local-m-general:model.attention=luong-general,model.local_attention=local-m,$NO_FEED"
             --variant "local-p-general:model.attention=luong-general,model.local_attention=local-p,$NO_FEED")
+
+# E6: the softmax of two scores (Bahdanau's, and Luong's general without input feeding) against sparsemax and
+# 1.5-entmax (model.attention_normalizer)
+SPARSE=()
+for score in bahdanau luong-general; do
+  feeding=$([ $score = bahdanau ] && echo "" || echo ",$NO_FEED")
+  for normalizer in softmax sparsemax entmax15; do
+    SPARSE+=(--variant "$score-$normalizer:model.attention=$score,model.attention_normalizer=$normalizer$feeding")
+  done
+done
 
 run() {  # NAME ARGS...: one experiment, its date, commit and command logged beside its results
     local name=$1; shift
@@ -54,6 +64,8 @@ for experiment in "$@"; do
     e5-long) run e5-de-en-4000 configs/experiments/e1-de-en.yaml "${LOCAL_LONG[@]}" --steps 4000 ;;
     e5) run e5-de-en configs/experiments/e1-de-en.yaml "${LOCAL[@]}" --steps 1000
         run e5-en-fr configs/experiments/e4-en-fr.yaml "${LOCAL[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
-    *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5 or e5-long)" >&2; exit 2 ;;
+    e6) run e6-de-en configs/experiments/e1-de-en.yaml "${SPARSE[@]}" --steps 1000
+        run e6-en-fr configs/experiments/e4-en-fr.yaml "${SPARSE[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
+    *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long or e6)" >&2; exit 2 ;;
   esac
 done

@@ -387,6 +387,46 @@ def test_the_model_line_names_local_attention(page, server):
     assert lines[1].startswith("luong-general local-p (D 10) attention") and "no input feeding" in lines[1]
 
 
+def test_the_model_line_names_a_sparse_normalizer(page, server):
+    [info] = [m for m in httpx.get(f"{server[0]}/models").json() if m["name"] == server[1]]
+    lines = page.evaluate("""async (info) => {
+        const { describeModel } = await import("/static/panels.js");
+        return [describeModel(info), describeModel({ ...info, attention_normalizer: "entmax15" })];
+    }""", info)
+    assert info["attention_normalizer"] == "softmax" and "softmax" not in lines[0]
+    assert lines[1].startswith(f"{info['attention']} entmax15 attention")
+
+
+def test_the_step_view_names_a_sparse_normalizer_and_counts_its_zeros(page, server, tmp_path):
+    """A /trace of a sparsemax model (its answer rewritten here: one weight 1, the others 0): the
+    axis notes say sparsemax and how many weights are 0; merged into words, weights only (a word
+    has no score whose sparsemax gives its weight)."""
+    def sparse(route):
+        response = route.fetch()
+        body = response.json()
+        body["normalizer"] = "sparsemax"
+        for step in body["steps"]:
+            top = max(range(len(step["weights"])), key=step["weights"].__getitem__)
+            step["weights"] = [float(j == top) for j in range(len(step["weights"]))]
+        route.fulfill(response=response, json=body)
+
+    page.route("**/trace", sparse)
+    translate_in_page(page, "abc de")
+    page.wait_for_selector("#step-view svg.bars")
+    n = page.locator("#step-view svg.bars rect.bar.weight").count()
+    notes = page.locator("#step-view svg.bars-axis text.axis-note").all_text_contents()
+    assert notes == ["before the", "sparsemax", "sparsemax(e)", f"{n - 1} of {n} are 0"]
+    values = page.locator("#step-view svg.bars text.val").all_text_contents()[-n:]  # over the weights
+    assert sorted(values) == ["0"] * (n - 1) + ["1"]
+    assert page.locator("#step-view svg.bars rect.bar.score").count() == n
+    page.check("#words")
+    assert page.locator("#step-view svg.bars rect.bar.score").count() == 0
+    assert page.locator("#step-view svg.bars rect.bar.weight").count() == 3  # abc, de and </s>
+    assert page.locator("#step-view svg.bars-axis text.axis-note").all_text_contents() == ["sparsemax(e)", "2 of 3 are 0"]
+    page.uncheck("#words")
+    page.locator("#step-view").screenshot(path=str(tmp_path / "step-view-sparsemax.png"))
+
+
 def test_score_card_colours_each_token_by_its_probability(page, server):
     """After a translation, the model's own output is scored token by token (/score); a wrong
     translation typed in scores lower, beside the model's own, and its least probable token is

@@ -31,6 +31,8 @@ MODELS = {
     "gru-luong-general-local-m": {"attention": "luong-general", "local_attention": "local-m", "local_window": 2},
     "lstm-luong-dot-local-p-no-input-feeding": {"rnn_type": "lstm", "attention": "luong-dot", "input_feeding": False,
                                                 "local_attention": "local-p", "local_window": 2},
+    "gru-bahdanau-sparsemax": {"attention": "bahdanau", "attention_normalizer": "sparsemax"},
+    "lstm-location-entmax15": {"rnn_type": "lstm", "attention": "location", "attention_normalizer": "entmax15"},
     "lstm-bahdanau-2-layers": {"rnn_type": "lstm", "decoder_layers": 2},
     "lstm-location": {"rnn_type": "lstm", "attention": "location"},
     "transformer": TRANSFORMER,

@@ -48,13 +48,17 @@ class FakeCuda:
 
 
 def attention_options(attention: str) -> dict:
-    """A config's attention fields: "local-m" and "local-p" are Luong's local attention with the general score."""
+    """A config's attention fields: "local-m" and "local-p" are Luong's local attention with the general score;
+    "sparsemax" and "entmax15" the Bahdanau score with that normalizer."""
+    if attention in ("sparsemax", "entmax15"):
+        return {"attention": "bahdanau", "attention_normalizer": attention}
     if attention.startswith("local-"):
         return {"attention": "luong-general", "local_attention": attention, "local_window": 1}
     return {"attention": attention}
 
 
-@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "none", "local-m", "local-p"])
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "none", "local-m", "local-p",
+                                       "sparsemax", "entmax15"])
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
 def test_the_captured_loss_is_the_usual_loss(attention, rnn_type):
     """BatchLoss (fixed shapes: unpacked encoder, targets padded in time, padding ignored by
@@ -214,7 +218,8 @@ def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "local-m", "local-p", "transformer"])
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "local-m", "local-p", "sparsemax",
+                                       "entmax15", "transformer"])
 def test_on_a_gpu_the_graphs_compute_the_loss_and_gradients_of_the_usual_path(attention):
     """Captured for real: replays (a second batch of the same shape, new values) against the usual
     path on the same weights, dropout off; and with dropout on, two replays from one random

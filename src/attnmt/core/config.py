@@ -31,6 +31,7 @@ S = TypeVar("S", bound=Section)
 
 ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "location")
 LOCAL_ATTENTIONS = ("none", "local-m", "local-p")  # Luong et al. (2015): global, local-m, local-p
+NORMALIZERS = ("softmax", "sparsemax", "entmax15")  # attnmt.seq2seq.attention.normalize
 
 
 class ModelConfig(Section):
@@ -56,6 +57,9 @@ class ModelConfig(Section):
     # Gaussian around p_t); none: global attention over the whole source
     local_attention: Literal[LOCAL_ATTENTIONS] = "none"
     local_window: int = Field(10, gt=0, le=1000)  # D: the window is [p_t - D, p_t + D]
+    # What turns an RNN's attention scores into weights: softmax (every weight above 0), or sparsemax
+    # (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give most positions exactly 0
+    attention_normalizer: Literal[NORMALIZERS] = "softmax"
     init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
     # Transformer (type: transformer); encoder_layers and decoder_layers count its layers too
     d_model: int = Field(256, gt=0)
@@ -73,10 +77,13 @@ class ModelConfig(Section):
 
     @property
     def attention_name(self) -> str:
-        """An RNN's attention in words: "bahdanau", "luong-general local-p (D=10)"."""
-        if self.local_attention == "none":
-            return self.attention
-        return f"{self.attention} {self.local_attention} (D={self.local_window})"
+        """An RNN's attention in words: "bahdanau", "luong-general local-p (D=10)", "bahdanau sparsemax"."""
+        name = self.attention
+        if self.local_attention != "none":
+            name += f" {self.local_attention} (D={self.local_window})"
+        if self.attention_normalizer != "softmax":
+            name += f" {self.attention_normalizer}"
+        return name
 
     @model_validator(mode="after")
     def transformer_sizes(self):
@@ -89,6 +96,10 @@ class ModelConfig(Section):
             raise ValueError(f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an "
                              "RNN decoder whose query is its current state: model.attention luong-dot, luong-general, "
                              f"luong-concat or luong-location (here {here})")
+        if self.attention_normalizer != "softmax" and (self.type != "rnn" or self.attention == "none"):
+            here = "a Transformer, whose attention is softmax" if self.type != "rnn" else "model.attention none"
+            raise ValueError(f"attention_normalizer: {self.attention_normalizer} normalizes an RNN decoder's "
+                             f"attention scores, and here there is {here}")
         return self
 
 
@@ -312,6 +323,10 @@ class Config(Section):
                              "it cannot train with data.extra_train")
         if model.type == "rnn" and model.attention == "none":
             raise ValueError("training.guided_alignment trains attention: model.attention none has none")
+        if model.type == "rnn" and model.attention_normalizer != "softmax":
+            raise ValueError(f"training.guided_alignment's cross-entropy cannot train model.attention_normalizer: "
+                             f"{model.attention_normalizer}: a reference link whose weight it set to exactly 0 "
+                             "gets no gradient (use softmax)")
         if model.type != "transformer" and guided.full_context:
             raise ValueError("training.guided_alignment.full_context is a Transformer decoder pass without its "
                              "causal mask; an RNN decoder reads the target left to right only")

@@ -4,7 +4,9 @@
     a    = softmax(e)  over real (non-padding) positions
     c    = sum_j a_j h_j                  the context vector
 
-The variants differ only in ``score``. (The additive ones compute v^T tanh(.) through
+The variants differ in ``score``, and in what turns the scores into weights (``normalizer``):
+softmax, whose weights are all above 0, or sparsemax (Martins & Astudillo 2016) and 1.5-entmax
+(Peters et al. 2019), which give most source positions exactly 0. (The additive ones compute v^T tanh(.) through
 attnmt.core.speed.v_tanh: the same value, faster on a CPU.) Local attention (Luong et al. 2015)
 keeps each step to a window of the source around an aligned position p_t, with any of Luong's
 scores. Queries have shape (batch, steps, query_size), so one call scores a single decoder step
@@ -17,11 +19,37 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import entmax
 import torch
 from torch import Tensor, nn
 
 from attnmt.core import speed
 from attnmt.core.errors import AttnmtError
+
+
+NORMALIZERS = ("softmax", "sparsemax", "entmax15")
+
+
+def normalize(scores: Tensor, normalizer: str) -> Tensor:
+    """Weights a from scores e (..., S), -inf where a position may not be attended; they sum to 1
+    over S:
+
+        softmax    a_j = exp(e_j) / sum_k exp(e_k)                        every a_j > 0
+        sparsemax  a = argmin_{p in simplex} ||p - e||^2 = [e_j - tau]_+  (Martins & Astudillo 2016)
+        entmax15   a_j = [e_j / 2 - tau]_+^2                              (1.5-entmax, Peters et al. 2019)
+
+    tau is the threshold that makes the weights sum to 1; positions scored below it get exactly 0.
+    The sparse maps come from the entmax package; half-precision scores go to them in float32 (as
+    to softmax under autocast): their threshold is a difference of running sums."""
+    if normalizer == "softmax":
+        return torch.softmax(scores, dim=-1)
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        scores = scores.float()
+    if normalizer == "sparsemax":
+        return entmax.sparsemax(scores, dim=-1)
+    if normalizer == "entmax15":
+        return entmax.entmax15(scores, dim=-1)
+    raise ValueError(f"unknown attention normalizer {normalizer!r}; choose one of {', '.join(NORMALIZERS)}")
 
 
 class Attention(nn.Module, ABC):
@@ -34,6 +62,8 @@ class Attention(nn.Module, ABC):
     #: True when the weights depend on the target position t of each query (local-m): the decoder
     #: then counts its steps (DecoderState.step).
     reads_step = False
+    #: what turns the scores into weights (``normalize``): softmax, sparsemax or entmax15
+    normalizer = "softmax"
 
     def project_keys(self, memory: Tensor) -> Tensor:
         """Work that depends on the source only, done once per sentence."""
@@ -50,7 +80,7 @@ class Attention(nn.Module, ABC):
         position t of each query, read where ``reads_step``."""
         scores = self.score(query, keys, prev_weights)
         scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
+        weights = normalize(scores, self.normalizer)
         context = torch.bmm(weights, memory)
         return context, weights, scores
 
@@ -195,7 +225,7 @@ class LocalAttention(Attention):
         distance = j - p.unsqueeze(-1)  # (B,T,S): j - p_t
         window = mask.unsqueeze(1) & (distance.abs() <= self.D)
         scores = self.score(query, keys, prev_weights).masked_fill(~window, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
+        weights = normalize(scores, self.normalizer)
         if self.kind == "local-p":
             sigma = self.D / 2
             weights = (weights * torch.exp(-distance.square() / (2 * sigma ** 2))).to(weights.dtype)
@@ -216,9 +246,22 @@ def window_mask(prev_weights: Tensor, mask: Tensor, left: int, right: int) -> Te
 
 def build_attention(name: str, query_size: int, memory_size: int, hidden_size: int,
                     location_channels: int = 10, location_kernel: int = 31, local: str = "none",
-                    local_window: int = 10, max_positions: int = 1024) -> Attention | None:
+                    local_window: int = 10, max_positions: int = 1024,
+                    normalizer: str = "softmax") -> Attention | None:
     """The attention named in the config; None for 'none' (fixed context, no attention). ``local``:
-    local-m or local-p around the score ``name`` (LocalAttention); none: global."""
+    local-m or local-p around the score ``name`` (LocalAttention); none: global. ``normalizer``:
+    what turns its scores into weights (``normalize``)."""
+    attention = _attention(name, query_size, memory_size, hidden_size, location_channels, location_kernel,
+                           local, local_window, max_positions)
+    if attention is not None:
+        if normalizer not in NORMALIZERS:
+            raise ValueError(f"unknown attention normalizer {normalizer!r}; choose one of {', '.join(NORMALIZERS)}")
+        attention.normalizer = normalizer
+    return attention
+
+
+def _attention(name, query_size, memory_size, hidden_size, location_channels, location_kernel, local,
+               local_window, max_positions) -> Attention | None:
     if local != "none":
         if not name.startswith("luong-"):
             raise ValueError(f"local attention ({local}) takes a Luong score (luong-dot, luong-general, "
@@ -245,5 +288,6 @@ def build_attention(name: str, query_size: int, memory_size: int, hidden_size: i
                      "luong-general, luong-concat, luong-location, location")
 
 
-__all__ = ["Attention", "BahdanauAttention", "LuongDotAttention", "LuongGeneralAttention", "LuongConcatAttention",
+__all__ = ["NORMALIZERS", "normalize", "Attention", "BahdanauAttention", "LuongDotAttention", "LuongGeneralAttention",
+           "LuongConcatAttention",
            "LuongLocationAttention", "LocationAttention", "LocalAttention", "build_attention", "window_mask"]

@@ -1,7 +1,7 @@
 """Look inside one greedy translation: every quantity of every decoder step.
 
 For each step t the trace holds what the papers draw: the scores e_j of each encoder state,
-the softmax weights a_j, the context vector c_t = sum_j a_j h_j, the decoder state, and the
+the weights a_j made of them (softmax, or the trace's ``normalizer``), the context vector c_t = sum_j a_j h_j, the decoder state, and the
 most probable next tokens. It is computed from the same modules as ``translate``.
 """
 
@@ -25,8 +25,8 @@ class StepTrace:
     token: str  # the token chosen at this step (greedy)
     token_id: int
     probability: float
-    scores: np.ndarray | None  # (S,) attention scores e_j before the softmax; None without attention
-    weights: np.ndarray | None  # (S,) softmax weights a_j
+    scores: np.ndarray | None  # (S,) attention scores e_j before the normalizer; None without attention
+    weights: np.ndarray | None  # (S,) weights a_j = normalizer(e)_j
     context: np.ndarray  # (M,) context vector c_t
     state: np.ndarray  # (H,) decoder state s_t (top layer)
     # As attnmt.seq2seq.StepOutput gives them. Transformer: scores None; weights the last layer's
@@ -55,6 +55,9 @@ class DecodingTrace:
     features: np.ndarray | None = None
     frames_per_state: int | None = None
     hop_ms: float | None = None
+    # What made each step's weights of its scores: softmax, sparsemax or entmax15
+    # (attnmt.seq2seq.attention.normalize); None where there are no scores (Transformer, no attention)
+    normalizer: str | None = None
 
     @property
     def tokens(self) -> list[str]:
@@ -124,8 +127,10 @@ def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, sourc
             break
         prev = torch.tensor([best], device=device)
     ids = [s.token_id for s in steps]
+    mc = translator.config.model
+    normalizer = mc.attention_normalizer if mc.type == "rnn" and mc.attention != "none" else None
     return DecodingTrace(source, source_tokens, to_numpy(memory.states[0].float(), copy=True), steps,
-                         translator.tgt_subwords.decode(ids))
+                         translator.tgt_subwords.decode(ids), normalizer=normalizer)
 
 
 class _Chooser:

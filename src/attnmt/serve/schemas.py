@@ -106,6 +106,9 @@ class ModelInfo(Strict):
         None, description="RNN only: Luong et al.'s local attention (each step within local_window source "
                           "positions of t, local-m, or of a predicted position, local-p); none: global")
     local_window: Optional[int] = Field(None, description="RNN with local attention only: D, the window's half-width")
+    attention_normalizer: Optional[Literal["softmax", "sparsemax", "entmax15"]] = Field(
+        None, description="RNN with attention only: what turns the scores into weights: softmax, or sparsemax "
+                          "(Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give exact zeros")
     decoder_hidden: Optional[int] = Field(description="RNN only: size of the decoder state")
     d_model: Optional[int] = Field(description="Transformer only: model width")
     heads: Optional[int] = Field(description="Transformer only: attention heads per layer")
@@ -161,8 +164,11 @@ class TranslateResponse(Answer):
 class StepOut(Answer):
     token: str = Field(description="the token chosen at this step (greedy)")
     probability: float
-    scores: Optional[Vector] = Field(description="attention scores e_j before the softmax (one per source token)")
-    weights: Optional[Vector] = Field(description="attention weights a_j = softmax(e)_j")
+    scores: Optional[Vector] = Field(description="attention scores e_j before the normalizer (one per source token; "
+                                                 "null outside a local attention's window)")
+    weights: Optional[Vector] = Field(description="attention weights a_j = normalizer(e)_j (the response's "
+                                                  "`normalizer`: softmax, or sparsemax or entmax15, whose "
+                                                  "weights are exactly 0 outside their support)")
     context: Vector = Field(description="context vector c_t = sum_j a_j h_j")
     state: Vector = Field(description="decoder state s_t (top layer)")
     top_k: list[tuple[str, float]] = Field(description="most probable next tokens with their probabilities")
@@ -183,6 +189,9 @@ class TraceResponse(Answer):
                                                          "frame (the spectrogram)")
     frames_per_state: Optional[int] = Field(None, description="speech: feature frames per encoder state")
     hop_ms: Optional[float] = Field(None, description="speech: milliseconds between two frames")
+    normalizer: Optional[Literal["softmax", "sparsemax", "entmax15"]] = Field(
+        None, description="what made each step's weights of its scores (the model's attention_normalizer); "
+                          "null where steps have no scores (a Transformer, or no attention)")
 
 
 class BeamNodeOut(Answer):

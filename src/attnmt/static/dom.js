@@ -42,7 +42,8 @@ export function clear(node) {
 }
 
 export const fmt = (x, digits = 2) => (Number.isFinite(x) ? x.toFixed(digits).replace("-", "−") : String(x));
-export const shortWeight = (w) => (w >= 0.995 ? "1" : w.toFixed(2).replace(/^0/, ""));
+// "0" only for a weight that is exactly 0 (sparsemax, entmax, outside a window); ".00" for one below .005
+export const shortWeight = (w) => (w === 0 ? "0" : w >= 0.995 ? "1" : w.toFixed(2).replace(/^0/, ""));
 
 /** Sequential colour scale (white -> dark blue) for weights in [0, 1]. */
 const BLUES = [[255, 255, 255], [222, 235, 247], [158, 202, 225], [66, 146, 198], [8, 81, 156], [8, 48, 107]];

@@ -16,7 +16,8 @@ export function describeModel(m) {
       `${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}${after}`;
   }
   const local = m.local_attention && m.local_attention !== "none" ? ` ${m.local_attention} (D ${m.local_window})` : "";
-  const attention = m.attention === "none" ? "no attention" : `${m.attention}${local} attention`;
+  const sparse = m.attention_normalizer && m.attention_normalizer !== "softmax" ? ` ${m.attention_normalizer}` : "";
+  const attention = m.attention === "none" ? "no attention" : `${m.attention}${local}${sparse} attention`;
   const feeding = m.attention.startsWith("luong") ? (m.input_feeding ? " · input feeding" : " · no input feeding") : "";
   return `${attention} · ${m.rnn_type.toUpperCase()} · decoder ${m.decoder_hidden}${feeding} · default beam ${m.beam}` +
     after;

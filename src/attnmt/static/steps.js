@@ -117,9 +117,12 @@ export class StepView {
     const hasWeights = step.weights !== null && step.weights !== undefined;
     if (!hasWeights) attention.append(noAttentionNotice());
     else if (this.merged) {
+      // A word's score is the log-sum-exp of its pieces' (softmax of the word scores = the word
+      // weights); sparsemax and entmax have no such rule: their words show weights only.
       const { spans, source } = this.merged;
-      attention.append(attentionBars(source, step.scores && logSumExpColumns(step.scores, spans), sumColumns(step.weights, spans)));
-    } else attention.append(attentionBars(trace.source_tokens, step.scores, step.weights));
+      const wordScores = normalizerOf(trace) === "softmax" && step.scores && logSumExpColumns(step.scores, spans);
+      attention.append(attentionBars(source, wordScores || null, sumColumns(step.weights, spans), normalizerOf(trace)));
+    } else attention.append(attentionBars(trace.source_tokens, step.scores, step.weights, normalizerOf(trace)));
     clear(vectors);
     vectors.append(vectorsView(trace, step, this.scales));
     clear(topk);
@@ -176,10 +179,18 @@ function sourceLabel(tok) {
   return { text, width: [...text].reduce((w, c) => w + (c.codePointAt(0) >= 0x1100 ? 2 : 1), 0) * MONO_CHAR };
 }
 
-/** Two bar charts over the source tokens: the scores e_j (signed) and the weights a_j = softmax(e)_j.
+/** What made a trace's weights of its scores: softmax, sparsemax or entmax15 (a server before
+ *  `normalizer` sent none: softmax where there are scores); null for a Transformer's steps. */
+function normalizerOf(trace) {
+  if (trace.normalizer) return trace.normalizer;
+  return trace.steps.length && Array.isArray(trace.steps[0].scores) ? "softmax" : null;
+}
+
+/** Two bar charts over the source tokens: the scores e_j (signed) and the weights a_j = normalizer(e)_j
+ *  (softmax, sparsemax or entmax15; null: a Transformer's averaged heads, weights only).
  *  Any number of tokens stays readable: columns at least LINE + 3 pixels wide (the chart scrolls),
  *  labels rotated when they would not fit side by side, numbers over the bars only where they fit. */
-function attentionBars(sourceTokens, scores, weights) {
+function attentionBars(sourceTokens, scores, weights, normalizer) {
   const colW = Math.max(LINE + 3, Math.min(56, Math.floor(600 / sourceTokens.length)));
   const labels = sourceTokens.map(sourceLabel);
   const longest = Math.max(...labels.map((l) => l.width));
@@ -197,11 +208,13 @@ function attentionBars(sourceTokens, scores, weights) {
   const axis = svg("svg", { class: "bars-axis", width: AXIS, height, viewBox: `0 0 ${AXIS} ${height}` });
 
   const best = weights.indexOf(Math.max(...weights));
-  if (hasScores) drawScores(root, axis, scores, { left, width, top, scoreH, colW, best });
+  if (hasScores) drawScores(root, axis, scores, { left, width, top, scoreH, colW, best, normalizer });
 
   // weights in [0, 1]
   const wTop = top + scoreH + gap;
-  const notes = hasScores ? ["softmax(e)"] : ["last layer,", "heads averaged"]; // lines that fit in AXIS
+  const zeros = weights.filter((w) => w === 0).length;
+  const notes = !normalizer ? ["last layer,", "heads averaged"] // lines that fit in AXIS
+    : normalizer === "softmax" ? ["softmax(e)"] : [`${normalizer}(e)`, `${zeros} of ${weights.length} are 0`];
   axis.append(svg("text", { x: 4, y: wTop + 12, class: "axis-title" }, "weights aⱼ"),
     ...notes.map((note, k) => svg("text", { x: 4, y: wTop + 28 + 13 * k, class: "axis-note" }, note)));
   root.append(svg("line", { x1: left, x2: width - 4, y1: wTop + weightH, y2: wTop + weightH, class: "zero" }));
@@ -225,13 +238,13 @@ function attentionBars(sourceTokens, scores, weights) {
 }
 
 /** The scores e_j as signed bars, the zero line inside [min, max]. */
-function drawScores(root, axis, scores, { left, width, top, scoreH, colW, best }) {
+function drawScores(root, axis, scores, { left, width, top, scoreH, colW, best, normalizer }) {
   const lo = Math.min(0, ...scores), hi = Math.max(0, ...scores);
   const span = hi - lo || 1;
   const yOf = (v) => top + ((hi - v) / span) * scoreH;
   const zero = yOf(0);
   axis.append(svg("text", { x: 4, y: top + 12, class: "axis-title" }, "scores eⱼ"),
-    svg("text", { x: 4, y: top + 28, class: "axis-note" }, "before softmax"));
+    ...["before the", normalizer].map((note, k) => svg("text", { x: 4, y: top + 28 + 13 * k, class: "axis-note" }, note)));
   root.append(svg("line", { x1: left, x2: width - 4, y1: zero, y2: zero, class: "zero" }));
   scores.forEach((v, j) => {
     if (v === null) return; // -inf (JSON null): outside an attention window, no score

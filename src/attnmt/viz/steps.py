@@ -38,7 +38,8 @@ __all__ = ["decoder_step_figure", "decoding_animation"]
 
 def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) -> Figure:
     """One decoder step (numbered from 0) in detail: the scores e_j of every source token (blue
-    positive, red negative), their softmax weights a_j (the largest outlined), the context vector
+    positive, red negative), their weights a_j (softmax, or the trace's normalizer: sparsemax or
+    entmax15; the largest outlined), the context vector
     c_t and the decoder state s_t as rows of cells on one scale, and the top-k next tokens with
     their probabilities (the chosen one in red).
 
@@ -54,7 +55,7 @@ def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) ->
     if st.weights is None:
         _no_attention(ax_scores, ax_weights)
     else:
-        _attention_bars(ax_scores, ax_weights, st, sources)
+        _attention_bars(ax_scores, ax_weights, st, sources, getattr(trace, "normalizer", None) or "softmax")
     _vector_rows(fig, ax_context, ax_state, np.asarray(st.context, dtype=np.float64),
                  np.asarray(st.state, dtype=np.float64))
     _top_k_bars(ax_top, top_k, st.token, space_marker)
@@ -82,8 +83,9 @@ def _no_attention(ax_scores, ax_weights):
         ax.set_yticks([])
 
 
-def _attention_bars(ax_scores, ax_weights, st, sources: list[str]):
-    """Scores e_j coloured by sign, weights a_j; the most attended token outlined, its label bold."""
+def _attention_bars(ax_scores, ax_weights, st, sources: list[str], normalizer: str = "softmax"):
+    """Scores e_j coloured by sign, weights a_j = normalizer(e)_j; the most attended token outlined,
+    its label bold. A sparse normalizer's title counts the weights that are exactly 0."""
     n = len(sources)
     weights = np.asarray(st.weights, dtype=np.float64)
     best = int(weights.argmax())
@@ -97,11 +99,12 @@ def _attention_bars(ax_scores, ax_weights, st, sources: list[str]):
                       edgecolor=edges, linewidth=1.5)
         ax_scores.axhline(0, color="black", linewidth=0.6)
     ax_scores.set_ylabel("score e_j", fontsize=9)
-    ax_scores.set_title(f"attention scores (before the softmax; blue > 0, red < 0{outside})", fontsize=10)
+    ax_scores.set_title(f"attention scores (before the {normalizer}; blue > 0, red < 0{outside})", fontsize=10)
     ax_weights.bar(range(n), weights, color=BAR, width=0.8, edgecolor=edges, linewidth=1.5)
     ax_weights.set_ylim(0, max(float(weights.max()) * 1.15, 0.05))
     ax_weights.set_ylabel("weight a_j", fontsize=9)
-    ax_weights.set_title("attention weights a_j = softmax(e)_j (the largest outlined)", fontsize=10)
+    zeros = "" if normalizer == "softmax" else f"; {int((weights == 0).sum())} of {n} exactly 0"
+    ax_weights.set_title(f"attention weights a_j = {normalizer}(e)_j (the largest outlined{zeros})", fontsize=10)
     if n <= 30:
         for j, w in enumerate(weights):
             ax_weights.text(j, w, f"{w:.2f}", ha="center", va="bottom", fontsize=7)
