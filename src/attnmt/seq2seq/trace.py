@@ -1,8 +1,9 @@
 """Look inside one greedy translation: every quantity of every decoder step.
 
 For each step t the trace holds what the papers draw: the scores e_j of each encoder state,
-the weights a_j made of them (softmax, or the trace's ``normalizer``), the context vector c_t = sum_j a_j h_j, the decoder state, and the
-most probable next tokens. It is computed from the same modules as ``translate``.
+the weights a_j made of them (softmax, or the trace's ``normalizer``), the context vector
+c_t = sum_j a_j h_j, the decoder state, and the most probable next tokens. It is computed from
+the same modules as ``translate``.
 """
 
 from __future__ import annotations
