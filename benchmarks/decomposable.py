@@ -6,10 +6,13 @@ not depend on the machine's load; the minutes do: measure them on an idle machin
     python benchmarks/decomposable.py --embeddings word2vec    # skip-gram vectors of Multi30k's English side
     python benchmarks/decomposable.py --embeddings both        # the two side by side: what Multi30k brings
     python benchmarks/decomposable.py --steps 100              # a quick check that it runs
+    python benchmarks/decomposable.py --normalizers softmax,sparsemax,entmax15 --attend dot,one-to-one
+                                                               # sparse attention (E6): every pair of the two
 
 Each run trains in OUT/NAME (OUT: runs/bench-decomposable) and prints, then writes to
-OUT/results.json: test accuracy, macro F1, best trial accuracy and its step, parameters and
-minutes of training (wall clock, word2vec included), beside the majority class (NEUTRAL).
+OUT/results.json: test accuracy, macro F1, best trial accuracy and its step, parameters,
+minutes of training (wall clock, word2vec included) and the hypothesis tokens a premise token
+attends to on test (a weight above 0, of how many there are), beside the majority class (NEUTRAL).
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 MULTI30K_EN = REPO.parent / "shared" / "data" / "multi30k" / "train.en.gz"
 
 
-def run(config_path: Path, out: Path, name: str, steps: int | None, threads: int, word2vec: Path | None) -> dict:
+def run(config_path: Path, out: Path, name: str, steps: int | None, threads: int, word2vec: Path | None,
+        model: dict | None = None, seed: int | None = None) -> dict:
     from safetensors.torch import load_file
 
     from attnmt.core.config import load_config
@@ -33,6 +37,9 @@ def run(config_path: Path, out: Path, name: str, steps: int | None, threads: int
     config = load_config(config_path)
     config.experiment_dir = out / name
     config.training.threads = threads
+    if seed is not None:
+        config.training.seed = seed
+    config.model = type(config.model).model_validate({**config.model.model_dump(), **(model or {})})  # --attend ...
     if steps:
         config.training.max_steps = steps
         config.training.validate_every = min(config.training.validate_every, steps)
@@ -51,9 +58,25 @@ def run(config_path: Path, out: Path, name: str, steps: int | None, threads: int
     best = max((r for r in records if r["type"] == "valid"), key=lambda r: r["accuracy"])
     parameters = sum(t.numel() for t in load_file(folder / "best.safetensors").values())
     majority = max(test["per_class"].values(), key=lambda c: c["support"])["support"] / test["pairs"]
+    attended, length = attended_words(folder, config.data.test["sick-test"])
     return {"name": name, "test_accuracy": test["accuracy"], "test_macro_f1": test["macro_f1"],
             "trial_accuracy": best["accuracy"], "best_step": best["step"], "steps": state.step,
-            "parameters": parameters, "minutes": minutes, "majority_class": majority, "threads": threads}
+            "parameters": parameters, "minutes": minutes, "majority_class": majority, "threads": threads,
+            "attended": attended, "hypothesis_length": length}
+
+
+def attended_words(folder: Path, files) -> tuple[float, float]:
+    """On the test pairs: the mean number of hypothesis tokens that a premise token attends to (a
+    weight above 0: all of them with softmax), and the mean number there are (</s> included)."""
+    import numpy as np
+
+    from attnmt.api import load
+    from attnmt.pairs.data import read_pairs
+
+    corpus = read_pairs(files)
+    results = load(folder).classify(list(zip(corpus.premises, corpus.hypotheses)))
+    rows = [row for r in results for row in np.asarray(r.premise_attention)]
+    return float(np.mean([(row > 0).sum() for row in rows])), float(np.mean([row.size for row in rows]))
 
 
 def main(argv=None):
@@ -64,15 +87,28 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, help="training steps (default: the config's max_steps)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2: the target's 2 cores)")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-decomposable")
+    parser.add_argument("--attend", help="model.attend of each run, comma-separated (default: the config's)")
+    parser.add_argument("--normalizers", help="model.attention_normalizer of each run, comma-separated: softmax, "
+                                              "sparsemax, entmax15 (default: the config's)")
+    parser.add_argument("--seeds", type=int, default=1, help="runs of each setting, seeds 42, 43, ... (default 1: "
+                                                             "the config's seed)")
     args = parser.parse_args(argv)
     kinds = ["random", "word2vec"] if args.embeddings == "both" else [args.embeddings]
-    results = [run(args.config, args.out, f"sick-{kind}", args.steps, args.threads,
-                   args.multi30k if kind == "word2vec" else None) for kind in kinds]
-    print(f"\n{'embeddings':<12} {'test acc':>9} {'macro F1':>9} {'trial acc':>10} {'best step':>10} "
-          f"{'parameters':>11} {'minutes':>8}")
+    models = [{}]
+    for field, values in (("attend", args.attend), ("attention_normalizer", args.normalizers)):
+        if values:
+            models = [{**m, field: value} for m in models for value in values.split(",")]
+    seeds = [None] if args.seeds == 1 else [42 + k for k in range(args.seeds)]
+    results = [run(args.config, args.out, "-".join(["sick", kind, *model.values(), *([f"seed{seed}"] if seed else [])]),
+                   args.steps, args.threads, args.multi30k if kind == "word2vec" else None, model, seed)
+               for kind in kinds for model in models for seed in seeds]
+    width = max(12, *(len(r["name"]) for r in results))
+    print(f"\n{'run':<{width}} {'test acc':>9} {'macro F1':>9} {'trial acc':>10} {'best step':>10} "
+          f"{'parameters':>11} {'minutes':>8} {'attended':>16}")
     for r in results:
-        print(f"{r['name']:<12} {100 * r['test_accuracy']:8.2f}% {100 * r['test_macro_f1']:8.2f}% "
-              f"{100 * r['trial_accuracy']:9.2f}% {r['best_step']:>10} {r['parameters']:>11,} {r['minutes']:8.1f}")
+        print(f"{r['name']:<{width}} {100 * r['test_accuracy']:8.2f}% {100 * r['test_macro_f1']:8.2f}% "
+              f"{100 * r['trial_accuracy']:9.2f}% {r['best_step']:>10} {r['parameters']:>11,} {r['minutes']:8.1f} "
+              f"{r['attended']:6.2f} of {r['hypothesis_length']:5.2f}")
     print(f"majority class on SICK test: {100 * results[0]['majority_class']:.2f}%; threads {args.threads}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

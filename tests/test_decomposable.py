@@ -21,10 +21,11 @@ from attnmt.pairs.model import (
 PAD = 0
 
 
-def model(intra: bool = False, seed: int = 0, attend: str = "dot") -> DecomposableAttention:
+def model(intra: bool = False, seed: int = 0, attend: str = "dot",
+          normalizer: str = "softmax") -> DecomposableAttention:
     torch.manual_seed(seed)
     return DecomposableAttention(vocab_size=12, classes=3, embedding_size=6, hidden_size=5, intra_attention=intra,
-                                 max_distance=2, dropout=0.0, pad_id=PAD, attend=attend).eval()
+                                 max_distance=2, dropout=0.0, pad_id=PAD, attend=attend, normalizer=normalizer).eval()
 
 
 def test_masked_softmax_ignores_masked_positions():
@@ -68,6 +69,31 @@ def test_attend_both_directions_on_hand_made_scores():
     assert torch.allclose(out.logits[0], m.classify(m.H(torch.cat([v1, v2]))), atol=1e-6)
 
 
+@pytest.mark.parametrize("normalizer", ["sparsemax", "entmax15"])
+def test_sparse_attend_normalizes_both_directions_with_its_map(normalizer):
+    """attention_normalizer: beta_i = sum_j sparsemax_j(e_ij) b_j and alpha_j = sum_i sparsemax_i(e_ij) a_i
+    (or entmax15), over the real positions; exact zeros where the scores spread (the intra-sentence
+    attention keeps its softmax)."""
+    from attnmt.seq2seq.attention import normalize
+
+    m = model(normalizer=normalizer, seed=3)
+    with torch.no_grad():
+        m.project.weight.mul_(20)  # spread-out scores: sparse weights
+    premise, hypothesis = torch.tensor([[3, 4, 5, 6]]), torch.tensor([[6, 7, 8, PAD]])
+    out = m(premise, hypothesis)
+    e = out.scores[0, :, :3]
+    torch.testing.assert_close(out.premise_weights[0, :, :3], normalize(e, normalizer))
+    torch.testing.assert_close(out.hypothesis_weights[0, :, :3], normalize(e.T, normalizer).T)
+    assert out.premise_weights[0, :, 3].abs().sum() == 0
+    assert (out.premise_weights[0, :, :3] == 0).any() and (out.hypothesis_weights[0, :, :3] == 0).any()
+    b = m.represent(hypothesis, hypothesis != PAD)[0, :3]
+    a = m.represent(premise, premise != PAD)[0]
+    beta, alpha = normalize(e, normalizer) @ b, normalize(e.T, normalizer) @ a
+    torch.testing.assert_close(out.compared_premise[0], m.G(torch.cat([a, beta], dim=-1)))
+    torch.testing.assert_close(out.compared_hypothesis[0, :3], m.G(torch.cat([b, alpha], dim=-1)))
+    assert build_pair_model(PairModelConfig(attention_normalizer=normalizer), 20, 3).normalizer == normalizer
+
+
 def test_padded_premise_positions_get_no_weight_from_the_hypothesis():
     m = model()
     out = m(torch.tensor([[3, 4, PAD, PAD]]), torch.tensor([[6, 7, 8]]))
@@ -77,11 +103,12 @@ def test_padded_premise_positions_get_no_weight_from_the_hypothesis():
     assert torch.allclose(out.premise_weights[0, :2].sum(dim=1), torch.ones(2))
 
 
-@pytest.mark.parametrize("intra,attend", [(False, "dot"), (True, "dot"), (False, "one-to-one"),
-                                          (True, "one-to-one")])
-def test_a_pair_scores_the_same_alone_or_padded_in_a_batch(intra, attend):
+@pytest.mark.parametrize("intra,attend,normalizer", [(False, "dot", "softmax"), (True, "dot", "softmax"),
+                                                     (False, "one-to-one", "softmax"), (True, "one-to-one", "softmax"),
+                                                     (True, "dot", "sparsemax"), (False, "one-to-one", "entmax15")])
+def test_a_pair_scores_the_same_alone_or_padded_in_a_batch(intra, attend, normalizer):
     """Masking in both softmax directions and sums over real positions: padding changes nothing."""
-    m = model(intra, attend=attend)
+    m = model(intra, attend=attend, normalizer=normalizer)
     alone = m(torch.tensor([[3, 4, 1]]), torch.tensor([[5, 1]]))
     batch = m(torch.tensor([[3, 4, 1, PAD, PAD], [5, 6, 7, 8, 1]]), torch.tensor([[5, 1, PAD, PAD], [9, 10, 11, 1]]))
     assert torch.allclose(alone.logits[0], batch.logits[0], atol=1e-5)

@@ -2,6 +2,12 @@
 place of the softmax (model.attention_normalizer); their equations, the decoder's paths, the
 searches, the errors, and a trained model through load, trace, HTTP and figures."""
 
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
@@ -238,3 +244,55 @@ def test_a_trained_sparse_model_translates_traces_and_describes_itself(sparse_mo
     figure = decoder_step_figure(trace, 0)
     ax = next(a for a in figure.axes if a.get_label() == "weights")
     assert f"sparsemax(e)_j (the largest outlined; {zeros} of {len(trace.source_tokens)} exactly 0)" in ax.get_title()
+
+
+SPARSITY = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_sparsity.py"
+
+
+def test_the_sparsity_figures_of_the_benchmark():
+    """benchmarks/attention_sparsity.py (E6): pieces attended, steps on one piece, pieces holding 90 %
+    of the weight, top weight; support links are every word weight above 0."""
+    spec = importlib.util.spec_from_file_location("attention_sparsity", SPARSITY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    s = module.sparsity([np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]]), np.array([[0.2, 0.7, 0.1, 0.0]])])
+    assert s == pytest.approx({"pieces": 10 / 3, "attended": 2.0, "one": 1 / 3, "ninety": 5 / 3, "top": 2.2 / 3,
+                               "steps": 3})
+    assert module.support_links(np.array([[0.0, 0.6, 0.4], [1.0, 0.0, 0.0]])) == [(0, 1), (1, 0), (2, 0)]
+
+
+@pytest.mark.slow
+def test_the_sparsity_benchmark_reads_a_trained_model(sparse_model, tmp_path):
+    pairs, gold = tmp_path / "pairs", tmp_path / "gold"
+    pairs.write_text("ab cd ||| ab cd\nefg h ||| efg h\n")
+    gold.write_text("1-1 2-2\n1-1 2-2\n")
+    done = subprocess.run([sys.executable, str(SPARSITY), str(sparse_model.folder), "--src", str(pairs),
+                           "--gold", str(gold), "--one-based"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    header, line = done.stdout.splitlines()
+    assert "AER support" in header and "bahdanau sparsemax" in line and line.count("%") == 4
+
+
+@pytest.mark.slow
+def test_a_sentence_pair_model_with_sparsemax_classifies_and_says_so(tmp_path):
+    """task: pairs with model.attention_normalizer: sparsemax trains, loads and classifies; its
+    result, /models and the pair figure name the map."""
+    from attnmt.api import load
+    from attnmt.core.config import config_from_dict
+    from attnmt.pairs.figures import pair_figure
+    from attnmt.serve import create_app
+    from attnmt.training import train
+    from conftest import local_client, pair_config
+
+    raw = pair_config(tmp_path, model={"attention_normalizer": "sparsemax"}, training={"max_steps": 20, "threads": 1})
+    config = config_from_dict(raw, tmp_path)
+    train(config, log=lambda message: None, progress=False)
+    classifier = load(config.experiment_dir)
+    [result] = classifier.classify([("a b c d", "a b e d")])
+    assert result.normalizer == "sparsemax"
+    np.testing.assert_allclose(result.premise_attention.sum(1), 1, atol=1e-5)
+    axes = pair_figure(result).axes
+    assert any(ax.get_title() == "attend: sparsemax over the hypothesis (rows sum to 1)" for ax in axes)
+    with local_client(create_app([config.experiment_dir])) as client:
+        [info] = client.get("/models").json()
+    assert info["attention_normalizer"] == "sparsemax"

@@ -15,7 +15,8 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from attnmt.core.errors import AttnmtError
 from attnmt.core.data_sections import GPU_BATCH_TOKENS, CorpusFiles, DataConfig, ExtraCorpus  # noqa: F401 (re-exported)
-from attnmt.core.sections import SET_NAME, Section, SetName, SubwordConfig, named_sets  # noqa: F401 (re-exported)
+from attnmt.core.sections import (  # noqa: F401 (re-exported)
+    NORMALIZERS, SET_NAME, Section, SetName, SubwordConfig, named_sets)
 from attnmt.core.task import TASKS
 from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imported from here)
     Column,
@@ -31,7 +32,6 @@ S = TypeVar("S", bound=Section)
 
 ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "location")
 LOCAL_ATTENTIONS = ("none", "local-m", "local-p")  # Luong et al. (2015): global, local-m, local-p
-NORMALIZERS = ("softmax", "sparsemax", "entmax15")  # attnmt.seq2seq.attention.normalize
 
 
 class ModelConfig(Section):

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from attnmt.core.sections import Section, SetName, SubwordConfig, named_sets
+from attnmt.core.sections import NORMALIZERS, Section, SetName, SubwordConfig, named_sets
 
 # ------------------------------------------------------------------------------ task: speech
 
@@ -147,3 +147,6 @@ class PairModelConfig(Section):
     attend: Literal["dot", "one-to-one"] = "dot"
     temperature: float = Field(0.1, gt=0)  # one-to-one: of the cosines
     sinkhorn_rounds: int = Field(5, ge=0)  # one-to-one: row and column normalisations
+    # what turns the attend step's scores into weights, in both directions: softmax, or sparsemax
+    # (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give most words exactly 0
+    attention_normalizer: Literal[NORMALIZERS] = "softmax"

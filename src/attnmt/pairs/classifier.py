@@ -90,6 +90,9 @@ class PairResult:
     hypothesis_summary: np.ndarray  # v2 = sum_j v2_j
     class_scores: np.ndarray  # y = H([v1; v2]), one per label, before the softmax
     truncated: bool = False  # a sentence had more than max_tokens pieces: its first max_tokens were used
+    # what made the attention of the scores: softmax, or sparsemax or entmax15 (exact zeros; the
+    # model's attention_normalizer)
+    normalizer: str = "softmax"
 
     @property
     def labels(self) -> list[str]:
@@ -138,7 +141,8 @@ class PairClassifier:
         none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
                               "norm"))
         return {"type": "decomposable", "attention": "decomposable", "encoder_layers": 0, "decoder_layers": 0,
-                "beam": 0, "labels": self.labels, **none}
+                "beam": 0, "labels": self.labels, **none,
+                "attention_normalizer": self.config.model.attention_normalizer}
 
     def files_of_test_set(self, files: PairFiles) -> list[Path]:
         """Every file a test set of the config reads (attnmt.data.test_sets keeps them inside the folder)."""
@@ -185,7 +189,7 @@ class PairClassifier:
             self.labels[int(np.argmax(probabilities))], dict(zip(self.labels, probabilities)),
             take(out.scores, la, lb), take(out.premise_weights, la, lb), take(out.hypothesis_weights, la, lb),
             take(out.compared_premise, la), take(out.compared_hypothesis, lb), take(out.premise_summary),
-            take(out.hypothesis_summary), take(out.logits), truncated)
+            take(out.hypothesis_summary), take(out.logits), truncated, self.config.model.attention_normalizer)
 
     def evaluate(self, files: PairFiles, batch_size: int = 64, max_tokens: int | None = None,
                  log: Callable[[str], None] = print) -> dict:

@@ -30,8 +30,13 @@ from attnmt.viz.drawing import (
 )
 from attnmt.viz.notebook import HTMLView, heatmap_html
 
-DIRECTION_TITLES = {"premise": "attend: softmax over the hypothesis (rows sum to 1)",
-                    "hypothesis": "attend: softmax over the premise (columns sum to 1)"}
+DIRECTION_TITLES = {"premise": "attend: {} over the hypothesis (rows sum to 1)",
+                    "hypothesis": "attend: {} over the premise (columns sum to 1)"}
+
+
+def direction_title(result, direction: str) -> str:
+    """"attend: softmax over the hypothesis (rows sum to 1)", with the result's normalizer."""
+    return DIRECTION_TITLES[direction].format(getattr(result, "normalizer", "softmax"))
 
 
 def pair_figure(result, direction: str = "premise", max_dims: int | None = 24, *, space_marker: str | None = "",
@@ -51,7 +56,7 @@ def pair_figure(result, direction: str = "premise", max_dims: int | None = 24, *
     grid = fig.add_gridspec(3, 2, height_ratios=[len(premise), len(hypothesis), 4], width_ratios=[1, 1])
     ax = fig.add_subplot(grid[0:2, 0])
     _matrix(ax, weights, premise, hypothesis, vmin=0, vmax=1, cmap="Blues")
-    ax.set_title(DIRECTION_TITLES[direction], fontsize=9)
+    ax.set_title(direction_title(result, direction), fontsize=9)
     ax.set_xlabel("hypothesis", fontsize=9)
     ax.set_ylabel("premise", fontsize=9)
     limit = float(np.abs(compared[:, dims]).max()) or 1.0
@@ -105,7 +110,7 @@ def show_pair(result, direction: str = "premise", *, space_marker: str | None = 
     """The attention of a PairResult as an HTML table (premise rows, hypothesis columns; hover a
     cell for its weight), with the label and probabilities: inline in Jupyter."""
     chances = ", ".join(f"{label} {p:.2f}" for label, p in result.probabilities.items())
-    title = f"{result.label} ({chances}): {DIRECTION_TITLES[direction]}"
+    title = f"{result.label} ({chances}): {direction_title(result, direction)}"
     table = heatmap_html(result.hypothesis_tokens, result.premise_tokens, result.attention(direction),
                          title=title, space_marker=space_marker, names=("hypothesis", "premise"))
     return HTMLView(table, "pair attention")

@@ -29,6 +29,11 @@ sentence first attends to itself, with a bias for each distance between words:
     f_ij = F_intra(a_i)^T F_intra(a_j)
     a'_i = sum_j softmax_j(f_ij + d_{i-j}) a_j,    and a_i becomes [a_i; a'_i]
 
+``normalizer`` (the config's attention_normalizer) replaces the two softmaxes of the attend step
+by sparsemax or 1.5-entmax (attnmt.seq2seq.attention.normalize; Martins & Astudillo 2016 used
+sparsemax in this place): each word then aligns with a few words of the other sentence, the others
+getting exactly 0. Intra-sentence attention keeps its softmax.
+
 Every sentence ends with the end-of-sentence token, something to attend to when no word of the
 other sentence matches. Softmaxes run over real (non-padding) positions only (the weights of a
 padding row or column are zero), and the sums of the aggregate step over real positions only, so a
@@ -46,6 +51,7 @@ from torch.nn.functional import normalize
 from attnmt.core.config import PairModelConfig
 from attnmt.core.speed import Dropout
 from attnmt.data.subwords import PAD
+from attnmt.seq2seq.attention import normalize as normalize_scores
 
 
 class FeedForward(nn.Sequential):
@@ -56,9 +62,13 @@ class FeedForward(nn.Sequential):
                          Dropout(dropout), nn.Linear(hidden_size, hidden_size), nn.ReLU())
 
 
-def masked_softmax(scores: Tensor, mask: Tensor, dim: int) -> Tensor:
-    """softmax(scores) along ``dim`` over the positions where ``mask`` (broadcast to scores) is True."""
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=dim)
+def masked_softmax(scores: Tensor, mask: Tensor, dim: int, normalizer: str = "softmax") -> Tensor:
+    """softmax(scores) along ``dim`` over the positions where ``mask`` (broadcast to scores) is True;
+    or another ``normalizer``, sparsemax or entmax15 (attnmt.seq2seq.attention.normalize)."""
+    scores = scores.masked_fill(~mask, float("-inf"))
+    if normalizer == "softmax":
+        return torch.softmax(scores, dim=dim)
+    return normalize_scores(scores.transpose(dim, -1), normalizer).transpose(dim, -1)
 
 
 def masked_sum(values: Tensor, mask: Tensor) -> Tensor:
@@ -122,7 +132,8 @@ class DecomposableAttention(nn.Module):
 
     def __init__(self, vocab_size: int, classes: int, *, embedding_size: int = 100, hidden_size: int = 200,
                  intra_attention: bool = False, max_distance: int = 10, dropout: float = 0.2, pad_id: int = 0,
-                 attend: str = "dot", temperature: float = 0.1, sinkhorn_rounds: int = 5):
+                 attend: str = "dot", temperature: float = 0.1, sinkhorn_rounds: int = 5,
+                 normalizer: str = "softmax"):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_id)
         self.project = nn.Linear(embedding_size, hidden_size, bias=False)
@@ -134,6 +145,7 @@ class DecomposableAttention(nn.Module):
         self.classify = nn.Linear(hidden_size, classes)  # the last layer of H: class scores y
         self.pad_id = pad_id
         self.attend, self.temperature, self.sinkhorn_rounds = attend, temperature, sinkhorn_rounds
+        self.normalizer = normalizer
 
     def represent(self, tokens: Tensor, mask: Tensor) -> Tensor:
         """The words of one side: embedded, projected, and with intra-sentence attention, [a_i; a'_i]."""
@@ -148,8 +160,10 @@ class DecomposableAttention(nn.Module):
         real = mask_a.unsqueeze(2) & mask_b.unsqueeze(1)  # (B,la,lb): both positions real
         same = (premise.unsqueeze(2) == hypothesis.unsqueeze(1)) & real  # [a_i is b_j]
         e = self.scores(self.F(a), self.F(b), mask_a, mask_b, real, same)  # (B,la,lb)
-        premise_weights = masked_softmax(e, mask_b.unsqueeze(1), dim=2) * real  # over j; padding rows zero
-        hypothesis_weights = masked_softmax(e, mask_a.unsqueeze(2), dim=1) * real  # over i; padding columns zero
+        # over j; padding rows zero
+        premise_weights = masked_softmax(e, mask_b.unsqueeze(1), dim=2, normalizer=self.normalizer) * real
+        # over i; padding columns zero
+        hypothesis_weights = masked_softmax(e, mask_a.unsqueeze(2), dim=1, normalizer=self.normalizer) * real
         beta = premise_weights @ b  # (B,la,size)
         alpha = hypothesis_weights.transpose(1, 2) @ a  # (B,lb,size)
         # compare
@@ -176,4 +190,4 @@ def build_pair_model(config: PairModelConfig, vocab_size: int, classes: int) -> 
                                  hidden_size=config.hidden_size, intra_attention=config.intra_attention,
                                  max_distance=config.max_distance, dropout=config.dropout, pad_id=PAD,
                                  attend=config.attend, temperature=config.temperature,
-                                 sinkhorn_rounds=config.sinkhorn_rounds)
+                                 sinkhorn_rounds=config.sinkhorn_rounds, normalizer=config.attention_normalizer)

@@ -25,9 +25,9 @@ from torch import Tensor, nn
 
 from attnmt.core import speed
 from attnmt.core.errors import AttnmtError
+from attnmt.core.sections import NORMALIZERS
 
 
-NORMALIZERS = ("softmax", "sparsemax", "entmax15")
 
 
 def normalize(scores: Tensor, normalizer: str) -> Tensor:

@@ -107,8 +107,9 @@ class ModelInfo(Strict):
                           "positions of t, local-m, or of a predicted position, local-p); none: global")
     local_window: Optional[int] = Field(None, description="RNN with local attention only: D, the window's half-width")
     attention_normalizer: Optional[Literal["softmax", "sparsemax", "entmax15"]] = Field(
-        None, description="RNN with attention only: what turns the scores into weights: softmax, or sparsemax "
-                          "(Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give exact zeros")
+        None, description="RNN with attention, or decomposable: what turns the scores into weights: softmax, or "
+                          "sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give "
+                          "exact zeros")
     decoder_hidden: Optional[int] = Field(description="RNN only: size of the decoder state")
     d_model: Optional[int] = Field(description="Transformer only: model width")
     heads: Optional[int] = Field(description="Transformer only: attention heads per layer")
@@ -261,8 +262,10 @@ class ClassifyResponse(Strict):
     probabilities: dict[str, float] = Field(description="of every class, in the model's order")
     premise_tokens: list[str]
     hypothesis_tokens: list[str]
-    premise_attention: list[list[float]] = Field(description="softmax over the hypothesis: each row sums to 1")
-    hypothesis_attention: list[list[float]] = Field(description="softmax over the premise: each column sums to 1")
+    premise_attention: list[list[float]] = Field(description="softmax (or the model's attention_normalizer) over "
+                                                              "the hypothesis: each row sums to 1")
+    hypothesis_attention: list[list[float]] = Field(description="softmax (or the model's attention_normalizer) over "
+                                                                 "the premise: each column sums to 1")
 
 
 # ---------------------------------------------------------------------------------------------

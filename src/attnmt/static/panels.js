@@ -7,7 +7,8 @@ import { linkedCells, mergePieces } from "./words.js";
 /** One line about a model of /models. */
 export function describeModel(m) {
   if (!m) return "";
-  if (m.type === "decomposable") return `sentence pairs · decomposable attention · labels ${m.labels.join(", ")}`;
+  const sparse = m.attention_normalizer && m.attention_normalizer !== "softmax" ? ` ${m.attention_normalizer}` : "";
+  if (m.type === "decomposable") return `sentence pairs · decomposable${sparse} attention · labels ${m.labels.join(", ")}`;
   // after this model's figures: the models it decodes with (attnmt serve --ensemble), its tags
   const after = (m.ensemble ? ` · ensemble with ${m.ensemble.join(", ")} (mean attention)` : "")
     + (m.tags?.length ? ` · tags ${m.tags.join(", ")}` : "");
@@ -16,7 +17,6 @@ export function describeModel(m) {
       `${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}${after}`;
   }
   const local = m.local_attention && m.local_attention !== "none" ? ` ${m.local_attention} (D ${m.local_window})` : "";
-  const sparse = m.attention_normalizer && m.attention_normalizer !== "softmax" ? ` ${m.attention_normalizer}` : "";
   const attention = m.attention === "none" ? "no attention" : `${m.attention}${local}${sparse} attention`;
   const feeding = m.attention.startsWith("luong") ? (m.input_feeding ? " · input feeding" : " · no input feeding") : "";
   return `${attention} · ${m.rnn_type.toUpperCase()} · decoder ${m.decoder_hidden}${feeding} · default beam ${m.beam}` +
