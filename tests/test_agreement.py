@@ -69,6 +69,7 @@ def mean_disagreement(forward_dir, backward_dir, forward_aligner, backward_align
     return float(np.mean([np.mean((f - b.T) ** 2) for f, b in zip(there, back)]))
 
 
+@pytest.mark.slow  # trains a model (the marker's rule; keeps pytest -m 'not slow' under a minute)
 def test_agreement_trains_both_directions_towards_the_same_links(both_ways, tmp_path):
     forward_dir, backward_dir = both_ways
     disagreements, messages = {}, []

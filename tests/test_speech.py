@@ -261,6 +261,7 @@ def test_speech_config_defaults_and_errors(tmp_path):
         config_from_dict({**base, "task": "translation", "speech": {}}, tmp_path)
 
 
+@pytest.mark.slow  # trains a model (the marker's rule; keeps pytest -m 'not slow' under a minute)
 def test_a_tiny_model_learns_a_few_synthetic_utterances(tmp_path):
     """Eight tone 'utterances' learnt by a tiny model in 150 steps (seconds): CER on them below 10%."""
     from attnmt.api import load
