@@ -391,10 +391,13 @@ def test_the_model_line_names_a_sparse_normalizer(page, server):
     [info] = [m for m in httpx.get(f"{server[0]}/models").json() if m["name"] == server[1]]
     lines = page.evaluate("""async (info) => {
         const { describeModel } = await import("/static/panels.js");
-        return [describeModel(info), describeModel({ ...info, attention_normalizer: "entmax15" })];
+        return [describeModel(info), describeModel({ ...info, attention_normalizer: "entmax15" }),
+                describeModel({ ...info, type: "transformer", d_model: 32, heads: 4, norm: "pre",
+                                attention_normalizer: "sparsemax" })];
     }""", info)
     assert info["attention_normalizer"] == "softmax" and "softmax" not in lines[0]
     assert lines[1].startswith(f"{info['attention']} entmax15 attention")
+    assert lines[2].startswith("Transformer · sparsemax attention · d_model 32")
 
 
 def test_the_step_view_names_a_sparse_normalizer_and_counts_its_zeros(page, server, tmp_path):

@@ -100,6 +100,14 @@ def test_export_of_an_rnn_is_a_clear_error(tmp_path, capsys):
     assert not (tmp_path / "ct2").exists()
 
 
+def test_export_of_a_sparse_transformer_is_a_clear_error(tmp_path, capsys):
+    model_dir = transformer(tmp_path, attention_normalizer="entmax15")
+    assert main(["export", str(model_dir), "--ct2", str(tmp_path / "ct2")]) == 2
+    err = capsys.readouterr().err
+    assert "attends with entmax15 (model.attention_normalizer)" in err and "softmax only" in err
+    assert not (tmp_path / "ct2").exists()
+
+
 def test_export_does_not_overwrite(tmp_path, capsys):
     model_dir = transformer(tmp_path)
     (tmp_path / "ct2").mkdir()

@@ -36,6 +36,7 @@ MODELS = {
     "lstm-bahdanau-2-layers": {"rnn_type": "lstm", "decoder_layers": 2},
     "lstm-location": {"rnn_type": "lstm", "attention": "location"},
     "transformer": TRANSFORMER,
+    "transformer-sparsemax": {**TRANSFORMER, "attention_normalizer": "sparsemax"},
     "transformer-learned-positions-post-norm": {**TRANSFORMER, "positions": "learned", "norm": "post",
                                                 "max_positions": 64},
 }

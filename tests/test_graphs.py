@@ -85,8 +85,9 @@ TRANSFORMER = dict(type="transformer", d_model=16, heads=2, feed_forward=32, enc
                    dropout=0.0, attention_dropout=0.0)
 
 
-@pytest.mark.parametrize("options", [{}, {"norm": "post", "positions": "learned", "max_positions": 32}],
-                         ids=["pre-norm", "post-norm-learned-positions"])
+@pytest.mark.parametrize("options", [{}, {"norm": "post", "positions": "learned", "max_positions": 32},
+                                     {"attention_normalizer": "entmax15"}],
+                         ids=["pre-norm", "post-norm-learned-positions", "entmax15"])
 def test_the_captured_loss_of_a_transformer_is_the_usual_loss(options):
     """A Transformer's BatchLoss (targets padded in time, padding ignored by target) against
     sequence_loss with the padding selected away: same loss and gradients."""
@@ -219,15 +220,17 @@ def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "local-m", "local-p", "sparsemax",
-                                       "entmax15", "transformer"])
+                                       "entmax15", "transformer", "transformer-entmax15"])
 def test_on_a_gpu_the_graphs_compute_the_loss_and_gradients_of_the_usual_path(attention):
     """Captured for real: replays (a second batch of the same shape, new values) against the usual
     path on the same weights, dropout off; and with dropout on, two replays from one random
     state draw the same masks."""
     device = torch.device("cuda")
     torch.manual_seed(0)
-    config = ModelConfig(**TRANSFORMER) if attention == "transformer" else ModelConfig(**attention_options(attention),
-                                                                                        **RNN)
+    if attention.startswith("transformer"):
+        config = ModelConfig(**TRANSFORMER, attention_normalizer=attention.partition("-")[2] or "softmax")
+    else:
+        config = ModelConfig(**attention_options(attention), **RNN)
     model = build_model(config, 30, 30).to(device).train()
     loss = GraphedLoss(model, 0.1)
     loss(training_batch(SOURCES, TARGETS).to(device))  # the capture

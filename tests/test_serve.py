@@ -806,7 +806,7 @@ def test_models_describe_a_transformer(both):
     info = {m["name"]: m for m in client.get("/models").json()}
     assert info[name] == {"name": name, "task": "translation", "type": "transformer", "attention": "multi-head",
                           "rnn_type": None, "input_feeding": None, "local_attention": None, "local_window": None,
-                          "attention_normalizer": None, "decoder_hidden": None, "d_model": 32, "heads": 4,
+                          "attention_normalizer": "softmax", "decoder_hidden": None, "d_model": 32, "heads": 4,
                           "encoder_layers": 3, "decoder_layers": 2, "feed_forward": 64, "norm": "pre",
                           "beam": transformer.config.decoding.beam, "length_penalty": 1.0, "coverage_penalty": 0.0,
                           "labels": None, "ensemble": None, "tags": [],

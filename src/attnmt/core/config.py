@@ -57,8 +57,9 @@ class ModelConfig(Section):
     # Gaussian around p_t); none: global attention over the whole source
     local_attention: Literal[LOCAL_ATTENTIONS] = "none"
     local_window: int = Field(10, gt=0, le=1000)  # D: the window is [p_t - D, p_t + D]
-    # What turns an RNN's attention scores into weights: softmax (every weight above 0), or sparsemax
-    # (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give most positions exactly 0
+    # What turns attention scores into weights (an RNN's attention; every head of a Transformer):
+    # softmax (every weight above 0), or sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et
+    # al. 2019), which give most positions exactly 0
     attention_normalizer: Literal[NORMALIZERS] = "softmax"
     init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
     # Transformer (type: transformer); encoder_layers and decoder_layers count its layers too
@@ -85,6 +86,12 @@ class ModelConfig(Section):
             name += f" {self.attention_normalizer}"
         return name
 
+    @property
+    def transformer_name(self) -> str:
+        """A Transformer in words: "transformer", "transformer with entmax15 attention"."""
+        sparse = "" if self.attention_normalizer == "softmax" else f" with {self.attention_normalizer} attention"
+        return f"transformer{sparse}"
+
     @model_validator(mode="after")
     def transformer_sizes(self):
         if self.type == "transformer" and self.d_model % self.heads:
@@ -96,10 +103,9 @@ class ModelConfig(Section):
             raise ValueError(f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an "
                              "RNN decoder whose query is its current state: model.attention luong-dot, luong-general, "
                              f"luong-concat or luong-location (here {here})")
-        if self.attention_normalizer != "softmax" and (self.type != "rnn" or self.attention == "none"):
-            here = "a Transformer, whose attention is softmax" if self.type != "rnn" else "model.attention none"
-            raise ValueError(f"attention_normalizer: {self.attention_normalizer} normalizes an RNN decoder's "
-                             f"attention scores, and here there is {here}")
+        if self.attention_normalizer != "softmax" and self.type == "rnn" and self.attention == "none":
+            raise ValueError(f"attention_normalizer: {self.attention_normalizer} normalizes attention scores, and "
+                             "model.attention none has none")
         return self
 
 
@@ -323,7 +329,7 @@ class Config(Section):
                              "it cannot train with data.extra_train")
         if model.type == "rnn" and model.attention == "none":
             raise ValueError("training.guided_alignment trains attention: model.attention none has none")
-        if model.type == "rnn" and model.attention_normalizer != "softmax":
+        if model.attention_normalizer != "softmax":
             raise ValueError(f"training.guided_alignment's cross-entropy cannot train model.attention_normalizer: "
                              f"{model.attention_normalizer}: a reference link whose weight it set to exactly 0 "
                              "gets no gradient (use softmax)")

@@ -117,7 +117,8 @@ class Translator:
 
     def __repr__(self) -> str:
         model = self.config.model
-        kind = "transformer" if model.type == "transformer" else f"{model.rnn_type} {model.attention_name} attention"
+        kind = (model.transformer_name if model.type == "transformer"
+                else f"{model.rnn_type} {model.attention_name} attention")
         parameters = sum(p.numel() for p in self.model.parameters())
         sizes = "/".join("-" if v is None else f"{len(v):,}" for v in (self.src_subwords, self.tgt_subwords))
         return (f"<{type(self).__name__} {self.folder}: {kind}, {parameters:,} parameters, vocabularies {sizes}, "
@@ -155,7 +156,7 @@ class Translator:
                       length_penalty=dc.length_penalty, coverage_penalty=dc.coverage_penalty)
         if m.type == "transformer":
             return {**common, **none, "attention": "multi-head", "d_model": m.d_model, "heads": m.heads,
-                    "feed_forward": m.feed_forward, "norm": m.norm}
+                    "feed_forward": m.feed_forward, "norm": m.norm, "attention_normalizer": m.attention_normalizer}
         local = {"local_attention": m.local_attention,
                  "local_window": None if m.local_attention == "none" else m.local_window,
                  "attention_normalizer": None if m.attention == "none" else m.attention_normalizer}

@@ -115,7 +115,7 @@ def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -
 def architecture(m: ModelConfig) -> str:
     """The model in one line (``attnmt info``)."""
     if m.type == "transformer":
-        return (f"transformer, d_model {m.d_model}, {m.heads} heads, {m.encoder_layers}+{m.decoder_layers} layers, "
-                f"feed-forward {m.feed_forward}")
+        return (f"{m.transformer_name}, d_model {m.d_model}, {m.heads} heads, {m.encoder_layers}+{m.decoder_layers} "
+                f"layers, feed-forward {m.feed_forward}")
     encoder = f"{'bidirectional ' if m.bidirectional else ''}{m.rnn_type} encoder {m.encoder_layers}x{m.encoder_hidden}"
     return f"rnn, {m.attention_name} attention, {encoder}, decoder {m.decoder_layers}x{m.decoder_hidden}"

@@ -17,7 +17,10 @@ the prefix.
 
 Attention runs on one of two paths that compute the same thing: the fused kernel
 F.scaled_dot_product_attention, for training, and the equation written out (``attend``), which
-also returns the weights: used in eval mode (decoding, alignments, the views).
+also returns the weights: used in eval mode (decoding, alignments, the views). With
+``attention_normalizer`` sparsemax or entmax15 in place of the softmax (in every head of every
+layer, as Correia et al. 2019 do with 1.5-entmax), attention always takes the written-out path:
+the fused kernel knows only the softmax.
 """
 
 from __future__ import annotations
@@ -33,13 +36,15 @@ from attnmt.core.config import ModelConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.core.speed import Dropout
 from attnmt.data.subwords import PAD
+from attnmt.seq2seq.attention import normalize
 from attnmt.seq2seq.base import Batched, EncoderDecoder, StepOutput, source_mask
 from attnmt.seq2seq.output import OutputLayer
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-           dropout: nn.Module | None = None) -> tuple[Tensor, Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V.
+           dropout: nn.Module | None = None, normalizer: str = "softmax") -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, or another ``normalizer`` in place of the softmax
+    (attnmt.seq2seq.attention.normalize).
 
     q (B,H,Tq,d_k), k and v (B,H,Tk,d_k); mask broadcastable to (B,H,Tq,Tk), True where a query
     may look (None: everywhere) -> output (B,H,Tq,d_k), weights (B,H,Tq,Tk) before dropout.
@@ -47,14 +52,14 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
+    weights = normalize(scores, normalizer)
     return (weights if dropout is None else dropout(weights)) @ v, weights
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model: int, heads: int, dropout: float):
+    def __init__(self, d_model: int, heads: int, dropout: float, normalizer: str = "softmax"):
         super().__init__()
-        self.heads = heads
+        self.heads, self.normalizer = heads, normalizer
         self.W_q = nn.Linear(d_model, d_model)
         self.W_k = nn.Linear(d_model, d_model)
         self.W_v = nn.Linear(d_model, d_model)
@@ -77,8 +82,9 @@ class MultiHeadAttention(nn.Module):
         """x (B,Tq,d_model) the queries' inputs; k, v from ``keys_values`` -> (B,Tq,d_model) and,
         with ``need_weights``, the weights (B,H,Tq,Tk) of every head."""
         q = self.split_heads(self.W_q(x))
-        if need_weights:
-            out, weights = attend(q, k, v, mask, self.dropout)
+        if need_weights or self.normalizer != "softmax":
+            out, weights = attend(q, k, v, mask, self.dropout, self.normalizer)
+            weights = weights if need_weights else None
         else:  # the same equation in one fused kernel: faster, less memory, no weights
             dropout = self.dropout.p if self.training else 0.0
             out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
@@ -86,6 +92,11 @@ class MultiHeadAttention(nn.Module):
             out = out * self.head_mask[:, None, None]
         batch, heads, length, d_k = out.shape
         return self.W_o(out.transpose(1, 2).reshape(batch, length, heads * d_k)), weights
+
+
+def attention_of(config: ModelConfig) -> MultiHeadAttention:
+    """A multi-head attention sublayer of the config's sizes, dropout and normalizer."""
+    return MultiHeadAttention(config.d_model, config.heads, config.attention_dropout, config.attention_normalizer)
 
 
 class FeedForward(nn.Module):
@@ -120,7 +131,7 @@ class Layer(nn.Module):
 class EncoderLayer(Layer):
     def __init__(self, config: ModelConfig):
         super().__init__(config, 2)
-        self.self_attention = MultiHeadAttention(config.d_model, config.heads, config.attention_dropout)
+        self.self_attention = attention_of(config)
         self.feed_forward = FeedForward(config.d_model, config.feed_forward)
 
     def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False):
@@ -134,8 +145,8 @@ class EncoderLayer(Layer):
 class DecoderLayer(Layer):
     def __init__(self, config: ModelConfig):
         super().__init__(config, 3)
-        self.self_attention = MultiHeadAttention(config.d_model, config.heads, config.attention_dropout)
-        self.cross_attention = MultiHeadAttention(config.d_model, config.heads, config.attention_dropout)
+        self.self_attention = attention_of(config)
+        self.cross_attention = attention_of(config)
         self.feed_forward = FeedForward(config.d_model, config.feed_forward)
 
     def forward(self, x: Tensor, cache: tuple[Tensor, Tensor], source: tuple[Tensor, Tensor],

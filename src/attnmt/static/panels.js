@@ -13,8 +13,8 @@ export function describeModel(m) {
   const after = (m.ensemble ? ` · ensemble with ${m.ensemble.join(", ")} (mean attention)` : "")
     + (m.tags?.length ? ` · tags ${m.tags.join(", ")}` : "");
   if (m.type === "transformer") {
-    return `Transformer · d_model ${m.d_model} · ${m.heads} heads · ${m.encoder_layers} encoder + ` +
-      `${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}${after}`;
+    return `Transformer${sparse ? ` ·${sparse} attention` : ""} · d_model ${m.d_model} · ${m.heads} heads · ` +
+      `${m.encoder_layers} encoder + ${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}${after}`;
   }
   const local = m.local_attention && m.local_attention !== "none" ? ` ${m.local_attention} (D ${m.local_window})` : "";
   const attention = m.attention === "none" ? "no attention" : `${m.attention}${local}${sparse} attention`;

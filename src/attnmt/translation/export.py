@@ -46,6 +46,9 @@ def export_ct2(model_dir: str | Path, out_dir: str | Path, quantization: str | N
     if translator.config.model.type != "transformer":
         raise AttnmtError(f"{model_dir} holds an RNN model; CTranslate2 export is for Transformer models only "
                           "(CTranslate2 has no specification for attnmt's RNN encoder-decoder with attention)")
+    if translator.config.model.attention_normalizer != "softmax":
+        raise AttnmtError(f"{model_dir} attends with {translator.config.model.attention_normalizer} "
+                          "(model.attention_normalizer); CTranslate2's Transformer attends with softmax only")
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
         raise AttnmtError(f"{out_dir} exists: remove it or choose another --ct2 folder")

@@ -71,7 +71,7 @@ def setup_translation(config: Config, data: TranslationData, device: torch.devic
 def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
     mc, tc = config.model, config.training
     start = "" if tc.init_from is None else f"; fine-tuning the {tc.init_checkpoint} weights of {tc.init_from}"
-    return (f"model: {'transformer' if mc.type == 'transformer' else mc.attention_name + ' attention'}, "
+    return (f"model: {mc.transformer_name if mc.type == 'transformer' else mc.attention_name + ' attention'}, "
             f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(data.train):,} training pairs{start}")
 
 
