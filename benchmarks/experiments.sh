@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The experiments of docs/experiments.md with their default budgets, one after the other, each
 # under the benchmark lock (one training at a time on the machine). Run from the checkout's root:
-#     bash benchmarks/experiments.sh [e1 e2 e3 e4 e5 e5-long e6 e6-seeds]   (default: e1-e5; in runs/experiments/)
+#     bash benchmarks/experiments.sh [e1 ... e6 e6-seeds e6-transformer]   (default: e1-e5; in runs/experiments/)
 # A finished run is skipped when this is run again; an interrupted one continues (--resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +37,12 @@ for score in bahdanau luong-general; do
   done
 done
 
+# E6 with the Transformer: every head's softmax against 1.5-entmax (Correia et al. 2019) and sparsemax
+SPARSE_TRANSFORMER=()
+for normalizer in softmax sparsemax entmax15; do
+  SPARSE_TRANSFORMER+=(--variant "transformer-$normalizer=configs/experiments/transformer.yaml:model.attention_normalizer=$normalizer")
+done
+
 run() {  # NAME ARGS...: one experiment, its date, commit and command logged beside its results
     local name=$1; shift
     mkdir -p "$OUT/$name"
@@ -66,7 +72,8 @@ for experiment in "$@"; do
         run e5-en-fr configs/experiments/e4-en-fr.yaml "${LOCAL[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
     e6) run e6-de-en configs/experiments/e1-de-en.yaml "${SPARSE[@]}" --steps 1000
         run e6-en-fr configs/experiments/e4-en-fr.yaml "${SPARSE[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
+    e6-transformer) run e6-de-en-transformer configs/experiments/e1-de-en.yaml "${SPARSE_TRANSFORMER[@]}" --steps 1000 ;;
     e6-seeds) run e6-de-en configs/experiments/e1-de-en.yaml "${SPARSE[@]:0:6}" --steps 1000 --seeds 2 ;;  # bahdanau's
-    *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long, e6 or e6-seeds)" >&2; exit 2 ;;
+    *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long, e6, e6-seeds or e6-transformer)" >&2; exit 2 ;;
   esac
 done

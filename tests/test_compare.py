@@ -29,6 +29,9 @@ def test_listed_variants_inline_or_from_a_file(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text("model: {type: transformer, heads: 2}\n")
     assert parse_variant(f"tr={path}") == Variant("tr", {"model": {"type": "transformer", "heads": 2}})
+    # a file and fields set over it
+    assert parse_variant(f"tr-sparse={path}:model.heads=4,model.attention_normalizer=entmax15") == Variant(
+        "tr-sparse", {"model": {"type": "transformer", "heads": 4, "attention_normalizer": "entmax15"}})
     with pytest.raises(AttnmtError, match="FIELD=VALUE"):
         parse_variant("bad:model.attention")
     with pytest.raises(AttnmtError, match="cannot read"):

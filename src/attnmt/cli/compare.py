@@ -13,8 +13,10 @@ def add_parser(subparsers):
     p.add_argument("config", help="experiment YAML file (its data.test: the test sets)")
     p.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2",
                    help="a grid: every combination of the values of each --vary")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME:FIELD=V,... | NAME=OVERRIDES.yaml",
-                   help="one variant: fields set inline, or a partial config merged over CONFIG")
+    p.add_argument("--variant", action="append", default=[],
+                   metavar="NAME:FIELD=V,... | NAME=OVERRIDES.yaml[:FIELD=V,...]",
+                   help="one variant: fields set inline, or a partial config merged over CONFIG (with fields set "
+                        "over it)")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=_positive, help="training steps of every run (default: the config's limits)")
     budget.add_argument("--minutes", type=_positive_float, help="minutes of training of every run")

@@ -113,17 +113,25 @@ def grid(varies: list[str]) -> list[Variant]:
 
 
 def parse_variant(text: str) -> Variant:
-    """``NAME:FIELD=V,FIELD=V`` (values may not hold ",FIELD=") or ``NAME=OVERRIDES.yaml``."""
+    """``NAME:FIELD=V,FIELD=V`` (values may not hold ",FIELD="), ``NAME=OVERRIDES.yaml``, or both:
+    ``NAME=OVERRIDES.yaml:FIELD=V,...`` (the fields set over the file's)."""
     name, colon, rest = text.partition(":")
     if colon and "=" not in name:
-        overrides: dict = {}
-        for part in re.split(r",(?=\s*[A-Za-z_][A-Za-z0-9_.]*=)", rest):
-            overrides = merged(overrides, assignment(part, f"--variant {name}"))
-        return Variant(name.strip(), overrides)
+        return Variant(name.strip(), _inline(rest, name))
     name, equals, path = text.partition("=")
     if not equals or not name.strip():
         raise AttnmtError(f"--variant {text}: expected NAME:FIELD=VALUE,... or NAME=OVERRIDES.yaml")
-    return Variant(name.strip(), read_overrides_file(Path(path)))
+    path, colon, rest = path.partition(":")
+    overrides = read_overrides_file(Path(path))
+    return Variant(name.strip(), merged(overrides, _inline(rest, name)) if colon else overrides)
+
+
+def _inline(text: str, name: str) -> dict:
+    """The overrides of ``FIELD=V,FIELD=V``."""
+    overrides: dict = {}
+    for part in re.split(r",(?=\s*[A-Za-z_][A-Za-z0-9_.]*=)", text):
+        overrides = merged(overrides, assignment(part, f"--variant {name}"))
+    return overrides
 
 
 def read_overrides_file(path: Path) -> dict:
