@@ -73,7 +73,9 @@ for experiment in "$@"; do
     e6) run e6-de-en configs/experiments/e1-de-en.yaml "${SPARSE[@]}" --steps 1000
         run e6-en-fr configs/experiments/e4-en-fr.yaml "${SPARSE[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
     e6-transformer) run e6-de-en-transformer configs/experiments/e1-de-en.yaml "${SPARSE_TRANSFORMER[@]}" --steps 1000 ;;
+    e6-transformer-long) run e6-de-en-transformer-4000 configs/experiments/e1-de-en.yaml "${SPARSE_TRANSFORMER[@]:0:2}" \
+                           "${SPARSE_TRANSFORMER[@]:4:2}" --steps 4000 ;;  # softmax and entmax15
     e6-seeds) run e6-de-en configs/experiments/e1-de-en.yaml "${SPARSE[@]:0:6}" --steps 1000 --seeds 2 ;;  # bahdanau's
-    *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long, e6, e6-seeds or e6-transformer)" >&2; exit 2 ;;
+    *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long, e6, e6-seeds, e6-transformer or e6-transformer-long)" >&2; exit 2 ;;
   esac
 done
