@@ -15,6 +15,9 @@ output step, as attnmt align reads them) and printed, over all output steps:
     90 % of the step's weight (how concentrated softmax is, compared on the same scale);
   - top weight: the mean of each step's largest weight.
 
+For a Transformer, the weights are those attnmt align reads: its last layer's cross-attention,
+averaged over the heads (a piece counts as attended when any head attends to it).
+
 With --gold (a "source ||| target" file and its gold links, as attnmt compare's --align-pairs and
 --align-gold), also the AER of the forward attention's word links read two ways: argmax (each
 target word to its most attended source word, as E4) and support (every source word it attends to
@@ -76,7 +79,9 @@ def main():
         translator = attnmt.load(folder)
         matrices = force_attention(translator, sources, targets)
         s = sparsity(matrices)
-        line = (f"{folder:<{width}} {translator.config.model.attention_name:<26} "
+        mc = translator.config.model
+        name = mc.transformer_name.replace(" attention", "") if mc.type == "transformer" else mc.attention_name
+        line = (f"{folder:<{width}} {name:<26} "
                 f"{s['attended']:6.1f} of {s['pieces']:5.1f} {100 * s['one']:7.1f} % {s['ninety']:18.2f} "
                 f"{s['top']:10.3f}")
         if args.gold:
