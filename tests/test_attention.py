@@ -98,6 +98,35 @@ def steps_matching_forward(model, src, lengths, tgt) -> list:
     return steps
 
 
+def searches_matching_teacher_forcing(model, src, lengths, beam: int, **options) -> list:
+    """Greedy (beam 1) or beam search with ``options``: its best output of each sentence scores as
+    teacher forcing scores it and has the forced pass's attention; the fixed-shape searches of
+    GPUs (on static buffers here) return the same. -> the reference search's best hypotheses."""
+    from attnmt.seq2seq import decoding, fast_decoding
+
+    limits = decoding.max_output_lengths(lengths, 1.5, 5)
+    search = decoding.greedy_search if beam == 1 else decoding.beam_search
+    options = options if beam == 1 else {"beam": beam, **options}
+    with torch.inference_mode():
+        reference = search(model, src, lengths, limits, **options)
+    fast = (fast_decoding.greedy_search if beam == 1 else fast_decoding.beam_search)(
+        model, src, lengths, limits, graphs=True, **options)
+    for i, (ours, theirs) in enumerate(zip(fast, reference)):
+        assert ours[0].tokens == theirs[0].tokens
+        assert ours[0].log_prob == pytest.approx(theirs[0].log_prob, abs=1e-5)
+        assert ours[0].score == pytest.approx(theirs[0].score, abs=1e-5)
+        torch.testing.assert_close(ours[0].attention, theirs[0].attention, atol=1e-5, rtol=0)
+        tokens = torch.tensor([theirs[0].tokens])
+        tgt_in = torch.cat([torch.tensor([[BOS]]), tokens[:, :-1]], 1)
+        n = lengths[i].item()
+        with torch.no_grad():
+            forced = model.target_log_probs(src[i:i + 1, :n], lengths[i:i + 1], tgt_in, tokens)
+            _, weights = model(src[i:i + 1, :n], lengths[i:i + 1], tgt_in)
+        assert forced.sum().item() == pytest.approx(theirs[0].log_prob, abs=1e-4)
+        torch.testing.assert_close(theirs[0].attention, weights[0], atol=1e-5, rtol=1e-4)
+    return [hypotheses[0] for hypotheses in reference]
+
+
 def test_bahdanau_score_is_its_equation():
     attention = BahdanauAttention(query_size=4, memory_size=6, hidden_size=5)
     s, h = torch.randn(1, 1, 4), torch.randn(1, 3, 6)
