@@ -46,6 +46,20 @@ def write_tsv(path: Path, pairs) -> Path:
     return path
 
 
+def copy_model(folder: Path, steps: int, **model):
+    """A model with ``model``'s fields trained to copy random strings for ``steps`` steps (seconds),
+    saved and loaded through the usual code."""
+    from attnmt.api import load
+    from attnmt.training import train
+
+    train_src = random_strings(300, 3, 8, seed=1)
+    config = toy_config(folder, [(s, s) for s in train_src], model=model,
+                        training={"max_steps": steps, "validate_every": steps, "threads": 1})
+    torch.manual_seed(0)
+    train(config, log=lambda m: None, progress=False)
+    return load(config.experiment_dir)
+
+
 def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=None, data=None, decoding=None):
     """A config for a character-level toy task, with small sizes unless overridden."""
     raw = {

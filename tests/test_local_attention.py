@@ -193,18 +193,10 @@ def test_the_gaussian_has_sigma_d_over_2():
 @pytest.fixture(scope="module")
 def local_model(tmp_path_factory):
     """A local-m model (D = 1) trained, saved and loaded through the usual code (20 steps, a few seconds)."""
-    from attnmt.api import load
-    from attnmt.training import train
-    from conftest import random_strings, toy_config
+    from conftest import copy_model
 
-    folder = tmp_path_factory.mktemp("local")
-    train_src = random_strings(300, 3, 8, seed=1)
-    config = toy_config(folder, [(s, s) for s in train_src], model={"attention": "luong-general",
-                                                                  "local_attention": "local-m", "local_window": 1},
-                        training={"max_steps": 20, "validate_every": 20, "threads": 1})
-    torch.manual_seed(0)
-    train(config, log=lambda m: None, progress=False)
-    return load(config.experiment_dir)
+    return copy_model(tmp_path_factory.mktemp("local"), 20, attention="luong-general", local_attention="local-m",
+                      local_window=1)
 
 
 @pytest.mark.slow

@@ -189,17 +189,9 @@ def test_every_tensor_of_sparse_attention_is_made_on_the_models_device():
 @pytest.fixture(scope="module")
 def sparse_model(tmp_path_factory):
     """A sparsemax model trained, saved and loaded through the usual code (30 steps, a few seconds)."""
-    from attnmt.api import load
-    from attnmt.training import train
-    from conftest import random_strings, toy_config
+    from conftest import copy_model
 
-    folder = tmp_path_factory.mktemp("sparse")
-    train_src = random_strings(300, 3, 8, seed=1)
-    config = toy_config(folder, [(s, s) for s in train_src], model={"attention_normalizer": "sparsemax"},
-                        training={"max_steps": 30, "validate_every": 30, "threads": 1})
-    torch.manual_seed(0)
-    train(config, log=lambda m: None, progress=False)
-    return load(config.experiment_dir)
+    return copy_model(tmp_path_factory.mktemp("sparse"), 30, attention_normalizer="sparsemax")
 
 
 @pytest.mark.slow
