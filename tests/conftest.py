@@ -46,17 +46,17 @@ def write_tsv(path: Path, pairs) -> Path:
     return path
 
 
-def copy_model(folder: Path, steps: int, **model):
-    """A model with ``model``'s fields trained to copy random strings for ``steps`` steps (seconds),
-    saved and loaded through the usual code."""
+def copy_model(folder: Path, steps: int, training: dict | None = None, log=None, **model):
+    """A model with ``model``'s fields (and ``training``'s) trained to copy random strings for
+    ``steps`` steps (seconds), saved and loaded through the usual code; ``log`` gets training's lines."""
     from attnmt.api import load
     from attnmt.training import train
 
     train_src = random_strings(300, 3, 8, seed=1)
     config = toy_config(folder, [(s, s) for s in train_src], model=model,
-                        training={"max_steps": steps, "validate_every": steps, "threads": 1})
+                        training={"max_steps": steps, "validate_every": steps, "threads": 1, **(training or {})})
     torch.manual_seed(0)
-    train(config, log=lambda m: None, progress=False)
+    train(config, log=log or (lambda m: None), progress=False)
     return load(config.experiment_dir)
 
 

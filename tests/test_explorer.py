@@ -400,6 +400,18 @@ def test_the_model_line_names_a_sparse_normalizer(page, server):
     assert lines[2].startswith("Transformer · sparsemax attention · d_model 32")
 
 
+def test_the_model_line_names_coverage_attention_and_its_fertility(page, server):
+    [info] = [m for m in httpx.get(f"{server[0]}/models").json() if m["name"] == server[1]]
+    lines = page.evaluate("""async (info) => {
+        const { describeModel } = await import("/static/panels.js");
+        return [describeModel({ ...info, attention: "coverage", coverage_fertility: 0 }),
+                describeModel({ ...info, attention: "coverage", coverage_fertility: 2 })];
+    }""", info)
+    assert info["coverage_fertility"] is None
+    assert lines[0].startswith("coverage attention") and "fertility" not in lines[0]
+    assert lines[1].startswith("coverage (fertility N 2) attention")
+
+
 def test_the_step_view_names_a_sparse_normalizer_and_counts_its_zeros(page, server, tmp_path):
     """A /trace of a sparsemax model (its answer rewritten here: one weight 1, the others 0): the
     axis notes say sparsemax and how many weights are 0; merged into words, weights only (a word

@@ -38,13 +38,19 @@ def test_failure_counts_on_hand_made_attention():
                                 ["a b c", "a a a a a a a", "a"],          # hypotheses
                                 ["a b c", "a b c", "a b c"])              # references
     assert counts == {"sentences": 3, "source_words": 6, "unattended": 4, "over_attended": 1,
-                      "too_long": 1, "too_short": 1}
+                      "too_long": 1, "too_short": 1, "trigrams": 1 + 5, "repeated_trigrams": 4}
 
 
 def test_without_attention_only_lengths_count():
     counts = attention_failures([None, None], ["a a a a a", "a"], ["a b", "a"])
     assert counts == {"sentences": 2, "source_words": None, "unattended": None, "over_attended": None,
-                      "too_long": 1, "too_short": 0}
+                      "too_long": 1, "too_short": 0, "trigrams": 3, "repeated_trigrams": 2}
+
+
+def test_repeated_trigrams_count_within_each_output():
+    counts = attention_failures([None, None], ["the dog and the dog and a cat", "the dog and"], ["x", "x"])
+    assert counts["trigrams"] == 6 + 1  # the second output's "the dog and" repeats nothing of its own
+    assert counts["repeated_trigrams"] == 1  # the first output's "the dog and", written a second time
 
 
 def test_failure_thresholds_are_parameters():

@@ -163,6 +163,9 @@ def test_ctc_loss_is_over_the_characters_of_each_utterance_and_joins_the_decoder
     loss, tokens = SpeechLoss(model, 0.0, 0.3)(batch)
     torch.testing.assert_close(loss, 0.7 * sequence_loss(model, batch) + 0.3 * expected)
     assert tokens == 4 + 1 + 1 + 1  # characters and EOS
+    covered, _ = SpeechLoss(model, 0.0, 0.3, coverage_weight=2.0)(batch)  # (training.coverage_loss: the decoder's)
+    torch.testing.assert_close(covered, 0.7 * sequence_loss(model, batch, coverage_weight=2.0) + 0.3 * expected)
+    assert covered > loss
     with pytest.raises(ValueError, match="ctc_weight"):
         SpeechConfig(ctc_weight=1.0)
 

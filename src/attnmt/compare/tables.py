@@ -47,6 +47,8 @@ class _Failures(_Strict):
     over_attended: int | None
     too_long: int
     too_short: int
+    trigrams: int | None = None  # (not in the results of runs scored before they were counted)
+    repeated_trigrams: int | None = None
 
 
 class _TestReport(_Strict):
@@ -193,8 +195,10 @@ def results_markdown(table: dict) -> str:
                                [[v, *[_cell(m.get(prefix + label)) for label in labels]] for v, m in metrics.items()]))
     parts.append("## Attention failures\n\nSource words whose attention summed over the output is < 0.2 "
                  "(unattended) or > 3 (over-attended), per 100 source words; outputs more than twice (too long) "
-                 "or less than half (too short) as long as their reference, in sentences.\n")
-    parts.append(_markdown(["variant", "test set", "unattended %", "over-attended %", "too long", "too short"],
+                 "or less than half (too short) as long as their reference, in sentences; word trigrams that "
+                 "their output wrote before (repeated), per 100 trigrams.\n")
+    parts.append(_markdown(["variant", "test set", "unattended %", "over-attended %", "too long", "too short",
+                            "repeated 3-grams %"],
                            [[v, t, *_failure_cells(m, t)] for v, m in metrics.items() for t in tests]))
     if table["alignment"] or table["statistical"]:
         parts.append(alignment_markdown(table))
@@ -210,11 +214,15 @@ def _bucket_sizes(metrics: dict, test: str, label: str) -> str:
 
 def _failure_cells(m: dict, test: str) -> list[str]:
     words = m.get(f"tests/{test}/failures/source_words")
-    cells = []
-    for kind in ("unattended", "over_attended"):
-        count = m.get(f"tests/{test}/failures/{kind}")
-        cells.append("-" if not words or not words["mean"] else f"{100 * count['mean'] / words['mean']:.1f}")
-    return cells + [_cell(m.get(f"tests/{test}/failures/{kind}"), 1) for kind in ("too_long", "too_short")]
+    cells = [_percent(m.get(f"tests/{test}/failures/{kind}"), words) for kind in ("unattended", "over_attended")]
+    cells += [_cell(m.get(f"tests/{test}/failures/{kind}"), 1) for kind in ("too_long", "too_short")]
+    return cells + [_percent(m.get(f"tests/{test}/failures/repeated_trigrams"),
+                             m.get(f"tests/{test}/failures/trigrams"))]
+
+
+def _percent(count: dict | None, total: dict | None) -> str:
+    """100 count / total of two metrics' means; "-" where either is missing or the total is 0."""
+    return "-" if not count or not total or not total["mean"] else f"{100 * count['mean'] / total['mean']:.1f}"
 
 
 ALIGNMENT_COLUMNS = ("forward", "backward", "intersection", "union", "grow-diag-final")

@@ -21,6 +21,7 @@ from attnmt.core.task import TASKS
 from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imported from here)
     Column,
     EmbeddingsConfig,
+    GuidedAlignment,
     PairDataConfig,
     PairFiles,
     PairModelConfig,
@@ -30,7 +31,8 @@ from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imp
 
 S = TypeVar("S", bound=Section)
 
-ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "location")
+ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "location",
+              "coverage")
 LOCAL_ATTENTIONS = ("none", "local-m", "local-p")  # Luong et al. (2015): global, local-m, local-p
 
 
@@ -52,6 +54,9 @@ class ModelConfig(Section):
     decoder_init: Literal["bridge", "zeros"] = "bridge"
     location_channels: int = Field(10, gt=0)  # location attention: conv filters ...
     location_kernel: int = Field(31, gt=0)  # ... and their width (odd)
+    # coverage attention (Tu et al. 2016): N of each source word's fertility Phi_j = N sigmoid(u_f h_j),
+    # by which its coverage is divided; 0: the plain sum of its past weights (See et al. 2017)
+    coverage_fertility: int = Field(0, ge=0, le=100)
     # Luong et al.'s local attention, with a luong-* score: each step attends within local_window (D)
     # source positions of p_t, which is t (local-m, monotonic) or predicted from s_t (local-p, with a
     # Gaussian around p_t); none: global attention over the whole source
@@ -80,6 +85,8 @@ class ModelConfig(Section):
     def attention_name(self) -> str:
         """An RNN's attention in words: "bahdanau", "luong-general local-p (D=10)", "bahdanau sparsemax"."""
         name = self.attention
+        if self.coverage_fertility:
+            name += f" (fertility N={self.coverage_fertility})"
         if self.local_attention != "none":
             name += f" {self.local_attention} (D={self.local_window})"
         if self.attention_normalizer != "softmax":
@@ -103,6 +110,9 @@ class ModelConfig(Section):
             raise ValueError(f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an "
                              "RNN decoder whose query is its current state: model.attention luong-dot, luong-general, "
                              f"luong-concat or luong-location (here {here})")
+        if self.coverage_fertility and (self.type != "rnn" or self.attention != "coverage"):
+            here = self.type if self.type != "rnn" else f"attention {self.attention}"
+            raise ValueError(f"coverage_fertility is for model.attention: coverage (here {here})")
         if self.attention_normalizer != "softmax" and self.type == "rnn" and self.attention == "none":
             raise ValueError(f"attention_normalizer: {self.attention_normalizer} normalizes attention scores, and "
                              "model.attention none has none")
@@ -110,62 +120,6 @@ class ModelConfig(Section):
 
 
 Window = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]  # (left, right) source positions
-
-
-class GuidedAlignment(Section):
-    """Guided alignment (Garg et al. 2019): the attention trained towards reference word links, by
-    a cross-entropy beside the translation loss (attnmt.translation.guided_alignment)."""
-
-    # A Pharaoh file ("i-j": source word i, target word j) of one line per line of data.train;
-    # "eflomal": links that attnmt computes with eflomal on the training text (grow-diag-final); or
-    # "self": links read from the attention of first_round, a model trained before (Garg et al. 2019)
-    links: str = Field(min_length=1)
-    weight: float = Field(0.05, gt=0)  # lambda: loss = cross-entropy + weight * alignment cross-entropy
-    one_based: bool = False  # the file's indices start at 1
-    units: Literal["words", "pieces"] = "words"  # what the file's indices count: words, or subword pieces
-    # Transformer: the decoder layer (negative: from the last; default: the penultimate, or the only
-    # one) and the heads of its cross-attention that are trained, averaged (Garg et al. 2019: one
-    # head of the penultimate layer)
-    layer: int | None = None
-    heads: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
-    # Transformer: train (and align with) the attention of a second decoder pass without the causal
-    # mask, which sees the whole target, the word being aligned included (Garg et al. 2019's full
-    # context); the translation still reads only the past
-    full_context: bool = False
-    # links: self: the folder of a trained translation model of the same direction (source -> target),
-    # trained on the same data.train without guidance (the first round); its forced attention aligns
-    # every training pair (attnmt.translation.align.align)
-    first_round: Path | None = None
-    # links: self, optional: a model of the reverse direction (target -> source) trained on the same pairs;
-    # its links, turned around, and first_round's are symmetrized (grow-diag-final)
-    first_round_backward: Path | None = None
-    # links: self, optional: alignment layers of the first rounds (attnmt train-aligner), read
-    # instead of their attention
-    first_round_aligner: Path | None = None
-    first_round_backward_aligner: Path | None = None
-    # links: self with both directions: how they are combined (attnmt align --symmetrize); default
-    # mean with the two aligners, grow-diag-final otherwise (the best of each on E4)
-    symmetrize: Literal["intersection", "union", "grow-diag-final", "mean"] | None = None
-
-    @model_validator(mode="after")
-    def first_round_with_self(self):
-        if self.links == "self" and self.first_round is None:
-            raise ValueError("links: self needs first_round: the folder of a translation model trained on "
-                             "data.train without guidance (the first round), whose attention gives the links")
-        for name in ("first_round", "first_round_backward", "first_round_aligner", "first_round_backward_aligner",
-                     "symmetrize"):
-            if self.links != "self" and getattr(self, name) is not None:
-                raise ValueError(f"{name} is for links: self (links is {self.links!r})")
-        if self.first_round_backward_aligner is not None and self.first_round_backward is None:
-            raise ValueError("first_round_backward_aligner is the aligner of first_round_backward: give that too")
-        if self.symmetrize is not None and self.first_round_backward is None:
-            raise ValueError("symmetrize combines first_round and first_round_backward: give first_round_backward")
-        return self
-
-    @property
-    def symmetrization(self) -> str:
-        both_aligners = self.first_round_aligner is not None and self.first_round_backward_aligner is not None
-        return self.symmetrize or ("mean" if both_aligners else "grow-diag-final")
 
 
 class TrainingConfig(Section):
@@ -202,6 +156,9 @@ class TrainingConfig(Section):
     # it sets unless that is given); None: over the whole source
     attention_window: Window | None = None
     guided_alignment: GuidedAlignment | None = None  # RNN translation models with attention
+    # lambda of See et al.'s (2017) coverage loss, added to the cross-entropy: lambda sum_t sum_j
+    # min(a_t(j), sum_{t'<t} a_{t'}(j)), against attending again to what was attended to; 0: none
+    coverage_loss: float = Field(0.0, ge=0)
     # Fine-tuning: start from the weights (init_checkpoint) and subwords of this trained translation model
     init_from: Path | None = None  # (its model section must be this config's; optimizer and steps start afresh)
     init_checkpoint: Literal["best", "last", "averaged"] = "best"
@@ -345,6 +302,16 @@ class Config(Section):
             if max(guided.heads) >= model.heads:
                 raise ValueError(f"training.guided_alignment.heads {guided.heads}: the model has {model.heads} heads "
                                  f"(0 to {model.heads - 1})")
+        return self
+
+    @model_validator(mode="after")
+    def coverage_loss_needs_rnn_attention(self):
+        if self.training.coverage_loss and (self.task == "pairs" or self.model.type != "rnn"
+                                            or self.model.attention == "none"):
+            here = "task: pairs" if self.task == "pairs" else (
+                "model.type: transformer" if self.model.type != "rnn" else "model.attention: none")
+            raise ValueError("training.coverage_loss penalizes an RNN decoder's attention for attending again "
+                             f"(model.type: rnn, model.attention not none; here {here})")
         return self
 
     @model_validator(mode="after")

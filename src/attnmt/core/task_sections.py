@@ -1,12 +1,13 @@
-"""The sections of the configuration that belong to one task: ``speech`` (task: speech) and, for
-task: pairs, the data and model sections that take the place of the translation ones. Config
+"""The sections of the configuration that belong to one task: ``speech`` (task: speech), for
+task: pairs the data and model sections that take the place of the translation ones, and
+training.guided_alignment (task: translation). Config
 (attnmt.core.config) uses them, and every name here is importable from there too.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -150,3 +151,62 @@ class PairModelConfig(Section):
     # what turns the attend step's scores into weights, in both directions: softmax, or sparsemax
     # (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give most words exactly 0
     attention_normalizer: Literal[NORMALIZERS] = "softmax"
+
+
+# ------------------------------------------------------------------------------ task: translation
+
+
+class GuidedAlignment(Section):
+    """Guided alignment (Garg et al. 2019): the attention trained towards reference word links, by
+    a cross-entropy beside the translation loss (attnmt.translation.guided_alignment)."""
+
+    # A Pharaoh file ("i-j": source word i, target word j) of one line per line of data.train;
+    # "eflomal": links that attnmt computes with eflomal on the training text (grow-diag-final); or
+    # "self": links read from the attention of first_round, a model trained before (Garg et al. 2019)
+    links: str = Field(min_length=1)
+    weight: float = Field(0.05, gt=0)  # lambda: loss = cross-entropy + weight * alignment cross-entropy
+    one_based: bool = False  # the file's indices start at 1
+    units: Literal["words", "pieces"] = "words"  # what the file's indices count: words, or subword pieces
+    # Transformer: the decoder layer (negative: from the last; default: the penultimate, or the only
+    # one) and the heads of its cross-attention that are trained, averaged (Garg et al. 2019: one
+    # head of the penultimate layer)
+    layer: int | None = None
+    heads: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
+    # Transformer: train (and align with) the attention of a second decoder pass without the causal
+    # mask, which sees the whole target, the word being aligned included (Garg et al. 2019's full
+    # context); the translation still reads only the past
+    full_context: bool = False
+    # links: self: the folder of a trained translation model of the same direction (source -> target),
+    # trained on the same data.train without guidance (the first round); its forced attention aligns
+    # every training pair (attnmt.translation.align.align)
+    first_round: Path | None = None
+    # links: self, optional: a model of the reverse direction (target -> source) trained on the same pairs;
+    # its links, turned around, and first_round's are symmetrized (grow-diag-final)
+    first_round_backward: Path | None = None
+    # links: self, optional: alignment layers of the first rounds (attnmt train-aligner), read
+    # instead of their attention
+    first_round_aligner: Path | None = None
+    first_round_backward_aligner: Path | None = None
+    # links: self with both directions: how they are combined (attnmt align --symmetrize); default
+    # mean with the two aligners, grow-diag-final otherwise (the best of each on E4)
+    symmetrize: Literal["intersection", "union", "grow-diag-final", "mean"] | None = None
+
+    @model_validator(mode="after")
+    def first_round_with_self(self):
+        if self.links == "self" and self.first_round is None:
+            raise ValueError("links: self needs first_round: the folder of a translation model trained on "
+                             "data.train without guidance (the first round), whose attention gives the links")
+        for name in ("first_round", "first_round_backward", "first_round_aligner", "first_round_backward_aligner",
+                     "symmetrize"):
+            if self.links != "self" and getattr(self, name) is not None:
+                raise ValueError(f"{name} is for links: self (links is {self.links!r})")
+        if self.first_round_backward_aligner is not None and self.first_round_backward is None:
+            raise ValueError("first_round_backward_aligner is the aligner of first_round_backward: give that too")
+        if self.symmetrize is not None and self.first_round_backward is None:
+            raise ValueError("symmetrize combines first_round and first_round_backward: give first_round_backward")
+        return self
+
+    @property
+    def symmetrization(self) -> str:
+        both_aligners = self.first_round_aligner is not None and self.first_round_backward_aligner is not None
+        return self.symmetrize or ("mean" if both_aligners else "grow-diag-final")

@@ -59,6 +59,9 @@ class Attention(nn.Module, ABC):
     #: True when the score reads each query's previous weights a_{t-1} (location): such queries
     #: cannot share one memory row (a beam search's hypotheses, attnmt.seq2seq.decoder.Memory).
     reads_previous_weights = False
+    #: True when the score reads each query's coverage, the sum of its weights so far (coverage
+    #: attention; DecoderState.coverage): such queries cannot share one memory row either.
+    reads_coverage = False
     #: True when the weights depend on the target position t of each query (local-m): the decoder
     #: then counts its steps (DecoderState.step).
     reads_step = False
@@ -69,9 +72,17 @@ class Attention(nn.Module, ABC):
         """Work that depends on the source only, done once per sentence."""
         return memory
 
+    @property
+    def reads_own_past(self) -> bool:
+        """Whether each query's score reads what that query attended to before (its previous weights
+        or its coverage), so that a beam search's hypotheses need their own rows."""
+        return self.reads_previous_weights or self.reads_coverage
+
     @abstractmethod
     def score(self, query: Tensor, keys: Tensor, prev_weights: Tensor | None) -> Tensor:
-        """Scores e (B,T,S) of each query against each source position."""
+        """Scores e (B,T,S) of each query against each source position. ``prev_weights`` (B,T,S): what
+        the query attended to before, where the score reads it: the previous step's weights a_{t-1}
+        (``reads_previous_weights``) or the coverage sum_{t'<t} a_{t'} (``reads_coverage``)."""
 
     def forward(self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor,
                 prev_weights: Tensor | None = None, steps: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -181,6 +192,51 @@ class LocationAttention(Attention):
         return speed.v_tanh(self.w.weight, self.W(query), keys + self.U(f)).unsqueeze(1)
 
 
+class CoverageAttention(Attention):
+    """Coverage attention (Tu et al. 2016; See et al. 2017): the additive score also reads how much
+    attention each source position has had so far, so that the decoder can learn to look elsewhere
+    once a word is translated (against words translated twice, or left out):
+
+        C_j = sum_{t'<t} a_{t'}(j) / Phi_j                     the coverage of position j
+        e_j = v^T tanh(W_s s_{t-1} + W_h h_j + w_c C_j)
+
+    Phi_j = 1 (See et al.; Tu et al.'s linguistic coverage without fertility), or with ``fertility``
+    N > 0 Tu et al.'s fertility Phi_j = N sigmoid(u_f^T h_j), the number of target words position j
+    is expected to produce, at most N. The decoder keeps the plain sum of the weights
+    (DecoderState.coverage); Phi_j depends on the source alone and is computed with the keys.
+    """
+
+    query_is_previous_state = True
+    reads_coverage = True
+
+    def __init__(self, query_size: int, memory_size: int, hidden_size: int, fertility: int = 0):
+        super().__init__()
+        self.W_s = nn.Linear(query_size, hidden_size, bias=False)
+        self.W_h = nn.Linear(memory_size, hidden_size, bias=True)
+        self.w_c = nn.Linear(1, hidden_size, bias=False)
+        self.v = nn.Linear(hidden_size, 1, bias=False)
+        self.fertility = fertility
+        self.u_f = nn.Linear(memory_size, 1) if fertility else None
+
+    def project_keys(self, memory):
+        """W_h h_j, and with fertility 1 / Phi_j as one more last feature (B,S,H+1)."""
+        keys = self.W_h(memory)
+        if self.u_f is None:
+            return keys
+        phi = self.fertility * torch.sigmoid(self.u_f(memory))
+        return torch.cat([keys, (1 / phi).to(keys.dtype)], dim=-1)
+
+    def score(self, query, keys, prev_weights):
+        if query.size(1) != 1:
+            raise ValueError("coverage attention scores one decoder step at a time")
+        coverage = prev_weights.transpose(1, 2)  # (B,1,S) -> (B,S,1)
+        if self.u_f is not None:  # C_j = sum a / Phi_j
+            keys, inverse_phi = keys[..., :-1], keys[..., -1:]
+            coverage = coverage * inverse_phi
+        # W_s s (B,1,H) broadcasts over W_h h + w_c C (B,S,H)
+        return speed.v_tanh(self.v.weight, self.W_s(query), keys + self.w_c(coverage.to(keys.dtype))).unsqueeze(1)
+
+
 class LocalAttention(Attention):
     """Local attention, Luong et al. (2015): step t attends only to the source positions j within D
     of an aligned position p_t, scored by one of Luong's global scores e_j (``scorer``):
@@ -247,12 +303,15 @@ def window_mask(prev_weights: Tensor, mask: Tensor, left: int, right: int) -> Te
 def build_attention(name: str, query_size: int, memory_size: int, hidden_size: int,
                     location_channels: int = 10, location_kernel: int = 31, local: str = "none",
                     local_window: int = 10, max_positions: int = 1024,
-                    normalizer: str = "softmax") -> Attention | None:
+                    normalizer: str = "softmax", coverage_fertility: int = 0) -> Attention | None:
     """The attention named in the config; None for 'none' (fixed context, no attention). ``local``:
     local-m or local-p around the score ``name`` (LocalAttention); none: global. ``normalizer``:
-    what turns its scores into weights (``normalize``)."""
+    what turns its scores into weights (``normalize``). ``coverage_fertility``: N of coverage
+    attention's fertility (0: none)."""
+    if coverage_fertility and name != "coverage":
+        raise ValueError(f"coverage_fertility is coverage attention's (model.attention: coverage), not {name!r}'s")
     attention = _attention(name, query_size, memory_size, hidden_size, location_channels, location_kernel,
-                           local, local_window, max_positions)
+                           local, local_window, max_positions, coverage_fertility)
     if attention is not None:
         if normalizer not in NORMALIZERS:
             raise ValueError(f"unknown attention normalizer {normalizer!r}; choose one of {', '.join(NORMALIZERS)}")
@@ -261,7 +320,7 @@ def build_attention(name: str, query_size: int, memory_size: int, hidden_size: i
 
 
 def _attention(name, query_size, memory_size, hidden_size, location_channels, location_kernel, local,
-               local_window, max_positions) -> Attention | None:
+               local_window, max_positions, coverage_fertility) -> Attention | None:
     if local != "none":
         if not name.startswith("luong-"):
             raise ValueError(f"local attention ({local}) takes a Luong score (luong-dot, luong-general, "
@@ -284,10 +343,13 @@ def _attention(name, query_size, memory_size, hidden_size, location_channels, lo
         return LuongConcatAttention(query_size, memory_size, hidden_size)
     if name == "location":
         return LocationAttention(query_size, memory_size, hidden_size, location_channels, location_kernel)
+    if name == "coverage":
+        return CoverageAttention(query_size, memory_size, hidden_size, coverage_fertility)
     raise ValueError(f"unknown attention {name!r}; choose one of none, bahdanau, luong-dot, "
-                     "luong-general, luong-concat, luong-location, location")
+                     "luong-general, luong-concat, luong-location, location, coverage")
 
 
 __all__ = ["NORMALIZERS", "normalize", "Attention", "BahdanauAttention", "LuongDotAttention", "LuongGeneralAttention",
            "LuongConcatAttention",
-           "LuongLocationAttention", "LocationAttention", "LocalAttention", "build_attention", "window_mask"]
+           "LuongLocationAttention", "LocationAttention", "CoverageAttention", "LocalAttention", "build_attention",
+           "window_mask"]

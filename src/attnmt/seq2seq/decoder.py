@@ -48,7 +48,7 @@ class Memory(Batched):
     # None: everywhere. Given to encode (training's or decoding's attention_window), never changed.
     window: tuple[int, int] | None = None
     # Whether a beam search's k hypotheses of a sentence may attend to one copy of its memory, as k
-    # queries (not with location attention nor a window, which read each row's previous weights).
+    # queries (not with location or coverage attention nor a window, which read each row's past weights).
     shareable: bool = False
     # Decoder rows per memory row: k when a beam search shares it (for_beams), else 1.
     beam: int = 1
@@ -72,10 +72,16 @@ class DecoderState(Batched):
     attentional: Tensor  # (B,H) h~_{t-1}, fed back with input feeding
     weights: Tensor  # (B,S) a_{t-1}, read by location attention
     step: Tensor | None = None  # (B,) t, the steps taken: counted for local-m attention only (reads_step)
+    # (B,S) sum_{t'<t} a_{t'}, the attention each source position has had: kept for coverage attention only
+    coverage: Tensor | None = None
 
     def next_step(self) -> Tensor | None:
         """The step counter after one more step (None where it is not counted)."""
         return None if self.step is None else self.step + 1
+
+    def next_coverage(self, weights: Tensor | None) -> Tensor | None:
+        """The coverage after a step that attended with ``weights`` (None where it is not kept)."""
+        return None if self.coverage is None or weights is None else self.coverage + weights
 
 
 @dataclass
@@ -166,7 +172,8 @@ class RNNDecoder(nn.Module):
         weights = torch.zeros_like(memory.mask, dtype=memory.final.dtype)
         weights[:, 0] = 1.0
         step = memory.mask.new_zeros(batch, dtype=torch.long) if self._counts_steps else None
-        return DecoderState(hidden, cell, attentional, weights, step)
+        coverage = torch.zeros_like(weights) if self.attention is not None and self.attention.reads_coverage else None
+        return DecoderState(hidden, cell, attentional, weights, step, coverage)
 
     @property
     def _counts_steps(self) -> bool:
@@ -184,8 +191,9 @@ class RNNDecoder(nn.Module):
 
     def _attend_one(self, query: Tensor, memory: Memory, state: DecoderState, read_weights: bool):
         """The attention of one step: query (B,H) -> context (B,M), weights and scores (B,S) or None.
-        The previous weights (``state.weights``) go to the score if ``read_weights`` (location
-        attention), and to the memory's window if it has one."""
+        The previous weights (``state.weights``, location attention) or the coverage (coverage
+        attention) go to the score if ``read_weights``, and the previous weights to the memory's window
+        if it has one."""
         steps = state.step
         if memory.beam > 1:  # a sentence's k hypotheses as k queries (B,k,H) of its one memory
             steps = None if steps is None else steps.view(-1, memory.beam)
@@ -193,7 +201,8 @@ class RNNDecoder(nn.Module):
             return tuple(x.flatten(0, 1) for x in attended)
         window = memory.window
         mask = None if window is None else window_mask(state.weights, memory.mask, *window)
-        prev_weights = state.weights.unsqueeze(1) if read_weights else None
+        past = state.coverage if state.coverage is not None else state.weights
+        prev_weights = past.unsqueeze(1) if read_weights else None
         steps = None if steps is None else steps.unsqueeze(1)
         context, weights, scores = self._attend(query.unsqueeze(1), memory, prev_weights, mask, steps)
         return context.squeeze(1), *(None if x is None else x.squeeze(1) for x in (weights, scores))
@@ -221,7 +230,7 @@ class RNNDecoder(nn.Module):
         context, weights, scores = attended
         attentional = self._attentional(context, hidden[-1])
         new_state = DecoderState(hidden, cell, attentional, state.weights if weights is None else weights,
-                                 state.next_step())
+                                 state.next_step(), state.next_coverage(weights))
         return DecoderStep(attentional, new_state, context, weights, scores)
 
     def forward(self, embedded: Tensor, state: DecoderState, memory: Memory):
@@ -248,7 +257,8 @@ class RNNDecoder(nn.Module):
         for step_gates in gates:
             hidden, cell, step_attended = self._recur(step_gates, state, memory)
             weights = state.weights if step_attended is None or step_attended[1] is None else step_attended[1]
-            state = DecoderState(hidden, cell, state.attentional, weights, state.next_step())
+            state = DecoderState(hidden, cell, state.attentional, weights, state.next_step(),
+                                 state.next_coverage(weights))
             tops.append(hidden[-1])
             attended.append(step_attended)
         tops = torch.stack(tops, dim=1)

@@ -150,7 +150,7 @@ class Translator:
         """What the model is, as the server's /models says it: the fields of its type, the others None."""
         m = self.config.model
         none = dict.fromkeys(("rnn_type", "input_feeding", "local_attention", "local_window", "attention_normalizer",
-                              "decoder_hidden", "d_model", "heads", "feed_forward", "norm"))
+                              "coverage_fertility", "decoder_hidden", "d_model", "heads", "feed_forward", "norm"))
         dc = self.config.decoding
         common = dict(type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers, beam=dc.beam,
                       length_penalty=dc.length_penalty, coverage_penalty=dc.coverage_penalty)
@@ -159,7 +159,8 @@ class Translator:
                     "feed_forward": m.feed_forward, "norm": m.norm, "attention_normalizer": m.attention_normalizer}
         local = {"local_attention": m.local_attention,
                  "local_window": None if m.local_attention == "none" else m.local_window,
-                 "attention_normalizer": None if m.attention == "none" else m.attention_normalizer}
+                 "attention_normalizer": None if m.attention == "none" else m.attention_normalizer,
+                 "coverage_fertility": m.coverage_fertility if m.attention == "coverage" else None}
         return {**common, **none, "attention": m.attention, "rnn_type": m.rnn_type, "input_feeding": m.input_feeding,
                 **local, "decoder_hidden": m.decoder_hidden}
 

@@ -27,7 +27,7 @@ class Seq2Seq(EncoderDecoder):
         attention = build_attention(config.attention, config.decoder_hidden, memory_size,
                                     config.attention_size, config.location_channels,
                                     config.location_kernel, config.local_attention, config.local_window,
-                                    config.max_positions, config.attention_normalizer)
+                                    config.max_positions, config.attention_normalizer, config.coverage_fertility)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, config.embedding_size, padding_idx=PAD)
         self.decoder = RNNDecoder(config.embedding_size, config.decoder_hidden, memory_size,
                                   config.decoder_layers, config.rnn_type, attention,
@@ -75,7 +75,7 @@ class Seq2Seq(EncoderDecoder):
             raise AttnmtError(f"an attention window ({window}) and local attention ({attention.kind}) together: local "
                               "attention keeps each step to its own window (model.local_window)")
         keys = None if attention is None else attention.project_keys(states)
-        shareable = attention is not None and not attention.reads_previous_weights and window is None
+        shareable = attention is not None and not attention.reads_own_past and window is None
         return Memory(states, keys, mask, final, window, shareable)
 
     def init_state(self, memory: Memory) -> DecoderState:

@@ -21,18 +21,35 @@ from attnmt.seq2seq.search import decode
 
 
 def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0, memory=None,
-                  window: tuple[int, int] | None = None) -> torch.Tensor:
+                  window: tuple[int, int] | None = None, coverage_weight: float = 0.0) -> torch.Tensor:
     """Cross-entropy summed over the real (non-padding) target tokens. The output layer, the
     largest product of a step, runs on those positions only. ``window``: the attention window
-    (training.attention_window); ``memory``: the source already encoded, with its window."""
+    (training.attention_window); ``memory``: the source already encoded, with its window;
+    ``coverage_weight``: lambda of the coverage loss added to it (training.coverage_loss)."""
     if memory is None:
-        states, _ = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, window)
+        states, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, window)
     else:
-        states, _ = model.decoder_outputs_of(memory, batch.tgt_in)
+        states, weights = model.decoder_outputs_of(memory, batch.tgt_in)
+    coverage = coverage_weight * coverage_loss(weights, batch.tgt_out != PAD) if coverage_weight else 0.0
     if not selects_real_rows(states.device):
-        return model.generator.loss(states.flatten(0, 1), batch.tgt_out.flatten(), label_smoothing, ignore_index=PAD)
+        return coverage + model.generator.loss(states.flatten(0, 1), batch.tgt_out.flatten(), label_smoothing,
+                                               ignore_index=PAD)
     real = batch.tgt_out != PAD
-    return model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
+    return coverage + model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
+
+
+def coverage_note(weight: float) -> str:
+    """What training's log says of the coverage loss (training.coverage_loss): "" without one."""
+    return f"; coverage loss, lambda {weight:g}" if weight else ""
+
+
+def coverage_loss(weights: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """See et al.'s (2017) coverage loss, summed over the real target steps (``real`` (B,T)): at step
+    t, sum_j min(a_t(j), c_t(j)) with c_t = sum_{t'<t} a_{t'}, the attention that source position j
+    has had already. It is 0 while no position is attended to twice, and at most 1 a step.
+    weights (B,T,S)."""
+    covered = weights.cumsum(1) - weights
+    return (torch.minimum(weights, covered).sum(-1) * real).sum()
 
 
 def selects_real_rows(device: torch.device) -> bool:
@@ -47,12 +64,14 @@ class TrainingLoss(nn.Module):
     summed loss and the number of target tokens it sums over. With ``graphs`` (on a GPU), the
     decoder runs as CUDA graphs (attnmt.seq2seq.graphs; made with the same window). ``window``:
     the attention window of training (training.attention_window), passed to the model at every
-    batch. A task with more to its loss (guided alignment, CTC) overrides ``loss``."""
+    batch. ``coverage_weight``: lambda of the coverage loss (training.coverage_loss; not in the graphs).
+    A task with more to its loss (guided alignment, CTC) overrides ``loss``."""
 
     def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None,
-                 window: tuple[int, int] | None = None):
+                 window: tuple[int, int] | None = None, coverage_weight: float = 0.0):
         super().__init__()
         self.model, self.label_smoothing, self.graphs, self.window = model, label_smoothing, graphs, window
+        self.coverage_weight = coverage_weight
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
         if self.graphs is not None and speed.enabled():
@@ -60,7 +79,8 @@ class TrainingLoss(nn.Module):
         return self.loss(batch), batch.target_tokens
 
     def loss(self, batch: Batch) -> torch.Tensor:
-        return sequence_loss(self.model, batch, self.label_smoothing, window=self.window)
+        return sequence_loss(self.model, batch, self.label_smoothing, window=self.window,
+                             coverage_weight=self.coverage_weight)
 
 
 def pair_batch(data, indices: list[int]) -> Batch:

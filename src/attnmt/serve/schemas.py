@@ -98,7 +98,7 @@ class ModelInfo(Strict):
         description="rnn: encoder-decoder RNN with one attention; transformer: layers of multi-head attention "
                     "(/attention); decomposable: a sentence-pair classifier (/classify; the other fields null or 0)")
     attention: Optional[str] = Field(
-        description="RNN: none | bahdanau | luong-dot | luong-general | luong-concat | location; "
+        description="RNN: none | bahdanau | luong-dot | luong-general | luong-concat | location | coverage; "
                     "Transformer: 'multi-head'")
     rnn_type: Optional[str] = Field(description="RNN only: gru | lstm")
     input_feeding: Optional[bool] = Field(description="RNN only")
@@ -110,6 +110,9 @@ class ModelInfo(Strict):
         None, description="RNN with attention, or decomposable: what turns the scores into weights: softmax, or "
                           "sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give "
                           "exact zeros")
+    coverage_fertility: Optional[int] = Field(
+        None, description="RNN with coverage attention only: N of Tu et al.'s fertility N sigmoid(u_f h_j), which "
+                          "divides each source word's coverage (0: the plain sum of its past weights)")
     decoder_hidden: Optional[int] = Field(description="RNN only: size of the decoder state")
     d_model: Optional[int] = Field(description="Transformer only: model width")
     heads: Optional[int] = Field(description="Transformer only: attention heads per layer")

@@ -21,7 +21,8 @@ from attnmt.core.distributed import ONE_PROCESS, Processes
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import Batch, target_tensors
 from attnmt.data.subwords import Subwords, prepared_subwords, subword_paths, train_target_subwords
-from attnmt.seq2seq.training import TrainingLoss, best_outputs, evaluate_loss, sequence_loss, validation_decoding
+from attnmt.seq2seq.training import (TrainingLoss, best_outputs, coverage_note, evaluate_loss, sequence_loss,
+                                     validation_decoding)
 from attnmt.speech.audio import SpeechCorpus, load_speech_corpus, read_speech_tsv
 from attnmt.speech.error_rates import error_rates
 from attnmt.speech.model import build_speech_model
@@ -123,13 +124,15 @@ def speech_parts(config: Config, device: torch.device, processes: Processes = ON
     if config.training.init_from is not None:  # fine-tuning: its weights, global statistics included
         fine_tuning.initialize(model, config)
     model.to(device)
-    window = config.training.attention_window
-    loss = (SpeechLoss(model, config.training.label_smoothing, config.speech.ctc_weight, window)
-            if config.speech.ctc_weight else TrainingLoss(model, config.training.label_smoothing, window=window))
+    window, coverage = config.training.attention_window, config.training.coverage_loss
+    loss = (SpeechLoss(model, config.training.label_smoothing, config.speech.ctc_weight, window, coverage)
+            if config.speech.ctc_weight else TrainingLoss(model, config.training.label_smoothing, window=window,
+                                                          coverage_weight=coverage))
     setup = setup_training(model, loss, config.training, processes)
     seconds = train.corpus.seconds(config.speech.hop_ms)
     summary = (f"model: speech encoder, {config.model.attention_name} attention, "
-               f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(train):,} training utterances "
+               f"{sum(p.numel() for p in model.parameters()):,} parameters{coverage_note(coverage)}; "
+               f"{len(train):,} training utterances "
                f"({seconds / 3600:.2f} h of audio)")
     validation = SpeechScores(dev, tgt_sw, config, progress) if dev is not None else None
     return SpeechParts(setup, train.sizes(), lambda indices: speech_batch(train, indices), validation, summary,
@@ -156,15 +159,18 @@ def check_ctc_lengths(data: EncodedSpeech, model, tsv: Path, log: Callable[[str]
 
 class SpeechLoss(TrainingLoss):
     """(1 - w) cross-entropy of the decoder + w CTC of the encoder states (Kim et al. 2017), both
-    summed over the batch, with the number of target tokens; the attention within ``window``."""
+    summed over the batch, with the number of target tokens; the attention within ``window``; the
+    coverage loss times ``coverage_weight`` (training.coverage_loss) in the decoder's term."""
 
-    def __init__(self, model, label_smoothing: float, ctc_weight: float, window: tuple[int, int] | None = None):
-        super().__init__(model, label_smoothing, window=window)
+    def __init__(self, model, label_smoothing: float, ctc_weight: float, window: tuple[int, int] | None = None,
+                 coverage_weight: float = 0.0):
+        super().__init__(model, label_smoothing, window=window, coverage_weight=coverage_weight)
         self.ctc_weight = ctc_weight
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
         memory = self.model.encode(batch.src, batch.src_lengths, self.window)
-        cross_entropy = sequence_loss(self.model, batch, self.label_smoothing, memory)
+        cross_entropy = sequence_loss(self.model, batch, self.label_smoothing, memory,
+                                      coverage_weight=self.coverage_weight)
         ctc = self.model.ctc_loss(memory, batch.tgt_out)
         return (1 - self.ctc_weight) * cross_entropy + self.ctc_weight * ctc, batch.target_tokens
 

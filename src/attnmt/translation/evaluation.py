@@ -224,6 +224,8 @@ def attention_failures(matrices: list, hypotheses: list[str], references: list[s
                     likely translated again and again
     too_long        outputs with more than twice the words of their reference
     too_short       outputs with fewer than half the words of their reference
+    repeated_trigrams  word trigrams of an output that it has written before (See et al. 2017's
+                    duplicate n-grams), of ``trigrams`` in all the outputs
 
     ``matrices``: per sentence the word attention (output words x source words, as from
     attnmt.seq2seq.links.word_matrix), or None (a model without attention: only the lengths count; with no
@@ -231,11 +233,14 @@ def attention_failures(matrices: list, hypotheses: list[str], references: list[s
     """
     check_parallel(matrices=matrices, hypotheses=hypotheses, references=references)
     counts = {"sentences": len(hypotheses), "source_words": 0, "unattended": 0, "over_attended": 0,
-              "too_long": 0, "too_short": 0}
+              "too_long": 0, "too_short": 0, "trigrams": 0, "repeated_trigrams": 0}
     for matrix, hypothesis, reference in zip(matrices, hypotheses, references):
         ratio = len(hypothesis.split()) / max(len(reference.split()), 1)
         counts["too_long"] += ratio > 2
         counts["too_short"] += ratio < 0.5
+        trigrams = list(zip(*(hypothesis.split()[i:] for i in range(3))))
+        counts["trigrams"] += len(trigrams)
+        counts["repeated_trigrams"] += len(trigrams) - len(set(trigrams))
         if matrix is not None:
             coverage = np.asarray(matrix).sum(axis=0)  # per source word: its attention over all steps
             counts["source_words"] += coverage.size

@@ -19,7 +19,8 @@ from attnmt.data.batching import Batch, training_batch
 from attnmt.data.subwords import PAD, Subwords
 from attnmt.seq2seq import EncoderDecoder, build_model
 from attnmt.seq2seq.graphs import GraphedLoss, graphed_loss
-from attnmt.seq2seq.training import TrainingLoss, evaluate_loss, sequence_loss, translate_ids, validation_decoding
+from attnmt.seq2seq.training import (TrainingLoss, coverage_loss, coverage_note, evaluate_loss, sequence_loss,
+                                     translate_ids, validation_decoding)
 from attnmt.training.loop import TrainingLoop
 from attnmt.training.optimization import TrainingSetup, setup_training
 from attnmt.training import fine_tuning
@@ -61,10 +62,10 @@ def setup_translation(config: Config, data: TranslationData, device: torch.devic
         fine_tuning.initialize(model, config)
     model = model.to(device)
     guided = tc.guided_alignment
-    # (the graphs capture the translation loss only: guided alignment trains without them)
-    graphs = None if guided else graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs, processes.world,
-                                              tc.attention_window)
-    loss = TranslationLoss(model, tc.label_smoothing, graphs, guided, tc.attention_window)
+    # (the graphs capture the cross-entropy only: guided alignment and the coverage loss train without them)
+    graphs = None if guided or tc.coverage_loss else graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs,
+                                                                  processes.world, tc.attention_window)
+    loss = TranslationLoss(model, tc.label_smoothing, graphs, guided, tc.attention_window, tc.coverage_loss)
     return setup_training(model, loss, tc, processes)
 
 
@@ -72,7 +73,8 @@ def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
     mc, tc = config.model, config.training
     start = "" if tc.init_from is None else f"; fine-tuning the {tc.init_checkpoint} weights of {tc.init_from}"
     return (f"model: {mc.transformer_name if mc.type == 'transformer' else mc.attention_name + ' attention'}, "
-            f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(data.train):,} training pairs{start}")
+            f"{sum(p.numel() for p in model.parameters()):,} parameters{coverage_note(tc.coverage_loss)}; "
+            f"{len(data.train):,} training pairs{start}")
 
 
 def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
@@ -86,15 +88,18 @@ def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
 
 
 def guided_sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float,
-                         guided: GuidedAlignment, window: tuple[int, int] | None = None) -> torch.Tensor:
+                         guided: GuidedAlignment, window: tuple[int, int] | None = None,
+                         coverage_weight: float = 0.0) -> torch.Tensor:
     """The cross-entropy (attnmt.seq2seq.training.sequence_loss) plus guided.weight times the
     guided-alignment loss of the batch's reference attention (attnmt.translation.guided_alignment);
-    the attention within ``window``."""
+    the attention within ``window``; and the coverage loss times ``coverage_weight``."""
     if batch.alignment is None:
-        return sequence_loss(model, batch, label_smoothing, window=window)
+        return sequence_loss(model, batch, label_smoothing, window=window, coverage_weight=coverage_weight)
     real = batch.tgt_out != PAD
     states, weights = guided_alignment.trained_attention(model, batch, guided, window)
     loss = model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
+    if coverage_weight:
+        loss = loss + coverage_weight * coverage_loss(weights, real)
     return loss + guided.weight * reference_links.alignment_loss(weights, batch.alignment)
 
 
@@ -102,14 +107,16 @@ class TranslationLoss(TrainingLoss):
     """The shared teacher-forced loss, with guided alignment where the config asks for it."""
 
     def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None,
-                 guided: GuidedAlignment | None = None, window: tuple[int, int] | None = None):
-        super().__init__(model, label_smoothing, graphs, window)
+                 guided: GuidedAlignment | None = None, window: tuple[int, int] | None = None,
+                 coverage_weight: float = 0.0):
+        super().__init__(model, label_smoothing, graphs, window, coverage_weight)
         self.guided = guided
 
     def loss(self, batch: Batch) -> torch.Tensor:
         if self.guided is None:
             return super().loss(batch)
-        return guided_sequence_loss(self.model, batch, self.label_smoothing, self.guided, self.window)
+        return guided_sequence_loss(self.model, batch, self.label_smoothing, self.guided, self.window,
+                                    self.coverage_weight)
 
 
 @dataclass

@@ -1,0 +1,200 @@
+"""Coverage attention (Tu et al. 2016; See et al. 2017) and See et al.'s coverage loss: the score
+against its equation, the coverage the decoder keeps, every decoding path, the loss, the config's
+errors, a trained model through the usual commands."""
+
+import pytest
+import torch
+
+from attnmt.core.config import ModelConfig
+from attnmt.core.errors import AttnmtError
+from attnmt.data.batching import training_batch
+from attnmt.seq2seq import build_model, decoding, fast_decoding
+from attnmt.seq2seq.attention import CoverageAttention, build_attention
+from attnmt.seq2seq.training import coverage_loss, sequence_loss
+from conftest import toy_config
+from test_attention import padded_batch, searches_matching_teacher_forcing, steps_matching_forward
+
+SRC_VOCAB, TGT_VOCAB = 30, 25
+
+
+def make_coverage_model(fertility=0, rnn_type="gru", layers=1, **options):
+    config = ModelConfig(attention="coverage", coverage_fertility=fertility, rnn_type=rnn_type, embedding_size=16,
+                         encoder_hidden=12, decoder_hidden=24, attention_size=10, encoder_layers=layers,
+                         decoder_layers=layers, dropout=0.0, **options)
+    return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
+
+
+@pytest.mark.parametrize("fertility", [0, 3])
+def test_the_coverage_score_is_its_equation(fertility):
+    """e_j = v^T tanh(W_s s + W_h h_j + w_c C_j), C_j the coverage divided by Phi_j = N sigmoid(u_f h_j)."""
+    torch.manual_seed(0)
+    attention = CoverageAttention(query_size=6, memory_size=5, hidden_size=4, fertility=fertility)
+    s, h = torch.randn(2, 1, 6), torch.randn(2, 3, 5)
+    coverage = torch.rand(2, 1, 3) * 2
+    scores = attention.score(s, attention.project_keys(h), coverage)
+    phi = fertility * torch.sigmoid(attention.u_f(h)).squeeze(-1) if fertility else torch.ones(2, 3)
+    for b in range(2):
+        for j in range(3):
+            C = coverage[b, 0, j] / phi[b, j]
+            energy = attention.W_s(s[b, 0]) + attention.W_h(h[b, j]) + attention.w_c.weight[:, 0] * C
+            expected = attention.v.weight[0] @ torch.tanh(energy)
+            assert scores[b, 0, j].item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+def test_the_score_depends_on_the_coverage_and_fertility_only_with_coverage_attention():
+    torch.manual_seed(0)
+    attention = CoverageAttention(6, 5, 4, fertility=2)
+    s, h = torch.randn(1, 1, 6), torch.randn(1, 3, 5)
+    keys = attention.project_keys(h)
+    assert keys.shape == (1, 3, 5)  # W_h h (4) and 1 / Phi
+    assert not torch.allclose(attention.score(s, keys, torch.zeros(1, 1, 3)),
+                              attention.score(s, keys, torch.tensor([[[1.0, 0.0, 0.0]]])))
+    with pytest.raises(ValueError, match="coverage_fertility is coverage attention's"):
+        build_attention("bahdanau", 6, 5, 4, coverage_fertility=2)
+
+
+@pytest.mark.parametrize("fertility", [0, 2])
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_the_decoder_keeps_the_sum_of_the_past_weights_and_steps_equal_teacher_forcing(fertility, rnn_type):
+    model = make_coverage_model(fertility, rnn_type, layers=2)
+    src, lengths, tgt = padded_batch()
+    memory = model.encode(src, lengths)
+    assert not memory.shareable  # a beam's hypotheses have their own coverage: their own rows
+    state = model.init_state(memory)
+    assert torch.equal(state.coverage, torch.zeros_like(state.weights))
+    steps = steps_matching_forward(model, src, lengths, tgt)
+    torch.testing.assert_close(steps[-1].state.coverage, sum(step.weights for step in steps))
+
+
+def test_other_attentions_keep_no_coverage():
+    config = ModelConfig(attention="bahdanau", embedding_size=16, encoder_hidden=12, decoder_hidden=24,
+                         attention_size=10, dropout=0.0)
+    model = build_model(config, SRC_VOCAB, TGT_VOCAB)
+    src, lengths, _ = padded_batch()
+    assert model.init_state(model.encode(src, lengths)).coverage is None
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("fertility", [0, 2])
+def test_searches_of_coverage_attention_match_teacher_forcing_and_each_other(fertility, beam):
+    """Greedy and beam search (reference and fixed-shape), with the coverage penalty too: each
+    hypothesis carries its own coverage through the beam's reordering."""
+    torch.manual_seed(1)
+    model = make_coverage_model(fertility)
+    src, lengths, _ = padded_batch()
+    searches_matching_teacher_forcing(model, src, lengths, beam)
+    if beam > 1:
+        searches_matching_teacher_forcing(model, src, lengths, beam, beta=0.4)  # the coverage penalty
+
+
+def test_the_coverage_loss_is_its_equation():
+    """sum over real steps t and positions j of min(a_t(j), sum_{t' < t} a_t'(j))."""
+    torch.manual_seed(0)
+    weights = torch.softmax(torch.randn(2, 4, 3), -1)
+    real = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    expected = 0.0
+    for b in range(2):
+        for t in range(4):
+            if real[b, t]:
+                covered = weights[b, :t].sum(0)
+                expected += torch.minimum(weights[b, t], covered).sum().item()
+    assert coverage_loss(weights, real).item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_coverage_loss_is_zero_while_no_position_is_attended_twice():
+    diagonal = torch.eye(4).unsqueeze(0)  # step t on position t
+    assert coverage_loss(diagonal, torch.ones(1, 4, dtype=torch.bool)).item() == 0
+    again = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])  # the second step on the first position again
+    assert coverage_loss(again, torch.ones(1, 2, dtype=torch.bool)).item() == 1
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "coverage", "location"])
+def test_sequence_loss_adds_lambda_times_the_coverage_loss_of_the_forced_attention(attention):
+    torch.manual_seed(0)
+    config = ModelConfig(attention=attention, embedding_size=16, encoder_hidden=12, decoder_hidden=24,
+                         attention_size=10, dropout=0.0, location_kernel=5)
+    model = build_model(config, SRC_VOCAB, TGT_VOCAB)
+    batch = training_batch([[5, 6, 7, 8, 2], [9, 10, 2]], [[4, 5, 6, 2], [7, 2]])
+    plain = sequence_loss(model, batch)
+    _, weights = model(batch.src, batch.src_lengths, batch.tgt_in)
+    penalty = coverage_loss(weights, batch.tgt_out != 0)
+    assert penalty.item() > 0
+    torch.testing.assert_close(sequence_loss(model, batch, coverage_weight=0.7), plain + 0.7 * penalty)
+    penalty.backward()  # the attention learns from it
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.decoder.attention.parameters()
+               if p.requires_grad and p.dim() > 1)
+
+
+FERTILITY_ERROR = "coverage_fertility is for model.attention: coverage"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"model": {"attention": "bahdanau", "coverage_fertility": 2}}, FERTILITY_ERROR),
+    ({"model": {"type": "transformer", "coverage_fertility": 2}}, FERTILITY_ERROR),
+    ({"model": {"attention": "none"}, "training": {"coverage_loss": 1.0}}, "here model.attention: none"),
+    ({"model": {"type": "transformer"}, "training": {"coverage_loss": 1.0}}, "here model.type: transformer"),
+    ({"training": {"coverage_loss": -1.0}}, "training.coverage_loss"),
+])
+def test_config_errors_name_the_field(tmp_path, fields, message):
+    with pytest.raises(AttnmtError, match=message):
+        toy_config(tmp_path, [("ab", "ab")], model=fields.get("model"), training=fields.get("training"))
+
+
+def test_the_coverage_loss_of_a_pair_model_is_an_error(tmp_path):
+    from attnmt.core.config import config_from_dict
+    from conftest import pair_config
+
+    raw = pair_config(tmp_path)
+    raw["training"]["coverage_loss"] = 1.0
+    with pytest.raises(AttnmtError, match="here task: pairs"):
+        config_from_dict(raw, tmp_path)
+
+
+def test_every_tensor_of_coverage_attention_is_made_on_the_models_device():
+    """With "meta" as the default device, a tensor made without naming its device lands there and
+    mixing it with the model's (CPU) tensors fails: training's pass, loss and backward, the searches."""
+    model = make_coverage_model(fertility=2)
+    src, lengths, tgt = padded_batch()
+    batch = training_batch([[5, 6, 7, 8, 2], [9, 10, 2]], [[4, 5, 6, 2], [7, 2]])
+    limits = decoding.max_output_lengths(lengths, 1.5, 5)
+    with torch.device("meta"):
+        sequence_loss(model.train(), batch, coverage_weight=1.0).backward()
+        model.eval()
+        with torch.inference_mode():
+            decoding.beam_search(model, src, lengths, limits, beam=3, beta=0.2)
+        fast_decoding.beam_search(model, src, lengths, limits, beam=3, graphs=True)
+
+
+def test_a_trained_coverage_model_translates_traces_and_describes_itself(tmp_path):
+    """Trained with fertility and the coverage loss (the log says so), saved and loaded: its
+    translations' attention is the trace's, /models and `attnmt info` name it."""
+    from attnmt.info import model_info
+    from attnmt.serve import create_app
+    from conftest import copy_model, local_client
+
+    logs = []
+    translator = copy_model(tmp_path, 12, attention="coverage", coverage_fertility=2,
+                            training={"coverage_loss": 1.0}, log=logs.append)
+    [line] = [line for line in logs if line.startswith("model: ")]
+    assert line.startswith("model: coverage (fertility N=2) attention, ") and "; coverage loss, lambda 1;" in line
+    [greedy] = translator.translate(["abcdefg"], beam=1)
+    trace = translator.trace("abcdefg")
+    torch.testing.assert_close(torch.as_tensor(trace.attention), torch.as_tensor(greedy.attention),
+                               atol=1e-6, rtol=1e-5)
+    translator.beam_tree("abcdefg", beam=2)
+    assert translator.describe()["attention"] == "coverage"
+    assert translator.describe()["coverage_fertility"] == 2
+    assert "coverage (fertility N=2) attention" in model_info(translator.folder)["model"]
+    with local_client(create_app([translator.folder])) as client:
+        [info] = client.get("/models").json()
+    assert info["attention"] == "coverage" and info["coverage_fertility"] == 2
+
+
+def test_training_uses_the_configs_coverage_loss(tmp_path):
+    """The same run with and without training.coverage_loss ends with other weights."""
+    from conftest import copy_model
+
+    plain, covered = (copy_model(tmp_path / str(weight), 3, attention="coverage", training={"coverage_loss": weight})
+                      for weight in (0.0, 5.0))
+    w_c = [translator.model.decoder.attention.w_c.weight for translator in (plain, covered)]
+    assert not torch.allclose(*w_c)
