@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The experiments of docs/experiments.md with their default budgets, one after the other, each
 # under the benchmark lock (one training at a time on the machine). Run from the checkout's root:
-#     bash benchmarks/experiments.sh [e1 ... e6 e6-seeds e6-transformer]   (default: e1-e5; in runs/experiments/)
+#     bash benchmarks/experiments.sh [e1 ... e7 e6-seeds e6-transformer e7-seeds]   (default: e1-e5; in runs/experiments/)
 # A finished run is skipped when this is run again; an interrupted one continues (--resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +43,14 @@ for normalizer in softmax sparsemax entmax15; do
   SPARSE_TRANSFORMER+=(--variant "transformer-$normalizer=configs/experiments/transformer.yaml:model.attention_normalizer=$normalizer")
 done
 
+# E7: coverage (Tu et al. 2016; See et al. 2017): Bahdanau's score with the coverage of each source word in it
+# (plain, and divided by Tu et al.'s fertility with N = 2), and See et al.'s coverage loss (lambda 1) with and without it
+COVERAGE=(--variant bahdanau:model.attention=bahdanau
+          --variant coverage:model.attention=coverage
+          --variant coverage-fertility:model.attention=coverage,model.coverage_fertility=2
+          --variant bahdanau-loss:model.attention=bahdanau,training.coverage_loss=1
+          --variant coverage-loss:model.attention=coverage,training.coverage_loss=1)
+
 run() {  # NAME ARGS...: one experiment, its date, commit and command logged beside its results
     local name=$1; shift
     mkdir -p "$OUT/$name"
@@ -76,6 +84,10 @@ for experiment in "$@"; do
     e6-transformer-long) run e6-de-en-transformer-4000 configs/experiments/e1-de-en.yaml "${SPARSE_TRANSFORMER[@]:0:2}" \
                            "${SPARSE_TRANSFORMER[@]:4:2}" --steps 4000 ;;  # softmax and entmax15
     e6-seeds) run e6-de-en configs/experiments/e1-de-en.yaml "${SPARSE[@]:0:6}" --steps 1000 --seeds 2 ;;  # bahdanau's
-    *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long, e6, e6-seeds, e6-transformer or e6-transformer-long)" >&2; exit 2 ;;
+    e7) run e7-de-en configs/experiments/e1-de-en.yaml "${COVERAGE[@]}" --steps 1000 --join 2,3,4
+        run e7-en-fr configs/experiments/e4-en-fr.yaml "${COVERAGE[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
+    e7-seeds) run e7-de-en configs/experiments/e1-de-en.yaml "${COVERAGE[@]}" --steps 1000 --join 2,3,4 --seeds 2 ;;
+    *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long, e6, e6-seeds, e6-transformer," \
+            "e6-transformer-long, e7 or e7-seeds)" >&2; exit 2 ;;
   esac
 done
