@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The experiments of docs/experiments.md with their default budgets, one after the other, each
 # under the benchmark lock (one training at a time on the machine). Run from the checkout's root:
-#     bash benchmarks/experiments.sh [e1 ... e7 e6-seeds e6-transformer e7-seeds]   (default: e1-e5; in runs/experiments/)
+#     bash benchmarks/experiments.sh [e1 ... e7 e6-seeds e6-transformer e7-seeds ...]   (default: e1-e5; in runs/experiments/)
 # A finished run is skipped when this is run again; an interrupted one continues (--resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +50,17 @@ COVERAGE=(--variant bahdanau:model.attention=bahdanau
           --variant coverage-fertility:model.attention=coverage,model.coverage_fertility=2
           --variant bahdanau-loss:model.attention=bahdanau,training.coverage_loss=1
           --variant coverage-loss:model.attention=coverage,training.coverage_loss=1)
+# E7: the coverage loss with smaller lambdas from the start, and as See et al. trained it: in a short last phase,
+# from the Bahdanau model of e7 (its subwords and weights), against the same steps without it
+LOSS=(--variant bahdanau-loss-0.1:model.attention=bahdanau,training.coverage_loss=0.1
+      --variant bahdanau-loss-0.01:model.attention=bahdanau,training.coverage_loss=0.01)
+FROM=training.init_from=$PWD/runs/experiments/e7-de-en/bahdanau/seed42  # (relative: to the config's folder)
+PHASE=(--variant "bahdanau-more:$FROM" --variant "bahdanau-then-loss:$FROM,training.coverage_loss=1")
+# E7: constrained sparsemax (Malaviya et al. 2018) with constant fertilities 1, 2 and 3, against plain sparsemax
+CONSTRAINED=(--variant bahdanau-sparsemax:model.attention=bahdanau,model.attention_normalizer=sparsemax)
+for f in 1 2 3; do
+  CONSTRAINED+=(--variant "bahdanau-csparsemax-$f:model.attention=bahdanau,model.attention_normalizer=csparsemax,model.fertility_bound=$f")
+done
 
 run() {  # NAME ARGS...: one experiment, its date, commit and command logged beside its results
     local name=$1; shift
@@ -86,8 +97,12 @@ for experiment in "$@"; do
     e6-seeds) run e6-de-en configs/experiments/e1-de-en.yaml "${SPARSE[@]:0:6}" --steps 1000 --seeds 2 ;;  # bahdanau's
     e7) run e7-de-en configs/experiments/e1-de-en.yaml "${COVERAGE[@]}" --steps 1000 --join 2,3,4
         run e7-en-fr configs/experiments/e4-en-fr.yaml "${COVERAGE[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
-    e7-seeds) run e7-de-en configs/experiments/e1-de-en.yaml "${COVERAGE[@]}" --steps 1000 --join 2,3,4 --seeds 2 ;;
+    e7-seeds) run e7-de-en configs/experiments/e1-de-en.yaml "${COVERAGE[@]:0:6}" --steps 1000 --join 2,3,4 --seeds 2 ;;
+    e7-loss) run e7-de-en configs/experiments/e1-de-en.yaml "${LOSS[@]}" --steps 1000 --join 2,3,4
+             run e7-de-en configs/experiments/e1-de-en.yaml "${PHASE[@]}" --steps 300 --join 2,3,4 ;;  # (its subwords)
+    e7-constrained) run e7-de-en-constrained configs/experiments/e1-de-en.yaml "${CONSTRAINED[@]}" --steps 1000 --join 2,3,4
+                    run e7-en-fr-constrained configs/experiments/e4-en-fr.yaml "${CONSTRAINED[@]}" --steps 500 "${GOLD[@]}" ;;
     *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long, e6, e6-seeds, e6-transformer," \
-            "e6-transformer-long, e7 or e7-seeds)" >&2; exit 2 ;;
+            "e6-transformer-long, e7, e7-seeds, e7-loss or e7-constrained)" >&2; exit 2 ;;
   esac
 done

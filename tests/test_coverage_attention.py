@@ -165,6 +165,7 @@ def test_every_tensor_of_coverage_attention_is_made_on_the_models_device():
         fast_decoding.beam_search(model, src, lengths, limits, beam=3, graphs=True)
 
 
+@pytest.mark.slow
 def test_a_trained_coverage_model_translates_traces_and_describes_itself(tmp_path):
     """Trained with fertility and the coverage loss (the log says so), saved and loaded: its
     translations' attention is the trace's, /models and `attnmt info` name it."""
@@ -190,6 +191,7 @@ def test_a_trained_coverage_model_translates_traces_and_describes_itself(tmp_pat
     assert info["attention"] == "coverage" and info["coverage_fertility"] == 2
 
 
+@pytest.mark.slow
 def test_training_uses_the_configs_coverage_loss(tmp_path):
     """The same run with and without training.coverage_loss ends with other weights."""
     from conftest import copy_model

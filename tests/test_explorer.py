@@ -393,11 +393,13 @@ def test_the_model_line_names_a_sparse_normalizer(page, server):
         const { describeModel } = await import("/static/panels.js");
         return [describeModel(info), describeModel({ ...info, attention_normalizer: "entmax15" }),
                 describeModel({ ...info, type: "transformer", d_model: 32, heads: 4, norm: "pre",
-                                attention_normalizer: "sparsemax" })];
+                                attention_normalizer: "sparsemax" }),
+                describeModel({ ...info, attention_normalizer: "csparsemax", fertility_bound: 1.5 })];
     }""", info)
     assert info["attention_normalizer"] == "softmax" and "softmax" not in lines[0]
     assert lines[1].startswith(f"{info['attention']} entmax15 attention")
     assert lines[2].startswith("Transformer · sparsemax attention · d_model 32")
+    assert lines[3].startswith(f"{info['attention']} csparsemax (fertility 1.5) attention")
 
 
 def test_the_model_line_names_coverage_attention_and_its_fertility(page, server):
@@ -412,14 +414,15 @@ def test_the_model_line_names_coverage_attention_and_its_fertility(page, server)
     assert lines[1].startswith("coverage (fertility N 2) attention")
 
 
-def test_the_step_view_names_a_sparse_normalizer_and_counts_its_zeros(page, server, tmp_path):
-    """A /trace of a sparsemax model (its answer rewritten here: one weight 1, the others 0): the
-    axis notes say sparsemax and how many weights are 0; merged into words, weights only (a word
-    has no score whose sparsemax gives its weight)."""
+@pytest.mark.parametrize("normalizer, note", [("sparsemax", "sparsemax(e)"), ("csparsemax", "csparsemax(e, u)")])
+def test_the_step_view_names_a_sparse_normalizer_and_counts_its_zeros(page, server, tmp_path, normalizer, note):
+    """A /trace of a sparsemax (or constrained sparsemax) model (its answer rewritten here: one weight
+    1, the others 0): the axis notes say which map (of the bounds u too) and how many weights are 0;
+    merged into words, weights only (a word has no score whose sparsemax gives its weight)."""
     def sparse(route):
         response = route.fetch()
         body = response.json()
-        body["normalizer"] = "sparsemax"
+        body["normalizer"] = normalizer
         for step in body["steps"]:
             top = max(range(len(step["weights"])), key=step["weights"].__getitem__)
             step["weights"] = [float(j == top) for j in range(len(step["weights"]))]
@@ -430,7 +433,7 @@ def test_the_step_view_names_a_sparse_normalizer_and_counts_its_zeros(page, serv
     page.wait_for_selector("#step-view svg.bars")
     n = page.locator("#step-view svg.bars rect.bar.weight").count()
     notes = page.locator("#step-view svg.bars-axis text.axis-note").all_text_contents()
-    assert notes == ["before the", "sparsemax", "sparsemax(e)", f"{n - 1} of {n} are 0"]
+    assert notes == ["before the", normalizer, note, f"{n - 1} of {n} are 0"]
     values = page.locator("#step-view svg.bars text.val").all_text_contents()[-n:]  # over the weights
     assert sorted(values) == ["0"] * (n - 1) + ["1"]
     assert page.locator("#step-view svg.bars rect.bar.score").count() == n
@@ -438,9 +441,9 @@ def test_the_step_view_names_a_sparse_normalizer_and_counts_its_zeros(page, serv
     assert page.locator("#step-view svg.bars rect.bar.score").count() == 0
     assert page.locator("#step-view svg.bars rect.bar.weight").count() == 3  # abc, de and </s>
     notes = page.locator("#step-view svg.bars-axis text.axis-note").all_text_contents()
-    assert notes == ["sparsemax(e)", "2 of 3 are 0"]
+    assert notes == [note, "2 of 3 are 0"]
     page.uncheck("#words")
-    page.locator("#step-view").screenshot(path=str(tmp_path / "step-view-sparsemax.png"))
+    page.locator("#step-view").screenshot(path=str(tmp_path / f"step-view-{normalizer}.png"))
 
 
 def test_score_card_colours_each_token_by_its_probability(page, server):

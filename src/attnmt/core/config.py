@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from attnmt.core.errors import AttnmtError
 from attnmt.core.data_sections import GPU_BATCH_TOKENS, CorpusFiles, DataConfig, ExtraCorpus  # noqa: F401 (re-exported)
 from attnmt.core.sections import (  # noqa: F401 (re-exported)
-    NORMALIZERS, SET_NAME, Section, SetName, SubwordConfig, named_sets)
+    NORMALIZERS, RNN_NORMALIZERS, SET_NAME, Section, SetName, SubwordConfig, named_sets)
 from attnmt.core.task import TASKS
 from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imported from here)
     Column,
@@ -34,6 +34,7 @@ S = TypeVar("S", bound=Section)
 ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "location",
               "coverage")
 LOCAL_ATTENTIONS = ("none", "local-m", "local-p")  # Luong et al. (2015): global, local-m, local-p
+FERTILITY_BOUND = 2.0  # csparsemax's default bound (a saved config writes it whatever the normalizer)
 
 
 class ModelConfig(Section):
@@ -64,8 +65,10 @@ class ModelConfig(Section):
     local_window: int = Field(10, gt=0, le=1000)  # D: the window is [p_t - D, p_t + D]
     # What turns attention scores into weights (an RNN's attention; every head of a Transformer):
     # softmax (every weight above 0), or sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et
-    # al. 2019), which give most positions exactly 0
-    attention_normalizer: Literal[NORMALIZERS] = "softmax"
+    # al. 2019), which give most positions exactly 0; for an RNN also csparsemax, constrained sparsemax
+    # (Malaviya et al. 2018): no source word gets more than fertility_bound attention over the output
+    attention_normalizer: Literal[RNN_NORMALIZERS] = "softmax"
+    fertility_bound: float = Field(FERTILITY_BOUND, gt=0, le=100)
     init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
     # Transformer (type: transformer); encoder_layers and decoder_layers count its layers too
     d_model: int = Field(256, gt=0)
@@ -91,6 +94,8 @@ class ModelConfig(Section):
             name += f" {self.local_attention} (D={self.local_window})"
         if self.attention_normalizer != "softmax":
             name += f" {self.attention_normalizer}"
+        if self.attention_normalizer == "csparsemax":
+            name += f" (fertility {self.fertility_bound:g})"
         return name
 
     @property
@@ -113,6 +118,13 @@ class ModelConfig(Section):
         if self.coverage_fertility and (self.type != "rnn" or self.attention != "coverage"):
             here = self.type if self.type != "rnn" else f"attention {self.attention}"
             raise ValueError(f"coverage_fertility is for model.attention: coverage (here {here})")
+        if self.attention_normalizer == "csparsemax" and (self.type != "rnn" or self.local_attention != "none"):
+            here = "a Transformer" if self.type != "rnn" else f"local_attention: {self.local_attention}"
+            raise ValueError("attention_normalizer: csparsemax bounds each source word's attention over the whole "
+                             f"output: it is for an RNN's global attention (here {here})")
+        if self.fertility_bound != FERTILITY_BOUND and self.attention_normalizer != "csparsemax":
+            raise ValueError(f"fertility_bound bounds csparsemax attention (attention_normalizer: csparsemax; here "
+                             f"{self.attention_normalizer})")
         if self.attention_normalizer != "softmax" and self.type == "rnn" and self.attention == "none":
             raise ValueError(f"attention_normalizer: {self.attention_normalizer} normalizes attention scores, and "
                              "model.attention none has none")

@@ -25,6 +25,8 @@ class SubwordConfig(Section):
 SET_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 # What turns attention scores into weights (model.attention_normalizer; attnmt.seq2seq.attention.normalize)
 NORMALIZERS = ("softmax", "sparsemax", "entmax15")
+# ... and for an RNN's attention, which can keep the attention each source word has had: constrained sparsemax
+RNN_NORMALIZERS = (*NORMALIZERS, "csparsemax")
 SetName = Annotated[str, StringConstraints(pattern=SET_NAME, max_length=64)]
 
 

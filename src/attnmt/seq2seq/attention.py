@@ -6,7 +6,9 @@
 
 The variants differ in ``score``, and in what turns the scores into weights (``normalizer``):
 softmax, whose weights are all above 0, or sparsemax (Martins & Astudillo 2016) and 1.5-entmax
-(Peters et al. 2019), which give most source positions exactly 0. (The additive ones compute v^T tanh(.) through
+(Peters et al. 2019), which give most source positions exactly 0, or constrained sparsemax
+(Malaviya et al. 2018), which also keeps each position's attention over the whole output below
+its fertility (attnmt.seq2seq.constrained). (The additive ones compute v^T tanh(.) through
 attnmt.core.speed.v_tanh: the same value, faster on a CPU.) Local attention (Luong et al. 2015)
 keeps each step to a window of the source around an aligned position p_t, with any of Luong's
 scores. Queries have shape (batch, steps, query_size), so one call scores a single decoder step
@@ -25,22 +27,26 @@ from torch import Tensor, nn
 
 from attnmt.core import speed
 from attnmt.core.errors import AttnmtError
-from attnmt.core.sections import NORMALIZERS
+from attnmt.core.sections import RNN_NORMALIZERS
+from attnmt.seq2seq.constrained import csparsemax, fertility_bounds
 
 
 
 
-def normalize(scores: Tensor, normalizer: str) -> Tensor:
+def normalize(scores: Tensor, normalizer: str, upper: Tensor | None = None) -> Tensor:
     """Weights a from scores e (..., S), -inf where a position may not be attended; they sum to 1
     over S:
 
-        softmax    a_j = exp(e_j) / sum_k exp(e_k)                        every a_j > 0
-        sparsemax  a = argmin_{p in simplex} ||p - e||^2 = [e_j - tau]_+  (Martins & Astudillo 2016)
-        entmax15   a_j = [e_j / 2 - tau]_+^2                              (1.5-entmax, Peters et al. 2019)
+        softmax     a_j = exp(e_j) / sum_k exp(e_k)                        every a_j > 0
+        sparsemax   a = argmin_{p in simplex} ||p - e||^2 = [e_j - tau]_+  (Martins & Astudillo 2016)
+        entmax15    a_j = [e_j / 2 - tau]_+^2                              (1.5-entmax, Peters et al. 2019)
+        csparsemax  a = argmin_{p in simplex, p <= u} ||p - e||^2 = clip(e_j - tau, 0, u_j)
+                    (constrained sparsemax, Malaviya et al. 2018; ``upper``: the bounds u)
 
     tau is the threshold that makes the weights sum to 1; positions scored below it get exactly 0.
-    The sparse maps come from the entmax package; half-precision scores go to them in float32 (as
-    to softmax under autocast): their threshold is a difference of running sums."""
+    The sparse maps come from the entmax package (csparsemax: attnmt.seq2seq.constrained);
+    half-precision scores go to them in float32 (as to softmax under autocast): their threshold is a
+    difference of running sums."""
     if normalizer == "softmax":
         return torch.softmax(scores, dim=-1)
     if scores.dtype in (torch.float16, torch.bfloat16):
@@ -49,7 +55,11 @@ def normalize(scores: Tensor, normalizer: str) -> Tensor:
         return entmax.sparsemax(scores, dim=-1)
     if normalizer == "entmax15":
         return entmax.entmax15(scores, dim=-1)
-    raise ValueError(f"unknown attention normalizer {normalizer!r}; choose one of {', '.join(NORMALIZERS)}")
+    if normalizer == "csparsemax":
+        if upper is None:
+            raise ValueError("csparsemax bounds the weights: give their upper bounds")
+        return csparsemax(scores, upper)
+    raise ValueError(f"unknown attention normalizer {normalizer!r}; choose one of {', '.join(RNN_NORMALIZERS)}")
 
 
 class Attention(nn.Module, ABC):
@@ -65,18 +75,35 @@ class Attention(nn.Module, ABC):
     #: True when the weights depend on the target position t of each query (local-m): the decoder
     #: then counts its steps (DecoderState.step).
     reads_step = False
-    #: what turns the scores into weights (``normalize``): softmax, sparsemax or entmax15
+    #: what turns the scores into weights (``normalize``): softmax, sparsemax, entmax15 or csparsemax
     normalizer = "softmax"
+    #: csparsemax: the most attention a source position may have over the whole output (Malaviya et
+    #: al.'s constant fertility); the last real position is unbounded (their sink)
+    fertility_bound = 2.0
 
     def project_keys(self, memory: Tensor) -> Tensor:
         """Work that depends on the source only, done once per sentence."""
         return memory
 
     @property
+    def keeps_coverage(self) -> bool:
+        """Whether the decoder keeps the coverage of each query (DecoderState.coverage): for the score
+        (coverage attention) or for the bounds of constrained sparsemax."""
+        return self.reads_coverage or self.normalizer == "csparsemax"
+
+    @property
     def reads_own_past(self) -> bool:
-        """Whether each query's score reads what that query attended to before (its previous weights
-        or its coverage), so that a beam search's hypotheses need their own rows."""
-        return self.reads_previous_weights or self.reads_coverage
+        """Whether each query's weights depend on what that query attended to before (its previous
+        weights or its coverage), so that a beam search's hypotheses need their own rows."""
+        return self.reads_previous_weights or self.keeps_coverage
+
+    def weights_of(self, scores: Tensor, mask: Tensor, coverage: Tensor | None) -> Tensor:
+        """normalize(scores), within the fertility bounds for csparsemax (coverage (B,T,S), mask (B,S))."""
+        if self.normalizer != "csparsemax":
+            return normalize(scores, self.normalizer)
+        if coverage is None:
+            raise ValueError("csparsemax attention needs the coverage of each query: decode step by step")
+        return normalize(scores, self.normalizer, fertility_bounds(coverage, mask, self.fertility_bound))
 
     @abstractmethod
     def score(self, query: Tensor, keys: Tensor, prev_weights: Tensor | None) -> Tensor:
@@ -85,13 +112,15 @@ class Attention(nn.Module, ABC):
         (``reads_previous_weights``) or the coverage sum_{t'<t} a_{t'} (``reads_coverage``)."""
 
     def forward(self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor,
-                prev_weights: Tensor | None = None, steps: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                prev_weights: Tensor | None = None, steps: Tensor | None = None,
+                coverage: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """query (B,T,Q), memory (B,S,M), mask (B,S) True at real tokens -> context c (B,T,M),
         weights a (B,T,S) and scores e (B,T,S), -inf at padding. ``steps`` (B,T): the target
-        position t of each query, read where ``reads_step``."""
+        position t of each query, read where ``reads_step``; ``coverage`` (B,T,S), the sum of each
+        query's past weights, where ``keeps_coverage``."""
         scores = self.score(query, keys, prev_weights)
         scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
-        weights = normalize(scores, self.normalizer)
+        weights = self.weights_of(scores, mask, coverage)
         context = torch.bmm(weights, memory)
         return context, weights, scores
 
@@ -275,7 +304,7 @@ class LocalAttention(Attention):
             return torch.minimum(steps.float(), last)
         return last * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query))).float()).squeeze(-1)
 
-    def forward(self, query, memory, keys, mask, prev_weights=None, steps=None):
+    def forward(self, query, memory, keys, mask, prev_weights=None, steps=None, coverage=None):
         p = self.aligned_position(query, mask, steps)
         j = torch.arange(mask.size(-1), device=mask.device, dtype=p.dtype)
         distance = j - p.unsqueeze(-1)  # (B,T,S): j - p_t
@@ -303,19 +332,23 @@ def window_mask(prev_weights: Tensor, mask: Tensor, left: int, right: int) -> Te
 def build_attention(name: str, query_size: int, memory_size: int, hidden_size: int,
                     location_channels: int = 10, location_kernel: int = 31, local: str = "none",
                     local_window: int = 10, max_positions: int = 1024,
-                    normalizer: str = "softmax", coverage_fertility: int = 0) -> Attention | None:
+                    normalizer: str = "softmax", coverage_fertility: int = 0,
+                    fertility_bound: float = 2.0) -> Attention | None:
     """The attention named in the config; None for 'none' (fixed context, no attention). ``local``:
     local-m or local-p around the score ``name`` (LocalAttention); none: global. ``normalizer``:
-    what turns its scores into weights (``normalize``). ``coverage_fertility``: N of coverage
-    attention's fertility (0: none)."""
+    what turns its scores into weights (``normalize``), ``fertility_bound`` bounding csparsemax's.
+    ``coverage_fertility``: N of coverage attention's fertility (0: none)."""
     if coverage_fertility and name != "coverage":
         raise ValueError(f"coverage_fertility is coverage attention's (model.attention: coverage), not {name!r}'s")
     attention = _attention(name, query_size, memory_size, hidden_size, location_channels, location_kernel,
                            local, local_window, max_positions, coverage_fertility)
     if attention is not None:
-        if normalizer not in NORMALIZERS:
-            raise ValueError(f"unknown attention normalizer {normalizer!r}; choose one of {', '.join(NORMALIZERS)}")
-        attention.normalizer = normalizer
+        if normalizer not in RNN_NORMALIZERS:
+            raise ValueError(f"unknown attention normalizer {normalizer!r}; choose one of {', '.join(RNN_NORMALIZERS)}")
+        if normalizer == "csparsemax" and local != "none":
+            raise ValueError("csparsemax bounds each source word's attention over the whole output: it takes global "
+                             f"attention, not {local}")
+        attention.normalizer, attention.fertility_bound = normalizer, fertility_bound
     return attention
 
 
@@ -349,7 +382,8 @@ def _attention(name, query_size, memory_size, hidden_size, location_channels, lo
                      "luong-general, luong-concat, luong-location, location, coverage")
 
 
-__all__ = ["NORMALIZERS", "normalize", "Attention", "BahdanauAttention", "LuongDotAttention", "LuongGeneralAttention",
+__all__ = ["RNN_NORMALIZERS", "normalize", "Attention", "BahdanauAttention", "LuongDotAttention",
+           "LuongGeneralAttention",
            "LuongConcatAttention",
            "LuongLocationAttention", "LocationAttention", "CoverageAttention", "LocalAttention", "build_attention",
            "window_mask"]

@@ -72,7 +72,8 @@ class DecoderState(Batched):
     attentional: Tensor  # (B,H) h~_{t-1}, fed back with input feeding
     weights: Tensor  # (B,S) a_{t-1}, read by location attention
     step: Tensor | None = None  # (B,) t, the steps taken: counted for local-m attention only (reads_step)
-    # (B,S) sum_{t'<t} a_{t'}, the attention each source position has had: kept for coverage attention only
+    # (B,S) sum_{t'<t} a_{t'}, the attention each source position has had: kept for coverage attention and
+    # constrained sparsemax only (Attention.keeps_coverage)
     coverage: Tensor | None = None
 
     def next_step(self) -> Tensor | None:
@@ -172,7 +173,7 @@ class RNNDecoder(nn.Module):
         weights = torch.zeros_like(memory.mask, dtype=memory.final.dtype)
         weights[:, 0] = 1.0
         step = memory.mask.new_zeros(batch, dtype=torch.long) if self._counts_steps else None
-        coverage = torch.zeros_like(weights) if self.attention is not None and self.attention.reads_coverage else None
+        coverage = torch.zeros_like(weights) if self.attention is not None and self.attention.keeps_coverage else None
         return DecoderState(hidden, cell, attentional, weights, step, coverage)
 
     @property
@@ -180,14 +181,14 @@ class RNNDecoder(nn.Module):
         return self.attention is not None and self.attention.reads_step
 
     def _attend(self, query: Tensor, memory: Memory, prev_weights: Tensor | None, mask: Tensor | None = None,
-                steps: Tensor | None = None):
+                steps: Tensor | None = None, coverage: Tensor | None = None):
         """query (B,T,H) -> context (B,T,M), weights and scores (B,T,S) or None without attention;
         over the real positions, or those of ``mask`` (B,S). ``steps`` (B,T): each query's target
-        position t, for an attention that reads it (local-m)."""
+        position t, for an attention that reads it (local-m); ``coverage`` (B,T,S), for one that keeps it."""
         if self.attention is None:
             return memory.final.unsqueeze(1).expand(-1, query.size(1), -1), None, None
         return self.attention(query, memory.states, memory.keys, memory.mask if mask is None else mask, prev_weights,
-                              steps)
+                              steps, coverage)
 
     def _attend_one(self, query: Tensor, memory: Memory, state: DecoderState, read_weights: bool):
         """The attention of one step: query (B,H) -> context (B,M), weights and scores (B,S) or None.
@@ -201,10 +202,11 @@ class RNNDecoder(nn.Module):
             return tuple(x.flatten(0, 1) for x in attended)
         window = memory.window
         mask = None if window is None else window_mask(state.weights, memory.mask, *window)
-        past = state.coverage if state.coverage is not None else state.weights
+        past = state.coverage if self.attention is not None and self.attention.reads_coverage else state.weights
         prev_weights = past.unsqueeze(1) if read_weights else None
         steps = None if steps is None else steps.unsqueeze(1)
-        context, weights, scores = self._attend(query.unsqueeze(1), memory, prev_weights, mask, steps)
+        coverage = None if state.coverage is None else state.coverage.unsqueeze(1)
+        context, weights, scores = self._attend(query.unsqueeze(1), memory, prev_weights, mask, steps, coverage)
         return context.squeeze(1), *(None if x is None else x.squeeze(1) for x in (weights, scores))
 
     def _recur(self, gates: Tensor, state: DecoderState, memory: Memory):
@@ -238,8 +240,10 @@ class RNNDecoder(nn.Module):
         # W_y y_{t-1} for all t in one product; unbind (not gates[:, t]) so that the backward
         # pass stacks the steps' gradients once instead of adding T full-size zero-padded copies.
         gates = speed.padded_in_time(self.W_y, embedded).unbind(1)
-        if self.path == FEED_BACK or (self.path == ATTEND_AFTER and memory.window is not None):
-            return self._every_step_in_turn(gates, state, memory)  # (a window needs the previous step's weights)
+        if self.path == FEED_BACK or (self.path == ATTEND_AFTER and (memory.window is not None
+                                                                    or state.coverage is not None)):
+            # (a window needs the previous step's weights, constrained sparsemax the coverage of the steps before)
+            return self._every_step_in_turn(gates, state, memory)
         return self._recurrence_then_the_rest(gates, state, memory)
 
     def _every_step_in_turn(self, gates: list[Tensor], state: DecoderState, memory: Memory):

@@ -27,7 +27,8 @@ class Seq2Seq(EncoderDecoder):
         attention = build_attention(config.attention, config.decoder_hidden, memory_size,
                                     config.attention_size, config.location_channels,
                                     config.location_kernel, config.local_attention, config.local_window,
-                                    config.max_positions, config.attention_normalizer, config.coverage_fertility)
+                                    config.max_positions, config.attention_normalizer, config.coverage_fertility,
+                                    config.fertility_bound)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, config.embedding_size, padding_idx=PAD)
         self.decoder = RNNDecoder(config.embedding_size, config.decoder_hidden, memory_size,
                                   config.decoder_layers, config.rnn_type, attention,

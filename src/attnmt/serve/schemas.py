@@ -106,10 +106,14 @@ class ModelInfo(Strict):
         None, description="RNN only: Luong et al.'s local attention (each step within local_window source "
                           "positions of t, local-m, or of a predicted position, local-p); none: global")
     local_window: Optional[int] = Field(None, description="RNN with local attention only: D, the window's half-width")
-    attention_normalizer: Optional[Literal["softmax", "sparsemax", "entmax15"]] = Field(
+    attention_normalizer: Optional[Literal["softmax", "sparsemax", "entmax15", "csparsemax"]] = Field(
         None, description="RNN with attention, or decomposable: what turns the scores into weights: softmax, or "
                           "sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give "
-                          "exact zeros")
+                          "exact zeros; RNN also csparsemax (Malaviya et al. 2018): sparsemax with each source "
+                          "word's attention over the output at most fertility_bound")
+    fertility_bound: Optional[float] = Field(
+        None, description="RNN with csparsemax attention only: the most attention a source word may receive over "
+                          "the whole output (the last source position, </s>, unbounded)")
     coverage_fertility: Optional[int] = Field(
         None, description="RNN with coverage attention only: N of Tu et al.'s fertility N sigmoid(u_f h_j), which "
                           "divides each source word's coverage (0: the plain sum of its past weights)")
@@ -193,7 +197,7 @@ class TraceResponse(Answer):
                                                          "frame (the spectrogram)")
     frames_per_state: Optional[int] = Field(None, description="speech: feature frames per encoder state")
     hop_ms: Optional[float] = Field(None, description="speech: milliseconds between two frames")
-    normalizer: Optional[Literal["softmax", "sparsemax", "entmax15"]] = Field(
+    normalizer: Optional[Literal["softmax", "sparsemax", "entmax15", "csparsemax"]] = Field(
         None, description="what made each step's weights of its scores (the model's attention_normalizer); "
                           "null where steps have no scores (a Transformer, or no attention)")
 

@@ -7,7 +7,8 @@ import { linkedCells, mergePieces } from "./words.js";
 /** One line about a model of /models. */
 export function describeModel(m) {
   if (!m) return "";
-  const sparse = m.attention_normalizer && m.attention_normalizer !== "softmax" ? ` ${m.attention_normalizer}` : "";
+  const bound = m.attention_normalizer === "csparsemax" ? ` (fertility ${m.fertility_bound})` : "";
+  const sparse = m.attention_normalizer && m.attention_normalizer !== "softmax" ? ` ${m.attention_normalizer}${bound}` : "";
   if (m.type === "decomposable") return `sentence pairs · decomposable${sparse} attention · labels ${m.labels.join(", ")}`;
   // after this model's figures: the models it decodes with (attnmt serve --ensemble), its tags
   const after = (m.ensemble ? ` · ensemble with ${m.ensemble.join(", ")} (mean attention)` : "")

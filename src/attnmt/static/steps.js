@@ -214,7 +214,8 @@ function attentionBars(sourceTokens, scores, weights, normalizer) {
   const wTop = top + scoreH + gap;
   const zeros = weights.filter((w) => w === 0).length;
   const notes = !normalizer ? ["last layer,", "heads averaged"] // lines that fit in AXIS
-    : normalizer === "softmax" ? ["softmax(e)"] : [`${normalizer}(e)`, `${zeros} of ${weights.length} are 0`];
+    : normalizer === "softmax" ? ["softmax(e)"]
+      : [`${normalizer}(${normalizer === "csparsemax" ? "e, u" : "e"})`, `${zeros} of ${weights.length} are 0`];
   axis.append(svg("text", { x: 4, y: wTop + 12, class: "axis-title" }, "weights aⱼ"),
     ...notes.map((note, k) => svg("text", { x: 4, y: wTop + 28 + 13 * k, class: "axis-note" }, note)));
   root.append(svg("line", { x1: left, x2: width - 4, y1: wTop + weightH, y2: wTop + weightH, class: "zero" }));

@@ -104,7 +104,8 @@ def _attention_bars(ax_scores, ax_weights, st, sources: list[str], normalizer: s
     ax_weights.set_ylim(0, max(float(weights.max()) * 1.15, 0.05))
     ax_weights.set_ylabel("weight a_j", fontsize=9)
     zeros = "" if normalizer == "softmax" else f"; {int((weights == 0).sum())} of {n} exactly 0"
-    ax_weights.set_title(f"attention weights a_j = {normalizer}(e)_j (the largest outlined{zeros})", fontsize=10)
+    of = "e, u" if normalizer == "csparsemax" else "e"  # (u: what each source word has left of its fertility)
+    ax_weights.set_title(f"attention weights a_j = {normalizer}({of})_j (the largest outlined{zeros})", fontsize=10)
     if n <= 30:
         for j, w in enumerate(weights):
             ax_weights.text(j, w, f"{w:.2f}", ha="center", va="bottom", fontsize=7)
