@@ -33,12 +33,11 @@ MODELS = {
                                                 "local_attention": "local-p", "local_window": 2},
     "gru-bahdanau-sparsemax": {"attention": "bahdanau", "attention_normalizer": "sparsemax"},
     "lstm-location-entmax15": {"rnn_type": "lstm", "attention": "location", "attention_normalizer": "entmax15"},
-    "gru-coverage": {"attention": "coverage"},
-    "gru-bahdanau-csparsemax": {"attention": "bahdanau", "attention_normalizer": "csparsemax", "fertility_bound": 1.0},
+    # (and each search of coverage and csparsemax against the reference's: test_coverage_attention and
+    # test_constrained_attention)
+    "gru-coverage-fertility": {"attention": "coverage", "coverage_fertility": 2},
     "lstm-luong-general-csparsemax-no-input-feeding": {"rnn_type": "lstm", "attention": "luong-general",
                                                        "input_feeding": False, "attention_normalizer": "csparsemax"},
-    "lstm-coverage-fertility-sparsemax": {"rnn_type": "lstm", "attention": "coverage", "coverage_fertility": 2,
-                                          "attention_normalizer": "sparsemax"},
     "lstm-bahdanau-2-layers": {"rnn_type": "lstm", "decoder_layers": 2},
     "lstm-location": {"rnn_type": "lstm", "attention": "location"},
     "transformer": TRANSFORMER,

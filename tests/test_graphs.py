@@ -63,7 +63,7 @@ def attention_options(attention: str) -> dict:
 
 
 @pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "none", "local-m", "local-p",
-                                       "sparsemax", "entmax15", "coverage", "coverage-fertility", "csparsemax"])
+                                       "sparsemax", "entmax15", "coverage-fertility", "csparsemax"])
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
 def test_the_captured_loss_is_the_usual_loss(attention, rnn_type):
     """BatchLoss (fixed shapes: unpacked encoder, targets padded in time, padding ignored by
