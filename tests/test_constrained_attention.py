@@ -161,3 +161,24 @@ def test_a_trained_constrained_model_translates_traces_and_describes_itself(tmp_
     assert body["normalizer"] == "csparsemax"
     ax = next(a for a in decoder_step_figure(trace, 0).axes if a.get_label() == "weights")
     assert "a_j = csparsemax(e, u)_j" in ax.get_title()
+
+
+@pytest.mark.parametrize("options", [{"attention": "coverage", "coverage_fertility": 2},
+                                     {"attention": "location", "attention_normalizer": "csparsemax",
+                                      "fertility_bound": 1.0}])
+def test_a_speech_model_attends_with_coverage_and_within_bounds(options):
+    """The speech encoder's states under coverage attention and csparsemax: steps = teacher forcing,
+    and no state but each utterance's last (the sink) gets more than f over the transcript."""
+    from attnmt.core.config import SpeechConfig
+    from attnmt.speech.model import build_speech_model
+
+    torch.manual_seed(0)
+    model = build_speech_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32, attention_size=16,
+                                           location_kernel=5, dropout=0.0, **options),
+                               SpeechConfig(n_mels=20, conv_channels=4, subsample=4), TGT_VOCAB).eval()
+    features, lengths = torch.randn(2, 41, 20), torch.tensor([41, 23])
+    steps = steps_matching_forward(model, features, lengths, torch.randint(4, TGT_VOCAB, (2, 15)))
+    total, states = sum(step.weights for step in steps), model.encode(features, lengths).mask.sum(1)
+    if options.get("attention_normalizer") == "csparsemax":
+        for i, n in enumerate(states.tolist()):
+            assert (total[i, :n - 1] <= 1.0 + 1e-5).all() and total[i, n - 1] >= 15 - (n - 1) - 1e-4
