@@ -835,3 +835,43 @@ def test_a_tag_reaches_every_view_of_the_models_trained_with_it(browser, tagged_
     finally:
         page.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.mark.parametrize("rewrite, notes", [
+    ({"attention_normalizer": "csparsemax", "fertility_bound": 1.5}, ["Σ a before", "+ this step", "bound f = 1.5"]),
+    ({"attention": "coverage", "coverage_fertility": 2}, ["Σ a before", "+ this step", "÷ fertility Φⱼ", "in the score"]),
+])
+def test_the_step_view_shows_the_coverage_a_models_attention_reads(page, server, rewrite, notes):
+    """A model with coverage attention or csparsemax (its /models entry rewritten here): under the
+    attention bars, each source token's coverage before the step (the sum of the earlier steps'
+    weights of /trace) with the step's weight on top; for csparsemax the bound, the last token the
+    sink. Not in words mode, nor for a model whose attention reads no coverage."""
+    text = "abc de"
+    translate_in_page(page, text)
+    page.wait_for_selector("#step-view svg.bars")
+    assert page.locator("#step-view svg.bars.coverage").count() == 0  # the model as it is: bahdanau, softmax
+
+    def rewritten(route):
+        response = route.fetch()
+        body = response.json()
+        body[0].update(rewrite)
+        route.fulfill(response=response, json=body)
+
+    page.route("**/models", rewritten)
+    page.reload()
+    page.wait_for_selector("body[data-state=ready]")
+    translate_in_page(page, text)
+    page.click("#step-next")
+    page.click("#step-next")
+    trace = post(server, "/trace", {"text": text, "top_k": 5}).json()
+    expected = [sum(step["weights"][j] for step in trace["steps"][:2]) for j in range(len(trace["source_tokens"]))]
+    covered = page.locator("#step-view svg.bars.coverage rect.bar.covered")
+    assert [float(v) for v in covered.evaluate_all("rs => rs.map((r) => r.dataset.value)")] == pytest.approx(
+        expected, abs=1e-5)
+    assert page.locator("#step-view svg.bars.coverage rect.bar.current").count() == len(expected)
+    assert page.locator("#step-view .bars-wrap:has(svg.coverage) text.axis-note").all_text_contents() == notes
+    bounded = "fertility_bound" in rewrite
+    assert page.locator("#step-view svg.bars.coverage line.bound").count() == int(bounded)
+    assert page.locator("#step-view svg.bars.coverage rect.bar.covered.sink").count() == int(bounded)
+    page.check("#words")
+    assert page.locator("#step-view svg.bars.coverage").count() == 0

@@ -146,7 +146,7 @@ async function translateAll() {
   drawPanels();
 
   steps.words = $("words").checked;
-  if (tr.status === "fulfilled") steps.show(tr.value);
+  if (tr.status === "fulfilled") steps.show(tr.value, modelByName(modelA));
   else { errors.push(tr.reason); steps.showError(tr.reason); }
 
   if (at && at.status === "fulfilled") {

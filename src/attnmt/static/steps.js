@@ -2,7 +2,8 @@
 // scores and weights as bars, the encoder states, context and decoder state, the top-k next tokens,
 // and the heatmap of the rows decoded so far. ◀ ▶ buttons and the arrow keys walk through the steps.
 // With words on, the bars and the heatmap are over words (words.js); the decoder still writes one
-// piece per step, and the vectors stay those of the pieces.
+// piece per step, and the vectors stay those of the pieces. A model whose attention reads the coverage
+// (coverage attention, csparsemax) shows it too, under the bars of the pieces.
 
 import { $, blue, clear, diverging, el, fmt, maxAbs, shortWeight, svg } from "./dom.js";
 import { Heatmap, noAttentionNotice } from "./heatmap.js";
@@ -11,6 +12,7 @@ import { logSumExpColumns, mergePieces, sumColumns, wordSpans } from "./words.js
 export class StepView {
   constructor() {
     this.trace = null; // the /trace answer shown, or null
+    this.info = null; // the model's entry of /models (what its attention reads), or null
     this.step = 0;
     this.heatmap = null;
     this.scales = null; // the largest magnitude of each kind of vector, for their colours
@@ -27,9 +29,10 @@ export class StepView {
     });
   }
 
-  /** Shows a /trace answer at its first step (null: no steps). */
-  show(trace) {
+  /** Shows a /trace answer at its first step (null: no steps); `info`: the model's entry of /models. */
+  show(trace, info = null) {
     this.trace = trace;
+    this.info = info;
     this.step = 0;
     const view = $("step-view");
     clear(view);
@@ -73,7 +76,7 @@ export class StepView {
     this.words = words;
     if (!this.trace) return;
     const t = this.step;
-    this.show(this.trace);
+    this.show(this.trace, this.info);
     this.go(t);
   }
 
@@ -122,7 +125,11 @@ export class StepView {
       const { spans, source } = this.merged;
       const wordScores = normalizerOf(trace) === "softmax" && step.scores && logSumExpColumns(step.scores, spans);
       attention.append(attentionBars(source, wordScores || null, sumColumns(step.weights, spans), normalizerOf(trace)));
-    } else attention.append(attentionBars(trace.source_tokens, step.scores, step.weights, normalizerOf(trace)));
+    } else {
+      attention.append(attentionBars(trace.source_tokens, step.scores, step.weights, normalizerOf(trace)));
+      const use = coverageUse(this.info);
+      if (use && hasWeights) attention.append(coverageBars(trace, t, use));
+    }
     clear(vectors);
     vectors.append(vectorsView(trace, step, this.scales));
     clear(topk);
@@ -235,6 +242,49 @@ function attentionBars(sourceTokens, scores, weights, normalizer) {
       "data-token": sourceTokens[j] },
       text, svg("title", {}, sourceTokens[j])));
   });
+  return el("div", { class: "bars-wrap" }, axis, root);
+}
+
+/** What a model's attention reads of the coverage C_j = Σ_{t'<t} a_t'(j), the attention each source
+ *  token has had before the step: coverage attention its score (divided by a fertility with N > 0),
+ *  csparsemax its bounds u_j = f - C_j; null for the others (or an unknown model). */
+function coverageUse(info) {
+  if (!info) return null;
+  if (info.attention_normalizer === "csparsemax") return { bound: info.fertility_bound };
+  if (info.attention === "coverage") return { fertility: info.coverage_fertility || 0 };
+  return null;
+}
+
+/** Bars of the coverage before step t (grey) with the step's own weights on top (blue), over the
+ *  same columns as the attention bars; with csparsemax a dashed line at the bound f, which no token
+ *  but the last (the sink, unbounded) passes. */
+function coverageBars(trace, t, use) {
+  const tokens = trace.source_tokens, n = tokens.length;
+  const coverage = tokens.map((_, j) => trace.steps.slice(0, t).reduce((sum, s) => sum + s.weights[j], 0));
+  const weights = trace.steps[t].weights;
+  const colW = Math.max(LINE + 3, Math.min(56, Math.floor(600 / n)));
+  const left = 4, top = 10, barH = 60, width = left + colW * n + 8, height = top + barH + 8;
+  const most = Math.max(use.bound ?? 1, ...coverage.map((c, j) => c + weights[j]));
+  const yOf = (v) => top + barH - (v / most) * barH;
+  const root = svg("svg", { class: "bars coverage", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": "the attention each source token has had before this step" });
+  const axis = svg("svg", { class: "bars-axis", width: AXIS, height, viewBox: `0 0 ${AXIS} ${height}` });
+  const notes = ["Σ a before", "+ this step"].concat(use.bound !== undefined ? [`bound f = ${use.bound}`]
+    : use.fertility ? ["÷ fertility Φⱼ", "in the score"] : ["in the score"]);
+  axis.append(svg("text", { x: 4, y: top + 2, class: "axis-title" }, "coverage Cⱼ"),
+    ...notes.map((note, k) => svg("text", { x: 4, y: top + 18 + 13 * k, class: "axis-note" }, note)));
+  root.append(svg("line", { x1: left, x2: width - 4, y1: yOf(0), y2: yOf(0), class: "zero" }));
+  coverage.forEach((c, j) => {
+    const x = left + j * colW + 4, sink = use.bound !== undefined && j === n - 1;
+    root.append(svg("rect", { x, y: yOf(c), width: colW - 8, height: yOf(0) - yOf(c), "data-col": j,
+      "data-value": c.toFixed(6), class: `bar covered${sink ? " sink" : ""}` },
+    svg("title", {}, `C = ${c.toFixed(4)}${sink ? " (the sink: unbounded)" : ""}`)));
+    root.append(svg("rect", { x, y: yOf(c + weights[j]), width: colW - 8, height: yOf(c) - yOf(c + weights[j]),
+      "data-col": j, class: "bar current" }, svg("title", {}, `a = ${weights[j].toFixed(4)} at this step`)));
+  });
+  if (use.bound !== undefined) {
+    root.append(svg("line", { x1: left, x2: width - 4, y1: yOf(use.bound), y2: yOf(use.bound), class: "bound" }));
+  }
   return el("div", { class: "bars-wrap" }, axis, root);
 }
 
