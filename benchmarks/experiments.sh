@@ -102,7 +102,9 @@ for experiment in "$@"; do
              run e7-de-en configs/experiments/e1-de-en.yaml "${PHASE[@]}" --steps 300 --join 2,3,4 ;;  # (its subwords)
     e7-constrained) run e7-de-en-constrained configs/experiments/e1-de-en.yaml "${CONSTRAINED[@]}" --steps 1000 --join 2,3,4
                     run e7-en-fr-constrained configs/experiments/e4-en-fr.yaml "${CONSTRAINED[@]}" --steps 500 "${GOLD[@]}" ;;
+    e7-constrained-seeds) run e7-de-en-constrained configs/experiments/e1-de-en.yaml "${CONSTRAINED[@]}" --steps 1000 \
+                            --join 2,3,4 --seeds 2 ;;
     *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long, e6, e6-seeds, e6-transformer," \
-            "e6-transformer-long, e7, e7-seeds, e7-loss or e7-constrained)" >&2; exit 2 ;;
+            "e6-transformer-long, e7, e7-seeds, e7-loss, e7-constrained or e7-constrained-seeds)" >&2; exit 2 ;;
   esac
 done
