@@ -70,6 +70,7 @@ def run_cli(*argv):
     return main([str(a) for a in argv])
 
 
+@pytest.mark.slow  # (trains the runs it compares)
 def test_compare_writes_the_table_and_figures_and_skips_finished_runs(tmp_path, capsys):
     config, out = toy_experiment(tmp_path), tmp_path / "out"
     argv = ["compare", config, "--vary", "model.attention=none,bahdanau", "--steps", 4, "--seeds", 2, "--join", "2",
@@ -109,6 +110,7 @@ def test_compare_writes_the_table_and_figures_and_skips_finished_runs(tmp_path, 
     assert capsys.readouterr().err.count("done before") == 4
 
 
+@pytest.mark.slow  # (trains the runs it compares)
 def test_an_unfinished_run_continues_only_with_resume(tmp_path, capsys):
     config, out = toy_experiment(tmp_path), tmp_path / "out"
     argv = ["compare", config, "--variant", "b:model.attention=bahdanau", "--steps", 4, "--out", out, "--no-progress"]
@@ -123,6 +125,7 @@ def test_an_unfinished_run_continues_only_with_resume(tmp_path, capsys):
     assert "training.max_steps" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # (trains the runs it compares)
 def test_alignment_against_gold_with_both_directions_and_the_statistical_aligner(tmp_path):
     require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments])")
     config, out = toy_experiment(tmp_path), tmp_path / "out"
@@ -140,6 +143,7 @@ def test_alignment_against_gold_with_both_directions_and_the_statistical_aligner
     assert "## Word alignment" in (out / "results.md").read_text()
 
 
+@pytest.mark.slow  # (trains the runs it compares)
 def test_a_comparison_trains_every_run_on_the_extra_corpora_too(tmp_path, capsys):
     """data.extra_train (here a tagged corpus, as back-translations are): the shared subwords learn
     its text and its tag, and every run trains on it beside data.train."""
@@ -170,6 +174,7 @@ def test_bad_requests_are_errors_before_any_training(tmp_path, capsys):
     assert not list(out.glob("*/seed*"))
 
 
+@pytest.mark.slow  # (trains the runs it compares)
 def test_transformer_alignments_are_read_from_each_cross_attention_layer(tmp_path):
     require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments]): the table's statistical "
                                               "aligner")

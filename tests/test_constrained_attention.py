@@ -29,7 +29,7 @@ def projection_by_bisection(e: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     tau, 0, u_j), tau found by bisection in float64 (another method than the kinks of the module)."""
     e, u = e.double(), u.double()
     low, high = (e - u).min(-1, keepdim=True).values - 1, e.max(-1, keepdim=True).values
-    for _ in range(200):
+    for _ in range(100):
         tau = (low + high) / 2
         total = torch.minimum((e - tau).clamp(min=0), u).sum(-1, keepdim=True)
         low, high = torch.where(total > 1, tau, low), torch.where(total > 1, high, tau)

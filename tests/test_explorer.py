@@ -838,8 +838,10 @@ def test_a_tag_reaches_every_view_of_the_models_trained_with_it(browser, tagged_
 
 
 @pytest.mark.parametrize("rewrite, notes", [
-    ({"attention_normalizer": "csparsemax", "fertility_bound": 1.5}, ["Σ a before", "+ this step", "bound f = 1.5"]),
-    ({"attention": "coverage", "coverage_fertility": 2}, ["Σ a before", "+ this step", "÷ fertility Φⱼ", "in the score"]),
+    ({"attention_normalizer": "csparsemax", "fertility_bound": 1.5},
+     ["Σ a before", "+ this step", "bound f = 1.5"]),
+    ({"attention": "coverage", "coverage_fertility": 2},
+     ["Σ a before", "+ this step", "÷ fertility Φⱼ", "in the score"]),
 ])
 def test_the_step_view_shows_the_coverage_a_models_attention_reads(page, server, rewrite, notes):
     """A model with coverage attention or csparsemax (its /models entry rewritten here): under the

@@ -392,7 +392,8 @@ def strict_steps(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "gru-bahdanau-window", "transformer"])
+@pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "gru-bahdanau-window", "transformer",
+                                  "gru-coverage-fertility", "lstm-luong-general-csparsemax-no-input-feeding"])
 def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
     """On CUDA: graphs on, graphs off and the reference give the same hypotheses for greedy and
     beam 5 (and beam 5 with a coverage penalty); a step never synchronises, sampling's neither;
