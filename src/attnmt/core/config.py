@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from attnmt.core.errors import AttnmtError
 from attnmt.core.data_sections import GPU_BATCH_TOKENS, CorpusFiles, DataConfig, ExtraCorpus  # noqa: F401 (re-exported)
 from attnmt.core.sections import (  # noqa: F401 (re-exported)
-    NORMALIZERS, RNN_NORMALIZERS, SET_NAME, Section, SetName, SubwordConfig, named_sets)
+    FERTILITY_BOUND, NORMALIZERS, RNN_NORMALIZERS, SET_NAME, Section, SetName, SubwordConfig, named_sets)
 from attnmt.core.task import TASKS
 from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imported from here)
     Column,
@@ -34,7 +34,6 @@ S = TypeVar("S", bound=Section)
 ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "location",
               "coverage")
 LOCAL_ATTENTIONS = ("none", "local-m", "local-p")  # Luong et al. (2015): global, local-m, local-p
-FERTILITY_BOUND = 2.0  # csparsemax's default bound (a saved config writes it whatever the normalizer)
 
 
 class ModelConfig(Section):
@@ -122,6 +121,7 @@ class ModelConfig(Section):
             here = "a Transformer" if self.type != "rnn" else f"local_attention: {self.local_attention}"
             raise ValueError("attention_normalizer: csparsemax bounds each source word's attention over the whole "
                              f"output: it is for an RNN's global attention (here {here})")
+        # (the default is allowed with any normalizer: a saved config writes it whatever the normalizer)
         if self.fertility_bound != FERTILITY_BOUND and self.attention_normalizer != "csparsemax":
             raise ValueError(f"fertility_bound bounds csparsemax attention (attention_normalizer: csparsemax; here "
                              f"{self.attention_normalizer})")

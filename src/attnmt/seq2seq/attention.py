@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from attnmt.core import speed
 from attnmt.core.errors import AttnmtError
-from attnmt.core.sections import RNN_NORMALIZERS
+from attnmt.core.sections import FERTILITY_BOUND, RNN_NORMALIZERS
 from attnmt.seq2seq.constrained import csparsemax, fertility_bounds
 
 
@@ -79,7 +79,7 @@ class Attention(nn.Module, ABC):
     normalizer = "softmax"
     #: csparsemax: the most attention a source position may have over the whole output (Malaviya et
     #: al.'s constant fertility); the last real position is unbounded (their sink)
-    fertility_bound = 2.0
+    fertility_bound = FERTILITY_BOUND
 
     def project_keys(self, memory: Tensor) -> Tensor:
         """Work that depends on the source only, done once per sentence."""
@@ -333,7 +333,7 @@ def build_attention(name: str, query_size: int, memory_size: int, hidden_size: i
                     location_channels: int = 10, location_kernel: int = 31, local: str = "none",
                     local_window: int = 10, max_positions: int = 1024,
                     normalizer: str = "softmax", coverage_fertility: int = 0,
-                    fertility_bound: float = 2.0) -> Attention | None:
+                    fertility_bound: float = FERTILITY_BOUND) -> Attention | None:
     """The attention named in the config; None for 'none' (fixed context, no attention). ``local``:
     local-m or local-p around the score ``name`` (LocalAttention); none: global. ``normalizer``:
     what turns its scores into weights (``normalize``), ``fertility_bound`` bounding csparsemax's.

@@ -30,11 +30,11 @@ def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 
         states, weights = model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, window)
     else:
         states, weights = model.decoder_outputs_of(memory, batch.tgt_in)
-    coverage = coverage_weight * coverage_loss(weights, batch.tgt_out != PAD) if coverage_weight else 0.0
+    real = batch.tgt_out != PAD
+    coverage = coverage_weight * coverage_loss(weights, real) if coverage_weight else 0.0
     if not selects_real_rows(states.device):
         return coverage + model.generator.loss(states.flatten(0, 1), batch.tgt_out.flatten(), label_smoothing,
                                                ignore_index=PAD)
-    real = batch.tgt_out != PAD
     return coverage + model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
 
 
