@@ -159,8 +159,11 @@ def test_a_trained_constrained_model_translates_traces_and_describes_itself(tmp_
         body = client.post("/trace", json={"text": "abcdefg"}).json()
     assert info["attention_normalizer"] == "csparsemax" and info["fertility_bound"] == 1.0
     assert body["normalizer"] == "csparsemax"
-    ax = next(a for a in decoder_step_figure(trace, 0).axes if a.get_label() == "weights")
-    assert "a_j = csparsemax(e, u)_j" in ax.get_title()
+    assert trace.coverage.bound == 1.0 and not trace.coverage.in_score
+    axes = {a.get_label(): a for a in decoder_step_figure(trace, 1).axes}
+    assert "a_j = csparsemax(e, u)_j" in axes["weights"].get_title()
+    [bound] = axes["coverage"].get_lines()  # the dashed line at f
+    assert bound.get_ydata()[0] == 1.0
 
 
 @pytest.mark.parametrize("options", [{"attention": "coverage", "coverage_fertility": 2},

@@ -17,7 +17,7 @@ from PIL import Image
 
 from attnmt.cli import main
 from attnmt.core.errors import AttnmtError
-from attnmt.seq2seq.trace import DecodingTrace, StepTrace
+from attnmt.seq2seq.trace import CoverageUse, DecodingTrace, StepTrace
 from attnmt.viz import (
     attention_grid,
     attention_heatmap,
@@ -213,6 +213,31 @@ def test_step_figure_has_one_bar_per_source_token_and_per_candidate():
     assert axis(fig, "context").get_images()[0].get_array().shape == (1, 40)
     with pytest.raises(AttnmtError, match="3 steps"):
         decoder_step_figure(trace, 3)
+
+
+@pytest.mark.parametrize("use", [CoverageUse(in_score=True, fertility=2), CoverageUse(bound=1.5)])
+def test_step_figure_draws_the_coverage_a_model_reads(use):
+    """Coverage attention, csparsemax: the coverage before step 2 (the sum of steps 0 and 1) with the
+    step's weights stacked on it; csparsemax's bound as a dashed line; nothing for other models."""
+    trace = fake_trace(["▁a", "b", "c", "</s>"], ["▁x", "y", "z", "</s>"])
+    assert "coverage" not in [ax.get_label() for ax in decoder_step_figure(trace, 2).axes]
+    trace.coverage = use
+    ax = axis(decoder_step_figure(trace, 2), "coverage")
+    before, this = ax.patches[:4], ax.patches[4:]
+    np.testing.assert_allclose([b.get_height() for b in before], trace.steps[0].weights + trace.steps[1].weights)
+    np.testing.assert_allclose([b.get_y() for b in this], [b.get_height() for b in before])
+    np.testing.assert_allclose([b.get_height() for b in this], trace.steps[2].weights, atol=1e-12)
+    assert tick_texts(ax.get_xticklabels()) == ["▁a", "b", "c", "</s>"]
+    lines = [line.get_ydata()[0] for line in ax.get_lines()]
+    assert lines == ([] if use.bound is None else [1.5])
+    assert ("fertility" in ax.get_title()) == bool(use.fertility)
+    first = axis(decoder_step_figure(trace, 0), "coverage")  # nothing before the first step
+    assert [b.get_height() for b in first.patches[:4]] == [0, 0, 0, 0]
+    page = step_html(trace, 2)  # the notebook's step: the same coverage, as a row of the table
+    before = trace.steps[0].weights + trace.steps[1].weights
+    assert "coverage C_j" in page and f"c: C = {before[2]:.3f} before, + a = {trace.steps[2].weights[2]:.3f}" in page
+    trace.coverage = None
+    assert "coverage C_j" not in step_html(trace, 2)
 
 
 def test_step_figure_without_attention_draws_no_bars():

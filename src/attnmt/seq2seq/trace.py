@@ -45,6 +45,26 @@ class StepTrace:
                 f"state {np.size(self.state)}, top {len(self.top_k)})")
 
 
+@dataclass(frozen=True)
+class CoverageUse:
+    """How a model's attention reads the coverage C_j, the attention each source token has had
+    before the step (the sum of the trace's earlier weights)."""
+
+    in_score: bool = False  # coverage attention: C_j is a term of the score
+    fertility: int = 0  # ... divided by Tu et al.'s fertility Phi_j (at most this many) where > 0
+    bound: float | None = None  # csparsemax: each weight at most bound - C_j; the last token unbounded
+
+
+def coverage_use(model_config) -> CoverageUse | None:
+    """What a model (its config's model section) reads of the coverage; None where nothing."""
+    mc = model_config
+    in_score = mc.type == "rnn" and mc.attention == "coverage"
+    bound = mc.fertility_bound if mc.type == "rnn" and mc.attention_normalizer == "csparsemax" else None
+    if not in_score and bound is None:
+        return None
+    return CoverageUse(in_score, mc.coverage_fertility if in_score else 0, bound)
+
+
 @dataclass
 class DecodingTrace:
     source: str
@@ -59,6 +79,8 @@ class DecodingTrace:
     # What made each step's weights of its scores: softmax, sparsemax or entmax15
     # (attnmt.seq2seq.attention.normalize); None where there are no scores (Transformer, no attention)
     normalizer: str | None = None
+    # What the attention reads of the coverage (coverage attention, csparsemax); None where nothing
+    coverage: CoverageUse | None = None
 
     @property
     def tokens(self) -> list[str]:
@@ -131,7 +153,7 @@ def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, sourc
     mc = translator.config.model
     normalizer = mc.attention_normalizer if mc.type == "rnn" and mc.attention != "none" else None
     return DecodingTrace(source, source_tokens, to_numpy(memory.states[0].float(), copy=True), steps,
-                         translator.tgt_subwords.decode(ids), normalizer=normalizer)
+                         translator.tgt_subwords.decode(ids), normalizer=normalizer, coverage=coverage_use(mc))
 
 
 class _Chooser:

@@ -96,8 +96,10 @@ def heatmap_html(source_tokens, target_tokens=None, attention=None, *, title: st
 
 def step_html(trace, step: int, *, space_marker: str | None = None) -> str:
     """One decoder step (numbered from 0) as HTML: per source token its score e_j and weight a_j
-    (as a bar), the context vector c_t and the decoder state s_t as rows of cells on one scale
-    (blue > 0, red < 0, as in the explorer), and the top-k next tokens with probabilities."""
+    (as a bar), for a model whose attention reads it the coverage C_j before the step (grey) with
+    the step's weight on top (blue), the context vector c_t and the decoder state s_t as rows of
+    cells on one scale (blue > 0, red < 0, as in the explorer), and the top-k next tokens with
+    probabilities."""
     from attnmt.viz.drawing import check_step
 
     st = check_step(trace, step)
@@ -110,7 +112,8 @@ def step_html(trace, step: int, *, space_marker: str | None = None) -> str:
         parts.append('<div style="color:#666">no attention: the context is the final encoder state at '
                      "every step</div>")
     else:
-        parts.extend(_attention_table(st, sources))
+        use = getattr(trace, "coverage", None)
+        parts.extend(_attention_table(st, sources, None if use is None else _coverage_before(trace, step)))
     parts.extend(_vector_cells(st))
     if st.top_k:
         parts.extend(_top_k_table(st, space_marker))
@@ -118,8 +121,15 @@ def step_html(trace, step: int, *, space_marker: str | None = None) -> str:
     return "".join(parts)
 
 
-def _attention_table(st, sources: list[str]) -> list[str]:
-    """A table of a step's weights a_j as bars (the largest red), its scores e_j and the source tokens."""
+def _coverage_before(trace, step: int) -> np.ndarray:
+    """C_j before ``step``: the sum of the earlier steps' weights."""
+    earlier = [s.weights for s in trace.steps[:step]]
+    return np.sum(earlier, axis=0, dtype=np.float64) if earlier else np.zeros(len(trace.source_tokens))
+
+
+def _attention_table(st, sources: list[str], coverage: np.ndarray | None = None) -> list[str]:
+    """A table of a step's weights a_j as bars (the largest red), its scores e_j, the coverage
+    before the step (if given) and the source tokens."""
     weights = np.asarray(st.weights, dtype=np.float64)
     scores = None if st.scores is None else np.asarray(st.scores, dtype=np.float64)
     best = int(weights.argmax())
@@ -140,11 +150,27 @@ def _attention_table(st, sources: list[str]) -> list[str]:
         parts.extend(f'<td style="text-align:center;padding:0 2px;border:none;font-size:10px">{e:.2f}</td>'
                      for e in scores)
         parts.append("</tr>")
+    if coverage is not None:
+        parts.extend(_coverage_cells(coverage, weights, sources, label_cell))
     parts.append(f'<tr><th style="{label_cell}">source</th>')
     parts.extend(f'<td style="text-align:center;padding:2px;border:none;white-space:nowrap;'
                  f'{"font-weight:600;color:#d62728" if j == best else ""}">{_esc(x)}</td>'
                  for j, x in enumerate(sources))
     parts.append("</tr></table>")
+    return parts
+
+
+def _coverage_cells(before: np.ndarray, weights: np.ndarray, sources: list[str], label_cell: str) -> list[str]:
+    """A row of bars: the coverage C_j before the step (grey) with the step's weight a_j on top (blue)."""
+    top = float((before + weights).max(initial=0.0)) or 1.0
+    parts = [f'<tr><th style="{label_cell}">coverage C_j<br>(+ a_j)</th>']
+    for j, (c, w) in enumerate(zip(before, weights)):
+        parts.append(f'<td style="vertical-align:bottom;padding:0 2px;border:none;height:64px" '
+                     f'title="{_esc(sources[j])}: C = {c:.3f} before, + a = {w:.3f}">'
+                     f'<div style="background:#4c72b0;height:{round(60 * w / top)}px;width:14px;margin:0 auto"></div>'
+                     f'<div style="background:#9aa5b8;height:{round(60 * c / top)}px;width:14px;margin:0 auto"></div>'
+                     "</td>")
+    parts.append("</tr>")
     return parts
 
 

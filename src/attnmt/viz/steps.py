@@ -41,14 +41,19 @@ def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) ->
     positive, red negative), their weights a_j (softmax, or the trace's normalizer: sparsemax or
     entmax15; the largest outlined), the context vector
     c_t and the decoder state s_t as rows of cells on one scale, and the top-k next tokens with
-    their probabilities (the chosen one in red).
+    their probabilities (the chosen one in red). For a model whose attention reads the coverage
+    (the trace's ``coverage``: coverage attention, csparsemax), the coverage of every source token
+    before the step with the step's weights on top, and csparsemax's bound.
 
-    The axes are labelled "scores", "weights", "context", "state" and "top_k" (``ax.get_label()``).
+    The axes are labelled "scores", "weights", ("coverage",) "context", "state" and "top_k"
+    (``ax.get_label()``).
     """
     st = check_step(trace, step)
     sources = token_labels(trace.source_tokens, space_marker)
     top_k = list(st.top_k)
-    fig, (ax_scores, ax_weights, ax_context, ax_state, ax_top) = _step_axes(len(sources), len(top_k))
+    use = getattr(trace, "coverage", None) if st.weights is not None else None
+    axes = _step_axes(len(sources), len(top_k), coverage=use is not None)
+    fig, (ax_scores, ax_weights, *ax_coverage, ax_context, ax_state, ax_top) = axes
     token = token_labels([st.token], space_marker)[0]
     fig.suptitle(f"step {step}: output \u201c{token}\u201d (p = {st.probability:.3f})", fontsize=11,
                  parse_math=False)
@@ -56,20 +61,23 @@ def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) ->
         _no_attention(ax_scores, ax_weights)
     else:
         _attention_bars(ax_scores, ax_weights, st, sources, getattr(trace, "normalizer", None) or "softmax")
+    if use is not None:
+        _coverage_bars(ax_coverage[0], trace, step, sources, use)
     _vector_rows(fig, ax_context, ax_state, np.asarray(st.context, dtype=np.float64),
                  np.asarray(st.state, dtype=np.float64))
     _top_k_bars(ax_top, top_k, st.token, space_marker)
     return fig
 
 
-def _step_axes(n: int, k: int):
-    """The figure of a step over n source tokens with k candidates, and its five axes, top to
-    bottom: "scores", "weights", "context", "state" and "top_k"."""
+def _step_axes(n: int, k: int, coverage: bool = False):
+    """The figure of a step over n source tokens with k candidates, and its axes, top to bottom:
+    "scores", "weights", ("coverage" if ``coverage``,) "context", "state" and "top_k"."""
     width = max(7.0, n * cell_inches(n) + 2.5)
     height_top_k = max(1.2, 0.3 * k + 0.6)
-    fig = new_figure(width, 2.4 + 2.4 + 0.8 + 0.8 + height_top_k + 1.2)
-    names = ("scores", "weights", "context", "state", "top_k")
-    axes = fig.subplots(5, 1, gridspec_kw={"height_ratios": [2.4, 2.4, 0.8, 0.8, height_top_k]})
+    names = ("scores", "weights") + ("coverage",) * coverage + ("context", "state", "top_k")
+    heights = [2.4, 2.4] + [2.0] * coverage + [0.8, 0.8, height_top_k]
+    fig = new_figure(width, sum(heights) + 1.2)
+    axes = fig.subplots(len(names), 1, gridspec_kw={"height_ratios": heights})
     for ax, name in zip(axes, names):
         ax.set_label(name)
     return fig, axes
@@ -114,6 +122,36 @@ def _attention_bars(ax_scores, ax_weights, st, sources: list[str], normalizer: s
         set_xlabels(ax, sources, top=False)
         ax.get_xticklabels()[best].set_fontweight("bold")
         ax.tick_params(axis="y", labelsize=8)
+
+
+def _coverage_bars(ax, trace, step: int, sources: list[str], use):
+    """The coverage C_j before the step (grey: the sum of the earlier steps' weights) with the step's
+    weights a_j on top (blue); for csparsemax a dashed line at the bound, which only the last token
+    (the sink, unbounded) may pass."""
+    n = len(sources)
+    earlier = [s.weights for s in trace.steps[:step]]
+    before = np.sum(earlier, axis=0, dtype=np.float64) if earlier else np.zeros(n)
+    weights = np.asarray(trace.steps[step].weights, dtype=np.float64)
+    ax.bar(range(n), before, color=MUTED, width=0.8, label="C_j before the step")
+    ax.bar(range(n), weights, bottom=before, color=BAR, width=0.8, label="+ a_j of this step")
+    top = float((before + weights).max(initial=0.0))
+    reads = []
+    if use.in_score:
+        fertility = f", divided by the fertility \u03a6_j \u2264 {use.fertility}" if use.fertility else ""
+        reads.append(f"in the score{fertility}")
+    if use.bound is not None:
+        ax.axhline(use.bound, color=HIGHLIGHT, linestyle="--", linewidth=1,
+                   label=f"bound f = {use.bound:g} (not for the last token)")
+        reads.append(f"a_j \u2264 f - C_j, f = {use.bound:g}")
+        top = max(top, use.bound)
+    ax.set_ylim(0, max(top * 1.15, 0.05))
+    ax.set_ylabel("coverage C_j", fontsize=9)
+    ax.set_title(f"coverage C_j = sum of the earlier weights (grey), this step's on top (blue); {'; '.join(reads)}",
+                 fontsize=10)
+    ax.legend(fontsize=7, loc="best", frameon=False)
+    ax.set_xlim(-0.6, n - 0.4)
+    set_xlabels(ax, sources, top=False)
+    ax.tick_params(axis="y", labelsize=8)
 
 
 def _vector_rows(fig, ax_context, ax_state, context: np.ndarray, state: np.ndarray):
