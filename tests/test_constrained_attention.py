@@ -167,6 +167,7 @@ def test_a_trained_constrained_model_translates_traces_and_describes_itself(tmp_
 
 
 @pytest.mark.parametrize("options", [{"attention": "coverage", "coverage_fertility": 2},
+                                     {"attention": "coverage", "coverage_dim": 3},
                                      {"attention": "location", "attention_normalizer": "csparsemax",
                                       "fertility_bound": 1.0}])
 def test_a_speech_model_attends_with_coverage_and_within_bounds(options):

@@ -18,6 +18,9 @@ SRC_VOCAB, TGT_VOCAB = 30, 25
 
 
 def make_coverage_model(fertility=0, rnn_type="gru", layers=1, **options):
+    """fertility "nn": Tu et al.'s NN-based coverage (coverage_dim 3) instead of a fertility."""
+    if fertility == "nn":
+        fertility, options = 0, {"coverage_dim": 3, **options}
     config = ModelConfig(attention="coverage", coverage_fertility=fertility, rnn_type=rnn_type, embedding_size=16,
                          encoder_hidden=12, decoder_hidden=24, attention_size=10, encoder_layers=layers,
                          decoder_layers=layers, dropout=0.0, **options)
@@ -66,6 +69,42 @@ def test_the_decoder_keeps_the_sum_of_the_past_weights_and_steps_equal_teacher_f
     torch.testing.assert_close(steps[-1].state.coverage, sum(step.weights for step in steps))
 
 
+def test_nn_based_coverage_is_its_gru_and_steps_equal_teacher_forcing():
+    """C_j <- GRU(C_j; a_t(j), h_j, s_{t-1}) (torch's GRUCell with the same weights, per position) and
+    e_j = v^T tanh(W_s s + W_h h_j + W_c C_j); the decoder keeps the vectors (B,S,d)."""
+    torch.manual_seed(0)
+    attention = CoverageAttention(query_size=6, memory_size=5, hidden_size=4, dim=3)
+    s, h = torch.randn(2, 6), torch.randn(2, 4, 5)
+    keys = attention.project_keys(h)
+    assert keys.shape == (2, 4, 4 + 9)  # W_h h and the GRU's input from h_j
+    coverage, a = torch.randn(2, 4, 3), torch.softmax(torch.randn(2, 4), -1)
+    cell = torch.nn.GRUCell(1 + 5 + 6, 3)
+    with torch.no_grad():  # (torch's gate order: r, z, n, as the attention's)
+        cell.weight_ih.copy_(torch.cat([attention.gru_a.weight, attention.gru_h.weight, attention.gru_s.weight], 1))
+        cell.bias_ih.copy_(attention.gru_a.bias)
+        cell.weight_hh.copy_(attention.gru_c.weight)
+        cell.bias_hh.copy_(attention.gru_c.bias)
+    inputs = torch.cat([a.unsqueeze(-1), h, s.unsqueeze(1).expand(2, 4, 6)], -1)
+    expected = cell(inputs.flatten(0, 1), coverage.flatten(0, 1)).view(2, 4, 3)
+    torch.testing.assert_close(attention.next_coverage(coverage, a, s, keys), expected)
+    scores = attention.score(s.unsqueeze(1), keys, coverage.unsqueeze(1))
+    energy = attention.W_s(s).unsqueeze(1) + attention.W_h(h) + attention.w_c(coverage)
+    torch.testing.assert_close(scores, (torch.tanh(energy) @ attention.v.weight[0]).unsqueeze(1))
+
+    model = make_coverage_model("nn", layers=2)
+    src, lengths, tgt = padded_batch()
+    state = model.init_state(model.encode(src, lengths))
+    assert torch.equal(state.coverage, torch.zeros(*state.weights.shape, 3))
+    steps = steps_matching_forward(model, src, lengths, tgt)
+    assert steps[-1].state.coverage.shape == (*state.weights.shape, 3) and steps[-1].state.coverage.abs().sum() > 0
+    with pytest.raises(ValueError, match="NN-based coverage"):
+        CoverageAttention(6, 5, 4, fertility=2, dim=3)
+    with pytest.raises(ValueError, match="coverage_dim is coverage attention's"):
+        build_attention("bahdanau", 6, 5, 4, coverage_dim=3)
+    with pytest.raises(ValueError, match="csparsemax's bounds need the sum"):
+        build_attention("coverage", 6, 5, 4, normalizer="csparsemax", coverage_dim=3)
+
+
 def test_other_attentions_keep_no_coverage():
     config = ModelConfig(attention="bahdanau", embedding_size=16, encoder_hidden=12, decoder_hidden=24,
                          attention_size=10, dropout=0.0)
@@ -75,7 +114,7 @@ def test_other_attentions_keep_no_coverage():
 
 
 @pytest.mark.parametrize("beam", [1, 4])
-@pytest.mark.parametrize("fertility", [0, 2])
+@pytest.mark.parametrize("fertility", [0, 2, "nn"])
 def test_searches_of_coverage_attention_match_teacher_forcing_and_each_other(fertility, beam):
     """Greedy and beam search (reference and fixed-shape), with the coverage penalty too: each
     hypothesis carries its own coverage through the beam's reordering."""
@@ -126,11 +165,16 @@ def test_sequence_loss_adds_lambda_times_the_coverage_loss_of_the_forced_attenti
 
 
 FERTILITY_ERROR = "coverage_fertility is for model.attention: coverage"
+DIM_ERROR = "coverage_dim .Tu et al.'s NN-based coverage. is for model.attention: coverage"
 
 
 @pytest.mark.parametrize("fields, message", [
     ({"model": {"attention": "bahdanau", "coverage_fertility": 2}}, FERTILITY_ERROR),
     ({"model": {"type": "transformer", "coverage_fertility": 2}}, FERTILITY_ERROR),
+    ({"model": {"attention": "bahdanau", "coverage_dim": 10}}, DIM_ERROR + ".*here attention bahdanau"),
+    ({"model": {"attention": "coverage", "coverage_dim": 10, "coverage_fertility": 2}}, "coverage_fertility\\)$"),
+    ({"model": {"attention": "coverage", "coverage_dim": 10, "attention_normalizer": "csparsemax"}},
+     DIM_ERROR + ".*csparsemax\\)"),
     ({"model": {"attention": "none"}, "training": {"coverage_loss": 1.0}}, "here model.attention: none"),
     ({"model": {"type": "transformer"}, "training": {"coverage_loss": 1.0}}, "here model.type: transformer"),
     ({"training": {"coverage_loss": -1.0}}, "training.coverage_loss"),
@@ -150,10 +194,11 @@ def test_the_coverage_loss_of_a_pair_model_is_an_error(tmp_path):
         config_from_dict(raw, tmp_path)
 
 
-def test_every_tensor_of_coverage_attention_is_made_on_the_models_device():
+@pytest.mark.parametrize("fertility", [2, "nn"])
+def test_every_tensor_of_coverage_attention_is_made_on_the_models_device(fertility):
     """With "meta" as the default device, a tensor made without naming its device lands there and
     mixing it with the model's (CPU) tensors fails: training's pass, loss and backward, the searches."""
-    model = make_coverage_model(fertility=2)
+    model = make_coverage_model(fertility=fertility)
     src, lengths, tgt = padded_batch()
     batch = training_batch([[5, 6, 7, 8, 2], [9, 10, 2]], [[4, 5, 6, 2], [7, 2]])
     limits = decoding.max_output_lengths(lengths, 1.5, 5)
@@ -166,29 +211,37 @@ def test_every_tensor_of_coverage_attention_is_made_on_the_models_device():
 
 
 @pytest.mark.slow
-def test_a_trained_coverage_model_translates_traces_and_describes_itself(tmp_path):
-    """Trained with fertility and the coverage loss (the log says so), saved and loaded: its
-    translations' attention is the trace's, /models and `attnmt info` name it."""
+@pytest.mark.parametrize("options, name", [({"coverage_fertility": 2}, "coverage (fertility N=2) attention"),
+                                           ({"coverage_dim": 4}, "coverage (NN-based, d=4) attention")])
+def test_a_trained_coverage_model_translates_traces_and_describes_itself(tmp_path, options, name):
+    """Trained with fertility (or NN-based coverage) and the coverage loss (the log says so), saved and
+    loaded: its translations' attention is the trace's, /models, `attnmt info` and the step figure name it."""
     from attnmt.info import model_info
     from attnmt.serve import create_app
+    from attnmt.viz import decoder_step_figure
     from conftest import copy_model, local_client
 
     logs = []
-    translator = copy_model(tmp_path, 12, attention="coverage", coverage_fertility=2,
-                            training={"coverage_loss": 1.0}, log=logs.append)
+    translator = copy_model(tmp_path, 12, attention="coverage", **options, training={"coverage_loss": 1.0},
+                            log=logs.append)
     [line] = [line for line in logs if line.startswith("model: ")]
-    assert line.startswith("model: coverage (fertility N=2) attention, ") and "; coverage loss, lambda 1;" in line
+    assert line.startswith(f"model: {name}, ") and "; coverage loss, lambda 1;" in line
     [greedy] = translator.translate(["abcdefg"], beam=1)
     trace = translator.trace("abcdefg")
     torch.testing.assert_close(torch.as_tensor(trace.attention), torch.as_tensor(greedy.attention),
                                atol=1e-6, rtol=1e-5)
     translator.beam_tree("abcdefg", beam=2)
-    assert translator.describe()["attention"] == "coverage"
-    assert translator.describe()["coverage_fertility"] == 2
-    assert "coverage (fertility N=2) attention" in model_info(translator.folder)["model"]
+    expected = {"attention": "coverage", "coverage_fertility": options.get("coverage_fertility", 0),
+                "coverage_dim": options.get("coverage_dim", 0)}
+    assert {key: translator.describe()[key] for key in expected} == expected
+    assert name in model_info(translator.folder)["model"]
     with local_client(create_app([translator.folder])) as client:
         [info] = client.get("/models").json()
-    assert info["attention"] == "coverage" and info["coverage_fertility"] == 2
+    assert {key: info[key] for key in expected} == expected
+    assert trace.coverage.in_score and (trace.coverage.fertility, trace.coverage.dim) == tuple(expected.values())[1:]
+    title = next(a for a in decoder_step_figure(trace, 1).axes if a.get_label() == "coverage").get_title()
+    assert ("fertility" in title) == ("coverage_fertility" in options)
+    assert ("GRU's 4-dimensional vector" in title) == ("coverage_dim" in options)
 
 
 @pytest.mark.slow

@@ -407,11 +407,13 @@ def test_the_model_line_names_coverage_attention_and_its_fertility(page, server)
     lines = page.evaluate("""async (info) => {
         const { describeModel } = await import("/static/panels.js");
         return [describeModel({ ...info, attention: "coverage", coverage_fertility: 0 }),
-                describeModel({ ...info, attention: "coverage", coverage_fertility: 2 })];
+                describeModel({ ...info, attention: "coverage", coverage_fertility: 2 }),
+                describeModel({ ...info, attention: "coverage", coverage_fertility: 0, coverage_dim: 10 })];
     }""", info)
-    assert info["coverage_fertility"] is None
+    assert info["coverage_fertility"] is None and info["coverage_dim"] is None
     assert lines[0].startswith("coverage attention") and "fertility" not in lines[0]
     assert lines[1].startswith("coverage (fertility N 2) attention")
+    assert lines[2].startswith("coverage (NN-based, d 10) attention")
 
 
 @pytest.mark.parametrize("normalizer, note", [("sparsemax", "sparsemax(e)"), ("csparsemax", "csparsemax(e, u)")])
@@ -842,6 +844,8 @@ def test_a_tag_reaches_every_view_of_the_models_trained_with_it(browser, tagged_
      ["Σ a before", "+ this step", "bound f = 1.5"]),
     ({"attention": "coverage", "coverage_fertility": 2},
      ["Σ a before", "+ this step", "÷ fertility Φⱼ", "in the score"]),
+    ({"attention": "coverage", "coverage_fertility": 0, "coverage_dim": 10},
+     ["Σ a before", "+ this step", "score: a GRU's", "Cⱼ (d 10) of it"]),
 ])
 def test_the_step_view_shows_the_coverage_a_models_attention_reads(page, server, rewrite, notes):
     """A model with coverage attention or csparsemax (its /models entry rewritten here): under the

@@ -36,6 +36,7 @@ MODELS = {
     # (and each search of coverage and csparsemax against the reference's: test_coverage_attention and
     # test_constrained_attention)
     "gru-coverage-fertility": {"attention": "coverage", "coverage_fertility": 2},
+    "lstm-coverage-nn": {"rnn_type": "lstm", "attention": "coverage", "coverage_dim": 4},
     "lstm-luong-general-csparsemax-no-input-feeding": {"rnn_type": "lstm", "attention": "luong-general",
                                                        "input_feeding": False, "attention_normalizer": "csparsemax"},
     "lstm-bahdanau-2-layers": {"rnn_type": "lstm", "decoder_layers": 2},
@@ -393,7 +394,8 @@ def strict_steps(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "gru-bahdanau-window", "transformer",
-                                  "gru-coverage-fertility", "lstm-luong-general-csparsemax-no-input-feeding"])
+                                  "gru-coverage-fertility", "lstm-coverage-nn",
+                                  "lstm-luong-general-csparsemax-no-input-feeding"])
 def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
     """On CUDA: graphs on, graphs off and the reference give the same hypotheses for greedy and
     beam 5 (and beam 5 with a coverage penalty); a step never synchronises, sampling's neither;

@@ -50,9 +50,11 @@ class FakeCuda:
 def attention_options(attention: str) -> dict:
     """A config's attention fields: "local-m" and "local-p" are Luong's local attention with the general score;
     "sparsemax", "entmax15" and "csparsemax" the Bahdanau score with that normalizer; "coverage-fertility"
-    coverage attention with Tu et al.'s fertility."""
+    coverage attention with Tu et al.'s fertility, "coverage-nn" with their NN-based coverage."""
     if attention == "coverage-fertility":
         return {"attention": "coverage", "coverage_fertility": 2}
+    if attention == "coverage-nn":
+        return {"attention": "coverage", "coverage_dim": 4}
     if attention == "csparsemax":
         return {"attention": "bahdanau", "attention_normalizer": "csparsemax", "fertility_bound": 1.0}
     if attention in ("sparsemax", "entmax15"):
@@ -63,7 +65,7 @@ def attention_options(attention: str) -> dict:
 
 
 @pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "none", "local-m", "local-p",
-                                       "sparsemax", "entmax15", "coverage-fertility", "csparsemax"])
+                                       "sparsemax", "entmax15", "coverage-fertility", "coverage-nn", "csparsemax"])
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
 def test_the_captured_loss_is_the_usual_loss(attention, rnn_type):
     """BatchLoss (fixed shapes: unpacked encoder, targets padded in time, padding ignored by
@@ -225,7 +227,7 @@ def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "local-m", "local-p", "sparsemax",
-                                       "entmax15", "coverage-fertility", "csparsemax", "transformer",
+                                       "entmax15", "coverage-fertility", "coverage-nn", "csparsemax", "transformer",
                                        "transformer-entmax15"])
 def test_on_a_gpu_the_graphs_compute_the_loss_and_gradients_of_the_usual_path(attention):
     """Captured for real: replays (a second batch of the same shape, new values) against the usual

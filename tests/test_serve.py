@@ -65,7 +65,7 @@ def test_models_describe_the_config(served):
     assert info == {"name": name, "task": "translation", "type": "rnn", "attention": config.model.attention,
                     "rnn_type": config.model.rnn_type, "input_feeding": config.model.input_feeding,
                     "local_attention": "none", "local_window": None, "attention_normalizer": "softmax",
-                    "coverage_fertility": None, "fertility_bound": None,
+                    "coverage_fertility": None, "coverage_dim": None, "fertility_bound": None,
                     "decoder_hidden": config.model.decoder_hidden, "d_model": None, "heads": None,
                     "encoder_layers": config.model.encoder_layers, "decoder_layers": config.model.decoder_layers,
                     "feed_forward": None, "norm": None,
@@ -807,7 +807,8 @@ def test_models_describe_a_transformer(both):
     info = {m["name"]: m for m in client.get("/models").json()}
     assert info[name] == {"name": name, "task": "translation", "type": "transformer", "attention": "multi-head",
                           "rnn_type": None, "input_feeding": None, "local_attention": None, "local_window": None,
-                          "attention_normalizer": "softmax", "coverage_fertility": None, "fertility_bound": None,
+                          "attention_normalizer": "softmax", "coverage_fertility": None, "coverage_dim": None,
+                          "fertility_bound": None,
                           "decoder_hidden": None,
                           "d_model": 32, "heads": 4,
                           "encoder_layers": 3, "decoder_layers": 2, "feed_forward": 64, "norm": "pre",

@@ -57,6 +57,9 @@ class ModelConfig(Section):
     # coverage attention (Tu et al. 2016): N of each source word's fertility Phi_j = N sigmoid(u_f h_j),
     # by which its coverage is divided; 0: the plain sum of its past weights (See et al. 2017)
     coverage_fertility: int = Field(0, ge=0, le=100)
+    # coverage attention: 0 keeps the sum of the past weights (linguistic coverage); d > 0 Tu et al.'s
+    # NN-based coverage instead, a d-dimensional vector per source word updated by a GRU at each step
+    coverage_dim: int = Field(0, ge=0, le=256)
     # Luong et al.'s local attention, with a luong-* score: each step attends within local_window (D)
     # source positions of p_t, which is t (local-m, monotonic) or predicted from s_t (local-p, with a
     # Gaussian around p_t); none: global attention over the whole source
@@ -89,6 +92,8 @@ class ModelConfig(Section):
         name = self.attention
         if self.coverage_fertility:
             name += f" (fertility N={self.coverage_fertility})"
+        if self.coverage_dim:
+            name += f" (NN-based, d={self.coverage_dim})"
         if self.local_attention != "none":
             name += f" {self.local_attention} (D={self.local_window})"
         if self.attention_normalizer != "softmax":
@@ -117,6 +122,12 @@ class ModelConfig(Section):
         if self.coverage_fertility and (self.type != "rnn" or self.attention != "coverage"):
             here = self.type if self.type != "rnn" else f"attention {self.attention}"
             raise ValueError(f"coverage_fertility is for model.attention: coverage (here {here})")
+        if self.coverage_dim and (self.type != "rnn" or self.attention != "coverage" or self.coverage_fertility
+                                  or self.attention_normalizer == "csparsemax"):
+            here = self.type if self.type != "rnn" else f"attention {self.attention}, {self.attention_normalizer}"
+            raise ValueError("coverage_dim (Tu et al.'s NN-based coverage) is for model.attention: coverage, without "
+                             f"coverage_fertility (linguistic coverage's) nor csparsemax (whose bounds need the sum "
+                             f"of the weights) (here {here}{', coverage_fertility' * bool(self.coverage_fertility)})")
         if self.attention_normalizer == "csparsemax" and (self.type != "rnn" or self.local_attention != "none"):
             here = "a Transformer" if self.type != "rnn" else f"local_attention: {self.local_attention}"
             raise ValueError("attention_normalizer: csparsemax bounds each source word's attention over the whole "

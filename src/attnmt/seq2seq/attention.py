@@ -97,6 +97,11 @@ class Attention(nn.Module, ABC):
         weights or its coverage), so that a beam search's hypotheses need their own rows."""
         return self.reads_previous_weights or self.keeps_coverage
 
+    def next_coverage(self, coverage: Tensor, weights: Tensor, query: Tensor, keys: Tensor) -> Tensor:
+        """The coverage after a step that attended with ``weights`` (B,S): the sum of the weights so far
+        (coverage (B,S)). ``query`` (B,Q) s_{t-1} and ``keys`` (B,S,K) for a coverage that learns its update."""
+        return coverage + weights
+
     def weights_of(self, scores: Tensor, mask: Tensor, coverage: Tensor | None) -> Tensor:
         """normalize(scores), within the fertility bounds for csparsemax (coverage (B,T,S), mask (B,S))."""
         if self.normalizer != "csparsemax":
@@ -233,37 +238,70 @@ class CoverageAttention(Attention):
     N > 0 Tu et al.'s fertility Phi_j = N sigmoid(u_f^T h_j), the number of target words position j
     is expected to produce, at most N. The decoder keeps the plain sum of the weights
     (DecoderState.coverage); Phi_j depends on the source alone and is computed with the keys.
+
+    With ``dim`` d > 0, Tu et al.'s NN-based coverage instead: C_j is a d-dimensional vector that a
+    GRU updates after each step from what the step did with position j,
+
+        C_j <- GRU(C_j; a_t(j), h_j, s_{t-1})                   (``next_coverage``)
+        e_j = v^T tanh(W_s s_{t-1} + W_h h_j + W_c C_j)
+
+    (the GRU's input weights on h_j are applied once per sentence, with the keys).
     """
 
     query_is_previous_state = True
     reads_coverage = True
 
-    def __init__(self, query_size: int, memory_size: int, hidden_size: int, fertility: int = 0):
+    def __init__(self, query_size: int, memory_size: int, hidden_size: int, fertility: int = 0, dim: int = 0):
         super().__init__()
+        if fertility and dim:
+            raise ValueError("Tu et al.'s fertility divides linguistic coverage (the sum of the weights); "
+                             "NN-based coverage (dim > 0) has none")
         self.W_s = nn.Linear(query_size, hidden_size, bias=False)
         self.W_h = nn.Linear(memory_size, hidden_size, bias=True)
-        self.w_c = nn.Linear(1, hidden_size, bias=False)
+        self.w_c = nn.Linear(max(dim, 1), hidden_size, bias=False)
         self.v = nn.Linear(hidden_size, 1, bias=False)
-        self.fertility = fertility
+        self.fertility, self.coverage_dim, self.hidden_size = fertility, dim, hidden_size
         self.u_f = nn.Linear(memory_size, 1) if fertility else None
+        if dim:  # the GRU's weights on its inputs a_t(j), h_j, s_{t-1} and on C_j, each for its 3 gates (r, z, n)
+            self.gru_a = nn.Linear(1, 3 * dim, bias=True)
+            self.gru_h = nn.Linear(memory_size, 3 * dim, bias=False)
+            self.gru_s = nn.Linear(query_size, 3 * dim, bias=False)
+            self.gru_c = nn.Linear(dim, 3 * dim, bias=True)
 
     def project_keys(self, memory):
-        """W_h h_j, and with fertility 1 / Phi_j as one more last feature (B,S,H+1)."""
+        """W_h h_j, and as more last features: with fertility 1 / Phi_j (B,S,H+1); with NN-based
+        coverage the GRU's input from h_j (B,S,H+3d)."""
         keys = self.W_h(memory)
-        if self.u_f is None:
-            return keys
-        phi = self.fertility * torch.sigmoid(self.u_f(memory))
-        return torch.cat([keys, (1 / phi).to(keys.dtype)], dim=-1)
+        if self.u_f is not None:
+            phi = self.fertility * torch.sigmoid(self.u_f(memory))
+            return torch.cat([keys, (1 / phi).to(keys.dtype)], dim=-1)
+        if self.coverage_dim:
+            return torch.cat([keys, self.gru_h(memory).to(keys.dtype)], dim=-1)
+        return keys
 
     def score(self, query, keys, prev_weights):
         if query.size(1) != 1:
             raise ValueError("coverage attention scores one decoder step at a time")
-        coverage = prev_weights.transpose(1, 2)  # (B,1,S) -> (B,S,1)
-        if self.u_f is not None:  # C_j = sum a / Phi_j
-            keys, inverse_phi = keys[..., :-1], keys[..., -1:]
-            coverage = coverage * inverse_phi
+        keys, extra = keys[..., :self.hidden_size], keys[..., self.hidden_size:]
+        if self.coverage_dim:  # C_j: (B,1,S,d) -> (B,S,d)
+            coverage = prev_weights.squeeze(1)
+        else:  # C_j: (B,1,S) -> (B,S,1), divided by Phi_j with fertility
+            coverage = prev_weights.transpose(1, 2)
+            if self.u_f is not None:
+                coverage = coverage * extra
         # W_s s (B,1,H) broadcasts over W_h h + w_c C (B,S,H)
         return speed.v_tanh(self.v.weight, self.W_s(query), keys + self.w_c(coverage.to(keys.dtype))).unsqueeze(1)
+
+    def next_coverage(self, coverage, weights, query, keys):
+        if not self.coverage_dim:
+            return coverage + weights
+        x = keys[..., self.hidden_size:] + self.gru_a(weights.unsqueeze(-1).to(keys.dtype)) \
+            + self.gru_s(query).unsqueeze(1)  # (B,S,3d): the GRU's input a_t(j), h_j, s_{t-1}
+        x_r, x_z, x_n = x.chunk(3, dim=-1)
+        c_r, c_z, c_n = self.gru_c(coverage).chunk(3, dim=-1)
+        r, z = torch.sigmoid(x_r + c_r), torch.sigmoid(x_z + c_z)
+        candidate = torch.tanh(x_n + r * c_n)
+        return (1 - z) * candidate + z * coverage
 
 
 class LocalAttention(Attention):
@@ -333,15 +371,19 @@ def build_attention(name: str, query_size: int, memory_size: int, hidden_size: i
                     location_channels: int = 10, location_kernel: int = 31, local: str = "none",
                     local_window: int = 10, max_positions: int = 1024,
                     normalizer: str = "softmax", coverage_fertility: int = 0,
-                    fertility_bound: float = FERTILITY_BOUND) -> Attention | None:
+                    fertility_bound: float = FERTILITY_BOUND, coverage_dim: int = 0) -> Attention | None:
     """The attention named in the config; None for 'none' (fixed context, no attention). ``local``:
     local-m or local-p around the score ``name`` (LocalAttention); none: global. ``normalizer``:
     what turns its scores into weights (``normalize``), ``fertility_bound`` bounding csparsemax's.
-    ``coverage_fertility``: N of coverage attention's fertility (0: none)."""
-    if coverage_fertility and name != "coverage":
-        raise ValueError(f"coverage_fertility is coverage attention's (model.attention: coverage), not {name!r}'s")
+    ``coverage_fertility``: N of coverage attention's fertility (0: none); ``coverage_dim``: d of its
+    NN-based coverage (0: the sum of the weights)."""
+    for option, value in (("coverage_fertility", coverage_fertility), ("coverage_dim", coverage_dim)):
+        if value and name != "coverage":
+            raise ValueError(f"{option} is coverage attention's (model.attention: coverage), not {name!r}'s")
+    if coverage_dim and normalizer == "csparsemax":
+        raise ValueError("csparsemax's bounds need the sum of the weights: not with NN-based coverage (coverage_dim)")
     attention = _attention(name, query_size, memory_size, hidden_size, location_channels, location_kernel,
-                           local, local_window, max_positions, coverage_fertility)
+                           local, local_window, max_positions, coverage_fertility, coverage_dim)
     if attention is not None:
         if normalizer not in RNN_NORMALIZERS:
             raise ValueError(f"unknown attention normalizer {normalizer!r}; choose one of {', '.join(RNN_NORMALIZERS)}")
@@ -353,7 +395,7 @@ def build_attention(name: str, query_size: int, memory_size: int, hidden_size: i
 
 
 def _attention(name, query_size, memory_size, hidden_size, location_channels, location_kernel, local,
-               local_window, max_positions, coverage_fertility) -> Attention | None:
+               local_window, max_positions, coverage_fertility, coverage_dim) -> Attention | None:
     if local != "none":
         if not name.startswith("luong-"):
             raise ValueError(f"local attention ({local}) takes a Luong score (luong-dot, luong-general, "
@@ -377,7 +419,7 @@ def _attention(name, query_size, memory_size, hidden_size, location_channels, lo
     if name == "location":
         return LocationAttention(query_size, memory_size, hidden_size, location_channels, location_kernel)
     if name == "coverage":
-        return CoverageAttention(query_size, memory_size, hidden_size, coverage_fertility)
+        return CoverageAttention(query_size, memory_size, hidden_size, coverage_fertility, coverage_dim)
     raise ValueError(f"unknown attention {name!r}; choose one of none, bahdanau, luong-dot, "
                      "luong-general, luong-concat, luong-location, location, coverage")
 

@@ -73,16 +73,12 @@ class DecoderState(Batched):
     weights: Tensor  # (B,S) a_{t-1}, read by location attention
     step: Tensor | None = None  # (B,) t, the steps taken: counted for local-m attention only (reads_step)
     # (B,S) sum_{t'<t} a_{t'}, the attention each source position has had: kept for coverage attention and
-    # constrained sparsemax only (Attention.keeps_coverage)
+    # constrained sparsemax only (Attention.keeps_coverage); (B,S,d) NN-based coverage's vectors
     coverage: Tensor | None = None
 
     def next_step(self) -> Tensor | None:
         """The step counter after one more step (None where it is not counted)."""
         return None if self.step is None else self.step + 1
-
-    def next_coverage(self, weights: Tensor | None) -> Tensor | None:
-        """The coverage after a step that attended with ``weights`` (None where it is not kept)."""
-        return None if self.coverage is None or weights is None else self.coverage + weights
 
 
 @dataclass
@@ -173,7 +169,10 @@ class RNNDecoder(nn.Module):
         weights = torch.zeros_like(memory.mask, dtype=memory.final.dtype)
         weights[:, 0] = 1.0
         step = memory.mask.new_zeros(batch, dtype=torch.long) if self._counts_steps else None
-        coverage = torch.zeros_like(weights) if self.attention is not None and self.attention.keeps_coverage else None
+        coverage = None
+        if self.attention is not None and self.attention.keeps_coverage:
+            dim = getattr(self.attention, "coverage_dim", 0)  # NN-based coverage: a vector per position
+            coverage = weights.new_zeros(*weights.shape, dim) if dim else torch.zeros_like(weights)
         return DecoderState(hidden, cell, attentional, weights, step, coverage)
 
     @property
@@ -221,6 +220,12 @@ class RNNDecoder(nn.Module):
         hidden, cell = self.rnn(gates, state.hidden, state.cell)
         return hidden, cell, attended
 
+    def _next_coverage(self, state: DecoderState, weights: Tensor | None, memory: Memory) -> Tensor | None:
+        """The coverage after a step that attended with ``weights`` from ``state`` (None where it is not kept)."""
+        if state.coverage is None or weights is None:
+            return None
+        return self.attention.next_coverage(state.coverage, weights, state.hidden[-1], memory.keys)
+
     def _attentional(self, context: Tensor, top: Tensor) -> Tensor:
         return torch.tanh(self.W_c(torch.cat([context, top], dim=-1)))
 
@@ -232,7 +237,7 @@ class RNNDecoder(nn.Module):
         context, weights, scores = attended
         attentional = self._attentional(context, hidden[-1])
         new_state = DecoderState(hidden, cell, attentional, state.weights if weights is None else weights,
-                                 state.next_step(), state.next_coverage(weights))
+                                 state.next_step(), self._next_coverage(state, weights, memory))
         return DecoderStep(attentional, new_state, context, weights, scores)
 
     def forward(self, embedded: Tensor, state: DecoderState, memory: Memory):
@@ -262,7 +267,7 @@ class RNNDecoder(nn.Module):
             hidden, cell, step_attended = self._recur(step_gates, state, memory)
             weights = state.weights if step_attended is None or step_attended[1] is None else step_attended[1]
             state = DecoderState(hidden, cell, state.attentional, weights, state.next_step(),
-                                 state.next_coverage(weights))
+                                 self._next_coverage(state, weights, memory))
             tops.append(hidden[-1])
             attended.append(step_attended)
         tops = torch.stack(tops, dim=1)

@@ -28,7 +28,7 @@ class Seq2Seq(EncoderDecoder):
                                     config.attention_size, config.location_channels,
                                     config.location_kernel, config.local_attention, config.local_window,
                                     config.max_positions, config.attention_normalizer, config.coverage_fertility,
-                                    config.fertility_bound)
+                                    config.fertility_bound, config.coverage_dim)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, config.embedding_size, padding_idx=PAD)
         self.decoder = RNNDecoder(config.embedding_size, config.decoder_hidden, memory_size,
                                   config.decoder_layers, config.rnn_type, attention,

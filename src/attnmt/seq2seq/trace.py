@@ -52,6 +52,7 @@ class CoverageUse:
 
     in_score: bool = False  # coverage attention: C_j is a term of the score
     fertility: int = 0  # ... divided by Tu et al.'s fertility Phi_j (at most this many) where > 0
+    dim: int = 0  # ... NN-based: a d-dimensional C_j that a GRU updates from the weights (the sum drawn) where > 0
     bound: float | None = None  # csparsemax: each weight at most bound - C_j; the last token unbounded
 
 
@@ -62,7 +63,7 @@ def coverage_use(model_config) -> CoverageUse | None:
     bound = mc.fertility_bound if mc.type == "rnn" and mc.attention_normalizer == "csparsemax" else None
     if not in_score and bound is None:
         return None
-    return CoverageUse(in_score, mc.coverage_fertility if in_score else 0, bound)
+    return CoverageUse(in_score, mc.coverage_fertility if in_score else 0, mc.coverage_dim if in_score else 0, bound)
 
 
 @dataclass

@@ -117,6 +117,9 @@ class ModelInfo(Strict):
     coverage_fertility: Optional[int] = Field(
         None, description="RNN with coverage attention only: N of Tu et al.'s fertility N sigmoid(u_f h_j), which "
                           "divides each source word's coverage (0: the plain sum of its past weights)")
+    coverage_dim: Optional[int] = Field(
+        None, description="RNN with coverage attention only: d of Tu et al.'s NN-based coverage, a vector per source "
+                          "word that a GRU updates at each step (0: linguistic coverage, the sum of the past weights)")
     decoder_hidden: Optional[int] = Field(description="RNN only: size of the decoder state")
     d_model: Optional[int] = Field(description="Transformer only: model width")
     heads: Optional[int] = Field(description="Transformer only: attention heads per layer")

@@ -18,7 +18,8 @@ export function describeModel(m) {
       `${m.encoder_layers} encoder + ${m.decoder_layers} decoder layers · ${m.norm}-norm · default beam ${m.beam}${after}`;
   }
   const local = m.local_attention && m.local_attention !== "none" ? ` ${m.local_attention} (D ${m.local_window})` : "";
-  const fertility = m.coverage_fertility ? ` (fertility N ${m.coverage_fertility})` : "";
+  const fertility = m.coverage_fertility ? ` (fertility N ${m.coverage_fertility})`
+    : m.coverage_dim ? ` (NN-based, d ${m.coverage_dim})` : "";
   const attention = m.attention === "none" ? "no attention" : `${m.attention}${fertility}${local}${sparse} attention`;
   const feeding = m.attention.startsWith("luong") ? (m.input_feeding ? " · input feeding" : " · no input feeding") : "";
   return `${attention} · ${m.rnn_type.toUpperCase()} · decoder ${m.decoder_hidden}${feeding} · default beam ${m.beam}` +

@@ -246,12 +246,13 @@ function attentionBars(sourceTokens, scores, weights, normalizer) {
 }
 
 /** What a model's attention reads of the coverage C_j = Σ_{t'<t} a_t'(j), the attention each source
- *  token has had before the step: coverage attention its score (divided by a fertility with N > 0),
- *  csparsemax its bounds u_j = f - C_j; null for the others (or an unknown model). */
+ *  token has had before the step: coverage attention its score (divided by a fertility with N > 0;
+ *  with NN-based coverage, d > 0, a vector that a GRU updates from each step's a_j, of which the sum is
+ *  what the bars show), csparsemax its bounds u_j = f - C_j; null for the others (or an unknown model). */
 function coverageUse(info) {
   if (!info) return null;
   if (info.attention_normalizer === "csparsemax") return { bound: info.fertility_bound };
-  if (info.attention === "coverage") return { fertility: info.coverage_fertility || 0 };
+  if (info.attention === "coverage") return { fertility: info.coverage_fertility || 0, dim: info.coverage_dim || 0 };
   return null;
 }
 
@@ -270,7 +271,8 @@ function coverageBars(trace, t, use) {
     "aria-label": "the attention each source token has had before this step" });
   const axis = svg("svg", { class: "bars-axis", width: AXIS, height, viewBox: `0 0 ${AXIS} ${height}` });
   const notes = ["Σ a before", "+ this step"].concat(use.bound !== undefined ? [`bound f = ${use.bound}`]
-    : use.fertility ? ["÷ fertility Φⱼ", "in the score"] : ["in the score"]);
+    : use.fertility ? ["÷ fertility Φⱼ", "in the score"]
+    : use.dim ? [`score: a GRU's`, `Cⱼ (d ${use.dim}) of it`] : ["in the score"]);
   axis.append(svg("text", { x: 4, y: top + 2, class: "axis-title" }, "coverage Cⱼ"),
     ...notes.map((note, k) => svg("text", { x: 4, y: top + 18 + 13 * k, class: "axis-note" }, note)));
   root.append(svg("line", { x1: left, x2: width - 4, y1: yOf(0), y2: yOf(0), class: "zero" }));

@@ -138,6 +138,8 @@ def _coverage_bars(ax, trace, step: int, sources: list[str], use):
     reads = []
     if use.in_score:
         fertility = f", divided by the fertility \u03a6_j \u2264 {use.fertility}" if use.fertility else ""
+        if use.dim:  # NN-based coverage: what the score reads is a GRU's vector, updated from these weights
+            fertility = f" as a GRU's {use.dim}-dimensional vector, updated from the weights"
         reads.append(f"in the score{fertility}")
     if use.bound is not None:
         ax.axhline(use.bound, color=HIGHLIGHT, linestyle="--", linewidth=1,
