@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The experiments of docs/experiments.md with their default budgets, one after the other, each
 # under the benchmark lock (one training at a time on the machine). Run from the checkout's root:
-#     bash benchmarks/experiments.sh [e1 ... e7 e6-seeds e6-transformer e7-seeds ...]   (default: e1-e5; in runs/experiments/)
+#     bash benchmarks/experiments.sh [e1 ... e7 e6-seeds e6-transformer e7-seeds e7-nn ...]   (default: e1-e5; in runs/experiments/)
 # A finished run is skipped when this is run again; an interrupted one continues (--resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +50,8 @@ COVERAGE=(--variant bahdanau:model.attention=bahdanau
           --variant coverage-fertility:model.attention=coverage,model.coverage_fertility=2
           --variant bahdanau-loss:model.attention=bahdanau,training.coverage_loss=1
           --variant coverage-loss:model.attention=coverage,training.coverage_loss=1)
+# E7: Tu et al.'s NN-based coverage (a GRU's vector per source word, d = 10 as in their experiments) beside the three above
+NN_COVERAGE=("${COVERAGE[@]:0:6}" --variant coverage-nn:model.attention=coverage,model.coverage_dim=10)
 # E7: the coverage loss with smaller lambdas from the start, and as See et al. trained it: in a short last phase,
 # from the Bahdanau model of e7 (its subwords and weights), against the same steps without it
 LOSS=(--variant bahdanau-loss-0.1:model.attention=bahdanau,training.coverage_loss=0.1
@@ -98,6 +100,8 @@ for experiment in "$@"; do
     e7) run e7-de-en configs/experiments/e1-de-en.yaml "${COVERAGE[@]}" --steps 1000 --join 2,3,4
         run e7-en-fr configs/experiments/e4-en-fr.yaml "${COVERAGE[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
     e7-seeds) run e7-de-en configs/experiments/e1-de-en.yaml "${COVERAGE[@]:0:6}" --steps 1000 --join 2,3,4 --seeds 2 ;;
+    e7-nn) run e7-de-en configs/experiments/e1-de-en.yaml "${NN_COVERAGE[@]}" --steps 1000 --join 2,3,4 --seeds 2
+           run e7-en-fr configs/experiments/e4-en-fr.yaml "${NN_COVERAGE[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
     e7-loss) run e7-de-en configs/experiments/e1-de-en.yaml "${LOSS[@]}" --steps 1000 --join 2,3,4
              run e7-de-en configs/experiments/e1-de-en.yaml "${PHASE[@]}" --steps 300 --join 2,3,4 ;;  # (its subwords)
     e7-constrained) run e7-de-en-constrained configs/experiments/e1-de-en.yaml "${CONSTRAINED[@]}" --steps 1000 --join 2,3,4
@@ -105,6 +109,6 @@ for experiment in "$@"; do
     e7-constrained-seeds) run e7-de-en-constrained configs/experiments/e1-de-en.yaml "${CONSTRAINED[@]}" --steps 1000 \
                             --join 2,3,4 --seeds 2 ;;
     *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long, e6, e6-seeds, e6-transformer," \
-            "e6-transformer-long, e7, e7-seeds, e7-loss, e7-constrained or e7-constrained-seeds)" >&2; exit 2 ;;
+            "e6-transformer-long, e7, e7-seeds, e7-nn, e7-loss, e7-constrained or e7-constrained-seeds)" >&2; exit 2 ;;
   esac
 done
