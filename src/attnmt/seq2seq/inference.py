@@ -149,9 +149,8 @@ class Translator:
     def describe(self) -> dict:
         """What the model is, as the server's /models says it: the fields of its type, the others None."""
         m, dc = self.config.model, self.config.decoding
-        none = dict.fromkeys(("rnn_type", "input_feeding", "local_attention", "local_window", "attention_normalizer",
-                              "coverage_fertility", "coverage_dim", "fertility_bound", "decoder_hidden", "d_model",
-                              "heads", "feed_forward", "norm"))
+        none = dict.fromkeys("rnn_type input_feeding local_attention local_window attention_normalizer coverage_fertility"
+                             " coverage_dim fertility_bound decoder_hidden d_model heads feed_forward norm".split())
         common = dict(type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers, beam=dc.beam,
                       length_penalty=dc.length_penalty, coverage_penalty=dc.coverage_penalty)
         if m.type == "transformer":
@@ -160,8 +159,8 @@ class Translator:
         local = {"local_attention": m.local_attention,
                  "local_window": None if m.local_attention == "none" else m.local_window,
                  "attention_normalizer": None if m.attention == "none" else m.attention_normalizer,
-                 "coverage_fertility": m.coverage_fertility if m.attention == "coverage" else None,
-                 "coverage_dim": m.coverage_dim if m.attention == "coverage" else None,
+                 **{key: getattr(m, key) if m.attention == "coverage" else None
+                    for key in ("coverage_fertility", "coverage_dim")},
                  "fertility_bound": m.fertility_bound if m.attention_normalizer == "csparsemax" else None}
         return {**common, **none, "attention": m.attention, "rnn_type": m.rnn_type, "input_feeding": m.input_feeding,
                 **local, "decoder_hidden": m.decoder_hidden}
