@@ -103,6 +103,7 @@ for experiment in "$@"; do
     e7-nn) run e7-de-en configs/experiments/e1-de-en.yaml "${NN_COVERAGE[@]}" --steps 1000 --join 2,3,4 --seeds 2
            run e7-en-fr configs/experiments/e4-en-fr.yaml "${NN_COVERAGE[@]}" --steps 500 "${GOLD[@]}" ;;  # forward only
     e7-long) run e7-de-en-4000 configs/experiments/e1-de-en.yaml "${NN_COVERAGE[@]}" --steps 4000 --join 2,3,4 ;;  # E5-long's budget
+    e7-long-seeds) run e7-de-en-4000 configs/experiments/e1-de-en.yaml "${NN_COVERAGE[@]}" --steps 4000 --join 2,3,4 --seeds 2 ;;
     e7-loss) run e7-de-en configs/experiments/e1-de-en.yaml "${LOSS[@]}" --steps 1000 --join 2,3,4
              run e7-de-en configs/experiments/e1-de-en.yaml "${PHASE[@]}" --steps 300 --join 2,3,4 ;;  # (its subwords)
     e7-constrained) run e7-de-en-constrained configs/experiments/e1-de-en.yaml "${CONSTRAINED[@]}" --steps 1000 --join 2,3,4
@@ -110,6 +111,6 @@ for experiment in "$@"; do
     e7-constrained-seeds) run e7-de-en-constrained configs/experiments/e1-de-en.yaml "${CONSTRAINED[@]}" --steps 1000 \
                             --join 2,3,4 --seeds 2 ;;
     *) echo "unknown experiment $experiment (e1, e2, e3, e4, e5, e5-long, e6, e6-seeds, e6-transformer," \
-            "e6-transformer-long, e7, e7-seeds, e7-nn, e7-long, e7-loss, e7-constrained or e7-constrained-seeds)" >&2; exit 2 ;;
+            "e6-transformer-long, e7, e7-seeds, e7-nn, e7-long, e7-long-seeds, e7-loss, e7-constrained or e7-constrained-seeds)" >&2; exit 2 ;;
   esac
 done

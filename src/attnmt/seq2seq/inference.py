@@ -1,7 +1,6 @@
-"""A trained sequence-to-sequence model ready to use: its vocabularies, its decoding settings,
-and what it gives (translations with their attention, the beam search tree, the trace of every
-decoder step, a Transformer's layers and heads). Translation models load as this Translator;
-speech models as its subclass attnmt.speech.recognizer.Recognizer."""
+"""A trained sequence-to-sequence model ready to use: its vocabularies, its decoding settings, and what it
+gives (translations with their attention, the beam search tree, the trace of every decoder step, a Transformer's
+layers and heads). Translation models load as this Translator; speech models as attnmt.speech.recognizer.Recognizer."""
 
 from __future__ import annotations
 
@@ -149,8 +148,9 @@ class Translator:
     def describe(self) -> dict:
         """What the model is, as the server's /models says it: the fields of its type, the others None."""
         m, dc = self.config.model, self.config.decoding
-        none = dict.fromkeys("rnn_type input_feeding local_attention local_window attention_normalizer coverage_fertility"
-                             " coverage_dim fertility_bound decoder_hidden d_model heads feed_forward norm".split())
+        none = dict.fromkeys("rnn_type input_feeding local_attention local_window attention_normalizer"
+                             " coverage_fertility coverage_dim fertility_bound decoder_hidden d_model heads"
+                             " feed_forward norm".split())
         common = dict(type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers, beam=dc.beam,
                       length_penalty=dc.length_penalty, coverage_penalty=dc.coverage_penalty)
         if m.type == "transformer":
