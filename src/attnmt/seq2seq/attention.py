@@ -80,6 +80,9 @@ class Attention(nn.Module, ABC):
     #: csparsemax: the most attention a source position may have over the whole output (Malaviya et
     #: al.'s constant fertility); the last real position is unbounded (their sink)
     fertility_bound = FERTILITY_BOUND
+    #: NN-based coverage (Tu et al.): the size d of each source position's coverage vector, which a
+    #: GRU updates (next_coverage); 0: the coverage is the sum of the weights
+    coverage_dim = 0
 
     def project_keys(self, memory: Tensor) -> Tensor:
         """Work that depends on the source only, done once per sentence."""

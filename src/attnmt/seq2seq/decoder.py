@@ -171,7 +171,7 @@ class RNNDecoder(nn.Module):
         step = memory.mask.new_zeros(batch, dtype=torch.long) if self._counts_steps else None
         coverage = None
         if self.attention is not None and self.attention.keeps_coverage:
-            dim = getattr(self.attention, "coverage_dim", 0)  # NN-based coverage: a vector per position
+            dim = self.attention.coverage_dim  # NN-based coverage: a vector per position
             coverage = weights.new_zeros(*weights.shape, dim) if dim else torch.zeros_like(weights)
         return DecoderState(hidden, cell, attentional, weights, step, coverage)
 

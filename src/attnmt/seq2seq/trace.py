@@ -87,6 +87,12 @@ class DecodingTrace:
     def tokens(self) -> list[str]:
         return [s.token for s in self.steps]
 
+    def coverage_before(self, step: int) -> np.ndarray:
+        """C_j before ``step`` (S,): the sum of the earlier steps' weights, the attention each source
+        token has had (what linguistic coverage reads, and csparsemax bounds)."""
+        earlier = [s.weights for s in self.steps[:step]]
+        return np.sum(earlier, axis=0, dtype=np.float64) if earlier else np.zeros(len(self.source_tokens))
+
     def __repr__(self) -> str:
         states = "x".join(map(str, np.shape(self.encoder_states)))
         speech = "" if self.features is None else f", {len(self.features)} audio frames"

@@ -113,18 +113,12 @@ def step_html(trace, step: int, *, space_marker: str | None = None) -> str:
                      "every step</div>")
     else:
         use = getattr(trace, "coverage", None)
-        parts.extend(_attention_table(st, sources, None if use is None else _coverage_before(trace, step)))
+        parts.extend(_attention_table(st, sources, None if use is None else trace.coverage_before(step)))
     parts.extend(_vector_cells(st))
     if st.top_k:
         parts.extend(_top_k_table(st, space_marker))
     parts.append("</div>")
     return "".join(parts)
-
-
-def _coverage_before(trace, step: int) -> np.ndarray:
-    """C_j before ``step``: the sum of the earlier steps' weights."""
-    earlier = [s.weights for s in trace.steps[:step]]
-    return np.sum(earlier, axis=0, dtype=np.float64) if earlier else np.zeros(len(trace.source_tokens))
 
 
 def _attention_table(st, sources: list[str], coverage: np.ndarray | None = None) -> list[str]:

@@ -129,8 +129,7 @@ def _coverage_bars(ax, trace, step: int, sources: list[str], use):
     weights a_j on top (blue); for csparsemax a dashed line at the bound, which only the last token
     (the sink, unbounded) may pass."""
     n = len(sources)
-    earlier = [s.weights for s in trace.steps[:step]]
-    before = np.sum(earlier, axis=0, dtype=np.float64) if earlier else np.zeros(n)
+    before = trace.coverage_before(step)
     weights = np.asarray(trace.steps[step].weights, dtype=np.float64)
     ax.bar(range(n), before, color=MUTED, width=0.8, label="C_j before the step")
     ax.bar(range(n), weights, bottom=before, color=BAR, width=0.8, label="+ a_j of this step")
