@@ -53,26 +53,37 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {args.threads} threads, CPU capability "
-          f"{torch.backends.cpu.get_cpu_capability()}, best of {args.rounds} rounds (ms)\n")
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}, best of {args.rounds} rounds (ms)\n"
+    )
     print("| what | textbook / tanh, ms | v_tanh / sigmoid, ms | ratio |")
     print("|---|---|---|---|")
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(1 << 20, dtype=dtype)
         name = "float32" if dtype == torch.float32 else "bf16"
-        compare(f"tanh against sigmoid, 2^20 elements, {name}",
-                [("tanh", lambda x=x: torch.tanh(x)), ("sigmoid", lambda x=x: torch.sigmoid(x))], args.rounds)
+        compare(
+            f"tanh against sigmoid, 2^20 elements, {name}",
+            [("tanh", lambda x=x: torch.tanh(x)), ("sigmoid", lambda x=x: torch.sigmoid(x))],
+            args.rounds,
+        )
     v = torch.randn(1, 512)
     query, keys = torch.randn(320, 1, 1, 512), torch.randn(320, 1, 36, 512)
-    compare("scores of a beam-5 decoder step, 320 x 36 x 512, float32",
-            [("textbook", lambda: textbook(v, query, keys)), ("v_tanh", lambda: speed.v_tanh(v, query, keys))],
-            args.rounds)
+    compare(
+        "scores of a beam-5 decoder step, 320 x 36 x 512, float32",
+        [("textbook", lambda: textbook(v, query, keys)), ("v_tanh", lambda: speed.v_tanh(v, query, keys))],
+        args.rounds,
+    )
     query, keys = torch.randn(64, 1, 1, 512, requires_grad=True), torch.randn(64, 1, 36, 512, requires_grad=True)
 
     def backward_of(scores):
         return lambda: torch.autograd.grad(scores(v, query, keys).sum(), (query, keys))
-    compare("scores of a training step with backward, 64 x 36 x 512, float32",
-            [("textbook", backward_of(textbook)), ("v_tanh", backward_of(speed.v_tanh))], args.rounds)
+
+    compare(
+        "scores of a training step with backward, 64 x 36 x 512, float32",
+        [("textbook", backward_of(textbook)), ("v_tanh", backward_of(speed.v_tanh))],
+        args.rounds,
+    )
 
 
 if __name__ == "__main__":

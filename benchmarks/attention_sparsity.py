@@ -35,11 +35,14 @@ def sparsity(matrices: list[np.ndarray]) -> dict:
     """The figures above, over every row (output step) of the piece matrices."""
     rows = [row for m in matrices for row in np.asarray(m, dtype=np.float64)]
     ordered = [np.sort(row)[::-1] for row in rows]
-    return {"pieces": float(np.mean([row.size for row in rows])),
-            "attended": float(np.mean([(row > 0).sum() for row in rows])),
-            "one": float(np.mean([(row > 0).sum() == 1 for row in rows])),
-            "ninety": float(np.mean([np.searchsorted(np.cumsum(o), 0.9 - 1e-9) + 1 for o in ordered])),
-            "top": float(np.mean([o[0] for o in ordered])), "steps": len(rows)}
+    return {
+        "pieces": float(np.mean([row.size for row in rows])),
+        "attended": float(np.mean([(row > 0).sum() for row in rows])),
+        "one": float(np.mean([(row > 0).sum() == 1 for row in rows])),
+        "ninety": float(np.mean([np.searchsorted(np.cumsum(o), 0.9 - 1e-9) + 1 for o in ordered])),
+        "top": float(np.mean([o[0] for o in ordered])),
+        "steps": len(rows),
+    }
 
 
 def support_links(matrix: np.ndarray) -> list[tuple[int, int]]:
@@ -68,12 +71,14 @@ def main():
         sure, possible = read_gold(args.gold, args.one_based)
     else:
         sources, targets = read_lines(args.src), read_lines(args.tgt)
-    sources, targets = sources[:args.limit], targets[:args.limit]
+    sources, targets = sources[: args.limit], targets[: args.limit]
     if args.gold:
-        sure, possible = sure[:args.limit], possible[:args.limit]
+        sure, possible = sure[: args.limit], possible[: args.limit]
     width = max(len(folder) for folder in args.models)
-    header = (f"{'model':<{width}} {'attention':<26} {'attended':>16} {'one piece':>9} {'90 % of the weight':>18} "
-              f"{'top weight':>10}")
+    header = (
+        f"{'model':<{width}} {'attention':<26} {'attended':>16} {'one piece':>9} {'90 % of the weight':>18} "
+        f"{'top weight':>10}"
+    )
     print(header + (f" {'AER argmax':>10} {'AER support':>11} {'P / R support':>13}" if args.gold else ""))
     for folder in args.models:
         translator = attnmt.load(folder)
@@ -81,15 +86,19 @@ def main():
         s = sparsity(matrices)
         mc = translator.config.model
         name = mc.transformer_name.replace(" attention", "") if mc.type == "transformer" else mc.attention_name
-        line = (f"{folder:<{width}} {name:<26} "
-                f"{s['attended']:6.1f} of {s['pieces']:5.1f} {100 * s['one']:7.1f} % {s['ninety']:18.2f} "
-                f"{s['top']:10.3f}")
+        line = (
+            f"{folder:<{width}} {name:<26} "
+            f"{s['attended']:6.1f} of {s['pieces']:5.1f} {100 * s['one']:7.1f} % {s['ninety']:18.2f} "
+            f"{s['top']:10.3f}"
+        )
         if args.gold:
             words = word_attention(translator, sources, targets, matrices)
             argmax = alignment_scores([alignments_from_attention(m, "argmax") for m in words], sure, possible)
             support = alignment_scores([support_links(m) for m in words], sure, possible)
-            line += (f" {100 * argmax['aer']:9.1f} % {100 * support['aer']:9.1f} % "
-                     f"{100 * support['precision']:5.1f} / {100 * support['recall']:4.1f}")
+            line += (
+                f" {100 * argmax['aer']:9.1f} % {100 * support['aer']:9.1f} % "
+                f"{100 * support['precision']:5.1f} / {100 * support['recall']:4.1f}"
+            )
         print(line, flush=True)
 
 

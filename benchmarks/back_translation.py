@@ -63,8 +63,10 @@ def monolingual_english(out: Path) -> Path:
     kept = sorted(s for s in sentences if s and _key(s) not in multi30k)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(s + "\n" for s in kept), encoding="utf-8")
-    print(f"monolingual English: {len(kept):,} distinct SICK sentences ({len(sentences) - len(kept)} dropped: "
-          "sentences of Multi30k)")
+    print(
+        f"monolingual English: {len(kept):,} distinct SICK sentences ({len(sentences) - len(kept)} dropped: "
+        "sentences of Multi30k)"
+    )
     return out
 
 
@@ -106,13 +108,26 @@ def main():
     from coverage_penalty import significance  # (benchmarks/ is on the path of a script run from it)
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", type=Path, default=Path("configs/experiments/transformer-averaged.yaml"),
-                        help="the German -> English config (trained already: its best checkpoint is the baseline)")
-    parser.add_argument("--reverse", type=Path, default=Path("runs/experiments/transformer-en-de"),
-                        help="the English -> German model that back-translates")
+    parser.add_argument(
+        "--base",
+        type=Path,
+        default=Path("configs/experiments/transformer-averaged.yaml"),
+        help="the German -> English config (trained already: its best checkpoint is the baseline)",
+    )
+    parser.add_argument(
+        "--reverse",
+        type=Path,
+        default=Path("runs/experiments/transformer-en-de"),
+        help="the English -> German model that back-translates",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/experiments/back-translation"))
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
-                        help="the variants to train (unless trained) and score")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=list(VARIANTS),
+        help="the variants to train (unless trained) and score",
+    )
     args = parser.parse_args()
 
     english = monolingual_english(args.out / "sick.en")
@@ -125,8 +140,10 @@ def main():
     base = load_config(args.base)
     test = base.data.test["test_2016"]
     sources, references = read_lines(test.src), read_lines(test.tgt)
-    print(f"base {args.base} ({base.training.max_steps} steps, seed {base.training.seed}); "
-          f"{time.strftime('%Y-%m-%d %H:%M')}")
+    print(
+        f"base {args.base} ({base.training.max_steps} steps, seed {base.training.seed}); "
+        f"{time.strftime('%Y-%m-%d %H:%M')}"
+    )
     rows = [("Multi30k alone (the base)", attnmt.load(base.experiment_dir), None)]
     for name in args.variants:
         tag = VARIANTS[name]
@@ -140,8 +157,10 @@ def main():
         if tag:
             rows.append((f"  ... translated with {tag}", rows[-1][1], tag))
     baseline = None
-    print(f"{'training data':<40}{'BLEU':>7}{'chrF':>7}{'p (paired bootstrap)':>22}{'no final period':>17}"
-          f"{'is/are ...ing':>15}")
+    print(
+        f"{'training data':<40}{'BLEU':>7}{'chrF':>7}{'p (paired bootstrap)':>22}{'no final period':>17}"
+        f"{'is/are ...ing':>15}"
+    )
     attended, variant = [], ""
     for name, model, tag in rows:
         translations = model.translate(sources, beam=5, batch_size=64, tag=tag)
@@ -152,8 +171,10 @@ def main():
             variant = name.removeprefix("+ back-translated SICK, ")
         p_value = "" if baseline is None else f"{significance(baseline, outputs, references):.3f}"
         baseline = baseline or outputs
-        print(f"{name:<40}{sacrebleu.corpus_bleu(outputs, [references]).score:>7.2f}"
-              f"{sacrebleu.corpus_chrf(outputs, [references]).score:>7.2f}{p_value:>22}{style(outputs)}")
+        print(
+            f"{name:<40}{sacrebleu.corpus_bleu(outputs, [references]).score:>7.2f}"
+            f"{sacrebleu.corpus_chrf(outputs, [references]).score:>7.2f}{p_value:>22}{style(outputs)}"
+        )
     print(f"{'(the references)':<76}{style(references)}")
     print(f"{'(the SICK sentences)':<76}{style(read_lines(english))}")
     for variant, line in attended:
@@ -168,11 +189,19 @@ def tag_attention(model, sources: list[str], translations: list, tag: str) -> st
 
     weights = [t.attention[:, 0] for t in translations if t.attention is not None and t.tokens[-1:] == ["</s>"]]
     uniform = np.mean([1 / t.attention.shape[1] for t in translations if t.attention is not None])
-    encoder = np.mean([model.attention(s, t, tag=tag)["encoder"][:, :, 1:, 0].mean(axis=(1, 2))
-                       for s, t in zip(sources, translations) if t.tokens], axis=0)
-    return (f"cross-attention {np.mean(np.concatenate(weights)):.1%} of each output token's (uniform: "
-            f"{uniform:.1%}), {np.mean([w[-1] for w in weights]):.1%} at the step writing </s>; encoder "
-            f"self-attention to it by layer {', '.join(f'{x:.1%}' for x in encoder)}")
+    encoder = np.mean(
+        [
+            model.attention(s, t, tag=tag)["encoder"][:, :, 1:, 0].mean(axis=(1, 2))
+            for s, t in zip(sources, translations)
+            if t.tokens
+        ],
+        axis=0,
+    )
+    return (
+        f"cross-attention {np.mean(np.concatenate(weights)):.1%} of each output token's (uniform: "
+        f"{uniform:.1%}), {np.mean([w[-1] for w in weights]):.1%} at the step writing </s>; encoder "
+        f"self-attention to it by layer {', '.join(f'{x:.1%}' for x in encoder)}"
+    )
 
 
 def style(sentences: list[str]) -> str:

@@ -62,8 +62,9 @@ print(json.dumps(result))
 def worktree(commit: str, path: Path) -> Path:
     if path.exists():
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], check=True)
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), commit], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), commit], check=True, capture_output=True
+    )
     return path
 
 
@@ -71,8 +72,12 @@ def probe(side: str, tree: Path, args, round_: int) -> dict:
     work = Path(args.work) / f"{side}-{round_}"
     subprocess.run(["rm", "-rf", str(work)], check=True)
     env = {"PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", PROBE, side, str(tree), str(args.data), str(work), str(args.steps)],
-                          capture_output=True, text=True, env={**__import__("os").environ, **env})
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, side, str(tree), str(args.data), str(work), str(args.steps)],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, **env},
+    )
     if done.returncode != 0:
         sys.exit(f"{side}: the probe failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -87,8 +92,10 @@ def main(argv=None):
     parser.add_argument("--data", default=str(MULTI30K))
     parser.add_argument("--work", default="/tmp/attnmt-before-after")
     args = parser.parse_args(argv)
-    trees = {side: worktree(commit, Path(args.work) / side)
-             for side, commit in (("before", args.before), ("after", args.after))}
+    trees = {
+        side: worktree(commit, Path(args.work) / side)
+        for side, commit in (("before", args.before), ("after", args.after))
+    }
     rows = []
     for round_ in range(args.rounds):
         for side in ("before", "after"):

@@ -36,7 +36,7 @@ def reference_phrases(reference: str, count: int, rng: random.Random) -> list[st
         start = rng.choice(starts)
         length = rng.randint(1, 3)
         span = [i for i in range(start, min(start + length, len(words))) if i in free and words[i]]
-        span = span[:next((n for n, i in enumerate(span) if i != start + n), len(span))]  # contiguous
+        span = span[: next((n for n, i in enumerate(span) if i != start + n), len(span))]  # contiguous
         phrases.append(" ".join(words[i] for i in span))
         free -= set(span)
     return phrases
@@ -52,8 +52,12 @@ def run(model, sources, references, beam: int, constraints) -> dict:
     for output, phrases in zip(outputs, constraints or [[]] * len(outputs)):
         held += all(p in output for p in phrases)
         late += any(re.search(r"[.!?] .*" + re.escape(p), output) for p in phrases)
-    return {"bleu": sacrebleu.corpus_bleu(outputs, [references]).score, "held": held / len(outputs),
-            "late": late / len(outputs), "seconds": seconds / len(outputs)}
+    return {
+        "bleu": sacrebleu.corpus_bleu(outputs, [references]).score,
+        "held": held / len(outputs),
+        "late": late / len(outputs),
+        "seconds": seconds / len(outputs),
+    }
 
 
 def main():
@@ -63,22 +67,27 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
     parser.add_argument("--checkpoint", default="best")
-    parser.add_argument("--test", nargs=2, type=Path,
-                        default=[MULTI30K / "test_2016_flickr.de.gz", MULTI30K / "test_2016_flickr.en.gz"])
+    parser.add_argument(
+        "--test", nargs=2, type=Path, default=[MULTI30K / "test_2016_flickr.de.gz", MULTI30K / "test_2016_flickr.en.gz"]
+    )
     parser.add_argument("--beams", type=lambda s: [int(x) for x in s.split(",")], default=[5, 10])
     parser.add_argument("--counts", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--length-penalty", type=float, default=None, help="alpha (default: the model's config)")
     parser.add_argument("--limit", type=int, default=None, help="the first N sentences (a quick check)")
     args = parser.parse_args()
-    sources, references = (read_lines(path)[:args.limit] for path in args.test)
+    sources, references = (read_lines(path)[: args.limit] for path in args.test)
     model = attnmt.load(args.model, args.checkpoint)
     if args.length_penalty is not None:
         model.set_decoding(length_penalty=args.length_penalty)
-    print(f"constrained decoding of {len(sources)} sentences, {args.model}, length penalty "
-          f"{model.config.decoding.length_penalty:g}; {time.strftime('%Y-%m-%d %H:%M')}")
-    print(f"{'beam':>5} {'constraints':>12} {'BLEU':>7} {'all held':>9} {'after the end':>14} {'s/sentence':>11} "
-          f"{'x plain':>8}")
+    print(
+        f"constrained decoding of {len(sources)} sentences, {args.model}, length penalty "
+        f"{model.config.decoding.length_penalty:g}; {time.strftime('%Y-%m-%d %H:%M')}"
+    )
+    print(
+        f"{'beam':>5} {'constraints':>12} {'BLEU':>7} {'all held':>9} {'after the end':>14} {'s/sentence':>11} "
+        f"{'x plain':>8}"
+    )
     for beam in args.beams:
         plain = run(model, sources, references, beam, None)
         print(f"{beam:>5} {0:>12} {plain['bleu']:7.2f} {'':>9} {'':>14} {plain['seconds']:11.4f} {1:8.2f}")
@@ -86,8 +95,10 @@ def main():
             rng = random.Random(args.seed)
             constraints = [reference_phrases(r, count, rng) for r in references]
             r = run(model, sources, references, beam, constraints)
-            print(f"{beam:>5} {count:>12} {r['bleu']:7.2f} {100 * r['held']:8.1f}% {100 * r['late']:13.1f}% "
-                  f"{r['seconds']:11.4f} {r['seconds'] / plain['seconds']:8.2f}")
+            print(
+                f"{beam:>5} {count:>12} {r['bleu']:7.2f} {100 * r['held']:8.1f}% {100 * r['late']:13.1f}% "
+                f"{r['seconds']:11.4f} {r['seconds'] / plain['seconds']:8.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -76,8 +76,13 @@ def time_steps(trainer, batches: list[list[int]], warmup: int) -> dict:
             sentences += len(indices)
             tokens += step_tokens
     seconds = sum(times)
-    return {"sentences_per_s": sentences / seconds, "tokens_per_s": tokens / seconds,
-            "ms_per_step": 1000 * statistics.median(times), "sentences": sentences, "tokens": tokens}
+    return {
+        "sentences_per_s": sentences / seconds,
+        "tokens_per_s": tokens / seconds,
+        "ms_per_step": 1000 * statistics.median(times),
+        "sentences": sentences,
+        "tokens": tokens,
+    }
 
 
 def training_curves(name: str, warmup: int, steps: int) -> list[dict]:
@@ -92,8 +97,11 @@ def training_curves(name: str, warmup: int, steps: int) -> list[dict]:
         for threads in THREADS:
             torch.set_num_threads(threads)
             row = {"model": name, "batch_size": size, "threads": threads, **time_steps(trainer, batches, warmup)}
-            print(f"  train {name:17s} batch {size:3d}, {threads} thread(s): {row['sentences_per_s']:6.1f} sent/s, "
-                  f"{row['tokens_per_s']:7.0f} tok/s, {row['ms_per_step']:6.0f} ms/step", flush=True)
+            print(
+                f"  train {name:17s} batch {size:3d}, {threads} thread(s): {row['sentences_per_s']:6.1f} sent/s, "
+                f"{row['tokens_per_s']:7.0f} tok/s, {row['ms_per_step']:6.0f} ms/step",
+                flush=True,
+            )
             rows.append(row)
     shutil.rmtree(OUT / f"train-{name}", ignore_errors=True)
     return rows
@@ -108,7 +116,7 @@ def sources_of_length(subwords, length: int, count: int) -> list[list[int]]:
     from attnmt.data.corpus import read_lines
 
     stream = [i for ids in subwords.encode(read_lines(MULTI30K / "test_2016_flickr.de.gz")) for i in ids]
-    return [stream[k * length:(k + 1) * length] for k in range(count)]
+    return [stream[k * length : (k + 1) * length] for k in range(count)]
 
 
 def decoding_curves(name: str, batch: int, repeats: int, threads: int) -> list[dict]:
@@ -130,11 +138,21 @@ def decoding_curves(name: str, batch: int, repeats: int, threads: int) -> list[d
                     outputs = decode(translator.model, sample.src, sample.src_lengths, settings, beam=beam)
                 best = min(best, time.perf_counter() - started)
             out_tokens = statistics.mean(len(h[0].tokens) for h in outputs)
-            row = {"model": name, "length": length, "beam": beam, "batch": batch, "threads": threads,
-                   "ms_per_sentence": 1000 * best / batch, "mean_output_tokens": out_tokens,
-                   "ms_per_output_token": 1000 * best / batch / out_tokens}
-            print(f"  decode {name:17s} length {length:3d}, beam {beam}: {row['ms_per_sentence']:7.2f} ms/sentence, "
-                  f"{out_tokens:5.1f} output tokens, {row['ms_per_output_token']:.3f} ms/token", flush=True)
+            row = {
+                "model": name,
+                "length": length,
+                "beam": beam,
+                "batch": batch,
+                "threads": threads,
+                "ms_per_sentence": 1000 * best / batch,
+                "mean_output_tokens": out_tokens,
+                "ms_per_output_token": 1000 * best / batch / out_tokens,
+            }
+            print(
+                f"  decode {name:17s} length {length:3d}, beam {beam}: {row['ms_per_sentence']:7.2f} ms/sentence, "
+                f"{out_tokens:5.1f} output tokens, {row['ms_per_output_token']:.3f} ms/token",
+                flush=True,
+            )
             rows.append(row)
     return rows
 
@@ -162,6 +180,7 @@ class PartTimer:
                 self.calls[label] = self.calls.get(label, 0) + 1
                 if self._inner:
                     self._inner[-1] += elapsed
+
         return timed
 
 
@@ -185,16 +204,18 @@ def profile_beam(name: str, batch: int, beam: int, threads: int, rounds: int) ->
 
     run()  # warm-up: kernels for these shapes
     timer, decoder = PartTimer(), model.decoder
-    parts = [(model, "encode", "encoder (embeddings, bidirectional GRU, attention keys)"),
-             (model.tgt_embed, "forward", "target embeddings"),
-             (decoder.W_y, "forward", "GRU input products (W_y y, W_ctx c)"),
-             (decoder.W_ctx, "forward", "GRU input products (W_y y, W_ctx c)"),
-             (decoder, "_attend", "attention (scores, softmax, context)"),
-             (decoder.rnn, "forward", "GRU cell (W_hh s, gates)"),
-             (decoder, "_attentional", "attentional vector tanh(W_c [c; s])"),
-             (model.generator, "forward", "output layer 512 -> 8,000"),
-             (model, "next_token_log_probs", "log_softmax and PAD/BOS masking"),
-             (decoder, "step", "decoder step glue (gate sums, new state)")]
+    parts = [
+        (model, "encode", "encoder (embeddings, bidirectional GRU, attention keys)"),
+        (model.tgt_embed, "forward", "target embeddings"),
+        (decoder.W_y, "forward", "GRU input products (W_y y, W_ctx c)"),
+        (decoder.W_ctx, "forward", "GRU input products (W_y y, W_ctx c)"),
+        (decoder, "_attend", "attention (scores, softmax, context)"),
+        (decoder.rnn, "forward", "GRU cell (W_hh s, gates)"),
+        (decoder, "_attentional", "attentional vector tanh(W_c [c; s])"),
+        (model.generator, "forward", "output layer 512 -> 8,000"),
+        (model, "next_token_log_probs", "log_softmax and PAD/BOS masking"),
+        (decoder, "step", "decoder step glue (gate sums, new state)"),
+    ]
     for obj, method, label in parts:
         setattr(obj, method, timer.wrap(label, getattr(obj, method)))
     total = []
@@ -219,19 +240,30 @@ def profile_beam(name: str, batch: int, beam: int, threads: int, rounds: int) ->
     ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:15]
     op_table = [{"op": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1000} for e in ops]
     out_tokens = statistics.mean(len(h[0].tokens) for h in outputs)
-    print(f"\nbeam {beam}, {name}, first {batch} test sentences, {threads} threads: "
-          f"{1000 * min(total):.0f} ms CPU, best of {rounds} ({batch / min(total):.0f} sentences per CPU second), "
-          f"{steps} decoder steps, "
-          f"{out_tokens:.1f} output tokens per sentence")
+    print(
+        f"\nbeam {beam}, {name}, first {batch} test sentences, {threads} threads: "
+        f"{1000 * min(total):.0f} ms CPU, best of {rounds} ({batch / min(total):.0f} sentences per CPU second), "
+        f"{steps} decoder steps, "
+        f"{out_tokens:.1f} output tokens per sentence"
+    )
     print("\n| part | CPU ms per beam search | share |\n|---|---|---|")
     for label, ms in sorted(table.items(), key=lambda item: -item[1]):
         print(f"| {label} | {ms:.0f} | {ms / (1000 * seconds / rounds):.0%} |")
     print("\n| operator (torch.profiler, one run) | calls | self ms |\n|---|---|---|")
     for row in op_table:
         print(f"| {row['op']} | {row['calls']} | {row['self_ms']:.1f} |")
-    return {"model": name, "batch": batch, "beam": beam, "threads": threads, "rounds": rounds,
-            "ms": [1000 * t for t in total], "steps": steps, "mean_output_tokens": out_tokens,
-            "parts_ms": table, "operators": op_table}
+    return {
+        "model": name,
+        "batch": batch,
+        "beam": beam,
+        "threads": threads,
+        "rounds": rounds,
+        "ms": [1000 * t for t in total],
+        "steps": steps,
+        "mean_output_tokens": out_tokens,
+        "parts_ms": table,
+        "operators": op_table,
+    }
 
 
 # ----------------------------------------------------------------------------- report
@@ -242,15 +274,19 @@ def print_tables(results: dict):
         print("\n| model | batch | threads | sentences/s | target tokens/s | ms/step (median) |")
         print("|---|---|---|---|---|---|")
         for r in results["train"]:
-            print(f"| {r['model']} | {r['batch_size']} | {r['threads']} | {r['sentences_per_s']:.0f} | "
-                  f"{r['tokens_per_s']:,.0f} | {r['ms_per_step']:.0f} |")
+            print(
+                f"| {r['model']} | {r['batch_size']} | {r['threads']} | {r['sentences_per_s']:.0f} | "
+                f"{r['tokens_per_s']:,.0f} | {r['ms_per_step']:.0f} |"
+            )
     if results.get("decode"):
         print("\n| model | source pieces | search | ms/sentence | mean output tokens | ms/output token |")
         print("|---|---|---|---|---|---|")
         for r in results["decode"]:
             search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
-            print(f"| {r['model']} | {r['length']} | {search} | {r['ms_per_sentence']:.1f} | "
-                  f"{r['mean_output_tokens']:.1f} | {r['ms_per_output_token']:.3f} |")
+            print(
+                f"| {r['model']} | {r['length']} | {search} | {r['ms_per_sentence']:.1f} | "
+                f"{r['mean_output_tokens']:.1f} | {r['ms_per_output_token']:.3f} |"
+            )
 
 
 def plot(results: dict):
@@ -267,22 +303,40 @@ def plot(results: dict):
         for threads, style in zip(THREADS, ("--", "-")):
             rows = [r for r in train if r["model"] == name and r["threads"] == threads]
             if rows:
-                ax.plot([r["batch_size"] for r in rows], [r["sentences_per_s"] for r in rows], style, marker="o",
-                        color=colors[name], label=f"{name}, {threads} thread{'s' if threads > 1 else ''}")
-    ax.set(xscale="log", xlabel="batch size (sentences)", ylabel="training sentences/s",
-           title="Training throughput (bf16)")
+                ax.plot(
+                    [r["batch_size"] for r in rows],
+                    [r["sentences_per_s"] for r in rows],
+                    style,
+                    marker="o",
+                    color=colors[name],
+                    label=f"{name}, {threads} thread{'s' if threads > 1 else ''}",
+                )
+    ax.set(
+        xscale="log", xlabel="batch size (sentences)", ylabel="training sentences/s", title="Training throughput (bf16)"
+    )
     ax.set_xticks(BATCH_SIZES, [str(b) for b in BATCH_SIZES])
     ax.minorticks_off()
-    for ax, key, label in ((axes[1], "ms_per_sentence", "decoding ms per sentence"),
-                           (axes[2], "ms_per_output_token", "decoding ms per output token")):
+    for ax, key, label in (
+        (axes[1], "ms_per_sentence", "decoding ms per sentence"),
+        (axes[2], "ms_per_output_token", "decoding ms per output token"),
+    ):
         for name in colors:
             for beam, style in ((1, "--"), (5, "-")):
                 rows = [r for r in dec if r["model"] == name and r["beam"] == beam]
                 if rows:
-                    ax.plot([r["length"] for r in rows], [r[key] for r in rows], style, marker="o",
-                            color=colors[name], label=f"{name}, {'greedy' if beam == 1 else 'beam 5'}")
-        ax.set(xlabel="source length (subword pieces)", ylabel=label,
-               title=f"Decoding, batch of {dec[0]['batch'] if dec else 16}, 2 threads")
+                    ax.plot(
+                        [r["length"] for r in rows],
+                        [r[key] for r in rows],
+                        style,
+                        marker="o",
+                        color=colors[name],
+                        label=f"{name}, {'greedy' if beam == 1 else 'beam 5'}",
+                    )
+        ax.set(
+            xlabel="source length (subword pieces)",
+            ylabel=label,
+            title=f"Decoding, batch of {dec[0]['batch'] if dec else 16}, 2 threads",
+        )
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -294,8 +348,12 @@ def plot(results: dict):
 
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["train", "decode", "all", "profile"], default="all",
-                        help="profile: where the time of a beam-5 decode of the RNN goes (not in 'all')")
+    parser.add_argument(
+        "--part",
+        choices=["train", "decode", "all", "profile"],
+        default="all",
+        help="profile: where the time of a beam-5 decode of the RNN goes (not in 'all')",
+    )
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--warmup", type=int, default=3, help="untimed training steps per point")
     parser.add_argument("--steps", type=int, default=10, help="timed training steps per point")

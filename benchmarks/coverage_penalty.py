@@ -40,12 +40,18 @@ def measures(translations, references: list[str]) -> dict:
     from attnmt.translation.evaluation import attention_failures
 
     hypotheses = [t.text for t in translations]
-    matrices = [None if t.best.attention is None else word_matrix(t.best.attention, t.source_tokens, t.best.tokens)
-                for t in translations]
+    matrices = [
+        None if t.best.attention is None else word_matrix(t.best.attention, t.source_tokens, t.best.tokens)
+        for t in translations
+    ]
     failures = attention_failures(matrices, hypotheses, references)
     words = sum(len(h.split()) for h in hypotheses) / sum(len(r.split()) for r in references)
-    return {"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score, "hypotheses": hypotheses,
-            "length": words, "unattended": failures["unattended"] / max(failures["source_words"] or 1, 1)}
+    return {
+        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+        "hypotheses": hypotheses,
+        "length": words,
+        "unattended": failures["unattended"] / max(failures["source_words"] or 1, 1),
+    }
 
 
 def significance(baseline: list[str], system: list[str], references: list[str]) -> float:
@@ -53,8 +59,13 @@ def significance(baseline: list[str], system: list[str], references: list[str]) 
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()}, references=[references],
-                      test_type="bs", n_samples=1000)
+    test = PairedTest(
+        [("baseline", baseline), ("system", system)],
+        {"BLEU": BLEU()},
+        references=[references],
+        test_type="bs",
+        n_samples=1000,
+    )
     _, scores = test()
     return scores["BLEU"][1].p_value
 
@@ -70,27 +81,41 @@ def run_model(folder: str, args, dev, test) -> None:
     for alpha, beta in itertools.product(args.alphas, args.betas):
         grid[alpha, beta] = measures(decoded(model, dev[0], args.beam, alpha, beta), dev[1])["bleu"]
     kind = model.config.model.attention if model.config.model.type == "rnn" else "multi-head"
-    print(f"\n{folder} ({model.config.model.type}, {kind} attention): dev BLEU, beam {args.beam} "
-          f"({time.perf_counter() - started:.0f} s)")
+    print(
+        f"\n{folder} ({model.config.model.type}, {kind} attention): dev BLEU, beam {args.beam} "
+        f"({time.perf_counter() - started:.0f} s)"
+    )
     print("alpha \\ beta " + "".join(f"{b:>8g}" for b in args.betas))
     for alpha in args.alphas:
         print(f"{alpha:>12g} " + "".join(f"{grid[alpha, b]:8.2f}" for b in args.betas))
     no_coverage = max(args.alphas, key=lambda a: grid[a, 0.0])
     best = max(grid, key=grid.get)
-    settings = {"config": (defaults.length_penalty, defaults.coverage_penalty),
-                "best alpha, no coverage": (no_coverage, 0.0), "best alpha and beta": best}
-    for name, (sources, references) in [("test", test), *[(f"test joined {k} at a time", joined(*test, k))
-                                                          for k in args.join]]:
+    settings = {
+        "config": (defaults.length_penalty, defaults.coverage_penalty),
+        "best alpha, no coverage": (no_coverage, 0.0),
+        "best alpha and beta": best,
+    }
+    for name, (sources, references) in [
+        ("test", test),
+        *[(f"test joined {k} at a time", joined(*test, k)) for k in args.join],
+    ]:
         print(f"{name} ({len(sources)} sentences):")
         results = {what: measures(decoded(model, sources, args.beam, *ab), references) for what, ab in settings.items()}
         base = results["config"]["hypotheses"]
         for what, (alpha, beta) in settings.items():
             r = results[what]
             changed = sum(a != b for a, b in zip(base, r["hypotheses"]))
-            p = ("" if what == "config" else "  same outputs" if not changed else
-                 f"  p = {significance(base, r['hypotheses'], references):.3f}, {changed} outputs changed")
-            print(f"  {what:<24} alpha {alpha:<4g} beta {beta:<4g} BLEU {r['bleu']:6.2f}  words/reference "
-                  f"{r['length']:.3f}  unattended {100 * r['unattended']:5.2f} %{p}")
+            p = (
+                ""
+                if what == "config"
+                else "  same outputs"
+                if not changed
+                else f"  p = {significance(base, r['hypotheses'], references):.3f}, {changed} outputs changed"
+            )
+            print(
+                f"  {what:<24} alpha {alpha:<4g} beta {beta:<4g} BLEU {r['bleu']:6.2f}  words/reference "
+                f"{r['length']:.3f}  unattended {100 * r['unattended']:5.2f} %{p}"
+            )
 
 
 def main():
@@ -100,8 +125,9 @@ def main():
     parser.add_argument("models", nargs="+", help="trained model folders (source -> target of the data)")
     parser.add_argument("--checkpoint", default="best")
     parser.add_argument("--dev", nargs=2, type=Path, default=[MULTI30K / "val.de.gz", MULTI30K / "val.en.gz"])
-    parser.add_argument("--test", nargs=2, type=Path,
-                        default=[MULTI30K / "test_2016_flickr.de.gz", MULTI30K / "test_2016_flickr.en.gz"])
+    parser.add_argument(
+        "--test", nargs=2, type=Path, default=[MULTI30K / "test_2016_flickr.de.gz", MULTI30K / "test_2016_flickr.en.gz"]
+    )
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--alphas", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 0.2, 0.6, 1.0])
     parser.add_argument("--betas", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 0.1, 0.2, 0.4, 1.0])
@@ -110,7 +136,7 @@ def main():
     args = parser.parse_args()
     if 0.0 not in args.betas:
         parser.error("--betas must include 0 (no coverage penalty)")
-    dev, test = ([read_lines(path)[:args.limit] for path in pair] for pair in (args.dev, args.test))
+    dev, test = ([read_lines(path)[: args.limit] for path in pair] for pair in (args.dev, args.test))
     print(f"coverage penalty, beam {args.beam}; {time.strftime('%Y-%m-%d %H:%M')}")
     for folder in args.models:
         run_model(folder, args, dev, test)

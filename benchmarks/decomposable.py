@@ -27,8 +27,16 @@ REPO = Path(__file__).resolve().parents[1]
 MULTI30K_EN = REPO.parent / "shared" / "data" / "multi30k" / "train.en.gz"
 
 
-def run(config_path: Path, out: Path, name: str, steps: int | None, threads: int, word2vec: Path | None,
-        model: dict | None = None, seed: int | None = None) -> dict:
+def run(
+    config_path: Path,
+    out: Path,
+    name: str,
+    steps: int | None,
+    threads: int,
+    word2vec: Path | None,
+    model: dict | None = None,
+    seed: int | None = None,
+) -> dict:
     from safetensors.torch import load_file
 
     from attnmt.core.config import load_config
@@ -59,10 +67,20 @@ def run(config_path: Path, out: Path, name: str, steps: int | None, threads: int
     parameters = sum(t.numel() for t in load_file(folder / "best.safetensors").values())
     majority = max(test["per_class"].values(), key=lambda c: c["support"])["support"] / test["pairs"]
     attended, length = attended_words(folder, config.data.test["sick-test"])
-    return {"name": name, "test_accuracy": test["accuracy"], "test_macro_f1": test["macro_f1"],
-            "trial_accuracy": best["accuracy"], "best_step": best["step"], "steps": state.step,
-            "parameters": parameters, "minutes": minutes, "majority_class": majority, "threads": threads,
-            "attended": attended, "hypothesis_length": length}
+    return {
+        "name": name,
+        "test_accuracy": test["accuracy"],
+        "test_macro_f1": test["macro_f1"],
+        "trial_accuracy": best["accuracy"],
+        "best_step": best["step"],
+        "steps": state.step,
+        "parameters": parameters,
+        "minutes": minutes,
+        "majority_class": majority,
+        "threads": threads,
+        "attended": attended,
+        "hypothesis_length": length,
+    }
 
 
 def attended_words(folder: Path, files) -> tuple[float, float]:
@@ -88,10 +106,14 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2: the target's 2 cores)")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-decomposable")
     parser.add_argument("--attend", help="model.attend of each run, comma-separated (default: the config's)")
-    parser.add_argument("--normalizers", help="model.attention_normalizer of each run, comma-separated: softmax, "
-                                              "sparsemax, entmax15 (default: the config's)")
-    parser.add_argument("--seeds", type=int, default=1, help="runs of each setting, seeds 42, 43, ... (default 1: "
-                                                             "the config's seed)")
+    parser.add_argument(
+        "--normalizers",
+        help="model.attention_normalizer of each run, comma-separated: softmax, "
+        "sparsemax, entmax15 (default: the config's)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="runs of each setting, seeds 42, 43, ... (default 1: the config's seed)"
+    )
     args = parser.parse_args(argv)
     kinds = ["random", "word2vec"] if args.embeddings == "both" else [args.embeddings]
     models = [{}]
@@ -99,16 +121,32 @@ def main(argv=None):
         if values:
             models = [{**m, field: value} for m in models for value in values.split(",")]
     seeds = [None] if args.seeds == 1 else [42 + k for k in range(args.seeds)]
-    results = [run(args.config, args.out, "-".join(["sick", kind, *model.values(), *([f"seed{seed}"] if seed else [])]),
-                   args.steps, args.threads, args.multi30k if kind == "word2vec" else None, model, seed)
-               for kind in kinds for model in models for seed in seeds]
+    results = [
+        run(
+            args.config,
+            args.out,
+            "-".join(["sick", kind, *model.values(), *([f"seed{seed}"] if seed else [])]),
+            args.steps,
+            args.threads,
+            args.multi30k if kind == "word2vec" else None,
+            model,
+            seed,
+        )
+        for kind in kinds
+        for model in models
+        for seed in seeds
+    ]
     width = max(12, *(len(r["name"]) for r in results))
-    print(f"\n{'run':<{width}} {'test acc':>9} {'macro F1':>9} {'trial acc':>10} {'best step':>10} "
-          f"{'parameters':>11} {'minutes':>8} {'attended':>16}")
+    print(
+        f"\n{'run':<{width}} {'test acc':>9} {'macro F1':>9} {'trial acc':>10} {'best step':>10} "
+        f"{'parameters':>11} {'minutes':>8} {'attended':>16}"
+    )
     for r in results:
-        print(f"{r['name']:<{width}} {100 * r['test_accuracy']:8.2f}% {100 * r['test_macro_f1']:8.2f}% "
-              f"{100 * r['trial_accuracy']:9.2f}% {r['best_step']:>10} {r['parameters']:>11,} {r['minutes']:8.1f} "
-              f"{r['attended']:6.2f} of {r['hypothesis_length']:5.2f}")
+        print(
+            f"{r['name']:<{width}} {100 * r['test_accuracy']:8.2f}% {100 * r['test_macro_f1']:8.2f}% "
+            f"{100 * r['trial_accuracy']:9.2f}% {r['best_step']:>10} {r['parameters']:>11,} {r['minutes']:8.1f} "
+            f"{r['attended']:6.2f} of {r['hypothesis_length']:5.2f}"
+        )
     print(f"majority class on SICK test: {100 * results[0]['majority_class']:.2f}%; threads {args.threads}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -27,7 +27,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 def hansards_splits(path: Path, out: Path, train: int, dev: int) -> dict[str, Path]:
     """The pairs of ``path`` ("english ||| french" lines) cut into train, dev and test TSV files in ``out``."""
     pairs = [line.split(" ||| ") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    parts = {"train": pairs[:train], "dev": pairs[train:train + dev], "test": pairs[train + dev:]}
+    parts = {"train": pairs[:train], "dev": pairs[train : train + dev], "test": pairs[train + dev :]}
     out.mkdir(parents=True, exist_ok=True)
     for name, rows in parts.items():
         (out / f"{name}.tsv").write_text("".join(f"{en.strip()}\t{fr.strip()}\n" for en, fr in rows), encoding="utf-8")
@@ -40,13 +40,27 @@ def config_for(base, files: dict[str, Path], folder: Path, args, init: bool):
 
     raw = base.config.model_dump(mode="json")
     raw["experiment_dir"] = str(folder.resolve())  # (every path absolute)
-    raw["data"] = {"train": {"tsv": str(files["train"].resolve())}, "dev": {"tsv": str(files["dev"].resolve())},
-                   "subwords": raw["data"]["subwords"], "max_length": 100, "batch_size": args.batch_size}
+    raw["data"] = {
+        "train": {"tsv": str(files["train"].resolve())},
+        "dev": {"tsv": str(files["dev"].resolve())},
+        "subwords": raw["data"]["subwords"],
+        "max_length": 100,
+        "batch_size": args.batch_size,
+    }
     raw["model"]["dropout"] = args.dropout
-    raw["training"] = {"seed": 42, "threads": 2, "learning_rate": args.learning_rate, "schedule": "plateau",
-                       "max_steps": args.steps, "validate_every": args.validate_every, "log_every": 20,
-                       "label_smoothing": 0.1, "early_stopping_patience": None, "adam_betas": [0.9, 0.98],
-                       **({"init_from": str(base.folder.resolve())} if init else {})}
+    raw["training"] = {
+        "seed": 42,
+        "threads": 2,
+        "learning_rate": args.learning_rate,
+        "schedule": "plateau",
+        "max_steps": args.steps,
+        "validate_every": args.validate_every,
+        "log_every": 20,
+        "label_smoothing": 0.1,
+        "early_stopping_patience": None,
+        "adam_betas": [0.9, 0.98],
+        **({"init_from": str(base.folder.resolve())} if init else {}),
+    }
     return config_from_dict(raw, folder.parent)
 
 
@@ -55,8 +69,10 @@ def scores(model, pairs: tuple[list[str], list[str]]) -> tuple[float, float]:
     import sacrebleu
 
     outputs = [t.text for t in model.translate(pairs[0], beam=5, batch_size=32)]
-    return (sacrebleu.corpus_bleu(outputs, [pairs[1]], force=True).score,
-            sacrebleu.corpus_chrf(outputs, [pairs[1]]).score)
+    return (
+        sacrebleu.corpus_bleu(outputs, [pairs[1]], force=True).score,
+        sacrebleu.corpus_chrf(outputs, [pairs[1]]).score,
+    )
 
 
 def main():
@@ -67,8 +83,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", help="the general English -> French model folder")
     parser.add_argument("--hansards", type=Path, default=SHARED / "alignment" / "hansards-enfr.src-tgt")
-    parser.add_argument("--test", nargs=2, type=Path, default=[SHARED / "multi30k" / "test_2016_flickr.en.gz",
-                                                                SHARED / "multi30k" / "test_2016_flickr.fr.gz"])
+    parser.add_argument(
+        "--test",
+        nargs=2,
+        type=Path,
+        default=[SHARED / "multi30k" / "test_2016_flickr.en.gz", SHARED / "multi30k" / "test_2016_flickr.fr.gz"],
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/experiments/fine-tuning"))
     parser.add_argument("--train", type=int, default=300)
     parser.add_argument("--dev", type=int, default=47)
@@ -81,12 +101,13 @@ def main():
 
     base = attnmt.load(args.model)
     files = hansards_splits(args.hansards, args.out / "hansards", args.train, args.dev)
-    hansards = tuple(list(column) for column in zip(*(line.split("\t") for line in
-                                                       read_lines(files["test"]))))
+    hansards = tuple(list(column) for column in zip(*(line.split("\t") for line in read_lines(files["test"]))))
     general = tuple(read_lines(path) for path in args.test)
-    print(f"fine-tuning {args.model} on {args.train} Hansards pairs, {args.steps} steps, learning rate "
-          f"{args.learning_rate}, dropout {args.dropout}; {len(hansards[0])} Hansards test pairs; "
-          f"{time.strftime('%Y-%m-%d %H:%M')}")
+    print(
+        f"fine-tuning {args.model} on {args.train} Hansards pairs, {args.steps} steps, learning rate "
+        f"{args.learning_rate}, dropout {args.dropout}; {len(hansards[0])} Hansards test pairs; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}"
+    )
     rows = [("general model", base)]
     for name, init in (("Hansards pairs alone, from scratch", False), ("fine-tuned", True)):
         folder = args.out / ("fine-tuned" if init else "scratch")
@@ -100,8 +121,13 @@ def main():
     rows.append(("ensemble of general and fine-tuned", ensemble))
     print(f"{'model':<38}{'Hansards BLEU':>14}{'chrF':>7}{'Multi30k test_2016 BLEU':>25}{'chrF':>7}")
     for name, model in rows:
-        print(f"{name:<38}" + "".join(f"{value:>{width}.2f}" for value, width in
-                                      zip((*scores(model, hansards), *scores(model, general)), (14, 7, 25, 7))))
+        print(
+            f"{name:<38}"
+            + "".join(
+                f"{value:>{width}.2f}"
+                for value, width in zip((*scores(model, hansards), *scores(model, general)), (14, 7, 25, 7))
+            )
+        )
 
 
 if __name__ == "__main__":

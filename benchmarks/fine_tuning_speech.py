@@ -30,11 +30,23 @@ def config_for(general, data: Path, folder: Path, steps: int, init: bool, seed: 
     raw = general.config.model_dump(mode="json")
     raw["experiment_dir"] = str(folder.resolve())
     train, dev = (str((data / f"{name}.tsv").resolve()) for name in ("train", "dev"))
-    raw["data"] = {"train": {"tsv": train}, "dev": {"tsv": dev}, "subwords": raw["data"]["subwords"],
-                   "batch_size": 32, "max_length": 80}
-    raw["training"] = {**raw["training"], "seed": seed, "max_steps": steps, "validate_every": max(steps // 4, 1),
-                       "early_stopping_metric": "cer", "early_stopping_patience": None, "log_every": 25,
-                       **({"init_from": str(general.folder.resolve())} if init else {})}
+    raw["data"] = {
+        "train": {"tsv": train},
+        "dev": {"tsv": dev},
+        "subwords": raw["data"]["subwords"],
+        "batch_size": 32,
+        "max_length": 80,
+    }
+    raw["training"] = {
+        **raw["training"],
+        "seed": seed,
+        "max_steps": steps,
+        "validate_every": max(steps // 4, 1),
+        "early_stopping_metric": "cer",
+        "early_stopping_patience": None,
+        "log_every": 25,
+        **({"init_from": str(general.folder.resolve())} if init else {}),
+    }
     return config_from_dict(raw, folder.parent)
 
 
@@ -42,8 +54,7 @@ def error_rates(model, tsv: Path) -> tuple[float, float]:
     from attnmt.core.config import CorpusFiles
     from attnmt.speech.error_rates import speech_test_set_reports
 
-    [report] = speech_test_set_reports(model, {"test": CorpusFiles(tsv=tsv)}, beam=1,
-                                       log=lambda message: None).values()
+    [report] = speech_test_set_reports(model, {"test": CorpusFiles(tsv=tsv)}, beam=1, log=lambda message: None).values()
     return report["cer"], report["wer"]  # (in %)
 
 
@@ -57,18 +68,27 @@ def main():
     parser.add_argument("--out", type=Path, default=Path("runs/experiments/fine-tuning-speech"))
     parser.add_argument("--strings", type=int, default=300, help="digit strings to train on")
     parser.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")], default=[50, 100, 300, 1000])
-    parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[42],
-                        help="training.seed of each run (the quick start's: 42)")
+    parser.add_argument(
+        "--seeds",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[42],
+        help="training.seed of each run (the quick start's: 42)",
+    )
     args = parser.parse_args()
 
     data = args.out / f"digits-{args.strings}"
     if not (data / "train.tsv").exists():
-        subprocess.run([sys.executable, "-m", "attnmt.speech.digits", str(args.fsdd), str(data), "--train",
-                        str(args.strings)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "attnmt.speech.digits", str(args.fsdd), str(data), "--train", str(args.strings)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     general = attnmt.load(args.model)
     test = data / "test-speaker.tsv"
-    print(f"fine-tuning {args.model} on {args.strings} FSDD digit strings (4 speakers); test: the fifth "
-          f"speaker's; {time.strftime('%Y-%m-%d %H:%M')}")
+    print(
+        f"fine-tuning {args.model} on {args.strings} FSDD digit strings (4 speakers); test: the fifth "
+        f"speaker's; {time.strftime('%Y-%m-%d %H:%M')}"
+    )
     print(f"{'model':<44}{'steps':>6}{'CER %':>8}{'WER %':>8}")
     cer, wer = error_rates(general, test)
     print(f"{'the quick start model (synthesized speech)':<44}{'':>6}{cer:8.2f}{wer:8.2f}")
@@ -77,8 +97,9 @@ def main():
             for seed in args.seeds:
                 folder = args.out / f"{'fine-tuned' if init else 'scratch'}-{args.strings}-{steps}-s{seed}"
                 if not (folder / "last.safetensors").exists():
-                    train(config_for(general, data, folder, steps, init, seed), log=lambda message: None,
-                          progress=False)
+                    train(
+                        config_for(general, data, folder, steps, init, seed), log=lambda message: None, progress=False
+                    )
                 cer, wer = error_rates(attnmt.load(folder), test)
                 print(f"{name + f' (seed {seed})':<44}{steps:>6}{cer:8.2f}{wer:8.2f}")
 

@@ -40,8 +40,10 @@ def profiled(steps: int):
     from attnmt.training.loop import TrainingLoop
 
     plain_step = TrainingLoop.train_step
-    profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                       schedule=schedule(wait=200, warmup=5, active=steps, repeat=1))
+    profiler = profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        schedule=schedule(wait=200, warmup=5, active=steps, repeat=1),
+    )
 
     def train_step(self, batch):
         result = plain_step(self, batch)
@@ -53,8 +55,9 @@ def profiled(steps: int):
     return profiler
 
 
-def train(args, out: Path, graphs: bool, precision: str, tokens: int | None = None,
-          config_name: str = "rnn-bahdanau.yaml") -> dict:
+def train(
+    args, out: Path, graphs: bool, precision: str, tokens: int | None = None, config_name: str = "rnn-bahdanau.yaml"
+) -> dict:
     from attnmt.core.config import load_config
     from attnmt.training import train as train_config
 
@@ -71,11 +74,18 @@ def train(args, out: Path, graphs: bool, precision: str, tokens: int | None = No
         torch.cuda.reset_peak_memory_stats()
     state = train_config(config, log=lambda line: None, progress=False)
     peak = torch.cuda.max_memory_allocated() / 2**30 if args.device == "cuda" else None
-    validation = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
-                  if json.loads(line)["type"] == "valid"][-1]
+    validation = [
+        json.loads(line)
+        for line in (out / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["type"] == "valid"
+    ][-1]
     # The loop's seconds include the validation at the end; its record's, written before, do not.
-    return {"sentences_per_s": state.sentences / validation["seconds"], "seconds": validation["seconds"],
-            "dev_bleu": validation["bleu"], "peak_memory_gb": peak}
+    return {
+        "sentences_per_s": state.sentences / validation["seconds"],
+        "seconds": validation["seconds"],
+        "dev_bleu": validation["bleu"],
+        "peak_memory_gb": peak,
+    }
 
 
 def decode(model_dir: Path, sources: list[str], beam: int, plain: bool, device: str) -> float:
@@ -119,13 +129,16 @@ def transformer_decoding(args, work: Path, sources: list[str]) -> dict:
     for beam in (1, 5):
         results[f"beam{beam}_fixed_cache_graphs"] = decode(work / "transformer", sources, beam, False, args.device)
         with growing_cache():
-            results[f"beam{beam}_growing_cache_eager"] = decode(work / "transformer", sources, beam, False,
-                                                                args.device)
+            results[f"beam{beam}_growing_cache_eager"] = decode(work / "transformer", sources, beam, False, args.device)
         results[f"beam{beam}_reference"] = decode(work / "transformer", sources, beam, True, args.device)
-        fixed, growing, reference = (results[f"beam{beam}_{name}"] for name in
-                                     ("fixed_cache_graphs", "growing_cache_eager", "reference"))
-        print(f"beam {beam}: fixed cache, graphs {fixed:.0f} sentences/s; growing cache, eager {growing:.0f} "
-              f"({fixed / growing:.2f}x); reference {reference:.0f} ({fixed / reference:.2f}x)", flush=True)
+        fixed, growing, reference = (
+            results[f"beam{beam}_{name}"] for name in ("fixed_cache_graphs", "growing_cache_eager", "reference")
+        )
+        print(
+            f"beam {beam}: fixed cache, graphs {fixed:.0f} sentences/s; growing cache, eager {growing:.0f} "
+            f"({fixed / growing:.2f}x); reference {reference:.0f} ({fixed / reference:.2f}x)",
+            flush=True,
+        )
     return results
 
 
@@ -150,8 +163,13 @@ def first_calls(model_dir: Path, sources: list[str], device: str, profile: bool)
             synchronize(device)
         print(profiler.key_averages().table(sort_by="cpu_time_total", row_limit=40), flush=True)
         return times
-    passes = [("one_sentence", sources[:1], 1), ("greedy_1", sources, 1), ("greedy_2", sources, 1),
-              ("beam5_1", sources, 5), ("beam5_2", sources, 5)]
+    passes = [
+        ("one_sentence", sources[:1], 1),
+        ("greedy_1", sources, 1),
+        ("greedy_2", sources, 1),
+        ("beam5_1", sources, 5),
+        ("beam5_2", sources, 5),
+    ]
     for name, batch, beam in passes:
         started = time.perf_counter()
         translator.translate(batch, beam=beam, batch_size=64)
@@ -187,8 +205,10 @@ def fresh_processes(model_dir: Path, sources: list[str], device: str, rounds: in
         for beams in ([5], [1], [1, 5]):
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
                 speeds = pool.submit(decodings_after_loading, model_dir, sources, beams, device).result()
-            runs = [f"{'greedy' if beam == 1 else f'beam {beam}'} {speed:.0f} sentences/s"
-                    for beam, speed in zip(beams, speeds)]
+            runs = [
+                f"{'greedy' if beam == 1 else f'beam {beam}'} {speed:.0f} sentences/s"
+                for beam, speed in zip(beams, speeds)
+            ]
             print(f"round {round_}, one process: " + ", then ".join(runs), flush=True)
 
 
@@ -205,20 +225,40 @@ def main(argv=None):
     parser.add_argument("--bf16", action="store_true", help="also train with precision bf16")
     parser.add_argument("--batch-tokens", type=int, default=None, help="also train on batches of this many tokens")
     parser.add_argument("--sentences", type=int, default=None, help="decode only the first N test sentences")
-    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                        help="only profile STEPS training steps (after 200), with graphs: where the time goes")
-    parser.add_argument("--first-calls", metavar="MODEL", default=None,
-                        help="only time MODEL's first translate calls after loading (see first_calls)")
-    parser.add_argument("--profile-first", action="store_true",
-                        help="with --first-calls: profile the first call, beam 5")
-    parser.add_argument("--fresh-processes", metavar="MODEL", default=None,
-                        help="only time MODEL's decoding in new processes, with and without a warm device")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="only profile STEPS training steps (after 200), with graphs: where the time goes",
+    )
+    parser.add_argument(
+        "--first-calls",
+        metavar="MODEL",
+        default=None,
+        help="only time MODEL's first translate calls after loading (see first_calls)",
+    )
+    parser.add_argument(
+        "--profile-first", action="store_true", help="with --first-calls: profile the first call, beam 5"
+    )
+    parser.add_argument(
+        "--fresh-processes",
+        metavar="MODEL",
+        default=None,
+        help="only time MODEL's decoding in new processes, with and without a warm device",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="with --fresh-processes (default 3)")
-    parser.add_argument("--torch-capture", action="store_true",
-                        help="decoding captures graphs with torch.cuda.graph (attnmt.seq2seq.capture.LEAN_CAPTURE off)")
-    parser.add_argument("--transformer", action="store_true",
-                        help="only train configs/transformer-small.yaml for --steps (graphs, eager) and time its "
-                             "decoding with the fixed cache and graphs, the growing cache, and the reference search")
+    parser.add_argument(
+        "--torch-capture",
+        action="store_true",
+        help="decoding captures graphs with torch.cuda.graph (attnmt.seq2seq.capture.LEAN_CAPTURE off)",
+    )
+    parser.add_argument(
+        "--transformer",
+        action="store_true",
+        help="only train configs/transformer-small.yaml for --steps (graphs, eager) and time its "
+        "decoding with the fixed cache and graphs, the growing cache, and the reference search",
+    )
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a check of this script, nothing to measure)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -230,16 +270,16 @@ def main(argv=None):
 
         capture.LEAN_CAPTURE = False
     if args.fresh_processes:
-        sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")[:args.sentences]
+        sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")[: args.sentences]
         fresh_processes(Path(args.fresh_processes), sources, args.device, args.rounds)
         return
     if args.first_calls:
-        sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")[:args.sentences]
+        sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")[: args.sentences]
         print(json.dumps(first_calls(Path(args.first_calls), sources, args.device, args.profile_first)))
         return
     work = Path(args.work)
     if args.transformer:
-        sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")[:args.sentences]
+        sources = read_lines(Path(args.data) / "test_2016_flickr.de.gz")[: args.sentences]
         work.mkdir(parents=True, exist_ok=True)
         (work / "transformer.json").write_text(json.dumps(transformer_decoding(args, work, sources), indent=1))
         return
@@ -265,13 +305,15 @@ def main(argv=None):
     for beam in (1, 5):
         for plain in (False, True):
             key = f"decode_beam{beam}_{'reference' if plain else 'fast'}"
-            results[key] = decode(work / "graphs", sources[:args.sentences], beam, plain, args.device)
+            results[key] = decode(work / "graphs", sources[: args.sentences], beam, plain, args.device)
             print(f"{key}: {results[key]:.0f} sentences/s", flush=True)
     train_ratio = results["train_graphs"]["sentences_per_s"] / results["train_eager"]["sentences_per_s"]
     print(f"\ntraining graphs / eager: {train_ratio:.2f}x")
     for beam in (1, 5):
-        print(f"decoding beam {beam} fast / reference: "
-              f"{results[f'decode_beam{beam}_fast'] / results[f'decode_beam{beam}_reference']:.2f}x")
+        print(
+            f"decoding beam {beam} fast / reference: "
+            f"{results[f'decode_beam{beam}_fast'] / results[f'decode_beam{beam}_reference']:.2f}x"
+        )
     (work / "results.json").write_text(json.dumps(results, indent=1))
 
 

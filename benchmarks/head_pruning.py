@@ -46,8 +46,13 @@ def significance(baseline: list[str], system: list[str], references: list[str]) 
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()}, references=[references],
-                      test_type="bs", n_samples=1000)
+    test = PairedTest(
+        [("baseline", baseline), ("system", system)],
+        {"BLEU": BLEU()},
+        references=[references],
+        test_type="bs",
+        n_samples=1000,
+    )
     return test()[1]["BLEU"][1].p_value
 
 
@@ -65,8 +70,10 @@ def single_heads(model, dev, heads) -> tuple[float, dict]:
         row = [alone[h] - base for h in heads if h[:2] == (kind, layer)]
         print(f"   {kind:>7} layer {layer}: " + "  ".join(f"{change:+6.2f}" for change in row))
     changes = sorted(alone[h] - base for h in heads)
-    print(f"   {sum(c > -0.5 for c in changes)} of {len(heads)} heads cost less than 0.5 BLEU alone; the worst "
-          f"{changes[0]:+.2f}, the best {changes[-1]:+.2f}")
+    print(
+        f"   {sum(c > -0.5 for c in changes)} of {len(heads)} heads cost less than 0.5 BLEU alone; the worst "
+        f"{changes[0]:+.2f}, the best {changes[-1]:+.2f}"
+    )
     return base, alone
 
 
@@ -143,7 +150,7 @@ def encoder_roles(model, sources: list[str], train_sources: list[str], heads) ->
     queries = 0
     ids = [row for row in model.source_ids(sources) if len(row) >= 2]
     for start in range(0, len(ids), 64):
-        chunk = ids[start:start + 64]
+        chunk = ids[start : start + 64]
         batch = make_batch(chunk)
         with torch.no_grad():
             maps = model.model.attention_maps(batch.src, batch.src_lengths, torch.full((len(chunk), 1), BOS))
@@ -154,15 +161,18 @@ def encoder_roles(model, sources: list[str], train_sources: list[str], heads) ->
             positions = torch.arange(n)
             for (_, layer, head), hit in hits.items():
                 most = top[b, layer, head, :n]
-                hit += torch.stack([(most == positions - 1).sum(), (most == positions + 1).sum(),
-                                    (most == rarest).sum()]).float()
+                hit += torch.stack(
+                    [(most == positions - 1).sum(), (most == positions + 1).sum(), (most == rarest).sum()]
+                ).float()
             queries += n
     return {head: (hit / queries).tolist() for head, hit in hits.items()}
 
 
 def print_roles(roles: dict, alone: dict, base: float):
-    print("\n4. encoder heads: importance (dev BLEU lost when masked alone) and roles (share of tokens whose most "
-          "attended token is ...)")
+    print(
+        "\n4. encoder heads: importance (dev BLEU lost when masked alone) and roles (share of tokens whose most "
+        "attended token is ...)"
+    )
     print(f"   {'head':<12} {'lost':>6} {'previous':>9} {'next':>6} {'rarest':>7}  role")
     for head in sorted(roles, key=lambda h: alone[h]):  # most important first
         previous, following, rarest = roles[head]
@@ -201,8 +211,10 @@ def main(argv=None):
     cumulative(model, test, order, list(range(0, len(heads) + 1, 4)))
     importance = gradient_importance(model, dev, heads)
     by_gradient = sorted(heads, key=lambda h: importance[h])
-    print("\n   the order of Michel et al.'s gradient importance (dev, teacher forced), least first: "
-          + " ".join(name(h) for h in by_gradient))
+    print(
+        "\n   the order of Michel et al.'s gradient importance (dev, teacher forced), least first: "
+        + " ".join(name(h) for h in by_gradient)
+    )
     cumulative(model, test, by_gradient, list(range(0, len(heads) + 1, 4)), "2b")
     one_head_a_layer(model, test, alone, heads)
     model.mask_heads([])

@@ -60,14 +60,16 @@ def ct2_engine(model_dir: Path, ct2_dir: Path, compute_type: str, threads: int):
 
     ours = attnmt.load(model_dir)
     src, tgt, decoding = ours.src_subwords, ours.tgt_subwords, ours.config.decoding
-    translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type=compute_type,
-                                        inter_threads=1, intra_threads=threads)
+    translator = ctranslate2.Translator(
+        str(ct2_dir), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
+    )
 
     def translate(texts: list[str], beam: int) -> list[str]:
         pieces = [src.pieces(ids) for ids in src.encode(texts)]
         limit = int(decoding.max_length_ratio * (max(map(len, pieces)) + 1) + decoding.max_length_offset)
-        results = translator.translate_batch(pieces, beam_size=beam, max_batch_size=64, max_decoding_length=limit,
-                                             length_penalty=decoding.length_penalty)
+        results = translator.translate_batch(
+            pieces, beam_size=beam, max_batch_size=64, max_decoding_length=limit, length_penalty=decoding.length_penalty
+        )
         return [tgt.sp.decode(r.hypotheses[0]) for r in results]
 
     return translate
@@ -87,8 +89,10 @@ def measure(engines: dict, sources: list[str], references: list[str], beams: lis
                 best[name] = max(best[name], len(sources) / (time.perf_counter() - started))
         for name in engines:
             bleu = corpus_scores(outputs[name], references)["bleu"].score
-            results[f"{name}, {'greedy' if beam == 1 else f'beam {beam}'}"] = {"sentences_per_s": best[name],
-                                                                                "bleu": bleu}
+            results[f"{name}, {'greedy' if beam == 1 else f'beam {beam}'}"] = {
+                "sentences_per_s": best[name],
+                "bleu": bleu,
+            }
             print(f"  {name}, beam {beam}: {best[name]:.1f} sent/s, BLEU {bleu:.2f}", file=sys.stderr, flush=True)
     return results
 
@@ -98,22 +102,29 @@ def print_table(title: str, results: dict, baseline: str):
     print("|---|---|---|---|---|")
     for key, r in results.items():
         base = results[f"{baseline}, {key.split(', ', 1)[1]}"]
-        print(f"| {key} | {r['sentences_per_s']:.1f} | {r['bleu']:.2f} | "
-              f"{r['sentences_per_s'] / base['sentences_per_s']:.2f} | {r['bleu'] - base['bleu']:+.2f} |")
+        print(
+            f"| {key} | {r['sentences_per_s']:.1f} | {r['bleu']:.2f} | "
+            f"{r['sentences_per_s'] / base['sentences_per_s']:.2f} | {r['bleu'] - base['bleu']:+.2f} |"
+        )
 
 
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="an RNN (or any) model folder "
-                        "(default: runs/bench-rnn-bahdanau/model, made by benchmarks/rnn_bahdanau.py); "
-                        "'none' for the Transformer only")
+    parser.add_argument(
+        "--model",
+        default=str(DEFAULT_MODEL),
+        help="an RNN (or any) model folder "
+        "(default: runs/bench-rnn-bahdanau/model, made by benchmarks/rnn_bahdanau.py); "
+        "'none' for the Transformer only",
+    )
     parser.add_argument("--transformer", help="a Transformer model folder: adds its rows and CTranslate2's")
     parser.add_argument("--limit", type=int, default=500, help="first N test sentences (default 500; 1000 = all)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="timings per engine and search; the best is kept")
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
-    parser.add_argument("--quantize-rnn", action="store_true",
-                        help="add attnmt int8 with the encoder's GRU/LSTM quantized as well")
+    parser.add_argument(
+        "--quantize-rnn", action="store_true", help="add attnmt int8 with the encoder's GRU/LSTM quantized as well"
+    )
     parser.add_argument("--src", default=str(MULTI30K / "test_2016_flickr.de.gz"))
     parser.add_argument("--ref", default=str(MULTI30K / "test_2016_flickr.en.gz"))
     parser.add_argument("--json", help="also write the figures to this file")
@@ -123,20 +134,31 @@ def main(argv: list[str] | None = None):
 
     model = None if args.model == "none" else Path(args.model)
     if model is not None and not (model / "config.yaml").is_file():
-        sys.exit(f"{model}: no model there. The default is the Multi30k rnn-bahdanau model that "
-                 "`python benchmarks/rnn_bahdanau.py` trains (20 minutes); give --model DIR for another "
-                 "(or --model none --transformer DIR).")
+        sys.exit(
+            f"{model}: no model there. The default is the Multi30k rnn-bahdanau model that "
+            "`python benchmarks/rnn_bahdanau.py` trains (20 minutes); give --model DIR for another "
+            "(or --model none --transformer DIR)."
+        )
     if model is None and not args.transformer:
         sys.exit("nothing to measure: give --model and/or --transformer")
     torch.set_num_threads(args.threads)
     sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
-    header = (f"{len(sources)} sentences of {Path(args.src).name}, batch 64, {args.threads} threads, "
-              f"best of {args.repeats}; {time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}")
-    report = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"), "sentences": len(sources),
-              "threads": args.threads}
+    header = (
+        f"{len(sources)} sentences of {Path(args.src).name}, batch 64, {args.threads} threads, "
+        f"best of {args.repeats}; {time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}"
+    )
+    report = {
+        "command": " ".join(sys.argv),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "sentences": len(sources),
+        "threads": args.threads,
+    }
     if model is not None:
-        engines = {"attnmt fp32": attnmt_engine(model, None), "attnmt int8": attnmt_engine(model, "int8"),
-                   "attnmt bf16 output layer": attnmt_engine(model, "bf16")}
+        engines = {
+            "attnmt fp32": attnmt_engine(model, None),
+            "attnmt int8": attnmt_engine(model, "int8"),
+            "attnmt bf16 output layer": attnmt_engine(model, "bf16"),
+        }
         if args.quantize_rnn:
             engines["attnmt int8 + RNN int8"] = attnmt_engine(model, "int8", quantize_rnn=True)
         report[str(model)] = results = measure(engines, sources, references, args.beams, args.repeats)
@@ -149,11 +171,13 @@ def main(argv: list[str] | None = None):
         transformer = Path(args.transformer)
         with tempfile.TemporaryDirectory() as tmp:
             ct2_dir = export_ct2(transformer, Path(tmp) / "ct2")  # float32 weights; int8 when loaded
-            engines = {"attnmt fp32": attnmt_engine(transformer, None),
-                       "attnmt int8": attnmt_engine(transformer, "int8"),
-                       "attnmt bf16 output layer": attnmt_engine(transformer, "bf16"),
-                       "CTranslate2 float32": ct2_engine(transformer, ct2_dir, "float32", args.threads),
-                       "CTranslate2 int8": ct2_engine(transformer, ct2_dir, "int8", args.threads)}
+            engines = {
+                "attnmt fp32": attnmt_engine(transformer, None),
+                "attnmt int8": attnmt_engine(transformer, "int8"),
+                "attnmt bf16 output layer": attnmt_engine(transformer, "bf16"),
+                "CTranslate2 float32": ct2_engine(transformer, ct2_dir, "float32", args.threads),
+                "CTranslate2 int8": ct2_engine(transformer, ct2_dir, "int8", args.threads),
+            }
             report[str(transformer)] = results = measure(engines, sources, references, args.beams, args.repeats)
         print_table(f"{transformer}: {header}, CTranslate2 {ctranslate2.__version__}", results, "attnmt fp32")
     if args.json:

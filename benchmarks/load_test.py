@@ -40,20 +40,33 @@ QUICKSTART = REPO / "runs" / "loadtest-quickstart"
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, help=f"trained model folder (default: the quick-start model, "
-                                             f"trained into {QUICKSTART.relative_to(REPO)} if not there)")
-    p.add_argument("--sentences", type=Path, help="one source sentence per line, plain or .gz (default: the "
-                                                  "Multi30k test set, or the quick-start test dates)")
+    p.add_argument(
+        "--model",
+        type=Path,
+        help=f"trained model folder (default: the quick-start model, "
+        f"trained into {QUICKSTART.relative_to(REPO)} if not there)",
+    )
+    p.add_argument(
+        "--sentences",
+        type=Path,
+        help="one source sentence per line, plain or .gz (default: the "
+        "Multi30k test set, or the quick-start test dates)",
+    )
     p.add_argument("--url", help="a server already running on this machine, serving --model")
     p.add_argument("--requests", type=int, default=320, help="requests per run (default 320)")
     p.add_argument("--clients", default="1,32", help="concurrent clients of each run (default 1,32)")
     p.add_argument("--distinct", type=int, default=160, help="distinct sentences, sent in turn (default 160)")
     p.add_argument("--beam", type=int, help="beam size of the requests (default: the model's)")
     p.add_argument("--max-seconds", type=float, default=90, help="time limit of one run (default 90)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads of the server (default 1: the "
-                                                          "other core parses HTTP and runs the clients)")
-    p.add_argument("--serve-args", default="", help="more `attnmt serve` flags for the batching run, "
-                                                    "e.g. '--max-batch-wait 10'")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads of the server (default 1: the other core parses HTTP and runs the clients)",
+    )
+    p.add_argument(
+        "--serve-args", default="", help="more `attnmt serve` flags for the batching run, e.g. '--max-batch-wait 10'"
+    )
     p.add_argument("--json", type=Path, help="also write the results to this file")
     args = p.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
@@ -89,7 +102,7 @@ def read_sentences(args, model: Path, max_chars: int = 1000) -> list[str]:
         lines = read_tsv(model.parent / "data" / "test.tsv").sources
     else:
         lines = read_lines(MULTI30K / "test_2016_flickr.de.gz")
-    sentences = [line for line in lines if line.strip() and len(line) <= max_chars][:args.distinct]
+    sentences = [line for line in lines if line.strip() and len(line) <= max_chars][: args.distinct]
     if not sentences:
         raise SystemExit("no sentences to send")
     return sentences
@@ -119,8 +132,20 @@ def start_server(model: Path | list[str], flags: list[str]) -> tuple[subprocess.
     """`attnmt serve` of one model folder, or of several ("name=folder", as the CLI takes them)."""
     port = free_port()
     models = [str(m) for m in model] if isinstance(model, list) else [str(model)]
-    command = [sys.executable, "-m", "attnmt.cli", "serve", *models, "--host", "127.0.0.1", "--port",
-               str(port), "--log-level", "warning", *flags]
+    command = [
+        sys.executable,
+        "-m",
+        "attnmt.cli",
+        "serve",
+        *models,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        *flags,
+    ]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -147,8 +172,9 @@ def stop_server(server: subprocess.Popen) -> int:
         return server.wait()
 
 
-async def run_load(url: str, sentences: list[str], expected: list[str], beam: int, clients: int,
-                   requests: int, max_seconds: float) -> dict:
+async def run_load(
+    url: str, sentences: list[str], expected: list[str], beam: int, clients: int, requests: int, max_seconds: float
+) -> dict:
     """`requests` requests (request i sends sentence i mod len(sentences)) from `clients` concurrent
     clients, each sending its next request when it has the answer to its last."""
     todo = iter(range(requests))
@@ -191,10 +217,17 @@ async def run_load(url: str, sentences: list[str], expected: list[str], beam: in
         seconds = time.perf_counter() - start
     done = len(latencies)
     latencies.sort()
-    return {"clients": clients, **outcome, "error_kinds": kinds, "answered": done, "seconds": round(seconds, 2),
-            "requests_per_s": round(done / seconds, 1), "sentences_per_s": round(done / seconds, 1),
-            "p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
-            "p99_ms": round(1000 * latencies[min(done - 1, int(0.99 * done))], 1) if latencies else None}
+    return {
+        "clients": clients,
+        **outcome,
+        "error_kinds": kinds,
+        "answered": done,
+        "seconds": round(seconds, 2),
+        "requests_per_s": round(done / seconds, 1),
+        "sentences_per_s": round(done / seconds, 1),
+        "p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
+        "p99_ms": round(1000 * latencies[min(done - 1, int(0.99 * done))], 1) if latencies else None,
+    }
 
 
 def runs_of_one_server(url: str, args, sentences, expected, beam) -> list[dict]:
@@ -208,12 +241,17 @@ def runs_of_one_server(url: str, args, sentences, expected, beam) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| batching | clients | requests | s | requests/s | sentences/s | p50 ms | p99 ms | errors | lost | "
-             "wrong | differ from alone |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| batching | clients | requests | s | requests/s | sentences/s | p50 ms | p99 ms | errors | lost | "
+        "wrong | differ from alone |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['batching']} | {r['clients']} | {r['answered']}/{r['sent']} | {r['seconds']} | "
-                     f"{r['requests_per_s']} | {r['sentences_per_s']} | {r['p50_ms']} | {r['p99_ms']} | "
-                     f"{r['errors']} | {r['lost']} | {r['wrong']} | {r['different']} |")
+        lines.append(
+            f"| {r['batching']} | {r['clients']} | {r['answered']}/{r['sent']} | {r['seconds']} | "
+            f"{r['requests_per_s']} | {r['sentences_per_s']} | {r['p50_ms']} | {r['p99_ms']} | "
+            f"{r['errors']} | {r['lost']} | {r['wrong']} | {r['different']} |"
+        )
     return "\n".join(lines)
 
 
@@ -232,14 +270,20 @@ def main(argv=None) -> int:
         for batching, flags in (("off", ["--no-batching"]), ("on", args.serve_args.split())):
             server, url = start_server(model, ["--threads", str(args.threads), *flags])
             try:
-                rows += [{"batching": batching, **r}
-                         for r in runs_of_one_server(url, args, sentences, expected, beam)]
+                rows += [{"batching": batching, **r} for r in runs_of_one_server(url, args, sentences, expected, beam)]
             finally:
                 exits[batching] = stop_server(server)
     print("\n" + table(rows))
     by = {(r["batching"], r["clients"]): r for r in rows}
-    summary = {"model": str(model), "beam": beam, "distinct_sentences": len(sentences), "server_threads": args.threads,
-               "alone_in_process_sentences_per_s": round(alone_per_s, 1), "runs": rows, "server_exit": exits}
+    summary = {
+        "model": str(model),
+        "beam": beam,
+        "distinct_sentences": len(sentences),
+        "server_threads": args.threads,
+        "alone_in_process_sentences_per_s": round(alone_per_s, 1),
+        "runs": rows,
+        "server_exit": exits,
+    }
     if ("on", 32) in by and ("off", 32) in by:
         summary["speedup_32_clients"] = round(by["on", 32]["requests_per_s"] / by["off", 32]["requests_per_s"], 2)
         print(f"\nthroughput at 32 clients, batching on / off: {summary['speedup_32_clients']}x")

@@ -62,8 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads of the server (default 1)")
     p.add_argument("--json", type=Path, help="also write the results to this file")
     args = p.parse_args(argv)
-    if not (1 <= args.requests <= 100_000 and 1 <= args.clients <= 256 and 1 <= args.distinct
-            and args.max_seconds > 0):
+    if not (1 <= args.requests <= 100_000 and 1 <= args.clients <= 256 and 1 <= args.distinct and args.max_seconds > 0):
         p.error("need 1 <= --requests <= 100000, 1 <= --clients <= 256, --distinct >= 1 and --max-seconds > 0")
     return args
 
@@ -83,8 +82,16 @@ def text_items(model: Path, distinct: int) -> list[Item]:
     translator = attnmt.load(model)
     beam = translator.config.decoding.beam
     sources = read_tsv(model.parent / "data" / "test.tsv").sources[:distinct]
-    return [Item("text", "/translate", {"model": "dates", "text": s, "beam": beam, "attention": False}, s,
-                 translator.translate([s], beam=beam)[0].text) for s in sources]
+    return [
+        Item(
+            "text",
+            "/translate",
+            {"model": "dates", "text": s, "beam": beam, "attention": False},
+            s,
+            translator.translate([s], beam=beam)[0].text,
+        )
+        for s in sources
+    ]
 
 
 def audio_items(model: Path, distinct: int) -> list[Item]:
@@ -114,8 +121,15 @@ def pair_items(model: Path, distinct: int) -> list[Item]:
     items = []
     for premise, hypothesis in pairs:
         [alone] = classifier.classify([(premise, hypothesis)])
-        items.append(Item("pair", "/classify", {"model": "pairs", "premise": premise, "hypothesis": hypothesis},
-                          (alone.premise_tokens, alone.hypothesis_tokens), (alone.label, alone.probabilities)))
+        items.append(
+            Item(
+                "pair",
+                "/classify",
+                {"model": "pairs", "premise": premise, "hypothesis": hypothesis},
+                (alone.premise_tokens, alone.hypothesis_tokens),
+                (alone.label, alone.probabilities),
+            )
+        )
     return items
 
 
@@ -135,8 +149,11 @@ def same_answer(kind: str, got, expected) -> bool:
         return got == expected
     # Probabilities may move in their last digits between a lone run and the server's.
     (label, probabilities), (expected_label, expected_probabilities) = got, expected
-    return label == expected_label and probabilities.keys() == expected_probabilities.keys() and all(
-        abs(probabilities[k] - expected_probabilities[k]) <= 1e-4 for k in probabilities)
+    return (
+        label == expected_label
+        and probabilities.keys() == expected_probabilities.keys()
+        and all(abs(probabilities[k] - expected_probabilities[k]) <= 1e-4 for k in probabilities)
+    )
 
 
 def judge(item: Item, body: dict, others: list[Item]) -> str:
@@ -157,12 +174,22 @@ def judge(item: Item, body: dict, others: list[Item]) -> str:
 
 
 def new_counts() -> dict:
-    return {"sent": 0, "answered": 0, "errors": 0, "5xx": 0, "lost": 0, "wrong": 0, "different": 0,
-            "error_kinds": {}, "latencies": []}
+    return {
+        "sent": 0,
+        "answered": 0,
+        "errors": 0,
+        "5xx": 0,
+        "lost": 0,
+        "wrong": 0,
+        "different": 0,
+        "error_kinds": {},
+        "latencies": [],
+    }
 
 
-async def run_mixed(url: str, mix: list[Item], by_kind: dict[str, list[Item]], clients: int, requests: int,
-                    max_seconds: float) -> tuple[dict, float]:
+async def run_mixed(
+    url: str, mix: list[Item], by_kind: dict[str, list[Item]], clients: int, requests: int, max_seconds: float
+) -> tuple[dict, float]:
     """`requests` requests (request i sends mix[i mod len(mix)]) from `clients` concurrent clients."""
     todo = iter(range(requests))
     counts = {kind: new_counts() for kind in by_kind}
@@ -205,18 +232,25 @@ async def run_mixed(url: str, mix: list[Item], by_kind: dict[str, list[Item]], c
 def summary_row(kind: str, c: dict, seconds: float) -> dict:
     latencies = sorted(c.pop("latencies"))
     n = len(latencies)
-    return {"kind": kind, **c, "requests_per_s": round(c["answered"] / seconds, 1),
-            "p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
-            "p99_ms": round(1000 * latencies[min(n - 1, int(0.99 * n))], 1) if latencies else None}
+    return {
+        "kind": kind,
+        **c,
+        "requests_per_s": round(c["answered"] / seconds, 1),
+        "p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
+        "p99_ms": round(1000 * latencies[min(n - 1, int(0.99 * n))], 1) if latencies else None,
+    }
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| kind | answered/sent | requests/s | p50 ms | p99 ms | errors | 5xx | lost | wrong | "
-             "differ from alone |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| kind | answered/sent | requests/s | p50 ms | p99 ms | errors | 5xx | lost | wrong | differ from alone |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['kind']} | {r['answered']}/{r['sent']} | {r['requests_per_s']} | {r['p50_ms']} | "
-                     f"{r['p99_ms']} | {r['errors']} | {r['5xx']} | {r['lost']} | {r['wrong']} | {r['different']} |")
+        lines.append(
+            f"| {r['kind']} | {r['answered']}/{r['sent']} | {r['requests_per_s']} | {r['p50_ms']} | "
+            f"{r['p99_ms']} | {r['errors']} | {r['5xx']} | {r['lost']} | {r['wrong']} | {r['different']} |"
+        )
     return "\n".join(lines)
 
 
@@ -230,14 +264,18 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    models = {"dates": quickstart_model().resolve(),
-              "speech": trained(SPEECH, "--speech", "about 4 minutes").resolve(),
-              "pairs": trained(PAIRS, "--pairs", "about 2 minutes").resolve()}
+    models = {
+        "dates": quickstart_model().resolve(),
+        "speech": trained(SPEECH, "--speech", "about 4 minutes").resolve(),
+        "pairs": trained(PAIRS, "--pairs", "about 2 minutes").resolve(),
+    }
     torch.set_num_threads(args.threads)
     print("computing each answer alone first", flush=True)
-    by_kind = {"text": text_items(models["dates"], args.distinct),
-               "audio": audio_items(models["speech"], args.distinct),
-               "pair": pair_items(models["pairs"], args.distinct)}
+    by_kind = {
+        "text": text_items(models["dates"], args.distinct),
+        "audio": audio_items(models["speech"], args.distinct),
+        "pair": pair_items(models["pairs"], args.distinct),
+    }
     mix = interleaved(by_kind)
 
     server, url = start_server([f"{name}={path}" for name, path in models.items()], ["--threads", str(args.threads)])
@@ -258,9 +296,14 @@ def main(argv=None) -> int:
     print(f"\n{args.clients} clients, {seconds:.1f} s\n" + table(rows))
     print(f"server exit status after SIGTERM: {exit_status}")
     if args.json:
-        summary = {"models": {k: str(v) for k, v in models.items()}, "clients": args.clients,
-                   "seconds": round(seconds, 2), "server_threads": args.threads, "rows": rows,
-                   "server_exit": exit_status}
+        summary = {
+            "models": {k: str(v) for k, v in models.items()},
+            "clients": args.clients,
+            "seconds": round(seconds, 2),
+            "server_threads": args.threads,
+            "rows": rows,
+            "server_exit": exit_status,
+        }
         args.json.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return 1 if total["errors"] + total["lost"] + total["wrong"] or exit_status != 0 else 0
 

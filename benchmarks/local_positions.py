@@ -76,9 +76,13 @@ def summary(rows, window: int | None) -> dict:
     distance = np.concatenate([np.abs(r[0] - np.linspace(0, r[1] - 1, len(r[0]))) for r in rows])
     ends = np.concatenate([(r[0] < 0.5) | (r[0] > r[1] - 1.5) for r in rows])
     inside = None if window is None else np.concatenate([np.abs(r[2] - r[0]) <= window for r in rows])
-    return {"diagonal": float(np.corrcoef(p, diagonal)[0, 1]), "distance": float(distance.mean()),
-            "ends": float(ends.mean()), "inside": None if inside is None else float(inside.mean()),
-            "steps": int(p.size)}
+    return {
+        "diagonal": float(np.corrcoef(p, diagonal)[0, 1]),
+        "distance": float(distance.mean()),
+        "ends": float(ends.mean()),
+        "inside": None if inside is None else float(inside.mean()),
+        "steps": int(p.size),
+    }
 
 
 def main():
@@ -91,17 +95,22 @@ def main():
     parser.add_argument("--tgt", required=True)
     parser.add_argument("--limit", type=int, default=1000, help="first N pairs")
     args = parser.parse_args()
-    sources, targets = read_lines(args.src)[:args.limit], read_lines(args.tgt)[:args.limit]
-    print(f"{'model':<56} {'attention':<34} {'diagonal':>8} {'|p - diagonal|':>14} {'at an end':>9} "
-          f"{'within D of argmax':>18}")
+    sources, targets = read_lines(args.src)[: args.limit], read_lines(args.tgt)[: args.limit]
+    print(
+        f"{'model':<56} {'attention':<34} {'diagonal':>8} {'|p - diagonal|':>14} {'at an end':>9} "
+        f"{'within D of argmax':>18}"
+    )
     for folder in args.models:
         translator = attnmt.load(folder)
         mc = translator.config.model
         window = None if mc.local_attention == "none" else mc.local_window
         s = summary(positions(translator, sources, targets), window)
         inside = "-" if s["inside"] is None else f"{100 * s['inside']:.1f} %"
-        print(f"{folder:<56} {mc.attention_name:<34} {s['diagonal']:8.3f} {s['distance']:14.2f} "
-              f"{100 * s['ends']:8.1f} % {inside:>18}", flush=True)
+        print(
+            f"{folder:<56} {mc.attention_name:<34} {s['diagonal']:8.3f} {s['distance']:14.2f} "
+            f"{100 * s['ends']:8.1f} % {inside:>18}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

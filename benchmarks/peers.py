@@ -73,8 +73,12 @@ MULTI30K = SHARED / "data" / "multi30k"
 PEER_CONFIGS = SHARED / "peers"
 CHOICES = ("attnmt", "opennmt", "joeynmt")  # --only
 SYSTEMS = ("attnmt", "attnmt_tokens", "opennmt", "joeynmt")  # the columns, in this order
-TITLES = {"attnmt": "attnmt", "attnmt_tokens": "attnmt, token batches", "opennmt": "OpenNMT-py 3.5.1",
-          "joeynmt": "JoeyNMT 2.3.0"}
+TITLES = {
+    "attnmt": "attnmt",
+    "attnmt_tokens": "attnmt, token batches",
+    "opennmt": "OpenNMT-py 3.5.1",
+    "joeynmt": "JoeyNMT 2.3.0",
+}
 SHORT = {"attnmt": "attnmt", "attnmt_tokens": "attnmt tokens", "opennmt": "OpenNMT-py", "joeynmt": "JoeyNMT"}
 DEVICES = ("cpu", "cuda")
 GPU_SYSTEMS = ("attnmt", "opennmt")  # JoeyNMT is not part of the GPU run
@@ -87,9 +91,18 @@ TORCH = "torch==2.13.0"  # the CPU wheel; an open range would pull a CUDA build 
 # OpenNMT-py declares torch<2.3: installed with --no-deps, then what training and translating import
 # (its transforms are all imported at start-up, hence spacy, fasttext, rapidfuzz and pyahocorasick).
 OPENNMT_REQUIREMENTS = ["OpenNMT-py==3.5.1"]
-OPENNMT_DEPENDENCIES = ["configargparse==1.9.0", "pyyaml==6.0.3", "sentencepiece==0.2.3", "sacrebleu==2.6.0",
-                        "pyonmttok==1.38.1", "spacy==3.8.18", "fasttext-wheel==0.9.2", "rapidfuzz==3.14.6",
-                        "pyahocorasick==2.3.1", "regex==2026.11.15"]
+OPENNMT_DEPENDENCIES = [
+    "configargparse==1.9.0",
+    "pyyaml==6.0.3",
+    "sentencepiece==0.2.3",
+    "sacrebleu==2.6.0",
+    "pyonmttok==1.38.1",
+    "spacy==3.8.18",
+    "fasttext-wheel==0.9.2",
+    "rapidfuzz==3.14.6",
+    "pyahocorasick==2.3.1",
+    "regex==2026.11.15",
+]
 JOEYNMT_REQUIREMENTS = ["joeynmt==2.3.0", "importlib_metadata==8.7.1", "sentencepiece==0.2.0"]
 # Wall-clock limits of the steps that are not timed (a hung command must not hold the lock forever).
 INSTALL_TIMEOUT, DECODE_TIMEOUT, STARTUP_ALLOWANCE = 1800, 1800, 600
@@ -100,6 +113,7 @@ class StepFailed(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+
 
 def tail(path: Path, lines: int = 25) -> str:
     """The last lines of a log file ('' if there is none)."""
@@ -128,8 +142,14 @@ def run_logged(cmd, log: Path, env=None, stdin=None, timeout=None, stdout: Path 
         out.write(f"\n$ {' '.join(str(c) for c in cmd)}\n")
         out.flush()
         try:
-            done = subprocess.run([str(c) for c in cmd], stdout=result if stdout else out, stderr=out, env=env,
-                                  stdin=stdin, timeout=timeout)
+            done = subprocess.run(
+                [str(c) for c in cmd],
+                stdout=result if stdout else out,
+                stderr=out,
+                env=env,
+                stdin=stdin,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             raise failure(cmd, log, f"timed out after {timeout} s") from None
     if done.returncode != 0:
@@ -261,9 +281,11 @@ class GpuSampler:
         if self.csv is not None:
             self.csv.parent.mkdir(parents=True, exist_ok=True)
             cell = lambda value: "" if value is None else f"{value:g}"  # noqa: E731
-            self.csv.write_text("time,utilization_gpu_percent,memory_used_mib\n"
-                                + "".join(f"{t:.3f},{cell(u)},{cell(m)}\n" for t, u, m in self.samples)
-                                + "".join(f"# error: {e}\n" for e in self.errors))
+            self.csv.write_text(
+                "time,utilization_gpu_percent,memory_used_mib\n"
+                + "".join(f"{t:.3f},{cell(u)},{cell(m)}\n" for t, u, m in self.samples)
+                + "".join(f"# error: {e}\n" for e in self.errors)
+            )
         return False
 
     def summary(self, start: float | None = None, end: float | None = None) -> dict:
@@ -272,12 +294,16 @@ class GpuSampler:
         inside = [(u, m) for t, u, m in self.samples if (start is None or t >= start) and (end is None or t <= end)]
         utils = [u for u, _ in inside if u is not None]
         memory = [m for _, m in inside if m is not None]
-        return {"util": sum(utils) / len(utils) if utils else None, "mem_gb": max(memory) / 1024 if memory else None,
-                "samples": len(inside)}
+        return {
+            "util": sum(utils) / len(utils) if utils else None,
+            "mem_gb": max(memory) / 1024 if memory else None,
+            "samples": len(inside),
+        }
 
 
-def gpu_figures(sampler: GpuSampler, what: str, start: float | None = None, end: float | None = None,
-                memory_over_all: bool = False) -> dict:
+def gpu_figures(
+    sampler: GpuSampler, what: str, start: float | None = None, end: float | None = None, memory_over_all: bool = False
+) -> dict:
     """{gpu_util_WHAT, gpu_mem_WHAT_gb, gpu_samples_WHAT} over a window; peak memory over all the
     samples instead with memory_over_all (a decoding command: its model loading included)."""
     window = sampler.summary(start, end) if start is not None and end is not None else sampler.summary()
@@ -292,9 +318,11 @@ def gpu_info() -> dict:
     in a child process (this one holds no CUDA context: it would count in the memory samples)."""
     done = subprocess.run(NVIDIA_SMI_INFO, capture_output=True, text=True)
     info = parse_gpu_info(done.stdout) if done.returncode == 0 and done.stdout.strip() else {}
-    code = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
-            "'cudnn': torch.backends.cudnn.version(), 'torch_device_name': torch.cuda.get_device_name(0) "
-            "if torch.cuda.is_available() else None}))")
+    code = (
+        "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
+        "'cudnn': torch.backends.cudnn.version(), 'torch_device_name': torch.cuda.get_device_name(0) "
+        "if torch.cuda.is_available() else None}))"
+    )
     versions = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if versions.returncode == 0:
         info.update(json.loads(versions.stdout.strip().splitlines()[-1]))
@@ -346,6 +374,7 @@ def stub_uses(*logs: Path) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- 1. install
 
+
 def install_venv(venv: Path, requirements: list[str], no_deps: list[str], log: Path):
     """A virtual environment with CPU torch, then `no_deps` without their dependencies, then the rest.
 
@@ -370,22 +399,29 @@ def install_venv(venv: Path, requirements: list[str], no_deps: list[str], log: P
 
 def install_peers(work: Path, systems: list[str]):
     if "opennmt" in systems:
-        install_venv(work / "venv-opennmt", OPENNMT_DEPENDENCIES, OPENNMT_REQUIREMENTS,
-                     work / "logs" / "install-opennmt.log")
+        install_venv(
+            work / "venv-opennmt", OPENNMT_DEPENDENCIES, OPENNMT_REQUIREMENTS, work / "logs" / "install-opennmt.log"
+        )
     if "joeynmt" in systems:
         install_venv(work / "venv-joeynmt", JOEYNMT_REQUIREMENTS, [], work / "logs" / "install-joeynmt.log")
 
 
 def venv_versions(venv: Path, packages: list[str], python: str | None = None, env: dict | None = None) -> dict:
     """The installed versions of packages in a virtual environment, from its own python (or `python`)."""
-    code = ("import importlib.metadata as m, json, platform; "
-            f"print(json.dumps({{'python': platform.python_version(), "
-            f"**{{p: m.version(p) for p in {packages!r}}}}}))")
-    return json.loads(subprocess.run([python or str(venv / "bin" / "python"), "-c", code], capture_output=True,
-                                     text=True, check=True, env=env).stdout)
+    code = (
+        "import importlib.metadata as m, json, platform; "
+        f"print(json.dumps({{'python': platform.python_version(), "
+        f"**{{p: m.version(p) for p in {packages!r}}}}}))"
+    )
+    return json.loads(
+        subprocess.run(
+            [python or str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True, env=env
+        ).stdout
+    )
 
 
 # ---------------------------------------------------------------------------------------------- 2. anchors
+
 
 def unzip_data(work: Path, data: Path = MULTI30K):
     """WORK/data/{train,val,test_2016_flickr}.{de,en}: the shared files (in `data`), unzipped byte for byte."""
@@ -414,9 +450,21 @@ def train_spm(work: Path, threads: int = THREADS):
     model.parent.mkdir(parents=True, exist_ok=True)
     spm.SentencePieceTrainer.train(
         input=[str(work / "data" / "train.de"), str(work / "data" / "train.en")],
-        model_prefix=str(model.with_suffix("")), model_type="bpe", vocab_size=8000, character_coverage=1.0,
-        unk_id=0, pad_id=1, bos_id=2, eos_id=3, unk_piece="<unk>", pad_piece="<pad>", bos_piece="<s>",
-        eos_piece="</s>", num_threads=threads, minloglevel=2)
+        model_prefix=str(model.with_suffix("")),
+        model_type="bpe",
+        vocab_size=8000,
+        character_coverage=1.0,
+        unk_id=0,
+        pad_id=1,
+        bos_id=2,
+        eos_id=3,
+        unk_piece="<unk>",
+        pad_piece="<pad>",
+        bos_piece="<s>",
+        eos_piece="</s>",
+        num_threads=threads,
+        minloglevel=2,
+    )
 
 
 def write_vocabularies(work: Path) -> dict:
@@ -440,8 +488,11 @@ def write_vocabularies(work: Path) -> dict:
     ordinary.sort(key=lambda p: -counts[p])  # stable: equal counts keep the model's order
     (work / "onmt").mkdir(parents=True, exist_ok=True)
     (work / "onmt" / "vocab.shared").write_text("".join(f"{p}\t{counts[p]}\n" for p in ordinary))
-    return {"pieces": len(pieces), "ordinary_pieces": len(ordinary),
-            "target_tokens_per_sentence": sum(target_lengths) / len(target_lengths)}
+    return {
+        "pieces": len(pieces),
+        "ordinary_pieces": len(ordinary),
+        "target_tokens_per_sentence": sum(target_lengths) / len(target_lengths),
+    }
 
 
 def prepare_anchors(work: Path, data: Path = MULTI30K, threads: int = THREADS) -> dict:
@@ -485,13 +536,17 @@ def render(text: str, work: Path, overrides: dict | None = None) -> str:
     return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
 
 
-def render_configs(work: Path, minutes: float, joey_config: str, peer_configs: Path = PEER_CONFIGS,
-                   device: str = "cpu") -> dict[str, Path]:
+def render_configs(
+    work: Path, minutes: float, joey_config: str, peer_configs: Path = PEER_CONFIGS, device: str = "cpu"
+) -> dict[str, Path]:
     """WORK/configs/*.yaml from ../shared/peers (read now, never copied into the repository). On a
     GPU: OpenNMT-py's on GPU 0 (`gpu_ranks: [0]`, `world_size: 1`, translation `gpu: 0`), no JoeyNMT."""
     every = intervals(minutes, device)
-    onmt_train = {"report_every": every["log"], "valid_steps": every["validate"],
-                  "save_checkpoint_steps": every["save"]}
+    onmt_train = {
+        "report_every": every["log"],
+        "valid_steps": every["validate"],
+        "save_checkpoint_steps": every["save"],
+    }
     onmt_decode = None
     if device == "cuda":
         onmt_train.update({"gpu_ranks": [0], "world_size": 1})
@@ -506,11 +561,13 @@ def render_configs(work: Path, minutes: float, joey_config: str, peer_configs: P
         joey_source = (peer_configs / JOEY_CONFIGS[joey_config]).read_text()
         joey_model_dir = yaml.safe_load(render(joey_source, work))["model_dir"]
         joey_decode = {"model_dir": joey_model_dir, "testing.load_model": f"{joey_model_dir}/best.ckpt"}
-        wanted.update({
-            "joeynmt-train": (JOEY_CONFIGS[joey_config], joey_train),
-            "joeynmt-beam5": ("joeynmt-translate_beam5.yaml", joey_decode),
-            "joeynmt-greedy": ("joeynmt-translate_beam5.yaml", {**joey_decode, "testing.beam_size": 1}),
-        })
+        wanted.update(
+            {
+                "joeynmt-train": (JOEY_CONFIGS[joey_config], joey_train),
+                "joeynmt-beam5": ("joeynmt-translate_beam5.yaml", joey_decode),
+                "joeynmt-greedy": ("joeynmt-translate_beam5.yaml", {**joey_decode, "testing.beam_size": 1}),
+            }
+        )
     (work / "configs").mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, (source, overrides) in wanted.items():
@@ -553,10 +610,18 @@ def parse_onmt_log(text: str) -> dict:
             validation.append({"step": last_step, "bleu": float(match[1])})
     if not steps:
         return {"steps": 0, "seconds": None, "tokens_per_s": None, "validation": validation}
-    steady = ((steps[-1][0] - steps[0][0]) / (steps[-1][2] - steps[0][2])
-              if len(steps) > 1 and steps[-1][2] > steps[0][2] else None)
-    return {"steps": steps[-1][0], "seconds": steps[-1][2], "validation": validation,
-            "tokens_per_s": sum(s[1] for s in steps) / len(steps), "steady_steps_per_s": steady}
+    steady = (
+        (steps[-1][0] - steps[0][0]) / (steps[-1][2] - steps[0][2])
+        if len(steps) > 1 and steps[-1][2] > steps[0][2]
+        else None
+    )
+    return {
+        "steps": steps[-1][0],
+        "seconds": steps[-1][2],
+        "validation": validation,
+        "tokens_per_s": sum(s[1] for s in steps) / len(steps),
+        "steady_steps_per_s": steady,
+    }
 
 
 ONMT_TIME = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO\] "
@@ -592,11 +657,16 @@ def parse_joey_log(text: str) -> dict:
             validation.append({"step": last_step, "bleu": float(match[1])})
     if not steps or not start:
         return {"steps": 0, "seconds": None, "tokens_per_s": None, "validation": validation}
-    return {"steps": steps[-1][1], "seconds": steps[-1][0] - joey_time(start[1]), "validation": validation,
-            "tokens_per_s": sum(s[2] for s in steps) / len(steps)}
+    return {
+        "steps": steps[-1][1],
+        "seconds": steps[-1][0] - joey_time(start[1]),
+        "validation": validation,
+        "tokens_per_s": sum(s[2] for s in steps) / len(steps),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- 3. training
+
 
 def process_tree(root: int) -> list[int]:
     """root and all its descendants, from /proc/*/stat."""
@@ -662,8 +732,9 @@ def train_for(cmd, log: Path, env: dict, minutes: float, loop_started: re.Patter
     with open(log, "w") as out:
         out.write(f"$ {' '.join(str(c) for c in cmd)}\n")
         out.flush()
-        process = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     memory, started = PeakMemory(process.pid), time.monotonic()
     deadline = started + STARTUP_ALLOWANCE + 60 * minutes
     loop_seen, loop_window = False, [None, None]  # wall clock (time.time()): the GPU samples of the loop
@@ -688,12 +759,29 @@ def train_for(cmd, log: Path, env: dict, minutes: float, loop_started: re.Patter
 ATTNMT_LOOP = re.compile(r"parameters; [\d,]+ training pairs")
 
 
-def attnmt_command(out: Path, minutes: float, device: str = "cpu", data: Path = MULTI30K,
-                   batch_tokens: int | None = None, precision: str | None = None) -> list:
+def attnmt_command(
+    out: Path,
+    minutes: float,
+    device: str = "cpu",
+    data: Path = MULTI30K,
+    batch_tokens: int | None = None,
+    precision: str | None = None,
+) -> list:
     """benchmarks/run.py with the reference configuration, the budget and the benchmark's options."""
-    cmd = [sys.executable, REPO / "benchmarks" / "run.py", "--config", REPO / "configs" / "rnn-bahdanau.yaml",
-           "--minutes", str(minutes), "--threads", str(THREADS), "--out", out,
-           "--validate-every", str(intervals(minutes, device)["validate"])]
+    cmd = [
+        sys.executable,
+        REPO / "benchmarks" / "run.py",
+        "--config",
+        REPO / "configs" / "rnn-bahdanau.yaml",
+        "--minutes",
+        str(minutes),
+        "--threads",
+        str(THREADS),
+        "--out",
+        out,
+        "--validate-every",
+        str(intervals(minutes, device)["validate"]),
+    ]
     if device != "cpu" or Path(data).resolve() != MULTI30K.resolve():
         cmd += ["--device", device, "--data", Path(data).resolve()]
     if batch_tokens:
@@ -703,8 +791,15 @@ def attnmt_command(out: Path, minutes: float, device: str = "cpu", data: Path = 
     return cmd
 
 
-def train_attnmt(work: Path, minutes: float, device: str = "cpu", data: Path = MULTI30K, name: str = "attnmt",
-                 batch_tokens: int | None = None, precision: str | None = None) -> dict:
+def train_attnmt(
+    work: Path,
+    minutes: float,
+    device: str = "cpu",
+    data: Path = MULTI30K,
+    name: str = "attnmt",
+    batch_tokens: int | None = None,
+    precision: str | None = None,
+) -> dict:
     """benchmarks/run.py does attnmt's training, decoding and scoring: its results.json is the column.
     On a GPU, with the GPU's samples of its training loop (from the line before its first step, for
     the seconds its loop took) and of its two decodings (their windows, from run.py)."""
@@ -727,19 +822,31 @@ def train_attnmt(work: Path, minutes: float, device: str = "cpu", data: Path = M
         for search in ("greedy", "beam5"):
             gpu.update(gpu_figures(sampler, search, *results[search]["decoding_window"]))
         gpu["gpu_sampler_errors"] = sampler.errors
-    return {"sentences_per_s": ours["sentences_per_s"], "tokens_per_s_reported": ours["tokens_per_s"],
-            "steps": ours["steps"], "valid_bleu_end": last_valid["bleu"], "valid_step_end": last_valid["step"],
-            "validation": [{"step": r["step"], "bleu": r["bleu"]} for r in results["validation"]],
-            "bleu_greedy": ours["bleu_greedy"], "bleu_beam5": ours["bleu_beam5"], "chrf_beam5": ours["chrf_beam5"],
-            "peak_rss_gb": ours["peak_rss_gb"], "precision": results["args"]["precision"],
-            **{key: ours.get(key) for key in PEER_KEY if key.startswith("bleu_")},
-            **loaded_and_decoding_only(ours),
-            "checkpoint": "best.safetensors (best validation BLEU; attnmt also validates at the end)",
-            "signature": results["beam5"]["signature"], "train_seconds": ours["train_seconds"],
-            # sentences a step: 64, or with token batches their mean (sentences/s x seconds / steps)
-            "sentences_per_s_steady": attnmt_steady(out / "model",
-                                                    ours["sentences_per_s"] * ours["train_seconds"] / ours["steps"]),
-            "batch_tokens": batch_tokens, "device": device, **gpu}
+    return {
+        "sentences_per_s": ours["sentences_per_s"],
+        "tokens_per_s_reported": ours["tokens_per_s"],
+        "steps": ours["steps"],
+        "valid_bleu_end": last_valid["bleu"],
+        "valid_step_end": last_valid["step"],
+        "validation": [{"step": r["step"], "bleu": r["bleu"]} for r in results["validation"]],
+        "bleu_greedy": ours["bleu_greedy"],
+        "bleu_beam5": ours["bleu_beam5"],
+        "chrf_beam5": ours["chrf_beam5"],
+        "peak_rss_gb": ours["peak_rss_gb"],
+        "precision": results["args"]["precision"],
+        **{key: ours.get(key) for key in PEER_KEY if key.startswith("bleu_")},
+        **loaded_and_decoding_only(ours),
+        "checkpoint": "best.safetensors (best validation BLEU; attnmt also validates at the end)",
+        "signature": results["beam5"]["signature"],
+        "train_seconds": ours["train_seconds"],
+        # sentences a step: 64, or with token batches their mean (sentences/s x seconds / steps)
+        "sentences_per_s_steady": attnmt_steady(
+            out / "model", ours["sentences_per_s"] * ours["train_seconds"] / ours["steps"]
+        ),
+        "batch_tokens": batch_tokens,
+        "device": device,
+        **gpu,
+    }
 
 
 def loaded_and_decoding_only(ours: dict) -> dict:
@@ -774,8 +881,9 @@ def attnmt_steady(model_dir: Path, sentences_per_step: float) -> float | None:
 CHEAPER_FLAGS = {"bf16": "--bf16", "int8": "--int8", "shortlist": "--shortlist"}  # attnmt translate's
 
 
-def decode_attnmt_commands(work: Path, name: str = "attnmt", device: str = "cpu",
-                           cheaper: tuple[str, ...] = ()) -> dict:
+def decode_attnmt_commands(
+    work: Path, name: str = "attnmt", device: str = "cpu", cheaper: tuple[str, ...] = ()
+) -> dict:
     """`python -m attnmt.cli translate` of test_2016_flickr, greedy and beam 5, batch 64 (and beam 5
     with each of attnmt's ``cheaper`` modes), each a fresh process timed whole (interpreter, imports,
     CUDA initialisation, model loading, decoding), as the peers' translate commands are; its output
@@ -785,13 +893,29 @@ def decode_attnmt_commands(work: Path, name: str = "attnmt", device: str = "cpu"
     runs = [("greedy", 1, []), ("beam5", 5, [])] + [(f"beam5_{q}", 5, [CHEAPER_FLAGS[q]]) for q in cheaper]
     for search, beam, flags in runs:
         hypotheses = folder / f"test_2016_flickr.{search}.command.en"
-        cmd = [sys.executable, "-m", "attnmt.cli", "translate", folder / "model", "--device", device,
-               "--beam", str(beam), "--batch-size", str(BATCH), *flags, "-i", work / "data" / "test_2016_flickr.de",
-               "-o", hypotheses]
+        cmd = [
+            sys.executable,
+            "-m",
+            "attnmt.cli",
+            "translate",
+            folder / "model",
+            "--device",
+            device,
+            "--beam",
+            str(beam),
+            "--batch-size",
+            str(BATCH),
+            *flags,
+            "-i",
+            work / "data" / "test_2016_flickr.de",
+            "-o",
+            hypotheses,
+        ]
         sampler = GpuSampler(csv=work / "logs" / f"gpu-{name}-{search}-command.csv") if device == "cuda" else None
         with sampler or nullcontext():  # THREADS threads: thread_env's OMP_NUM_THREADS, which attnmt follows
-            seconds = run_logged(cmd, work / "logs" / f"{name}-{search}-command.log", env=thread_env(),
-                                 timeout=DECODE_TIMEOUT)
+            seconds = run_logged(
+                cmd, work / "logs" / f"{name}-{search}-command.log", env=thread_env(), timeout=DECODE_TIMEOUT
+            )
         if sampler is not None:
             figures[f"gpu_mem_{search}_command_gb"] = sampler.summary()["mem_gb"]
         scores = score(hypotheses, work)
@@ -806,11 +930,17 @@ def training_figures(parsed: dict, run: dict, log: Path) -> dict:
         raise StepFailed(f"no training step in the log {log}:\n{tail(log)}")
     last = parsed["validation"][-1] if parsed["validation"] else {"step": None, "bleu": None}
     steady = parsed.get("steady_steps_per_s")
-    return {"steps": parsed["steps"], "train_seconds": parsed["seconds"],
-            "sentences_per_s": parsed["steps"] * BATCH / parsed["seconds"],
-            "sentences_per_s_steady": steady * BATCH if steady else None,
-            "tokens_per_s_reported": parsed["tokens_per_s"], "validation": parsed["validation"],
-            "valid_bleu_end": last["bleu"], "valid_step_end": last["step"], **run}
+    return {
+        "steps": parsed["steps"],
+        "train_seconds": parsed["seconds"],
+        "sentences_per_s": parsed["steps"] * BATCH / parsed["seconds"],
+        "sentences_per_s_steady": steady * BATCH if steady else None,
+        "tokens_per_s_reported": parsed["tokens_per_s"],
+        "validation": parsed["validation"],
+        "valid_bleu_end": last["bleu"],
+        "valid_step_end": last["step"],
+        **run,
+    }
 
 
 def onmt_env(work: Path | None = None, device: str = "cpu") -> dict:
@@ -832,14 +962,14 @@ def onmt_command(work: Path, program: str, device: str = "cpu") -> list:
 
 def check_opennmt_importable(work: Path):
     """On a GPU: OpenNMT-py 3.5.1 must be importable by this python, with the stubs."""
-    code = ("import importlib.metadata as m, onmt.bin.train, onmt.bin.translate; "
-            "print(m.version('OpenNMT-py'))")
+    code = "import importlib.metadata as m, onmt.bin.train, onmt.bin.translate; print(m.version('OpenNMT-py'))"
     done = subprocess.run([sys.executable, "-c", code], env=onmt_env(work, "cuda"), capture_output=True, text=True)
     if done.returncode != 0 or done.stdout.strip().splitlines()[-1:] != ["3.5.1"]:
-        raise StepFailed(f"OpenNMT-py 3.5.1 is not importable by {sys.executable} (found: {done.stdout.strip()!r}); "
-                         "install the wheels first (benchmarks/gpu_peers.sh): python3 -m pip install --no-index "
-                         "--no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site\n"
-                         + done.stderr[-3000:])
+        raise StepFailed(
+            f"OpenNMT-py 3.5.1 is not importable by {sys.executable} (found: {done.stdout.strip()!r}); "
+            "install the wheels first (benchmarks/gpu_peers.sh): python3 -m pip install --no-index "
+            "--no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site\n" + done.stderr[-3000:]
+        )
 
 
 def train_opennmt(work: Path, configs: dict, minutes: float, device: str = "cpu") -> dict:
@@ -849,8 +979,9 @@ def train_opennmt(work: Path, configs: dict, minutes: float, device: str = "cpu"
     # SIGTERM, as `timeout` sends: OpenNMT-py saves nothing then; its last checkpoint is used.
     if device == "cuda":
         with GpuSampler(csv=work / "logs" / "gpu-opennmt-train.csv") as sampler:
-            run = train_for(cmd, log, onmt_env(work, device), minutes, re.compile("Start training loop"),
-                            signal.SIGTERM)
+            run = train_for(
+                cmd, log, onmt_env(work, device), minutes, re.compile("Start training loop"), signal.SIGTERM
+            )
         gpu = {**gpu_figures(sampler, "train", *run["loop_window"]), "gpu_sampler_errors": sampler.errors}
     else:
         run, gpu = train_for(cmd, log, onmt_env(), minutes, re.compile("Start training loop"), signal.SIGTERM), {}
@@ -860,14 +991,14 @@ def train_opennmt(work: Path, configs: dict, minutes: float, device: str = "cpu"
 
 def train_joeynmt(work: Path, configs: dict, minutes: float) -> dict:
     log = work / "logs" / "joeynmt-train.log"
-    cmd = [work / "venv-joeynmt" / "bin" / "python", "-m", "joeynmt", "train", configs["joeynmt-train"],
-           "--skip-test"]
+    cmd = [work / "venv-joeynmt" / "bin" / "python", "-m", "joeynmt", "train", configs["joeynmt-train"], "--skip-test"]
     # SIGINT: JoeyNMT saves its weights at the budget (latest.ckpt), for when no validation made best.ckpt.
     run = train_for(cmd, log, thread_env(), minutes, JOEY_START, signal.SIGINT)
     return training_figures(parse_joey_log(log.read_text(errors="replace")), run, log)
 
 
 # ---------------------------------------------------------------------------------------------- 4. decoding
+
 
 def score(hypotheses_path: Path, work: Path) -> dict:
     from attnmt.data.corpus import read_lines
@@ -876,8 +1007,12 @@ def score(hypotheses_path: Path, work: Path) -> dict:
     hypotheses = read_lines(hypotheses_path)
     references = read_lines(work / "data" / "test_2016_flickr.en")
     scores = corpus_scores(hypotheses, references)
-    return {"bleu": scores["bleu"].score, "chrf": scores["chrf"].score, "signature": scores["bleu"].signature,
-            "sentences": len(references)}
+    return {
+        "bleu": scores["bleu"].score,
+        "chrf": scores["chrf"].score,
+        "signature": scores["bleu"].signature,
+        "sentences": len(references),
+    }
 
 
 def test_sentences(work: Path) -> int:
@@ -888,6 +1023,7 @@ def test_sentences(work: Path) -> int:
 
 def complete_checkpoint(folder: Path) -> Path:
     """OpenNMT-py's newest checkpoint that is a whole file (the stop may cut a checkpoint being written)."""
+
     def step(path: Path) -> int:
         return int(re.search(r"_step_(\d+)\.pt$", path.name)[1])
 
@@ -903,9 +1039,14 @@ def complete_checkpoint(folder: Path) -> Path:
 
 def decode_figures(outputs: dict[str, tuple[Path, float]], work: Path) -> dict:
     greedy, beam5 = (score(outputs[k][0], work) for k in ("greedy", "beam5"))
-    return {"bleu_greedy": greedy["bleu"], "bleu_beam5": beam5["bleu"], "chrf_beam5": beam5["chrf"],
-            "decode_greedy": greedy["sentences"] / outputs["greedy"][1],
-            "decode_beam5": beam5["sentences"] / outputs["beam5"][1], "signature": beam5["signature"]}
+    return {
+        "bleu_greedy": greedy["bleu"],
+        "bleu_beam5": beam5["bleu"],
+        "chrf_beam5": beam5["chrf"],
+        "decode_greedy": greedy["sentences"] / outputs["greedy"][1],
+        "decode_beam5": beam5["sentences"] / outputs["beam5"][1],
+        "signature": beam5["signature"],
+    }
 
 
 def decode_opennmt(work: Path, configs: dict, device: str = "cpu") -> dict:
@@ -916,9 +1057,18 @@ def decode_opennmt(work: Path, configs: dict, device: str = "cpu") -> dict:
     for search in ("greedy", "beam5"):
         hypotheses, log = work / "onmt" / f"test_2016_flickr.{search}.en", work / "logs" / f"opennmt-{search}.log"
         log.unlink(missing_ok=True)  # its report of this run only
-        cmd = [*onmt_command(work, "translate", device), "-config", configs[f"opennmt-{search}"],
-               "-model", checkpoint, "-src", work / "data" / "test_2016_flickr.de", "-output", hypotheses,
-               "-report_time"]
+        cmd = [
+            *onmt_command(work, "translate", device),
+            "-config",
+            configs[f"opennmt-{search}"],
+            "-model",
+            checkpoint,
+            "-src",
+            work / "data" / "test_2016_flickr.de",
+            "-output",
+            hypotheses,
+            "-report_time",
+        ]
         if device == "cuda":
             with GpuSampler(csv=work / "logs" / f"gpu-opennmt-{search}.csv") as sampler:
                 outputs[search] = hypotheses, run_logged(cmd, log, env=onmt_env(work, device), timeout=DECODE_TIMEOUT)
@@ -952,8 +1102,17 @@ def decode_joeynmt(work: Path, configs: dict) -> dict:
         # after decoding (AttributeError: 'BaseConfig' object has no attribute 'n_best').
         cmd = [work / "venv-joeynmt" / "bin" / "python", "-m", "joeynmt", "translate", configs[f"joeynmt-{search}"]]
         with open(work / "data" / "test_2016_flickr.de") as source:
-            outputs[search] = hypotheses, run_logged(cmd, work / "logs" / f"joeynmt-{search}.log", env=thread_env(),
-                                                      stdin=source, timeout=DECODE_TIMEOUT, stdout=hypotheses)
+            outputs[search] = (
+                hypotheses,
+                run_logged(
+                    cmd,
+                    work / "logs" / f"joeynmt-{search}.log",
+                    env=thread_env(),
+                    stdin=source,
+                    timeout=DECODE_TIMEOUT,
+                    stdout=hypotheses,
+                ),
+            )
     return {"checkpoint": f"{checkpoint.name} -> {checkpoint.resolve().name}", **decode_figures(outputs, work)}
 
 
@@ -983,10 +1142,16 @@ ROWS = [  # label, key, format
     ("test_2016 BLEU beam 5, attnmt --int8 (int8 linear layers; peers: float32)", "bleu_beam5_int8", "{:.1f}"),
     ("decode sent/s beam 5, batch 64, attnmt --int8, whole command (peers: float32)", "decode_beam5_int8", "{:.0f}"),
     ("decode sent/s beam 5, batch 64, attnmt --int8, decoding only", "decode_beam5_int8_only", "{:.0f}"),
-    ("test_2016 BLEU beam 5, attnmt --shortlist (float32, output layer on likely pieces; peers: full)",
-     "bleu_beam5_shortlist", "{:.1f}"),
-    ("decode sent/s beam 5, batch 64, attnmt --shortlist, whole command (peers: full vocabulary)",
-     "decode_beam5_shortlist", "{:.0f}"),
+    (
+        "test_2016 BLEU beam 5, attnmt --shortlist (float32, output layer on likely pieces; peers: full)",
+        "bleu_beam5_shortlist",
+        "{:.1f}",
+    ),
+    (
+        "decode sent/s beam 5, batch 64, attnmt --shortlist, whole command (peers: full vocabulary)",
+        "decode_beam5_shortlist",
+        "{:.0f}",
+    ),
     ("decode sent/s beam 5, batch 64, attnmt --shortlist, decoding only", "decode_beam5_shortlist_only", "{:.0f}"),
     ("training peak RSS GB (lower is better)", "peak_rss_gb", "{:.2f}"),
     ("machine speed before the system, GFLOP/s (64×512×1536 fp32 products)", "probe_gflops_before", "{:.0f}"),
@@ -998,8 +1163,11 @@ ROWS = [  # label, key, format
 # nvidia-smi's (mean utilisation over the training loop and over the beam-5 decoding, peak memory).
 GPU_ROWS = [
     ("training sentences/s", "sentences_per_s", "{:.0f}"),
-    ("training sentences/s from the first log line on (the loop's start-up left out)", "sentences_per_s_steady",
-     "{:.0f}"),
+    (
+        "training sentences/s from the first log line on (the loop's start-up left out)",
+        "sentences_per_s_steady",
+        "{:.0f}",
+    ),
     ("training target tokens/s, as the system reports", "tokens_per_s_reported", "{:,.0f}"),
     ("training target tokens/s, spm8k pieces + </s> of train.en", "tokens_per_s_counted", "{:,.0f}"),
     ("steps", "steps", "{:,}"),
@@ -1019,8 +1187,10 @@ GPU_ROWS = [
 ]
 
 
-PEER_KEY = {**{f"{figure}_beam5_{q}": f"{figure}_beam5" for q in CHEAPER_FLAGS for figure in ("bleu", "decode")},
-            **{f"decode_beam5_{q}_only": "decode_beam5_only" for q in CHEAPER_FLAGS}}
+PEER_KEY = {
+    **{f"{figure}_beam5_{q}": f"{figure}_beam5" for q in CHEAPER_FLAGS for figure in ("bleu", "decode")},
+    **{f"decode_beam5_{q}_only": "decode_beam5_only" for q in CHEAPER_FLAGS},
+}
 
 
 def ratio(ours, theirs) -> str:
@@ -1041,8 +1211,11 @@ def table(systems: dict[str, dict], rows: list | None = None) -> str:
     present = [s for s in SYSTEMS if s in systems]
     ours = [s for s in present if s.startswith("attnmt")]
     peers = [s for s in present if not s.startswith("attnmt")]
-    header = ["figure", *(title(s, systems[s]) for s in present),
-              *(f"{SHORT[o]} / {SHORT[p]}" for o in ours for p in peers)]
+    header = [
+        "figure",
+        *(title(s, systems[s]) for s in present),
+        *(f"{SHORT[o]} / {SHORT[p]}" for o in ours for p in peers),
+    ]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for label, key, fmt in rows or ROWS:
         values = [systems[s].get(key if s in ours else PEER_KEY.get(key, key)) for s in present]
@@ -1055,9 +1228,13 @@ def table(systems: dict[str, dict], rows: list | None = None) -> str:
 def machine() -> dict:
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-    return {"nproc": os.cpu_count(), "cpu": model[1] if model else platform.processor(), "threads": THREADS,
-            "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": model[1] if model else platform.processor(),
+        "threads": THREADS,
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def versions(work: Path, systems: list[str], device: str = "cpu") -> dict:
@@ -1068,12 +1245,22 @@ def versions(work: Path, systems: list[str], device: str = "cpu") -> dict:
     import attnmt
 
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    found = {"attnmt": {"version": attnmt.__version__, "commit": commit.stdout.strip() or None,
-                        "python": platform.python_version(), "torch": torch.__version__,
-                        "sacrebleu": sacrebleu.__version__, "sentencepiece": sentencepiece.__version__}}
+    found = {
+        "attnmt": {
+            "version": attnmt.__version__,
+            "commit": commit.stdout.strip() or None,
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "sacrebleu": sacrebleu.__version__,
+            "sentencepiece": sentencepiece.__version__,
+        }
+    }
     if "opennmt" in systems:
-        found["opennmt"] = venv_versions(work / "venv-opennmt", ["OpenNMT-py", "torch", "sentencepiece", "sacrebleu"],
-                                         *((sys.executable, onmt_env(work, device)) if device == "cuda" else ()))
+        found["opennmt"] = venv_versions(
+            work / "venv-opennmt",
+            ["OpenNMT-py", "torch", "sentencepiece", "sacrebleu"],
+            *((sys.executable, onmt_env(work, device)) if device == "cuda" else ()),
+        )
     if "joeynmt" in systems:
         found["joeynmt"] = venv_versions(work / "venv-joeynmt", ["joeynmt", "torch", "sentencepiece", "sacrebleu"])
     return found
@@ -1094,53 +1281,102 @@ def save_results(work: Path, args, systems: dict, anchors: dict, ran: list[str])
     (or from a stopped run's results.partial.json, if that is newer)."""
     path, earlier = work / "results.json", earlier_systems(work)
     merged = {s: systems.get(s, earlier.get(s)) for s in SYSTEMS if s in systems or s in earlier}
-    results = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "command": " ".join(["python", *sys.argv]), "minutes": args.minutes, "device": args.device,
-               "intervals": intervals(args.minutes, args.device), "joey_config": JOEY_CONFIGS[args.joey_config],
-               "machine": machine(), "versions": versions(work, ran, args.device), "anchors": anchors, "ran": ran,
-               "data": str(args.data), "peer_configs": str(args.peer_configs), "systems": merged}
+    results = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(["python", *sys.argv]),
+        "minutes": args.minutes,
+        "device": args.device,
+        "intervals": intervals(args.minutes, args.device),
+        "joey_config": JOEY_CONFIGS[args.joey_config],
+        "machine": machine(),
+        "versions": versions(work, ran, args.device),
+        "anchors": anchors,
+        "ran": ran,
+        "data": str(args.data),
+        "peer_configs": str(args.peer_configs),
+        "systems": merged,
+    }
     if args.device == "cuda":
         results["gpu"] = gpu_info()
-        results["stubs"] = {"modules": sorted(STUBBED), "folder": str(work / "stubs"),
-                            "uses": stub_uses(*sorted((work / "logs").glob("opennmt-*.log")))}
+        results["stubs"] = {
+            "modules": sorted(STUBBED),
+            "folder": str(work / "stubs"),
+            "uses": stub_uses(*sorted((work / "logs").glob("opennmt-*.log"))),
+        }
     path.write_text(json.dumps(results, indent=2))
     return results
 
 
 # ---------------------------------------------------------------------------------------------- main
 
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=20.0,
-                        help="training budget of each system, wall clock of its training loop (default 20)")
-    parser.add_argument("--only", default=None,
-                        help="comma-separated subset of attnmt,attnmt_tokens (the token-batch run),opennmt,joeynmt "
-                             "(default: all, attnmt_tokens if --batch-tokens; with --device cuda: no joeynmt)")
-    parser.add_argument("--device", choices=DEVICES, default="cpu",
-                        help="cpu (default; 2 threads a system) or cuda: attnmt and OpenNMT-py on GPU 0, with this "
-                             "python and no virtual environments (see benchmarks/gpu_peers.sh)")
-    parser.add_argument("--work", default=None, help="work folder (default runs/peers; with --device cuda "
-                                                     "runs/peers-cuda)")
-    parser.add_argument("--data", default=str(MULTI30K),
-                        help="folder of the Multi30k files train, val, test_2016_flickr .de/.en .gz "
-                             "(default ../shared/data/multi30k)")
-    parser.add_argument("--peer-configs", default=str(PEER_CONFIGS),
-                        help="folder of the peers' configurations (default ../shared/peers)")
-    parser.add_argument("--batch-tokens", type=int, default=None,
-                        help="also train attnmt with data.batch_tokens N (a column beside its 64-sentence batches); "
-                             f"0: not (default {BATCH_TOKENS:,} with --device cuda, 0 on the CPU)")
-    parser.add_argument("--attnmt-precision", choices=["fp32", "bf16"], default=None,
-                        help="attnmt's training precision (default: benchmarks/run.py's: bf16 on CPUs with bf16 "
-                             "units, else fp32)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=20.0,
+        help="training budget of each system, wall clock of its training loop (default 20)",
+    )
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated subset of attnmt,attnmt_tokens (the token-batch run),opennmt,joeynmt "
+        "(default: all, attnmt_tokens if --batch-tokens; with --device cuda: no joeynmt)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="cpu (default; 2 threads a system) or cuda: attnmt and OpenNMT-py on GPU 0, with this "
+        "python and no virtual environments (see benchmarks/gpu_peers.sh)",
+    )
+    parser.add_argument(
+        "--work", default=None, help="work folder (default runs/peers; with --device cuda runs/peers-cuda)"
+    )
+    parser.add_argument(
+        "--data",
+        default=str(MULTI30K),
+        help="folder of the Multi30k files train, val, test_2016_flickr .de/.en .gz (default ../shared/data/multi30k)",
+    )
+    parser.add_argument(
+        "--peer-configs",
+        default=str(PEER_CONFIGS),
+        help="folder of the peers' configurations (default ../shared/peers)",
+    )
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=None,
+        help="also train attnmt with data.batch_tokens N (a column beside its 64-sentence batches); "
+        f"0: not (default {BATCH_TOKENS:,} with --device cuda, 0 on the CPU)",
+    )
+    parser.add_argument(
+        "--attnmt-precision",
+        choices=["fp32", "bf16"],
+        default=None,
+        help="attnmt's training precision (default: benchmarks/run.py's: bf16 on CPUs with bf16 units, else fp32)",
+    )
     parser.add_argument("--skip-install", action="store_true", help="use the virtual environments as they are")
-    parser.add_argument("--decode-only", action="store_true",
-                        help="CPU: decode the models of the last run in WORK again, one system after the other "
-                             "(the training figures kept; decoding speed is the noisier figure)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="with --decode-only: decode N times, the systems taking turns in each round; each "
-                             "speed is the best of the N (each round's figures are kept in results.json)")
-    parser.add_argument("--joey-config", choices=sorted(JOEY_CONFIGS), default="default",
-                        help="JoeyNMT's configuration: default (xavier init, as JoeyNMT ships) or uniform-init")
+    parser.add_argument(
+        "--decode-only",
+        action="store_true",
+        help="CPU: decode the models of the last run in WORK again, one system after the other "
+        "(the training figures kept; decoding speed is the noisier figure)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --decode-only: decode N times, the systems taking turns in each round; each "
+        "speed is the best of the N (each round's figures are kept in results.json)",
+    )
+    parser.add_argument(
+        "--joey-config",
+        choices=sorted(JOEY_CONFIGS),
+        default="default",
+        help="JoeyNMT's configuration: default (xavier init, as JoeyNMT ships) or uniform-init",
+    )
     args = parser.parse_args(argv)
     if args.batch_tokens is None:
         args.batch_tokens = BATCH_TOKENS if args.device == "cuda" else 0
@@ -1151,8 +1387,9 @@ def parse_args(argv=None):
         args.only = ",".join(s for s in allowed if s != "attnmt_tokens" or args.batch_tokens)
     args.systems = [s.strip() for s in args.only.split(",") if s.strip()]
     if unknown := set(args.systems) - set(allowed):
-        parser.error(f"--only: {', '.join(sorted(unknown))} not with --device {args.device}; choose among "
-                     f"{', '.join(allowed)}")
+        parser.error(
+            f"--only: {', '.join(sorted(unknown))} not with --device {args.device}; choose among {', '.join(allowed)}"
+        )
     if "attnmt_tokens" in args.systems and not args.batch_tokens:
         parser.error("--only attnmt_tokens: give --batch-tokens N")
     if args.decode_only and (args.device != "cpu" or "attnmt_tokens" in args.systems):
@@ -1203,9 +1440,22 @@ def decode_again(name: str, work: Path, configs: dict, earlier: dict) -> dict:
     probe_before = machine_speed()
     if name == "attnmt":
         out = work / "attnmt"
-        run_logged([sys.executable, REPO / "benchmarks" / "run.py", "--config",
-                    REPO / "configs" / "rnn-bahdanau.yaml", "--threads", str(THREADS), "--out", out, "--decode-only"],
-                   work / "logs" / "attnmt-decode.log", env=thread_env(), timeout=DECODE_TIMEOUT * 6)
+        run_logged(
+            [
+                sys.executable,
+                REPO / "benchmarks" / "run.py",
+                "--config",
+                REPO / "configs" / "rnn-bahdanau.yaml",
+                "--threads",
+                str(THREADS),
+                "--out",
+                out,
+                "--decode-only",
+            ],
+            work / "logs" / "attnmt-decode.log",
+            env=thread_env(),
+            timeout=DECODE_TIMEOUT * 6,
+        )
         ours = json.loads((out / "results.json").read_text())["attnmt"]
         decoded = {**{key: ours[key] for key in SCORE_KEYS if key in ours}, **loaded_and_decoding_only(ours)}
         decoded.update(decode_attnmt_commands(work, name, "cpu", cheaper_of(decoded)))
@@ -1213,9 +1463,14 @@ def decode_again(name: str, work: Path, configs: dict, earlier: dict) -> dict:
         decoded = decode_opennmt(work, configs)
     else:
         decoded = decode_joeynmt(work, configs)
-    return {**earlier[name], **decoded, "probe_gflops_before": probe_before, "probe_gflops_after": machine_speed(),
-            "decoded_again": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "load_average": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        **earlier[name],
+        **decoded,
+        "probe_gflops_before": probe_before,
+        "probe_gflops_after": machine_speed(),
+        "decoded_again": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def best_of_rounds(best: dict | None, latest: dict) -> dict:
@@ -1223,8 +1478,13 @@ def best_of_rounds(best: dict | None, latest: dict) -> dict:
     sentences/s) the best of the rounds so far, as timeit keeps its best: on a shared machine a slow
     round measures the neighbours. Every round's speeds are kept under "rounds"."""
     speeds = {key: value for key, value in latest.items() if key.startswith("decode_") and value is not None}
-    rounds = (best or {}).get("rounds", []) + [{**speeds, "probe_gflops_before": latest["probe_gflops_before"],
-                                                 "probe_gflops_after": latest["probe_gflops_after"]}]
+    rounds = (best or {}).get("rounds", []) + [
+        {
+            **speeds,
+            "probe_gflops_before": latest["probe_gflops_before"],
+            "probe_gflops_after": latest["probe_gflops_after"],
+        }
+    ]
     merged = {**latest, "rounds": rounds}
     for key in speeds:
         merged[key] = max(r[key] for r in rounds if r.get(key) is not None)
@@ -1260,11 +1520,15 @@ def run_system(name: str, work: Path, configs: dict, args, per_sentence: float) 
 def check_inputs(args):
     """The data and configuration files a run reads, before anything starts."""
     needed = [args.data / f"{split}.{lang}.gz" for split in SPLITS for lang in ("de", "en")]
-    needed += [args.peer_configs / f for f in ("opennmt-rnn_de_en.yaml", "opennmt-translate_greedy.yaml",
-                                               "opennmt-translate_beam5.yaml")]
+    needed += [
+        args.peer_configs / f
+        for f in ("opennmt-rnn_de_en.yaml", "opennmt-translate_greedy.yaml", "opennmt-translate_beam5.yaml")
+    ]
     if "joeynmt" in args.systems:
-        needed += [args.peer_configs / JOEY_CONFIGS[args.joey_config],
-                   args.peer_configs / "joeynmt-translate_beam5.yaml"]
+        needed += [
+            args.peer_configs / JOEY_CONFIGS[args.joey_config],
+            args.peer_configs / "joeynmt-translate_beam5.yaml",
+        ]
     if missing := [str(p) for p in needed if not p.is_file()]:
         sys.exit("not found: " + ", ".join(missing) + " (--data, --peer-configs)")
     if args.device == "cuda" and shutil.which("nvidia-smi") is None:
@@ -1292,8 +1556,11 @@ def main(argv=None):
         # On a GPU the machine is the run's own: sentencepiece learns on all its cores (not timed).
         anchors = prepare_anchors(work, args.data, THREADS if args.device == "cpu" else os.cpu_count() or THREADS)
         configs = render_configs(work, args.minutes, args.joey_config, args.peer_configs, args.device)
-        print(f"prepared in {time.monotonic() - began:.0f} s (data, sentencepiece model, vocabularies, configs in "
-              f"{work})", flush=True)
+        print(
+            f"prepared in {time.monotonic() - began:.0f} s (data, sentencepiece model, vocabularies, configs in "
+            f"{work})",
+            flush=True,
+        )
         systems, carried = {}, earlier_systems(work)
         for _ in range(args.rounds):
             for name in (s for s in SYSTEMS if s in args.systems):
@@ -1302,41 +1569,62 @@ def main(argv=None):
                 else:
                     systems[name] = run_system(name, work, configs, args, anchors["target_tokens_per_sentence"])
                 # each system's figures as soon as they are measured (results.json comes at the end)
-                (work / "results.partial.json").write_text(json.dumps(
-                    {"command": " ".join(["python", *sys.argv]), "systems": {**carried, **systems}}, indent=2))
+                (work / "results.partial.json").write_text(
+                    json.dumps(
+                        {"command": " ".join(["python", *sys.argv]), "systems": {**carried, **systems}}, indent=2
+                    )
+                )
     except StepFailed as e:
         sys.exit(f"peers.py: {e}")
     results = save_results(work, args, systems, anchors, args.systems)
     if args.device == "cuda":
         gpu = results["gpu"]
-        print(f"\nMulti30k de-en, {args.minutes:g} min of training per system, on {gpu.get('gpu')} (driver "
-              f"{gpu.get('driver')}, torch {gpu.get('torch')}, CUDA {gpu.get('cuda')}); {results['date']}; "
-              f"{results['machine']['cpu']} ({results['machine']['nproc']} cores), {THREADS} threads; "
-              f"{time.monotonic() - began:.0f} s in all")
+        print(
+            f"\nMulti30k de-en, {args.minutes:g} min of training per system, on {gpu.get('gpu')} (driver "
+            f"{gpu.get('driver')}, torch {gpu.get('torch')}, CUDA {gpu.get('cuda')}); {results['date']}; "
+            f"{results['machine']['cpu']} ({results['machine']['nproc']} cores), {THREADS} threads; "
+            f"{time.monotonic() - began:.0f} s in all"
+        )
     else:
-        print(f"\nMulti30k de-en, {args.minutes:g} min of training per system, {THREADS} threads; "
-              f"{results['date']}; {results['machine']['cpu']} ({results['machine']['nproc']} cores)")
+        print(
+            f"\nMulti30k de-en, {args.minutes:g} min of training per system, {THREADS} threads; "
+            f"{results['date']}; {results['machine']['cpu']} ({results['machine']['nproc']} cores)"
+        )
     for name, figures in results["systems"].items():
         note = "" if name in args.systems else f"; from an earlier run ({figures['measured']})"
-        print(f"  {title(name, figures)}: validation BLEU by step "
-              + (", ".join(f"{v['step']}: {v['bleu']:.1f}" for v in figures["validation"]) or "none")
-              + f"; decoded with {figures.get('checkpoint', 'its best checkpoint')}"
-              + f"; load average at the end {figures['load_average'][0]:.1f}" + note
-              + (f"; decoded again {figures['decoded_again']}" if figures.get("decoded_again") else ""))
+        print(
+            f"  {title(name, figures)}: validation BLEU by step "
+            + (", ".join(f"{v['step']}: {v['bleu']:.1f}" for v in figures["validation"]) or "none")
+            + f"; decoded with {figures.get('checkpoint', 'its best checkpoint')}"
+            + f"; load average at the end {figures['load_average'][0]:.1f}"
+            + note
+            + (f"; decoded again {figures['decoded_again']}" if figures.get("decoded_again") else "")
+        )
     if args.device == "cuda" and "opennmt" in args.systems:
         uses = results["stubs"]["uses"]
-        print(f"  stubs {', '.join(sorted(STUBBED))}: " + (
-            "imported by OpenNMT-py, never used (no '" + STUB_USED + "' line in its logs)" if not uses
-            else "USED, see the logs: " + "; ".join(uses)))
+        print(
+            f"  stubs {', '.join(sorted(STUBBED))}: "
+            + (
+                "imported by OpenNMT-py, never used (no '" + STUB_USED + "' line in its logs)"
+                if not uses
+                else "USED, see the logs: " + "; ".join(uses)
+            )
+        )
     print(table(results["systems"], GPU_ROWS if args.device == "cuda" else ROWS))
     if args.rounds > 1:  # the spread behind each best-of figure
         for name in args.systems:
             rounds = results["systems"][name]["rounds"]
-            print(f"  {name}, sentences/s by round (the table: the best): " + "; ".join(
-                f"{key} " + " / ".join(f"{r[key]:.0f}" if r.get(key) else "-" for r in rounds)
-                for key in rounds[0] if key.startswith("decode_")))
-    print(f"\nratios: attnmt / peer; above 1 is better for attnmt except where lower is better. "
-          f"{work / 'results.json'}")
+            print(
+                f"  {name}, sentences/s by round (the table: the best): "
+                + "; ".join(
+                    f"{key} " + " / ".join(f"{r[key]:.0f}" if r.get(key) else "-" for r in rounds)
+                    for key in rounds[0]
+                    if key.startswith("decode_")
+                )
+            )
+    print(
+        f"\nratios: attnmt / peer; above 1 is better for attnmt except where lower is better. {work / 'results.json'}"
+    )
 
 
 if __name__ == "__main__":

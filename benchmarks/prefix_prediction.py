@@ -42,7 +42,7 @@ def main():
     from attnmt.data.corpus import read_lines  # plain or gzip, errors naming the file
 
     translator = attnmt.load(args.model, args.checkpoint)
-    sources, references = read_lines(args.src)[:args.limit], read_lines(args.ref)[:args.limit]
+    sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
     texts, prefixes, expected, positions = [], [], [], []
     for source, reference in zip(sources, references):
         words = reference.split()
@@ -60,13 +60,17 @@ def main():
     letter = [len(out) > k and out[k] == word for out, k, word in zip(completed, positions, expected)]
     free = {source: t.text.split() for source, t in zip(sources, translator.translate(sources, beam=args.beam))}
     unforced = [len(free[text]) > k and free[text][k] == word for text, k, word in zip(texts, positions, expected)]
-    print(f"{translator.folder} ({args.checkpoint}), {len(sources)} sentences of {args.src.name}, beam {args.beam}: "
-          f"{len(right)} predictions in {seconds:.0f} s")
+    print(
+        f"{translator.folder} ({args.checkpoint}), {len(sources)} sentences of {args.src.name}, beam {args.beam}: "
+        f"{len(right)} predictions in {seconds:.0f} s"
+    )
     print(f"{'':<14}{'the reference as prefix':>26}{'and a letter':>14}{'no prefix':>12}")
     for name, low, high in (("all words", 0, 10_000), *BUCKETS):
         chosen = [i for i, k in enumerate(positions) if low <= k < high]
-        print(f"{name:<14}{share(right, chosen):>26}{share(letter, chosen):>14}{share(unforced, chosen):>12}  "
-              f"({len(chosen)} predictions)")
+        print(
+            f"{name:<14}{share(right, chosen):>26}{share(letter, chosen):>14}{share(unforced, chosen):>12}  "
+            f"({len(chosen)} predictions)"
+        )
 
 
 def share(hits: list[bool], chosen: list[int]) -> str:

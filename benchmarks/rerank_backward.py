@@ -38,8 +38,9 @@ def candidates(forward, backward, sources: list[str], beam: int, n_best: int):
 
 
 def chosen(scored, weight: float) -> list[str]:
-    return [max(cands, key=lambda c: c[1] + weight * c[2])[0] if weight is not None else cands[0][0]
-            for cands in scored]
+    return [
+        max(cands, key=lambda c: c[1] + weight * c[2])[0] if weight is not None else cands[0][0] for cands in scored
+    ]
 
 
 def main():
@@ -50,8 +51,9 @@ def main():
     parser.add_argument("--backward", required=True)
     parser.add_argument("--checkpoint", default="best")
     parser.add_argument("--dev", nargs=2, type=Path, default=[MULTI30K / "val.de.gz", MULTI30K / "val.en.gz"])
-    parser.add_argument("--test", nargs=2, type=Path,
-                        default=[MULTI30K / "test_2016_flickr.de.gz", MULTI30K / "test_2016_flickr.en.gz"])
+    parser.add_argument(
+        "--test", nargs=2, type=Path, default=[MULTI30K / "test_2016_flickr.de.gz", MULTI30K / "test_2016_flickr.en.gz"]
+    )
     parser.add_argument("--beam", type=int, default=10)
     parser.add_argument("--n-best", type=int, default=10)
     parser.add_argument("--weights", default="0,0.25,0.5,0.75,1,1.5,2")
@@ -68,8 +70,10 @@ def main():
         sources, references = read_lines(src), read_lines(ref)
         scored = candidates(forward, backward, sources, args.beam, args.n_best)
         results[name] = (scored, references)
-        print(f"{name}: {len(sources)} sentences, {args.n_best} candidates each (beam {args.beam}), "
-              f"{time.perf_counter() - start:.0f} s")
+        print(
+            f"{name}: {len(sources)} sentences, {args.n_best} candidates each (beam {args.beam}), "
+            f"{time.perf_counter() - start:.0f} s"
+        )
     dev_scored, dev_refs = results["dev"]
     print(f"{'weight':>8}{'dev BLEU':>10}")
     print(f"{'beam':>8}{sacrebleu.corpus_bleu(chosen(dev_scored, None), [dev_refs]).score:>10.2f}")
@@ -81,10 +85,12 @@ def main():
     from sacrebleu.metrics import BLEU, CHRF
     from sacrebleu.significance import PairedTest  # the paired bootstrap of `sacrebleu --paired-bs`
 
-    systems = [("beam's best", chosen(test_scored, None)), ("forward per token (weight 0)", chosen(test_scored, 0.0)),
-               (f"with the backward model (dev's weight {best:g})", chosen(test_scored, best))]
-    test = PairedTest(systems, {"BLEU": BLEU(), "chrF": CHRF()}, references=[test_refs], test_type="bs",
-                      n_samples=1000)
+    systems = [
+        ("beam's best", chosen(test_scored, None)),
+        ("forward per token (weight 0)", chosen(test_scored, 0.0)),
+        (f"with the backward model (dev's weight {best:g})", chosen(test_scored, best)),
+    ]
+    test = PairedTest(systems, {"BLEU": BLEU(), "chrF": CHRF()}, references=[test_refs], test_type="bs", n_samples=1000)
     _, stats = test()
     print("test: system, BLEU, chrF, p against the beam's best (paired bootstrap, BLEU and chrF), changed outputs")
     for i, (name, outputs) in enumerate(systems):

@@ -44,12 +44,28 @@ MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 # RNN encoder-decoders with Bahdanau attention, so they stand beside rnn-bahdanau only.
 PEERS = {
     "rnn-bahdanau": {
-        "OpenNMT-py 3.5.1": {"sentences_per_s": 115, "tokens_per_s": 1750, "steps": 2200, "bleu_greedy": 34.2,
-                             "bleu_beam5": 35.9, "chrf_beam5": 54.5, "decode_greedy": 96, "decode_beam5": 56,
-                             "peak_rss_gb": 3.35},
-        "JoeyNMT 2.3.0": {"sentences_per_s": 59, "tokens_per_s": 890, "steps": 1050, "bleu_greedy": 6.0,
-                          "bleu_beam5": 6.0, "chrf_beam5": 24.1, "decode_greedy": 75, "decode_beam5": 35,
-                          "peak_rss_gb": 1.70},
+        "OpenNMT-py 3.5.1": {
+            "sentences_per_s": 115,
+            "tokens_per_s": 1750,
+            "steps": 2200,
+            "bleu_greedy": 34.2,
+            "bleu_beam5": 35.9,
+            "chrf_beam5": 54.5,
+            "decode_greedy": 96,
+            "decode_beam5": 56,
+            "peak_rss_gb": 3.35,
+        },
+        "JoeyNMT 2.3.0": {
+            "sentences_per_s": 59,
+            "tokens_per_s": 890,
+            "steps": 1050,
+            "bleu_greedy": 6.0,
+            "bleu_beam5": 6.0,
+            "chrf_beam5": 24.1,
+            "decode_greedy": 75,
+            "decode_beam5": 35,
+            "peak_rss_gb": 1.70,
+        },
     },
 }
 
@@ -59,19 +75,28 @@ PEERS = {
 # `attnmt shortlist` builds first), beside the float32 figures above. The peers decode in float32
 # only on CPUs: their ratios use the peer's float32 figure (PEER_KEY).
 CHEAPER = ("bf16", "int8", "shortlist")
-CHEAPER_ROWS = [row for q in CHEAPER for row in (
-    (f"test BLEU beam 5, --{q}", f"bleu_beam5_{q}", "{:.1f}"),
-    (f"decode sent/s beam 5 (wall), --{q}", f"decode_beam5_{q}", "{:.0f}"))]
+CHEAPER_ROWS = [
+    row
+    for q in CHEAPER
+    for row in (
+        (f"test BLEU beam 5, --{q}", f"bleu_beam5_{q}", "{:.1f}"),
+        (f"decode sent/s beam 5 (wall), --{q}", f"decode_beam5_{q}", "{:.0f}"),
+    )
+]
 PEER_KEY = {f"{figure}_beam5_{q}": f"{figure}_beam5" for q in CHEAPER for figure in ("bleu", "decode")}
 
-ROWS = [("training sentences/s", "sentences_per_s", "{:.0f}"),
-        ("training target tokens/s", "tokens_per_s", "{:.0f}"),
-        ("steps", "steps", "{:.0f}"), ("test BLEU greedy", "bleu_greedy", "{:.1f}"),
-        ("test BLEU beam 5", "bleu_beam5", "{:.1f}"), ("test chrF beam 5", "chrf_beam5", "{:.1f}"),
-        ("decode sent/s greedy (wall)", "decode_greedy", "{:.0f}"),
-        ("decode sent/s beam 5 (wall)", "decode_beam5", "{:.0f}"),
-        *CHEAPER_ROWS,
-        ("training peak RSS GB", "peak_rss_gb", "{:.2f}")]
+ROWS = [
+    ("training sentences/s", "sentences_per_s", "{:.0f}"),
+    ("training target tokens/s", "tokens_per_s", "{:.0f}"),
+    ("steps", "steps", "{:.0f}"),
+    ("test BLEU greedy", "bleu_greedy", "{:.1f}"),
+    ("test BLEU beam 5", "bleu_beam5", "{:.1f}"),
+    ("test chrF beam 5", "chrf_beam5", "{:.1f}"),
+    ("decode sent/s greedy (wall)", "decode_greedy", "{:.0f}"),
+    ("decode sent/s beam 5 (wall)", "decode_beam5", "{:.0f}"),
+    *CHEAPER_ROWS,
+    ("training peak RSS GB", "peak_rss_gb", "{:.2f}"),
+]
 
 
 def write_config(args, out: Path) -> Path:
@@ -87,11 +112,11 @@ def write_config(args, out: Path) -> Path:
         config.data.batch_tokens = args.batch_tokens
     if args.data:  # the benchmark's copy of Multi30k, wherever it lies
         data = Path(args.data).resolve()
-        config.data.train = config.data.train.model_copy(update={"src": data / "train.de.gz",
-                                                                 "tgt": data / "train.en.gz"})
+        config.data.train = config.data.train.model_copy(
+            update={"src": data / "train.de.gz", "tgt": data / "train.en.gz"}
+        )
         if config.data.dev is not None:
-            config.data.dev = config.data.dev.model_copy(update={"src": data / "val.de.gz",
-                                                                 "tgt": data / "val.en.gz"})
+            config.data.dev = config.data.dev.model_copy(update={"src": data / "val.de.gz", "tgt": data / "val.en.gz"})
     if args.validate_every:
         config.training.validate_every = args.validate_every
     out.mkdir(parents=True, exist_ok=True)
@@ -106,8 +131,15 @@ def train(config_path: Path) -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 / 1024  # KiB -> GiB
 
 
-def decode_test(model_dir: Path, beam: int, threads: int, quantize: str | None = None, data: Path = MULTI30K,
-                device: str = "cpu", shortlist: bool = False) -> dict:
+def decode_test(
+    model_dir: Path,
+    beam: int,
+    threads: int,
+    quantize: str | None = None,
+    data: Path = MULTI30K,
+    device: str = "cpu",
+    shortlist: bool = False,
+) -> dict:
     import torch
 
     import attnmt
@@ -120,16 +152,27 @@ def decode_test(model_dir: Path, beam: int, threads: int, quantize: str | None =
     started = time.perf_counter()
     model = attnmt.load(model_dir, quantize=quantize, device=device)
     loaded, loaded_at = time.perf_counter(), time.time()
-    hypotheses = [t.text for t in model.translate(sources, beam=beam, batch_size=64,  # texts: on the host
-                                                  shortlist=shortlist)]
+    hypotheses = [
+        t.text
+        for t in model.translate(
+            sources,
+            beam=beam,
+            batch_size=64,  # texts: on the host
+            shortlist=shortlist,
+        )
+    ]
     done, done_at = time.perf_counter(), time.time()
     scores = corpus_scores(hypotheses, references)
     suffix = f".{quantize}" if quantize else ".shortlist" if shortlist else ""
     (model_dir / f"test_2016_flickr.beam{beam}{suffix}.en").write_text("\n".join(hypotheses) + "\n")
-    return {"bleu": scores["bleu"].score, "chrf": scores["chrf"].score, "signature": scores["bleu"].signature,
-            "sentences_per_s": len(sources) / (done - loaded),
-            "sentences_per_s_wall": len(sources) / (done - started),
-            "decoding_window": [loaded_at, done_at]}  # wall clock: benchmarks/peers.py's GPU samples
+    return {
+        "bleu": scores["bleu"].score,
+        "chrf": scores["chrf"].score,
+        "signature": scores["bleu"].signature,
+        "sentences_per_s": len(sources) / (done - loaded),
+        "sentences_per_s_wall": len(sources) / (done - started),
+        "decoding_window": [loaded_at, done_at],
+    }  # wall clock: benchmarks/peers.py's GPU samples
 
 
 def decode_cheaper(model_dir: Path, kind: str, threads: int, data: Path) -> dict:
@@ -160,33 +203,57 @@ def print_table(name: str, ours: dict, others: dict[str, dict]):
         theirs = [others[o].get(key if o.startswith("attnmt") else PEER_KEY.get(key, key)) for o in others]
         values = [ours.get(key)] + theirs
         ratios = [f"{ours[key] / t:.2f}" if ours.get(key) and t else "—" for t in theirs]
-        print(f"| {label} | " + " | ".join("—" if v is None else fmt.format(v) for v in values)
-              + "".join(f" | {r}" for r in ratios) + " |")
+        print(
+            f"| {label} | "
+            + " | ".join("—" if v is None else fmt.format(v) for v in values)
+            + "".join(f" | {r}" for r in ratios)
+            + " |"
+        )
     if any(not o.startswith("attnmt") for o in others):
         print("(rows --bf16, --int8, --shortlist: the peers' columns hold their float32 figures)")
 
 
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(REPO / "configs" / "rnn-bahdanau.yaml"),
-                        help="the reference configuration (default: configs/rnn-bahdanau.yaml)")
+    parser.add_argument(
+        "--config",
+        default=str(REPO / "configs" / "rnn-bahdanau.yaml"),
+        help="the reference configuration (default: configs/rnn-bahdanau.yaml)",
+    )
     parser.add_argument("--minutes", type=float, default=20.0, help="training budget (wall clock of training steps)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
-                        help="training precision (default: bf16 on CPUs with bf16 units, AVX512-BF16/AMX; "
-                             "else fp32, also on GPUs)")
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default=None,
+        help="training precision (default: bf16 on CPUs with bf16 units, AVX512-BF16/AMX; else fp32, also on GPUs)",
+    )
     parser.add_argument("--validate-every", type=int, default=None)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train and decode")
-    parser.add_argument("--batch-tokens", type=int, default=None,
-                        help="data.batch_tokens: batches of about this many (padded) tokens instead of sentences")
-    parser.add_argument("--data", help="folder of the Multi30k .gz files (default ../shared/data/multi30k, and the "
-                                       "config's training paths)")
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=None,
+        help="data.batch_tokens: batches of about this many (padded) tokens instead of sentences",
+    )
+    parser.add_argument(
+        "--data",
+        help="folder of the Multi30k .gz files (default ../shared/data/multi30k, and the config's training paths)",
+    )
     parser.add_argument("--out", help="output folder (default: runs/bench-NAME)")
-    parser.add_argument("--beside", action="append", default=[], metavar="RESULTS_JSON",
-                        help="results.json of an earlier run to show as a column (repeatable)")
-    parser.add_argument("--decode-only", action="store_true",
-                        help="decode OUT/model (trained by an earlier run) again: new decoding figures in "
-                             "OUT/results.json, the training figures kept")
+    parser.add_argument(
+        "--beside",
+        action="append",
+        default=[],
+        metavar="RESULTS_JSON",
+        help="results.json of an earlier run to show as a column (repeatable)",
+    )
+    parser.add_argument(
+        "--decode-only",
+        action="store_true",
+        help="decode OUT/model (trained by an earlier run) again: new decoding figures in "
+        "OUT/results.json, the training figures kept",
+    )
     args = parser.parse_args(argv)
     from attnmt.core.speed import cpu_has_bf16
 
@@ -215,21 +282,29 @@ def main(argv: list[str] | None = None):
         validation = [r for r in records if r["type"] == "valid"]
     with safe_open(str(model_dir / "last.safetensors"), "pt") as f:
         last = json.loads(f.metadata()["info"])["trainer"]
-    greedy, beam5 = (in_fresh_process(decode_test, model_dir, beam, args.threads, data=data, device=args.device)
-                     for beam in (1, 5))
+    greedy, beam5 = (
+        in_fresh_process(decode_test, model_dir, beam, args.threads, data=data, device=args.device) for beam in (1, 5)
+    )
     cheaper = {q: in_fresh_process(decode_cheaper, model_dir, q, args.threads, data) for q in cheaper_kinds}
-    ours = {"sentences_per_s": last["sentences"] / last["seconds"],
-            "tokens_per_s": last["target_tokens"] / last["seconds"], "steps": last["step"],
-            "train_seconds": last["seconds"],
-            "bleu_greedy": greedy["bleu"], "bleu_beam5": beam5["bleu"], "chrf_beam5": beam5["chrf"],
-            "decode_greedy": greedy["sentences_per_s_wall"], "decode_beam5": beam5["sentences_per_s_wall"],
-            "peak_rss_gb": peak_gb,
-            **{f"bleu_beam5_{q}": r["bleu"] for q, r in cheaper.items()},
-            **{f"decode_beam5_{q}": r["sentences_per_s_wall"] for q, r in cheaper.items()},
-            # decoding alone, model loading left out (benchmarks/peers.py sets it beside OpenNMT-py's own
-            # report of its decoding seconds)
-            "decode_greedy_only": greedy["sentences_per_s"], "decode_beam5_only": beam5["sentences_per_s"],
-            **{f"decode_beam5_{q}_only": r["sentences_per_s"] for q, r in cheaper.items()}}
+    ours = {
+        "sentences_per_s": last["sentences"] / last["seconds"],
+        "tokens_per_s": last["target_tokens"] / last["seconds"],
+        "steps": last["step"],
+        "train_seconds": last["seconds"],
+        "bleu_greedy": greedy["bleu"],
+        "bleu_beam5": beam5["bleu"],
+        "chrf_beam5": beam5["chrf"],
+        "decode_greedy": greedy["sentences_per_s_wall"],
+        "decode_beam5": beam5["sentences_per_s_wall"],
+        "peak_rss_gb": peak_gb,
+        **{f"bleu_beam5_{q}": r["bleu"] for q, r in cheaper.items()},
+        **{f"decode_beam5_{q}": r["sentences_per_s_wall"] for q, r in cheaper.items()},
+        # decoding alone, model loading left out (benchmarks/peers.py sets it beside OpenNMT-py's own
+        # report of its decoding seconds)
+        "decode_greedy_only": greedy["sentences_per_s"],
+        "decode_beam5_only": beam5["sentences_per_s"],
+        **{f"decode_beam5_{q}_only": r["sentences_per_s"] for q, r in cheaper.items()},
+    }
     if args.decode_only:
         ours["decoded_again"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     others = dict(PEERS.get(name, {})) if args.device == "cpu" else {}  # PEERS: CPU figures
@@ -237,17 +312,27 @@ def main(argv: list[str] | None = None):
         earlier = json.loads(Path(path).read_text())
         others[f"attnmt {earlier.get('name', Path(path).parent.name)}"] = earlier["attnmt"]
 
-    print(f"\n{name}, Multi30k de-en, {args.minutes:g} min of training, {args.threads} threads, "
-          f"{args.precision}, {args.device}; {time.strftime('%Y-%m-%d')}")
-    print("validation BLEU (greedy) by step: " + ", ".join(
-        f"{r['step']}: {r['bleu']:.1f}" for r in validation))
+    print(
+        f"\n{name}, Multi30k de-en, {args.minutes:g} min of training, {args.threads} threads, "
+        f"{args.precision}, {args.device}; {time.strftime('%Y-%m-%d')}"
+    )
+    print("validation BLEU (greedy) by step: " + ", ".join(f"{r['step']}: {r['bleu']:.1f}" for r in validation))
     print(f"sacreBLEU signature: {beam5['signature']}")
-    print(f"decoding without model loading: greedy {greedy['sentences_per_s']:.0f} sent/s, "
-          f"beam 5 {beam5['sentences_per_s']:.0f} sent/s")
+    print(
+        f"decoding without model loading: greedy {greedy['sentences_per_s']:.0f} sent/s, "
+        f"beam 5 {beam5['sentences_per_s']:.0f} sent/s"
+    )
     print_table(name, ours, others)
-    results = {"name": name, "date": time.strftime("%Y-%m-%d"), "args": vars(args), "attnmt": ours,
-               "peers": PEERS.get(name, {}) if args.device == "cpu" else {}, "greedy": greedy, "beam5": beam5,
-               "validation": validation}
+    results = {
+        "name": name,
+        "date": time.strftime("%Y-%m-%d"),
+        "args": vars(args),
+        "attnmt": ours,
+        "peers": PEERS.get(name, {}) if args.device == "cpu" else {},
+        "greedy": greedy,
+        "beam5": beam5,
+        "validation": validation,
+    }
     (out / "results.json").write_text(json.dumps(results, indent=2))
 
 

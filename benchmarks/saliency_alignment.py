@@ -42,20 +42,30 @@ def run_model(folder: str, pairs: tuple[list[str], list[str]], gold, samples: in
     readings = [("attention" + (" (last layer, heads averaged)" if layers else ""), {})]
     readings += [(f"attention, layer {layer}", {"layer": layer}) for layer in range(layers - 1)]
     heads = model.config.model.heads if layers else 0
-    readings += [(f"attention, layer {layer}, head {head}", {"layer": layer, "heads": [head]})
-                 for layer in range(layers) for head in range(heads)]
-    readings += [("saliency: gradient x input", {"saliency": 0}),
-                 (f"saliency: SmoothGrad, {samples} samples", {"saliency": samples})]
+    readings += [
+        (f"attention, layer {layer}, head {head}", {"layer": layer, "heads": [head]})
+        for layer in range(layers)
+        for head in range(heads)
+    ]
+    readings += [
+        ("saliency: gradient x input", {"saliency": 0}),
+        (f"saliency: SmoothGrad, {samples} samples", {"saliency": samples}),
+    ]
     for name, options in readings:
         started = time.perf_counter()
         scores = scored(align(model, *pairs, method="argmax", **options), gold)
         rows.append((name, scores, time.perf_counter() - started))
-    print(f"\n{folder} ({model.config.model.type}"
-          f"{'' if layers else ', ' + model.config.model.attention + ' attention'}): the 447 Hansards gold pairs")
+    print(
+        f"\n{folder} ({model.config.model.type}"
+        f"{'' if layers else ', ' + model.config.model.attention + ' attention'}): the 447 Hansards gold pairs"
+    )
     print(f"   {'links from':<42} {'AER':>6} {'precision':>9} {'recall':>7} {'seconds':>8}")
     for name, scores, seconds in rows:
-        print(f"   {name:<42} {100 * scores['aer']:6.1f} {100 * scores['precision']:9.1f} "
-              f"{100 * scores['recall']:7.1f} {seconds:8.0f}", flush=True)
+        print(
+            f"   {name:<42} {100 * scores['aer']:6.1f} {100 * scores['precision']:9.1f} "
+            f"{100 * scores['recall']:7.1f} {seconds:8.0f}",
+            flush=True,
+        )
 
 
 def main(argv=None):

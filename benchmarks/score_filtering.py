@@ -50,7 +50,7 @@ def spoil(sources: list[str], targets: list[str], noisy: int, seed: int) -> tupl
         elif kind == "copy":
             spoiled[i] = sources[i]
         elif kind == "truncated":
-            spoiled[i] = " ".join(words[:max(1, len(words) // 2)])
+            spoiled[i] = " ".join(words[: max(1, len(words) // 2)])
         else:
             spoiled[i] = " ".join(rng.sample(words, len(words)))
     return spoiled, kinds
@@ -79,7 +79,7 @@ def main():
     from attnmt.data.corpus import read_lines  # plain or gzip, errors naming the file
 
     translator = attnmt.load(args.model, args.checkpoint)
-    sources, references = read_lines(args.src)[:args.limit], read_lines(args.tgt)[:args.limit]
+    sources, references = read_lines(args.src)[: args.limit], read_lines(args.tgt)[: args.limit]
     targets, kinds = spoil(sources, references, args.noisy, args.seed)
     start = time.perf_counter()
     scored = translator.score(sources, targets, batch_size=64)
@@ -88,8 +88,9 @@ def main():
     rankings = {
         "log-prob per token": np.array([s.per_token for s in scored]),
         "log-prob (sum)": np.array([s.log_prob for s in scored]),
-        "length ratio": -np.array([abs(np.log(max(len(t.split()), 1) / max(len(s.split()), 1)))
-                                   for s, t in zip(sources, targets)]),
+        "length ratio": -np.array(
+            [abs(np.log(max(len(t.split()), 1) / max(len(s.split()), 1))) for s, t in zip(sources, targets)]
+        ),
     }
     if args.backward:
         from attnmt.translation.filtering import dual_scores
@@ -100,16 +101,21 @@ def main():
     clean = kinds == "clean"
     tokens = sum(len(s.tokens) for s, c in zip(scored, clean) if c)
     perplexity = np.exp(-sum(s.log_prob for s, c in zip(scored, clean) if c) / tokens)
-    print(f"{translator.folder} ({args.checkpoint}), {len(sources)} pairs of {args.src.name}, {args.noisy} spoiled "
-          f"of each kind (seed {args.seed}); scored in {seconds:.1f} s ({len(sources) / seconds:.0f} pairs/s); "
-          f"perplexity of the clean pairs {perplexity:.2f}")
+    print(
+        f"{translator.folder} ({args.checkpoint}), {len(sources)} pairs of {args.src.name}, {args.noisy} spoiled "
+        f"of each kind (seed {args.seed}); scored in {seconds:.1f} s ({len(sources) / seconds:.0f} pairs/s); "
+        f"perplexity of the clean pairs {perplexity:.2f}"
+    )
     print(f"{'ranking':<20}" + "".join(f"{'AUC ' + kind:>16}" for kind in KINDS) + f"{'spoiled in lowest':>20}")
     spoiled_count = int((~clean).sum())
     for name, values in rankings.items():
         lowest = np.argsort(values, kind="stable")[:spoiled_count]
         share = (~clean[lowest]).mean()
-        print(f"{name:<20}" + "".join(f"{auc(values[kinds == kind], values[clean]):>16.3f}" for kind in KINDS)
-              + f"{share:>20.1%}")
+        print(
+            f"{name:<20}"
+            + "".join(f"{auc(values[kinds == kind], values[clean]):>16.3f}" for kind in KINDS)
+            + f"{share:>20.1%}"
+        )
 
 
 if __name__ == "__main__":

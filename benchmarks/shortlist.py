@@ -44,7 +44,7 @@ def mean_vocabulary(translator, sources: list[str]) -> tuple[float, int]:
 
     table = translator.shortlist_table(True)
     ids = translator.src_subwords.encode(sources)
-    sizes = [table.vocabulary(make_batch(ids[i:i + 64]).src).numel() for i in range(0, len(ids), 64)]
+    sizes = [table.vocabulary(make_batch(ids[i : i + 64]).src).numel() for i in range(0, len(ids), 64)]
     return sum(sizes) / len(sizes), len(translator.tgt_subwords)
 
 
@@ -68,18 +68,27 @@ def main(argv: list[str] | None = None):
     torch.set_num_threads(args.threads)
     sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
     (full, _), (short, translator) = engine(model, False), engine(model, True)
-    results = measure({"attnmt fp32": full, "attnmt fp32 shortlist": short}, sources, references, args.beams,
-                      args.repeats)
+    results = measure(
+        {"attnmt fp32": full, "attnmt fp32 shortlist": short}, sources, references, args.beams, args.repeats
+    )
     size, vocabulary = mean_vocabulary(translator, sources)
     changed = {beam: sum(a != b for a, b in zip(full(sources, beam), short(sources, beam))) for beam in args.beams}
-    header = (f"{len(sources)} sentences of {Path(args.src).name}, batch 64, {args.threads} threads, best of "
-              f"{args.repeats}; {time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}; restricted vocabulary "
-              f"{size:.0f} of {vocabulary} pieces per batch on average; translations changed: "
-              + ", ".join(f"beam {b}: {n}" for b, n in changed.items()))
+    header = (
+        f"{len(sources)} sentences of {Path(args.src).name}, batch 64, {args.threads} threads, best of "
+        f"{args.repeats}; {time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}; restricted vocabulary "
+        f"{size:.0f} of {vocabulary} pieces per batch on average; translations changed: "
+        + ", ".join(f"beam {b}: {n}" for b, n in changed.items())
+    )
     print_table(f"{model}: {header}", results, "attnmt fp32")
     if args.json:
-        report = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"), "results": results,
-                  "mean_vocabulary": size, "vocabulary": vocabulary, "changed": changed}
+        report = {
+            "command": " ".join(sys.argv),
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+            "results": results,
+            "mean_vocabulary": size,
+            "vocabulary": vocabulary,
+            "changed": changed,
+        }
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
 
 

@@ -74,9 +74,12 @@ def main(argv=None):
     parser.add_argument("--utterances", type=int, default=300, help="utterances for features and decoding")
     parser.add_argument("--steps", type=int, default=100, help="training steps timed")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--model", default="runs/quickstart-speech/model",
-                        help="trained speech model whose decoding is timed (default: the quick start's); if absent, "
-                             "the model trained for --steps here, whose outputs may run to the length limit")
+    parser.add_argument(
+        "--model",
+        default="runs/quickstart-speech/model",
+        help="trained speech model whose decoding is timed (default: the quick start's); if absent, "
+        "the model trained for --steps here, whose outputs may run to the length limit",
+    )
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -96,9 +99,13 @@ def main(argv=None):
         save_model(parts.setup.model, config.experiment_dir / "best.safetensors")
         model_dir = config.experiment_dir
     recognizer = Recognizer(model_dir)
-    results = {"threads": args.threads, "utterances": len(features), "decoding_model": str(model_dir),
-               "features_audio_seconds_per_second": round(extraction, 1),
-               "training_audio_seconds_per_second": round(training, 2)}
+    results = {
+        "threads": args.threads,
+        "utterances": len(features),
+        "decoding_model": str(model_dir),
+        "features_audio_seconds_per_second": round(extraction, 1),
+        "training_audio_seconds_per_second": round(training, 2),
+    }
     for beam in (1, 5):
         for batch in (64, 1):
             results[f"rtf_beam{beam}_batch{batch}"] = round(real_time_factor(recognizer, features, beam, batch), 4)

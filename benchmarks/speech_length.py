@@ -49,8 +49,9 @@ ATTENTIONS = ("location", "bahdanau")
 DEFAULT_STEPS = {"synthesized": 800, "digits": 300}  # batches of 32: the quick start's budget; 3 epochs of digits
 
 
-def corpora(out: Path, joined: int, short: tuple[int, int] = (1, 3),
-            long: tuple[int, int] = (4, 8)) -> dict[str, dict[str, Path]]:
+def corpora(
+    out: Path, joined: int, short: tuple[int, int] = (1, 3), long: tuple[int, int] = (4, 8)
+) -> dict[str, dict[str, Path]]:
     """name -> {"train", "dev", test sets...}: the synthesized corpus with its joined test sets, and
     the digit strings."""
     synth = speech.write_spoken_corpus(out / "synthesized")
@@ -58,15 +59,25 @@ def corpora(out: Path, joined: int, short: tuple[int, int] = (1, 3),
         if not (out / "synthesized" / f"joined-{copies}.tsv").is_file():
             speech.join_utterances(synth["test"], out / "synthesized", copies, joined)
     synth.update({f"joined-{c}": out / "synthesized" / f"joined-{c}.tsv" for c in (2, 3, 4)})
-    digit_sets = {name: out / "digits" / f"{name}.tsv" for name in ("train", "dev", "test-speaker", "test-long",
-                                                                    "test-long-speaker")}
+    digit_sets = {
+        name: out / "digits" / f"{name}.tsv"
+        for name in ("train", "dev", "test-speaker", "test-long", "test-long-speaker")
+    }
     if not all(p.is_file() for p in digit_sets.values()):
         digit_sets = digits.write_digit_corpus(FSDD, out / "digits", short=short, long=long)
     return {"synthesized": synth, "digits": digit_sets}
 
 
-def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: int, beam: int,
-        overrides: dict, window: tuple[int, int] | None = None) -> dict:
+def run(
+    out: Path,
+    corpus: str,
+    sets: dict[str, Path],
+    attention: str,
+    steps: int,
+    beam: int,
+    overrides: dict,
+    window: tuple[int, int] | None = None,
+) -> dict:
     """Trains (unless trained) and scores one model: {"scores": test-scores.json, "place": {set: place_kept}};
     with a decoding ``window``, the scores of the trained model decoding within it."""
     from attnmt.api import load
@@ -89,11 +100,15 @@ def run(out: Path, corpus: str, sets: dict[str, Path], attention: str, steps: in
     model = load(config.experiment_dir)
     if window is not None:
         model.attention_window = window
-        reports = speech_test_set_reports(model, model.test_sets, beam=beam, log=lambda m: None,
-                                          cache=config.experiment_dir / "features")
+        reports = speech_test_set_reports(
+            model, model.test_sets, beam=beam, log=lambda m: None, cache=config.experiment_dir / "features"
+        )
         scores = {name: {k: v for k, v in report.items() if k != "hypotheses"} for name, report in reports.items()}
-    place = {name: place_report(model, tsv, log=lambda m: None) for name, tsv in sets.items()
-             if name not in ("train", "dev") and has_pieces(tsv)}
+    place = {
+        name: place_report(model, tsv, log=lambda m: None)
+        for name, tsv in sets.items()
+        if name not in ("train", "dev") and has_pieces(tsv)
+    }
     return {"scores": scores, "place": place}
 
 
@@ -119,13 +134,17 @@ def draw(out: Path, corpus: str, attention: str, tsv: Path, window: tuple[int, i
     if window is not None:  # else the model's own (decoding.attention_window)
         model.attention_window = window
     [t] = model.transcribe([tsv.parent / paths[0]], beam=1)
-    save(spectrogram_attention(t, title=f"{attention} attention, {tsv.stem}: {texts[0]!r} -> {t.text!r}"),
-         figures / f"{corpus}-{attention}.png")
+    save(
+        spectrogram_attention(t, title=f"{attention} attention, {tsv.stem}: {texts[0]!r} -> {t.text!r}"),
+        figures / f"{corpus}-{attention}.png",
+    )
     [forced] = model.force_attention([model.features(tsv.parent / paths[0])], [texts[0]])
     pieces = model.tgt_subwords.pieces(model.tgt_subwords.encode([texts[0]])[0])
     forced_view = replace(t, candidates=[replace(t.candidates[0], tokens=pieces + ["</s>"], attention=forced)])
-    save(spectrogram_attention(forced_view, title=f"{attention} attention, forced to write {texts[0]!r}"),
-         figures / f"{corpus}-{attention}-forced.png")
+    save(
+        spectrogram_attention(forced_view, title=f"{attention} attention, forced to write {texts[0]!r}"),
+        figures / f"{corpus}-{attention}-forced.png",
+    )
 
 
 def draw_place(figures: Path, corpus: str, results: dict, test_set: str):
@@ -137,7 +156,7 @@ def draw_place(figures: Path, corpus: str, results: dict, test_set: str):
     for attention, result in results.items():
         place = result["place"][test_set]
         pieces = place["by_piece"]
-        line, = ax.plot([p["piece"] for p in pieces], [p["in_place"] for p in pieces], marker="o", label=attention)
+        (line,) = ax.plot([p["piece"] for p in pieces], [p["in_place"] for p in pieces], marker="o", label=attention)
         ax.plot([len(pieces) + 1.5], [place["last"]["in_place"]], marker="s", color=line.get_color())
     ticks = range(1, len(pieces) + 1)
     ax.set_xticks([*ticks, len(pieces) + 1.5], [*map(str, ticks), "last"])
@@ -153,9 +172,11 @@ def table(results: dict) -> str:
     lines = []
     for corpus, by_attention in results.items():
         first = next(iter(by_attention.values()))
-        lines += [f"\n{corpus}: CER / WER (%) by test set (free decoding), and characters whose forced attention "
-                  "is in place (%)",
-                  "test set | " + " | ".join(f"{a} CER | {a} WER | {a} in place" for a in by_attention)]
+        lines += [
+            f"\n{corpus}: CER / WER (%) by test set (free decoding), and characters whose forced attention "
+            "is in place (%)",
+            "test set | " + " | ".join(f"{a} CER | {a} WER | {a} in place" for a in by_attention),
+        ]
         for name in first["scores"]:
             cells = []
             for result in by_attention.values():
@@ -166,8 +187,10 @@ def table(results: dict) -> str:
         lines.append(f"\n{corpus}: CER (%) by reference length in words, per test set:")
         for name in first["scores"]:
             for attention, result in by_attention.items():
-                buckets = ", ".join(f"{b['low']}{'+' if b['high'] is None else ''}: {b['cer']:.1f}"
-                                    for b in result["scores"][name]["by_length"])
+                buckets = ", ".join(
+                    f"{b['low']}{'+' if b['high'] is None else ''}: {b['cer']:.1f}"
+                    for b in result["scores"][name]["by_length"]
+                )
                 lines.append(f"  {name:18} {attention:9} {buckets}")
         lines.append(f"\n{corpus}: forced attention in place (%) by position of the piece:")
         for name in first["place"]:
@@ -181,23 +204,43 @@ def table(results: dict) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/speech-length", help="folder of corpora, models and results")
-    parser.add_argument("--steps", type=int, help="training steps of every model (default: synthesized 800, "
-                                                  "digits 300)")
+    parser.add_argument(
+        "--steps", type=int, help="training steps of every model (default: synthesized 800, digits 300)"
+    )
     parser.add_argument("--joined", type=int, default=100, help="utterances of each joined test set")
     parser.add_argument("--beam", type=int, default=1, help="beam of the test scores (default 1: greedy)")
     parser.add_argument("--only", choices=["synthesized", "digits"], help="one corpus only")
-    parser.add_argument("--short-digits", type=digits.lengths, default=(1, 3), metavar="MIN-MAX",
-                        help="digits of a training string (default 1-3)")
-    parser.add_argument("--long-digits", type=digits.lengths, default=(4, 8), metavar="MIN-MAX",
-                        help="digits of a longer-than-training test string (default 4-8)")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="a config field of both models, over the quick start's, e.g. model.decoder_init=zeros "
-                             "(all the decoder learns of the audio comes through attention) or speech.ctc_weight=0.3 "
-                             "(repeatable)")
-    parser.add_argument("--window", type=window_argument, metavar="LEFT,RIGHT",
-                        help="score the trained models decoding with an attention window (each step within LEFT "
-                             "encoder states before and RIGHT after the median of the previous step's weights): "
-                             "into results-window-LEFT-RIGHT.json and figures-window-LEFT-RIGHT/")
+    parser.add_argument(
+        "--short-digits",
+        type=digits.lengths,
+        default=(1, 3),
+        metavar="MIN-MAX",
+        help="digits of a training string (default 1-3)",
+    )
+    parser.add_argument(
+        "--long-digits",
+        type=digits.lengths,
+        default=(4, 8),
+        metavar="MIN-MAX",
+        help="digits of a longer-than-training test string (default 4-8)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a config field of both models, over the quick start's, e.g. model.decoder_init=zeros "
+        "(all the decoder learns of the audio comes through attention) or speech.ctc_weight=0.3 "
+        "(repeatable)",
+    )
+    parser.add_argument(
+        "--window",
+        type=window_argument,
+        metavar="LEFT,RIGHT",
+        help="score the trained models decoding with an attention window (each step within LEFT "
+        "encoder states before and RIGHT after the median of the previous step's weights): "
+        "into results-window-LEFT-RIGHT.json and figures-window-LEFT-RIGHT/",
+    )
     args = parser.parse_args(argv)
     overrides = {}
     for text in args.set:
@@ -210,12 +253,20 @@ def main(argv=None):
         if args.only and corpus != args.only:
             continue
         steps = args.steps or DEFAULT_STEPS[corpus]
-        results[corpus] = {attention: run(out, corpus, sets, attention, steps, args.beam, overrides, args.window)
-                           for attention in ATTENTIONS}
+        results[corpus] = {
+            attention: run(out, corpus, sets, attention, steps, args.beam, overrides, args.window)
+            for attention in ATTENTIONS
+        }
         longest = "joined-4" if corpus == "synthesized" else "test-long-speaker"
         for attention in ATTENTIONS:
-            draw(out, corpus, attention, sets["joined-3" if corpus == "synthesized" else "test-long-speaker"],
-                 args.window, figures)
+            draw(
+                out,
+                corpus,
+                attention,
+                sets["joined-3" if corpus == "synthesized" else "test-long-speaker"],
+                args.window,
+                figures,
+            )
         draw_place(figures, corpus, results[corpus], longest)
     (out / f"results{suffix}.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(table(results))

@@ -43,25 +43,34 @@ state = train(config, log=lambda line: None, progress=False)
 print("THREADS", torch.get_num_threads(), "SECONDS", state.seconds)
 """
 
-SETTINGS = {"1": {"OMP_NUM_THREADS": "1"},
-            "2-openmp-default": {"OMP_NUM_THREADS": "2", "GOMP_SPINCOUNT": "300000"},  # GNU OpenMP's own
-            "2-passive": {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"},
-            "2": {"OMP_NUM_THREADS": "2"},  # attnmt's waiting: a short spin (attnmt.core.threads)
-            "auto": {}}  # attnmt's defaults: its waiting, and a fair share of the cores
+SETTINGS = {
+    "1": {"OMP_NUM_THREADS": "1"},
+    "2-openmp-default": {"OMP_NUM_THREADS": "2", "GOMP_SPINCOUNT": "300000"},  # GNU OpenMP's own
+    "2-passive": {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"},
+    "2": {"OMP_NUM_THREADS": "2"},  # attnmt's waiting: a short spin (attnmt.core.threads)
+    "auto": {},
+}  # attnmt's defaults: its waiting, and a fair share of the cores
 BUSY = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
 
 
 def run(setting: str, busy: int, steps: int, work: Path) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS")
+    }
     env.update(SETTINGS[setting])
     loops = [subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=900)]) for _ in range(busy)]
     try:
         time.sleep(1.0 if busy else 0.0)  # the loops running before the run starts
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", PROBE, str(work / f"{setting}-{busy}"), str(steps)], env=env,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, str(work / f"{setting}-{busy}"), str(steps)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the probe's alone: the loops are not waited for yet
     finally:
@@ -92,8 +101,11 @@ def main(argv=None):
     for busy in args.busy:
         for setting in args.settings:
             r = run(setting, busy, args.steps, work)
-            print(f"| {setting} | {busy} | {r['threads']} | {r['training_seconds']:.1f} | {r['wall']:.1f} "
-                  f"| {r['cpu']:.1f} |", flush=True)
+            print(
+                f"| {setting} | {busy} | {r['threads']} | {r['training_seconds']:.1f} | {r['wall']:.1f} "
+                f"| {r['cpu']:.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -65,9 +65,12 @@ def untrained_model() -> Path:
             f"data:\n  train: {{src: {MULTI30K / 'train.fr.gz'}, tgt: {MULTI30K / 'train.en.gz'}}}\n"
             "  subwords: {type: bpe, vocab_size: 8000, joint: true}\n"
             "model: {attention: bahdanau}\n"
-            "training: {max_steps: 1, validate_every: 1000}\n", encoding="utf-8")
-        subprocess.run([sys.executable, "-m", "attnmt.cli", "train", str(UNTRAINED / "config.yaml"), "--no-progress"],
-                       check=True)
+            "training: {max_steps: 1, validate_every: 1000}\n",
+            encoding="utf-8",
+        )
+        subprocess.run(
+            [sys.executable, "-m", "attnmt.cli", "train", str(UNTRAINED / "config.yaml"), "--no-progress"], check=True
+        )
     return folder
 
 
@@ -81,7 +84,7 @@ def long_texts(translator, limits, n: int) -> list[str]:
         while len(" ".join(words)) < limits.max_chars:
             words += sentences[i % len(sentences)].split()
             i += 1
-        text = " ".join(words)[:limits.max_chars]
+        text = " ".join(words)[: limits.max_chars]
         while len(translator.src_subwords.encode([text])[0]) > limits.max_tokens:
             text = text[:-10]
         texts.append(text)
@@ -96,8 +99,11 @@ def shapes(limits, tokens: int) -> dict[str, tuple[int, int]]:
         return max(1, min(limits.max_sentences, limits.max_work // work([tokens], beam)))
 
     most_texts_beam = max([b for b in range(1, limits.max_beam + 1) if most(b) == most(1)])
-    return {"issue 17": (limits.max_sentences, limits.max_beam),
-            "widest beam": (most(limits.max_beam), limits.max_beam), "most texts": (most(1), most_texts_beam)}
+    return {
+        "issue 17": (limits.max_sentences, limits.max_beam),
+        "widest beam": (most(limits.max_beam), limits.max_beam),
+        "most texts": (most(1), most_texts_beam),
+    }
 
 
 def main(argv=None):
@@ -117,12 +123,16 @@ def main(argv=None):
     translator = next(iter(app.state.models.values())).translator
     texts = long_texts(translator, limits, limits.max_sentences)
     tokens = max(len(ids) for ids in translator.src_subwords.encode(texts))
-    print(f"model {model}: {sum(p.numel() for p in translator.model.parameters()):,} parameters; texts of "
-          f"{max(map(len, texts))} characters, {tokens} subword tokens; max_work {limits.max_work}, "
-          f"max_answer_values {limits.max_answer_values}, {args.threads} threads; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'request':<12} {'texts':>5} {'beam':>4} {'work':>7} {'attention':>9} {'status':>6} {'seconds':>8} "
-          f"{'CPU s':>6} {'answer MB':>9}  detail")
+    print(
+        f"model {model}: {sum(p.numel() for p in translator.model.parameters()):,} parameters; texts of "
+        f"{max(map(len, texts))} characters, {tokens} subword tokens; max_work {limits.max_work}, "
+        f"max_answer_values {limits.max_answer_values}, {args.threads} threads; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"{'request':<12} {'texts':>5} {'beam':>4} {'work':>7} {'attention':>9} {'status':>6} {'seconds':>8} "
+        f"{'CPU s':>6} {'answer MB':>9}  detail"
+    )
     from attnmt.serve.limits import work
 
     with TestClient(app, base_url="http://localhost") as client:
@@ -133,9 +143,12 @@ def main(argv=None):
                 response = client.post("/translate", json=body)
                 seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
                 detail = response.json().get("detail", "") if response.status_code != 200 else ""
-                print(f"{name:<12} {n:>5} {beam:>4} {work([tokens] * n, beam):>7} {str(attention):>9} "
-                      f"{response.status_code:>6} {seconds:>8.1f} {cpu:>6.1f} {len(response.content) / 1e6:>9.2f}  "
-                      f"{detail[:90]}", flush=True)
+                print(
+                    f"{name:<12} {n:>5} {beam:>4} {work([tokens] * n, beam):>7} {str(attention):>9} "
+                    f"{response.status_code:>6} {seconds:>8.1f} {cpu:>6.1f} {len(response.content) / 1e6:>9.2f}  "
+                    f"{detail[:90]}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,12 @@ def copy_model(folder: Path, steps: int, training: dict | None = None, log=None,
     from attnmt.training import train
 
     train_src = random_strings(300, 3, 8, seed=1)
-    config = toy_config(folder, [(s, s) for s in train_src], model=model,
-                        training={"max_steps": steps, "validate_every": steps, "threads": 1, **(training or {})})
+    config = toy_config(
+        folder,
+        [(s, s) for s in train_src],
+        model=model,
+        training={"max_steps": steps, "validate_every": steps, "threads": 1, **(training or {})},
+    )
     torch.manual_seed(0)
     train(config, log=log or (lambda m: None), progress=False)
     return load(config.experiment_dir)
@@ -64,13 +68,30 @@ def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=N
     """A config for a character-level toy task, with small sizes unless overridden."""
     raw = {
         "experiment_dir": str(folder / "exp"),
-        "data": {"train": {"tsv": str(write_tsv(folder / "train.tsv", train_pairs))},
-                 "subwords": {"type": "char", "vocab_size": 40, "joint": True},
-                 "batch_size": 32, "max_length": 100, **(data or {})},
-        "model": {"embedding_size": 32, "encoder_hidden": 32, "decoder_hidden": 64, "attention_size": 32,
-                  "dropout": 0.0, **(model or {})},
-        "training": {"max_steps": 20, "validate_every": 10, "log_every": 5, "learning_rate": 0.005,
-                     "early_stopping_patience": None, "threads": 2, **(training or {})},
+        "data": {
+            "train": {"tsv": str(write_tsv(folder / "train.tsv", train_pairs))},
+            "subwords": {"type": "char", "vocab_size": 40, "joint": True},
+            "batch_size": 32,
+            "max_length": 100,
+            **(data or {}),
+        },
+        "model": {
+            "embedding_size": 32,
+            "encoder_hidden": 32,
+            "decoder_hidden": 64,
+            "attention_size": 32,
+            "dropout": 0.0,
+            **(model or {}),
+        },
+        "training": {
+            "max_steps": 20,
+            "validate_every": 10,
+            "log_every": 5,
+            "learning_rate": 0.005,
+            "early_stopping_patience": None,
+            "threads": 2,
+            **(training or {}),
+        },
         "decoding": {"beam": 3, "batch_size": 16, **(decoding or {})},
     }
     if dev_pairs is not None:
@@ -78,8 +99,18 @@ def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=N
     return config_from_dict(raw, folder)
 
 
-SLOW_FIXTURES = {"reverse_model", "tiny_transformer", "served", "browser", "trained", "copy_model", "run_dir",
-                 "pair_model", "speech_model", "scramble"}
+SLOW_FIXTURES = {
+    "reverse_model",
+    "tiny_transformer",
+    "served",
+    "browser",
+    "trained",
+    "copy_model",
+    "run_dir",
+    "pair_model",
+    "speech_model",
+    "scramble",
+}
 
 
 NO_GPU = "needs a CUDA GPU: torch.cuda.is_available() is False here (run pytest -m gpu on a machine with one)"
@@ -119,8 +150,11 @@ def require(available: bool, message: str):
 def shared_data(*parts: str) -> Path:
     """A path under ../shared/data, the real corpora beside the checkout (see its README)."""
     path = SHARED_DATA.joinpath(*parts)
-    require(path.exists(), f"{path} not found: these tests read the shared data beside the checkout "
-                           "(../shared/data: Multi30k, the Hansards alignments, SICK, spoken digits)")
+    require(
+        path.exists(),
+        f"{path} not found: these tests read the shared data beside the checkout "
+        "(../shared/data: Multi30k, the Hansards alignments, SICK, spoken digits)",
+    )
     return path
 
 
@@ -160,12 +194,20 @@ def reverse_model(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("reverse")
     train_src, dev_src = random_strings(4000, 3, 8, seed=1), random_strings(200, 3, 8, seed=2)
-    config = toy_config(folder, [(s, reverse(s)) for s in train_src], [(s, reverse(s)) for s in dev_src],
-                        model={"attention": "bahdanau", "decoder_hidden": 128},
-                        training={"max_steps": 600, "validate_every": 100, "learning_rate": 0.003,
-                                  # BLEU of one-"word" outputs is 0 whatever their quality: keep
-                                  # the checkpoint with the best dev loss instead.
-                                  "early_stopping_metric": "loss"})
+    config = toy_config(
+        folder,
+        [(s, reverse(s)) for s in train_src],
+        [(s, reverse(s)) for s in dev_src],
+        model={"attention": "bahdanau", "decoder_hidden": 128},
+        training={
+            "max_steps": 600,
+            "validate_every": 100,
+            "learning_rate": 0.003,
+            # BLEU of one-"word" outputs is 0 whatever their quality: keep
+            # the checkpoint with the best dev loss instead.
+            "early_stopping_metric": "loss",
+        },
+    )
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
     return load(config.experiment_dir), dev_src
@@ -182,12 +224,22 @@ def tiny_transformer(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("tiny-transformer")
     train_src = random_strings(400, 3, 8, seed=1)
-    config = toy_config(folder, [(s, s) for s in train_src],
-                        model={"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64,
-                               "encoder_layers": 3, "decoder_layers": 2, "dropout": 0.0,
-                               "attention_dropout": 0.0},
-                        training={"max_steps": 30, "validate_every": 30, "log_every": 10, "threads": 1},
-                        decoding={"beam": 2, "batch_size": 16, "max_length_ratio": 1.5, "max_length_offset": 3})
+    config = toy_config(
+        folder,
+        [(s, s) for s in train_src],
+        model={
+            "type": "transformer",
+            "d_model": 32,
+            "heads": 4,
+            "feed_forward": 64,
+            "encoder_layers": 3,
+            "decoder_layers": 2,
+            "dropout": 0.0,
+            "attention_dropout": 0.0,
+        },
+        training={"max_steps": 30, "validate_every": 30, "log_every": 10, "threads": 1},
+        decoding={"beam": 2, "batch_size": 16, "max_length_ratio": 1.5, "max_length_offset": 3},
+    )
     config.experiment_dir = folder / "tiny-transformer"  # a model's name in the server is its folder's
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
@@ -206,10 +258,13 @@ def pair_config(tmp_path, **sections) -> dict:
     train = tmp_path / "train.tsv"
     if not train.exists():
         write(train, "".join("\t".join(t) + "\n" for t in make_pairs(200, seed=1)))
-    raw = {"experiment_dir": str(tmp_path / "exp"), "task": "pairs",
-           "data": {"train": {"tsv": str(train)}, "subwords": {"type": "word", "vocab_size": 100}},
-           "model": {"embedding_size": 8, "hidden_size": 8},
-           "training": {"max_steps": 5}}
+    raw = {
+        "experiment_dir": str(tmp_path / "exp"),
+        "task": "pairs",
+        "data": {"train": {"tsv": str(train)}, "subwords": {"type": "word", "vocab_size": 100}},
+        "model": {"embedding_size": 8, "hidden_size": 8},
+        "training": {"max_steps": 5},
+    }
     for name, values in sections.items():
         raw[name] = {**raw.get(name, {}), **values}
     return raw
@@ -223,11 +278,18 @@ def pair_model(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pairs")
     for name, n, seed in (("train", 2000, 1), ("dev", 100, 2), ("test", 100, 3)):
         write(folder / f"{name}.tsv", "".join("\t".join(t) + "\n" for t in make_pairs(n, seed)))
-    raw = pair_config(folder, data={"dev": {"tsv": str(folder / "dev.tsv")}, "test": {"tsv": str(folder / "test.tsv")},
-                                    "batch_size": 32},
-                      model={"embedding_size": 16, "hidden_size": 16, "dropout": 0.0},
-                      training={"max_steps": 60, "validate_every": 30, "learning_rate": 0.005,
-                                "early_stopping_patience": None, "threads": 1})
+    raw = pair_config(
+        folder,
+        data={"dev": {"tsv": str(folder / "dev.tsv")}, "test": {"tsv": str(folder / "test.tsv")}, "batch_size": 32},
+        model={"embedding_size": 16, "hidden_size": 16, "dropout": 0.0},
+        training={
+            "max_steps": 60,
+            "validate_every": 30,
+            "learning_rate": 0.005,
+            "early_stopping_patience": None,
+            "threads": 1,
+        },
+    )
     config = config_from_dict(raw, folder)
     train(config, log=lambda message: None, progress=False)
     return config.experiment_dir

@@ -23,14 +23,12 @@ def test_pieces_belong_to_the_words_they_spell():
 def test_word_posteriors_sum_source_pieces_and_average_target_pieces():
     # target: word 0 = pieces 0 and 1, word 1 = piece 2, then "</s>"; source: word 0 = pieces 0 and 1,
     # word 1 = piece 2, then "</s>" and padding
-    r = torch.tensor([[[0.1, 0.2, 0.7, 0.0, 0.0],
-                       [0.3, 0.3, 0.4, 0.0, 0.0],
-                       [0.5, 0.0, 0.5, 0.0, 0.0],
-                       [0.0, 0.0, 0.0, 1.0, 0.0]]])
+    r = torch.tensor(
+        [[[0.1, 0.2, 0.7, 0.0, 0.0], [0.3, 0.3, 0.4, 0.0, 0.0], [0.5, 0.0, 0.5, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0]]]
+    )
     tgt = torch.tensor([[0, 0, 1, NO_WORD]])
     src = torch.tensor([[0, 0, 1, NO_WORD, NO_WORD]])
-    expected = torch.tensor([[[(0.3 + 0.6) / 2, (0.7 + 0.4) / 2],
-                              [0.5, 0.5]]])
+    expected = torch.tensor([[[(0.3 + 0.6) / 2, (0.7 + 0.4) / 2], [0.5, 0.5]]])
     torch.testing.assert_close(word_posteriors(r, tgt, src), expected)
 
 
@@ -39,7 +37,7 @@ def test_disagreement_is_the_squared_difference_from_the_other_direction_transpo
     backward = forward.transpose(1, 2).clone()  # (B, source words, target words)
     assert float(disagreement(forward, backward, torch.ones(2))) == 0.0
     backward[0, 0, 1] = 0.5  # the first pair's link (source 0, target 1): 0.2 forward, 0.5 backward
-    assert float(disagreement(forward, backward, torch.ones(2))) == pytest.approx(0.3 ** 2)
+    assert float(disagreement(forward, backward, torch.ones(2))) == pytest.approx(0.3**2)
     assert float(disagreement(forward, backward, torch.tensor([0.0, 1.0]))) == 0.0  # that pair left out
 
 
@@ -50,9 +48,13 @@ def both_ways(tmp_path_factory):
     pairs, _ = scrambled(300, seed=5)
     models = []
     for name, direction in (("forward", pairs), ("backward", [(t, s) for s, t in pairs])):
-        config = toy_config(folder / name, direction, model={"attention": "luong-general"},
-                            data={"subwords": {"type": "word", "vocab_size": 40, "joint": True}},
-                            training={"max_steps": 100, "validate_every": 1000, "threads": 1})
+        config = toy_config(
+            folder / name,
+            direction,
+            model={"attention": "luong-general"},
+            data={"subwords": {"type": "word", "vocab_size": 40, "joint": True}},
+            training={"max_steps": 100, "validate_every": 1000, "threads": 1},
+        )
         torch.manual_seed(0)
         train(config, log=lambda m: None, progress=False)
         models.append(config.experiment_dir)
@@ -74,12 +76,22 @@ def test_agreement_trains_both_directions_towards_the_same_links(both_ways, tmp_
     forward_dir, backward_dir = both_ways
     disagreements, messages = {}, []
     for weight in (0.0, 20.0):
-        config = AlignerConfig(model=forward_dir, out=tmp_path / f"f{weight}", backward_model=backward_dir,
-                               backward_out=tmp_path / f"b{weight}", agreement=weight, steps=40, lexicon_steps=20,
-                               size=16, learning_rate=0.01, threads=1)
+        config = AlignerConfig(
+            model=forward_dir,
+            out=tmp_path / f"f{weight}",
+            backward_model=backward_dir,
+            backward_out=tmp_path / f"b{weight}",
+            agreement=weight,
+            steps=40,
+            lexicon_steps=20,
+            size=16,
+            learning_rate=0.01,
+            threads=1,
+        )
         assert train_aligner(config, messages.append) == tmp_path / f"f{weight}"
-        disagreements[weight] = mean_disagreement(forward_dir, backward_dir, tmp_path / f"f{weight}",
-                                                  tmp_path / f"b{weight}")
+        disagreements[weight] = mean_disagreement(
+            forward_dir, backward_dir, tmp_path / f"f{weight}", tmp_path / f"b{weight}"
+        )
     assert any("by agreement (weight 20.0)" in m and "disagreement" not in m for m in messages), messages
     assert any("disagreement" in m and "per word" in m for m in messages), messages
     # measured: 0.16 without agreement, 0.03 with it

@@ -54,8 +54,12 @@ HYP = ["0-0 2-1 1-1", "0-1 0-0"]
 
 def test_scores_on_hand_made_gold(tmp_path):
     scores = score_files(write(tmp_path / "gold", GOLD), write(tmp_path / "hyp", HYP))
-    assert scores == {"aer": pytest.approx(1 / 3, abs=1e-12), "precision": pytest.approx(4 / 5, abs=1e-12),
-                      "recall": pytest.approx(1 / 2, abs=1e-12), "sentences": 2}
+    assert scores == {
+        "aer": pytest.approx(1 / 3, abs=1e-12),
+        "precision": pytest.approx(4 / 5, abs=1e-12),
+        "recall": pytest.approx(1 / 2, abs=1e-12),
+        "sentences": 2,
+    }
 
 
 def test_one_based_gold_gives_the_same_scores(tmp_path):
@@ -72,12 +76,15 @@ def test_one_based_gold_gives_the_same_scores(tmp_path):
 
 def test_perfect_and_empty_hypotheses():
     sure, possible = [{(0, 0), (1, 1)}], [{(0, 0), (1, 1), (2, 1)}]
-    assert alignment_scores([{(0, 0), (1, 1)}], sure, possible) == {"aer": 0.0, "precision": 1.0, "recall": 1.0,
-                                                                    "sentences": 1}
+    assert alignment_scores([{(0, 0), (1, 1)}], sure, possible) == {
+        "aer": 0.0,
+        "precision": 1.0,
+        "recall": 1.0,
+        "sentences": 1,
+    }
     # possible links are never required: a hypothesis with them too is still perfect in AER
     assert alignment_scores([{(0, 0), (1, 1), (2, 1)}], sure, possible)["aer"] == 0.0
-    assert alignment_scores([set()], sure, possible) == {"aer": 1.0, "precision": 0.0, "recall": 0.0,
-                                                         "sentences": 1}
+    assert alignment_scores([set()], sure, possible) == {"aer": 1.0, "precision": 0.0, "recall": 0.0, "sentences": 1}
 
 
 def test_parsing_sure_and_possible_links():
@@ -141,13 +148,15 @@ def test_word_spans():
 def test_word_matrix_sums_source_pieces_and_averages_target_pieces():
     src = ["▁Das", "▁Haus", "chen", "</s>"]  # 2 source words: Das, Hauschen
     tgt = ["▁The", "▁lit", "tle", "▁house", "</s>"]  # 3 target words: The, little, house
-    matrix = np.array([
-        [0.7, 0.1, 0.1, 0.1],  # ▁The
-        [0.1, 0.2, 0.6, 0.1],  # ▁lit
-        [0.3, 0.1, 0.5, 0.1],  # tle
-        [0.0, 0.8, 0.1, 0.1],  # ▁house
-        [0.0, 0.0, 0.1, 0.9],  # </s> (dropped)
-    ])
+    matrix = np.array(
+        [
+            [0.7, 0.1, 0.1, 0.1],  # ▁The
+            [0.1, 0.2, 0.6, 0.1],  # ▁lit
+            [0.3, 0.1, 0.5, 0.1],  # tle
+            [0.0, 0.8, 0.1, 0.1],  # ▁house
+            [0.0, 0.0, 0.1, 0.9],  # </s> (dropped)
+        ]
+    )
     words = word_matrix(matrix, src, tgt)
     # The: Das 0.7, Hauschen 0.1 + 0.1; little: mean of the rows (0.1, 0.8) and (0.3, 0.6); house: 0.0, 0.9
     np.testing.assert_allclose(words, [[0.7, 0.2], [0.2, 0.7], [0.0, 0.9]])
@@ -168,10 +177,14 @@ def test_alignment_methods():
 
 def test_output_links_merge_words_and_leave_out_the_end_of_sentence():
     src, tgt = ["▁Das", "▁Haus", "chen", "</s>"], ["▁The", "▁little", "▁house", "</s>"]
-    matrix = np.array([[0.9, 0.05, 0.05, 0.0],   # The -> Das
-                       [0.1, 0.3, 0.5, 0.1],     # little -> Haus+chen (0.8)
-                       [0.2, 0.7, 0.1, 0.0],     # house -> Hauschen
-                       [0.0, 0.0, 0.1, 0.9]])    # </s>: no link, even though it attends to </s>
+    matrix = np.array(
+        [
+            [0.9, 0.05, 0.05, 0.0],  # The -> Das
+            [0.1, 0.3, 0.5, 0.1],  # little -> Haus+chen (0.8)
+            [0.2, 0.7, 0.1, 0.0],  # house -> Hauschen
+            [0.0, 0.0, 0.1, 0.9],
+        ]
+    )  # </s>: no link, even though it attends to </s>
     assert output_links(matrix, src, tgt) == [(0, 0), (1, 1), (1, 2)]
     assert output_links(matrix, src, tgt, words=False) == [(0, 0), (1, 2), (2, 1)]
     # shifted: row t is the step after piece t (the last row keeps its own weights)
@@ -251,8 +264,10 @@ def test_both_directions_symmetrized(reverse_model):
     targets = [reverse(s) for s in sources]
     forward = align(model, sources, targets)
     backward = [sorted((j, i) for i, j in links) for links in align(model, targets, sources)]
-    both = {method: align_both_ways(model, model, sources, targets, method)
-            for method in ("intersection", "union", "grow-diag-final")}
+    both = {
+        method: align_both_ways(model, model, sources, targets, method)
+        for method in ("intersection", "union", "grow-diag-final")
+    }
     for k in range(len(sources)):
         assert set(both["intersection"][k]) == set(forward[k]) & set(backward[k])
         assert set(both["union"][k]) == set(forward[k]) | set(backward[k])
@@ -298,10 +313,11 @@ def test_cli_align_writes_one_line_per_pair(reverse_model, tmp_path):
 
 def test_cli_translate_report_align_writes_the_links_of_each_output(reverse_model, tmp_path):
     model, sources = reverse_model
-    lines = [" ".join(s[i:i + 2] for i in range(0, len(s), 2)) for s in sources[:30]] + [""]  # words of 2 letters
+    lines = [" ".join(s[i : i + 2] for i in range(0, len(s), 2)) for s in sources[:30]] + [""]  # words of 2 letters
     src, links_file = write(tmp_path / "src.txt", lines), tmp_path / "out.links"
-    code, stdout, err = run("translate", model.folder, "-i", src, "--beam", 1, "--report-align",
-                            "--align-file", links_file)
+    code, stdout, err = run(
+        "translate", model.folder, "-i", src, "--beam", 1, "--report-align", "--align-file", links_file
+    )
     assert code == 0, err
     written, links = stdout.split("\n")[:-1], links_file.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(written) == len(links) == len(lines) and written[-1] == " ||| " and links[-1] == ""
@@ -312,8 +328,9 @@ def test_cli_translate_report_align_writes_the_links_of_each_output(reverse_mode
         assert sorted(j for _, j in t.alignment) == list(range(words))  # argmax: one link per output word
         assert all(i < source_words for i, _ in t.alignment)
     # (that the links are right is tested on a model whose alignment is known: test_guided_alignment.py)
-    code, stdout, err = run("translate", model.folder, "-i", src, "--beam", 2, "--n-best", 2, "--align-file",
-                            links_file)
+    code, stdout, err = run(
+        "translate", model.folder, "-i", src, "--beam", 2, "--n-best", 2, "--align-file", links_file
+    )
     assert code == 0, err and " ||| " not in stdout.split("\n")[0].split(" ||| ", 2)[2]  # links in the file only
     assert len(links_file.read_text(encoding="utf-8").split("\n")[:-1]) == len(stdout.split("\n")[:-1])
 
@@ -323,8 +340,9 @@ def test_cli_align_both_ways_shifted_and_layers(reverse_model, tmp_path):
     src_lines = [" ".join(s[:3]) for s in sources[:10]]
     tgt_lines = [reverse(s) for s in src_lines]
     src, tgt = write(tmp_path / "src.txt", src_lines), write(tmp_path / "tgt.txt", tgt_lines)
-    code, stdout, err = run("align", model.folder, "--src", src, "--tgt", tgt, "--backward", model.folder,
-                            "--symmetrize", "intersection")
+    code, stdout, err = run(
+        "align", model.folder, "--src", src, "--tgt", tgt, "--backward", model.folder, "--symmetrize", "intersection"
+    )
     assert code == 0, err
     expected = align_both_ways(model, model, src_lines, tgt_lines, "intersection")
     assert stdout.split("\n")[:-1] == [format_pharaoh(links) for links in expected]
@@ -369,8 +387,9 @@ def test_cli_align_score(tmp_path):
     assert re.search(r"AER\s+0\.3333", stdout)
     assert re.search(r"precision\s+0\.8000", stdout)
     assert re.search(r"recall\s+0\.5000", stdout)
-    code, stdout, err = run("align-score", "--gold", write(tmp_path / "gold1", GOLD_ONE_BASED), "--hyp", hyp,
-                            "--one-based", "--json")
+    code, stdout, err = run(
+        "align-score", "--gold", write(tmp_path / "gold1", GOLD_ONE_BASED), "--hyp", hyp, "--one-based", "--json"
+    )
     assert code == 0, err
     scores = json.loads(stdout)
     assert scores["aer"] == pytest.approx(1 / 3) and scores["sentences"] == 2

@@ -32,20 +32,41 @@ def agreement_with(folder, aligner, reference, backward: bool = False) -> float:
     translator = load(folder)
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
     layer = load_aligner(aligner, translator)
-    found = align(translator, targets, sources, aligner=layer) if backward else \
-        align(translator, sources, targets, aligner=layer)
+    found = (
+        align(translator, targets, sources, aligner=layer)
+        if backward
+        else align(translator, sources, targets, aligner=layer)
+    )
     found = [set(transposed(links)) if backward else set(links) for links in found]
     wanted = [set(reference(s, t)) for s, t in pairs]
     return 1 - alignment_scores(found, wanted, wanted)["aer"]
 
 
-def train_towards(both_ways, tmp_path, links, weight: float, messages: list, steps: int = 60,  # noqa: F811
-                  agreement: float = 4.0):
+def train_towards(
+    both_ways,  # noqa: F811
+    tmp_path,
+    links,
+    weight: float,
+    messages: list,
+    steps: int = 60,
+    agreement: float = 4.0,
+):
     forward, backward = both_ways
     name = f"{links is not None}-{steps}"
-    config = AlignerConfig(model=forward, out=tmp_path / f"f{name}", backward_model=backward,
-                           backward_out=tmp_path / f"b{name}", agreement=agreement, links=links, links_weight=weight,
-                           steps=steps, lexicon_steps=20, size=16, learning_rate=0.01, threads=1)
+    config = AlignerConfig(
+        model=forward,
+        out=tmp_path / f"f{name}",
+        backward_model=backward,
+        backward_out=tmp_path / f"b{name}",
+        agreement=agreement,
+        links=links,
+        links_weight=weight,
+        steps=steps,
+        lexicon_steps=20,
+        size=16,
+        learning_rate=0.01,
+        threads=1,
+    )
     train_aligner(config, messages.append)
     return tmp_path / f"f{name}", tmp_path / f"b{name}"
 
@@ -65,8 +86,10 @@ def test_both_layers_learn_the_links_of_a_file(both_ways, tmp_path):  # noqa: F8
     scores, messages = {}, []
     for links in (None, str(links_file)):
         forward, backward = train_towards(both_ways, tmp_path, links, 10.0, messages)
-        scores[links is not None] = (agreement_with(both_ways[0], forward, true_links),
-                                     agreement_with(both_ways[1], backward, true_links, backward=True))
+        scores[links is not None] = (
+            agreement_with(both_ways[0], forward, true_links),
+            agreement_with(both_ways[1], backward, true_links, backward=True),
+        )
     assert any("towards the links of" in m and "(weight 10.0)" in m for m in messages), messages
     assert any("per linked word" in m for m in messages), messages
     # measured: 1.0 and 1.0 with the links, 0.45 and 0.51 without
@@ -80,10 +103,21 @@ def test_both_layers_learn_the_links_of_a_file(both_ways, tmp_path):  # noqa: F8
 def test_a_reversed_links_file_is_read_turned_around(both_ways, tmp_path):  # noqa: F811
     corpus = training_pairs(both_ways[0])
     links_file = tmp_path / "reversed.links"
-    links_file.write_text("".join(format_pharaoh(transposed(true_links(s, t))) + "\n"
-                                  for s, t in zip(corpus.sources, corpus.targets)))
-    config = AlignerConfig(model=both_ways[0], out=tmp_path / "f", links=str(links_file), links_reversed=True,
-                           links_weight=10.0, steps=60, lexicon_steps=20, size=16, learning_rate=0.01, threads=1)
+    links_file.write_text(
+        "".join(format_pharaoh(transposed(true_links(s, t))) + "\n" for s, t in zip(corpus.sources, corpus.targets))
+    )
+    config = AlignerConfig(
+        model=both_ways[0],
+        out=tmp_path / "f",
+        links=str(links_file),
+        links_reversed=True,
+        links_weight=10.0,
+        steps=60,
+        lexicon_steps=20,
+        size=16,
+        learning_rate=0.01,
+        threads=1,
+    )
     train_aligner(config, lambda m: None)
     # measured: 1.0; read the right way round, these links would be wrong ones
     assert agreement_with(both_ways[0], tmp_path / "f", true_links) > 0.9
@@ -98,8 +132,10 @@ def test_links_eflomal_trains_each_direction_towards_its_own(both_ways, tmp_path
 
     def fake_eflomal(sources, targets):
         calls.append(len(sources))
-        return ([shifted(true_links(s, t), 1) for s, t in zip(sources, targets)],
-                [shifted(true_links(s, t), 2) for s, t in zip(sources, targets)])
+        return (
+            [shifted(true_links(s, t), 1) for s, t in zip(sources, targets)],
+            [shifted(true_links(s, t), 2) for s, t in zip(sources, targets)],
+        )
 
     monkeypatch.setattr("attnmt.translation.statistical_align.eflomal_links", fake_eflomal)
     messages = []
@@ -115,8 +151,11 @@ def test_a_links_file_must_have_a_line_per_training_line(both_ways, tmp_path):  
     links_file = tmp_path / "short.links"
     links_file.write_text("0-0\n")
     config = AlignerConfig(model=both_ways[0], out=tmp_path / "f", links=str(links_file), steps=1, threads=1)
-    with pytest.raises(AttnmtError, match=r"short.links: 1 lines of alignment links, but .*train.tsv has 300 lines: "
-                                          r"links needs one line per line"):
+    with pytest.raises(
+        AttnmtError,
+        match=r"short.links: 1 lines of alignment links, but .*train.tsv has 300 lines: "
+        r"links needs one line per line",
+    ):
         train_aligner(config, lambda m: None)
     assert not (tmp_path / "f").exists()
 

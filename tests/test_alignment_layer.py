@@ -15,8 +15,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.training import train
 from attnmt.translation.align import align, align_both_ways, alignment_matrices, alignment_scores, format_pharaoh
 from attnmt.seq2seq.links import output_links
-from attnmt.translation.aligner import (AlignerConfig, OutputAligner, load_aligner, load_aligner_config,
-                                       train_aligner)
+from attnmt.translation.aligner import AlignerConfig, OutputAligner, load_aligner, load_aligner_config, train_aligner
 from attnmt.data.subwords import EOS, PAD
 from attnmt.translation.alignment_layer import AlignmentLayer, explaining_pieces
 from conftest import toy_config
@@ -39,7 +38,7 @@ def test_output_is_the_prior_weighted_lexicon_and_the_alignment_its_posterior():
         layer.beta.fill_(0.7)
     states, memory, mask, attention, src, targets = one_pair()
     log_output, alignment = layer(states, memory, mask, attention, src, targets)
-    scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2 ** 0.5 + 0.7 * attention.log()
+    scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2**0.5 + 0.7 * attention.log()
     prior = scores[0, :, :2].softmax(-1)  # a word is explained by the two source words ...
     lexicon = layer.W_o(torch.tanh(layer.E(src[0]))).log_softmax(-1).exp()  # (S,V)
     for t in range(2):
@@ -57,15 +56,14 @@ def test_output_is_the_prior_weighted_lexicon_and_the_alignment_its_posterior():
 
 def test_the_prior_adds_a_learnt_bias_for_the_distance_from_the_diagonal():
     torch.manual_seed(0)
-    layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2,
-                           diagonal_buckets=5)
+    layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2, diagonal_buckets=5)
     states, memory, mask, attention, src, targets = one_pair()
     before, _ = layer(states, memory, mask, attention, src, targets)
     with torch.no_grad():
         layer.D.copy_(torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]))
     after, alignment = layer(states, memory, mask, attention, src, targets)
     # m = n = 2: (i + 1/2)/2 - (t + 1/2)/2 is 0 on the diagonal (bucket 2), +1/2 above it (3), -1/2 below (1)
-    scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2 ** 0.5 + layer.beta * attention.log()
+    scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2**0.5 + layer.beta * attention.log()
     prior = (scores[0, :2, :2] + torch.tensor([[2.0, 3.0], [1.0, 2.0]])).softmax(-1)
     lexicon = layer.W_o(torch.tanh(layer.E(src[0]))).log_softmax(-1).exp()
     for t in range(2):
@@ -83,7 +81,7 @@ def test_a_null_word_explains_what_no_source_word_wrote():
         layer.e_0.copy_(torch.tensor([1.0, -2.0]))
     states, memory, mask, attention, src, targets = one_pair()
     log_output, alignment = layer(states, memory, mask, attention, src, targets)
-    scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2 ** 0.5 + layer.beta * attention.log()
+    scores = layer.W_q(states) @ layer.W_k(memory).transpose(1, 2) / 2**0.5 + layer.beta * attention.log()
     prior = scores[0, :, :2].softmax(-1)
     lexicon = layer.W_o(torch.tanh(layer.E(src[0]))).log_softmax(-1).exp()
     null_lexicon = layer.W_o(torch.tanh(layer.e_0)).log_softmax(-1).exp()
@@ -118,8 +116,9 @@ def test_a_jump_term_reads_where_the_previous_piece_went():
     log_output.sum().backward()
     assert layer.J.grad.abs().sum() > 0  # learnt through the second pass
     uniform, _ = layer(states, memory, mask, attention, src, targets, uniform_prior=True)
-    torch.testing.assert_close(uniform[0, 0], layer.W_o(torch.tanh(layer.E(src[0, :2]))).log_softmax(-1).exp()[:, 6]
-                               .mean().log())  # no jumps while the prior is held uniform
+    torch.testing.assert_close(
+        uniform[0, 0], layer.W_o(torch.tanh(layer.E(src[0, :2]))).log_softmax(-1).exp()[:, 6].mean().log()
+    )  # no jumps while the prior is held uniform
 
 
 def test_diagonal_buckets_count_pieces_without_eos_and_padding():
@@ -138,8 +137,10 @@ def test_diagonal_buckets_count_pieces_without_eos_and_padding():
 def test_a_source_of_eos_alone_explains_every_target_piece():
     mask = torch.tensor([[True, False, False], [True, True, True]])
     allowed = explaining_pieces(mask, torch.tensor([[6, EOS], [6, EOS]]))
-    assert allowed.tolist() == [[[True, False, False], [True, False, False]],
-                                [[True, True, False], [False, False, True]]]
+    assert allowed.tolist() == [
+        [[True, False, False], [True, False, False]],
+        [[True, True, False], [False, False, True]],
+    ]
 
 
 def test_the_lexicon_sees_only_its_piece():
@@ -154,8 +155,9 @@ ORDER = [5, 2, 0, 4, 1, 3]
 
 def test_a_lookahead_reads_where_the_next_piece_went():
     torch.manual_seed(0)
-    layer = AlignmentLayer(state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2, jump_width=2,
-                           lookahead=True)
+    layer = AlignmentLayer(
+        state_size=3, memory_size=4, src_vocab_size=8, tgt_vocab_size=8, size=2, jump_width=2, lookahead=True
+    )
     with torch.no_grad():  # J left at 0: the jump term adds log 1 = 0, and only the lookahead is left
         layer.K.copy_(torch.tensor([-2.0, -1.0, 0.5, 2.0, 1.0]))  # K[-2..2]: the next piece goes one place on
     mask = torch.tensor([[True, True, True, False]])  # two source words, "</s>", padding
@@ -199,13 +201,18 @@ def scramble(tmp_path_factory):
     word (as in test_guided_alignment), one piece per word, and an aligner trained on it."""
     folder = tmp_path_factory.mktemp("scramble")
     pairs, _ = scrambled(400, seed=5)
-    config = toy_config(folder, pairs, model={"attention": "luong-general"},
-                        data={"subwords": {"type": "word", "vocab_size": 40, "joint": True}},
-                        training={"max_steps": 200, "validate_every": 1000, "threads": 1})
+    config = toy_config(
+        folder,
+        pairs,
+        model={"attention": "luong-general"},
+        data={"subwords": {"type": "word", "vocab_size": 40, "joint": True}},
+        training={"max_steps": 200, "validate_every": 1000, "threads": 1},
+    )
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
-    aligner = AlignerConfig(model=config.experiment_dir, steps=150, lexicon_steps=50, size=32, learning_rate=0.01,
-                            threads=1)
+    aligner = AlignerConfig(
+        model=config.experiment_dir, steps=150, lexicon_steps=50, size=32, learning_rate=0.01, threads=1
+    )
     messages = []
     return config.experiment_dir, train_aligner(aligner, messages.append), messages
 
@@ -253,12 +260,15 @@ def test_align_command_reads_the_aligner(scramble, tmp_path, capsys):
     files = ["--src", str(tmp_path / "s"), "--tgt", str(tmp_path / "t")]
     assert main(["align", str(model_dir), *files, "--aligner", str(aligner_dir), "-o", str(tmp_path / "a")]) == 0
     translator = load(model_dir)
-    expected = align(translator, [s for s, _ in pairs], [t for _, t in pairs],
-                     aligner=load_aligner(aligner_dir, translator))
+    expected = align(
+        translator, [s for s, _ in pairs], [t for _, t in pairs], aligner=load_aligner(aligner_dir, translator)
+    )
     assert (tmp_path / "a").read_text().splitlines() == [format_pharaoh(links) for links in expected]
-    for extra, message in ((["--shift"], "shift, layer, heads and full context are for the attention"),
-                           (["--full-context"], "shift, layer, heads and full context are for the attention"),
-                           (["--backward-aligner", str(aligner_dir)], "give --backward too")):
+    for extra, message in (
+        (["--shift"], "shift, layer, heads and full context are for the attention"),
+        (["--full-context"], "shift, layer, heads and full context are for the attention"),
+        (["--backward-aligner", str(aligner_dir)], "give --backward too"),
+    ):
         assert main(["align", str(model_dir), *files, "--aligner", str(aligner_dir), *extra]) == 2
         assert message in capsys.readouterr().err
 
@@ -282,6 +292,7 @@ def test_an_aligner_is_used_only_with_the_weights_it_was_trained_on(scramble, tm
         translator = load(other)
         next(translator.model.parameters()).add_(1.0)
     from attnmt.core.checkpoint import save_model
+
     save_model(translator.model, weights)
     with pytest.warns(UserWarning, match=r"word links from the attention, not from the aligner: .*not on those of"):
         translator = load(other)  # the copied folder's aligner is not for these weights
@@ -313,15 +324,17 @@ def test_config_file_names_its_fields_and_reads_paths_from_its_folder(tmp_path):
 
 def test_an_aligner_with_a_lookahead_is_saved_and_loaded_with_it(scramble, tmp_path):
     model_dir, _, _ = scramble
-    config = AlignerConfig(model=model_dir, out=tmp_path / "look", steps=3, lexicon_steps=1, size=8,
-                           jump_width=2, threads=1)
+    config = AlignerConfig(
+        model=model_dir, out=tmp_path / "look", steps=3, lexicon_steps=1, size=8, jump_width=2, threads=1
+    )
     assert config.jump_lookahead  # the default
     layer = load_aligner(train_aligner(config, log=lambda m: None), load(model_dir))
     assert layer.K is not None and layer.K.shape == (5,) and layer.K.abs().sum() > 0
     config = config.model_copy(update={"out": tmp_path / "ahead", "jump_lookahead": False})
     assert load_aligner(train_aligner(config, log=lambda m: None), load(model_dir)).K is None
-    no_jumps = AlignerConfig(model=model_dir, out=tmp_path / "still", steps=3, lexicon_steps=1, size=8, jump_width=0,
-                             threads=1)
+    no_jumps = AlignerConfig(
+        model=model_dir, out=tmp_path / "still", steps=3, lexicon_steps=1, size=8, jump_width=0, threads=1
+    )
     layer = load_aligner(train_aligner(no_jumps, log=lambda m: None), load(model_dir))
     assert layer.J is None and layer.K is None  # with no jumps, no lookahead by default
     assert not load_aligner_config(tmp_path / "still" / "aligner.yaml").jump_lookahead  # and its folder says so
@@ -342,8 +355,9 @@ def test_translate_reports_the_aligners_links_of_its_output(scramble, tmp_path, 
     assert len(lines) == 8  # two candidates of each
     translator = load(model_dir)
     sources = [pairs[int(number)][0] for number, _, _, _ in lines]
-    expected = align(translator, sources, [text for _, text, _, _ in lines],
-                     aligner=load_aligner(aligner_dir, translator))
+    expected = align(
+        translator, sources, [text for _, text, _, _ in lines], aligner=load_aligner(aligner_dir, translator)
+    )
     assert [links for *_, links in lines] == [format_pharaoh(pair) for pair in expected]
     assert main([*argv, "--aligner", str(aligner_dir)]) == 2
     assert "give one of them" in capsys.readouterr().err
@@ -368,8 +382,7 @@ def test_a_model_folders_aligner_gives_its_translations_links(scramble):
     assert [t.alignment for t in lazy] == [t.candidates[0].alignment for t in translations[:3]]
     translator.aligner = None
     attention = translator.translate(sources[:-1], beam=2)
-    assert [t.alignment for t in attention] == [output_links(t.attention, t.source_tokens, t.tokens)
-                                                for t in attention]
+    assert [t.alignment for t in attention] == [output_links(t.attention, t.source_tokens, t.tokens) for t in attention]
     assert [t.alignment for t in attention] != [t.alignment for t in translations[:-1]]  # (it collapses)
 
 
@@ -397,13 +410,28 @@ def test_translate_command_reads_the_folders_aligner_unless_told_none(scramble, 
     written = {}
     for aligner in (None, "none"):
         out = tmp_path / f"out-{aligner}"
-        assert main(["translate", str(model_dir), "-i", str(src), "--align-file", str(out), "-o", str(tmp_path / "o"),
-                     *(["--aligner", aligner] if aligner else [])]) == 0
+        assert (
+            main(
+                [
+                    "translate",
+                    str(model_dir),
+                    "-i",
+                    str(src),
+                    "--align-file",
+                    str(out),
+                    "-o",
+                    str(tmp_path / "o"),
+                    *(["--aligner", aligner] if aligner else []),
+                ]
+            )
+            == 0
+        )
         written[aligner] = out.read_text().splitlines()
     outputs = (tmp_path / "o").read_text().splitlines()
     layer = load_aligner(aligner_dir, translator)
-    assert written[None] == [format_pharaoh(links) for links in align(translator, [s for s, _ in pairs], outputs,
-                                                                       aligner=layer)]
+    assert written[None] == [
+        format_pharaoh(links) for links in align(translator, [s for s, _ in pairs], outputs, aligner=layer)
+    ]
     translator.aligner = None
     assert written["none"] == [format_pharaoh(t.alignment) for t in translator.translate([s for s, _ in pairs])]
 
@@ -417,13 +445,19 @@ def test_mean_symmetrization_keeps_the_links_both_directions_half_believe_in(scr
     there = alignment_matrices(translator, sources, sources, aligner=layer)
     back = alignment_matrices(translator, sources, sources)  # (a model of its own source: the vocabulary fits)
     for threshold in (0.5, 0.2):
-        expected = [sorted({(int(i), int(j)) for j, i in zip(*np.nonzero((f + b.T) / 2 >= threshold))})
-                    for f, b in zip(there, back)]
-        assert align_both_ways(translator, translator, sources, sources, "mean", (layer, None),
-                               threshold=threshold) == expected
+        expected = [
+            sorted({(int(i), int(j)) for j, i in zip(*np.nonzero((f + b.T) / 2 >= threshold))})
+            for f, b in zip(there, back)
+        ]
+        assert (
+            align_both_ways(translator, translator, sources, sources, "mean", (layer, None), threshold=threshold)
+            == expected
+        )
     assert any(expected)  # (at 0.2)
-    union = [sorted(set(f) | {(i, j) for j, i in b})
-             for f, b in zip(align(translator, sources, sources, aligner=layer), align(translator, sources, sources))]
+    union = [
+        sorted(set(f) | {(i, j) for j, i in b})
+        for f, b in zip(align(translator, sources, sources, aligner=layer), align(translator, sources, sources))
+    ]
     assert expected != union  # not a symmetrization of hard links
     with pytest.raises(AttnmtError, match=r"threshold must be in \(0, 1\]"):
         align_both_ways(translator, translator, sources, sources, "mean", threshold=0)
@@ -434,8 +468,19 @@ def test_a_model_without_attention_gets_an_aligner_too(tmp_path):
     pairs, _ = scrambled(40, seed=12)
     config = toy_config(tmp_path, pairs, model={"attention": "none"}, training={"max_steps": 2, "threads": 1})
     train(config, log=lambda m: None, progress=False)
-    folder = train_aligner(AlignerConfig(model=config.experiment_dir, steps=2, lexicon_steps=1, size=8, threads=1,
-                                         diagonal_buckets=9, null_prior=0.3, jump_width=3), log=lambda m: None)
+    folder = train_aligner(
+        AlignerConfig(
+            model=config.experiment_dir,
+            steps=2,
+            lexicon_steps=1,
+            size=8,
+            threads=1,
+            diagonal_buckets=9,
+            null_prior=0.3,
+            jump_width=3,
+        ),
+        log=lambda m: None,
+    )
     translator = load(config.experiment_dir)
     layer = load_aligner(folder, translator)
     [links] = align(translator, pairs[0][:1], pairs[0][1:], aligner=layer, method="argmax")
@@ -453,9 +498,16 @@ def test_links_self_can_read_the_first_rounds_aligner(scramble, tmp_path):
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
 
     def second_round(**guided):
-        return toy_config(tmp_path, pairs, data={"subwords": {"type": "word", "vocab_size": 40, "joint": True}},
-                          training={"max_steps": 1, "threads": 1,
-                                    "guided_alignment": {"links": "self", "first_round": str(model_dir), **guided}})
+        return toy_config(
+            tmp_path,
+            pairs,
+            data={"subwords": {"type": "word", "vocab_size": 40, "joint": True}},
+            training={
+                "max_steps": 1,
+                "threads": 1,
+                "guided_alignment": {"links": "self", "first_round": str(model_dir), **guided},
+            },
+        )
 
     config = second_round(first_round_aligner=str(aligner_dir))
     messages = []
@@ -470,17 +522,23 @@ def test_links_self_can_read_the_first_rounds_aligner(scramble, tmp_path):
         prepare_data(second_round(first_round_aligner=str(tmp_path)), log=lambda m: None)
 
 
-@pytest.mark.parametrize("guided, message", [
-    ({"links": "eflomal", "first_round_aligner": "a"}, "first_round_aligner is for links: self"),
-    ({"links": "self", "first_round": "r", "first_round_backward_aligner": "a"}, "give that too"),
-    ({"links": "self", "first_round": "r", "symmetrize": "mean"}, "give first_round_backward"),
-    ({"links": "self", "first_round": "r", "first_round_backward": "b", "symmetrize": "diagonal"}, "symmetrize"),
-])
+@pytest.mark.parametrize(
+    "guided, message",
+    [
+        ({"links": "eflomal", "first_round_aligner": "a"}, "first_round_aligner is for links: self"),
+        ({"links": "self", "first_round": "r", "first_round_backward_aligner": "a"}, "give that too"),
+        ({"links": "self", "first_round": "r", "symmetrize": "mean"}, "give first_round_backward"),
+        ({"links": "self", "first_round": "r", "first_round_backward": "b", "symmetrize": "diagonal"}, "symmetrize"),
+    ],
+)
 def test_config_of_self_links_with_aligners(tmp_path, guided, message):
     from attnmt.core.config import config_from_dict
 
-    raw = {"experiment_dir": str(tmp_path), "data": {"train": {"tsv": "t.tsv"}},
-           "training": {"max_steps": 1, "guided_alignment": guided}}
+    raw = {
+        "experiment_dir": str(tmp_path),
+        "data": {"train": {"tsv": "t.tsv"}},
+        "training": {"max_steps": 1, "guided_alignment": guided},
+    }
     with pytest.raises(AttnmtError, match=message):
         config_from_dict(raw, tmp_path)
 
@@ -489,9 +547,14 @@ def test_both_aligners_are_averaged_by_default(tmp_path):
     from attnmt.core.config import config_from_dict
 
     def symmetrization(**guided):
-        raw = {"experiment_dir": str(tmp_path), "data": {"train": {"tsv": "t.tsv"}},
-               "training": {"max_steps": 1, "guided_alignment": {"links": "self", "first_round": "r",
-                                                                 "first_round_backward": "b", **guided}}}
+        raw = {
+            "experiment_dir": str(tmp_path),
+            "data": {"train": {"tsv": "t.tsv"}},
+            "training": {
+                "max_steps": 1,
+                "guided_alignment": {"links": "self", "first_round": "r", "first_round_backward": "b", **guided},
+            },
+        }
         return config_from_dict(raw, tmp_path).training.guided_alignment.symmetrization
 
     assert symmetrization() == "grow-diag-final"

@@ -13,9 +13,19 @@ SRC_VOCAB, TGT_VOCAB = 30, 25
 
 
 def make_model(attention, rnn_type="gru", input_feeding=True, layers=1):
-    config = ModelConfig(attention=attention, rnn_type=rnn_type, input_feeding=input_feeding, embedding_size=16,
-                         encoder_hidden=12, decoder_hidden=24, attention_size=10, encoder_layers=layers,
-                         decoder_layers=layers, dropout=0.0, location_kernel=5)
+    config = ModelConfig(
+        attention=attention,
+        rnn_type=rnn_type,
+        input_feeding=input_feeding,
+        embedding_size=16,
+        encoder_hidden=12,
+        decoder_hidden=24,
+        attention_size=10,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        dropout=0.0,
+        location_kernel=5,
+    )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
 
@@ -58,7 +68,7 @@ def test_sentence_alone_equals_sentence_in_padded_batch(attention, rnn_type):
     src, lengths, tgt = padded_batch()
     batch_logits, batch_weights = model(src, lengths, tgt)
     for i, n in enumerate(lengths.tolist()):
-        alone_logits, alone_weights = model(src[i:i + 1, :n], lengths[i:i + 1], tgt[i:i + 1])
+        alone_logits, alone_weights = model(src[i : i + 1, :n], lengths[i : i + 1], tgt[i : i + 1])
         torch.testing.assert_close(alone_logits[0], batch_logits[i], atol=1e-5, rtol=1e-4)
         if alone_weights is not None:
             torch.testing.assert_close(alone_weights[0], batch_weights[i, :, :n], atol=1e-5, rtol=1e-4)
@@ -110,7 +120,8 @@ def searches_matching_teacher_forcing(model, src, lengths, beam: int, **options)
     with torch.inference_mode():
         reference = search(model, src, lengths, limits, **options)
     fast = (fast_decoding.greedy_search if beam == 1 else fast_decoding.beam_search)(
-        model, src, lengths, limits, graphs=True, **options)
+        model, src, lengths, limits, graphs=True, **options
+    )
     for i, (ours, theirs) in enumerate(zip(fast, reference)):
         assert ours[0].tokens == theirs[0].tokens
         assert ours[0].log_prob == pytest.approx(theirs[0].log_prob, abs=1e-5)
@@ -120,8 +131,8 @@ def searches_matching_teacher_forcing(model, src, lengths, beam: int, **options)
         tgt_in = torch.cat([torch.tensor([[BOS]]), tokens[:, :-1]], 1)
         n = lengths[i].item()
         with torch.no_grad():
-            forced = model.target_log_probs(src[i:i + 1, :n], lengths[i:i + 1], tgt_in, tokens)
-            _, weights = model(src[i:i + 1, :n], lengths[i:i + 1], tgt_in)
+            forced = model.target_log_probs(src[i : i + 1, :n], lengths[i : i + 1], tgt_in, tokens)
+            _, weights = model(src[i : i + 1, :n], lengths[i : i + 1], tgt_in)
         assert forced.sum().item() == pytest.approx(theirs[0].log_prob, abs=1e-4)
         torch.testing.assert_close(theirs[0].attention, weights[0], atol=1e-5, rtol=1e-4)
     return [hypotheses[0] for hypotheses in reference]
@@ -181,15 +192,25 @@ def test_training_loss_is_the_cross_entropy_of_the_real_target_tokens(kind):
     model = build_model(config, SRC_VOCAB, TGT_VOCAB).eval() if config else make_model("bahdanau")
     batch = make_batch([[5, 6, 7], [8]], [[9, 10], [11, 12, 13, 14]])
     logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
-    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
-                                                 label_smoothing=0.1, reduction="sum")
+    expected = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD, label_smoothing=0.1, reduction="sum"
+    )
     torch.testing.assert_close(sequence_loss(model, batch, 0.1), expected)
 
 
 @pytest.mark.parametrize("attention", ["bahdanau", "location"])
 def test_zeros_decoder_init_starts_from_zero_without_a_bridge_and_steps_equal_forward(attention):
-    config = ModelConfig(attention=attention, decoder_init="zeros", embedding_size=16, encoder_hidden=12,
-                         decoder_hidden=24, attention_size=10, decoder_layers=2, dropout=0.0, location_kernel=5)
+    config = ModelConfig(
+        attention=attention,
+        decoder_init="zeros",
+        embedding_size=16,
+        encoder_hidden=12,
+        decoder_hidden=24,
+        attention_size=10,
+        decoder_layers=2,
+        dropout=0.0,
+        location_kernel=5,
+    )
     model = build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
     assert not any("bridge" in name for name, _ in model.named_parameters())
     src, lengths, tgt = padded_batch()
@@ -209,12 +230,17 @@ def test_zeros_decoder_init_starts_from_zero_without_a_bridge_and_steps_equal_fo
 
 # --- decoding with a window (Chorowski et al. 2015) ----------------------------------------------
 
+
 def test_window_mask_is_around_the_median_of_the_previous_weights():
     from attnmt.seq2seq.attention import window_mask
 
-    prev = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.0, 0.0],  # running sum reaches 1/2 at 2
-                         [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],  # at 0, the first step's weights
-                         [0.0, 0.0, 0.0, 0.5, 0.5, 0.0]])  # exactly 1/2 at 3
+    prev = torch.tensor(
+        [
+            [0.1, 0.2, 0.3, 0.4, 0.0, 0.0],  # running sum reaches 1/2 at 2
+            [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],  # at 0, the first step's weights
+            [0.0, 0.0, 0.0, 0.5, 0.5, 0.0],
+        ]
+    )  # exactly 1/2 at 3
     mask = torch.tensor([[True] * 4 + [False] * 2, [True] * 6, [True] * 5 + [False]])
     expected = torch.tensor([[0, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 0]], dtype=torch.bool)
     assert torch.equal(window_mask(prev, mask, 1, 2), expected)  # [m-1, m+2] and real

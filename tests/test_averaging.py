@@ -14,10 +14,16 @@ from conftest import random_strings, toy_config
 
 
 def test_the_average_is_the_mean_of_each_weight_in_its_own_dtype(tmp_path):
-    first = {"w": torch.tensor([1.0, 2.0]), "h": torch.tensor([1.0, 3.0], dtype=torch.float16),
-             "count": torch.tensor([1])}
-    second = {"w": torch.tensor([2.0, 5.0]), "h": torch.tensor([2.0, 4.0], dtype=torch.float16),
-              "count": torch.tensor([7])}
+    first = {
+        "w": torch.tensor([1.0, 2.0]),
+        "h": torch.tensor([1.0, 3.0], dtype=torch.float16),
+        "count": torch.tensor([1]),
+    }
+    second = {
+        "w": torch.tensor([2.0, 5.0]),
+        "h": torch.tensor([2.0, 4.0], dtype=torch.float16),
+        "count": torch.tensor([7]),
+    }
     save_weights(first, tmp_path / "a.safetensors")
     save_weights(second, tmp_path / "b.safetensors")
     mean = average_weights([tmp_path / "a.safetensors", tmp_path / "b.safetensors"])
@@ -38,8 +44,9 @@ def test_only_checkpoints_of_one_model_are_averaged(tmp_path):
 
 def trained(tmp_path, max_steps=6, keep=2, resume=False, log=lambda message: None):
     pairs = [(s, s[::-1]) for s in random_strings(40, 3, 8, seed=1)]
-    config = toy_config(tmp_path, pairs, training={"max_steps": max_steps, "validate_every": 2, "threads": 1,
-                                                   "keep_checkpoints": keep})
+    config = toy_config(
+        tmp_path, pairs, training={"max_steps": max_steps, "validate_every": 2, "threads": 1, "keep_checkpoints": keep}
+    )
     train(config, resume=resume, log=log, progress=False)
     return config.experiment_dir
 

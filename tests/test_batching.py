@@ -91,7 +91,7 @@ def test_batches_are_more_length_homogeneous_than_random_ones():
     sorted_pools = epoch_batches(SIZES, 32, None, pool_batches=10, seed=0, epoch=0)
     order = list(range(len(SIZES)))
     random.Random(0).shuffle(order)
-    random_batches = [order[i:i + 32] for i in range(0, len(order), 32)]
+    random_batches = [order[i : i + 32] for i in range(0, len(order), 32)]
     ours, theirs = padding_fraction(sorted_pools, SIZES), padding_fraction(random_batches, SIZES)
     assert ours < theirs / 3, (ours, theirs)
 

@@ -56,7 +56,7 @@ def assert_user_error(result, *fragments) -> str:
     code, _, err = result
     assert code == 2, err
     assert "Traceback" not in err
-    message = err[err.index("attnmt: error:"):] if "attnmt: error:" in err else err
+    message = err[err.index("attnmt: error:") :] if "attnmt: error:" in err else err
     assert message.startswith("attnmt: error:"), err
     for fragment in fragments:
         assert str(fragment) in message, (fragment, message)
@@ -73,14 +73,27 @@ def metrics(folder: Path) -> list[dict]:
 def multi30k_config(folder: Path, max_steps: int = 30, experiment_dir: str = "exp") -> dict:
     return {
         "experiment_dir": experiment_dir,
-        "data": {"train": {"src": "train.de", "tgt": "train.en"},
-                 "dev": {"src": "val.de", "tgt": "val.en"},
-                 "subwords": {"type": "bpe", "vocab_size": 500, "joint": True},
-                 "batch_size": 32},
-        "model": {"embedding_size": 32, "encoder_hidden": 32, "decoder_hidden": 64, "attention_size": 32,
-                  "dropout": 0.0},
-        "training": {"max_steps": max_steps, "validate_every": 30, "log_every": 10, "threads": 1,
-                     "learning_rate": 0.005, "early_stopping_patience": None},
+        "data": {
+            "train": {"src": "train.de", "tgt": "train.en"},
+            "dev": {"src": "val.de", "tgt": "val.en"},
+            "subwords": {"type": "bpe", "vocab_size": 500, "joint": True},
+            "batch_size": 32,
+        },
+        "model": {
+            "embedding_size": 32,
+            "encoder_hidden": 32,
+            "decoder_hidden": 64,
+            "attention_size": 32,
+            "dropout": 0.0,
+        },
+        "training": {
+            "max_steps": max_steps,
+            "validate_every": 30,
+            "log_every": 10,
+            "threads": 1,
+            "learning_rate": 0.005,
+            "early_stopping_patience": None,
+        },
         "decoding": {"beam": 2, "batch_size": 50, "max_length_ratio": 1.0, "max_length_offset": 3},
     }
 
@@ -97,8 +110,14 @@ def trained(tmp_path_factory):
     config = write_config(folder / "config.yaml", multi30k_config(folder))
     prepared = run("prepare", config)
     trained = run("train", config, "--no-progress")
-    return SimpleNamespace(folder=folder, config=config, model=folder / "exp", prepared=prepared,
-                           trained=trained, test_src=(folder / "test.de").read_text().splitlines())
+    return SimpleNamespace(
+        folder=folder,
+        config=config,
+        model=folder / "exp",
+        prepared=prepared,
+        trained=trained,
+        test_src=(folder / "test.de").read_text().splitlines(),
+    )
 
 
 def test_prepare_and_train(trained):
@@ -151,7 +170,7 @@ def test_translate_nbest_format_and_order(trained, tmp_path):
         parsed.append((int(match[1]), match[2], float(match[3])))
     assert [i for i, _, _ in parsed] == [i for i in range(len(lines)) for _ in range(2)]
     for i in range(len(lines)):
-        (_, text1, score1), (_, text2, score2) = parsed[2 * i: 2 * i + 2]
+        (_, text1, score1), (_, text2, score2) = parsed[2 * i : 2 * i + 2]
         assert score1 >= score2  # best first
         # Scores depend on the sentence, so they show that sentence i really is line i.
         alone = load(trained.model).translate([lines[i]], beam=2, n_best=2, batch_size=1)[0]
@@ -187,8 +206,18 @@ def test_translate_to_an_unwritable_output(trained, tmp_path):
 
 def test_evaluate_writes_json_report(trained, tmp_path):
     report_path, hyp_path = tmp_path / "report.json", tmp_path / "hyp.en"
-    code, stdout, err = run("evaluate", trained.model, "--src", trained.folder / "test.de",
-                            "--ref", trained.folder / "test.en", "--json", report_path, "--hypotheses", hyp_path)
+    code, stdout, err = run(
+        "evaluate",
+        trained.model,
+        "--src",
+        trained.folder / "test.de",
+        "--ref",
+        trained.folder / "test.en",
+        "--json",
+        report_path,
+        "--hypotheses",
+        hyp_path,
+    )
     assert_ok((code, stdout, err))
     report = json.loads(report_path.read_text())
     assert "tok:13a" in report["bleu"]["signature"]
@@ -203,8 +232,14 @@ def test_evaluate_writes_json_report(trained, tmp_path):
 
 def test_evaluate_with_misaligned_files(trained, tmp_path):
     ref = write_lines(tmp_path / "ref.en", ["one line"])
-    assert_user_error(run("evaluate", trained.model, "--src", trained.folder / "test.de", "--ref", ref),
-                      "line counts differ", "test.de", TEST_PAIRS, "ref.en", 1)
+    assert_user_error(
+        run("evaluate", trained.model, "--src", trained.folder / "test.de", "--ref", ref),
+        "line counts differ",
+        "test.de",
+        TEST_PAIRS,
+        "ref.en",
+        1,
+    )
 
 
 def test_train_resume_continues(trained, tmp_path):
@@ -222,14 +257,16 @@ def test_train_resume_continues(trained, tmp_path):
     records = metrics(model)
     assert [r["step"] for r in records if r["type"] == "train"] == [10, 20, 30, 40]
     assert [r["step"] for r in records if r["type"] == "valid"] == [30, 40]
-    assert metrics(trained.model) == records[:len(metrics(trained.model))]
+    assert metrics(trained.model) == records[: len(metrics(trained.model))]
 
 
 def test_translate_a_folder_that_is_not_a_model(tmp_path):
-    assert_user_error(run("translate", tmp_path, "-i", write_lines(tmp_path / "in", ["a"])),
-                      "not a model folder", tmp_path)
-    assert_user_error(run("evaluate", tmp_path / "nothing", "--src", tmp_path / "in", "--ref", tmp_path / "in"),
-                      "not a model folder")
+    assert_user_error(
+        run("translate", tmp_path, "-i", write_lines(tmp_path / "in", ["a"])), "not a model folder", tmp_path
+    )
+    assert_user_error(
+        run("evaluate", tmp_path / "nothing", "--src", tmp_path / "in", "--ref", tmp_path / "in"), "not a model folder"
+    )
 
 
 def test_the_folder_around_a_model_names_the_model_inside(tmp_path):
@@ -238,16 +275,16 @@ def test_the_folder_around_a_model_names_the_model_inside(tmp_path):
     for name in ("config.yaml", "best.safetensors"):
         (tmp_path / "model" / name).write_text("", encoding="utf-8")
     (tmp_path / "config.yaml").write_text("experiment_dir: model\n", encoding="utf-8")
-    message = assert_user_error(run("translate", tmp_path, "-i", write_lines(tmp_path / "in", ["a"])),
-                                f"did you mean {tmp_path / 'model'}?")
+    message = assert_user_error(
+        run("translate", tmp_path, "-i", write_lines(tmp_path / "in", ["a"])), f"did you mean {tmp_path / 'model'}?"
+    )
     assert "prepare" not in message
 
 
 def test_translate_a_prepared_but_untrained_folder(tmp_path):
     config = toy_files(tmp_path, [("abc", "cba")] * 10)
     assert_ok(run("prepare", config))
-    assert_user_error(run("translate", tmp_path / "exp", "-i", tmp_path / "train.src"),
-                      "no such checkpoint")
+    assert_user_error(run("translate", tmp_path / "exp", "-i", tmp_path / "train.src"), "no such checkpoint")
 
 
 # ---------------------------------------------------------------- bad data through the CLI
@@ -263,8 +300,12 @@ def toy_files(folder: Path, pairs=None, src_text=None, tgt_text=None, suffix="",
             (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
     raw = {
         "experiment_dir": "exp",
-        "data": {"train": {"src": f"train.src{suffix}", "tgt": f"train.tgt{suffix}"},
-                 "subwords": {"type": "char", "vocab_size": 30}, "batch_size": 16, **data},
+        "data": {
+            "train": {"src": f"train.src{suffix}", "tgt": f"train.tgt{suffix}"},
+            "subwords": {"type": "char", "vocab_size": 30},
+            "batch_size": 16,
+            **data,
+        },
         "model": {"embedding_size": 8, "encoder_hidden": 8, "decoder_hidden": 8, "attention_size": 8},
         "training": {"max_steps": 2, "validate_every": 2, "threads": 1},
     }
@@ -277,8 +318,9 @@ TOY = [(s, reverse(s)) for s in random_strings(60, 3, 8, seed=11)]
 @pytest.mark.parametrize("argv", [["prepare"], ["train", "--no-progress"]])
 def test_line_counts_differ(tmp_path, argv):
     config = toy_files(tmp_path, src_text="a\nb\nc\n", tgt_text="x\ny\n")
-    message = assert_user_error(run(argv[0], config, *argv[1:]),
-                                "line counts differ", "train.src", "has 3 lines", "train.tgt", "has 2")
+    message = assert_user_error(
+        run(argv[0], config, *argv[1:]), "line counts differ", "train.src", "has 3 lines", "train.tgt", "has 2"
+    )
     assert message.count("\n") == 1  # one line, no dump
 
 
@@ -288,8 +330,9 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
 
 
 def test_invalid_utf8_in_gzip_file(tmp_path):
-    config = toy_files(tmp_path, src_text=gzip.compress(b"a\nb\n\xff\n"), tgt_text=gzip.compress(b"x\ny\nz\n"),
-                       suffix=".gz")
+    config = toy_files(
+        tmp_path, src_text=gzip.compress(b"a\nb\n\xff\n"), tgt_text=gzip.compress(b"x\ny\nz\n"), suffix=".gz"
+    )
     assert_user_error(run("train", config, "--no-progress"), "train.src.gz", "line 3", "UTF-8")
 
 
@@ -363,8 +406,7 @@ def test_translate_input_errors(tmp_path):
     bad.write_bytes(b"abc\n\xc3(\n")
     assert_user_error(run("translate", tmp_path / "exp", "-i", bad), "bad.txt", "line 2")
     out = tmp_path / "out.txt"
-    assert_ok(run("translate", tmp_path / "exp", "-i", write_lines(tmp_path / "ok.txt", ["abc", "", "de"]),
-                  "-o", out))
+    assert_ok(run("translate", tmp_path / "exp", "-i", write_lines(tmp_path / "ok.txt", ["abc", "", "de"]), "-o", out))
     assert len(out.read_text().split("\n")[:-1]) == 3
 
 

@@ -15,23 +15,30 @@ from conftest import random_strings, require, reverse, write_tsv
 
 def test_grid_is_every_combination_with_values_read_as_yaml():
     variants = grid(["model.attention=none,luong-dot", "model.input_feeding=true,false"])
-    assert [v.name for v in variants] == ["attention=none,input_feeding=true", "attention=none,input_feeding=false",
-                                          "attention=luong-dot,input_feeding=true",
-                                          "attention=luong-dot,input_feeding=false"]
+    assert [v.name for v in variants] == [
+        "attention=none,input_feeding=true",
+        "attention=none,input_feeding=false",
+        "attention=luong-dot,input_feeding=true",
+        "attention=luong-dot,input_feeding=false",
+    ]
     assert variants[3].overrides == {"model": {"attention": "luong-dot", "input_feeding": False}}
 
 
 def test_listed_variants_inline_or_from_a_file(tmp_path):
-    inline = parse_variant("dot-no-feed:model.attention=luong-dot,model.input_feeding=false,"
-                           "training.adam_betas=[0.9, 0.98]")
-    assert inline == Variant("dot-no-feed", {"model": {"attention": "luong-dot", "input_feeding": False},
-                                             "training": {"adam_betas": [0.9, 0.98]}})
+    inline = parse_variant(
+        "dot-no-feed:model.attention=luong-dot,model.input_feeding=false,training.adam_betas=[0.9, 0.98]"
+    )
+    assert inline == Variant(
+        "dot-no-feed",
+        {"model": {"attention": "luong-dot", "input_feeding": False}, "training": {"adam_betas": [0.9, 0.98]}},
+    )
     path = tmp_path / "t.yaml"
     path.write_text("model: {type: transformer, heads: 2}\n")
     assert parse_variant(f"tr={path}") == Variant("tr", {"model": {"type": "transformer", "heads": 2}})
     # a file and fields set over it
     assert parse_variant(f"tr-sparse={path}:model.heads=4,model.attention_normalizer=entmax15") == Variant(
-        "tr-sparse", {"model": {"type": "transformer", "heads": 4, "attention_normalizer": "entmax15"}})
+        "tr-sparse", {"model": {"type": "transformer", "heads": 4, "attention_normalizer": "entmax15"}}
+    )
     with pytest.raises(AttnmtError, match="FIELD=VALUE"):
         parse_variant("bad:model.attention")
     with pytest.raises(AttnmtError, match="cannot read"):
@@ -46,7 +53,7 @@ def toy_experiment(tmp_path):
     """A config file for a toy task (reverse strings of a few words), test set held out of it."""
     rows = []
     for s in dict.fromkeys(random_strings(400, 2, 9, seed=3)):  # (unique: the held-out pairs are not in train)
-        words = [s[i:i + 3] for i in range(0, len(s), 3)]
+        words = [s[i : i + 3] for i in range(0, len(s), 3)]
         rows.append((" ".join(words), " ".join(reverse(w) for w in reversed(words))))
     write_tsv(tmp_path / "train.tsv", rows)
     (tmp_path / "gold.pairs").write_text("abc def ||| fed cba\nabc ||| cba\n")
@@ -73,8 +80,21 @@ def run_cli(*argv):
 @pytest.mark.slow  # (trains the runs it compares)
 def test_compare_writes_the_table_and_figures_and_skips_finished_runs(tmp_path, capsys):
     config, out = toy_experiment(tmp_path), tmp_path / "out"
-    argv = ["compare", config, "--vary", "model.attention=none,bahdanau", "--steps", 4, "--seeds", 2, "--join", "2",
-            "--out", out, "--no-progress"]
+    argv = [
+        "compare",
+        config,
+        "--vary",
+        "model.attention=none,bahdanau",
+        "--steps",
+        4,
+        "--seeds",
+        2,
+        "--join",
+        "2",
+        "--out",
+        out,
+        "--no-progress",
+    ]
     assert run_cli(*argv) == 0
     table = json.loads((out / "results.json").read_text())
     assert table["variants"] == ["attention=none", "attention=bahdanau"]
@@ -129,16 +149,26 @@ def test_an_unfinished_run_continues_only_with_resume(tmp_path, capsys):
 def test_alignment_against_gold_with_both_directions_and_the_statistical_aligner(tmp_path):
     require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments])")
     config, out = toy_experiment(tmp_path), tmp_path / "out"
-    table = compare(config, out, variants=["b:model.attention=bahdanau"], steps=3, both_directions=True,
-                    align_pairs=tmp_path / "gold.pairs", align_gold=tmp_path / "gold.links", one_based=True,
-                    log=lambda m: None)
+    table = compare(
+        config,
+        out,
+        variants=["b:model.attention=bahdanau"],
+        steps=3,
+        both_directions=True,
+        align_pairs=tmp_path / "gold.pairs",
+        align_gold=tmp_path / "gold.links",
+        one_based=True,
+        log=lambda m: None,
+    )
     [*rows] = table["alignment"]["b"]
     assert {(r["shift"], r["links"]) for r in rows} == {(s, k) for s in (False, True) for k in ("argmax", "threshold")}
     assert set(rows[0]["scores"]) == {"forward", "backward", "intersection", "union", "grow-diag-final"}
     assert set(table["statistical"]) == {"eflomal IBM1", "eflomal HMM", "eflomal HMM+fertility"}
     assert (out / "b/seed42-reverse/last.safetensors").is_file()
-    assert "gold" not in (out / "shared/train.tsv").read_text()[-40:] and "abc def\tfed cba" in \
-        (out / "shared/train.tsv").read_text()  # the gold text (not its links) appended to the training text
+    assert (
+        "gold" not in (out / "shared/train.tsv").read_text()[-40:]
+        and "abc def\tfed cba" in (out / "shared/train.tsv").read_text()
+    )  # the gold text (not its links) appended to the training text
     assert (out / "alignment.png").read_bytes().startswith(b"\x89PNG")
     assert "## Word alignment" in (out / "results.md").read_text()
 
@@ -149,8 +179,11 @@ def test_a_comparison_trains_every_run_on_the_extra_corpora_too(tmp_path, capsys
     its text and its tag, and every run trains on it beside data.train."""
     config, out = toy_experiment(tmp_path), tmp_path / "out"
     write_tsv(tmp_path / "extra.tsv", [("zzz yyy", "yyy zzz"), ("yyy xxx zzz", "zzz xxx yyy")] * 10)
-    config.write_text(config.read_text().replace("  train: {tsv: train.tsv}\n", "  train: {tsv: train.tsv}\n"
-                                                 "  extra_train: [{tsv: extra.tsv, tag: '<BT>'}]\n"))
+    config.write_text(
+        config.read_text().replace(
+            "  train: {tsv: train.tsv}\n", "  train: {tsv: train.tsv}\n  extra_train: [{tsv: extra.tsv, tag: '<BT>'}]\n"
+        )
+    )
     argv = ["compare", config, "--variant", "b:model.attention=bahdanau", "--steps", 2, "--out", out, "--no-progress"]
     assert run_cli(*argv) == 0
     from attnmt.api import load
@@ -176,16 +209,33 @@ def test_bad_requests_are_errors_before_any_training(tmp_path, capsys):
 
 @pytest.mark.slow  # (trains the runs it compares)
 def test_transformer_alignments_are_read_from_each_cross_attention_layer(tmp_path):
-    require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments]): the table's statistical "
-                                              "aligner")
+    require(
+        find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments]): the table's statistical aligner"
+    )
     from attnmt.api import load
     from attnmt.translation.align import force_attention
 
     config, out = toy_experiment(tmp_path), tmp_path / "out"
-    small = {"model": {"type": "transformer", "d_model": 16, "heads": 2, "encoder_layers": 2, "decoder_layers": 3,
-                       "feed_forward": 32}}
-    table = compare(config, out, variants=[Variant("t", small)], steps=2, align_pairs=tmp_path / "gold.pairs",
-                    align_gold=tmp_path / "gold.links", one_based=True, log=lambda m: None)
+    small = {
+        "model": {
+            "type": "transformer",
+            "d_model": 16,
+            "heads": 2,
+            "encoder_layers": 2,
+            "decoder_layers": 3,
+            "feed_forward": 32,
+        }
+    }
+    table = compare(
+        config,
+        out,
+        variants=[Variant("t", small)],
+        steps=2,
+        align_pairs=tmp_path / "gold.pairs",
+        align_gold=tmp_path / "gold.links",
+        one_based=True,
+        log=lambda m: None,
+    )
     assert {r["attention"] for r in table["alignment"]["t"]} == {"layer 1", "layer 2", "layer 3"}
     [maps] = force_attention(load(out / "t/seed42"), ["abc def"], ["fed cba"], layers=True)
     assert maps.shape[0] == 3 and np.allclose(maps.sum(axis=-1), 1)  # each layer's heads averaged: rows sum to 1

@@ -54,10 +54,16 @@ def test_minimal_config_loads_with_defaults(tmp_path):
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
     folder = tmp_path / "experiments" / "de-en"
-    path = write_config(folder, with_changes(MINIMAL, data={
-        "train": {"src": "data/train.de", "tgt": "../shared/train.en"},
-        "dev": {"tsv": "dev.tsv"},
-    }))
+    path = write_config(
+        folder,
+        with_changes(
+            MINIMAL,
+            data={
+                "train": {"src": "data/train.de", "tgt": "../shared/train.en"},
+                "dev": {"tsv": "dev.tsv"},
+            },
+        ),
+    )
     monkeypatch.chdir(tmp_path)  # the working directory must not matter
     config = load_config(path.relative_to(tmp_path))
     base = folder.resolve()
@@ -74,8 +80,7 @@ def test_absolute_paths_are_kept(tmp_path):
     assert config.data.train.tsv == absolute
 
 
-@pytest.mark.parametrize("attention", ["none", "bahdanau", "luong-dot", "luong-general", "luong-concat",
-                                       "location"])
+@pytest.mark.parametrize("attention", ["none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "location"])
 def test_every_attention_name_is_accepted(tmp_path, attention):
     config = load_config(write_config(tmp_path, with_changes(MINIMAL, model={"attention": attention})))
     assert config.model.attention == attention
@@ -192,13 +197,16 @@ def run_cli(capsys, *argv) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("raw, expected", [
-    (with_changes(MINIMAL, model={"attention": "foo"}), "model.attention"),
-    (with_changes(MINIMAL, model={"atention": "bahdanau"}), "model.atention: unknown field"),
-    (with_changes(MINIMAL, training=None), "training"),
-    (with_changes(MINIMAL, training={"seed": 1}), "max_steps"),
-    ("experiment_dir: [a\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (with_changes(MINIMAL, model={"attention": "foo"}), "model.attention"),
+        (with_changes(MINIMAL, model={"atention": "bahdanau"}), "model.atention: unknown field"),
+        (with_changes(MINIMAL, training=None), "training"),
+        (with_changes(MINIMAL, training={"seed": 1}), "max_steps"),
+        ("experiment_dir: [a\n", "not valid YAML"),
+    ],
+)
 @pytest.mark.parametrize("command", ["prepare", "train"])
 def test_cli_reports_config_errors_without_traceback(tmp_path, capsys, raw, expected, command):
     path = write_config(tmp_path, raw)
@@ -218,8 +226,9 @@ def test_cli_missing_config_file(tmp_path, capsys):
 
 
 def test_attention_window_is_checked(tmp_path):
-    assert load_config(write_config(tmp_path / "ok", with_changes(MINIMAL, decoding={"attention_window": [2, 8]}))
-                       ).decoding.attention_window == (2, 8)
+    assert load_config(
+        write_config(tmp_path / "ok", with_changes(MINIMAL, decoding={"attention_window": [2, 8]}))
+    ).decoding.attention_window == (2, 8)
     message = config_error(tmp_path, with_changes(MINIMAL, decoding={"attention_window": [-1, 8]}))
     assert "decoding.attention_window" in message
     message = config_error(tmp_path, with_changes(MINIMAL, decoding={"attention_window": [2]}))

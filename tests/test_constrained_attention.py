@@ -17,10 +17,21 @@ SRC_VOCAB, TGT_VOCAB = 30, 25
 
 
 def make_constrained_model(attention="bahdanau", fertility=1.5, input_feeding=True, rnn_type="gru", layers=1):
-    config = ModelConfig(attention=attention, attention_normalizer="csparsemax", fertility_bound=fertility,
-                         input_feeding=input_feeding, rnn_type=rnn_type, embedding_size=16, encoder_hidden=12,
-                         decoder_hidden=24, attention_size=10, encoder_layers=layers, decoder_layers=layers,
-                         dropout=0.0, location_kernel=5)
+    config = ModelConfig(
+        attention=attention,
+        attention_normalizer="csparsemax",
+        fertility_bound=fertility,
+        input_feeding=input_feeding,
+        rnn_type=rnn_type,
+        embedding_size=16,
+        encoder_hidden=12,
+        decoder_hidden=24,
+        attention_size=10,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        dropout=0.0,
+        location_kernel=5,
+    )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
 
@@ -65,7 +76,7 @@ def test_the_gradient_is_the_implicit_one():
     """gradcheck (float64) with respect to the scores and to the bounds, away from ties."""
     torch.manual_seed(2)
     e = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
-    u = (torch.rand(6, 5, dtype=torch.float64) * 0.5 + 0.1)
+    u = torch.rand(6, 5, dtype=torch.float64) * 0.5 + 0.1
     u[:, 0] += 1.0
     u.requires_grad_(True)
     assert torch.autograd.gradcheck(ConstrainedSparsemax.apply, (e, u), eps=1e-7, atol=1e-5)
@@ -80,8 +91,10 @@ def test_fertility_bounds_subtract_the_coverage_and_leave_the_sink_unbounded():
     assert upper[1, 0, 0] == 2.0
 
 
-@pytest.mark.parametrize("attention, input_feeding", [("bahdanau", True), ("luong-general", False),
-                                                      ("luong-dot", True), ("location", True), ("coverage", True)])
+@pytest.mark.parametrize(
+    "attention, input_feeding",
+    [("bahdanau", True), ("luong-general", False), ("luong-dot", True), ("location", True), ("coverage", True)],
+)
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
 def test_steps_equal_teacher_forcing_and_no_word_passes_its_fertility(attention, input_feeding, rnn_type):
     """Every decoder path (Luong without input feeding goes step by step: each step's bounds need
@@ -94,7 +107,7 @@ def test_steps_equal_teacher_forcing_and_no_word_passes_its_fertility(attention,
     total = sum(step.weights for step in steps)
     torch.testing.assert_close(steps[-1].state.coverage, total)
     for i, n in enumerate(lengths.tolist()):
-        assert (total[i, :n - 1] <= 1.5 + 1e-5).all()
+        assert (total[i, : n - 1] <= 1.5 + 1e-5).all()
         assert total[i, n - 1] >= 12 - 1.5 * (n - 1) - 1e-4  # the sink takes what the others cannot
         torch.testing.assert_close(steps[0].weights[i].sum(), torch.tensor(1.0))
 
@@ -108,14 +121,19 @@ def test_searches_of_constrained_attention_match_teacher_forcing_and_each_other(
     assert not model.encode(src, lengths).shareable  # a beam's hypotheses have their own bounds: their own rows
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"type": "transformer", "attention_normalizer": "csparsemax"}, "for an RNN's global attention"),
-    ({"attention": "luong-dot", "local_attention": "local-m", "attention_normalizer": "csparsemax"},
-     "here local_attention: local-m"),
-    ({"fertility_bound": 3.0}, "fertility_bound bounds csparsemax attention"),
-    ({"attention": "none", "attention_normalizer": "csparsemax"}, "model.attention none has none"),
-    ({"attention_normalizer": "csparsemax", "fertility_bound": 0}, "model.fertility_bound"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"type": "transformer", "attention_normalizer": "csparsemax"}, "for an RNN's global attention"),
+        (
+            {"attention": "luong-dot", "local_attention": "local-m", "attention_normalizer": "csparsemax"},
+            "here local_attention: local-m",
+        ),
+        ({"fertility_bound": 3.0}, "fertility_bound bounds csparsemax attention"),
+        ({"attention": "none", "attention_normalizer": "csparsemax"}, "model.attention none has none"),
+        ({"attention_normalizer": "csparsemax", "fertility_bound": 0}, "model.fertility_bound"),
+    ],
+)
 def test_config_errors_name_the_field(tmp_path, fields, message):
     with pytest.raises(AttnmtError, match=message):
         toy_config(tmp_path, [("ab", "ab")], model=fields)
@@ -148,8 +166,9 @@ def test_a_trained_constrained_model_translates_traces_and_describes_itself(tmp_
     translator = copy_model(tmp_path, 12, attention_normalizer="csparsemax", fertility_bound=1.0)
     [greedy] = translator.translate(["abcdefg"], beam=1)
     trace = translator.trace("abcdefg")
-    torch.testing.assert_close(torch.as_tensor(trace.attention), torch.as_tensor(greedy.attention),
-                               atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.as_tensor(trace.attention), torch.as_tensor(greedy.attention), atol=1e-6, rtol=1e-5
+    )
     assert trace.normalizer == "csparsemax"
     assert (trace.attention.sum(0)[:-1] <= 1.0 + 1e-5).all()  # every source piece but </s>: at most f in all
     assert translator.describe()["fertility_bound"] == 1.0
@@ -166,10 +185,14 @@ def test_a_trained_constrained_model_translates_traces_and_describes_itself(tmp_
     assert bound.get_ydata()[0] == 1.0
 
 
-@pytest.mark.parametrize("options", [{"attention": "coverage", "coverage_fertility": 2},
-                                     {"attention": "coverage", "coverage_dim": 3},
-                                     {"attention": "location", "attention_normalizer": "csparsemax",
-                                      "fertility_bound": 1.0}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"attention": "coverage", "coverage_fertility": 2},
+        {"attention": "coverage", "coverage_dim": 3},
+        {"attention": "location", "attention_normalizer": "csparsemax", "fertility_bound": 1.0},
+    ],
+)
 def test_a_speech_model_attends_with_coverage_and_within_bounds(options):
     """The speech encoder's states under coverage attention and csparsemax: steps = teacher forcing,
     and no state but each utterance's last (the sink) gets more than f over the transcript."""
@@ -177,12 +200,22 @@ def test_a_speech_model_attends_with_coverage_and_within_bounds(options):
     from attnmt.speech.model import build_speech_model
 
     torch.manual_seed(0)
-    model = build_speech_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32, attention_size=16,
-                                           location_kernel=5, dropout=0.0, **options),
-                               SpeechConfig(n_mels=20, conv_channels=4, subsample=4), TGT_VOCAB).eval()
+    model = build_speech_model(
+        ModelConfig(
+            embedding_size=16,
+            encoder_hidden=16,
+            decoder_hidden=32,
+            attention_size=16,
+            location_kernel=5,
+            dropout=0.0,
+            **options,
+        ),
+        SpeechConfig(n_mels=20, conv_channels=4, subsample=4),
+        TGT_VOCAB,
+    ).eval()
     features, lengths = torch.randn(2, 41, 20), torch.tensor([41, 23])
     steps = steps_matching_forward(model, features, lengths, torch.randint(4, TGT_VOCAB, (2, 15)))
     total, states = sum(step.weights for step in steps), model.encode(features, lengths).mask.sum(1)
     if options.get("attention_normalizer") == "csparsemax":
         for i, n in enumerate(states.tolist()):
-            assert (total[i, :n - 1] <= 1.0 + 1e-5).all() and total[i, n - 1] >= 15 - (n - 1) - 1e-4
+            assert (total[i, : n - 1] <= 1.0 + 1e-5).all() and total[i, n - 1] >= 15 - (n - 1) - 1e-4

@@ -22,9 +22,7 @@ from attnmt.seq2seq.search import decode, searches
 
 
 def test_the_penalty_is_beta_times_the_log_of_each_source_words_coverage_capped_at_one():
-    attention = torch.tensor([[0.9, 0.1, 0.0],
-                              [0.8, 0.1, 0.1],
-                              [0.2, 0.3, 0.5]])  # coverage 1.9, 0.5, 0.6
+    attention = torch.tensor([[0.9, 0.1, 0.0], [0.8, 0.1, 0.1], [0.2, 0.3, 0.5]])  # coverage 1.9, 0.5, 0.6
     assert coverage_penalty(attention, 0.4) == pytest.approx(0.4 * (math.log(1) + math.log(0.5) + math.log(0.6)))
     assert coverage_penalty(torch.full((4, 2), 0.5), 1.0) == 0.0  # every word covered at least once: nothing
     # A word that the attention never looked at (an attention window hid it) costs log(1e-6), not -inf.
@@ -128,11 +126,11 @@ def test_set_decoding_changes_the_settings_of_later_calls_and_names_a_wrong_fiel
     try:
         translator.set_decoding(coverage_penalty=0.7, length_penalty=0.6)
         [t] = translator.translate([dev[0]], beam=4, n_best=4)
-        log_probs = [s.log_prob for s in translator.score([dev[0]] * len(t.candidates),
-                                                          [c.text for c in t.candidates])]
+        log_probs = [s.log_prob for s in translator.score([dev[0]] * len(t.candidates), [c.text for c in t.candidates])]
         for c, log_prob in zip(t.candidates, log_probs):
-            expected = log_prob / length_penalty(len(c.tokens), 0.6) + coverage_penalty(torch.from_numpy(c.attention),
-                                                                                         0.7)
+            expected = log_prob / length_penalty(len(c.tokens), 0.6) + coverage_penalty(
+                torch.from_numpy(c.attention), 0.7
+            )
             assert c.score == pytest.approx(expected, abs=1e-4)
         translation, tree = translator.beam_tree(dev[0], beam=4)
         assert [c.score for c in translation.candidates] == pytest.approx([c.score for c in t.candidates], abs=1e-5)
@@ -151,8 +149,9 @@ def test_the_command_line_options_override_the_config(reverse_model, tmp_path, c
     src.write_text("\n".join(dev[:5]) + "\n")
     runs = {}
     for options in ([], ["--coverage-penalty", "5", "--length-penalty", "0"]):
-        assert main(["translate", str(translator.folder), "-i", str(src), "--beam", "3", "--n-best", "3",
-                     *options]) == 0
+        assert (
+            main(["translate", str(translator.folder), "-i", str(src), "--beam", "3", "--n-best", "3", *options]) == 0
+        )
         runs[len(options)] = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
     plain, penalized = runs[0], runs[4]
     assert [(i, text) for i, text, _ in plain] != [] and len(plain) == len(penalized) == 15
@@ -160,12 +159,28 @@ def test_the_command_line_options_override_the_config(reverse_model, tmp_path, c
     assert main(["translate", str(translator.folder), "-i", str(src), "--coverage-penalty", "-2"]) == 2
     assert "decoding.coverage_penalty" in capsys.readouterr().err
     report = tmp_path / "report.json"
-    assert main(["evaluate", str(translator.folder), "--src", str(src), "--ref", str(src), "--beam", "3",
-                 "--coverage-penalty", "0.3", "--json", str(report)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(translator.folder),
+                "--src",
+                str(src),
+                "--ref",
+                str(src),
+                "--beam",
+                "3",
+                "--coverage-penalty",
+                "0.3",
+                "--json",
+                str(report),
+            ]
+        )
+        == 0
+    )
     settings = json.loads(report.read_text())
     assert (settings["beam"], settings["coverage_penalty"]) == (3, 0.3)  # what the figures were searched with
     assert settings["length_penalty"] == translator.config.decoding.length_penalty
-
 
 
 def test_a_server_decodes_with_the_penalties_it_is_given(reverse_model):
@@ -182,8 +197,11 @@ def test_a_server_decodes_with_the_penalties_it_is_given(reverse_model):
     assert [c["score"] for c in answer["candidates"]] == pytest.approx([c.score for c in expected.candidates])
     log_probs = [s.log_prob for s in translator.score([dev[0]] * 3, [c.text for c in expected.candidates])]
     first = expected.candidates[0]
-    assert first.score == pytest.approx(log_probs[0] / length_penalty(len(first.tokens), 0.6)
-                                        + coverage_penalty(torch.from_numpy(first.attention), 0.7), abs=1e-4)
+    assert first.score == pytest.approx(
+        log_probs[0] / length_penalty(len(first.tokens), 0.6)
+        + coverage_penalty(torch.from_numpy(first.attention), 0.7),
+        abs=1e-4,
+    )
     assert translator.config.decoding.coverage_penalty == 0.0  # the caller's own model is not changed
     with pytest.raises(AttnmtError, match="decoding.coverage_penalty"):
         create_app([translator.folder], decoding={"coverage_penalty": -1})
@@ -197,7 +215,9 @@ def test_attnmt_serve_takes_the_penalties(reverse_model, monkeypatch, capsys):
     monkeypatch.setattr(attnmt.serve, "run_server", lambda app, **options: served.update(app=app))
     assert main(["serve", str(translator.folder), "--length-penalty", "0.2", "--coverage-penalty", "0.4"]) == 0
     [model] = served["app"].state.models.values()
-    assert (model.translator.config.decoding.length_penalty, model.translator.config.decoding.coverage_penalty) \
-        == (0.2, 0.4)
+    assert (model.translator.config.decoding.length_penalty, model.translator.config.decoding.coverage_penalty) == (
+        0.2,
+        0.4,
+    )
     assert main(["serve", str(translator.folder), "--coverage-penalty", "-1"]) == 2
     assert "decoding.coverage_penalty" in capsys.readouterr().err

@@ -21,9 +21,19 @@ def make_coverage_model(fertility=0, rnn_type="gru", layers=1, **options):
     """fertility "nn": Tu et al.'s NN-based coverage (coverage_dim 3) instead of a fertility."""
     if fertility == "nn":
         fertility, options = 0, {"coverage_dim": 3, **options}
-    config = ModelConfig(attention="coverage", coverage_fertility=fertility, rnn_type=rnn_type, embedding_size=16,
-                         encoder_hidden=12, decoder_hidden=24, attention_size=10, encoder_layers=layers,
-                         decoder_layers=layers, dropout=0.0, **options)
+    config = ModelConfig(
+        attention="coverage",
+        coverage_fertility=fertility,
+        rnn_type=rnn_type,
+        embedding_size=16,
+        encoder_hidden=12,
+        decoder_hidden=24,
+        attention_size=10,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        dropout=0.0,
+        **options,
+    )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
 
@@ -50,8 +60,9 @@ def test_the_score_depends_on_the_coverage_and_fertility_only_with_coverage_atte
     s, h = torch.randn(1, 1, 6), torch.randn(1, 3, 5)
     keys = attention.project_keys(h)
     assert keys.shape == (1, 3, 5)  # W_h h (4) and 1 / Phi
-    assert not torch.allclose(attention.score(s, keys, torch.zeros(1, 1, 3)),
-                              attention.score(s, keys, torch.tensor([[[1.0, 0.0, 0.0]]])))
+    assert not torch.allclose(
+        attention.score(s, keys, torch.zeros(1, 1, 3)), attention.score(s, keys, torch.tensor([[[1.0, 0.0, 0.0]]]))
+    )
     with pytest.raises(ValueError, match="coverage_fertility is coverage attention's"):
         build_attention("bahdanau", 6, 5, 4, coverage_fertility=2)
 
@@ -106,8 +117,9 @@ def test_nn_based_coverage_is_its_gru_and_steps_equal_teacher_forcing():
 
 
 def test_other_attentions_keep_no_coverage():
-    config = ModelConfig(attention="bahdanau", embedding_size=16, encoder_hidden=12, decoder_hidden=24,
-                         attention_size=10, dropout=0.0)
+    config = ModelConfig(
+        attention="bahdanau", embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, dropout=0.0
+    )
     model = build_model(config, SRC_VOCAB, TGT_VOCAB)
     src, lengths, _ = padded_batch()
     assert model.init_state(model.encode(src, lengths)).coverage is None
@@ -150,8 +162,15 @@ def test_the_coverage_loss_is_zero_while_no_position_is_attended_twice():
 @pytest.mark.parametrize("attention", ["bahdanau", "coverage", "location"])
 def test_sequence_loss_adds_lambda_times_the_coverage_loss_of_the_forced_attention(attention):
     torch.manual_seed(0)
-    config = ModelConfig(attention=attention, embedding_size=16, encoder_hidden=12, decoder_hidden=24,
-                         attention_size=10, dropout=0.0, location_kernel=5)
+    config = ModelConfig(
+        attention=attention,
+        embedding_size=16,
+        encoder_hidden=12,
+        decoder_hidden=24,
+        attention_size=10,
+        dropout=0.0,
+        location_kernel=5,
+    )
     model = build_model(config, SRC_VOCAB, TGT_VOCAB)
     batch = training_batch([[5, 6, 7, 8, 2], [9, 10, 2]], [[4, 5, 6, 2], [7, 2]])
     plain = sequence_loss(model, batch)
@@ -160,25 +179,33 @@ def test_sequence_loss_adds_lambda_times_the_coverage_loss_of_the_forced_attenti
     assert penalty.item() > 0
     torch.testing.assert_close(sequence_loss(model, batch, coverage_weight=0.7), plain + 0.7 * penalty)
     penalty.backward()  # the attention learns from it
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.decoder.attention.parameters()
-               if p.requires_grad and p.dim() > 1)
+    assert all(
+        p.grad is not None and p.grad.abs().sum() > 0
+        for p in model.decoder.attention.parameters()
+        if p.requires_grad and p.dim() > 1
+    )
 
 
 FERTILITY_ERROR = "coverage_fertility is for model.attention: coverage"
 DIM_ERROR = "coverage_dim .Tu et al.'s NN-based coverage. is for model.attention: coverage"
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"model": {"attention": "bahdanau", "coverage_fertility": 2}}, FERTILITY_ERROR),
-    ({"model": {"type": "transformer", "coverage_fertility": 2}}, FERTILITY_ERROR),
-    ({"model": {"attention": "bahdanau", "coverage_dim": 10}}, DIM_ERROR + ".*here attention bahdanau"),
-    ({"model": {"attention": "coverage", "coverage_dim": 10, "coverage_fertility": 2}}, "coverage_fertility\\)$"),
-    ({"model": {"attention": "coverage", "coverage_dim": 10, "attention_normalizer": "csparsemax"}},
-     DIM_ERROR + ".*csparsemax\\)"),
-    ({"model": {"attention": "none"}, "training": {"coverage_loss": 1.0}}, "here model.attention: none"),
-    ({"model": {"type": "transformer"}, "training": {"coverage_loss": 1.0}}, "here model.type: transformer"),
-    ({"training": {"coverage_loss": -1.0}}, "training.coverage_loss"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"model": {"attention": "bahdanau", "coverage_fertility": 2}}, FERTILITY_ERROR),
+        ({"model": {"type": "transformer", "coverage_fertility": 2}}, FERTILITY_ERROR),
+        ({"model": {"attention": "bahdanau", "coverage_dim": 10}}, DIM_ERROR + ".*here attention bahdanau"),
+        ({"model": {"attention": "coverage", "coverage_dim": 10, "coverage_fertility": 2}}, "coverage_fertility\\)$"),
+        (
+            {"model": {"attention": "coverage", "coverage_dim": 10, "attention_normalizer": "csparsemax"}},
+            DIM_ERROR + ".*csparsemax\\)",
+        ),
+        ({"model": {"attention": "none"}, "training": {"coverage_loss": 1.0}}, "here model.attention: none"),
+        ({"model": {"type": "transformer"}, "training": {"coverage_loss": 1.0}}, "here model.type: transformer"),
+        ({"training": {"coverage_loss": -1.0}}, "training.coverage_loss"),
+    ],
+)
 def test_config_errors_name_the_field(tmp_path, fields, message):
     with pytest.raises(AttnmtError, match=message):
         toy_config(tmp_path, [("ab", "ab")], model=fields.get("model"), training=fields.get("training"))
@@ -211,8 +238,13 @@ def test_every_tensor_of_coverage_attention_is_made_on_the_models_device(fertili
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options, name", [({"coverage_fertility": 2}, "coverage (fertility N=2) attention"),
-                                           ({"coverage_dim": 4}, "coverage (NN-based, d=4) attention")])
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"coverage_fertility": 2}, "coverage (fertility N=2) attention"),
+        ({"coverage_dim": 4}, "coverage (NN-based, d=4) attention"),
+    ],
+)
 def test_a_trained_coverage_model_translates_traces_and_describes_itself(tmp_path, options, name):
     """Trained with fertility (or NN-based coverage) and the coverage loss (the log says so), saved and
     loaded: its translations' attention is the trace's, /models, `attnmt info` and the step figure name it."""
@@ -222,17 +254,22 @@ def test_a_trained_coverage_model_translates_traces_and_describes_itself(tmp_pat
     from conftest import copy_model, local_client
 
     logs = []
-    translator = copy_model(tmp_path, 12, attention="coverage", **options, training={"coverage_loss": 1.0},
-                            log=logs.append)
+    translator = copy_model(
+        tmp_path, 12, attention="coverage", **options, training={"coverage_loss": 1.0}, log=logs.append
+    )
     [line] = [line for line in logs if line.startswith("model: ")]
     assert line.startswith(f"model: {name}, ") and "; coverage loss, lambda 1;" in line
     [greedy] = translator.translate(["abcdefg"], beam=1)
     trace = translator.trace("abcdefg")
-    torch.testing.assert_close(torch.as_tensor(trace.attention), torch.as_tensor(greedy.attention),
-                               atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.as_tensor(trace.attention), torch.as_tensor(greedy.attention), atol=1e-6, rtol=1e-5
+    )
     translator.beam_tree("abcdefg", beam=2)
-    expected = {"attention": "coverage", "coverage_fertility": options.get("coverage_fertility", 0),
-                "coverage_dim": options.get("coverage_dim", 0)}
+    expected = {
+        "attention": "coverage",
+        "coverage_fertility": options.get("coverage_fertility", 0),
+        "coverage_dim": options.get("coverage_dim", 0),
+    }
     assert {key: translator.describe()[key] for key in expected} == expected
     assert name in model_info(translator.folder)["model"]
     with local_client(create_app([translator.folder])) as client:
@@ -249,7 +286,9 @@ def test_training_uses_the_configs_coverage_loss(tmp_path):
     """The same run with and without training.coverage_loss ends with other weights."""
     from conftest import copy_model
 
-    plain, covered = (copy_model(tmp_path / str(weight), 3, attention="coverage", training={"coverage_loss": weight})
-                      for weight in (0.0, 5.0))
+    plain, covered = (
+        copy_model(tmp_path / str(weight), 3, attention="coverage", training={"coverage_loss": weight})
+        for weight in (0.0, 5.0)
+    )
     w_c = [translator.model.decoder.attention.w_c.weight for translator in (plain, covered)]
     assert not torch.allclose(*w_c)

@@ -32,9 +32,21 @@ QUIET = {"log": lambda message: None, "progress": False}
 
 def tiny_config(folder, dev=False, model=None, **training):
     """About 30 ms a step; one log record per step, a checkpoint every 4 steps."""
-    return toy_config(folder, PAIRS, DEV if dev else None, model={**TINY, **(model or {})}, data={"batch_size": 8},
-                      training={"max_steps": 40, "checkpoint_every": 4, "validate_every": 1000, "log_every": 1,
-                                "threads": 1, **training})
+    return toy_config(
+        folder,
+        PAIRS,
+        DEV if dev else None,
+        model={**TINY, **(model or {})},
+        data={"batch_size": 8},
+        training={
+            "max_steps": 40,
+            "checkpoint_every": 4,
+            "validate_every": 1000,
+            "log_every": 1,
+            "threads": 1,
+            **training,
+        },
+    )
 
 
 def config_file(config):
@@ -45,8 +57,13 @@ def config_file(config):
 
 def start_training(path, resume: bool) -> subprocess.Popen:
     command = [sys.executable, "-m", "attnmt.cli", "train", str(path), "--no-progress"]
-    return subprocess.Popen(command + (["--resume"] if resume else []), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.Popen(
+        command + (["--resume"] if resume else []),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def wait_for_training_loop(process: subprocess.Popen):
@@ -95,8 +112,9 @@ def wait_for_step(folder, step: int, process: subprocess.Popen):
         if lines and lines[-1].endswith("}") and json.loads(lines[-1])["step"] >= step:
             return
         time.sleep(0.005)
-    raise AssertionError(f"training ended (exit code {process.returncode}) before step {step}: "
-                         f"{process.communicate()[1]}")
+    raise AssertionError(
+        f"training ended (exit code {process.returncode}) before step {step}: {process.communicate()[1]}"
+    )
 
 
 def test_training_killed_at_random_moments_resumes_to_the_same_model(tmp_path):
@@ -209,8 +227,10 @@ def vocabulary(folder) -> list[tuple[str, float]]:
 
 def test_same_config_and_seed_give_the_same_model_bit_for_bit(tmp_path):
     # Dropout and a dev set: random numbers and validation (best checkpoint, LR decay) play a part.
-    runs = [tiny_config(tmp_path / name, dev=True, model={"dropout": 0.3}, max_steps=24, validate_every=8, seed=seed)
-            for name, seed in (("a", 7), ("b", 7), ("other-seed", 8))]
+    runs = [
+        tiny_config(tmp_path / name, dev=True, model={"dropout": 0.3}, max_steps=24, validate_every=8, seed=seed)
+        for name, seed in (("a", 7), ("b", 7), ("other-seed", 8))
+    ]
     for config in runs:
         train(config, **QUIET)
     a, b, other = (config.experiment_dir for config in runs)
@@ -231,8 +251,10 @@ def test_an_experiment_folder_that_cannot_be_created_is_an_error_naming_it(tmp_p
     path = tmp_path / "train.yaml"
     path.write_text(config_to_yaml(config), encoding="utf-8")
     assert main(["train", str(path), "--no-progress"]) == 2
-    assert f"attnmt: error: cannot create the folder {config.experiment_dir / 'spm'}: Not a directory" in \
-        capsys.readouterr().err
+    assert (
+        f"attnmt: error: cannot create the folder {config.experiment_dir / 'spm'}: Not a directory"
+        in capsys.readouterr().err
+    )
 
 
 def test_prepare_that_died_before_writing_its_settings_is_done_again(tmp_path):

@@ -220,9 +220,7 @@ def test_target_is_the_true_date_of_the_source():
     for _ in range(2000):
         language = rng.choice(dates.LANGUAGES)
         style = rng.choice(dates.STYLES_BY_LANGUAGE[language])
-        d = datetime.date.fromordinal(
-            rng.randint(dates.MIN_DATE.toordinal(), dates.MAX_DATE.toordinal())
-        )
+        d = datetime.date.fromordinal(rng.randint(dates.MIN_DATE.toordinal(), dates.MAX_DATE.toordinal()))
         text = format_date(d, style, language)
         if style in dates.NUMERIC_STYLES:
             if dates.is_unambiguous(d, style):

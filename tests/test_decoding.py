@@ -20,15 +20,23 @@ from conftest import assert_beam_of_one_equals_greedy, reverse
 
 
 def untrained(attention):
-    config = ModelConfig(attention=attention, embedding_size=16, encoder_hidden=8, decoder_hidden=16,
-                         attention_size=8, dropout=0.0, location_kernel=3)
+    config = ModelConfig(
+        attention=attention,
+        embedding_size=16,
+        encoder_hidden=8,
+        decoder_hidden=16,
+        attention_size=8,
+        dropout=0.0,
+        location_kernel=3,
+    )
     return build_model(config, 20, 20).eval()
 
 
 def random_batch(n=5, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return make_batch([torch.randint(4, 20, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g).tolist()
-                       for _ in range(n)])
+    return make_batch(
+        [torch.randint(4, 20, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
+    )
 
 
 @pytest.mark.parametrize("attention", ["none", "bahdanau", "luong-general", "location"])
@@ -40,8 +48,10 @@ def test_outputs_respect_length_limits_and_end_in_eos_otherwise():
     model = untrained("bahdanau")
     batch = random_batch()
     limits = [1, 2, 3, 4, 5]
-    for hyps in (greedy_search(model, batch.src, batch.src_lengths, limits),
-                 beam_search(model, batch.src, batch.src_lengths, limits, beam=3, n_best=3)):
+    for hyps in (
+        greedy_search(model, batch.src, batch.src_lengths, limits),
+        beam_search(model, batch.src, batch.src_lengths, limits, beam=3, n_best=3),
+    ):
         for limit, sentence in zip(limits, hyps):
             for h in sentence:
                 assert len(h.tokens) <= limit
@@ -196,7 +206,7 @@ def test_beam_search_in_a_batch_equals_each_sentence_alone(reverse_model):
     together = beam_search(model, batch.src, batch.src_lengths, limits, beam=4, n_best=2)
     for i, sentence in enumerate(ids):
         alone = make_batch([sentence])
-        [hypotheses] = beam_search(model, alone.src, alone.src_lengths, limits[i:i + 1], beam=4, n_best=2)
+        [hypotheses] = beam_search(model, alone.src, alone.src_lengths, limits[i : i + 1], beam=4, n_best=2)
         _assert_same_hypotheses(together[i], hypotheses)
 
 
@@ -258,8 +268,9 @@ def test_beam_search_stops_a_sentence_that_cannot_improve_with_the_same_results(
             patch.setattr(decoding, "_cannot_improve", lambda *args: False)
             full_counts = count_decoder_rows(translator.model)
             try:
-                full = beam_search(translator.model, batch.src, batch.src_lengths, limits, beam=4, n_best=1,
-                                   alpha=alpha)
+                full = beam_search(
+                    translator.model, batch.src, batch.src_lengths, limits, beam=4, n_best=1, alpha=alpha
+                )
             finally:
                 del translator.model.decode_step
         assert sum(counts) < sum(full_counts)
@@ -277,8 +288,7 @@ def test_every_tensor_of_decoding_is_made_on_the_models_device(reverse_model, ti
     translator, sources = reverse_model
     with torch.device("meta"):
         for beam in (1, 3):
-            assert [t.text for t in translator.translate(sources[:5], beam=beam)] == \
-                [reverse(s) for s in sources[:5]]
+            assert [t.text for t in translator.translate(sources[:5], beam=beam)] == [reverse(s) for s in sources[:5]]
         assert translator.trace(sources[0]).text == reverse(sources[0])
         translator.beam_tree(sources[0], beam=3)
         force_attention(translator, sources[:3], [reverse(s) for s in sources[:3]])
@@ -298,8 +308,9 @@ def test_every_tensor_of_decoding_is_made_on_the_models_device(reverse_model, ti
         tiny_transformer.attention("abc", "")
 
 
-def test_every_tensor_of_the_servers_work_is_made_on_the_models_device(reverse_model, tiny_transformer, pair_model,
-                                                                       monkeypatch):
+def test_every_tensor_of_the_servers_work_is_made_on_the_models_device(
+    reverse_model, tiny_transformer, pair_model, monkeypatch
+):
     """The same for the HTTP API: the work of each request (run in a worker thread, where "meta"
     is made the default device) for a translation model, a Transformer and a sentence-pair model."""
     from attnmt.serve import ServerLimits, create_app
@@ -313,6 +324,7 @@ def test_every_tensor_of_the_servers_work_is_made_on_the_models_device(reverse_m
             def run():
                 with torch.device("meta"):
                     return chunk()
+
             return run
 
         return await run_chunks(self, [made_on_meta(chunk) for chunk in chunks], deadline, wanted)
@@ -322,15 +334,18 @@ def test_every_tensor_of_the_servers_work_is_made_on_the_models_device(reverse_m
     app = create_app([translator.folder, tiny_transformer.folder, ("pairs", pair_model)], ServerLimits(timeout=60.0))
     transformer = tiny_transformer.folder.name
     with local_client(app) as client:
-        for path, body in (("/translate", {"text": sources[:3], "beam": 3, "n_best": 2}),
-                           ("/translate", {"text": sources[0]}), ("/trace", {"text": sources[0]}),
-                           ("/beam", {"text": sources[0], "beam": 3}),
-                           ("/translate", {"text": "abc", "model": transformer}),
-                           ("/attention", {"text": "abc", "model": transformer}),
-                           ("/score", {"text": sources[:2], "translation": ["ab", "c"]}),
-                           ("/translate", {"text": sources[:2], "prefix": ["ab", ""], "beam": 2}),
-                           ("/score", {"text": "abc", "translation": "cba", "model": transformer}),
-                           ("/classify", {"premise": "two red cats", "hypothesis": "two cats", "model": "pairs"})):
+        for path, body in (
+            ("/translate", {"text": sources[:3], "beam": 3, "n_best": 2}),
+            ("/translate", {"text": sources[0]}),
+            ("/trace", {"text": sources[0]}),
+            ("/beam", {"text": sources[0], "beam": 3}),
+            ("/translate", {"text": "abc", "model": transformer}),
+            ("/attention", {"text": "abc", "model": transformer}),
+            ("/score", {"text": sources[:2], "translation": ["ab", "c"]}),
+            ("/translate", {"text": sources[:2], "prefix": ["ab", ""], "beam": 2}),
+            ("/score", {"text": "abc", "translation": "cba", "model": transformer}),
+            ("/classify", {"premise": "two red cats", "hypothesis": "two cats", "model": "pairs"}),
+        ):
             response = client.post(path, json=body)
             assert response.status_code == 200, (path, response.text)
         [translation] = client.post("/translate", json={"text": sources[0]}).json()["translations"]
@@ -362,8 +377,9 @@ class ConfidentModel:
         from attnmt.seq2seq.decoder import Memory
 
         batch = src.size(0)
-        return Memory(torch.zeros(batch, 1, 1), None, torch.ones(batch, 1, dtype=torch.bool), torch.zeros(batch, 1),
-                      window)
+        return Memory(
+            torch.zeros(batch, 1, 1), None, torch.ones(batch, 1, dtype=torch.bool), torch.zeros(batch, 1), window
+        )
 
     def init_state(self, memory):
         from dataclasses import dataclass
@@ -450,8 +466,11 @@ def test_the_attention_window_travels_with_the_call_and_nothing_sets_it_on_the_m
     assert (outputs[None, 1][0][1] > 0).all() and (outputs[(0, 1), 1][0][1] == 0).any()  # the window is used
     assert sets == [] and not hasattr(model.decoder, "window")
     monkeypatch.undo()
-    transformer = build_model(ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=1,
-                                          decoder_layers=1), 20, 20).eval()
+    transformer = build_model(
+        ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=1, decoder_layers=1),
+        20,
+        20,
+    ).eval()
     with pytest.raises(AttnmtError, match="for RNN decoders with attention"):
         decode(transformer, batch.src, batch.src_lengths, DecodingConfig(attention_window=(1, 1)))
 
@@ -470,7 +489,7 @@ def test_attention_window_from_python_and_the_command_line(reverse_model, tiny_t
             weights = torch.as_tensor(t.attention)
             for before, row in zip(weights, weights[1:]):
                 median = int((before.cumsum(0) < 0.5).sum())
-                assert row[:median].sum() == 0 and row[median + 2:].sum() == 0
+                assert row[:median].sum() == 0 and row[median + 2 :].sum() == 0
         with pytest.raises(AttnmtError, match="two whole numbers"):
             translator.attention_window = (-1, 2)
     finally:
@@ -541,18 +560,22 @@ def test_beam_tree_and_trace_stop_between_decoder_steps_when_told(reverse_model)
     tree, traced = translator.beam_tree(text, beam=3), translator.trace(text, top_k=3)
     steps = count_decoder_rows(translator.model)
     try:
-        for run in (lambda stop: translator.beam_tree(text, beam=3, stop=stop),
-                    lambda stop: translator.trace(text, top_k=3, stop=stop)):
+        for run in (
+            lambda stop: translator.beam_tree(text, beam=3, stop=stop),
+            lambda stop: translator.trace(text, top_k=3, stop=stop),
+        ):
             steps.clear()
             stop, asked = stopping_after(steps, None)
             result = run(stop)
             assert len(steps) > 4 and asked[0] == len(steps) - 1
             if isinstance(result, tuple):
                 assert result[1] == tree[1]
-                assert [(c.tokens, c.score) for c in result[0].candidates] == [(c.tokens, c.score)
-                                                                               for c in tree[0].candidates]
-                assert all(np.array_equal(c.attention, d.attention)
-                           for c, d in zip(result[0].candidates, tree[0].candidates))
+                assert [(c.tokens, c.score) for c in result[0].candidates] == [
+                    (c.tokens, c.score) for c in tree[0].candidates
+                ]
+                assert all(
+                    np.array_equal(c.attention, d.attention) for c, d in zip(result[0].candidates, tree[0].candidates)
+                )
             else:
                 assert result.tokens == traced.tokens
                 np.testing.assert_array_equal(result.attention, traced.attention)
@@ -573,13 +596,19 @@ def test_beam_search_shares_each_sentences_memory_among_its_hypotheses(attention
     from attnmt.seq2seq.base import Batched
     from attnmt.seq2seq.decoder import Memory
 
-    config = ModelConfig(attention=attention, embedding_size=16, encoder_hidden=8, decoder_hidden=16,
-                         attention_size=8, dropout=0.0)
+    config = ModelConfig(
+        attention=attention, embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0
+    )
     model, batch = build_model(config, 20, 20).eval(), random_batch(n=7, seed=3)
     rows = []
     step = model.decode_step
-    monkeypatch.setattr(model, "decode_step", lambda prev, state, memory: rows.append(
-        (prev.numel(), memory.states.size(0), memory.beam)) or step(prev, state, memory))
+    monkeypatch.setattr(
+        model,
+        "decode_step",
+        lambda prev, state, memory: (
+            rows.append((prev.numel(), memory.states.size(0), memory.beam)) or step(prev, state, memory)
+        ),
+    )
     shared = beam_search(model, batch.src, batch.src_lengths, [7, 3, 9, 5, 8, 4, 6], beam=4, n_best=3)
     assert all(n == sentences * beam for n, sentences, beam in rows)
     assert any(beam == 4 for _, _, beam in rows) and any(s < 7 for _, s, beam in rows if beam == 4)

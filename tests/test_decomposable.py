@@ -21,11 +21,22 @@ from attnmt.pairs.model import (
 PAD = 0
 
 
-def model(intra: bool = False, seed: int = 0, attend: str = "dot",
-          normalizer: str = "softmax") -> DecomposableAttention:
+def model(
+    intra: bool = False, seed: int = 0, attend: str = "dot", normalizer: str = "softmax"
+) -> DecomposableAttention:
     torch.manual_seed(seed)
-    return DecomposableAttention(vocab_size=12, classes=3, embedding_size=6, hidden_size=5, intra_attention=intra,
-                                 max_distance=2, dropout=0.0, pad_id=PAD, attend=attend, normalizer=normalizer).eval()
+    return DecomposableAttention(
+        vocab_size=12,
+        classes=3,
+        embedding_size=6,
+        hidden_size=5,
+        intra_attention=intra,
+        max_distance=2,
+        dropout=0.0,
+        pad_id=PAD,
+        attend=attend,
+        normalizer=normalizer,
+    ).eval()
 
 
 def test_masked_softmax_ignores_masked_positions():
@@ -103,9 +114,17 @@ def test_padded_premise_positions_get_no_weight_from_the_hypothesis():
     assert torch.allclose(out.premise_weights[0, :2].sum(dim=1), torch.ones(2))
 
 
-@pytest.mark.parametrize("intra,attend,normalizer", [(False, "dot", "softmax"), (True, "dot", "softmax"),
-                                                     (False, "one-to-one", "softmax"), (True, "one-to-one", "softmax"),
-                                                     (True, "dot", "sparsemax"), (False, "one-to-one", "entmax15")])
+@pytest.mark.parametrize(
+    "intra,attend,normalizer",
+    [
+        (False, "dot", "softmax"),
+        (True, "dot", "softmax"),
+        (False, "one-to-one", "softmax"),
+        (True, "one-to-one", "softmax"),
+        (True, "dot", "sparsemax"),
+        (False, "one-to-one", "entmax15"),
+    ],
+)
 def test_a_pair_scores_the_same_alone_or_padded_in_a_batch(intra, attend, normalizer):
     """Masking in both softmax directions and sums over real positions: padding changes nothing."""
     m = model(intra, attend=attend, normalizer=normalizer)
@@ -191,8 +210,9 @@ def collapsing_model(attend: str) -> DecomposableAttention:
     """Words 1..5 one-hot, each with a shared part; word 5 ("are") has the largest shared part, as
     F's ReLU outputs had in the trained quick-start model; words 2 ("red") and 3 ("blue") share a
     colour dimension. F passes its input through (identity weights, positive inputs)."""
-    m = DecomposableAttention(vocab_size=6, classes=3, embedding_size=6, hidden_size=6, dropout=0.0, pad_id=PAD,
-                              attend=attend).eval()
+    m = DecomposableAttention(
+        vocab_size=6, classes=3, embedding_size=6, hidden_size=6, dropout=0.0, pad_id=PAD, attend=attend
+    ).eval()
     with torch.no_grad():
         shared = torch.tensor([0.0, 1.0, 1.0, 1.0, 1.0, 3.0])[:, None]
         m.embed.weight.copy_(torch.eye(6) + shared * torch.tensor([0, 0, 0, 0, 0, 1.0]))

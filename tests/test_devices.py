@@ -55,16 +55,19 @@ class HostTensor(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.Tensor.to and any(isinstance(a, (torch.device, str, torch.Tensor))
-                                           for a in (*args[1:], kwargs.get("device"))):
+        if func is torch.Tensor.to and any(
+            isinstance(a, (torch.device, str, torch.Tensor)) for a in (*args[1:], kwargs.get("device"))
+        ):
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs).as_subclass(torch.Tensor)
         with torch._C.DisableTorchFunctionSubclass():
             tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.dim() > 0]
         if any(isinstance(t, HostTensor) for t in tensors) and not all(isinstance(t, HostTensor) for t in tensors):
-            raise RuntimeError(f"{getattr(func, '__name__', func)}: a tensor made on the host meets the model's "
-                               "tensors without being moved to the model's device (.to(device)): on a GPU, "
-                               "'Expected all tensors to be on the same device'")
+            raise RuntimeError(
+                f"{getattr(func, '__name__', func)}: a tensor made on the host meets the model's "
+                "tensors without being moved to the model's device (.to(device)): on a GPU, "
+                "'Expected all tensors to be on the same device'"
+            )
         return super().__torch_function__(func, types, args, kwargs)
 
 
@@ -85,8 +88,10 @@ def as_on_a_gpu(monkeypatch):
         if caller.f_globals.get("__name__") != devices.__name__:
             where = f"{caller.f_code.co_filename}:{caller.f_lineno} ({caller.f_code.co_name})"
             refused.append(where)
-            raise RuntimeError(f"Tensor.numpy() called at {where}, not through attnmt.core.devices.to_numpy: on a GPU, "
-                               "'can't convert cuda:0 device type tensor to numpy'")
+            raise RuntimeError(
+                f"Tensor.numpy() called at {where}, not through attnmt.core.devices.to_numpy: on a GPU, "
+                "'can't convert cuda:0 device type tensor to numpy'"
+            )
         return real_numpy(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.Tensor, "numpy", numpy)
@@ -99,11 +104,24 @@ def as_on_a_gpu(monkeypatch):
     def move(t, device):
         return None if t is None else t.to(device)
 
-    monkeypatch.setattr(Batch, "to", lambda self, device: Batch(
-        move(self.src, device), move(self.src_lengths, device), move(self.tgt_in, device),
-        move(self.tgt_out, device), self.indices))
-    monkeypatch.setattr(PairBatch, "to", lambda self, device: PairBatch(
-        move(self.premise, device), move(self.hypothesis, device), move(self.labels, device)))
+    monkeypatch.setattr(
+        Batch,
+        "to",
+        lambda self, device: Batch(
+            move(self.src, device),
+            move(self.src_lengths, device),
+            move(self.tgt_in, device),
+            move(self.tgt_out, device),
+            self.indices,
+        ),
+    )
+    monkeypatch.setattr(
+        PairBatch,
+        "to",
+        lambda self, device: PairBatch(
+            move(self.premise, device), move(self.hypothesis, device), move(self.labels, device)
+        ),
+    )
     yield refused
     assert not refused, f"Tensor.numpy() called outside attnmt.core.devices at {refused}"
 
@@ -144,11 +162,15 @@ QUIET = {"log": lambda message: None, "progress": False}
 
 def translation_experiment(tmp_path, model: dict, steps: int):
     test = write_tsv(tmp_path / "test.tsv", DEV[:6])
-    return toy_config(tmp_path, PAIRS, DEV, model=model,
-                      data={"test": {"test": {"tsv": str(test)}}},
-                      training={"max_steps": steps, "validate_every": 3, "log_every": 3, "threads": 1,
-                                "dev_beam": 2},
-                      decoding={"beam": 2, "batch_size": 8, "max_length_ratio": 1.5, "max_length_offset": 3})
+    return toy_config(
+        tmp_path,
+        PAIRS,
+        DEV,
+        model=model,
+        data={"test": {"test": {"tsv": str(test)}}},
+        training={"max_steps": steps, "validate_every": 3, "log_every": 3, "threads": 1, "dev_beam": 2},
+        decoding={"beam": 2, "batch_size": 8, "max_length_ratio": 1.5, "max_length_offset": 3},
+    )
 
 
 def train_and_resume(config, steps: int):
@@ -200,21 +222,56 @@ def test_rnn_translation_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
 
     src = write(tmp_path / "src.txt", "\n".join(sources) + "\n")
     tgt = write(tmp_path / "tgt.txt", "\n".join(reverse(s) for s in sources) + "\n")
-    for argv in (["translate", folder, "-i", src, "-o", tmp_path / "out.txt", "--beam", "2"],
-                 ["translate", folder, "-i", src, "-o", tmp_path / "sampled.txt", "--sample", "--seed", "1",
-                  "--top-k", "3", "--top-p", "0.9"],
-                 ["translate", folder, "-i", src, "-o", tmp_path / "ensemble.txt", "--beam", "2", "--ensemble", folder],
-                 ["evaluate", folder, "--trust-config", "--json", tmp_path / "scores.json"],
-                 ["evaluate", folder, "--src", src, "--ref", tgt],
-                 ["score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "scores.txt", "--ensemble", folder],
-                 ["score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "dual.txt", "--backward", folder],
-                 ["translate", folder, "-i", src, "-o", tmp_path / "reranked.txt", "--beam", "2", "--rerank", folder],
-                 ["align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt"],
-                 ["train-aligner", write(tmp_path / "aligner.yaml", f"model: {folder}\nsteps: 3\nlexicon_steps: 1\n")],
-                 ["align", folder, "--src", src, "--tgt", tgt, "--aligner", folder / "aligner",
-                  "-o", tmp_path / "aligner-links.txt"],
-                 ["plot", folder, sources[0], "--out", tmp_path / "heatmap.png", "--states", tmp_path / "states.png",
-                  "--step", "1", tmp_path / "step.png"]):
+    for argv in (
+        ["translate", folder, "-i", src, "-o", tmp_path / "out.txt", "--beam", "2"],
+        [
+            "translate",
+            folder,
+            "-i",
+            src,
+            "-o",
+            tmp_path / "sampled.txt",
+            "--sample",
+            "--seed",
+            "1",
+            "--top-k",
+            "3",
+            "--top-p",
+            "0.9",
+        ],
+        ["translate", folder, "-i", src, "-o", tmp_path / "ensemble.txt", "--beam", "2", "--ensemble", folder],
+        ["evaluate", folder, "--trust-config", "--json", tmp_path / "scores.json"],
+        ["evaluate", folder, "--src", src, "--ref", tgt],
+        ["score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "scores.txt", "--ensemble", folder],
+        ["score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "dual.txt", "--backward", folder],
+        ["translate", folder, "-i", src, "-o", tmp_path / "reranked.txt", "--beam", "2", "--rerank", folder],
+        ["align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt"],
+        ["train-aligner", write(tmp_path / "aligner.yaml", f"model: {folder}\nsteps: 3\nlexicon_steps: 1\n")],
+        [
+            "align",
+            folder,
+            "--src",
+            src,
+            "--tgt",
+            tgt,
+            "--aligner",
+            folder / "aligner",
+            "-o",
+            tmp_path / "aligner-links.txt",
+        ],
+        [
+            "plot",
+            folder,
+            sources[0],
+            "--out",
+            tmp_path / "heatmap.png",
+            "--states",
+            tmp_path / "states.png",
+            "--step",
+            "1",
+            tmp_path / "step.png",
+        ],
+    ):
         assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
     assert len((tmp_path / "out.txt").read_text().splitlines()) == len(sources)
     assert len((tmp_path / "aligner-links.txt").read_text().splitlines()) == len(sources)
@@ -235,8 +292,16 @@ def test_transformer_commands_and_attention_maps_on_a_device(as_on_a_gpu, tmp_pa
     attention (API and /attention), forced attention of every layer, the head view, export."""
     from attnmt.translation.align import force_attention
 
-    model = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 2,
-             "decoder_layers": 2, "dropout": 0.1, "attention_dropout": 0.1}
+    model = {
+        "type": "transformer",
+        "d_model": 16,
+        "heads": 2,
+        "feed_forward": 32,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "dropout": 0.1,
+        "attention_dropout": 0.1,
+    }
     config = translation_experiment(tmp_path, model, steps=3)
     config.experiment_dir = tmp_path / "transformer"
     train_and_resume(config, 3)
@@ -250,13 +315,32 @@ def test_transformer_commands_and_attention_maps_on_a_device(as_on_a_gpu, tmp_pa
     [layers] = force_attention(translator, [source], [reverse(source)], layers=True)
     pieces = len(translator.src_subwords.encode([source])[0]) + 1
     assert layers.shape == (2, pieces, pieces)
-    assert main([str(a) for a in ["plot", folder, source, "--head-view", tmp_path / "heads.png"]]) == 0, \
+    assert main([str(a) for a in ["plot", folder, source, "--head-view", tmp_path / "heads.png"]]) == 0, (
         capsys.readouterr().err
+    )
     aligner = write(tmp_path / "aligner.yaml", f"model: {folder}\nsteps: 2\nlexicon_steps: 1\nsize: 8\n")
     assert main(["train-aligner", str(aligner)]) == 0, capsys.readouterr().err
     pairs = write(tmp_path / "src.txt", source + "\n"), write(tmp_path / "tgt.txt", reverse(source) + "\n")
-    assert main([str(a) for a in ["align", folder, "--src", pairs[0], "--tgt", pairs[1], "--aligner",
-                                  folder / "aligner", "-o", tmp_path / "links.txt"]]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                str(a)
+                for a in [
+                    "align",
+                    folder,
+                    "--src",
+                    pairs[0],
+                    "--tgt",
+                    pairs[1],
+                    "--aligner",
+                    folder / "aligner",
+                    "-o",
+                    tmp_path / "links.txt",
+                ]
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     with local_client(create_app([folder], LIMITS)) as client:
         assert len(post(client, "/attention", {"text": source})["cross"]) == 2
         post(client, "/translate", {"text": [source], "beam": 2})
@@ -272,8 +356,12 @@ def test_sentence_pair_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     from attnmt.pairs.quickstart import make_pairs
 
     test = write(tmp_path / "test.tsv", "".join("\t".join(t) + "\n" for t in make_pairs(20, seed=3)))
-    raw = pair_config(tmp_path, data={"dev": {"tsv": str(test)}, "test": {"test": {"tsv": str(test)}}},
-                      model={"dropout": 0.2}, training={"max_steps": 3, "validate_every": 3, "threads": 1})
+    raw = pair_config(
+        tmp_path,
+        data={"dev": {"tsv": str(test)}, "test": {"test": {"tsv": str(test)}}},
+        model={"dropout": 0.2},
+        training={"max_steps": 3, "validate_every": 3, "threads": 1},
+    )
     config = config_from_dict(raw, tmp_path)
     config.experiment_dir = tmp_path / "pairs"
     train_and_resume(config, 3)
@@ -283,9 +371,11 @@ def test_sentence_pair_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     assert isinstance(result.premise_attention, np.ndarray) and isinstance(result.class_scores, np.ndarray)
     assert 0 <= classifier.evaluate(classifier.test_sets["test"])["accuracy"] <= 1
     pairs = write(tmp_path / "pairs.txt", "two red cats\ttwo cats\n")
-    for argv in (["classify", folder, "-i", pairs, "-o", tmp_path / "labels.txt"],
-                 ["evaluate", folder, "--trust-config"],
-                 ["plot", folder, "two red cats", "--hypothesis", "two cats", "--out", tmp_path / "pair.png"]):
+    for argv in (
+        ["classify", folder, "-i", pairs, "-o", tmp_path / "labels.txt"],
+        ["evaluate", folder, "--trust-config"],
+        ["plot", folder, "two red cats", "--hypothesis", "two cats", "--out", tmp_path / "pair.png"],
+    ):
         assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
     with local_client(create_app([folder], LIMITS)) as client:
         assert post(client, "/classify", {"premise": "two red cats", "hypothesis": "two cats"})["label"]
@@ -297,8 +387,9 @@ def test_speech_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     trace, forced attention, translate / evaluate / plot, and audio over HTTP."""
     texts = random_texts(6, seed=4)
     tsv = write_tone_corpus(tmp_path, "train", texts)
-    config = speech_config(tmp_path, tsv, dev=tsv, test=tsv, steps=3, speech={"conv_channels": 8, "n_mels": 40,
-                                                                              "ctc_weight": 0.3})
+    config = speech_config(
+        tmp_path, tsv, dev=tsv, test=tsv, steps=3, speech={"conv_channels": 8, "n_mels": 40, "ctc_weight": 0.3}
+    )
     config.experiment_dir = tmp_path / "speech"
     train_and_resume(config, 3)
     folder = config.experiment_dir
@@ -311,9 +402,11 @@ def test_speech_commands_on_a_device(as_on_a_gpu, tmp_path, capsys):
     [matrix] = model.force_attention([model.features(wavs[0])], [texts[0]])
     assert matrix.shape[0] == len(model.tgt_subwords.encode(texts[:1])[0]) + 1
     lines = write(tmp_path / "wavs.txt", "".join(f"{w}\n" for w in wavs))
-    for argv in (["translate", folder, "-i", lines, "-o", tmp_path / "out.txt"],
-                 ["evaluate", folder, "--trust-config"],
-                 ["plot", folder, wavs[0], "--out", tmp_path / "speech.png"]):
+    for argv in (
+        ["translate", folder, "-i", lines, "-o", tmp_path / "out.txt"],
+        ["evaluate", folder, "--trust-config"],
+        ["plot", folder, wavs[0], "--out", tmp_path / "speech.png"],
+    ):
         assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
     audio = base64.b64encode(wavs[0].read_bytes()).decode()
     with local_client(create_app([folder], LIMITS)) as client:
@@ -330,21 +423,31 @@ def test_every_tensor_of_training_is_made_on_the_models_device(tmp_path, monkeyp
     steps, validation and checkpoints of each task, and resuming, name their device everywhere.
     (The models are built before, as they are built on the CPU and then moved; no test set, whose
     scoring loads a model.)"""
-    transformer = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "dropout": 0.1,
-                   "attention_dropout": 0.1}
+    transformer = {
+        "type": "transformer",
+        "d_model": 16,
+        "heads": 2,
+        "feed_forward": 32,
+        "dropout": 0.1,
+        "attention_dropout": 0.1,
+    }
     texts = random_texts(6, seed=4)
     tsv = write_tone_corpus(tmp_path, "tones", texts)
     from attnmt.pairs.quickstart import make_pairs
 
     (tmp_path / "pairs").mkdir()
     write(tmp_path / "pairs" / "d.tsv", "".join("\t".join(t) + "\n" for t in make_pairs(20, seed=3)))
-    pairs = pair_config(tmp_path / "pairs", data={"dev": {"tsv": str(tmp_path / "pairs" / "d.tsv")}},
-                        model={"dropout": 0.2})
-    configs = [toy_config(tmp_path / "rnn", PAIRS, DEV, model={"attention": "location", "dropout": 0.2}),
-               toy_config(tmp_path / "transformer", PAIRS, DEV, model=transformer),
-               config_from_dict(pairs, tmp_path / "pairs"),
-               speech_config(tmp_path / "speech", tsv, dev=tsv, steps=3,
-                             speech={"conv_channels": 8, "n_mels": 40, "ctc_weight": 0.3})]
+    pairs = pair_config(
+        tmp_path / "pairs", data={"dev": {"tsv": str(tmp_path / "pairs" / "d.tsv")}}, model={"dropout": 0.2}
+    )
+    configs = [
+        toy_config(tmp_path / "rnn", PAIRS, DEV, model={"attention": "location", "dropout": 0.2}),
+        toy_config(tmp_path / "transformer", PAIRS, DEV, model=transformer),
+        config_from_dict(pairs, tmp_path / "pairs"),
+        speech_config(
+            tmp_path / "speech", tsv, dev=tsv, steps=3, speech={"conv_channels": 8, "n_mels": 40, "ctc_weight": 0.3}
+        ),
+    ]
     for config in configs:
         config.training.validate_every, config.training.threads, config.training.dev_beam = 3, 1, 2
         for steps, resume in ((3, False), (5, True)):

@@ -22,19 +22,24 @@ MODEL = {"attention": "bahdanau", "dropout": 0.0}
 
 
 def write_config(folder, **training):
-    config = toy_config(folder, PAIRS, DEV, model=MODEL,
-                        training={"threads": 1, "validate_every": 6, "log_every": 3, **training})
+    config = toy_config(
+        folder, PAIRS, DEV, model=MODEL, training={"threads": 1, "validate_every": 6, "log_every": 3, **training}
+    )
     path = folder / "train.yaml"
     path.write_text(config_to_yaml(config), encoding="utf-8")
     return config, path
 
 
 def run(path, processes: int, resume: bool = False):
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-                if processes > 1 else [sys.executable])
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+        if processes > 1
+        else [sys.executable]
+    )
     command = launcher + ["-m", "attnmt.cli", "train", str(path), "--no-progress"] + (["--resume"] if resume else [])
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -106,9 +111,22 @@ def test_training_frees_the_process_group(tmp_path):
     _, path = write_config(tmp_path, max_steps=3)
     script = tmp_path / "threads.py"
     script.write_text(THREADS_AFTER_TRAINING, encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           str(script), str(path), str(tmp_path)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(script),
+            str(path),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     reports = [(tmp_path / f"threads-{rank}").read_text() for rank in (0, 1)]
     assert all("python" in report and "gloo" not in report for report in reports), reports

@@ -105,9 +105,7 @@ def test_bucket_bleu_equals_corpus_bleu_on_its_sentences():
     whole = sacrebleu.corpus_bleu(B_HYPS, [B_REFS]).score
     assert middle.bleu == pytest.approx(expected)
     assert middle.bleu != pytest.approx(whole)  # really a subset, not the whole corpus
-    assert buckets[0].bleu == pytest.approx(
-        sacrebleu.corpus_bleu(B_HYPS[:1], [B_REFS[:1]]).score
-    )
+    assert buckets[0].bleu == pytest.approx(sacrebleu.corpus_bleu(B_HYPS[:1], [B_REFS[:1]]).score)
 
 
 def test_empty_bucket_has_no_bleu():
@@ -150,7 +148,8 @@ def test_format_report_has_table():
 
 def test_exact_match_beside_bleu():
     """Outputs identical to their reference, in the report and its text (issue 28)."""
-    report = evaluation_report(["a", "b", "c", "d"], ["1989-07-14", "x", "2026-11-22", "y"],
-                               ["1989-07-14", "z", "2026-11-22", "w"])
+    report = evaluation_report(
+        ["a", "b", "c", "d"], ["1989-07-14", "x", "2026-11-22", "y"], ["1989-07-14", "z", "2026-11-22", "w"]
+    )
     assert report["exact_match"] == 0.5
     assert "exact match 50.00 % (2 of 4 identical to their reference)" in format_report(report)

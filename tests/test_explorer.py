@@ -19,11 +19,17 @@ from attnmt.serve import ServerLimits, create_app
 from conftest import WAIT, random_strings, require
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 TIMEOUT_MS = 20_000
 HIGHLIGHT_RATIO = 0.5  # as in static/heatmap.js: a source token is highlighted at >= ratio * the row's maximum
-
 
 
 @contextmanager
@@ -62,8 +68,11 @@ def server(reverse_model, tiny_transformer, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    require(CHROMIUM.is_file(), f"Chromium not found at {CHROMIUM}: the explorer tests need a real browser (Debian: "
-                                "apt-get install chromium, as .ci/run does); Playwright cannot download one here")
+    require(
+        CHROMIUM.is_file(),
+        f"Chromium not found at {CHROMIUM}: the explorer tests need a real browser (Debian: "
+        "apt-get install chromium, as .ci/run does); Playwright cannot download one here",
+    )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -131,7 +140,8 @@ def test_translation_and_heatmap(page, server):
     assert page.locator("#panel-a th.src-label").all_text_contents() == source
     assert page.locator("#panel-a th.tgt-label").all_text_contents() == target
     weights = page.eval_on_selector_all(
-        "#panel-a td.cell", "cells => cells.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])")
+        "#panel-a td.cell", "cells => cells.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])"
+    )
     assert len(weights) == len(source) * len(target)
     for i, j, w in weights:
         assert w == pytest.approx(attention[i][j], abs=1e-5)
@@ -147,11 +157,20 @@ def test_heatmap_marks_the_word_links(page, server):
     best = translation["candidates"][0]
     links = [tuple(link) for link in best["alignment"]]
     assert links and sorted(j for _, j in links) == list(range(len(best["text"].split())))
-    marked = lambda: sorted(map(tuple, page.eval_on_selector_all(  # noqa: E731
-        "#panel-a td.cell.link", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col])")))
+
+    def marked():
+        cells = page.eval_on_selector_all(
+            "#panel-a td.cell.link", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col])"
+        )
+        return sorted(map(tuple, cells))
+
     shown = api_translation(server, text)  # the page's request: its attention
-    pieces = output_links(np.array(shown["candidates"][0]["attention"]), shown["source_tokens"],
-                          shown["candidates"][0]["tokens"], words=False)
+    pieces = output_links(
+        np.array(shown["candidates"][0]["attention"]),
+        shown["source_tokens"],
+        shown["candidates"][0]["tokens"],
+        words=False,
+    )
     assert marked() == sorted((j, i) for i, j in pieces)  # pieces: each output piece's most attended piece
     assert "link: the source token each output token attends to most" in page.text_content("#panel-a .legend")
     page.check("#words")
@@ -234,13 +253,14 @@ def test_step_through_decoding(page, server):
 
 
 def test_a_prefix_starts_every_view_and_its_steps_are_marked(page, server):
-    """"Start the translation with" reaches /translate, /trace and /beam: the translation, the
+    """ "Start the translation with" reaches /translate, /trace and /beam: the translation, the
     greedy steps (the prefix's marked, the model's own top-k beside them) and the beam's best path
     begin with it; without it, the views are as before."""
     page.fill("#prefix", "ji")  # not what the model writes for "abcdef" ("fedcba")
     translate_in_page(page, "abcdef")
     [translation] = post(server, "/translate", {"text": "abcdef", "model": server[1], "prefix": "ji"}).json()[
-        "translations"]
+        "translations"
+    ]
     assert translation["candidates"][0]["text"].startswith("ji")
     assert page.text_content("#panel-a .translation") == translation["candidates"][0]["text"]
     trace = post(server, "/trace", {"text": "abcdef", "model": server[1], "prefix": "ji"}).json()
@@ -267,12 +287,14 @@ def test_a_prefix_starts_every_view_and_its_steps_are_marked(page, server):
 
 
 def test_must_contain_constrains_the_translation_and_the_beam_tree(page, server):
-    """"Must contain" (phrases separated by ";") reaches /translate and /beam: the translation holds
+    """ "Must contain" (phrases separated by ";") reaches /translate and /beam: the translation holds
     them, the beam tree's nodes say how many constraint tokens they wrote, and the step view says
     that its greedy steps are the model's own; cleared, the views are as before."""
     sent = []
-    page.on("request", lambda r: sent.append((r.url.rsplit("/", 1)[1], json.loads(r.post_data)))
-            if r.method == "POST" else None)
+    page.on(
+        "request",
+        lambda r: sent.append((r.url.rsplit("/", 1)[1], json.loads(r.post_data))) if r.method == "POST" else None,
+    )
     page.fill("#constraints", "hh; ; a")
     translate_in_page(page, "abcdef")
     bodies = {path: body for path, body in sent}
@@ -331,7 +353,8 @@ def test_beam_tree(page, server, tmp_path):
     for status in ("root", "kept", "finished", "pruned"):
         assert page.locator(f"svg.beam-tree g.node.{status}").count() == sum(n["status"] == status for n in nodes)
     shown = page.eval_on_selector_all(
-        "svg.beam-tree g.node", "gs => gs.map(g => [+g.dataset.id, g.dataset.status, +g.dataset.step])")
+        "svg.beam-tree g.node", "gs => gs.map(g => [+g.dataset.id, g.dataset.status, +g.dataset.step])"
+    )
     assert sorted(shown) == sorted([n["id"], n["status"], n["step"]] for n in nodes)
     # the path of the best translation, marked from the root to a finished node
     by_id = {n["id"]: n for n in nodes}
@@ -350,12 +373,15 @@ def test_beam_layout_is_a_function_of_the_nodes(page, server):
     of their parents, the best path from the root to the finished node that spells the translation."""
     answer = post(server, "/beam", {"text": "abcdef", "model": server[1], "beam": 3}).json()
     nodes, tokens = answer["nodes"], answer["translation"]["candidates"][0]["tokens"]
-    layout = page.evaluate("""async ([nodes, tokens]) => {
+    layout = page.evaluate(
+        """async ([nodes, tokens]) => {
         const { BOX, bestPath, layoutBeam } = await import("/static/beam.js");
         const { columns, pos, width, height } = layoutBeam(nodes);
         return { box: BOX, width, height, best: [...bestPath(nodes, tokens)],
                  columns: columns.map((list) => list.map((n) => n.id)), pos: Object.fromEntries(pos) };
-    }""", [nodes, tokens])
+    }""",
+        [nodes, tokens],
+    )
     box, pos = layout["box"], {int(i): p for i, p in layout["pos"].items()}
     by_id = {n["id"]: n for n in nodes}
     assert sorted(pos) == sorted(by_id) and len({(p["x"], p["y"]) for p in pos.values()}) == len(nodes)
@@ -378,24 +404,30 @@ def test_beam_layout_is_a_function_of_the_nodes(page, server):
 def test_the_model_line_names_local_attention(page, server):
     """static/panels.js describeModel: a model with Luong's local attention says which, and its D."""
     [info] = [m for m in httpx.get(f"{server[0]}/models").json() if m["name"] == server[1]]
-    lines = page.evaluate("""async (info) => {
+    lines = page.evaluate(
+        """async (info) => {
         const { describeModel } = await import("/static/panels.js");
         return [describeModel(info), describeModel({ ...info, attention: "luong-general", input_feeding: false,
                                                      local_attention: "local-p", local_window: 10 })];
-    }""", info)
+    }""",
+        info,
+    )
     assert "local" not in lines[0] and info["local_attention"] == "none"
     assert lines[1].startswith("luong-general local-p (D 10) attention") and "no input feeding" in lines[1]
 
 
 def test_the_model_line_names_a_sparse_normalizer(page, server):
     [info] = [m for m in httpx.get(f"{server[0]}/models").json() if m["name"] == server[1]]
-    lines = page.evaluate("""async (info) => {
+    lines = page.evaluate(
+        """async (info) => {
         const { describeModel } = await import("/static/panels.js");
         return [describeModel(info), describeModel({ ...info, attention_normalizer: "entmax15" }),
                 describeModel({ ...info, type: "transformer", d_model: 32, heads: 4, norm: "pre",
                                 attention_normalizer: "sparsemax" }),
                 describeModel({ ...info, attention_normalizer: "csparsemax", fertility_bound: 1.5 })];
-    }""", info)
+    }""",
+        info,
+    )
     assert info["attention_normalizer"] == "softmax" and "softmax" not in lines[0]
     assert lines[1].startswith(f"{info['attention']} entmax15 attention")
     assert lines[2].startswith("Transformer · sparsemax attention · d_model 32")
@@ -404,12 +436,15 @@ def test_the_model_line_names_a_sparse_normalizer(page, server):
 
 def test_the_model_line_names_coverage_attention_and_its_fertility(page, server):
     [info] = [m for m in httpx.get(f"{server[0]}/models").json() if m["name"] == server[1]]
-    lines = page.evaluate("""async (info) => {
+    lines = page.evaluate(
+        """async (info) => {
         const { describeModel } = await import("/static/panels.js");
         return [describeModel({ ...info, attention: "coverage", coverage_fertility: 0 }),
                 describeModel({ ...info, attention: "coverage", coverage_fertility: 2 }),
                 describeModel({ ...info, attention: "coverage", coverage_fertility: 0, coverage_dim: 10 })];
-    }""", info)
+    }""",
+        info,
+    )
     assert info["coverage_fertility"] is None and info["coverage_dim"] is None
     assert lines[0].startswith("coverage attention") and "fertility" not in lines[0]
     assert lines[1].startswith("coverage (fertility N 2) attention")
@@ -421,6 +456,7 @@ def test_the_step_view_names_a_sparse_normalizer_and_counts_its_zeros(page, serv
     """A /trace of a sparsemax (or constrained sparsemax) model (its answer rewritten here: one weight
     1, the others 0): the axis notes say which map (of the bounds u too) and how many weights are 0;
     merged into words, weights only (a word has no score whose sparsemax gives its weight)."""
+
     def sparse(route):
         response = route.fetch()
         body = response.json()
@@ -458,8 +494,11 @@ def test_score_card_colours_each_token_by_its_probability(page, server):
     assert own == api_translation(server, "abcdef")["candidates"][0]["text"]
 
     def shown():
-        return page.eval_on_selector_all(".score-token", "cells => cells.map(c => [c.querySelector('.tok')"
-                                         ".textContent, +c.dataset.p, c.classList.contains('least')])")
+        return page.eval_on_selector_all(
+            ".score-token",
+            "cells => cells.map(c => [c.querySelector('.tok')"
+            ".textContent, +c.dataset.p, c.classList.contains('least')])",
+        )
 
     def expected(translation):
         answer = post(server, "/score", {"text": "abcdef", "translation": translation, "model": server[1]})
@@ -522,7 +561,8 @@ def head_view_lines(page):
     """[query, key, stroke-opacity] of every line of the head view."""
     return page.eval_on_selector_all(
         "#layers-view svg.head-view line.att-line",
-        "ls => ls.map(l => [+l.dataset.query, +l.dataset.key, +l.getAttribute('stroke-opacity')])")
+        "ls => ls.map(l => [+l.dataset.query, +l.dataset.key, +l.getAttribute('stroke-opacity')])",
+    )
 
 
 def assert_head_view(page, matrix, queries, keys):
@@ -535,8 +575,9 @@ def assert_head_view(page, matrix, queries, keys):
 
 
 def selected_cells(page):
-    return page.eval_on_selector_all(".head-grid canvas.grid-cell.selected",
-                                     "cs => cs.map(c => [+c.dataset.layer, +c.dataset.head])")
+    return page.eval_on_selector_all(
+        ".head-grid canvas.grid-cell.selected", "cs => cs.map(c => [+c.dataset.layer, +c.dataset.head])"
+    )
 
 
 def test_transformer_layers_and_heads(page, server):
@@ -556,8 +597,9 @@ def test_transformer_layers_and_heads(page, server):
     assert_head_view(page, answer["encoder"][2][3], answer["source_tokens"], answer["source_tokens"])
     assert page.locator(".head-grid canvas.grid-cell").count() == 3 * 4  # layers x heads
     assert selected_cells(page) == [[2, 3]]
-    cells = page.eval_on_selector_all("#layers-view td.cell", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col, "
-                                                                 "+c.dataset.weight])")
+    cells = page.eval_on_selector_all(
+        "#layers-view td.cell", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])"
+    )
     assert len(cells) == len(answer["source_tokens"]) ** 2
     for i, j, w in cells:
         assert w == pytest.approx(answer["encoder"][2][3][i][j], abs=1e-5)
@@ -577,17 +619,19 @@ def test_transformer_layers_and_heads(page, server):
     assert selected_cells(page) == []
     page.select_option("#att-kind", "decoder")  # layer 0 exists in the decoder too: kept
     assert page.input_value("#att-layer") == "0" and page.input_value("#att-head") == "mean"
-    assert_head_view(page, np.mean(answer["decoder"][0], axis=0).tolist(), answer["tokens"],
-                     answer["decoder_tokens"])
+    assert_head_view(page, np.mean(answer["decoder"][0], axis=0).tolist(), answer["tokens"], answer["decoder_tokens"])
     assert all(j <= i for i, j, _ in head_view_lines(page))
 
     # hovering a token keeps only its lines (by display: a horizontal line has an empty bounding
     # box, which Playwright's :visible would count as hidden)
     def shown_lines():
-        return sorted(page.eval_on_selector_all(
-            "svg.head-view line.att-line",
-            "ls => ls.filter(l => getComputedStyle(l).display !== 'none')"
-            "        .map(l => [+l.dataset.query, +l.dataset.key])"))
+        return sorted(
+            page.eval_on_selector_all(
+                "svg.head-view line.att-line",
+                "ls => ls.filter(l => getComputedStyle(l).display !== 'none')"
+                "        .map(l => [+l.dataset.query, +l.dataset.key])",
+            )
+        )
 
     page.hover("svg.head-view text.tok.query[data-query='1']")
     assert shown_lines() == [[1, 0], [1, 1]]  # decoder position 1 sees positions 0 and 1
@@ -603,13 +647,15 @@ def test_transformer_layers_and_heads(page, server):
 
 
 def test_heads_switched_off_translate_the_sentence_without_them(page, server):
-    """"Switch this head off" sends the first model's request again with mask_heads; the answer is
+    """ "Switch this head off" sends the first model's request again with mask_heads; the answer is
     shown beside the translation with every head; chips switch heads on again, one or all."""
     from playwright.sync_api import expect
 
     transformer, sent = server[3], []
-    page.on("request", lambda r: sent.append(json.loads(r.post_data))
-            if r.method == "POST" and r.url.endswith("/translate") else None)
+    page.on(
+        "request",
+        lambda r: sent.append(json.loads(r.post_data)) if r.method == "POST" and r.url.endswith("/translate") else None,
+    )
     page.select_option("#model", transformer)
     translate_in_page(page, "abcdef")
     shown = page.text_content("#panel-a .translation")
@@ -628,8 +674,9 @@ def test_heads_switched_off_translate_the_sentence_without_them(page, server):
 
     switch_off("cross", "1", "2", "cross.1.2")
     assert page.text_content("#heads-off-result .with-all") == shown
-    assert page.eval_on_selector_all(".head-grid canvas.grid-cell.off",
-                                     "cs => cs.map(c => [+c.dataset.layer, +c.dataset.head])") == [[1, 2]]
+    assert page.eval_on_selector_all(
+        ".head-grid canvas.grid-cell.off", "cs => cs.map(c => [+c.dataset.layer, +c.dataset.head])"
+    ) == [[1, 2]]
     switch_off("encoder", "0", "1", "cross.1.2,encoder.0.1")
     assert page.locator("#heads-off-list .head-chip").all_text_contents() == ["cross.1.2 ×", "encoder.0.1 ×"]
     page.click("#heads-off-list .head-chip[data-head='cross.1.2']")  # on again
@@ -641,18 +688,21 @@ def test_heads_switched_off_translate_the_sentence_without_them(page, server):
 
 
 def test_saliency_beside_attention(page, server):
-    """"Compare with saliency" asks /saliency for the translation shown: two heatmaps, the attention
+    """ "Compare with saliency" asks /saliency for the translation shown: two heatmaps, the attention
     and the gradients, each the API's weights, and how often their rows agree on the top piece."""
     translate_in_page(page, "abcdef")
     shown = page.text_content("#panel-a .translation")
     assert page.is_visible("#saliency-card") and page.locator("#saliency-result table").count() == 0
     page.click("#saliency-run")
     page.wait_for_selector("#saliency-agreement")
-    answer = post(server, "/saliency", {"text": "abcdef", "model": server[1],
-                                        "translation": shown if shown.strip() else None}).json()
+    answer = post(
+        server, "/saliency", {"text": "abcdef", "model": server[1], "translation": shown if shown.strip() else None}
+    ).json()
     for index, key in ((0, "attention"), (1, "saliency")):
-        cells = page.eval_on_selector_all(f"#saliency-result table.heatmap >> nth={index} >> td.cell",
-                                          "cs => cs.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])")
+        cells = page.eval_on_selector_all(
+            f"#saliency-result table.heatmap >> nth={index} >> td.cell",
+            "cs => cs.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])",
+        )
         assert len(cells) == len(answer["tokens"]) * len(answer["source_tokens"])
         for i, j, w in cells:
             assert w == pytest.approx(answer[key][i][j], abs=1e-3), (key, i, j)
@@ -680,13 +730,16 @@ def test_words_module_merges_as_the_figures_do(page):
     for source, target in MERGE_CASES:
         scores = rng.normal(size=(len(target), len(source))) * 3
         matrix = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True)
-        words = page.evaluate("""async ([source, target, matrix, scores]) => {
+        words = page.evaluate(
+            """async ([source, target, matrix, scores]) => {
             const w = await import("/static/words.js");
             const spans = w.wordSpans(source);
             return { merged: w.mergePieces(source, target, matrix), spans,
                      lse: scores.map((row) => w.logSumExpColumns(row, spans)),
                      sums: matrix.map((row) => w.sumColumns(row, spans)) };
-        }""", [source, target, matrix.tolist(), scores.tolist()])
+        }""",
+            [source, target, matrix.tolist(), scores.tolist()],
+        )
         source_words, target_words, expected = merge_pieces(source, target, matrix)
         assert words["merged"]["source"] == source_words and words["merged"]["target"] == target_words
         np.testing.assert_allclose(words["merged"]["matrix"], expected, rtol=0, atol=1e-12)
@@ -695,8 +748,9 @@ def test_words_module_merges_as_the_figures_do(page):
         # the step view's word scores: their softmax is the word weights (the sums of the pieces')
         lse = np.array(words["lse"])
         np.testing.assert_allclose(np.exp(lse) / np.exp(lse).sum(axis=1, keepdims=True), words["sums"], atol=1e-12)
-        np.testing.assert_allclose(words["sums"], [[row[a:b].sum() for a, b in word_spans(source)] for row in matrix],
-                                   atol=1e-12)
+        np.testing.assert_allclose(
+            words["sums"], [[row[a:b].sum() for a, b in word_spans(source)] for row in matrix], atol=1e-12
+        )
 
 
 def step_number(page) -> int:
@@ -720,8 +774,9 @@ def test_words_toggle_merges_the_heatmaps_and_the_step_bars(page, server):
     assert len(source_words) == 4 and page.get_attribute("#panel-a table.heatmap", "data-unit") == "word"
     assert page.locator("#panel-a th.src-label").all_text_contents() == source_words
     assert page.locator("#panel-a th.tgt-label").all_text_contents() == target_words
-    cells = page.eval_on_selector_all("#panel-a td.cell", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col, "
-                                                         "+c.dataset.weight])")
+    cells = page.eval_on_selector_all(
+        "#panel-a td.cell", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])"
+    )
     assert len(cells) == len(source_words) * len(target_words)
     for i, j, w in cells:
         assert w == pytest.approx(matrix[i][j], abs=1e-6)
@@ -733,16 +788,18 @@ def test_words_toggle_merges_the_heatmaps_and_the_step_bars(page, server):
     labels = page.eval_on_selector_all("#step-view svg.bars text.tok-label", "ts => ts.map(t => t.dataset.token)")
     assert labels == merge_pieces(trace["source_tokens"], trace["tokens"], [s["weights"] for s in trace["steps"]])[0]
     bars = page.locator("#step-view svg.bars rect.bar.weight title").all_text_contents()
-    assert [float(b.removeprefix("a = ")) for b in bars] == pytest.approx([sum(weights[a:b]) for a, b in spans],
-                                                                          abs=1e-4)
+    assert [float(b.removeprefix("a = ")) for b in bars] == pytest.approx(
+        [sum(weights[a:b]) for a, b in spans], abs=1e-4
+    )
     assert page.locator("#step-view svg.bars rect.bar.score").count() == len(spans)
     # its heatmap: the rows of the words begun, the current one the mean of its pieces so far
     steps_so_far = [s["weights"] for s in trace["steps"][:2]]
     _, begun, so_far = merge_pieces(trace["source_tokens"], trace["tokens"][:2], steps_so_far)
     assert page.get_attribute("#step-view table.heatmap", "data-unit") == "word"
     assert page.get_attribute("#step-view table.heatmap tr.current", "data-row") == str(len(begun) - 1)
-    current = page.eval_on_selector_all(f"#step-view td.cell[data-row='{len(begun) - 1}']", "cs => cs.map(c => "
-                                        "+c.dataset.weight)")
+    current = page.eval_on_selector_all(
+        f"#step-view td.cell[data-row='{len(begun) - 1}']", "cs => cs.map(c => +c.dataset.weight)"
+    )
     assert current == pytest.approx(list(so_far[-1]), abs=1e-6)
 
     page.uncheck("#words")  # back to pieces, same step
@@ -753,15 +810,24 @@ def test_words_toggle_merges_the_heatmaps_and_the_step_bars(page, server):
 
 def overlapping_labels(page) -> list:
     """Pairs of source labels under the step bars whose bounding boxes overlap."""
-    boxes = page.eval_on_selector_all("#step-view svg.bars text.tok-label", """ts => ts.map((t) => {
-        const r = t.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })""")
+    boxes = page.eval_on_selector_all(
+        "#step-view svg.bars text.tok-label",
+        """ts => ts.map((t) => {
+        const r = t.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })""",
+    )
     assert boxes and all(right > left and bottom > top for left, top, right, bottom in boxes)
-    bars = page.eval_on_selector_all("#step-view svg.bars rect.bar, #step-view svg.bars text.val",
-                                     "es => es.map((e) => e.getBoundingClientRect().bottom)")
+    bars = page.eval_on_selector_all(
+        "#step-view svg.bars rect.bar, #step-view svg.bars text.val",
+        "es => es.map((e) => e.getBoundingClientRect().bottom)",
+    )
     svg_box = page.eval_on_selector("#step-view svg.bars", "s => s.getBoundingClientRect().bottom")
     assert all(max(bars) <= top and bottom <= svg_box for _, top, _, bottom in boxes)  # under the bars, not cut off
-    return [(i, j) for i, a in enumerate(boxes) for j, b in enumerate(boxes[:i])
-            if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]
+    return [
+        (i, j)
+        for i, a in enumerate(boxes)
+        for j, b in enumerate(boxes[:i])
+        if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+    ]
 
 
 def test_step_labels_stay_readable_up_to_the_token_limit(page, server, reverse_model):
@@ -811,8 +877,10 @@ def test_a_tag_reaches_every_view_of_the_models_trained_with_it(browser, tagged_
     page = browser.new_page(viewport={"width": 1320, "height": 900})
     errors, sent = [], []
     page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("request", lambda r: sent.append((r.url.rsplit("/", 1)[1], json.loads(r.post_data)))
-            if r.method == "POST" else None)
+    page.on(
+        "request",
+        lambda r: sent.append((r.url.rsplit("/", 1)[1], json.loads(r.post_data))) if r.method == "POST" else None,
+    )
     try:
         page.goto(url + "/")
         page.wait_for_selector("body[data-state=ready]")
@@ -839,14 +907,23 @@ def test_a_tag_reaches_every_view_of_the_models_trained_with_it(browser, tagged_
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
-@pytest.mark.parametrize("rewrite, notes", [
-    ({"attention_normalizer": "csparsemax", "fertility_bound": 1.5},
-     ["Σ a before", "+ this step", "bound f = 1.5"]),
-    ({"attention": "coverage", "coverage_fertility": 2},
-     ["Σ a before", "+ this step", "÷ fertility Φⱼ", "in the score"]),
-    ({"attention": "coverage", "coverage_fertility": 0, "coverage_dim": 10},
-     ["Σ a before", "+ this step", "score: a GRU's", "Cⱼ (d 10) of it"]),
-])
+@pytest.mark.parametrize(
+    "rewrite, notes",
+    [
+        (
+            {"attention_normalizer": "csparsemax", "fertility_bound": 1.5},
+            ["Σ a before", "+ this step", "bound f = 1.5"],
+        ),
+        (
+            {"attention": "coverage", "coverage_fertility": 2},
+            ["Σ a before", "+ this step", "÷ fertility Φⱼ", "in the score"],
+        ),
+        (
+            {"attention": "coverage", "coverage_fertility": 0, "coverage_dim": 10},
+            ["Σ a before", "+ this step", "score: a GRU's", "Cⱼ (d 10) of it"],
+        ),
+    ],
+)
 def test_the_step_view_shows_the_coverage_a_models_attention_reads(page, server, rewrite, notes):
     """A model with coverage attention or csparsemax (its /models entry rewritten here): under the
     attention bars, each source token's coverage before the step (the sum of the earlier steps'
@@ -873,7 +950,8 @@ def test_the_step_view_shows_the_coverage_a_models_attention_reads(page, server,
     expected = [sum(step["weights"][j] for step in trace["steps"][:2]) for j in range(len(trace["source_tokens"]))]
     covered = page.locator("#step-view svg.bars.coverage rect.bar.covered")
     assert [float(v) for v in covered.evaluate_all("rs => rs.map((r) => r.dataset.value)")] == pytest.approx(
-        expected, abs=1e-5)
+        expected, abs=1e-5
+    )
     assert page.locator("#step-view svg.bars.coverage rect.bar.current").count() == len(expected)
     assert page.locator("#step-view .bars-wrap:has(svg.coverage) text.axis-note").all_text_contents() == notes
     bounded = "fertility_bound" in rewrite

@@ -119,13 +119,16 @@ def problems(page) -> list[str]:
 
 def visible_columns(page, selector: str) -> list[int]:
     """The columns of a heatmap wholly in view in its scroll box, right of the sticky row labels."""
-    return page.eval_on_selector(selector, """(table) => {
+    return page.eval_on_selector(
+        selector,
+        """(table) => {
         const box = table.closest(".heatmap-scroll").getBoundingClientRect();
         const left = table.querySelector("th.corner").getBoundingClientRect().right;
         return [...table.querySelectorAll("th.src-label")].filter((th) => {
             const r = th.getBoundingClientRect(); return r.left >= left - 1 && r.right <= box.right + 1;
         }).map((th) => +th.dataset.col);
-    }""")
+    }""",
+    )
 
 
 def test_every_card_fits_or_scrolls_with_its_labels(sized_page, server):
@@ -164,8 +167,9 @@ def test_step_matrix_scrolls_to_the_column_being_written(browser, server, width)
     translate_in_page(page, text)
     trace = post(server, "/trace", {"text": text, "model": server[1], "top_k": 5}).json()
     table = "#step-view table.heatmap"
-    assert page.eval_on_selector(table, "t => t.closest('.heatmap-scroll').scrollWidth > "
-                                        "t.closest('.heatmap-scroll').clientWidth"), "the matrix should overflow"
+    assert page.eval_on_selector(
+        table, "t => t.closest('.heatmap-scroll').scrollWidth > t.closest('.heatmap-scroll').clientWidth"
+    ), "the matrix should overflow"
     page.click("#steps-card h2")
     for t, step in enumerate(trace["steps"]):
         weights = step["weights"]
@@ -212,8 +216,11 @@ def test_layer_card_names_its_axes(page_1280):
         corners[kind] = page.locator("#layers-view th.corner .axis").all_text_contents()
         sides = page.locator("#layers-view svg.head-view text.side-title").all_text_contents()
         assert corners[kind] == [f"{sides[1]} →", f"{sides[0]} ↓"]  # columns: keys, rows: queries
-    assert corners == {"encoder": ["source →", "source ↓"], "decoder": ["decoder input →", "output ↓"],
-                       "cross": ["source →", "output ↓"]}
+    assert corners == {
+        "encoder": ["source →", "source ↓"],
+        "decoder": ["decoder input →", "output ↓"],
+        "cross": ["source →", "output ↓"],
+    }
 
 
 @pytest.fixture
@@ -230,8 +237,12 @@ def page_1280(browser, server):
 @pytest.fixture(scope="module")
 def mixed_server(reverse_model, pair_model, speech_model, tiny_transformer):
     """A server with models of the three tasks: translation (two), sentence pairs and speech."""
-    folders = [("reverse", reverse_model[0].folder), ("pairs", pair_model), ("speech", speech_model[0]),
-               ("transformer", tiny_transformer.folder)]
+    folders = [
+        ("reverse", reverse_model[0].folder),
+        ("pairs", pair_model),
+        ("speech", speech_model[0]),
+        ("transformer", tiny_transformer.folder),
+    ]
     with running_server(create_app(folders)) as url:
         yield url
 
@@ -280,16 +291,22 @@ def test_audio_view_spans_its_card_and_says_beam_or_greedy(browser, mixed_server
     assert "Greedy decoding, step by step" in page.text_content("#audio-card h3")
 
     def canvas():
-        return page.eval_on_selector("#audio-canvas", """c => ({ width: c.width, room: c.parentElement.clientWidth,
-            ticks: c.dataset.ticks.split(" ").map(Number), duration: +c.dataset.duration })""")
+        return page.eval_on_selector(
+            "#audio-canvas",
+            """c => ({ width: c.width, room: c.parentElement.clientWidth,
+            ticks: c.dataset.ticks.split(" ").map(Number), duration: +c.dataset.duration })""",
+        )
 
     drawn = canvas()
     assert drawn["width"] == drawn["room"]  # the card's width
     assert len(drawn["ticks"]) >= 3 and drawn["ticks"][0] == 0 and drawn["ticks"][-1] <= drawn["duration"]
     assert problems(page) == []
     page.set_viewport_size({"width": 390 if width > 390 else 1280, "height": 900})  # redrawn for the new width
-    page.wait_for_function("""old => { const c = document.getElementById("audio-canvas");  // a new canvas
-        return c.width !== old && c.width === c.parentElement.clientWidth; }""", arg=drawn["width"])
+    page.wait_for_function(
+        """old => { const c = document.getElementById("audio-canvas");  // a new canvas
+        return c.width !== old && c.width === c.parentElement.clientWidth; }""",
+        arg=drawn["width"],
+    )
     assert problems(page) == []
     page.context.close()
     assert not page.errors, page.errors

@@ -69,7 +69,8 @@ def test_pair_view_shows_label_probabilities_and_attention(pair_page, pair_serve
 
     def cells():
         return page.eval_on_selector_all(
-            "#pair-result td.cell", "cells => cells.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])")
+            "#pair-result td.cell", "cells => cells.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])"
+        )
 
     words = [t.replace("\u2581", "") for t in answer["premise_tokens"]]
     assert page.locator("#pair-result th.tgt-label").all_text_contents() == words  # rows: premise
@@ -78,8 +79,10 @@ def test_pair_view_shows_label_probabilities_and_attention(pair_page, pair_serve
 
     # hover a premise word: the hypothesis words it attends to are highlighted
     page.hover("#pair-result th.tgt-label[data-row='1']")
-    highlighted = {int(c) for c in page.eval_on_selector_all("#pair-result th.src-label.highlight",
-                                                             "els => els.map(e => e.dataset.col)")}
+    highlighted = {
+        int(c)
+        for c in page.eval_on_selector_all("#pair-result th.src-label.highlight", "els => els.map(e => e.dataset.col)")
+    }
     assert highlighted == attended(answer["premise_attention"][1])
     assert "Premise" in page.text_content("#pair-result .focus-info")
 
@@ -111,8 +114,7 @@ def test_pair_view_fits_or_scrolls_with_its_labels(browser, pair_server, width):
     page.press("#hypothesis", "Enter")
     page.wait_for_selector("body[data-state=done]")
     assert problems(page) == []
-    box = page.eval_on_selector("#premise", "t => [t.getBoundingClientRect().width, "
-                                            "t.closest('.card').clientWidth]")
+    box = page.eval_on_selector("#premise", "t => [t.getBoundingClientRect().width, t.closest('.card').clientWidth]")
     assert box[0] >= 0.8 * box[1]  # a text box across the card, not a few words wide
     page.context.close()
     assert not page.errors, page.errors

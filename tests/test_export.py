@@ -27,25 +27,42 @@ def trained(folder, **model):
     """A tiny model trained for 60 steps to reverse strings (a few seconds): enough for outputs
     of varied lengths, most ending in </s> before attnmt's length limit."""
     src = random_strings(500, 3, 8, seed=1)
-    config = toy_config(folder, [(s, s[::-1]) for s in src], model=model,
-                        training={"max_steps": 60, "validate_every": 1000, "learning_rate": 0.005, "threads": 1},
-                        data={"subwords": {"type": "char", "vocab_size": 40,
-                                           "joint": model.get("share_embeddings", True)}})
+    config = toy_config(
+        folder,
+        [(s, s[::-1]) for s in src],
+        model=model,
+        training={"max_steps": 60, "validate_every": 1000, "learning_rate": 0.005, "threads": 1},
+        data={"subwords": {"type": "char", "vocab_size": 40, "joint": model.get("share_embeddings", True)}},
+    )
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
     return config.experiment_dir
 
 
 def transformer(folder, **changes):
-    return trained(folder, **{"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64,
-                              "encoder_layers": 2, "decoder_layers": 2, **changes})
+    return trained(
+        folder,
+        **{
+            "type": "transformer",
+            "d_model": 32,
+            "heads": 4,
+            "feed_forward": 64,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            **changes,
+        },
+    )
 
 
-@pytest.mark.parametrize("changes", [
-    {"norm": "pre", "positions": "sinusoidal", "share_embeddings": True},
-    {"norm": "post", "positions": "learned", "share_embeddings": False, "tie_embeddings": True},
-    {"norm": "pre", "positions": "learned", "share_embeddings": False},
-], ids=["pre-sinusoidal-shared", "post-learned-tied", "pre-learned-separate"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"norm": "pre", "positions": "sinusoidal", "share_embeddings": True},
+        {"norm": "post", "positions": "learned", "share_embeddings": False, "tie_embeddings": True},
+        {"norm": "pre", "positions": "learned", "share_embeddings": False},
+    ],
+    ids=["pre-sinusoidal-shared", "post-learned-tied", "pre-learned-separate"],
+)
 def test_ctranslate2_greedy_equals_attnmt_greedy(tmp_path, changes):
     model_dir = transformer(tmp_path, **changes)
     out = tmp_path / "ct2"
@@ -54,14 +71,22 @@ def test_ctranslate2_greedy_equals_attnmt_greedy(tmp_path, changes):
     theirs = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
     texts = random_strings(30, 3, 8, seed=5)
     ids = ours.src_subwords.encode(texts)
-    limits = max_output_lengths(torch.tensor([len(s) + 1 for s in ids]), ours.config.decoding.max_length_ratio,
-                                ours.config.decoding.max_length_offset)
+    limits = max_output_lengths(
+        torch.tensor([len(s) + 1 for s in ids]),
+        ours.config.decoding.max_length_ratio,
+        ours.config.decoding.max_length_offset,
+    )
     ended = 0
     for text, source_ids, limit in zip(texts, ids, limits):
         [t] = ours.translate([text], beam=1)
         # CTranslate2 adds </s> to the source itself (add_source_eos) and leaves it out of the output.
-        [result] = theirs.translate_batch([ours.src_subwords.pieces(source_ids)], beam_size=1, return_scores=True,
-                                          length_penalty=0, max_decoding_length=limit)
+        [result] = theirs.translate_batch(
+            [ours.src_subwords.pieces(source_ids)],
+            beam_size=1,
+            return_scores=True,
+            length_penalty=0,
+            max_decoding_length=limit,
+        )
         tokens = t.tokens[:-1] if t.tokens[-1] == "</s>" else t.tokens
         ended += t.tokens[-1] == "</s>"
         assert result.hypotheses[0] == tokens, text
@@ -84,9 +109,15 @@ def test_int8_export_scores_as_ctranslate2s_own_int8_of_the_float_export(tmp_pat
     texts = random_strings(30, 3, 8, seed=5)
     sources = [ours.src_subwords.pieces(s) for s in ours.src_subwords.encode(texts)]
     targets = [t.tokens[:-1] if t.tokens[-1] == "</s>" else t.tokens for t in ours.translate(texts, beam=1)]
-    scores = {folder: [sum(r.log_probs) for r in ctranslate2.Translator(
-        str(tmp_path / folder), device="cpu", compute_type="int8").score_batch(sources, targets)]
-        for folder in ("int8", "fp32")}
+    scores = {
+        folder: [
+            sum(r.log_probs)
+            for r in ctranslate2.Translator(str(tmp_path / folder), device="cpu", compute_type="int8").score_batch(
+                sources, targets
+            )
+        ]
+        for folder in ("int8", "fp32")
+    }
     assert scores["int8"] == pytest.approx(scores["fp32"], abs=1e-4)
     float_scores = ctranslate2.Translator(str(tmp_path / "fp32"), device="cpu").score_batch(sources, targets)
     assert scores["int8"] != pytest.approx([sum(r.log_probs) for r in float_scores], abs=1e-4)  # int8 did run
@@ -124,9 +155,18 @@ def test_an_exported_transformer_takes_a_tag_as_its_first_source_piece(tmp_path)
     before the source's, as attnmt's translate(tag=...) puts it."""
     from test_extra_corpora import extra_config
 
-    config = extra_config(tmp_path, training={"max_steps": 20}, model={
-        "type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
-        "decoder_layers": 1})
+    config = extra_config(
+        tmp_path,
+        training={"max_steps": 20},
+        model={
+            "type": "transformer",
+            "d_model": 16,
+            "heads": 2,
+            "feed_forward": 32,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+        },
+    )
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
     assert main(["export", str(config.experiment_dir), "--ct2", str(tmp_path / "ct2")]) == 0
@@ -136,7 +176,10 @@ def test_an_exported_transformer_takes_a_tag_as_its_first_source_piece(tmp_path)
         [t] = ours.translate([text], beam=1, tag="<BT>")
         pieces = t.source_tokens[:-1]  # "<BT>", then the text's pieces (CTranslate2 adds "</s>" itself)
         assert pieces[0] == "<BT>"
-        [limit] = max_output_lengths(torch.tensor([len(t.source_tokens)]), ours.config.decoding.max_length_ratio,
-                                     ours.config.decoding.max_length_offset)
+        [limit] = max_output_lengths(
+            torch.tensor([len(t.source_tokens)]),
+            ours.config.decoding.max_length_ratio,
+            ours.config.decoding.max_length_offset,
+        )
         [result] = theirs.translate_batch([pieces], beam_size=1, max_decoding_length=limit)
         assert result.hypotheses[0] == [token for token in t.tokens if token != "</s>"], text

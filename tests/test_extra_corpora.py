@@ -19,10 +19,18 @@ OTHER = [("ab", "ba"), ("cd", "dc")]
 def extra_config(folder, extra=None, training=None, model=None):
     """A toy config whose data.extra_train is the synthetic pairs tagged <BT> twice, and two untagged pairs."""
     if extra is None:
-        extra = [{"tsv": str(write_tsv(folder / "synthetic.tsv", SYNTHETIC)), "tag": "<BT>", "repeat": 2},
-                 {"tsv": str(write_tsv(folder / "other.tsv", OTHER))}]
-    return toy_config(folder, MAIN, MAIN[:2], data={"extra_train": extra}, model=model,
-                      training={"max_steps": 2, "validate_every": 10, **(training or {})})
+        extra = [
+            {"tsv": str(write_tsv(folder / "synthetic.tsv", SYNTHETIC)), "tag": "<BT>", "repeat": 2},
+            {"tsv": str(write_tsv(folder / "other.tsv", OTHER))},
+        ]
+    return toy_config(
+        folder,
+        MAIN,
+        MAIN[:2],
+        data={"extra_train": extra},
+        model=model,
+        training={"max_steps": 2, "validate_every": 10, **(training or {})},
+    )
 
 
 def test_the_extra_pairs_follow_data_train_repeated_their_sources_after_the_tag_piece(tmp_path):
@@ -66,13 +74,16 @@ def test_a_model_fine_tuned_from_subwords_without_the_tag_is_refused(tmp_path):
         Trainer(config, **QUIET)
 
 
-@pytest.mark.parametrize("extra, field, message", [
-    ({"tag": "<B T>"}, "data.extra_train.0.tag", "pattern"),
-    ({"tag": "BT"}, "data.extra_train.0.tag", "pattern"),
-    ({"tag": "<unk>"}, "data.extra_train.0", "special piece"),
-    ({"repeat": 0}, "data.extra_train.0.repeat", "greater than or equal to 1"),
-    ({"split": 5, "src": None, "tgt": None}, "data.extra_train.0", "files"),
-])
+@pytest.mark.parametrize(
+    "extra, field, message",
+    [
+        ({"tag": "<B T>"}, "data.extra_train.0.tag", "pattern"),
+        ({"tag": "BT"}, "data.extra_train.0.tag", "pattern"),
+        ({"tag": "<unk>"}, "data.extra_train.0", "special piece"),
+        ({"repeat": 0}, "data.extra_train.0.repeat", "greater than or equal to 1"),
+        ({"split": 5, "src": None, "tgt": None}, "data.extra_train.0", "files"),
+    ],
+)
 def test_bad_extra_corpora_are_errors_naming_the_field(tmp_path, extra, field, message):
     files = {"src": str(tmp_path / "a.de"), "tgt": str(tmp_path / "a.en")}
     with pytest.raises(AttnmtError) as info:
@@ -88,16 +99,23 @@ def test_a_missing_extra_file_is_an_error_naming_it(tmp_path):
 
 def test_tasks_and_settings_that_cannot_train_on_extra_corpora_refuse(tmp_path):
     extra = [{"tsv": str(tmp_path / "x.tsv")}]
-    raw = {"experiment_dir": str(tmp_path / "exp"), "task": "speech",
-           "data": {"train": {"tsv": str(tmp_path / "t.tsv")}, "extra_train": extra},
-           "training": {"max_steps": 1}}
+    raw = {
+        "experiment_dir": str(tmp_path / "exp"),
+        "task": "speech",
+        "data": {"train": {"tsv": str(tmp_path / "t.tsv")}, "extra_train": extra},
+        "training": {"max_steps": 1},
+    }
     with pytest.raises(AttnmtError, match="data.extra_train is for task: translation"):
         config_from_dict(raw, tmp_path)
     guided = {"links": "eflomal"}
     with pytest.raises(AttnmtError, match="cannot train with data.extra_train"):
         toy_config(tmp_path, MAIN, data={"extra_train": extra}, training={"guided_alignment": guided})
-    raw = {"experiment_dir": str(tmp_path / "exp"), "task": "pairs",
-           "data": {"train": {"tsv": str(tmp_path / "t.tsv")}, "extra_train": extra}, "training": {"max_steps": 1}}
+    raw = {
+        "experiment_dir": str(tmp_path / "exp"),
+        "task": "pairs",
+        "data": {"train": {"tsv": str(tmp_path / "t.tsv")}, "extra_train": extra},
+        "training": {"max_steps": 1},
+    }
     with pytest.raises(AttnmtError, match="data.extra_train: unknown field"):
         config_from_dict(raw, tmp_path)
 
@@ -106,8 +124,9 @@ def test_pairs_too_uneven_are_dropped_from_every_corpus_with_a_count(tmp_path):
     lines = []
     uneven = [("abcdef", "a"), ("ab", "abcdefabcdef")]  # 7 / 2 and 13 / 3 pieces (each side: "▁" and characters)
     extra = [{"tsv": str(write_tsv(tmp_path / "extra.tsv", SYNTHETIC + uneven))}]
-    config = toy_config(tmp_path, MAIN + uneven, data={"extra_train": extra, "max_length_ratio": 3},
-                        training={"max_steps": 1})
+    config = toy_config(
+        tmp_path, MAIN + uneven, data={"extra_train": extra, "max_length_ratio": 3}, training={"max_steps": 1}
+    )
     data = Trainer(config, log=lines.append, progress=False).data.train
     assert data.sources == [s for s, _ in MAIN + SYNTHETIC]
     assert sum("dropped 2 pair(s) whose longer side has more than 3 times" in line for line in lines) == 2

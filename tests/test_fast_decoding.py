@@ -18,8 +18,15 @@ from attnmt.seq2seq import search as searches
 from attnmt.seq2seq.decoding import max_output_lengths
 from test_decoding import ConfidentModel, random_batch
 
-TRANSFORMER = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
-               "decoder_layers": 2, "attention_dropout": 0.0}
+TRANSFORMER = {
+    "type": "transformer",
+    "d_model": 16,
+    "heads": 2,
+    "feed_forward": 32,
+    "encoder_layers": 1,
+    "decoder_layers": 2,
+    "attention_dropout": 0.0,
+}
 MODELS = {
     "gru-none": {"attention": "none"},
     "gru-bahdanau": {"attention": "bahdanau"},
@@ -29,22 +36,35 @@ MODELS = {
     "gru-luong-concat-no-input-feeding": {"attention": "luong-concat", "input_feeding": False},
     "gru-location": {"attention": "location"},
     "gru-luong-general-local-m": {"attention": "luong-general", "local_attention": "local-m", "local_window": 2},
-    "lstm-luong-dot-local-p-no-input-feeding": {"rnn_type": "lstm", "attention": "luong-dot", "input_feeding": False,
-                                                "local_attention": "local-p", "local_window": 2},
+    "lstm-luong-dot-local-p-no-input-feeding": {
+        "rnn_type": "lstm",
+        "attention": "luong-dot",
+        "input_feeding": False,
+        "local_attention": "local-p",
+        "local_window": 2,
+    },
     "gru-bahdanau-sparsemax": {"attention": "bahdanau", "attention_normalizer": "sparsemax"},
     "lstm-location-entmax15": {"rnn_type": "lstm", "attention": "location", "attention_normalizer": "entmax15"},
     # (and each search of coverage and csparsemax against the reference's: test_coverage_attention and
     # test_constrained_attention)
     "gru-coverage-fertility": {"attention": "coverage", "coverage_fertility": 2},
     "lstm-coverage-nn": {"rnn_type": "lstm", "attention": "coverage", "coverage_dim": 4},
-    "lstm-luong-general-csparsemax-no-input-feeding": {"rnn_type": "lstm", "attention": "luong-general",
-                                                       "input_feeding": False, "attention_normalizer": "csparsemax"},
+    "lstm-luong-general-csparsemax-no-input-feeding": {
+        "rnn_type": "lstm",
+        "attention": "luong-general",
+        "input_feeding": False,
+        "attention_normalizer": "csparsemax",
+    },
     "lstm-bahdanau-2-layers": {"rnn_type": "lstm", "decoder_layers": 2},
     "lstm-location": {"rnn_type": "lstm", "attention": "location"},
     "transformer": TRANSFORMER,
     "transformer-sparsemax": {**TRANSFORMER, "attention_normalizer": "sparsemax"},
-    "transformer-learned-positions-post-norm": {**TRANSFORMER, "positions": "learned", "norm": "post",
-                                                "max_positions": 64},
+    "transformer-learned-positions-post-norm": {
+        **TRANSFORMER,
+        "positions": "learned",
+        "norm": "post",
+        "max_positions": 64,
+    },
 }
 # The bias added to EOS's score: 0, sentences end at various steps; +3, most end within a few
 # steps; -10, none ends and all reach their length limits.
@@ -56,8 +76,15 @@ def tiny(name: str, eos_bias: float = 0.0):
     (Its attention window, if it has one, is for the searches: ``window_of(name)``.)"""
     options = dict(MODELS[name])
     options.pop("window", None)
-    config = ModelConfig(embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0,
-                         location_kernel=3, **options)
+    config = ModelConfig(
+        embedding_size=16,
+        encoder_hidden=8,
+        decoder_hidden=16,
+        attention_size=8,
+        dropout=0.0,
+        location_kernel=3,
+        **options,
+    )
     model = build_model(config, 20, 20).eval()
     with torch.no_grad():
         model.generator.bias[EOS] += eos_bias
@@ -99,8 +126,12 @@ def test_greedy_search_finds_the_reference_hypotheses(name):
         model, limits = tiny(name, eos_bias), limits_of(batch, limits)
         reference = decoding.greedy_search(model, batch.src, batch.src_lengths, limits, window=window_of(name))
         for graphs in (False, True):  # (True on a CPU: the static buffers a graph replays, run eagerly)
-            assert_same_hypotheses(fast_decoding.greedy_search(model, batch.src, batch.src_lengths, limits,
-                                                               graphs=graphs, window=window_of(name)), reference)
+            assert_same_hypotheses(
+                fast_decoding.greedy_search(
+                    model, batch.src, batch.src_lengths, limits, graphs=graphs, window=window_of(name)
+                ),
+                reference,
+            )
 
 
 # (beam, n_best, alpha)
@@ -113,11 +144,13 @@ def test_beam_search_finds_the_reference_n_best(name):
     for case, (eos_bias, limits) in enumerate(CASES):
         model, limits = tiny(name, eos_bias), limits_of(batch, limits)
         for beam, n_best, alpha in BEAMS:
-            reference = decoding.beam_search(model, batch.src, batch.src_lengths, limits, beam, n_best, alpha,
-                                             window=window_of(name))
+            reference = decoding.beam_search(
+                model, batch.src, batch.src_lengths, limits, beam, n_best, alpha, window=window_of(name)
+            )
             graphs = (case + beam) % 2 == 0  # half of them on static buffers
-            fast = fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, beam, n_best, alpha,
-                                             graphs=graphs, window=window_of(name))
+            fast = fast_decoding.beam_search(
+                model, batch.src, batch.src_lengths, limits, beam, n_best, alpha, graphs=graphs, window=window_of(name)
+            )
             assert_same_hypotheses(fast, reference)
 
 
@@ -135,12 +168,14 @@ def test_a_coverage_penalty_ranks_as_the_reference_ranks(name):
         args, window = (model, batch.src, batch.src_lengths, limits), window_of(name)
         for graphs in (False, True):
             reference = decoding.greedy_search(*args, window=window, beta=beta)
-            assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs, window=window, beta=beta),
-                                   reference)
+            assert_same_hypotheses(
+                fast_decoding.greedy_search(*args, graphs=graphs, window=window, beta=beta), reference
+            )
         for beam, n_best, alpha in BEAMS[1:]:
             reference = decoding.beam_search(*args, beam, n_best, alpha, window=window, beta=beta)
-            fast = fast_decoding.beam_search(*args, beam, n_best, alpha, graphs=(case + beam) % 2 == 0,
-                                             window=window, beta=beta)
+            fast = fast_decoding.beam_search(
+                *args, beam, n_best, alpha, graphs=(case + beam) % 2 == 0, window=window, beta=beta
+            )
             assert_same_hypotheses(fast, reference)
             plain = decoding.beam_search(*args, beam, n_best, alpha, window=window)
             changed += [[h.tokens for h in hyps] for hyps in plain] != [[h.tokens for h in hyps] for hyps in reference]
@@ -165,8 +200,9 @@ def test_an_ensemble_finds_the_reference_hypotheses(names):
         args = (model, batch.src, batch.src_lengths, limits)
         for graphs in (False, True):
             assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs), decoding.greedy_search(*args))
-            assert_same_hypotheses(fast_decoding.beam_search(*args, 3, 2, graphs=graphs),
-                                   decoding.beam_search(*args, 3, 2))
+            assert_same_hypotheses(
+                fast_decoding.beam_search(*args, 3, 2, graphs=graphs), decoding.beam_search(*args, 3, 2)
+            )
 
 
 def test_greedy_search_takes_the_columns_a_pick_draws(monkeypatch):
@@ -180,8 +216,9 @@ def test_greedy_search_takes_the_columns_a_pick_draws(monkeypatch):
     monkeypatch.setattr(fast_decoding, "_StepGraph", lambda step, loop: captures.append(1) or step)
     batch, model = random_batch(6, seed=6), tiny("gru-bahdanau")
     args = (model, batch.src, batch.src_lengths, limits_of(batch, "usual"))
-    assert_same_hypotheses(fast_decoding.greedy_search(*args, pick=lambda log_probs: log_probs.argmax(-1)),
-                           decoding.greedy_search(*args))
+    assert_same_hypotheses(
+        fast_decoding.greedy_search(*args, pick=lambda log_probs: log_probs.argmax(-1)), decoding.greedy_search(*args)
+    )
 
     def drawn(seed):
         sampler = decoding.sampler(Sampling(top_k=8), torch.Generator().manual_seed(seed))
@@ -193,7 +230,7 @@ def test_greedy_search_takes_the_columns_a_pick_draws(monkeypatch):
     ended = [(i, h) for i, [h] in enumerate(first) if h.tokens[-1] == EOS]
     assert ended
     for i, hypothesis in ended:  # (its log-probability by teacher forcing, which adds the EOS back)
-        forced = make_batch([batch.src[i, :batch.src_lengths[i] - 1].tolist()], [hypothesis.tokens[:-1]])
+        forced = make_batch([batch.src[i, : batch.src_lengths[i] - 1].tolist()], [hypothesis.tokens[:-1]])
         with torch.no_grad():
             expected = model.target_log_probs(forced.src, forced.src_lengths, forced.tgt_in, forced.tgt_out)
         assert hypothesis.log_prob == pytest.approx(float(expected.sum()), abs=1e-4)
@@ -222,8 +259,9 @@ def test_stopping_rules_and_ties_as_the_reference(beam, n_best, alpha):
 def test_a_beam_wider_than_half_the_vocabulary():
     model, batch = tiny("gru-bahdanau"), random_batch()
     reference = decoding.beam_search(model, batch.src, batch.src_lengths, [6] * 5, beam=12, n_best=12)
-    assert_same_hypotheses(fast_decoding.beam_search(model, batch.src, batch.src_lengths, [6] * 5, beam=12,
-                                                     n_best=12), reference)
+    assert_same_hypotheses(
+        fast_decoding.beam_search(model, batch.src, batch.src_lengths, [6] * 5, beam=12, n_best=12), reference
+    )
 
 
 def test_a_speech_model_whose_encoder_shortens_its_input():
@@ -237,10 +275,14 @@ def test_a_speech_model_whose_encoder_shortens_its_input():
     frames, lengths = torch.randn(4, 40, 8, generator=g), torch.tensor([40, 33, 17, 9])
     limits = [6, 9, 3, 12]
     for graphs in (False, True):
-        assert_same_hypotheses(fast_decoding.greedy_search(model, frames, lengths, limits, graphs=graphs),
-                               decoding.greedy_search(model, frames, lengths, limits))
-        assert_same_hypotheses(fast_decoding.beam_search(model, frames, lengths, limits, 3, 2, graphs=graphs),
-                               decoding.beam_search(model, frames, lengths, limits, 3, 2))
+        assert_same_hypotheses(
+            fast_decoding.greedy_search(model, frames, lengths, limits, graphs=graphs),
+            decoding.greedy_search(model, frames, lengths, limits),
+        )
+        assert_same_hypotheses(
+            fast_decoding.beam_search(model, frames, lengths, limits, 3, 2, graphs=graphs),
+            decoding.beam_search(model, frames, lengths, limits, 3, 2),
+        )
 
 
 @pytest.mark.parametrize("name", ["gru-location", "transformer"])
@@ -255,12 +297,16 @@ def test_every_tensor_is_made_on_the_models_device(name):
     covered = decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2, beta=beta)
     with torch.device("meta"):
         for graphs in (False, True):
-            assert_same_hypotheses(fast_decoding.greedy_search(model, batch.src, batch.src_lengths, limits,
-                                                               graphs=graphs), greedy)
-            assert_same_hypotheses(fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2,
-                                                             graphs=graphs), beam)
-            assert_same_hypotheses(fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2,
-                                                             graphs=graphs, beta=beta), covered)
+            assert_same_hypotheses(
+                fast_decoding.greedy_search(model, batch.src, batch.src_lengths, limits, graphs=graphs), greedy
+            )
+            assert_same_hypotheses(
+                fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2, graphs=graphs), beam
+            )
+            assert_same_hypotheses(
+                fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, 3, 2, graphs=graphs, beta=beta),
+                covered,
+            )
 
 
 def test_n_best_above_the_beam_is_refused():
@@ -288,8 +334,12 @@ def test_a_graph_is_captured_only_where_the_state_keeps_its_shape(monkeypatch):
     short_table = tiny("transformer", NEVER_ENDS)
     short_table.tgt_embed.max_positions = 10
     ensemble = Ensemble([tiny("lstm-location", NEVER_ENDS), tiny("transformer", NEVER_ENDS)])
-    for model, expected in ((tiny("lstm-location", NEVER_ENDS), 2), (tiny("transformer", NEVER_ENDS), 2),
-                            (ensemble, 2), (short_table, 0)):
+    for model, expected in (
+        (tiny("lstm-location", NEVER_ENDS), 2),
+        (tiny("transformer", NEVER_ENDS), 2),
+        (ensemble, 2),
+        (short_table, 0),
+    ):
         captured.clear()
         fast_decoding.greedy_search(model, batch.src, batch.src_lengths, [12] * 5, graphs=True)
         fast_decoding.beam_search(model, batch.src, batch.src_lengths, [12] * 5, beam=3, graphs=True)
@@ -300,8 +350,9 @@ def on_meta(value):
     return fast_decoding._map(lambda t: t.to("meta"), value)
 
 
-@pytest.mark.parametrize("name", ["gru-bahdanau-window", "gru-location", "lstm-bahdanau-2-layers", "gru-none",
-                                  "transformer"])
+@pytest.mark.parametrize(
+    "name", ["gru-bahdanau-window", "gru-location", "lstm-bahdanau-2-layers", "gru-none", "transformer"]
+)
 def test_a_step_reads_no_value_back(name):
     """A step runs on the "meta" device, where tensors have shapes but no values: anything that
     reads one (item, tolist, bool, nonzero, a boolean mask, an index from a tensor) fails there.
@@ -310,8 +361,10 @@ def test_a_step_reads_no_value_back(name):
     with torch.inference_mode():
         memory = on_meta(model.encode(batch.src, batch.src_lengths, window_of(name)))
         model = copy.deepcopy(model).to("meta")
-        searches_run = [fast_decoding._Greedy(model, memory, [6, 6, 6, 6], 1.0),
-                        fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0)]
+        searches_run = [
+            fast_decoding._Greedy(model, memory, [6, 6, 6, 6], 1.0),
+            fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0),
+        ]
         if name != "gru-none":  # (and with a coverage penalty, which sums the attention)
             searches_run.append(fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, beta=0.4))
         for search in searches_run:
@@ -382,6 +435,7 @@ def strict_steps(monkeypatch):
     """Makes every eager search step run in CUDA's sync debug mode "error": a step that waits for
     the GPU raises (and a capture would fail)."""
     for search in (fast_decoding._Greedy, fast_decoding._Beam):
+
         def strict(self, loop, _step=search.step):
             torch.cuda.set_sync_debug_mode("error")
             try:
@@ -393,9 +447,18 @@ def strict_steps(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "gru-bahdanau-window", "transformer",
-                                  "gru-coverage-fertility", "lstm-coverage-nn",
-                                  "lstm-luong-general-csparsemax-no-input-feeding"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gru-bahdanau",
+        "lstm-location",
+        "gru-bahdanau-window",
+        "transformer",
+        "gru-coverage-fertility",
+        "lstm-coverage-nn",
+        "lstm-luong-general-csparsemax-no-input-feeding",
+    ],
+)
 def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
     """On CUDA: graphs on, graphs off and the reference give the same hypotheses for greedy and
     beam 5 (and beam 5 with a coverage penalty); a step never synchronises, sampling's neither;
@@ -408,16 +471,21 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
         args, window = (model, batch.src, batch.src_lengths, limits), window_of(name)
         reference = decoding.greedy_search(*args, window=window)
         for graphs in (False, True):
-            assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs, window=window), reference,
-                                   atol=1e-4)
+            assert_same_hypotheses(
+                fast_decoding.greedy_search(*args, graphs=graphs, window=window), reference, atol=1e-4
+            )
         reference = decoding.beam_search(*args, beam=5, n_best=3, window=window)
         for graphs in (False, True):
-            assert_same_hypotheses(fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window),
-                                   reference, atol=1e-4)
+            assert_same_hypotheses(
+                fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window), reference, atol=1e-4
+            )
         reference = decoding.beam_search(*args, beam=5, n_best=3, window=window, beta=1.0)  # a coverage penalty
         for graphs in (False, True):
-            assert_same_hypotheses(fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window,
-                                                             beta=1.0), reference, atol=1e-4)
+            assert_same_hypotheses(
+                fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window, beta=1.0),
+                reference,
+                atol=1e-4,
+            )
         sampler = decoding.sampler(Sampling(top_k=5, top_p=0.9), torch.Generator("cuda").manual_seed(1))
         drawn = fast_decoding.greedy_search(*args, window=window, pick=sampler)  # (a step that syncs raises)
         assert len(drawn) == batch.src.size(0)
@@ -443,10 +511,12 @@ def test_on_a_gpu_an_ensemble_is_captured_and_finds_the_reference_hypotheses(mon
         model = Ensemble([tiny("gru-bahdanau", eos_bias), tiny("transformer", eos_bias)]).cuda().eval()
         args = (model, batch.src, batch.src_lengths, limits_of(batch, limits))
         for graphs in (False, True):
-            assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=graphs), decoding.greedy_search(*args),
-                                   atol=1e-4)
-            assert_same_hypotheses(fast_decoding.beam_search(*args, 5, 3, graphs=graphs),
-                                   decoding.beam_search(*args, 5, 3), atol=1e-4)
+            assert_same_hypotheses(
+                fast_decoding.greedy_search(*args, graphs=graphs), decoding.greedy_search(*args), atol=1e-4
+            )
+            assert_same_hypotheses(
+                fast_decoding.beam_search(*args, 5, 3, graphs=graphs), decoding.beam_search(*args, 5, 3), atol=1e-4
+            )
 
 
 @pytest.mark.gpu
@@ -465,7 +535,6 @@ def test_on_a_gpu_graphs_under_autocast_and_a_bf16_output_layer(monkeypatch, nam
     model.generator.compute_dtype = torch.bfloat16
     for search in (fast_decoding.greedy_search, fast_decoding.beam_search):
         assert_same_hypotheses(search(*args, graphs=True), search(*args, graphs=False), atol=1e-4)
-
 
 
 class FakeCudaCapture:
@@ -521,8 +590,13 @@ def test_a_capture_is_ordered_after_the_stream_and_the_graphs_of_a_thread_share_
     device = torch.device("cuda", 0)
     last_pool = lambda: [event[1] for event in cuda.events if event[0] == "begin"][-1]  # noqa: E731
     replay = capture.captured(lambda: cuda.events.append(("run",)), device)
-    assert cuda.events == [("wait", "side", "current"), ("begin", (0, 1)), ("run",), ("end",),
-                           ("wait", "current", "side")]
+    assert cuda.events == [
+        ("wait", "side", "current"),
+        ("begin", (0, 1)),
+        ("run",),
+        ("end",),
+        ("wait", "current", "side"),
+    ]
     replay()
     assert cuda.events[-1] == ("replay",)
     assert capture._THREAD.graphs[device].last.replay == replay  # alive after its search: the pool stays

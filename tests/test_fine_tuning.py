@@ -31,8 +31,14 @@ def base(tmp_path_factory):
 
 def fine_tuning_config(folder, base, model=None, training=None, data=None):
     pairs = [(s, s) for s in ("fgh", "ghij", "hij", "fghij")]  # another task, on letters the base never saw
-    return toy_config(folder, pairs, pairs[:2], model={**MODEL, **(model or {})}, data=data,
-                      training={"max_steps": 2, "validate_every": 10, "init_from": str(base), **(training or {})})
+    return toy_config(
+        folder,
+        pairs,
+        pairs[:2],
+        model={**MODEL, **(model or {})},
+        data=data,
+        training={"max_steps": 2, "validate_every": 10, "init_from": str(base), **(training or {})},
+    )
 
 
 def test_it_starts_from_the_weights_and_the_subwords_of_the_model(tmp_path, base):
@@ -62,16 +68,22 @@ def test_its_dropout_may_change_and_another_checkpoint_be_chosen(tmp_path, base)
 
 
 def test_a_path_is_read_from_the_configs_folder(tmp_path, base):
-    raw = {"experiment_dir": "exp", "data": {"train": {"tsv": "train.tsv"}},
-           "training": {"max_steps": 1, "init_from": "../" + base.parent.name + "/" + base.name}}
+    raw = {
+        "experiment_dir": "exp",
+        "data": {"train": {"tsv": "train.tsv"}},
+        "training": {"max_steps": 1, "init_from": "../" + base.parent.name + "/" + base.name},
+    }
     assert config_from_dict(raw, base.parent.parent / "ft").training.init_from == base.resolve()
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"model": {"decoder_hidden": 48}}, "model.decoder_hidden: 48 here, 32 there"),
-    ({"model": {"attention": "luong-dot"}}, "model.attention: 'luong-dot' here, 'bahdanau' there"),
-    ({"data": {"subwords": {"type": "char", "vocab_size": 41, "joint": True}}}, "data.subwords.vocab_size: 41"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model": {"decoder_hidden": 48}}, "model.decoder_hidden: 48 here, 32 there"),
+        ({"model": {"attention": "luong-dot"}}, "model.attention: 'luong-dot' here, 'bahdanau' there"),
+        ({"data": {"subwords": {"type": "char", "vocab_size": 41, "joint": True}}}, "data.subwords.vocab_size: 41"),
+    ],
+)
 def test_another_model_or_other_subwords_are_an_error_naming_the_field(tmp_path, base, change, message):
     config = fine_tuning_config(tmp_path, base, **change)
     with pytest.raises(AttnmtError, match=message):
@@ -122,22 +134,34 @@ def test_a_speech_model_is_fine_tuned_on_other_recordings(tmp_path):
     from speech_helpers import random_texts, speech_config, write_tone_corpus
 
     texts = random_texts(24, seed=1)
-    first = speech_config(tmp_path / "first", write_tone_corpus(tmp_path / "data", "first", texts[:16]), steps=3,
-                          speech={"conv_channels": 8, "n_mels": 40, "normalize": "global"})
+    first = speech_config(
+        tmp_path / "first",
+        write_tone_corpus(tmp_path / "data", "first", texts[:16]),
+        steps=3,
+        speech={"conv_channels": 8, "n_mels": 40, "normalize": "global"},
+    )
     Trainer(first, **QUIET).train()
-    second = speech_config(tmp_path / "second", write_tone_corpus(tmp_path / "data", "second", texts[16:]), steps=2,
-                           speech={"conv_channels": 8, "n_mels": 40, "normalize": "global",
-                                   "spec_augment": {"time_masks": 1}},
-                           training={"init_from": str(first.experiment_dir), "max_steps": 2, "threads": 1})
+    second = speech_config(
+        tmp_path / "second",
+        write_tone_corpus(tmp_path / "data", "second", texts[16:]),
+        steps=2,
+        speech={"conv_channels": 8, "n_mels": 40, "normalize": "global", "spec_augment": {"time_masks": 1}},
+        training={"init_from": str(first.experiment_dir), "max_steps": 2, "threads": 1},
+    )
     trainer = Trainer(second, **QUIET)
     best = load_file(str(first.experiment_dir / "best.safetensors"))
     for name, weight in trainer.model.state_dict().items():
         assert torch.equal(weight, best[name]), name  # the global statistics too
-    assert filecmp.cmp(first.experiment_dir / "spm" / "tgt.model", second.experiment_dir / "spm" / "tgt.model",
-                       shallow=False)
+    assert filecmp.cmp(
+        first.experiment_dir / "spm" / "tgt.model", second.experiment_dir / "spm" / "tgt.model", shallow=False
+    )
     assert trainer.train().step == 2
-    changed = speech_config(tmp_path / "third", second.data.train.tsv, steps=2,
-                            speech={"conv_channels": 8, "n_mels": 32, "normalize": "global"},
-                            training={"init_from": str(first.experiment_dir)})
+    changed = speech_config(
+        tmp_path / "third",
+        second.data.train.tsv,
+        steps=2,
+        speech={"conv_channels": 8, "n_mels": 32, "normalize": "global"},
+        training={"init_from": str(first.experiment_dir)},
+    )
     with pytest.raises(AttnmtError, match="speech.n_mels: 32 here, 40 there"):
         Trainer(changed, **QUIET)

@@ -34,17 +34,39 @@ PAIRS = [(s, reverse(s)) for s in random_strings(300, 3, 8, seed=21)]
 DEV = [(s, reverse(s)) for s in random_strings(20, 3, 8, seed=22)]
 QUIET = {"log": lambda message: None, "progress": False}
 RNN = {"attention": "bahdanau", "dropout": 0.2}
-TRANSFORMER = {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "encoder_layers": 2,
-               "decoder_layers": 2, "dropout": 0.2, "attention_dropout": 0.1, "share_embeddings": True}
+TRANSFORMER = {
+    "type": "transformer",
+    "d_model": 32,
+    "heads": 4,
+    "feed_forward": 64,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "dropout": 0.2,
+    "attention_dropout": 0.1,
+    "share_embeddings": True,
+}
 
 
 def cuda_experiment(folder, model=RNN, steps: int = 6, test: bool = True, **training):
     """A toy experiment (reverse strings) trained on cuda, with a test set scored at its end if ``test``."""
     data = {"test": {"test": {"tsv": str(write_tsv(folder / "test.tsv", DEV[:8]))}}} if test else {}
-    return toy_config(folder, PAIRS, DEV, model=model, data=data,
-                      training={"device": "cuda", "max_steps": steps, "validate_every": 3, "log_every": 3,
-                                "threads": 2, "dev_beam": 2, **training},
-                      decoding={"beam": 3, "batch_size": 16, "max_length_ratio": 1.5, "max_length_offset": 3})
+    return toy_config(
+        folder,
+        PAIRS,
+        DEV,
+        model=model,
+        data=data,
+        training={
+            "device": "cuda",
+            "max_steps": steps,
+            "validate_every": 3,
+            "log_every": 3,
+            "threads": 2,
+            "dev_beam": 2,
+            **training,
+        },
+        decoding={"beam": 3, "batch_size": 16, "max_length_ratio": 1.5, "max_length_offset": 3},
+    )
 
 
 def cuda_weights(folder, name="last.safetensors") -> dict:
@@ -76,32 +98,146 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
     sources = [s for s, _ in DEV[:6]]
     src = write(tmp_path / "src.txt", "\n".join(sources) + "\n")
     tgt = write(tmp_path / "tgt.txt", "\n".join(reverse(s) for s in sources) + "\n")
-    for argv in (("translate", folder, "-i", src, "-o", tmp_path / "out.txt", "--device", "cuda"),
-                 ("translate", folder, "-i", src, "-o", tmp_path / "nbest.txt", "--device", "cuda", "--beam", "3",
-                  "--n-best", "2"),
-                 ("translate", folder, "-i", src, "-o", tmp_path / "bf16.txt", "--device", "cuda", "--bf16"),
-                 ("translate", folder, "-i", src, "-o", tmp_path / "sampled.txt", "--device", "cuda", "--sample",
-                  "--seed", "1", "--top-k", "3", "--top-p", "0.9"),
-                 ("translate", folder, "-i", src, "-o", tmp_path / "ensemble.txt", "--device", "cuda", "--beam", "3",
-                  "--ensemble", folder),
-                 ("average", folder),
-                 ("translate", folder, "-i", src, "-o", tmp_path / "averaged.txt", "--device", "cuda",
-                  "--checkpoint", "averaged"),
-                 ("evaluate", folder, "--trust-config", "--device", "cuda", "--json", tmp_path / "scores.json"),
-                 ("evaluate", folder, "--device", "cuda", "--src", src, "--ref", tgt),
-                 ("align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt", "--device", "cuda"),
-                 ("score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "scores.txt", "--device", "cuda"),
-                 ("score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "dual.txt", "--device", "cuda",
-                  "--backward", folder),
-                 ("translate", folder, "-i", src, "-o", tmp_path / "reranked.txt", "--device", "cuda", "--beam", "3",
-                  "--rerank", folder),
-                 ("translate", folder, "-i", src, "-o", tmp_path / "covered.txt", "--device", "cuda", "--beam", "3",
-                  "--coverage-penalty", "0.4", "--length-penalty", "0.6"),
-                 ("translate", folder, "-i", src, "-o", tmp_path / "constrained.txt", "--device", "cuda", "--beam",
-                  "3", "--constraints", write(tmp_path / "phrases.txt", "ab\n" * len(DEV[:6]))),
-                 ("plot", folder, sources[0], "--device", "cuda", "--out", tmp_path / "heatmap.png",
-                  "--states", tmp_path / "states.png", "--step", "1", tmp_path / "step.png",
-                  "--gif", tmp_path / "steps.gif")):
+    for argv in (
+        ("translate", folder, "-i", src, "-o", tmp_path / "out.txt", "--device", "cuda"),
+        (
+            "translate",
+            folder,
+            "-i",
+            src,
+            "-o",
+            tmp_path / "nbest.txt",
+            "--device",
+            "cuda",
+            "--beam",
+            "3",
+            "--n-best",
+            "2",
+        ),
+        ("translate", folder, "-i", src, "-o", tmp_path / "bf16.txt", "--device", "cuda", "--bf16"),
+        (
+            "translate",
+            folder,
+            "-i",
+            src,
+            "-o",
+            tmp_path / "sampled.txt",
+            "--device",
+            "cuda",
+            "--sample",
+            "--seed",
+            "1",
+            "--top-k",
+            "3",
+            "--top-p",
+            "0.9",
+        ),
+        (
+            "translate",
+            folder,
+            "-i",
+            src,
+            "-o",
+            tmp_path / "ensemble.txt",
+            "--device",
+            "cuda",
+            "--beam",
+            "3",
+            "--ensemble",
+            folder,
+        ),
+        ("average", folder),
+        (
+            "translate",
+            folder,
+            "-i",
+            src,
+            "-o",
+            tmp_path / "averaged.txt",
+            "--device",
+            "cuda",
+            "--checkpoint",
+            "averaged",
+        ),
+        ("evaluate", folder, "--trust-config", "--device", "cuda", "--json", tmp_path / "scores.json"),
+        ("evaluate", folder, "--device", "cuda", "--src", src, "--ref", tgt),
+        ("align", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "links.txt", "--device", "cuda"),
+        ("score", folder, "--src", src, "--tgt", tgt, "-o", tmp_path / "scores.txt", "--device", "cuda"),
+        (
+            "score",
+            folder,
+            "--src",
+            src,
+            "--tgt",
+            tgt,
+            "-o",
+            tmp_path / "dual.txt",
+            "--device",
+            "cuda",
+            "--backward",
+            folder,
+        ),
+        (
+            "translate",
+            folder,
+            "-i",
+            src,
+            "-o",
+            tmp_path / "reranked.txt",
+            "--device",
+            "cuda",
+            "--beam",
+            "3",
+            "--rerank",
+            folder,
+        ),
+        (
+            "translate",
+            folder,
+            "-i",
+            src,
+            "-o",
+            tmp_path / "covered.txt",
+            "--device",
+            "cuda",
+            "--beam",
+            "3",
+            "--coverage-penalty",
+            "0.4",
+            "--length-penalty",
+            "0.6",
+        ),
+        (
+            "translate",
+            folder,
+            "-i",
+            src,
+            "-o",
+            tmp_path / "constrained.txt",
+            "--device",
+            "cuda",
+            "--beam",
+            "3",
+            "--constraints",
+            write(tmp_path / "phrases.txt", "ab\n" * len(DEV[:6])),
+        ),
+        (
+            "plot",
+            folder,
+            sources[0],
+            "--device",
+            "cuda",
+            "--out",
+            tmp_path / "heatmap.png",
+            "--states",
+            tmp_path / "states.png",
+            "--step",
+            "1",
+            tmp_path / "step.png",
+            "--gif",
+            tmp_path / "steps.gif",
+        ),
+    ):
         assert run_cli(*argv) == 0, capsys.readouterr().err
     assert len((tmp_path / "out.txt").read_text().splitlines()) == len(sources)
     assert len((tmp_path / "links.txt").read_text().splitlines()) == len(sources)
@@ -124,8 +260,9 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
     for a, b in zip(force_attention(on_gpu, sources, targets), force_attention(on_cpu, sources, targets)):
         np.testing.assert_allclose(a, b, atol=1e-4)
     starts = [t[:2] for t in targets]
-    prefixed = zip(starts, on_gpu.translate(sources, beam=3, prefix=starts), on_cpu.translate(sources, beam=3,
-                                                                                              prefix=starts))
+    prefixed = zip(
+        starts, on_gpu.translate(sources, beam=3, prefix=starts), on_cpu.translate(sources, beam=3, prefix=starts)
+    )
     for start, a, b in prefixed:  # the textbook search on the GPU, with its constraint on the device
         assert a.text.startswith(start) and a.text == b.text
     for translator in (on_gpu, on_cpu):  # the fixed-shape search on the GPU, its coverage summed there
@@ -134,8 +271,9 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
         assert [c.text for c in a.candidates] == [c.text for c in b.candidates]
         assert [c.score for c in a.candidates] == pytest.approx([c.score for c in b.candidates], abs=1e-3)
     wanted = [["ab"], [], ["c", "de"], [], [], ["j"]]
-    for a, b in zip(on_gpu.translate(sources, beam=3, constraints=wanted),
-                    on_cpu.translate(sources, beam=3, constraints=wanted)):
+    for a, b in zip(
+        on_gpu.translate(sources, beam=3, constraints=wanted), on_cpu.translate(sources, beam=3, constraints=wanted)
+    ):
         assert a.text == b.text
     for a, b in zip(on_gpu.score(sources, targets), on_cpu.score(sources, targets)):
         np.testing.assert_allclose(a.log_probs, b.log_probs, atol=1e-4)
@@ -206,14 +344,19 @@ def test_transformer_pairs_and_speech_on_cuda(tmp_path, capsys):
     assert maps["cross"].shape[:2] == (2, 4) and maps["encoder"].dtype == np.float32
     [layers] = force_attention(transformer, [source], [reverse(source)], layers=True)
     assert layers.shape[0] == 2 and np.allclose(layers.sum(axis=-1), 1, atol=1e-4)
-    assert run_cli("plot", config.experiment_dir, source, "--device", "cuda", "--head-view",
-                   tmp_path / "heads.png") == 0, capsys.readouterr().err
+    assert (
+        run_cli("plot", config.experiment_dir, source, "--device", "cuda", "--head-view", tmp_path / "heads.png") == 0
+    ), capsys.readouterr().err
 
     folder = tmp_path / "pairs"
     folder.mkdir()
     test = write(folder / "test.tsv", "".join("\t".join(t) + "\n" for t in make_pairs(40, seed=3)))
-    raw = pair_config(folder, data={"dev": {"tsv": str(test)}, "test": {"test": {"tsv": str(test)}}},
-                      model={"dropout": 0.2}, training={"max_steps": 6, "validate_every": 3, "device": "cuda"})
+    raw = pair_config(
+        folder,
+        data={"dev": {"tsv": str(test)}, "test": {"test": {"tsv": str(test)}}},
+        model={"dropout": 0.2},
+        training={"max_steps": 6, "validate_every": 3, "device": "cuda"},
+    )
     pairs = config_from_dict(raw, folder)
     train(pairs, **QUIET)
     classifier = load(pairs.experiment_dir, device="cuda")
@@ -225,8 +368,15 @@ def test_transformer_pairs_and_speech_on_cuda(tmp_path, capsys):
 
     texts = random_texts(8, seed=4)
     tsv = write_tone_corpus(tmp_path, "tones", texts)
-    speech = speech_config(tmp_path / "speech", tsv, dev=tsv, test=tsv, steps=6, training={"device": "cuda"},
-                           speech={"conv_channels": 8, "n_mels": 40, "ctc_weight": 0.3})
+    speech = speech_config(
+        tmp_path / "speech",
+        tsv,
+        dev=tsv,
+        test=tsv,
+        steps=6,
+        training={"device": "cuda"},
+        speech={"conv_channels": 8, "n_mels": 40, "ctc_weight": 0.3},
+    )
     train(speech, **QUIET)
     recognizer = load(speech.experiment_dir, device="cuda")
     wavs = [tmp_path / "tones" / f"{i}.wav" for i in range(3)]
@@ -251,36 +401,50 @@ def test_the_http_api_on_cuda(tmp_path):
     for config in (rnn, transformer):
         train(config, **QUIET)
     (tmp_path / "pairs").mkdir()
-    pairs = config_from_dict(pair_config(tmp_path / "pairs", training={"max_steps": 3, "device": "cuda"}),
-                             tmp_path / "pairs")
+    pairs = config_from_dict(
+        pair_config(tmp_path / "pairs", training={"max_steps": 3, "device": "cuda"}), tmp_path / "pairs"
+    )
     train(pairs, **QUIET)
     texts = random_texts(4, seed=5)
     tsv = write_tone_corpus(tmp_path, "tones", texts)
     speech = speech_config(tmp_path / "speech", tsv, steps=3, training={"device": "cuda"})
     train(speech, **QUIET)
 
-    app = create_app([("rnn", rnn.experiment_dir), ("transformer", transformer.experiment_dir),
-                      ("pairs", pairs.experiment_dir), ("speech", speech.experiment_dir),
-                      ("ensemble", rnn.experiment_dir)],
-                     ServerLimits(timeout=120.0), device="cuda", ensembles={"ensemble": [rnn.experiment_dir]})
-    assert all(m.translator.model.training is False and next(m.translator.model.parameters()).is_cuda
-               for m in app.state.models.values())
+    app = create_app(
+        [
+            ("rnn", rnn.experiment_dir),
+            ("transformer", transformer.experiment_dir),
+            ("pairs", pairs.experiment_dir),
+            ("speech", speech.experiment_dir),
+            ("ensemble", rnn.experiment_dir),
+        ],
+        ServerLimits(timeout=120.0),
+        device="cuda",
+        ensembles={"ensemble": [rnn.experiment_dir]},
+    )
+    assert all(
+        m.translator.model.training is False and next(m.translator.model.parameters()).is_cuda
+        for m in app.state.models.values()
+    )
     source = DEV[0][0]
     audio = base64.b64encode((tmp_path / "tones" / "0.wav").read_bytes()).decode()
     with local_client(app) as client:
-        for path, body in (("/translate", {"text": [source, DEV[1][0]], "beam": 3, "n_best": 2}),
-                           ("/translate", {"text": source}), ("/trace", {"text": source}),
-                           ("/beam", {"text": source, "beam": 3}),
-                           ("/translate", {"text": source, "model": "transformer"}),
-                           ("/attention", {"text": source, "model": "transformer"}),
-                           ("/score", {"text": [source, DEV[1][0]], "translation": [DEV[0][1], DEV[1][1]]}),
-                           ("/translate", {"text": [source, DEV[1][0]], "prefix": [DEV[0][1][:2], ""], "beam": 3}),
-                           ("/translate", {"text": [source, DEV[1][0]], "beam": 3, "model": "ensemble"}),
-                           ("/trace", {"text": source, "model": "ensemble"}),
-                           ("/score", {"text": source, "translation": DEV[0][1], "model": "transformer"}),
-                           ("/classify", {"premise": "two red cats", "hypothesis": "two cats", "model": "pairs"}),
-                           ("/translate", {"audio": audio, "model": "speech"}),
-                           ("/trace", {"audio": audio, "model": "speech"})):
+        for path, body in (
+            ("/translate", {"text": [source, DEV[1][0]], "beam": 3, "n_best": 2}),
+            ("/translate", {"text": source}),
+            ("/trace", {"text": source}),
+            ("/beam", {"text": source, "beam": 3}),
+            ("/translate", {"text": source, "model": "transformer"}),
+            ("/attention", {"text": source, "model": "transformer"}),
+            ("/score", {"text": [source, DEV[1][0]], "translation": [DEV[0][1], DEV[1][1]]}),
+            ("/translate", {"text": [source, DEV[1][0]], "prefix": [DEV[0][1][:2], ""], "beam": 3}),
+            ("/translate", {"text": [source, DEV[1][0]], "beam": 3, "model": "ensemble"}),
+            ("/trace", {"text": source, "model": "ensemble"}),
+            ("/score", {"text": source, "translation": DEV[0][1], "model": "transformer"}),
+            ("/classify", {"premise": "two red cats", "hypothesis": "two cats", "model": "pairs"}),
+            ("/translate", {"audio": audio, "model": "speech"}),
+            ("/trace", {"audio": audio, "model": "speech"}),
+        ):
             response = client.post(path, json=body)
             assert response.status_code == 200, (path, body.get("model"), response.text)
 
@@ -307,15 +471,22 @@ def test_processes_on_gpus_join_with_nccl(monkeypatch):
     assert backends == ["nccl", "gloo"]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-                    reason="torchrun with NCCL needs two GPUs (one per process)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+    reason="torchrun with NCCL needs two GPUs (one per process)",
+)
 def test_torchrun_trains_on_two_gpus_with_nccl_as_one_process_does(tmp_path):
     """2 processes on 2 GPUs (NCCL) train the model that 1 process on 1 GPU trains, up to the order of
     the sums; resuming them works."""
+
     def config_file(folder, steps):
-        config = toy_config(folder, PAIRS, DEV, model={"attention": "bahdanau", "dropout": 0.0},
-                            training={"device": "cuda", "max_steps": steps, "validate_every": 6, "log_every": 3,
-                                      "threads": 1})
+        config = toy_config(
+            folder,
+            PAIRS,
+            DEV,
+            model={"attention": "bahdanau", "dropout": 0.0},
+            training={"device": "cuda", "max_steps": steps, "validate_every": 6, "log_every": 3, "threads": 1},
+        )
         path = folder / "train.yaml"
         path.write_text(config_to_yaml(config), encoding="utf-8")
         return config, path
@@ -349,5 +520,6 @@ def test_an_aligner_trains_and_aligns_on_cuda(tmp_path, capsys):
     on_gpu, on_cpu = load(folder, device="cuda"), load(folder)
     layer = load_aligner(folder / "aligner", on_gpu)
     assert layer.W_o.weight.is_cuda
-    assert align(on_gpu, sources, targets, aligner=layer) == \
-        align(on_cpu, sources, targets, aligner=load_aligner(folder / "aligner", on_cpu))
+    assert align(on_gpu, sources, targets, aligner=layer) == align(
+        on_cpu, sources, targets, aligner=load_aligner(folder / "aligner", on_cpu)
+    )

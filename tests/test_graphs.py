@@ -64,8 +64,22 @@ def attention_options(attention: str) -> dict:
     return {"attention": attention}
 
 
-@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "none", "local-m", "local-p",
-                                       "sparsemax", "entmax15", "coverage-fertility", "coverage-nn", "csparsemax"])
+@pytest.mark.parametrize(
+    "attention",
+    [
+        "bahdanau",
+        "luong-general",
+        "location",
+        "none",
+        "local-m",
+        "local-p",
+        "sparsemax",
+        "entmax15",
+        "coverage-fertility",
+        "coverage-nn",
+        "csparsemax",
+    ],
+)
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
 def test_the_captured_loss_is_the_usual_loss(attention, rnn_type):
     """BatchLoss (fixed shapes: unpacked encoder, targets padded in time, padding ignored by
@@ -88,13 +102,23 @@ def test_the_captured_loss_is_the_usual_loss(attention, rnn_type):
         torch.testing.assert_close(captured_grads[name], usual_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
-TRANSFORMER = dict(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=2, decoder_layers=2,
-                   dropout=0.0, attention_dropout=0.0)
+TRANSFORMER = dict(
+    type="transformer",
+    d_model=16,
+    heads=2,
+    feed_forward=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    dropout=0.0,
+    attention_dropout=0.0,
+)
 
 
-@pytest.mark.parametrize("options", [{}, {"norm": "post", "positions": "learned", "max_positions": 32},
-                                     {"attention_normalizer": "entmax15"}],
-                         ids=["pre-norm", "post-norm-learned-positions", "entmax15"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"norm": "post", "positions": "learned", "max_positions": 32}, {"attention_normalizer": "entmax15"}],
+    ids=["pre-norm", "post-norm-learned-positions", "entmax15"],
+)
 def test_the_captured_loss_of_a_transformer_is_the_usual_loss(options):
     """A Transformer's BatchLoss (targets padded in time, padding ignored by target) against
     sequence_loss with the padding selected away: same loss and gradients."""
@@ -226,9 +250,23 @@ def test_a_gpu_config_trains_on_token_batches_unless_it_sets_a_batch_size():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("attention", ["bahdanau", "luong-general", "location", "local-m", "local-p", "sparsemax",
-                                       "entmax15", "coverage-fertility", "coverage-nn", "csparsemax", "transformer",
-                                       "transformer-entmax15"])
+@pytest.mark.parametrize(
+    "attention",
+    [
+        "bahdanau",
+        "luong-general",
+        "location",
+        "local-m",
+        "local-p",
+        "sparsemax",
+        "entmax15",
+        "coverage-fertility",
+        "coverage-nn",
+        "csparsemax",
+        "transformer",
+        "transformer-entmax15",
+    ],
+)
 def test_on_a_gpu_the_graphs_compute_the_loss_and_gradients_of_the_usual_path(attention):
     """Captured for real: replays (a second batch of the same shape, new values) against the usual
     path on the same weights, dropout off; and with dropout on, two replays from one random
@@ -260,8 +298,11 @@ def test_on_a_gpu_a_capture_leaves_the_random_state_as_it_found_it(model_type):
     """(The Transformer's dropout includes the fused attention kernel's.)"""
     device = torch.device("cuda")
     torch.manual_seed(0)
-    config = (ModelConfig(attention="bahdanau", **{**RNN, "dropout": 0.3}) if model_type == "rnn" else
-              ModelConfig(**{**TRANSFORMER, "dropout": 0.3, "attention_dropout": 0.3}))
+    config = (
+        ModelConfig(attention="bahdanau", **{**RNN, "dropout": 0.3})
+        if model_type == "rnn"
+        else ModelConfig(**{**TRANSFORMER, "dropout": 0.3, "attention_dropout": 0.3})
+    )
     model = build_model(config, 30, 30).to(device).train()
     loss = GraphedLoss(model, 0.1)
     batch = training_batch(SOURCES, TARGETS).to(device)
@@ -281,9 +322,20 @@ def test_the_loss_without_selecting_rows_is_the_loss_with(monkeypatch, model_typ
     from attnmt.seq2seq import training
 
     torch.manual_seed(0)
-    config = (ModelConfig(**RNN) if model_type == "rnn" else
-              ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=1, decoder_layers=1,
-                          dropout=0.0, attention_dropout=0.0))
+    config = (
+        ModelConfig(**RNN)
+        if model_type == "rnn"
+        else ModelConfig(
+            type="transformer",
+            d_model=16,
+            heads=2,
+            feed_forward=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            dropout=0.0,
+            attention_dropout=0.0,
+        )
+    )
     model = build_model(config, 30, 30).train()
     batch = training_batch(SOURCES, TARGETS)
     assert training.selects_real_rows(torch.device("cpu")) and not training.selects_real_rows(torch.device("cuda"))
@@ -291,8 +343,13 @@ def test_the_loss_without_selecting_rows_is_the_loss_with(monkeypatch, model_typ
     selected_grads = gradients(model, selected)
     monkeypatch.setattr(training, "selects_real_rows", lambda device: False)
     rows, loss_of = [], model.generator.loss
-    monkeypatch.setattr(model.generator, "loss", lambda x, target, smoothing, ignore_index=None:
-                        rows.append((x.size(0), ignore_index)) or loss_of(x, target, smoothing, ignore_index))
+    monkeypatch.setattr(
+        model.generator,
+        "loss",
+        lambda x, target, smoothing, ignore_index=None: (
+            rows.append((x.size(0), ignore_index)) or loss_of(x, target, smoothing, ignore_index)
+        ),
+    )
     by_target = sequence_loss(model, batch, label_smoothing=0.1)
     assert rows == [(batch.tgt_out.numel(), PAD)]  # every row, the padding left out by its target
     by_target_grads = gradients(model, by_target)

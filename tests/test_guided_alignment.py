@@ -77,32 +77,45 @@ def test_link_file_needs_one_line_per_corpus_line(tmp_path):
         read_link_file(path, 1, one_based=True)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"model": {"attention": "none"}}, "model.attention none"),
-    ({"model": {"type": "transformer", "decoder_layers": 2}, "guided": {"layer": 2}}, "the decoder has 2 layers"),
-    ({"model": {"type": "transformer", "heads": 4}, "guided": {"heads": [1, 4]}}, "the model has 4 heads"),
-    ({"model": {"attention": "bahdanau"}, "guided": {"full_context": True}}, "full_context is a Transformer"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model": {"attention": "none"}}, "model.attention none"),
+        ({"model": {"type": "transformer", "decoder_layers": 2}, "guided": {"layer": 2}}, "the decoder has 2 layers"),
+        ({"model": {"type": "transformer", "heads": 4}, "guided": {"heads": [1, 4]}}, "the model has 4 heads"),
+        ({"model": {"attention": "bahdanau"}, "guided": {"full_context": True}}, "full_context is a Transformer"),
+    ],
+)
 def test_config_refuses_what_has_no_such_attention(tmp_path, change, message):
     guided = {"links": "train.links", **change.get("guided", {})}
-    raw = {"experiment_dir": str(tmp_path / "exp"), "data": {"train": {"tsv": "train.tsv"}}, "model": change["model"],
-           "training": {"max_steps": 1, "guided_alignment": guided}}
+    raw = {
+        "experiment_dir": str(tmp_path / "exp"),
+        "data": {"train": {"tsv": "train.tsv"}},
+        "model": change["model"],
+        "training": {"max_steps": 1, "guided_alignment": guided},
+    }
     with pytest.raises(AttnmtError, match=message):
         config_from_dict(raw, tmp_path)
 
 
 @pytest.mark.parametrize("layers, expected", [(1, -1), (3, -2)])
 def test_a_transformer_trains_the_penultimate_layer_by_default(tmp_path, layers, expected):
-    raw = {"experiment_dir": str(tmp_path / "exp"), "data": {"train": {"tsv": "train.tsv"}},
-           "model": {"type": "transformer", "decoder_layers": layers},
-           "training": {"max_steps": 1, "guided_alignment": {"links": "train.links"}}}
+    raw = {
+        "experiment_dir": str(tmp_path / "exp"),
+        "data": {"train": {"tsv": "train.tsv"}},
+        "model": {"type": "transformer", "decoder_layers": layers},
+        "training": {"max_steps": 1, "guided_alignment": {"links": "train.links"}},
+    }
     guided = config_from_dict(raw, tmp_path).training.guided_alignment
     assert (guided.layer, guided.heads) == (expected, [0])
 
 
 def test_a_links_file_is_read_from_the_config_files_folder(tmp_path):
-    raw = {"experiment_dir": "exp", "data": {"train": {"tsv": "train.tsv"}},
-           "training": {"max_steps": 1, "guided_alignment": {"links": "data/train.links"}}}
+    raw = {
+        "experiment_dir": "exp",
+        "data": {"train": {"tsv": "train.tsv"}},
+        "training": {"max_steps": 1, "guided_alignment": {"links": "data/train.links"}},
+    }
     config = config_from_dict(raw, tmp_path / "conf")
     assert config.training.guided_alignment.links == str((tmp_path / "conf" / "data" / "train.links").resolve())
     assert config.data.train.tsv == (tmp_path / "conf" / "train.tsv").resolve()  # as the data files
@@ -116,11 +129,24 @@ def small_transformer(tmp_path):
     random pairs for it: the model, src, lengths, tgt_in."""
     from attnmt.seq2seq import build_model
 
-    config = config_from_dict({"experiment_dir": str(tmp_path), "data": {"train": {"tsv": "t.tsv"}},
-                               "model": {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32,
-                                         "encoder_layers": 1, "decoder_layers": 2, "dropout": 0.0,
-                                         "attention_dropout": 0.0},
-                               "training": {"max_steps": 1}}, tmp_path)
+    config = config_from_dict(
+        {
+            "experiment_dir": str(tmp_path),
+            "data": {"train": {"tsv": "t.tsv"}},
+            "model": {
+                "type": "transformer",
+                "d_model": 16,
+                "heads": 2,
+                "feed_forward": 32,
+                "encoder_layers": 1,
+                "decoder_layers": 2,
+                "dropout": 0.0,
+                "attention_dropout": 0.0,
+            },
+            "training": {"max_steps": 1},
+        },
+        tmp_path,
+    )
     torch.manual_seed(0)
     model = build_model(config.model, 20, 20)
     return model, torch.randint(4, 20, (3, 5)), torch.tensor([5, 4, 2]), torch.randint(4, 20, (3, 6))
@@ -165,11 +191,21 @@ def test_a_full_context_pass_sees_the_whole_target_but_its_padding(tmp_path):
 def test_a_model_trained_with_full_context_is_aligned_with_it(tmp_path):
     pairs, links = permuted_pairs(40, seed=3)
     (tmp_path / "train.links").write_text("".join(" ".join(f"{i}-{j}" for i, j in pair) + "\n" for pair in links))
-    transformer = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
-                   "decoder_layers": 1}
+    transformer = {
+        "type": "transformer",
+        "d_model": 16,
+        "heads": 2,
+        "feed_forward": 32,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+    }
     guided = {"links": str(tmp_path / "train.links"), "full_context": True}
-    config = toy_config(tmp_path, pairs, model=transformer, training={"max_steps": 2, "validate_every": 1000,
-                                                                      "threads": 1, "guided_alignment": guided})
+    config = toy_config(
+        tmp_path,
+        pairs,
+        model=transformer,
+        training={"max_steps": 2, "validate_every": 1000, "threads": 1, "guided_alignment": guided},
+    )
     train(config, log=lambda m: None, progress=False)
     translator = load(config.experiment_dir)
     sources, targets = [s for s, _ in pairs[:6]], [t for _, t in pairs[:6]]
@@ -182,8 +218,19 @@ def test_a_model_trained_with_full_context_is_aligned_with_it(tmp_path):
     (tmp_path / "t").write_text("\n".join(targets) + "\n")
     written = {}
     for flag, full_context in (("--full-context", True), ("--no-full-context", False)):
-        main(["align", str(config.experiment_dir), "--src", str(tmp_path / "s"), "--tgt", str(tmp_path / "t"),
-              flag, "-o", str(tmp_path / "out")])
+        main(
+            [
+                "align",
+                str(config.experiment_dir),
+                "--src",
+                str(tmp_path / "s"),
+                "--tgt",
+                str(tmp_path / "t"),
+                flag,
+                "-o",
+                str(tmp_path / "out"),
+            ]
+        )
         written[full_context] = (tmp_path / "out").read_text().splitlines()
         expected = align(translator, sources, targets, full_context=full_context)
         assert written[full_context] == [format_pharaoh(links) for links in expected]
@@ -201,19 +248,30 @@ def test_a_guided_transformers_links_are_read_where_guidance_trained_them(tmp_pa
 
     pairs, links = permuted_pairs(40, seed=4)
     (tmp_path / "train.links").write_text("".join(" ".join(f"{i}-{j}" for i, j in pair) + "\n" for pair in links))
-    transformer = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
-                   "decoder_layers": 2}
+    transformer = {
+        "type": "transformer",
+        "d_model": 16,
+        "heads": 2,
+        "feed_forward": 32,
+        "encoder_layers": 1,
+        "decoder_layers": 2,
+    }
     guided = {"links": str(tmp_path / "train.links"), "layer": 0, "heads": [1]}
-    config = toy_config(tmp_path, pairs, model=transformer, training={"max_steps": 40, "validate_every": 1000,
-                                                                      "threads": 1, "guided_alignment": guided})
+    config = toy_config(
+        tmp_path,
+        pairs,
+        model=transformer,
+        training={"max_steps": 40, "validate_every": 1000, "threads": 1, "guided_alignment": guided},
+    )
     train(config, log=lambda m: None, progress=False)
     translator = load(config.experiment_dir)
     assert isinstance(translator.aligner, GuidedAttentionLinks)
     sources, targets = [s for s, _ in pairs[:5]], [t for _, t in pairs[:5]]
     trained = alignment_matrices(translator, sources, targets, layer=0, heads=[1])
     assert all(np.array_equal(a, b) for a, b in zip(alignment_matrices(translator, sources, targets), trained))
-    assert not all(np.allclose(a, b) for a, b in zip(alignment_matrices(translator, sources, targets, layer=-1),
-                                                    trained))
+    assert not all(
+        np.allclose(a, b) for a, b in zip(alignment_matrices(translator, sources, targets, layer=-1), trained)
+    )
 
     # the translations' links: each output forced through the guided heads, in Python, the CLI and HTTP
     translations = translator.translate(sources, beam=2, align=True)
@@ -225,8 +283,19 @@ def test_a_guided_transformers_links_are_read_where_guidance_trained_them(tmp_pa
     (tmp_path / "s").write_text("\n".join(sources) + "\n")
     main(["translate", str(config.experiment_dir), "-i", str(tmp_path / "s"), "--beam", "2", "--report-align"])
     assert capsys.readouterr().out.splitlines() == [f"{o} ||| {format_pharaoh(x)}" for o, x in zip(outputs, expected)]
-    main(["translate", str(config.experiment_dir), "-i", str(tmp_path / "s"), "--beam", "2", "--report-align",
-          "--aligner", "none"])  # the search's own attention: the last layer, every head
+    main(
+        [
+            "translate",
+            str(config.experiment_dir),
+            "-i",
+            str(tmp_path / "s"),
+            "--beam",
+            "2",
+            "--report-align",
+            "--aligner",
+            "none",
+        ]
+    )  # the search's own attention: the last layer, every head
     searched = [output_links(t.attention, t.source_tokens, t.tokens) for t in translations]
     assert searched != expected  # (so the lines above tell the two apart)
     assert capsys.readouterr().out.splitlines() == [f"{o} ||| {format_pharaoh(x)}" for o, x in zip(outputs, searched)]
@@ -243,8 +312,11 @@ def first_model(folder, pairs):
 
 
 def test_config_takes_a_file_or_eflomal(tmp_path):
-    raw = {"experiment_dir": str(tmp_path / "exp"), "data": {"train": {"tsv": "train.tsv"}},
-           "training": {"max_steps": 1, "guided_alignment": {"links": "eflomal", "weight": 0.5}}}
+    raw = {
+        "experiment_dir": str(tmp_path / "exp"),
+        "data": {"train": {"tsv": "train.tsv"}},
+        "training": {"max_steps": 1, "guided_alignment": {"links": "eflomal", "weight": 0.5}},
+    }
     assert config_from_dict(raw, tmp_path).training.guided_alignment.weight == 0.5
     raw["training"]["guided_alignment"] = {"links": "x", "weight": 0}
     with pytest.raises(AttnmtError, match="weight"):
@@ -271,8 +343,12 @@ def permuted_pairs(n: int, seed: int):
 
 
 def trained_aer(folder, pairs, test_pairs, test_links, model, guided) -> float:
-    config = toy_config(folder, pairs, model=model, training={"max_steps": 200, "validate_every": 1000, "threads": 1,
-                                                              "guided_alignment": guided})
+    config = toy_config(
+        folder,
+        pairs,
+        model=model,
+        training={"max_steps": 200, "validate_every": 1000, "threads": 1, "guided_alignment": guided},
+    )
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
     translator = load(config.experiment_dir)
@@ -292,16 +368,29 @@ def test_guided_alignment_lowers_aer_on_a_task_with_known_links(tmp_path):
     (tmp_path / "train.links").write_text("".join(" ".join(f"{i}-{j}" for i, j in pair) + "\n" for pair in links))
     guided = {"links": str(tmp_path / "train.links"), "weight": 1.0}
     rnn = {"attention": "luong-general"}
-    aer = {name: trained_aer(tmp_path / name, pairs, test_pairs, test_links, rnn, how)
-           for name, how in (("plain", None), ("guided", guided))}
+    aer = {
+        name: trained_aer(tmp_path / name, pairs, test_pairs, test_links, rnn, how)
+        for name, how in (("plain", None), ("guided", guided))
+    }
     # Measured: guided 0 %, plain 83 % (its attention collapses onto one source word)
     assert aer["guided"] < 0.1 and aer["plain"] > aer["guided"] + 0.3, aer
     # A Transformer's heads (here both heads of its one decoder layer, the attention align reads):
     # 0 % guided, 4.7 % without
-    transformer = {"type": "transformer", "d_model": 32, "heads": 2, "feed_forward": 64, "encoder_layers": 1,
-                   "decoder_layers": 1, "dropout": 0.0, "attention_dropout": 0.0}
-    assert trained_aer(tmp_path / "transformer", pairs, test_pairs, test_links, transformer,
-                       {**guided, "heads": [0, 1]}) < 0.02
+    transformer = {
+        "type": "transformer",
+        "d_model": 32,
+        "heads": 2,
+        "feed_forward": 64,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "dropout": 0.0,
+        "attention_dropout": 0.0,
+    }
+    assert (
+        trained_aer(tmp_path / "transformer", pairs, test_pairs, test_links, transformer, {**guided, "heads": [0, 1]})
+        < 0.02
+    )
+
 
 def test_eflomal_links_are_computed_once_and_mapped_to_pieces(tmp_path):
     require(find_spec("eflomal") is not None, "pip install eflomal (attnmt[experiments])")
@@ -326,8 +415,11 @@ def test_eflomal_links_are_computed_once_and_mapped_to_pieces(tmp_path):
 
 
 def self_config(tmp_path, **guided):
-    raw = {"experiment_dir": str(tmp_path / "exp"), "data": {"train": {"tsv": "train.tsv"}},
-           "training": {"max_steps": 1, "guided_alignment": guided}}
+    raw = {
+        "experiment_dir": str(tmp_path / "exp"),
+        "data": {"train": {"tsv": "train.tsv"}},
+        "training": {"max_steps": 1, "guided_alignment": guided},
+    }
     return config_from_dict(raw, tmp_path)
 
 
@@ -338,13 +430,18 @@ def test_config_links_self_needs_a_first_round(tmp_path):
         self_config(tmp_path, links="train.links", first_round="round1")
     with pytest.raises(AttnmtError, match=r"first_round_backward is for links: self \(links is 'eflomal'\)"):
         self_config(tmp_path, links="eflomal", first_round_backward="back")
-    guided = self_config(tmp_path / "configs", links="self", first_round="round1",
-                         first_round_backward="../back").training.guided_alignment
+    guided = self_config(
+        tmp_path / "configs", links="self", first_round="round1", first_round_backward="../back"
+    ).training.guided_alignment
     # relative to the config's folder, like data.train
-    assert (guided.first_round, guided.first_round_backward) == ((tmp_path / "configs" / "round1").resolve(),
-                                                                 (tmp_path / "back").resolve())
-    assert self_config(tmp_path, links="self", first_round=str(tmp_path / "r")).training.guided_alignment.first_round \
+    assert (guided.first_round, guided.first_round_backward) == (
+        (tmp_path / "configs" / "round1").resolve(),
+        (tmp_path / "back").resolve(),
+    )
+    assert (
+        self_config(tmp_path, links="self", first_round=str(tmp_path / "r")).training.guided_alignment.first_round
         == tmp_path / "r"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -355,8 +452,12 @@ def first_rounds(tmp_path_factory):
     pairs, _ = permuted_pairs(200, seed=5)
     forward = toy_config(folder / "forward", pairs, training={"max_steps": 40, "threads": 1})
     tsv = str(forward.data.train.tsv)
-    backward = toy_config(folder / "backward", pairs, training={"max_steps": 40, "threads": 1},
-                          data={"train": {"tsv": tsv, "src_column": 1, "tgt_column": 0}})
+    backward = toy_config(
+        folder / "backward",
+        pairs,
+        training={"max_steps": 40, "threads": 1},
+        data={"train": {"tsv": tsv, "src_column": 1, "tgt_column": 0}},
+    )
     for config in (forward, backward):
         torch.manual_seed(0)
         train(config, log=lambda m: None, progress=False)
@@ -364,8 +465,12 @@ def first_rounds(tmp_path_factory):
 
 
 def second_round(folder, pairs, max_steps=1, data=None, **guided):
-    return toy_config(folder, pairs, data=data, training={"max_steps": max_steps, "threads": 1,
-                                                          "guided_alignment": {"links": "self", **guided}})
+    return toy_config(
+        folder,
+        pairs,
+        data=data,
+        training={"max_steps": max_steps, "threads": 1, "guided_alignment": {"links": "self", **guided}},
+    )
 
 
 def refuse(*args, **kwargs):
@@ -384,8 +489,10 @@ def test_self_links_are_the_first_rounds_attention_links_computed_once(tmp_path,
     assert cached.read_text().splitlines() == [format_pharaoh(links) for links in expected]
     # the second round trains towards them: word links -> piece links, as with eflomal's file
     data = prepare_data(config, log=messages.append)
-    assert data.train.alignments == [piece_links(links, data.src_sw.pieces(s), data.tgt_sw.pieces(t))
-                                     for links, s, t in zip(expected, data.train.src_ids, data.train.tgt_ids)]
+    assert data.train.alignments == [
+        piece_links(links, data.src_sw.pieces(s), data.tgt_sw.pieces(t))
+        for links, s, t in zip(expected, data.train.src_ids, data.train.tgt_ids)
+    ]
     assert sum(map(bool, data.train.alignments)) == 200
     monkeypatch.setattr("attnmt.translation.guided_alignment.align", refuse)  # the same text and model: read back
     assert prepare_data(config, log=lambda m: None).train.alignments == data.train.alignments
@@ -426,16 +533,18 @@ def test_self_links_are_computed_again_when_they_would_be_read_another_way(tmp_p
 
 def test_self_links_of_both_directions_are_symmetrized(tmp_path, first_rounds):
     pairs, tsv, forward, backward = first_rounds
-    config = second_round(tmp_path, pairs, data={"train": {"tsv": tsv}}, first_round=str(forward),
-                          first_round_backward=str(backward))
+    config = second_round(
+        tmp_path, pairs, data={"train": {"tsv": tsv}}, first_round=str(forward), first_round_backward=str(backward)
+    )
     messages = []
     prepare_data(config, log=messages.append)
     assert any(f"with the attention of {forward} and {backward} (grow-diag-final)" in m for m in messages), messages
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
     there, back = load(forward), load(backward)
     expected = align_both_ways(there, back, sources, targets, "grow-diag-final")
-    assert expected == [grow_diag_final(f, transposed(b))
-                        for f, b in zip(align(there, sources, targets), align(back, targets, sources))]
+    assert expected == [
+        grow_diag_final(f, transposed(b)) for f, b in zip(align(there, sources, targets), align(back, targets, sources))
+    ]
     lines = (config.experiment_dir / "alignment" / "train.self.links").read_text().splitlines()
     assert lines == [format_pharaoh(links) for links in expected]
     assert lines != [format_pharaoh(links) for links in align(there, sources, targets)]  # not one direction's
@@ -447,10 +556,15 @@ def test_self_links_refuse_a_first_round_that_does_not_fit(tmp_path, first_round
     cases = [
         ({"first_round": str(tmp_path / "nowhere")}, r"first_round: .*nowhere: no such folder"),
         ({"first_round": str(tmp_path)}, r"first_round: .*not a model folder \(no config.yaml\)"),
-        ({"first_round": str(backward)}, r"first_round: .* was trained on data.train target -> source; "
-                                         r"it must be source -> target"),
-        ({"first_round": str(forward), "first_round_backward": str(forward)},
-         r"first_round_backward: .* was trained on data.train source -> target; it must be target -> source"),
+        (
+            {"first_round": str(backward)},
+            r"first_round: .* was trained on data.train target -> source; "
+            r"it must be source -> target",
+        ),
+        (
+            {"first_round": str(forward), "first_round_backward": str(forward)},
+            r"first_round_backward: .* was trained on data.train source -> target; it must be target -> source",
+        ),
     ]
     for guided, message in cases:
         config = second_round(tmp_path / "second", pairs, data=same_file, **guided)

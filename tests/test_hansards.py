@@ -15,8 +15,9 @@ def _sacremoses():
 
 
 def test_french_is_lowercased_split_and_its_articles_written_out():
-    assert tokenize(["L'homme du village va aux champs, peut-être."], "fr") == \
-        ["le homme de le village va à les champs , peut - être ."]
+    assert tokenize(["L'homme du village va aux champs, peut-être."], "fr") == [
+        "le homme de le village va à les champs , peut - être ."
+    ]
     assert tokenize(["Il n\u2019a pas d'eau."], "fr") == ["il ne a pas de eau ."]
 
 
@@ -36,8 +37,9 @@ def test_write_corpus_writes_every_split_and_the_gold_text_lowercased(tmp_path):
     (data / "alignment" / "hansards-enfr.gold").write_text("1-1 2p2\n")
     out.mkdir()
     written = write_corpus(out, data)
-    assert sorted(written) == sorted([f"{s}.{lang}" for s in ("train", "val", "test") for lang in ("en", "fr")]
-                                     + ["hansards.pairs", "hansards.gold"])
+    assert sorted(written) == sorted(
+        [f"{s}.{lang}" for s in ("train", "val", "test") for lang in ("en", "fr")] + ["hansards.pairs", "hansards.gold"]
+    )
     assert (out / "test.fr").read_text() == "le chien .\nde les chats .\n"
     assert (out / "hansards.pairs").read_text() == "the house ||| la chambre\n"
     assert (out / "hansards.gold").read_text() == "1-1 2p2\n"  # the links as they are: never trained on

@@ -67,10 +67,20 @@ def test_heads_are_named_kind_layer_head_and_a_wrong_one_is_an_error():
 def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("heads")
     pairs = [(s, reverse(s)) for s in random_strings(200, 3, 8, seed=5)]
-    config = toy_config(folder, pairs, pairs[:10],
-                        model={"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32,
-                               "encoder_layers": 1, "decoder_layers": 1},
-                        training={"max_steps": 3, "validate_every": 3})
+    config = toy_config(
+        folder,
+        pairs,
+        pairs[:10],
+        model={
+            "type": "transformer",
+            "d_model": 16,
+            "heads": 2,
+            "feed_forward": 32,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+        },
+        training={"max_steps": 3, "validate_every": 3},
+    )
     train(config, log=lambda m: None, progress=False)
     return config.experiment_dir
 
@@ -104,12 +114,17 @@ def test_the_server_switches_a_requests_heads_off_and_no_others(tiny, monkeypatc
     app = create_app([tiny], ServerLimits(batch_wait=0.5))  # a wide window: all get in
     model = app.state.models[tiny.name]
     original, calls = model.translator.translate, []
-    monkeypatch.setattr(model.translator, "translate",
-                        lambda texts, *args, **kwargs: calls.append(list(texts)) or original(texts, *args, **kwargs))
-    bodies = [{"text": "abc", "beam": 2, "n_best": 2, "mask_heads": "cross.0.1"},
-              {"text": "bcd", "beam": 2, "n_best": 2},
-              {"text": "cde", "beam": 2, "n_best": 2, "mask_heads": "cross.0.1"},
-              {"text": "abcd", "beam": 2, "n_best": 2, "mask_heads": "encoder.0.0,cross.0.1"}]
+    monkeypatch.setattr(
+        model.translator,
+        "translate",
+        lambda texts, *args, **kwargs: calls.append(list(texts)) or original(texts, *args, **kwargs),
+    )
+    bodies = [
+        {"text": "abc", "beam": 2, "n_best": 2, "mask_heads": "cross.0.1"},
+        {"text": "bcd", "beam": 2, "n_best": 2},
+        {"text": "cde", "beam": 2, "n_best": 2, "mask_heads": "cross.0.1"},
+        {"text": "abcd", "beam": 2, "n_best": 2, "mask_heads": "encoder.0.0,cross.0.1"},
+    ]
     with local_client(app) as client:
         responses = post_together(client, bodies)
         for body, response in zip(bodies, responses):
@@ -119,8 +134,11 @@ def test_the_server_switches_a_requests_heads_off_and_no_others(tiny, monkeypatc
             assert [c["score"] for c in got] == pytest.approx([c.score for c in expected.candidates], abs=1e-4)
         heads_of_text = {body["text"]: body.get("mask_heads") for body in bodies}
         assert all(len({heads_of_text[text] for text in call}) == 1 for call in calls)  # never decoded together
-        assert all(a.head_mask is None for layer in model.translator.model.decoder_layers
-                   for a in (layer.self_attention, layer.cross_attention))
+        assert all(
+            a.head_mask is None
+            for layer in model.translator.model.decoder_layers
+            for a in (layer.self_attention, layer.cross_attention)
+        )
         reference.mask_heads("encoder.0.1")
         maps = client.post("/attention", json={"text": "abc", "translation": "cba", "mask_heads": "encoder.0.1"})
         assert maps.status_code == 200
@@ -128,7 +146,10 @@ def test_the_server_switches_a_requests_heads_off_and_no_others(tiny, monkeypatc
         np.testing.assert_allclose(maps.json()["cross"], expected["cross"], atol=1e-5)
         reference.mask_heads("")
         assert not np.allclose(maps.json()["cross"], reference.attention("abc", "cba")["cross"], atol=1e-5)
-        for bad, message in (("cross.3.0", "no head cross.3.0"), ("cross.0", "KIND.LAYER.HEAD"),
-                             ("<b>", "string_pattern_mismatch")):
+        for bad, message in (
+            ("cross.3.0", "no head cross.3.0"),
+            ("cross.0", "KIND.LAYER.HEAD"),
+            ("<b>", "string_pattern_mismatch"),
+        ):
             answer = client.post("/translate", json={"text": "abc", "mask_heads": bad})
             assert answer.status_code == 422 and message in answer.text, answer.text

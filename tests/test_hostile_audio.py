@@ -41,7 +41,7 @@ def flac(seconds: float, total_samples: int | None = None) -> bytes:
     data = bytearray(sound(tone_utterance("a" * max(1, round(seconds / 0.08))), format="FLAC"))
     if total_samples is not None:
         data[STREAMINFO + 13] = (data[STREAMINFO + 13] & 0xF0) | (total_samples >> 32)
-        data[STREAMINFO + 14:STREAMINFO + 18] = (total_samples & 0xFFFFFFFF).to_bytes(4, "big")
+        data[STREAMINFO + 14 : STREAMINFO + 18] = (total_samples & 0xFFFFFFFF).to_bytes(4, "big")
     return bytes(data)
 
 
@@ -73,8 +73,9 @@ def test_a_forged_flac_length_is_refused_before_decoding(decoded):
 def test_a_flac_without_its_length_is_read_whole_and_stops_at_the_limit(decoded, monkeypatch):
     """A streamed FLAC (length 0, "unknown") is read in blocks: whole when short, and only up to
     the limit (and one block) when long, whatever it holds."""
-    np.testing.assert_array_equal(decode_audio(flac(1.0, total_samples=0), RATE, "a"),
-                                  decode_audio(flac(1.0), RATE, "a"))
+    np.testing.assert_array_equal(
+        decode_audio(flac(1.0, total_samples=0), RATE, "a"), decode_audio(flac(1.0), RATE, "a")
+    )
     monkeypatch.setattr(audio, "BLOCK_SAMPLES", 4096)
     decoded.clear()
     with pytest.raises(AudioError, match=r"^long\.flac: more than 3 s of audio, .* its header does not say so"):
@@ -96,8 +97,9 @@ def test_absurd_sample_rates_are_refused_before_decoding_or_resampling(rate, dec
 
     monkeypatch.setattr(soxr, "resample", lambda *a: pytest.fail("resampled"))
     data = sound(np.zeros(2000, np.float32), rate, subtype="PCM_U8")  # 8-bit, as in the issue
-    with pytest.raises(AudioError, match=f"^one.wav: a sample rate of {rate:,} Hz; sound files of 4,000 to "
-                                         "192,000 Hz are read"):
+    with pytest.raises(
+        AudioError, match=f"^one.wav: a sample rate of {rate:,} Hz; sound files of 4,000 to 192,000 Hz are read"
+    ):
         decode_audio(data, RATE, "one.wav", max_seconds=30)
     assert decoded == []
 
@@ -105,8 +107,10 @@ def test_absurd_sample_rates_are_refused_before_decoding_or_resampling(rate, dec
 # --- point 3: samples that are not sound ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, message", [(3.4e38, "audio samples up to 3.4e+38"), (-2e3, "up to 2e+03"),
-                                            (np.nan, "not numbers"), (np.inf, "not numbers")])
+@pytest.mark.parametrize(
+    "value, message",
+    [(3.4e38, "audio samples up to 3.4e+38"), (-2e3, "up to 2e+03"), (np.nan, "not numbers"), (np.inf, "not numbers")],
+)
 def test_huge_and_non_finite_samples_are_refused(value, message):
     samples = tone_utterance("ab")
     samples[100] = value
@@ -122,9 +126,12 @@ def test_huge_and_non_finite_samples_are_refused(value, message):
 def test_fifos_devices_and_folders_are_named_as_such(tmp_path):
     fifo = tmp_path / "fifo.wav"
     os.mkfifo(fifo)
-    for path, message in ((fifo, "not a regular file (a FIFO, device or socket)"),
-                          ("/dev/zero", "not a regular file"), (tmp_path, "is a directory"),
-                          (tmp_path / "missing.wav", "no such file")):
+    for path, message in (
+        (fifo, "not a regular file (a FIFO, device or socket)"),
+        ("/dev/zero", "not a regular file"),
+        (tmp_path, "is a directory"),
+        (tmp_path / "missing.wav", "no such file"),
+    ):
         with pytest.raises(AudioError, match=f"^{re.escape(f'{path}: {message}')}"):
             audio.read_audio(path, RATE)  # (the FIFO is not opened: that would wait for a writer)
 
@@ -168,13 +175,15 @@ def tiny_speech(tmp_path_factory):
 @pytest.fixture
 def spied(tiny_speech, monkeypatch):
     """(app, client, calls): calls records every sound file the model decodes and every transcription."""
+
     def serve(limits: ServerLimits):
         app = create_app([tiny_speech], limits)
         translator = app.state.models["tones"].translator
         for name in ("features", "transcribe_features", "trace_features"):
             real = getattr(translator, name)
-            monkeypatch.setattr(translator, name, lambda *a, real=real, name=name, **k: calls.append(name) or
-                                real(*a, **k))
+            monkeypatch.setattr(
+                translator, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k)
+            )
         return local_client(app)
 
     calls = []
@@ -190,19 +199,45 @@ def silence(seconds: float, format="FLAC") -> bytes:
 
 
 REFUSED = [  # (name, body, limits, fragments of the 422): nothing decoded for any
-    ("forged FLAC length", {"audio": b64(flac(1.0, total_samples=2**36 - 1))}, {},
-     ["audio: 4294967.3 s of audio, longer than"]),
-    ("1 Hz WAV", {"audio": [b64(silence(0.1, "WAV")), b64(sound(np.zeros(20_000), 1, subtype="PCM_U8"))]}, {},
-     ["audio[1]: a sample rate of 1 Hz"]),
-    ("30 s of silence at beam 16", {"audio": b64(silence(30)), "beam": 16}, {},
-     ["asks for 12016 units of work (beam 16 x (encoder states + 1)", "30.0 s of audio", "the limit is 4112"]),
-    ("two files over the work", {"audio": [b64(silence(3))] * 2, "beam": 8}, {"max_work": 1000},
-     ["asks for 1216 units of work", "the limit is 1000", "smaller beam"]),
-    ("attention matrices", {"audio": b64(silence(3)), "beam": 3, "n_best": 3}, {"max_answer_values": 10_000},
-     ["could hold up to 21150 attention weights (3 matrices per sound file of up to 94 characters",
-      '"attention": false']),
-    ("one byte over", {"audio": b64(silence(1, "WAV") + b"\0")}, {"max_audio_bytes": len(silence(1, "WAV"))},
-     ["audio is 32,045 bytes (decoded from base64); the limit is 32,044"]),
+    (
+        "forged FLAC length",
+        {"audio": b64(flac(1.0, total_samples=2**36 - 1))},
+        {},
+        ["audio: 4294967.3 s of audio, longer than"],
+    ),
+    (
+        "1 Hz WAV",
+        {"audio": [b64(silence(0.1, "WAV")), b64(sound(np.zeros(20_000), 1, subtype="PCM_U8"))]},
+        {},
+        ["audio[1]: a sample rate of 1 Hz"],
+    ),
+    (
+        "30 s of silence at beam 16",
+        {"audio": b64(silence(30)), "beam": 16},
+        {},
+        ["asks for 12016 units of work (beam 16 x (encoder states + 1)", "30.0 s of audio", "the limit is 4112"],
+    ),
+    (
+        "two files over the work",
+        {"audio": [b64(silence(3))] * 2, "beam": 8},
+        {"max_work": 1000},
+        ["asks for 1216 units of work", "the limit is 1000", "smaller beam"],
+    ),
+    (
+        "attention matrices",
+        {"audio": b64(silence(3)), "beam": 3, "n_best": 3},
+        {"max_answer_values": 10_000},
+        [
+            "could hold up to 21150 attention weights (3 matrices per sound file of up to 94 characters",
+            '"attention": false',
+        ],
+    ),
+    (
+        "one byte over",
+        {"audio": b64(silence(1, "WAV") + b"\0")},
+        {"max_audio_bytes": len(silence(1, "WAV"))},
+        ["audio is 32,045 bytes (decoded from base64); the limit is 32,044"],
+    ),
 ]
 
 
@@ -234,31 +269,37 @@ def test_speech_requests_within_the_limits_are_answered(spied):
 
 
 @pytest.mark.parametrize("path", ["/translate", "/trace"])
-@pytest.mark.parametrize("value, fragment", [(3.4e38, "audio samples up to 3.4e+38"),
-                                             (np.nan, "audio samples that are not numbers")])
+@pytest.mark.parametrize(
+    "value, fragment", [(3.4e38, "audio samples up to 3.4e+38"), (np.nan, "audio samples that are not numbers")]
+)
 def test_samples_that_are_not_sound_are_a_422_naming_the_problem(spied, path, value, fragment):
     serve, calls = spied
     samples = tone_utterance("ab")
     samples[::7] = value
     with serve(ServerLimits()) as client:
-        assert_error(client.post(path, json={"audio": b64(sound(samples, subtype="FLOAT"))}), 422,
-                     f"audio: {fragment}")
+        assert_error(client.post(path, json={"audio": b64(sound(samples, subtype="FLOAT"))}), 422, f"audio: {fragment}")
     assert "transcribe_features" not in calls and "trace_features" not in calls
 
 
 def test_align_on_a_speech_model_says_it_has_no_source_words(spied):
     serve, calls = spied
     with serve(ServerLimits()) as client:
-        assert_error(client.post("/translate", json={"audio": b64(silence(1)), "align": True}), 422,
-                     '"align" links the words of a text and of its translation: a speech model has no source words')
+        assert_error(
+            client.post("/translate", json={"audio": b64(silence(1)), "align": True}),
+            422,
+            '"align" links the words of a text and of its translation: a speech model has no source words',
+        )
     assert calls == []
 
 
 def test_classify_on_a_speech_model_says_it_transcribes(spied):
     serve, _ = spied
     with serve(ServerLimits()) as client:
-        assert_error(client.post("/classify", json={"premise": "a", "hypothesis": "b"}), 422,
-                     "'tones' is a speech model (it transcribes audio): use /translate or /trace")
+        assert_error(
+            client.post("/classify", json={"premise": "a", "hypothesis": "b"}),
+            422,
+            "'tones' is a speech model (it transcribes audio): use /translate or /trace",
+        )
 
 
 def test_a_speech_request_past_its_limit_stops_after_the_chunk_under_way(tiny_speech, monkeypatch):
@@ -335,9 +376,19 @@ def test_bad_lines_of_a_sound_file_list_cost_only_themselves(tiny_speech, tmp_pa
 def one_step_transformer(tmp_path_factory):
     folder = tmp_path_factory.mktemp("transformer")
     pairs = [(s, reverse(s)) for s in random_strings(50, 3, 8, seed=1)]
-    config = toy_config(folder, pairs, model={"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32,
-                                              "encoder_layers": 2, "decoder_layers": 1},
-                        training={"max_steps": 1, "validate_every": 1, "threads": 1})
+    config = toy_config(
+        folder,
+        pairs,
+        model={
+            "type": "transformer",
+            "d_model": 16,
+            "heads": 2,
+            "feed_forward": 32,
+            "encoder_layers": 2,
+            "decoder_layers": 1,
+        },
+        training={"max_steps": 1, "validate_every": 1, "threads": 1},
+    )
     train(config, log=lambda m: None, progress=False)
     return config.experiment_dir
 
@@ -351,13 +402,18 @@ def test_attention_weights_that_could_be_too_many_are_refused_before_the_work(on
     real = translator.attention
     monkeypatch.setattr(translator, "attention", lambda *a: calls.append(a) or real(*a))
     with local_client(app) as client:
-        assert_error(client.post("/attention", json={"text": "abcdefghij"}), 422,
-                              "could hold up to", "2 encoder and 1 decoder layers x 2 heads", "the limit is 1000")
+        assert_error(
+            client.post("/attention", json={"text": "abcdefghij"}),
+            422,
+            "could hold up to",
+            "2 encoder and 1 decoder layers x 2 heads",
+            "the limit is 1000",
+        )
         assert calls == []
         answer = client.post("/attention", json={"text": "abcdefghij", "translation": "ab"})  # a shorter output
         assert answer.status_code == 200, answer.text
         maps = answer.json()
         held = sum(np.size(maps[k]) for k in ("encoder", "decoder", "cross"))
         source, forced = len(maps["source_tokens"]), len(maps["tokens"])
-        assert held == 2 * (2 * source ** 2 + forced ** 2 + forced * source) <= 1000  # the bound, exactly
+        assert held == 2 * (2 * source**2 + forced**2 + forced * source) <= 1000  # the bound, exactly
         assert len(calls) == 1

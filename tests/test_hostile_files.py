@@ -34,9 +34,12 @@ class RunsCode:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hostile")
-    config = toy_config(folder, PAIRS, model={"embedding_size": 8, "encoder_hidden": 8, "decoder_hidden": 16,
-                                              "attention_size": 8},
-                        training={"max_steps": 2, "threads": 1})
+    config = toy_config(
+        folder,
+        PAIRS,
+        model={"embedding_size": 8, "encoder_hidden": 8, "decoder_hidden": 16, "attention_size": 8},
+        training={"max_steps": 2, "threads": 1},
+    )
     train(config, log=lambda m: None, progress=False)
     return config.experiment_dir
 
@@ -56,9 +59,11 @@ def pickles(marker: Path, tmp_path: Path) -> dict[str, bytes]:
     runs code when loaded the unsafe way."""
     torch_file = tmp_path / "evil.pt"
     torch.save({"weights": RunsCode(marker)}, torch_file)
-    return {"pickle-0": pickle.dumps(RunsCode(marker), protocol=0),
-            "pickle-5": pickle.dumps(RunsCode(marker), protocol=5),
-            "torch.save": torch_file.read_bytes()}
+    return {
+        "pickle-0": pickle.dumps(RunsCode(marker), protocol=0),
+        "pickle-5": pickle.dumps(RunsCode(marker), protocol=5),
+        "torch.save": torch_file.read_bytes(),
+    }
 
 
 def test_the_payloads_do_run_code_when_unpickled(tmp_path):
@@ -93,8 +98,15 @@ def test_a_pickle_as_last_checkpoint_is_refused_when_translating_and_resuming(mo
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system", "!!python/object/new:os.system",
-                                 "!!python/name:os.system", "!!python/module:os"])
+@pytest.mark.parametrize(
+    "tag",
+    [
+        "!!python/object/apply:os.system",
+        "!!python/object/new:os.system",
+        "!!python/name:os.system",
+        "!!python/module:os",
+    ],
+)
 def test_yaml_python_tags_in_the_config_are_refused(model_folder, marker, tag):
     config = model_folder / "config.yaml"
     config.write_text(config.read_text() + f"evil: {tag} [\"touch '{marker}'\"]\n")
@@ -103,8 +115,15 @@ def test_yaml_python_tags_in_the_config_are_refused(model_folder, marker, tag):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("field, value", [("attention", "os.system"), ("attention", "torch.nn.Module"),
-                                          ("rnn_type", "subprocess.Popen"), ("type", "evil.Model")])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("attention", "os.system"),
+        ("attention", "torch.nn.Module"),
+        ("rnn_type", "subprocess.Popen"),
+        ("type", "evil.Model"),
+    ],
+)
 def test_a_config_naming_an_unknown_class_is_refused(model_folder, field, value):
     config = model_folder / "config.yaml"
     raw = yaml.safe_load(config.read_text())
@@ -150,8 +169,19 @@ def _dotted(node: ast.AST) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
-UNSAFE_CALLS = {"pickle.load", "pickle.loads", "pickle.Unpickler", "yaml.load", "yaml.unsafe_load",
-                "yaml.full_load", "yaml.load_all", "marshal.loads", "shelve.open", "eval", "exec"}
+UNSAFE_CALLS = {
+    "pickle.load",
+    "pickle.loads",
+    "pickle.Unpickler",
+    "yaml.load",
+    "yaml.unsafe_load",
+    "yaml.full_load",
+    "yaml.load_all",
+    "marshal.loads",
+    "shelve.open",
+    "eval",
+    "exec",
+}
 
 
 def unsafe_loads(source: str) -> list[str]:
@@ -173,10 +203,15 @@ def unsafe_loads(source: str) -> list[str]:
 
 
 def test_the_source_never_loads_data_in_a_way_that_can_run_code():
-    assert unsafe_loads("torch.load(f)\ntorch.load(f, weights_only=False)\nyaml.load(s)\nnp.load(f, allow_pickle=True)"
-                        "\ntorch.load(f, weights_only=True)") == [
-        "torch.load without weights_only=True", "torch.load without weights_only=True", "yaml.load",
-        "np.load with allow_pickle"]
+    assert unsafe_loads(
+        "torch.load(f)\ntorch.load(f, weights_only=False)\nyaml.load(s)\nnp.load(f, allow_pickle=True)"
+        "\ntorch.load(f, weights_only=True)"
+    ) == [
+        "torch.load without weights_only=True",
+        "torch.load without weights_only=True",
+        "yaml.load",
+        "np.load with allow_pickle",
+    ]
     sources = sorted((REPO / "src" / "attnmt").rglob("*.py")) + sorted((REPO / "benchmarks").rglob("*.py"))
     assert sources
     problems = {str(path.relative_to(REPO)): unsafe_loads(path.read_text(encoding="utf-8")) for path in sources}
@@ -196,8 +231,9 @@ def test_non_finite_weights_are_refused_on_load_and_resume(model_folder):
     damaged.loop.resume()
     with torch.no_grad():
         damaged.model.generator.bias[3] = float("inf")
-    save_training_state(model_folder / "last.safetensors", damaged.model, damaged.loop.optimizer,
-                        {"trainer": {}, "scheduler": {}})
+    save_training_state(
+        model_folder / "last.safetensors", damaged.model, damaged.loop.optimizer, {"trainer": {}, "scheduler": {}}
+    )
     with pytest.raises(AttnmtError, match="last.safetensors: weight 'generator.bias' holds values that are not finite"):
         trainer().loop.resume()
     with torch.no_grad():
@@ -207,8 +243,9 @@ def test_non_finite_weights_are_refused_on_load_and_resume(model_folder):
         load(model_folder)
 
 
-@pytest.mark.parametrize("field, value", [("embedding_size", 1_000_000_000), ("decoder_hidden", 1_000_000),
-                                          ("attention_size", 9)])
+@pytest.mark.parametrize(
+    "field, value", [("embedding_size", 1_000_000_000), ("decoder_hidden", 1_000_000), ("attention_size", 9)]
+)
 def test_a_config_that_does_not_fit_the_weights_is_refused_before_allocating(model_folder, field, value):
     """Shapes are compared with the checkpoint's header on a model built on the meta device: a
     config asking for 336 GB of weights costs nothing and names the first weight that differs."""

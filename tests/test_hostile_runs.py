@@ -32,14 +32,26 @@ def run(*argv) -> int:
 def split_config(folder: Path, **training) -> Path:
     """A tiny translation experiment whose dev and test sets are held out of its one corpus."""
     write_tsv(folder / "corpus.tsv", PAIRS)
-    raw = {"experiment_dir": "exp",
-           "data": {"train": {"tsv": "corpus.tsv"}, "dev": {"split": 20}, "test": {"split": 30},
-                    "subwords": {"type": "char", "vocab_size": 30, "joint": True}, "batch_size": 16},
-           "model": {"embedding_size": 8, "encoder_hidden": 8, "decoder_hidden": 8, "attention_size": 8,
-                     "dropout": 0.0},
-           "training": {"max_steps": 2, "validate_every": 2, "log_every": 1, "threads": 1,
-                        "early_stopping_metric": "loss", **training},
-           "decoding": {"beam": 1, "batch_size": 16}}
+    raw = {
+        "experiment_dir": "exp",
+        "data": {
+            "train": {"tsv": "corpus.tsv"},
+            "dev": {"split": 20},
+            "test": {"split": 30},
+            "subwords": {"type": "char", "vocab_size": 30, "joint": True},
+            "batch_size": 16,
+        },
+        "model": {"embedding_size": 8, "encoder_hidden": 8, "decoder_hidden": 8, "attention_size": 8, "dropout": 0.0},
+        "training": {
+            "max_steps": 2,
+            "validate_every": 2,
+            "log_every": 1,
+            "threads": 1,
+            "early_stopping_metric": "loss",
+            **training,
+        },
+        "decoding": {"beam": 1, "batch_size": 16},
+    }
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     return path
@@ -96,16 +108,25 @@ def training_pairs_as_test(record):  # the test pairs swapped for others, sizes 
     record["sets"]["test"] = sorted(set(range(len(PAIRS))) - set(record["sets"]["dev"]))[:30]
 
 
-BENT_RECORDS = [(shifted, "not those seed 42 draws|is in another set too|outside the corpus"),
-                (dev_as_test, "is in another set too"),
-                (duplicated, "appears twice"), (past_the_end, "outside the corpus"), (negative, "outside the corpus"),
-                (strings, "sets.test.0: Input should be a valid integer"),
-                (floats, "sets.test.0: Input should be a valid integer"),
-                (emptied, "sets.test: 0 line numbers for a set of 30"),
-                (missing_set, "name different sets"), (missing_field, "sets: Field required"),
-                (training_pairs_as_test, "not those seed 42 draws")]
-BENT_FILES = [("[1, 2, 3]", "Input should be an object"), ("{not json", "Invalid JSON"), ("", "Invalid JSON"),
-              ("[" * 100_000 + "]" * 100_000, "held-out.json")]
+BENT_RECORDS = [
+    (shifted, "not those seed 42 draws|is in another set too|outside the corpus"),
+    (dev_as_test, "is in another set too"),
+    (duplicated, "appears twice"),
+    (past_the_end, "outside the corpus"),
+    (negative, "outside the corpus"),
+    (strings, "sets.test.0: Input should be a valid integer"),
+    (floats, "sets.test.0: Input should be a valid integer"),
+    (emptied, "sets.test: 0 line numbers for a set of 30"),
+    (missing_set, "name different sets"),
+    (missing_field, "sets: Field required"),
+    (training_pairs_as_test, "not those seed 42 draws"),
+]
+BENT_FILES = [
+    ("[1, 2, 3]", "Input should be an object"),
+    ("{not json", "Invalid JSON"),
+    ("", "Invalid JSON"),
+    ("[" * 100_000 + "]" * 100_000, "held-out.json"),
+]
 
 
 def drawn_experiment(tmp_path):
@@ -202,10 +223,12 @@ def test_evaluate_reads_no_test_set_outside_the_model_folder(split_run, tmp_path
     outside = write_tsv(tmp_path / "outside.tsv", PAIRS[:5])
     (folder / "link.tsv").symlink_to(outside)
     hypotheses = tmp_path / "hyp"
-    for tests, named in (({"passwd": {"tsv": "/etc/passwd"}}, "/etc/passwd"),
-                         ({"up": {"tsv": "../outside.tsv"}}, str(outside)),
-                         ({"link": {"tsv": "link.tsv"}}, str(outside)),
-                         ({"two": {"src": str(outside), "tgt": "/etc/hostname"}}, str(outside))):
+    for tests, named in (
+        ({"passwd": {"tsv": "/etc/passwd"}}, "/etc/passwd"),
+        ({"up": {"tsv": "../outside.tsv"}}, str(outside)),
+        ({"link": {"tsv": "link.tsv"}}, str(outside)),
+        ({"two": {"src": str(outside), "tgt": "/etc/hostname"}}, str(outside)),
+    ):
         shutil.copy(split_run / "exp" / "config.yaml", folder / "config.yaml")
         with_test_sets(folder, tests)
         capsys.readouterr()
@@ -228,9 +251,12 @@ def test_the_sound_files_of_a_speech_test_set_must_lie_in_the_folder_too(tmp_pat
     tsv = folder / "test" / "test.tsv"
     from attnmt.speech.recognizer import Recognizer
 
-    model = SimpleNamespace(folder=folder, config=SimpleNamespace(task="speech", data=SimpleNamespace(held_out={})),
-                            test_sets={"test": CorpusFiles(tsv=tsv)},
-                            files_of_test_set=lambda files: Recognizer.files_of_test_set(None, files))
+    model = SimpleNamespace(
+        folder=folder,
+        config=SimpleNamespace(task="speech", data=SimpleNamespace(held_out={})),
+        test_sets={"test": CorpusFiles(tsv=tsv)},
+        files_of_test_set=lambda files: Recognizer.files_of_test_set(None, files),
+    )
     tsv.write_text("a.wav\tone\n../b.wav\ttwo\n")
     assert config_test_sets(model) == model.test_sets
     tsv.write_text("a.wav\tone\n../../b.wav\ttwo\n/etc/passwd\tthree\n")
@@ -267,8 +293,9 @@ def test_two_compares_on_one_out_folder_cannot_run_at_once(tmp_path, capsys):
     config, out = toy_experiment(tmp_path), tmp_path / "out"
     out.mkdir()
     lock = out / "compare.lock"
-    other = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(lock)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_LOCK, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert other.stdout.readline() == "locked\n"
         assert run("compare", config, "--variant", "b:model.attention=none", "--steps", 1, "--out", out) == 2
@@ -281,15 +308,19 @@ def test_two_compares_on_one_out_folder_cannot_run_at_once(tmp_path, capsys):
         assert lock.read_text() == f"{os.getpid()}\n"
 
 
-BENT_RESULTS = [("{not json", "Invalid JSON"), ("", "Invalid JSON"), ("[]", "Input should be an object"),
-                ("[" * 100_000 + "]" * 100_000, "recursion limit"),
-                ('"steps": 2,', '"steps": "2",', "steps: Input should be a valid integer"),
-                ('"reverse": false', '"reverse": 0', "reverse: Input should be a valid boolean"),
-                ('"score": ', '"score": NaN, "x": ', "tests.test.bleu.score: Input should be a finite number"),
-                ('"score": ', '"score": 1e999, "x": ', "tests.test.bleu.score: Input should be a finite number"),
-                ('"score": ', '"score": "high", "x": ', "tests.test.bleu.score: Input should be a valid number"),
-                ('"by_length": [', '"by_length": [{}, ', "tests.test.by_length.0.low: Field required"),
-                ('"seed": 42', '"seed": 7', "seed: 7, but the run in this folder has 42")]
+BENT_RESULTS = [
+    ("{not json", "Invalid JSON"),
+    ("", "Invalid JSON"),
+    ("[]", "Input should be an object"),
+    ("[" * 100_000 + "]" * 100_000, "recursion limit"),
+    ('"steps": 2,', '"steps": "2",', "steps: Input should be a valid integer"),
+    ('"reverse": false', '"reverse": 0', "reverse: Input should be a valid boolean"),
+    ('"score": ', '"score": NaN, "x": ', "tests.test.bleu.score: Input should be a finite number"),
+    ('"score": ', '"score": 1e999, "x": ', "tests.test.bleu.score: Input should be a finite number"),
+    ('"score": ', '"score": "high", "x": ', "tests.test.bleu.score: Input should be a valid number"),
+    ('"by_length": [', '"by_length": [{}, ', "tests.test.by_length.0.low: Field required"),
+    ('"seed": 42', '"seed": 7', "seed: 7, but the run in this folder has 42"),
+]
 
 
 @pytest.mark.slow
@@ -315,14 +346,30 @@ def test_hand_edited_results_are_refused_naming_the_file_and_field(tmp_path, cap
     assert f"{test_set}: the held-out set was changed after it was drawn" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("schema, text, message", [
-    (ALIGNMENT_ROWS, '{"a": 1}', "Input should be a valid array"),
-    (ALIGNMENT_ROWS, '[{"attention": "x", "shift": false, "links": "argmax", "scores": {"forward": {"aer": Infinity, '
-                     '"precision": 1, "recall": 1, "sentences": 2}}}]', "0.scores.forward.aer: .* finite number"),
-    (ALIGNMENT_ROWS, '[{"attention": "x", "shift": false, "links": "argmax", "scores": {"forward": {"aer": 1e400, '
-                     '"precision": 1, "recall": 1, "sentences": 2}}}]', "0.scores.forward.aer: Input should be a"),
-    (STATISTICAL_SCORES, '{"IBM1": {"forward": {"aer": "0.3"}}}', "IBM1.forward.aer: Input should be a valid number"),
-    (STATISTICAL_SCORES, "[" * 50_000, "Invalid JSON")])
+@pytest.mark.parametrize(
+    "schema, text, message",
+    [
+        (ALIGNMENT_ROWS, '{"a": 1}', "Input should be a valid array"),
+        (
+            ALIGNMENT_ROWS,
+            '[{"attention": "x", "shift": false, "links": "argmax", "scores": {"forward": {"aer": Infinity, '
+            '"precision": 1, "recall": 1, "sentences": 2}}}]',
+            "0.scores.forward.aer: .* finite number",
+        ),
+        (
+            ALIGNMENT_ROWS,
+            '[{"attention": "x", "shift": false, "links": "argmax", "scores": {"forward": {"aer": 1e400, '
+            '"precision": 1, "recall": 1, "sentences": 2}}}]',
+            "0.scores.forward.aer: Input should be a",
+        ),
+        (
+            STATISTICAL_SCORES,
+            '{"IBM1": {"forward": {"aer": "0.3"}}}',
+            "IBM1.forward.aer: Input should be a valid number",
+        ),
+        (STATISTICAL_SCORES, "[" * 50_000, "Invalid JSON"),
+    ],
+)
 def test_alignment_results_are_validated_too(tmp_path, schema, text, message):
     path = tmp_path / "scores.json"
     path.write_text(text)

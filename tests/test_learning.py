@@ -23,13 +23,17 @@ def test_attention_beats_fixed_context_on_long_sequences(tmp_path):
     train_src, dev_src = random_strings(4000, 15, 25, seed=3), random_strings(100, 15, 25, seed=4)
     scores = {}
     for attention in ("bahdanau", "none"):
-        config = toy_config(tmp_path / attention, [(s, reverse(s)) for s in train_src],
-                            model={"attention": attention, "decoder_hidden": 128},
-                            training={"max_steps": 300, "validate_every": 1000, "learning_rate": 0.003})
+        config = toy_config(
+            tmp_path / attention,
+            [(s, reverse(s)) for s in train_src],
+            model={"attention": attention, "decoder_hidden": 128},
+            training={"max_steps": 300, "validate_every": 1000, "learning_rate": 0.003},
+        )
         train(config, log=lambda m: None, progress=False)
         model = attnmt.load(config.experiment_dir)
         outputs = model.translate(dev_src, beam=1)
         # Per-character accuracy: exact match of 20-character strings is too coarse to compare.
-        scores[attention] = sum(sum(a == b for a, b in zip(o.text, reverse(s))) / len(s)
-                                for o, s in zip(outputs, dev_src)) / len(dev_src)
+        scores[attention] = sum(
+            sum(a == b for a, b in zip(o.text, reverse(s))) / len(s) for o, s in zip(outputs, dev_src)
+        ) / len(dev_src)
     assert scores["bahdanau"] > 2 * scores["none"] and scores["bahdanau"] > scores["none"] + 0.2, scores

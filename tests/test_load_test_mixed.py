@@ -17,13 +17,11 @@ _spec.loader.exec_module(mixed)
 
 
 def translate_answer(source: str, text: str, source_tokens=None) -> dict:
-    return {"translations": [{"source": source, "source_tokens": source_tokens or [],
-                              "candidates": [{"text": text}]}]}
+    return {"translations": [{"source": source, "source_tokens": source_tokens or [], "candidates": [{"text": text}]}]}
 
 
 def pair_answer(tokens, label: str, probabilities: dict) -> dict:
-    return {"premise_tokens": tokens[0], "hypothesis_tokens": tokens[1], "label": label,
-            "probabilities": probabilities}
+    return {"premise_tokens": tokens[0], "hypothesis_tokens": tokens[1], "label": label, "probabilities": probabilities}
 
 
 def test_arguments_and_their_limits():
@@ -73,11 +71,21 @@ def test_pair_answers_compare_label_and_probabilities():
 
 
 def test_the_kinds_are_sent_in_turn():
-    by_kind = {kind: [mixed.Item(kind, "/", {}, i, i) for i in range(n)]
-               for kind, n in (("text", 3), ("audio", 1), ("pair", 2))}
+    by_kind = {
+        kind: [mixed.Item(kind, "/", {}, i, i) for i in range(n)]
+        for kind, n in (("text", 3), ("audio", 1), ("pair", 2))
+    }
     assert [(item.kind, item.identity) for item in mixed.interleaved(by_kind)] == [
-        ("text", 0), ("audio", 0), ("pair", 0), ("text", 1), ("audio", 0), ("pair", 1),
-        ("text", 2), ("audio", 0), ("pair", 0)]
+        ("text", 0),
+        ("audio", 0),
+        ("pair", 0),
+        ("text", 1),
+        ("audio", 0),
+        ("pair", 1),
+        ("text", 2),
+        ("audio", 0),
+        ("pair", 0),
+    ]
 
 
 def test_rows_count_5xx_among_errors_and_the_percentiles():

@@ -23,9 +23,19 @@ LOCAL = ["local-m", "local-p"]
 
 
 def make_local_model(local, attention="luong-general", input_feeding=True, layers=1, window=2, rnn_type="gru"):
-    config = ModelConfig(attention=attention, local_attention=local, local_window=window, rnn_type=rnn_type,
-                         input_feeding=input_feeding, embedding_size=16, encoder_hidden=12, decoder_hidden=24,
-                         attention_size=10, decoder_layers=layers, dropout=0.0)
+    config = ModelConfig(
+        attention=attention,
+        local_attention=local,
+        local_window=window,
+        rnn_type=rnn_type,
+        input_feeding=input_feeding,
+        embedding_size=16,
+        encoder_hidden=12,
+        decoder_hidden=24,
+        attention_size=10,
+        decoder_layers=layers,
+        dropout=0.0,
+    )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
 
@@ -72,7 +82,7 @@ def test_local_p_is_its_equation():
             p = (length - 1) * torch.sigmoid(attention.v_p.weight @ torch.tanh(attention.W_p.weight @ s[b, t]))[0]
             inside = [j for j in range(length) if abs(j - p.item()) <= D]
             e = torch.stack([s[b, t] @ attention.scorer.W(h[b, j]) for j in inside])
-            gaussian = torch.exp(-(torch.tensor(inside, dtype=torch.float) - p) ** 2 / (2 * (D / 2) ** 2))
+            gaussian = torch.exp(-((torch.tensor(inside, dtype=torch.float) - p) ** 2) / (2 * (D / 2) ** 2))
             expected = torch.zeros(S)
             expected[inside] = torch.softmax(e, 0) * gaussian
             torch.testing.assert_close(weights[b, t], expected)
@@ -129,7 +139,7 @@ def test_sentence_alone_equals_sentence_in_padded_batch(local):
     src, lengths, tgt = long_batch()
     batch_logits, batch_weights = model(src, lengths, tgt)
     for i, n in enumerate(lengths.tolist()):
-        alone_logits, alone_weights = model(src[i:i + 1, :n], lengths[i:i + 1], tgt[i:i + 1])
+        alone_logits, alone_weights = model(src[i : i + 1, :n], lengths[i : i + 1], tgt[i : i + 1])
         torch.testing.assert_close(alone_logits[0], batch_logits[i], atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(alone_weights[0], batch_weights[i, :, :n], atol=1e-5, rtol=1e-4)
 
@@ -164,9 +174,11 @@ def test_config_refuses_local_attention_without_a_luong_score(tmp_path):
     with pytest.raises(ValueError, match="local_window"):
         ModelConfig(attention="luong-dot", local_attention="local-m", local_window=0)
     path = tmp_path / "c.yaml"
-    path.write_text("experiment_dir: x\ndata: {train: {src: a, tgt: b}}\ntraining: {max_steps: 1, "
-                    "attention_window: [1, 1]}\nmodel: {attention: luong-dot, decoder_hidden: 512, "
-                    "local_attention: local-p}\n")
+    path.write_text(
+        "experiment_dir: x\ndata: {train: {src: a, tgt: b}}\ntraining: {max_steps: 1, "
+        "attention_window: [1, 1]}\nmodel: {attention: luong-dot, decoder_hidden: 512, "
+        "local_attention: local-p}\n"
+    )
     with pytest.raises(AttnmtError, match="training.attention_window.*local_window"):
         load_config(path)
 
@@ -195,8 +207,9 @@ def local_model(tmp_path_factory):
     """A local-m model (D = 1) trained, saved and loaded through the usual code (20 steps, a few seconds)."""
     from conftest import copy_model
 
-    return copy_model(tmp_path_factory.mktemp("local"), 20, attention="luong-general", local_attention="local-m",
-                      local_window=1)
+    return copy_model(
+        tmp_path_factory.mktemp("local"), 20, attention="luong-general", local_attention="local-m", local_window=1
+    )
 
 
 @pytest.mark.slow

@@ -30,21 +30,39 @@ def test_joining_checks_its_arguments():
 def test_failure_counts_on_hand_made_attention():
     # 3 output words x 4 source words: source 0 read by all three steps (coverage 3.0 is not > 3);
     # source 3 never read (coverage 0).
-    steady = np.array([[0.9, 0.1, 0.0, 0.0],
-                       [0.9, 0.0, 0.1, 0.0],
-                       [1.2, 0.0, 0.0, 0.0]])  # coverage [3.0, 0.1, 0.1, 0.0]
+    steady = np.array(
+        [[0.9, 0.1, 0.0, 0.0], [0.9, 0.0, 0.1, 0.0], [1.2, 0.0, 0.0, 0.0]]
+    )  # coverage [3.0, 0.1, 0.1, 0.0]
     looping = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.9, 0.1]])  # coverage [3.9, 0.1]
-    counts = attention_failures([steady, looping, None],
-                                ["a b c", "a a a a a a a", "a"],          # hypotheses
-                                ["a b c", "a b c", "a b c"])              # references
-    assert counts == {"sentences": 3, "source_words": 6, "unattended": 4, "over_attended": 1,
-                      "too_long": 1, "too_short": 1, "trigrams": 1 + 5, "repeated_trigrams": 4}
+    counts = attention_failures(
+        [steady, looping, None],
+        ["a b c", "a a a a a a a", "a"],  # hypotheses
+        ["a b c", "a b c", "a b c"],
+    )  # references
+    assert counts == {
+        "sentences": 3,
+        "source_words": 6,
+        "unattended": 4,
+        "over_attended": 1,
+        "too_long": 1,
+        "too_short": 1,
+        "trigrams": 1 + 5,
+        "repeated_trigrams": 4,
+    }
 
 
 def test_without_attention_only_lengths_count():
     counts = attention_failures([None, None], ["a a a a a", "a"], ["a b", "a"])
-    assert counts == {"sentences": 2, "source_words": None, "unattended": None, "over_attended": None,
-                      "too_long": 1, "too_short": 0, "trigrams": 3, "repeated_trigrams": 2}
+    assert counts == {
+        "sentences": 2,
+        "source_words": None,
+        "unattended": None,
+        "over_attended": None,
+        "too_long": 1,
+        "too_short": 0,
+        "trigrams": 3,
+        "repeated_trigrams": 2,
+    }
 
 
 def test_repeated_trigrams_count_within_each_output():

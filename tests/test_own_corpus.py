@@ -19,14 +19,31 @@ PAIRS = [(s, reverse(s)) for s in random_strings(600, 3, 8, seed=11)]
 
 
 def config_file(folder, **data):
-    raw = {"experiment_dir": "exp",
-           "data": {"train": {"tsv": "corpus.tsv"}, "subwords": {"type": "char", "vocab_size": 40},
-                    "batch_size": 32, **data},
-           "model": {"embedding_size": 16, "encoder_hidden": 16, "decoder_hidden": 32, "attention_size": 16,
-                     "dropout": 0.0},
-           "training": {"max_steps": 40, "validate_every": 20, "log_every": 10, "threads": 1,
-                        "learning_rate": 0.01, "early_stopping_metric": "loss"},
-           "decoding": {"beam": 2, "batch_size": 50}}
+    raw = {
+        "experiment_dir": "exp",
+        "data": {
+            "train": {"tsv": "corpus.tsv"},
+            "subwords": {"type": "char", "vocab_size": 40},
+            "batch_size": 32,
+            **data,
+        },
+        "model": {
+            "embedding_size": 16,
+            "encoder_hidden": 16,
+            "decoder_hidden": 32,
+            "attention_size": 16,
+            "dropout": 0.0,
+        },
+        "training": {
+            "max_steps": 40,
+            "validate_every": 20,
+            "log_every": 10,
+            "threads": 1,
+            "learning_rate": 0.01,
+            "early_stopping_metric": "loss",
+        },
+        "decoding": {"beam": 2, "batch_size": 50},
+    }
     write_tsv(folder / "corpus.tsv", PAIRS)
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
@@ -81,14 +98,17 @@ def test_evaluate_scores_the_configs_test_sets_by_default(run_dir, tmp_path, cap
     _, _, exp = run_dir
     report = tmp_path / "report.json"
     # (--trust-config: the extra set lies beside the experiment folder, not in it)
-    assert main(["evaluate", str(exp), "--trust-config", "--json", str(report), "--hypotheses",
-                 str(tmp_path / "hyp")]) == 0
+    assert (
+        main(["evaluate", str(exp), "--trust-config", "--json", str(report), "--hypotheses", str(tmp_path / "hyp")])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "== test set held-out (beam 2)" in out and "== test set extra (beam 2)" in out
     reports = json.loads(report.read_text())
     scores = json.loads((exp / "test-scores.json").read_text())
-    assert {name: r["bleu"]["score"] for name, r in reports.items()} == \
-        {name: r["bleu"]["score"] for name, r in scores.items()}
+    assert {name: r["bleu"]["score"] for name, r in reports.items()} == {
+        name: r["bleu"]["score"] for name, r in scores.items()
+    }
     assert len((tmp_path / "hyp.extra").read_text().splitlines()) == 30
 
 
@@ -97,8 +117,23 @@ def test_evaluate_a_tsv_test_set_with_chosen_columns(run_dir, tmp_path, capsys):
     _, _, exp = run_dir
     swapped = tmp_path / "swapped.tsv"
     swapped.write_text("".join(f"{t}\tx\t{s}\n" for s, t in PAIRS[:20]))
-    assert main(["evaluate", str(exp), "--tsv", str(swapped), "--src-column", "2", "--tgt-column", "0",
-                 "--json", str(tmp_path / "r.json")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(exp),
+                "--tsv",
+                str(swapped),
+                "--src-column",
+                "2",
+                "--tgt-column",
+                "0",
+                "--json",
+                str(tmp_path / "r.json"),
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "r.json").read_text())["sentences"] == 20
     assert main(["evaluate", str(exp), "--tsv", str(swapped), "--src-column", "5"]) == 2
     assert "line 1 has 3 tab-separated column(s)" in capsys.readouterr().err
@@ -117,8 +152,23 @@ def test_over_long_lines_are_cut_with_a_warning_and_every_line_is_written(run_di
     _, _, exp = run_dir
     lines = ["abc", "abcdefghij" * 300, "", "hgf"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    assert main(["translate", str(exp), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"),
-                 "--max-tokens", "50", "--beam", "3"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                str(exp),
+                "-i",
+                str(tmp_path / "in.txt"),
+                "-o",
+                str(tmp_path / "out.txt"),
+                "--max-tokens",
+                "50",
+                "--beam",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 4
     err = capsys.readouterr().err
     assert "line 2: more than 50 subword tokens; its first 50 were translated" in err
@@ -132,12 +182,19 @@ def test_beam_and_device_are_checked_on_the_command_line(run_dir, tmp_path, caps
     with pytest.raises(SystemExit) as usage_error:
         main(["translate", str(exp), "-i", str(tmp_path / "in.txt"), "--beam", "101"])
     assert usage_error.value.code == 2 and "must be at most 100" in capsys.readouterr().err
-    assert main(["translate", str(exp), "-i", str(tmp_path / "in.txt"), "--device", "cpu", "-o",
-                 str(tmp_path / "out.txt")]) == 0
+    assert (
+        main(
+            ["translate", str(exp), "-i", str(tmp_path / "in.txt"), "--device", "cpu", "-o", str(tmp_path / "out.txt")]
+        )
+        == 0
+    )
     if not torch.cuda.is_available():
-        for command in (["translate", str(exp), "-i", str(tmp_path / "in.txt")],
-                        ["evaluate", str(exp)], ["plot", str(exp), "abc", "--out", str(tmp_path / "a.png")],
-                        ["align", str(exp), "--src", str(tmp_path / "in.txt"), "--tgt", str(tmp_path / "in.txt")]):
+        for command in (
+            ["translate", str(exp), "-i", str(tmp_path / "in.txt")],
+            ["evaluate", str(exp)],
+            ["plot", str(exp), "abc", "--out", str(tmp_path / "a.png")],
+            ["align", str(exp), "--src", str(tmp_path / "in.txt"), "--tgt", str(tmp_path / "in.txt")],
+        ):
             assert main([*command, "--device", "cuda"]) == 2
             assert "CUDA is not available here" in capsys.readouterr().err
 

@@ -20,8 +20,10 @@ def quickstart_pairs(tmp_path_factory):
 
 def test_changed_words_finds_the_one_word_that_differs():
     assert changed_words("three red dogs are running", "three blue dogs are running") == ("red", "blue")
-    assert changed_words("three red dogs are running in the park", "in the park , three blue dogs are running") \
-        == ("red", "blue")
+    assert changed_words("three red dogs are running in the park", "in the park , three blue dogs are running") == (
+        "red",
+        "blue",
+    )
     assert changed_words("three dogs are running", "three old dogs are running") is None  # an added word
     assert changed_words("red dogs and blue cats", "blue dogs and red cats") is None  # the same words
 

@@ -25,8 +25,10 @@ LABELS = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL"]
 
 
 def test_columns_by_name_from_the_header(tmp_path):
-    path = write(tmp_path / "sick.tsv", "id\tA\tB\tscore\tlabel\n1\ta dog runs\ta dog sleeps\t3.2\tCONTRADICTION\n"
-                                        "2\ta cat\tan animal\t4\tENTAILMENT\n")
+    path = write(
+        tmp_path / "sick.tsv",
+        "id\tA\tB\tscore\tlabel\n1\ta dog runs\ta dog sleeps\t3.2\tCONTRADICTION\n2\ta cat\tan animal\t4\tENTAILMENT\n",
+    )
     corpus = read_pairs(PairFiles(tsv=path, premise_column="A", hypothesis_column="B", label_column="label"))
     assert corpus.premises == ["a dog runs", "a cat"]
     assert corpus.hypotheses == ["a dog sleeps", "an animal"]
@@ -40,11 +42,14 @@ def test_columns_by_index_without_header(tmp_path):
     assert (corpus.premises, corpus.hypotheses, corpus.labels) == (["premise one"], ["hypothesis one"], ["E"])
 
 
-@pytest.mark.parametrize("text, files, message", [
-    ("a\tb\tE\na b\tE\n", {}, "line 2 has 2 tab-separated column(s), expected at least 3"),
-    ("a\tb\tE\nc\td\t \n", {}, "line 2 has an empty label"),
-    ("A\tB\tgold\na\tb\tE\n", {"label_column": "label"}, "line 1 (the header) has no column named 'label'"),
-])
+@pytest.mark.parametrize(
+    "text, files, message",
+    [
+        ("a\tb\tE\na b\tE\n", {}, "line 2 has 2 tab-separated column(s), expected at least 3"),
+        ("a\tb\tE\nc\td\t \n", {}, "line 2 has an empty label"),
+        ("A\tB\tgold\na\tb\tE\n", {"label_column": "label"}, "line 1 (the header) has no column named 'label'"),
+    ],
+)
 def test_bad_lines_are_errors_naming_file_and_line(tmp_path, text, files, message):
     path = write(tmp_path / "bad.tsv", text)
     with pytest.raises(AttnmtError) as e:
@@ -52,11 +57,20 @@ def test_bad_lines_are_errors_naming_file_and_line(tmp_path, text, files, messag
     assert str(path) in str(e.value) and message in str(e.value)
 
 
-@pytest.mark.parametrize("label, problem", [
-    ("NOT SURE", "whitespace (U+0020)"), ("A\u00a0B", "whitespace (U+00A0)"), ("x=0.9", "contains '='"),
-    ("E\u202eLEN", "U+202E (RIGHT-TO-LEFT OVERRIDE)"), ("E\u2066", "U+2066 (LEFT-TO-RIGHT ISOLATE)"),
-    ("E\u200b", "U+200B (ZERO WIDTH SPACE)"), ("E\x1b[31m", "U+001B"), ("E\u2028N", "whitespace (U+2028)"),
-    ("ERROR", "could not classify")])
+@pytest.mark.parametrize(
+    "label, problem",
+    [
+        ("NOT SURE", "whitespace (U+0020)"),
+        ("A\u00a0B", "whitespace (U+00A0)"),
+        ("x=0.9", "contains '='"),
+        ("E\u202eLEN", "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+        ("E\u2066", "U+2066 (LEFT-TO-RIGHT ISOLATE)"),
+        ("E\u200b", "U+200B (ZERO WIDTH SPACE)"),
+        ("E\x1b[31m", "U+001B"),
+        ("E\u2028N", "whitespace (U+2028)"),
+        ("ERROR", "could not classify"),
+    ],
+)
 def test_labels_that_would_make_classify_output_unreadable_are_refused(tmp_path, label, problem):
     """`attnmt classify` writes LABEL<TAB>LABEL=P LABEL=P ...: a label must split as it was written."""
     path = write(tmp_path / "labels.tsv", f"a\tb\tE\nc\td\t{label}\n")
@@ -87,8 +101,9 @@ def test_a_label_the_model_does_not_know_names_its_line(tmp_path):
 
     path = write(tmp_path / "p.tsv", "a b\tb a\tE\nc d\td c\tMAYBE\n")
     corpus = read_pairs(PairFiles(tsv=path))
-    subwords = train_subwords(corpus.premises, corpus.hypotheses, SubwordConfig(type="word", vocab_size=20),
-                              tmp_path, seed=1)[0]
+    subwords = train_subwords(
+        corpus.premises, corpus.hypotheses, SubwordConfig(type="word", vocab_size=20), tmp_path, seed=1
+    )[0]
     with pytest.raises(AttnmtError, match="p.tsv: line 2 has the label 'MAYBE'"):
         encode_pairs(corpus, subwords, ["E", "N"], str(path))
 
@@ -123,8 +138,9 @@ def test_columns_must_differ_and_names_need_a_header(tmp_path):
     with pytest.raises(AttnmtError, match="three different columns"):
         config_from_dict(pair_config(tmp_path, data={"train": {"tsv": "t.tsv", "label_column": 0}}), tmp_path)
     with pytest.raises(AttnmtError, match="header"):
-        config_from_dict(pair_config(tmp_path, data={"train": {"tsv": "t.tsv", "label_column": "gold",
-                                                               "header": False}}), tmp_path)
+        config_from_dict(
+            pair_config(tmp_path, data={"train": {"tsv": "t.tsv", "label_column": "gold", "header": False}}), tmp_path
+        )
 
 
 # ------------------------------------------------------------------------------ classification report
@@ -176,8 +192,10 @@ def test_load_classify_returns_label_probabilities_and_both_attentions(pair_mode
 
     model = attnmt.load(pair_model)
     assert isinstance(model, PairClassifier) and model.labels == LABELS
-    pairs = [("three red dogs are running in the park", "three blue dogs are running in the park"),
-             ("two cats are sleeping in the house", "two cats are sleeping")]
+    pairs = [
+        ("three red dogs are running in the park", "three blue dogs are running in the park"),
+        ("two cats are sleeping in the house", "two cats are sleeping"),
+    ]
     results = model.classify(pairs)
     assert [(r.premise, r.hypothesis) for r in results] == pairs
     for r in results:
@@ -197,10 +215,12 @@ def test_load_classify_returns_label_probabilities_and_both_attentions(pair_mode
 
 
 def test_classify_keeps_one_output_line_per_input_line(pair_model, tmp_path, capsys):
-    lines = ["three red dogs are running in the park\tthree red dogs are running",
-             "no tab on this line",
-             "\t",
-             "two cats are sleeping in the house\ttwo cats are not sleeping in the house\textra column"]
+    lines = [
+        "three red dogs are running in the park\tthree red dogs are running",
+        "no tab on this line",
+        "\t",
+        "two cats are sleeping in the house\ttwo cats are not sleeping in the house\textra column",
+    ]
     path = write(tmp_path / "in.tsv", "\n".join(lines) + "\n")
     assert main(["classify", str(pair_model), "-i", str(path)]) == 2  # some lines are not pairs
     out, err = capsys.readouterr()
@@ -229,8 +249,12 @@ def test_evaluate_a_pair_model_text_and_json(pair_model, tmp_path, capsys):
     assert report["labels"] == LABELS and report["pairs"] == 100
     assert set(report["per_class"]["NEUTRAL"]) == {"precision", "recall", "f1", "support"}
     predictions = tmp_path / "labels.txt"
-    assert main(["evaluate", str(pair_model), "--tsv", str(pair_model.parent / "dev.tsv"),
-                 "--hypotheses", str(predictions)]) == 0
+    assert (
+        main(
+            ["evaluate", str(pair_model), "--tsv", str(pair_model.parent / "dev.tsv"), "--hypotheses", str(predictions)]
+        )
+        == 0
+    )
     assert "(100 pairs)" in capsys.readouterr().out
     assert len(predictions.read_text().splitlines()) == 100
 
@@ -239,11 +263,27 @@ def test_evaluate_cuts_over_long_sentences_to_max_tokens(pair_model, tmp_path, c
     import attnmt
 
     long = " ".join(["three red dogs are running in the park"] * 1000)  # 8,000 words
-    pairs = [("two cats are sleeping", "two cats are sleeping", "ENTAILMENT"), (long, long, "ENTAILMENT"),
-             ("a dog runs", long, "NEUTRAL")]
+    pairs = [
+        ("two cats are sleeping", "two cats are sleeping", "ENTAILMENT"),
+        (long, long, "ENTAILMENT"),
+        ("a dog runs", long, "NEUTRAL"),
+    ]
     tsv = write(tmp_path / "long.tsv", "".join("\t".join(p) + "\n" for p in pairs))
-    assert main(["evaluate", str(pair_model), "--tsv", str(tsv), "--max-tokens", "20", "--hypotheses",
-                 str(tmp_path / "labels.txt")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(pair_model),
+                "--tsv",
+                str(tsv),
+                "--max-tokens",
+                "20",
+                "--hypotheses",
+                str(tmp_path / "labels.txt"),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert f"{tsv}, line 2: more than 20 subword tokens in a sentence; its first 20 were used" in err
     assert f"{tsv}, line 3: more than 20" in err and "line 1:" not in err
@@ -286,8 +326,22 @@ def test_plot_draws_attend_compare_aggregate(pair_model, tmp_path, capsys):
     assert np.allclose(attention.images[0].get_array(), r.hypothesis_attention)
     assert [t.get_text() for t in attention.get_yticklabels()] == [t.replace("\u2581", "") for t in r.premise_tokens]
     out = tmp_path / "pair.svg"
-    assert main(["plot", str(pair_model), "two red cats are sleeping", "--hypothesis", "two cats are sleeping",
-                 "--out", str(out), "--direction", "hypothesis"]) == 0
+    assert (
+        main(
+            [
+                "plot",
+                str(pair_model),
+                "two red cats are sleeping",
+                "--hypothesis",
+                "two cats are sleeping",
+                "--out",
+                str(out),
+                "--direction",
+                "hypothesis",
+            ]
+        )
+        == 0
+    )
     assert out.read_text().startswith("<?xml")
     html = tmp_path / "pair.html"
     assert main(["plot", str(pair_model), "two red cats", "--hypothesis", "two cats", "--out", str(html)]) == 0
@@ -317,8 +371,9 @@ def test_word2vec_embeddings_replace_the_rows_of_the_corpus_pieces(tmp_path):
     from attnmt.pairs.embeddings import word2vec_embeddings
 
     sentences = [p for p, _, _ in make_pairs(200, seed=1)]
-    subwords = train_subwords(sentences + ["zebra"], sentences, SubwordConfig(type="word", vocab_size=100),
-                              tmp_path, seed=1)[0]
+    subwords = train_subwords(
+        sentences + ["zebra"], sentences, SubwordConfig(type="word", vocab_size=100), tmp_path, seed=1
+    )[0]
     corpus = write(tmp_path / "captions.txt", "\n".join(sentences) + "\n")
     start = torch.randn(len(subwords), 8)
     weights = word2vec_embeddings(corpus, subwords, start, epochs=1, window=2, seed=1, log=lambda m: None)
@@ -341,9 +396,15 @@ def test_embeddings_from_a_translation_model(reverse_model, tmp_path):
 
     translator, _ = reverse_model
     size = translator.config.model.embedding_size
-    raw = pair_config(tmp_path, model={"embedding_size": size, "hidden_size": 8,
-                                       "embeddings": {"model": str(translator.folder), "side": "src"}},
-                      data={"subwords": {"type": "char", "vocab_size": 40}})
+    raw = pair_config(
+        tmp_path,
+        model={
+            "embedding_size": size,
+            "hidden_size": 8,
+            "embeddings": {"model": str(translator.folder), "side": "src"},
+        },
+        data={"subwords": {"type": "char", "vocab_size": 40}},
+    )
     config = config_from_dict(raw, tmp_path)
     data = prepare_pair_data(config, log=lambda m: None)
     assert len(data.subwords) == len(translator.src_subwords)

@@ -86,7 +86,7 @@ def test_training_figures_count_64_sentences_a_step_over_the_logged_seconds():
 
 
 def test_render_replaces_anchors_and_keeps_the_text_without_overrides(tmp_path):
-    text = "# comment kept\nmodel_dir: \"<anchors>/joey/model\"\ntraining:\n    validation_freq: 500\n"
+    text = '# comment kept\nmodel_dir: "<anchors>/joey/model"\ntraining:\n    validation_freq: 500\n'
     assert peers.render(text, tmp_path) == text.replace("<anchors>", str(tmp_path.resolve()))
     changed = yaml.safe_load(peers.render(text, tmp_path, {"training.validation_freq": 50}))
     assert changed == {"model_dir": f"{tmp_path.resolve()}/joey/model", "training": {"validation_freq": 50}}
@@ -100,8 +100,10 @@ def test_intervals_are_the_peers_own_at_20_minutes_and_fewer_steps_for_short_bud
 
 
 def test_rendered_peer_configs_have_no_anchor_left_and_short_budget_intervals(tmp_path):
-    require(peers.PEER_CONFIGS.is_dir(), f"{peers.PEER_CONFIGS} not found: the peers' configurations live in "
-                                         "../shared/peers beside the checkout")
+    require(
+        peers.PEER_CONFIGS.is_dir(),
+        f"{peers.PEER_CONFIGS} not found: the peers' configurations live in ../shared/peers beside the checkout",
+    )
     paths = peers.render_configs(tmp_path, 3, "uniform-init")
     texts = {name: path.read_text() for name, path in paths.items()}
     assert not any("<anchors>" in text for text in texts.values())
@@ -125,8 +127,9 @@ def test_table_has_a_ratio_column_per_peer_and_marks_missing_figures():
         "joeynmt": {"sentences_per_s": 40.0, "steps": 700, "peak_rss_gb": 1.0, "bleu_beam5": 6.0},
     }
     lines = peers.table(systems).splitlines()
-    assert lines[0] == ("| figure | attnmt | OpenNMT-py 3.5.1 | JoeyNMT 2.3.0 | attnmt / OpenNMT-py "
-                        "| attnmt / JoeyNMT |")
+    assert lines[0] == (
+        "| figure | attnmt | OpenNMT-py 3.5.1 | JoeyNMT 2.3.0 | attnmt / OpenNMT-py | attnmt / JoeyNMT |"
+    )
     assert "| training sentences/s | 80 | 100 | 40 | 0.80 | 2.00 |" in lines
     assert "| steps | 1,400 | 2,000 | 700 | 0.70 | 2.00 |" in lines
     assert "| training peak RSS GB (lower is better) | 2.00 | 4.00 | 1.00 | 0.50 | 2.00 |" in lines
@@ -135,16 +138,23 @@ def test_table_has_a_ratio_column_per_peer_and_marks_missing_figures():
 
 
 def test_cheaper_inference_rows_compare_with_the_peers_float32_figures():
-    systems = {"attnmt": {"decode_beam5": 80.0, "decode_beam5_bf16": 120.0, "bleu_beam5_int8": 36.0,
-                          "decode_beam5_only": 90.0, "decode_beam5_shortlist_only": 150.0},
-               "opennmt": {"decode_beam5": 40.0, "bleu_beam5": 30.0, "decode_beam5_only": 50.0}}
+    systems = {
+        "attnmt": {
+            "decode_beam5": 80.0,
+            "decode_beam5_bf16": 120.0,
+            "bleu_beam5_int8": 36.0,
+            "decode_beam5_only": 90.0,
+            "decode_beam5_shortlist_only": 150.0,
+        },
+        "opennmt": {"decode_beam5": 40.0, "bleu_beam5": 30.0, "decode_beam5_only": 50.0},
+    }
     lines = peers.table(systems).splitlines()
     assert "| decode sent/s beam 5, batch 64, whole command | 80 | 40 | 2.00 |" in lines
     assert "| decode sent/s beam 5, batch 64, decoding only | 90 | 50 | 1.80 |" in lines
-    assert ("| decode sent/s beam 5, batch 64, attnmt --bf16, whole command (peers: float32) | 120 | 40 | 3.00 |"
-            in lines)
-    assert ("| test_2016 BLEU beam 5, attnmt --int8 (int8 linear layers; peers: float32) | 36.0 | 30.0 | 1.20 |"
-            in lines)
+    assert (
+        "| decode sent/s beam 5, batch 64, attnmt --bf16, whole command (peers: float32) | 120 | 40 | 3.00 |" in lines
+    )
+    assert "| test_2016 BLEU beam 5, attnmt --int8 (int8 linear layers; peers: float32) | 36.0 | 30.0 | 1.20 |" in lines
     # decoding alone beside the peer's decoding alone, not beside its whole command
     assert "| decode sent/s beam 5, batch 64, attnmt --shortlist, decoding only | 150 | 50 | 3.00 |" in lines
 
@@ -169,9 +179,12 @@ def test_machine_speed_probe_gives_the_gflops_of_its_products():
 # ---------------------------------------------------------------------------------------------- --device cuda
 # The parts of the GPU run that need no GPU: rendering, nvidia-smi's output, the stubs, the table.
 
+
 def test_cuda_rendering_puts_opennmt_on_gpu_0_with_the_peers_intervals_and_no_joeynmt(tmp_path):
-    require(peers.PEER_CONFIGS.is_dir(), f"{peers.PEER_CONFIGS} not found: the peer configurations are "
-                                         "../shared/peers beside the checkout")
+    require(
+        peers.PEER_CONFIGS.is_dir(),
+        f"{peers.PEER_CONFIGS} not found: the peer configurations are ../shared/peers beside the checkout",
+    )
     paths = peers.render_configs(tmp_path, 2, "default", peers.PEER_CONFIGS, "cuda")
     assert set(paths) == {"opennmt-train", "opennmt-greedy", "opennmt-beam5"}
     onmt = yaml.safe_load(paths["opennmt-train"].read_text())
@@ -226,8 +239,10 @@ def test_nvidia_smi_lines_give_utilisation_and_memory_per_gpu():
     assert peers.parse_nvidia_smi("") == []
     with pytest.raises(ValueError):
         peers.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 580.159.04, 3\n")
-    assert peers.parse_gpu_info("NVIDIA H100 80GB HBM3, 580.159.04\n") == {"gpu": "NVIDIA H100 80GB HBM3",
-                                                                            "driver": "580.159.04"}
+    assert peers.parse_gpu_info("NVIDIA H100 80GB HBM3, 580.159.04\n") == {
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "driver": "580.159.04",
+    }
 
 
 def test_gpu_sampler_reads_in_the_background_and_sums_up_a_window(tmp_path):
@@ -251,11 +266,14 @@ def test_gpu_sampler_reads_in_the_background_and_sums_up_a_window(tmp_path):
 
 def test_stubs_say_they_were_imported_and_fail_with_a_marker_when_used(tmp_path):
     stubs = peers.write_stubs(tmp_path)
-    code = ("import spacy, fasttext\n"
-            "assert not hasattr(spacy, '__version__')\n"  # introspection: no use
-            "try:\n    spacy.load('en_core_web_sm')\nexcept AttributeError as e:\n    print('failed:', e)\n")
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(stubs)},
-                          capture_output=True, text=True)
+    code = (
+        "import spacy, fasttext\n"
+        "assert not hasattr(spacy, '__version__')\n"  # introspection: no use
+        "try:\n    spacy.load('en_core_web_sm')\nexcept AttributeError as e:\n    print('failed:', e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(stubs)}, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert "peers.py stub: spacy imported" in done.stderr and "peers.py stub: fasttext imported" in done.stderr
     assert "failed: spacy.load: spacy is a stub of benchmarks/peers.py" in done.stdout
@@ -267,11 +285,13 @@ def test_stubs_say_they_were_imported_and_fail_with_a_marker_when_used(tmp_path)
 
 
 def test_onmt_report_time_gives_the_decoding_seconds_and_their_window():
-    text = ("[2026-11-26 10:00:00,000 INFO] Loading checkpoint from rnn_step_900.pt\n"
-            "[2026-11-26 10:00:04,500 INFO] PRED SCORE: -0.3, PRED PPL: 1.35 NB SENTENCES: 1000\n"
-            "[2026-11-26 10:00:04,500 INFO] Total translation time (s): 1.8\n"
-            "[2026-11-26 10:00:04,501 INFO] Average translation time (ms): 1.8\n"
-            "Time w/o python interpreter load/terminate:  6.2\n")
+    text = (
+        "[2026-11-26 10:00:00,000 INFO] Loading checkpoint from rnn_step_900.pt\n"
+        "[2026-11-26 10:00:04,500 INFO] PRED SCORE: -0.3, PRED PPL: 1.35 NB SENTENCES: 1000\n"
+        "[2026-11-26 10:00:04,500 INFO] Total translation time (s): 1.8\n"
+        "[2026-11-26 10:00:04,501 INFO] Average translation time (ms): 1.8\n"
+        "Time w/o python interpreter load/terminate:  6.2\n"
+    )
     report = peers.parse_onmt_translate_log(text)
     assert report["seconds"] == 1.8
     end = peers.joey_time("2026-11-26 10:00:04,500")
@@ -281,22 +301,38 @@ def test_onmt_report_time_gives_the_decoding_seconds_and_their_window():
 
 def test_gpu_table_has_gpu_rows_and_a_ratio_column_per_attnmt_run():
     systems = {
-        "attnmt": {"sentences_per_s": 2400.0, "gpu_util_train": 65.0, "gpu_mem_train_gb": 2.5,
-                   "decode_beam5_only": 1200.0, "decode_beam5": 300.0, "batch_tokens": None},
+        "attnmt": {
+            "sentences_per_s": 2400.0,
+            "gpu_util_train": 65.0,
+            "gpu_mem_train_gb": 2.5,
+            "decode_beam5_only": 1200.0,
+            "decode_beam5": 300.0,
+            "batch_tokens": None,
+        },
         "attnmt_tokens": {"sentences_per_s": 4800.0, "gpu_util_train": 80.0, "batch_tokens": 5000},
-        "opennmt": {"sentences_per_s": 800.0, "gpu_util_train": 20.0, "gpu_mem_train_gb": 5.0,
-                    "decode_beam5_only": 600.0, "decode_beam5": 100.0},
+        "opennmt": {
+            "sentences_per_s": 800.0,
+            "gpu_util_train": 20.0,
+            "gpu_mem_train_gb": 5.0,
+            "decode_beam5_only": 600.0,
+            "decode_beam5": 100.0,
+        },
     }
     lines = peers.table(systems, peers.GPU_ROWS).splitlines()
-    assert lines[0] == ("| figure | attnmt | attnmt, batch_tokens 5,000 | OpenNMT-py 3.5.1 | attnmt / OpenNMT-py "
-                        "| attnmt tokens / OpenNMT-py |")
+    assert lines[0] == (
+        "| figure | attnmt | attnmt, batch_tokens 5,000 | OpenNMT-py 3.5.1 | attnmt / OpenNMT-py "
+        "| attnmt tokens / OpenNMT-py |"
+    )
     assert "| training sentences/s | 2400 | 4800 | 800 | 3.00 | 6.00 |" in lines
     assert "| GPU utilisation while training, mean % (nvidia-smi every 0.5 s) | 65 | 80 | 20 | 3.25 | 4.00 |" in lines
-    assert ("| GPU memory while training, peak GB (nvidia-smi memory.used; lower is better) | 2.5 | — | 5.0 | 0.50 "
-            "| — |") in lines
+    assert (
+        "| GPU memory while training, peak GB (nvidia-smi memory.used; lower is better) | 2.5 | — | 5.0 | 0.50 | — |"
+    ) in lines
     assert "| decode sent/s beam 5, batch 64, decoding only | 1200 | — | 600 | 2.00 | — |" in lines
-    assert ("| decode sent/s beam 5, batch 64, whole command (start-up and model loading included) | 300 | — | 100 "
-            "| 3.00 | — |") in lines
+    assert (
+        "| decode sent/s beam 5, batch 64, whole command (start-up and model loading included) | 300 | — | 100 "
+        "| 3.00 | — |"
+    ) in lines
     assert len(lines) == 2 + len(peers.GPU_ROWS)
     assert not any("GFLOP" in line or "--int8" in line for line in lines)  # the CPU's rows
 
@@ -307,9 +343,16 @@ def test_run_py_writes_a_cuda_config_with_token_batches_and_the_given_data(tmp_p
     spec.loader.exec_module(run)
     from attnmt.core.config import load_config
 
-    args = SimpleNamespace(config=str(REPO / "configs" / "rnn-bahdanau.yaml"), minutes=2.0, threads=2,
-                           precision="bf16", validate_every=500, device="cuda", batch_tokens=5000,
-                           data=str(tmp_path / "multi30k"))
+    args = SimpleNamespace(
+        config=str(REPO / "configs" / "rnn-bahdanau.yaml"),
+        minutes=2.0,
+        threads=2,
+        precision="bf16",
+        validate_every=500,
+        device="cuda",
+        batch_tokens=5000,
+        data=str(tmp_path / "multi30k"),
+    )
     config = load_config(run.write_config(args, tmp_path / "out"))
     assert (config.training.device, config.training.precision, config.data.batch_tokens) == ("cuda", "bf16", 5000)
     assert config.data.train.src == tmp_path / "multi30k" / "train.de.gz"
@@ -331,36 +374,47 @@ def test_run_py_decodes_each_time_in_a_fresh_process():
 
 
 def test_run_watched_notes_when_the_marker_line_appears_and_fails_with_the_exit_status(tmp_path):
-    code = ("import time; print('starting'); time.sleep(0.6); "
-            "print('model: bahdanau attention, 9 parameters; 29,000 training pairs'); time.sleep(0.6)")
+    code = (
+        "import time; print('starting'); time.sleep(0.6); "
+        "print('model: bahdanau attention, 9 parameters; 29,000 training pairs'); time.sleep(0.6)"
+    )
     before = peers.time.time()
-    run = peers.run_watched([sys.executable, "-c", code], tmp_path / "log", {**os.environ, "PYTHONUNBUFFERED": "1"},
-                            60, peers.ATTNMT_LOOP)
+    run = peers.run_watched(
+        [sys.executable, "-c", code], tmp_path / "log", {**os.environ, "PYTHONUNBUFFERED": "1"}, 60, peers.ATTNMT_LOOP
+    )
     assert before + 0.5 < run["marker_at"] < before + run["wall_s"]
     assert "29,000 training pairs" in (tmp_path / "log").read_text()
     with pytest.raises(peers.StepFailed, match="exit status 3"):
-        peers.run_watched([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "log", dict(os.environ), 60,
-                          peers.ATTNMT_LOOP)
+        peers.run_watched(
+            [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "log", dict(os.environ), 60, peers.ATTNMT_LOOP
+        )
 
 
 def test_steady_speed_counts_from_the_first_log_line_for_both_systems(tmp_path):
     assert peers.parse_onmt_log(ONMT_LOG)["steady_steps_per_s"] == pytest.approx((100 - 10) / (69 - 7))
     figures = peers.training_figures(peers.parse_onmt_log(ONMT_LOG), {}, Path("log"))
     assert figures["sentences_per_s_steady"] == pytest.approx(90 * 64 / 62)
-    records = [{"type": "train", "step": 50, "seconds": 10.0}, {"type": "valid", "step": 100, "seconds": 19.0},
-               {"type": "train", "step": 100, "seconds": 20.0}, {"type": "train", "step": 150, "seconds": 30.0}]
+    records = [
+        {"type": "train", "step": 50, "seconds": 10.0},
+        {"type": "valid", "step": 100, "seconds": 19.0},
+        {"type": "train", "step": 100, "seconds": 20.0},
+        {"type": "train", "step": 150, "seconds": 30.0},
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(peers.json.dumps(r) + "\n" for r in records))
     assert peers.attnmt_steady(tmp_path, 64) == pytest.approx(100 * 64 / 20)
     assert peers.attnmt_steady(tmp_path / "absent", 64) is None
-    padded = ("[2026-11-25 17:55:39,841 INFO] Step  5/   10; acc: 4.4; ppl: 5730.4; xent: 8.7; lr: 0.00050; sents: "
-              "320; bsz:  947/ 940/64; 903/897 tok/s;      5 sec;\n")  # OpenNMT-py pads steps under 10
+    padded = (
+        "[2026-11-25 17:55:39,841 INFO] Step  5/   10; acc: 4.4; ppl: 5730.4; xent: 8.7; lr: 0.00050; sents: "
+        "320; bsz:  947/ 940/64; 903/897 tok/s;      5 sec;\n"
+    )  # OpenNMT-py pads steps under 10
     assert peers.parse_onmt_log(padded)["steps"] == 5
 
 
 def test_figures_of_a_stopped_run_are_kept_for_the_next_one(tmp_path):
     assert peers.earlier_systems(tmp_path) == {}
-    (tmp_path / "results.json").write_text(peers.json.dumps({"systems": {"attnmt": {"steps": 1},
-                                                                          "opennmt": {"steps": 2}}}))
+    (tmp_path / "results.json").write_text(
+        peers.json.dumps({"systems": {"attnmt": {"steps": 1}, "opennmt": {"steps": 2}}})
+    )
     assert peers.earlier_systems(tmp_path) == {"attnmt": {"steps": 1}, "opennmt": {"steps": 2}}
     partial = tmp_path / "results.partial.json"
     partial.write_text(peers.json.dumps({"systems": {"attnmt": {"steps": 3}}}))
@@ -371,8 +425,10 @@ def test_figures_of_a_stopped_run_are_kept_for_the_next_one(tmp_path):
 
 
 def test_decode_only_measures_decoding_again_and_keeps_the_training_figures(tmp_path, monkeypatch):
-    earlier = {"attnmt": {"sentences_per_s": 205, "decode_beam5": 91, "decode_beam5_shortlist": 141},
-               "opennmt": {"sentences_per_s": 119, "decode_beam5": 57}}
+    earlier = {
+        "attnmt": {"sentences_per_s": 205, "decode_beam5": 91, "decode_beam5_shortlist": 141},
+        "opennmt": {"sentences_per_s": 119, "decode_beam5": 57},
+    }
     commands = []
 
     def fake_run_logged(cmd, log, **kwargs):  # run.py --decode-only rewrites its results.json
@@ -380,9 +436,20 @@ def test_decode_only_measures_decoding_again_and_keeps_the_training_figures(tmp_
         if "translate" in commands[-1]:  # a whole translate command: 8 s, 5 s with the shortlist
             return 5.0 if "--shortlist" in commands[-1] else 8.0
         (tmp_path / "attnmt").mkdir(exist_ok=True)
-        (tmp_path / "attnmt" / "results.json").write_text(peers.json.dumps(
-            {"attnmt": {"sentences_per_s": 999, "decode_beam5": 95, "decode_beam5_shortlist": 150,
-                        "decode_beam5_only": 110, "decode_beam5_shortlist_only": 170, "bleu_beam5_shortlist": 39.5}}))
+        (tmp_path / "attnmt" / "results.json").write_text(
+            peers.json.dumps(
+                {
+                    "attnmt": {
+                        "sentences_per_s": 999,
+                        "decode_beam5": 95,
+                        "decode_beam5_shortlist": 150,
+                        "decode_beam5_only": 110,
+                        "decode_beam5_shortlist_only": 170,
+                        "bleu_beam5_shortlist": 39.5,
+                    }
+                }
+            )
+        )
         return 1.0
 
     monkeypatch.setattr(peers, "run_logged", fake_run_logged)
@@ -396,8 +463,11 @@ def test_decode_only_measures_decoding_again_and_keeps_the_training_figures(tmp_
     assert "--shortlist" in translate[2] and all("--device" in c for c in translate)
     # the table's figures: whole commands, as the peers'; run.py's in-process ones kept beside them
     assert (ours["sentences_per_s"], ours["decode_beam5"], ours["decode_beam5_shortlist"]) == (205, 125, 200)
-    assert (ours["decode_beam5_loaded"], ours["decode_beam5_only"],
-            ours["decode_beam5_shortlist_only"]) == (95, 110, 170)
+    assert (ours["decode_beam5_loaded"], ours["decode_beam5_only"], ours["decode_beam5_shortlist_only"]) == (
+        95,
+        110,
+        170,
+    )
     assert ours["decoded_again"] and ours["probe_gflops_before"] == 150.0
     theirs = peers.decode_again("opennmt", tmp_path, {}, earlier)
     assert (theirs["sentences_per_s"], theirs["decode_beam5"]) == (119, 55)
@@ -408,8 +478,14 @@ def test_decode_only_measures_decoding_again_and_keeps_the_training_figures(tmp_
 
 
 def test_rounds_keep_each_decoding_speed_at_its_best_and_every_round():
-    first = {"decode_beam5": 50.0, "decode_greedy": 120.0, "decode_beam5_loaded": None, "bleu_beam5": 36.1,
-             "probe_gflops_before": 140.0, "probe_gflops_after": 150.0}
+    first = {
+        "decode_beam5": 50.0,
+        "decode_greedy": 120.0,
+        "decode_beam5_loaded": None,
+        "bleu_beam5": 36.1,
+        "probe_gflops_before": 140.0,
+        "probe_gflops_after": 150.0,
+    }
     second = {**first, "decode_beam5": 60.0, "decode_greedy": 100.0, "probe_gflops_before": 100.0}
     merged = peers.best_of_rounds(peers.best_of_rounds(None, first), second)
     assert (merged["decode_beam5"], merged["decode_greedy"]) == (60.0, 120.0)  # each its own best round

@@ -21,14 +21,34 @@ from attnmt.serve import ServerLimits, create_app
 from attnmt.serve.schemas import request_models
 from conftest import local_client, reverse
 
-TRANSFORMER = {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "encoder_layers": 2,
-               "decoder_layers": 2, "dropout": 0.0, "attention_dropout": 0.0}
+TRANSFORMER = {
+    "type": "transformer",
+    "d_model": 32,
+    "heads": 4,
+    "feed_forward": 64,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "dropout": 0.0,
+    "attention_dropout": 0.0,
+}
 SETTINGS = DecodingConfig(beam=3, length_penalty=0.0, max_length_ratio=1.0, max_length_offset=4)
 
 
 def untrained(**config):
-    return build_model(ModelConfig(**{"embedding_size": 16, "encoder_hidden": 8, "decoder_hidden": 16,
-                                      "attention_size": 8, "dropout": 0.0, **config}), 20, 20).eval()
+    return build_model(
+        ModelConfig(
+            **{
+                "embedding_size": 16,
+                "encoder_hidden": 8,
+                "decoder_hidden": 16,
+                "attention_size": 8,
+                "dropout": 0.0,
+                **config,
+            }
+        ),
+        20,
+        20,
+    ).eval()
 
 
 SOURCES = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [4]]
@@ -59,7 +79,7 @@ def test_greedy_search_forces_each_prefix_then_goes_on_as_the_model_would(config
         for source, prefix, [hypothesis] in zip(SOURCES, PREFIXES, found):
             limit = max(len(source) + 1 + 4, len(prefix) + 4)  # ratio 1, offset 4; at least prefix + offset
             tokens, log_prob = forced_then_greedy(model, source, prefix, limit)
-            assert hypothesis.tokens == tokens and hypothesis.tokens[:len(prefix)] == prefix
+            assert hypothesis.tokens == tokens and hypothesis.tokens[: len(prefix)] == prefix
             assert hypothesis.log_prob == pytest.approx(log_prob, abs=1e-4)
 
 
@@ -68,11 +88,10 @@ def test_every_beam_hypothesis_begins_with_its_prefix_and_scores_as_the_model_do
     model = untrained(**config)
     batch = make_batch(SOURCES)
     with torch.inference_mode():
-        found = decode(model, batch.src, batch.src_lengths, SETTINGS, beam=3, n_best=3,
-                       prefixes=Prefixes(PREFIXES))
+        found = decode(model, batch.src, batch.src_lengths, SETTINGS, beam=3, n_best=3, prefixes=Prefixes(PREFIXES))
         free = decode(model, batch.src[1:2], batch.src_lengths[1:2], SETTINGS, beam=3, n_best=3)
         for source, prefix, hypotheses in zip(SOURCES, PREFIXES, found):
-            assert len(hypotheses) == 3 and all(h.tokens[:len(prefix)] == prefix for h in hypotheses)
+            assert len(hypotheses) == 3 and all(h.tokens[: len(prefix)] == prefix for h in hypotheses)
             batch = make_batch([source])
             for h in hypotheses:  # its tokens' score, teacher-forced (ended by EOS or by the length limit)
                 tgt_in, tgt_out = torch.tensor([[BOS] + h.tokens[:-1]]), torch.tensor([h.tokens])
@@ -85,12 +104,20 @@ def test_sampling_and_an_ensemble_keep_to_the_prefix():
     members = [untrained(attention="bahdanau"), untrained(**TRANSFORMER)]
     batch = make_batch(SOURCES)
     with torch.inference_mode():
-        drawn = decode(members[0], batch.src, batch.src_lengths, SETTINGS, sampling=Sampling(seed=1),
-                       generator=torch.Generator().manual_seed(1), prefixes=Prefixes(PREFIXES))
-        together = decode(Ensemble(members), batch.src, batch.src_lengths, SETTINGS, beam=2,
-                          prefixes=Prefixes(PREFIXES))
+        drawn = decode(
+            members[0],
+            batch.src,
+            batch.src_lengths,
+            SETTINGS,
+            sampling=Sampling(seed=1),
+            generator=torch.Generator().manual_seed(1),
+            prefixes=Prefixes(PREFIXES),
+        )
+        together = decode(
+            Ensemble(members), batch.src, batch.src_lengths, SETTINGS, beam=2, prefixes=Prefixes(PREFIXES)
+        )
     for prefix, [a], [b] in zip(PREFIXES, drawn, together):
-        assert a.tokens[:len(prefix)] == prefix and b.tokens[:len(prefix)] == prefix
+        assert a.tokens[: len(prefix)] == prefix and b.tokens[: len(prefix)] == prefix
 
 
 def test_a_shortlist_gets_the_prefixs_tokens_and_their_columns():
@@ -133,10 +160,13 @@ def test_every_search_spells_the_word_a_prefix_ends_inside(config):
             found = decode(model, batch.src, batch.src_lengths, SETTINGS, prefixes=prefixes, **options)
         for tokens, word, hypotheses in zip(prefixes.tokens, prefixes.words, found):
             for h in hypotheses:
-                assert h.tokens[:len(tokens)] == tokens, name
-                text = "".join(PIECES[t] for t in h.tokens[len(tokens):len(tokens) + len(word)])
-                assert text.startswith(word) or (word.startswith(text) and len(h.tokens) == len(tokens) + len(word)), \
-                    (name, word, h.tokens)
+                assert h.tokens[: len(tokens)] == tokens, name
+                text = "".join(PIECES[t] for t in h.tokens[len(tokens) : len(tokens) + len(word)])
+                assert text.startswith(word) or (word.startswith(text) and len(h.tokens) == len(tokens) + len(word)), (
+                    name,
+                    word,
+                    h.tokens,
+                )
     assert found[2][0].tokens[0] == 12 and found[3][0].tokens != []  # no word: the model's own next pieces
 
 
@@ -147,22 +177,23 @@ def test_under_a_shortlist_the_prefix_and_its_word_are_written_all_the_same():
     prefixes = Prefixes([[7], [12, 7], [], []], ["▁dog", "", "▁c", ""], Spelling(PIECES))
     for options in ({"beam": 1}, {"beam": 3, "n_best": 2}):
         with torch.inference_mode():
-            found = decode(model, batch.src, batch.src_lengths, SETTINGS, shortlist=table, prefixes=prefixes,
-                           **options)
+            found = decode(model, batch.src, batch.src_lengths, SETTINGS, shortlist=table, prefixes=prefixes, **options)
         for tokens, word, hypotheses in zip(prefixes.tokens, prefixes.words, found):
             for h in hypotheses:
-                assert h.tokens[:len(tokens)] == tokens
-                assert "".join(PIECES[t] for t in h.tokens[len(tokens):]).startswith(word)
-                assert set(h.tokens[len(tokens):]) <= {1, 2, 3, 4, 5, 6, 9, 11, 12}  # the table's, the word's
+                assert h.tokens[: len(tokens)] == tokens
+                assert "".join(PIECES[t] for t in h.tokens[len(tokens) :]).startswith(word)
+                assert set(h.tokens[len(tokens) :]) <= {1, 2, 3, 4, 5, 6, 9, 11, 12}  # the table's, the word's
 
 
 def test_a_translate_request_has_a_prefix_for_each_text():
     request = request_models(ServerLimits(max_sentences=4)).translate
     assert request.model_validate({"text": ["ab", "cd"], "prefix": ["b", ""]}).prefix == ["b", ""]
-    for body, message in (({"text": ["ab", "cd"], "prefix": ["b"]}, "one prefix for each text"),
-                          ({"text": "ab", "prefix": ["b"]}, "two strings, or two lists"),
-                          ({"audio": "AAAA", "prefix": "b"}, "prefix goes with text"),
-                          ({"text": "ab", "prefix": 3}, "string")):
+    for body, message in (
+        ({"text": ["ab", "cd"], "prefix": ["b"]}, "one prefix for each text"),
+        ({"text": "ab", "prefix": ["b"]}, "two strings, or two lists"),
+        ({"audio": "AAAA", "prefix": "b"}, "prefix goes with text"),
+        ({"text": "ab", "prefix": 3}, "string"),
+    ):
         with pytest.raises(ValueError, match=message):
             request.model_validate(body)
 
@@ -182,8 +213,9 @@ def test_translate_continues_a_prefix(reverse_model):
     scored = translator.score(texts, [t.text for t in translations])
     alpha = translator.config.decoding.length_penalty
     for t, s in zip(translations, scored):  # the score of a prefixed output is the model's, as unforced
-        assert s.tokens == t.tokens and s.log_prob == pytest.approx(t.score * length_penalty(len(t.tokens), alpha),
-                                                                    abs=1e-4)
+        assert s.tokens == t.tokens and s.log_prob == pytest.approx(
+            t.score * length_penalty(len(t.tokens), alpha), abs=1e-4
+        )
     unforced = [t.text for t in translator.translate(texts)]
     assert [t.text for t in translator.translate(texts, prefix=[""] * 6)] == unforced
     with pytest.raises(AttnmtError, match="a prefix for each of the 6 texts"):
@@ -208,7 +240,7 @@ def test_trace_and_beam_tree_begin_with_the_prefix_as_translate_does(reverse_mod
     [greedy] = translator.translate([text], beam=1, prefix=[start])
     assert trace.text == greedy.text and trace.text.startswith(start)
     n = len(translator.tgt_subwords.encode([start])[0])  # "▁", "j", "i"
-    assert [s.constrained for s in trace.steps[:n + 1]] == [True] * n + [False]
+    assert [s.constrained for s in trace.steps[: n + 1]] == [True] * n + [False]
     unforced = translator.trace(text)
     assert trace.steps[0].top_k == unforced.steps[0].top_k  # the model's own distribution, shown as it is
     translation, nodes = translator.beam_tree(text, beam=3, prefix=start)
@@ -249,8 +281,10 @@ def test_post_translate_with_a_prefix(reverse_model):
     translator, dev = reverse_model
     limits = ServerLimits(max_sentences=8, max_chars=40, max_tokens=12, max_work=400, timeout=30.0)
     with local_client(create_app([translator.folder], limits)) as client:
-        answer = client.post("/translate", json={"text": dev[:3], "prefix": ["jj", "", reverse(dev[2])[:3]],
-                                                 "beam": 2, "attention": False})
+        answer = client.post(
+            "/translate",
+            json={"text": dev[:3], "prefix": ["jj", "", reverse(dev[2])[:3]], "beam": 2, "attention": False},
+        )
         assert answer.status_code == 200, answer.text
         texts = [t["candidates"][0]["text"] for t in answer.json()["translations"]]
         expected = translator.translate(dev[:3], beam=2, prefix=["jj", "", reverse(dev[2])[:3]])
@@ -264,5 +298,9 @@ def test_post_translate_with_a_prefix(reverse_model):
         assert client.post("/translate", json={"text": "ab", "beam": 1}).status_code == 200
         refused = client.post("/translate", json={"text": "ab", "beam": 1, "prefix": "ab" * 40})
         assert refused.status_code == 422 and "could hold up to" in refused.json()["detail"]
-        assert client.post("/translate", json={"text": "ab", "beam": 1, "prefix": "ab" * 40,
-                                               "attention": False}).status_code == 200
+        assert (
+            client.post(
+                "/translate", json={"text": "ab", "beam": 1, "prefix": "ab" * 40, "attention": False}
+            ).status_code
+            == 200
+        )

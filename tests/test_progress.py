@@ -45,8 +45,10 @@ def test_validation_translates_the_dev_set_under_a_bar(tiny_transformer, monkeyp
     quiet = translate_ids(model.model, src_ids, model.tgt_subwords, model.config.decoding, beam=1)
     terminal = Terminal()
     monkeypatch.setattr("sys.stderr", terminal)
-    assert translate_ids(model.model, src_ids, model.tgt_subwords, model.config.decoding, beam=1,
-                         progress="validation") == quiet
+    assert (
+        translate_ids(model.model, src_ids, model.tgt_subwords, model.config.decoding, beam=1, progress="validation")
+        == quiet
+    )
     assert "validation" in terminal.getvalue() and "/12" in terminal.getvalue()
 
 

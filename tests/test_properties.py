@@ -31,8 +31,9 @@ CHARACTERS = st.one_of(st.sampled_from(TRICKY), st.characters(exclude_characters
 LONG = st.tuples(st.text(CHARACTERS, min_size=1, max_size=4), st.integers(500, 3000)).map(lambda p: p[0] * p[1])
 LINE = st.text(CHARACTERS, max_size=30) | LONG
 LINES = st.lists(LINE, max_size=12)
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                           HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 def write(path, data: bytes, compress: bool) -> str:
@@ -107,8 +108,13 @@ SURROGATE_LINE = st.tuples(LINE, st.characters(min_codepoint=0xDC80, max_codepoi
 
 
 @SETTINGS
-@given(before=LINES, bad=SURROGATE_LINE, after=LINES, errors=st.sampled_from(["surrogateescape", "surrogatepass"]),
-       compress=st.booleans())
+@given(
+    before=LINES,
+    bad=SURROGATE_LINE,
+    after=LINES,
+    errors=st.sampled_from(["surrogateescape", "surrogatepass"]),
+    compress=st.booleans(),
+)
 def test_lone_surrogates_and_invalid_utf8_name_the_line(tmp_path, before, bad, after, errors, compress):
     # A lone surrogate written as bytes: undecodable bytes (surrogateescape) or UTF-8-encoded
     # surrogates (surrogatepass, as some Java and JavaScript programs write), both invalid UTF-8.
@@ -123,8 +129,7 @@ def blank(text: str) -> bool:
 
 
 @SETTINGS
-@given(pairs=st.lists(st.tuples(LINE, LINE), max_size=12), extra=st.lists(LINE, max_size=2),
-       compress=st.booleans())
+@given(pairs=st.lists(st.tuples(LINE, LINE), max_size=12), extra=st.lists(LINE, max_size=2), compress=st.booleans())
 def test_read_parallel_keeps_pairs_aligned_and_in_order(tmp_path, pairs, extra, compress):
     src = [s for s, _ in pairs]
     tgt = [t for _, t in pairs] + extra
@@ -145,8 +150,12 @@ def test_read_parallel_keeps_pairs_aligned_and_in_order(tmp_path, pairs, extra, 
     assert corpus.dropped_empty == len(src) - len(kept)
 
 
-FIELD = st.text(st.one_of(st.sampled_from(TRICKY.replace("\t", "")),
-                          st.characters(exclude_characters="\n\t", exclude_categories=["Cs"])), max_size=20)
+FIELD = st.text(
+    st.one_of(
+        st.sampled_from(TRICKY.replace("\t", "")), st.characters(exclude_characters="\n\t", exclude_categories=["Cs"])
+    ),
+    max_size=20,
+)
 
 
 @SETTINGS
@@ -178,8 +187,15 @@ ANY_TEXT = st.text(st.one_of(st.sampled_from(TRICKY + "\n\ud800\udfff"), st.char
 
 @pytest.fixture(scope="module")
 def subwords(tmp_path_factory):
-    sentences = ["the cat sat on the mat", "der Hund schläft", "שלום עולם", "مرحبا بالعالم", "emoji 😀 ok",
-                 "le 14 juillet 1989", "tabs\tand  spaces"] * 20
+    sentences = [
+        "the cat sat on the mat",
+        "der Hund schläft",
+        "שלום עולם",
+        "مرحبا بالعالم",
+        "emoji 😀 ok",
+        "le 14 juillet 1989",
+        "tabs\tand  spaces",
+    ] * 20
     config = SubwordConfig(type="bpe", vocab_size=60, joint=True)
     src, _ = train_subwords(sentences, sentences, config, tmp_path_factory.mktemp("spm"))
     return src
@@ -221,8 +237,9 @@ def sentinels(reverse_model):
     return sources
 
 
-MIXED = st.lists(st.one_of(ANY_TEXT.map(lambda t: ("any", t[:60])), st.integers(0, 3).map(lambda i: ("known", i))),
-                 max_size=8)
+MIXED = st.lists(
+    st.one_of(ANY_TEXT.map(lambda t: ("any", t[:60])), st.integers(0, 3).map(lambda i: ("known", i))), max_size=8
+)
 
 
 @SETTINGS
@@ -246,8 +263,9 @@ STDIN = st.lists(st.one_of(st.text(CHARACTERS, max_size=20), st.integers(0, 3)),
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(items=STDIN, endings=st.lists(st.sampled_from(["\n", "\r\n"]), min_size=8, max_size=8),
-       final_newline=st.booleans())
+@given(
+    items=STDIN, endings=st.lists(st.sampled_from(["\n", "\r\n"]), min_size=8, max_size=8), final_newline=st.booleans()
+)
 def test_cli_translate_writes_one_line_per_input_line(reverse_model, sentinels, items, endings, final_newline):
     # Input lines are split on "\n" only: "\x0b", "\x1c", "\x85", "\u2028" ... stay inside a line.
     model, _ = reverse_model

@@ -36,13 +36,26 @@ def test_int8_model_is_quantized_and_still_reverses(reverse_model):
     assert sum(a == b for a, b in zip(outputs, fp32)) / len(dev) >= 0.95  # int8 ~ the same translations
 
 
-@pytest.mark.parametrize("changes", [
-    {"type": "rnn", "embedding_size": 32, "decoder_hidden": 32, "tie_embeddings": True},
-    {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "share_embeddings": True},
-], ids=["rnn-tied", "transformer-shared"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"type": "rnn", "embedding_size": 32, "decoder_hidden": 32, "tie_embeddings": True},
+        {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "share_embeddings": True},
+    ],
+    ids=["rnn-tied", "transformer-shared"],
+)
 def test_tied_output_layer_is_quantized_and_embeddings_stay_float(changes):
-    config = ModelConfig(**{"encoder_hidden": 16, "attention_size": 16, "dropout": 0.0, "attention_dropout": 0.0,
-                            "encoder_layers": 1, "decoder_layers": 1, **changes})
+    config = ModelConfig(
+        **{
+            "encoder_hidden": 16,
+            "attention_size": 16,
+            "dropout": 0.0,
+            "attention_dropout": 0.0,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+            **changes,
+        }
+    )
     model = build_model(config, 30, 30).eval()
     embedding = model.tgt_embed.tokens if changes["type"] == "transformer" else model.tgt_embed
     assert model.generator.weight is embedding.weight  # tied: one tensor
@@ -82,8 +95,9 @@ def test_bf16_output_layer_translates_like_float32(reverse_model, tmp_path, monk
     bf16 = attnmt.load(model.folder, quantize="bf16")
     dtypes = []
     weight_as = output.OutputLayer.weight_as
-    monkeypatch.setattr(output.OutputLayer, "weight_as",
-                        lambda self, dtype: dtypes.append(dtype) or weight_as(self, dtype))
+    monkeypatch.setattr(
+        output.OutputLayer, "weight_as", lambda self, dtype: dtypes.append(dtype) or weight_as(self, dtype)
+    )
     outputs = [t.text for t in bf16.translate(dev, beam=3)]
     assert dtypes and set(dtypes) == {torch.bfloat16}  # the output layer's product ran in bf16
     dtypes.clear()

@@ -39,17 +39,36 @@ def test_translate_rerank_writes_the_reranked_n_best(reverse_model, tmp_path, ca
     src = tmp_path / "src.txt"
     src.write_text("\n".join(dev[:4]) + "\n", encoding="utf-8")
     folder = str(translator.folder)
-    assert main(["translate", folder, "-i", str(src), "--beam", "3", "--n-best", "2", "--rerank", folder,
-                 "--rerank-weight", "0.5"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                folder,
+                "-i",
+                str(src),
+                "--beam",
+                "3",
+                "--n-best",
+                "2",
+                "--rerank",
+                folder,
+                "--rerank-weight",
+                "0.5",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     expected = rerank(translator, translator, translator.translate(dev[:4], beam=3, n_best=3), 0.5)
     assert lines == [f"{i} ||| {c.text} ||| {c.score:.4f}" for i, t in enumerate(expected) for c in t.candidates[:2]]
     assert main(["translate", folder, "-i", str(src), "--beam", "3", "--rerank", folder]) == 0
-    assert capsys.readouterr().out.splitlines() == [t.candidates[0].text for t in
-                                                    rerank(translator, translator,
-                                                           translator.translate(dev[:4], beam=3, n_best=3))]
-    for argv, message in ((["--beam", "1", "--rerank", folder], "a --beam of 2 or more"),
-                          (["--rerank-weight", "1"], "give --rerank DIR too")):
+    assert capsys.readouterr().out.splitlines() == [
+        t.candidates[0].text for t in rerank(translator, translator, translator.translate(dev[:4], beam=3, n_best=3))
+    ]
+    for argv, message in (
+        (["--beam", "1", "--rerank", folder], "a --beam of 2 or more"),
+        (["--rerank-weight", "1"], "give --rerank DIR too"),
+    ):
         assert main(["translate", folder, "-i", str(src), *argv]) == 2
         assert message in capsys.readouterr().err
 
@@ -65,17 +84,56 @@ def test_evaluate_rerank_scores_the_reranked_best(reverse_model, tmp_path, capsy
     ref.write_text("\n".join(s[::-1] for s in dev[:5]) + "\n", encoding="utf-8")
     folder = str(translator.folder)
     # a weight against the backward model: the reranked best differs from the beam's (so the test can fail)
-    expected = [t.candidates[0].text for t in rerank(translator, translator,
-                                                      translator.translate(dev[:5], beam=3, n_best=3), -5.0)]
+    expected = [
+        t.candidates[0].text
+        for t in rerank(translator, translator, translator.translate(dev[:5], beam=3, n_best=3), -5.0)
+    ]
     assert expected != [t.text for t in translator.translate(dev[:5], beam=3)]
-    assert main(["evaluate", folder, "--src", str(src), "--ref", str(ref), "--beam", "3", "--rerank", folder,
-                 "--rerank-weight", "-5", "--hypotheses", str(tmp_path / "hyp.txt")]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "evaluate",
+                folder,
+                "--src",
+                str(src),
+                "--ref",
+                str(ref),
+                "--beam",
+                "3",
+                "--rerank",
+                folder,
+                "--rerank-weight",
+                "-5",
+                "--hypotheses",
+                str(tmp_path / "hyp.txt"),
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     assert (tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines() == expected
     tsv = tmp_path / "test.tsv"
     tsv.write_text("".join(f"{s}\t{s[::-1]}\n" for s in dev[:5]), encoding="utf-8")
-    assert main(["evaluate", folder, "--tsv", str(tsv), "--beam", "3", "--rerank", folder, "--rerank-weight", "-5",
-                 "--json", str(tmp_path / "report.json"), "--hypotheses", str(tmp_path / "tsv-hyp.txt")]) == 0, \
-        capsys.readouterr().err
+    assert (
+        main(
+            [
+                "evaluate",
+                folder,
+                "--tsv",
+                str(tsv),
+                "--beam",
+                "3",
+                "--rerank",
+                folder,
+                "--rerank-weight",
+                "-5",
+                "--json",
+                str(tmp_path / "report.json"),
+                "--hypotheses",
+                str(tmp_path / "tsv-hyp.txt"),
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     assert (tmp_path / "tsv-hyp.txt").read_text(encoding="utf-8").splitlines() == expected  # (the test-set path)
     assert json.loads((tmp_path / "report.json").read_text())["beam"] == 3
     assert main(["evaluate", folder, "--tsv", str(tsv), "--rerank-weight", "2"]) == 2

@@ -23,14 +23,18 @@ def frequencies(sampling: Sampling, draws: int = 40_000) -> torch.Tensor:
     return torch.bincount(picked, minlength=len(PROBS)).float() / draws
 
 
-@pytest.mark.parametrize("sampling, expected", [
-    (Sampling(), PROBS),
-    (Sampling(temperature=0.5), PROBS ** 2 / (PROBS ** 2).sum()),  # p^(1/T), renormalized
-    (Sampling(top_k=2), torch.tensor([2 / 3, 1 / 3, 0, 0, 0])),
-    (Sampling(top_p=0.7), torch.tensor([2 / 3, 1 / 3, 0, 0, 0])),  # 0.5 < 0.7: the second is needed too
-    (Sampling(top_p=0.5), torch.tensor([1.0, 0, 0, 0, 0])),  # the first alone reaches 0.5
-    (Sampling(top_k=3, top_p=0.9), torch.tensor([0.5, 0.25, 0.15, 0, 0]) / 0.9),
-], ids=["plain", "temperature", "top-k", "top-p", "top-p-one", "both"])
+@pytest.mark.parametrize(
+    "sampling, expected",
+    [
+        (Sampling(), PROBS),
+        (Sampling(temperature=0.5), PROBS**2 / (PROBS**2).sum()),  # p^(1/T), renormalized
+        (Sampling(top_k=2), torch.tensor([2 / 3, 1 / 3, 0, 0, 0])),
+        (Sampling(top_p=0.7), torch.tensor([2 / 3, 1 / 3, 0, 0, 0])),  # 0.5 < 0.7: the second is needed too
+        (Sampling(top_p=0.5), torch.tensor([1.0, 0, 0, 0, 0])),  # the first alone reaches 0.5
+        (Sampling(top_k=3, top_p=0.9), torch.tensor([0.5, 0.25, 0.15, 0, 0]) / 0.9),
+    ],
+    ids=["plain", "temperature", "top-k", "top-p", "top-p-one", "both"],
+)
 def test_draws_follow_the_shaped_distribution(sampling, expected):
     assert torch.allclose(frequencies(sampling), expected, atol=0.01)
 
@@ -77,8 +81,21 @@ def test_sampling_takes_no_beam(model):
 @pytest.mark.slow
 def test_translate_command_samples(model, tmp_path, capsys):
     (tmp_path / "in").write_text("\n".join(TEXTS) + "\n")
-    command = ["translate", str(model.folder), "-i", str(tmp_path / "in"), "--sample", "--seed", "4",
-               "--temperature", "1.5", "--top-k", "5", "--top-p", "0.95"]
+    command = [
+        "translate",
+        str(model.folder),
+        "-i",
+        str(tmp_path / "in"),
+        "--sample",
+        "--seed",
+        "4",
+        "--temperature",
+        "1.5",
+        "--top-k",
+        "5",
+        "--top-p",
+        "0.95",
+    ]
     assert main(command) == 0
     first = capsys.readouterr().out
     assert main(command) == 0
@@ -88,11 +105,14 @@ def test_translate_command_samples(model, tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options, message", [
-    (["--seed", "1"], "--seed shape sampling: give --sample too"),
-    (["--sample", "--beam", "5"], "takes no --beam or --n-best"),
-    (["--sample", "--n-best", "2", "--beam", "2"], "takes no --beam or --n-best"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--seed", "1"], "--seed shape sampling: give --sample too"),
+        (["--sample", "--beam", "5"], "takes no --beam or --n-best"),
+        (["--sample", "--n-best", "2", "--beam", "2"], "takes no --beam or --n-best"),
+    ],
+)
 def test_translate_command_says_what_does_not_go_together(model, tmp_path, capsys, options, message):
     (tmp_path / "in").write_text("abc\n")
     assert main(["translate", str(model.folder), "-i", str(tmp_path / "in"), *options]) == 2

@@ -26,14 +26,34 @@ from attnmt.serve.schemas import request_models
 from attnmt.translation.filtering import DualScore, dual_scores
 from conftest import local_client, reverse
 
-TRANSFORMER = {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "encoder_layers": 2,
-               "decoder_layers": 2, "dropout": 0.0, "attention_dropout": 0.0}
+TRANSFORMER = {
+    "type": "transformer",
+    "d_model": 32,
+    "heads": 4,
+    "feed_forward": 64,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "dropout": 0.0,
+    "attention_dropout": 0.0,
+}
 
 
 def untrained(**config):
-    return build_model(ModelConfig(**{"embedding_size": 16, "encoder_hidden": 8, "decoder_hidden": 16,
-                                      "attention_size": 8, "dropout": 0.0, "location_kernel": 3, **config}),
-                       20, 20).eval()
+    return build_model(
+        ModelConfig(
+            **{
+                "embedding_size": 16,
+                "encoder_hidden": 8,
+                "decoder_hidden": 16,
+                "attention_size": 8,
+                "dropout": 0.0,
+                "location_kernel": 3,
+                **config,
+            }
+        ),
+        20,
+        20,
+    ).eval()
 
 
 def pairs_batch(n=5, seed=0):
@@ -53,14 +73,22 @@ def stepped_log_probs(model, batch):
     columns = []
     for t in range(batch.tgt_in.size(1)):
         step = model.decode_step(batch.tgt_in[:, t], state, memory)
-        columns.append(step.log_probs.gather(1, batch.tgt_out[:, t:t + 1]).squeeze(1))
+        columns.append(step.log_probs.gather(1, batch.tgt_out[:, t : t + 1]).squeeze(1))
         state = step.state
     return torch.stack(columns, dim=1).masked_fill(batch.tgt_out == PAD, 0.0)
 
 
-@pytest.mark.parametrize("config", [{"attention": "bahdanau"}, {"attention": "none"}, {"attention": "location"},
-                                    {"attention": "luong-general", "rnn_type": "lstm"}, TRANSFORMER],
-                         ids=["bahdanau", "none", "location", "luong-lstm", "transformer"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"attention": "bahdanau"},
+        {"attention": "none"},
+        {"attention": "location"},
+        {"attention": "luong-general", "rnn_type": "lstm"},
+        TRANSFORMER,
+    ],
+    ids=["bahdanau", "none", "location", "luong-lstm", "transformer"],
+)
 def test_each_tokens_log_prob_is_what_the_decoders_step_gives_it(config):
     model, batch = untrained(**config), pairs_batch()
     with torch.inference_mode():
@@ -91,13 +119,16 @@ def test_bos_and_pad_are_never_a_next_token():
 # --- the command line: what it refuses before loading a model ----------------------------------------
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--src", "a.txt"], "give --src and --tgt"),
-    (["--src", "a.txt", "--tgt", "b.txt", "-i", "c.tsv"], "give --src and --tgt"),
-    (["-i", "{tsv}", "--src-column", "1", "--tgt-column", "1"], "two different columns"),
-    (["-i", "{tsv}", "--tgt-column", "2"], "line 2: 2 tab-separated column(s), expected at least 3"),
-    (["-i", "{empty}"], "no lines to score"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--src", "a.txt"], "give --src and --tgt"),
+        (["--src", "a.txt", "--tgt", "b.txt", "-i", "c.tsv"], "give --src and --tgt"),
+        (["-i", "{tsv}", "--src-column", "1", "--tgt-column", "1"], "two different columns"),
+        (["-i", "{tsv}", "--tgt-column", "2"], "line 2: 2 tab-separated column(s), expected at least 3"),
+        (["-i", "{empty}"], "no lines to score"),
+    ],
+)
 def test_score_names_what_is_wrong_with_its_input(tmp_path, capsys, argv, message):
     tsv, empty = tmp_path / "pairs.tsv", tmp_path / "empty.tsv"
     tsv.write_text("ab\tba\tx\ncd\tdc\n", encoding="utf-8")
@@ -110,11 +141,13 @@ def test_score_names_what_is_wrong_with_its_input(tmp_path, capsys, argv, messag
 def test_a_score_request_has_a_translation_for_each_text():
     request = request_models(ServerLimits(max_sentences=4)).score
     assert request.model_validate({"text": ["ab", "cd"], "translation": ["ba", "dc"]})
-    for body, message in (({"text": ["ab", "cd"], "translation": ["ba"]}, "one translation for each text"),
-                          ({"text": "ab", "translation": ["ba"]}, "two strings, or two lists"),
-                          ({"text": "ab"}, "Field required"),
-                          ({"text": ["a"] * 5, "translation": ["a"] * 5}, "at most 4 items"),
-                          ({"text": "ab", "translation": " "}, "not be empty or only whitespace")):
+    for body, message in (
+        ({"text": ["ab", "cd"], "translation": ["ba"]}, "one translation for each text"),
+        ({"text": "ab", "translation": ["ba"]}, "two strings, or two lists"),
+        ({"text": "ab"}, "Field required"),
+        ({"text": ["a"] * 5, "translation": ["a"] * 5}, "at most 4 items"),
+        ({"text": "ab", "translation": " "}, "not be empty or only whitespace"),
+    ):
         with pytest.raises(ValueError, match=message):
             request.model_validate(body)
 
@@ -227,10 +260,11 @@ def test_post_score_gives_what_the_python_api_gives(reverse_model):
         assert one["per_token"] == pytest.approx(body["scores"][0]["per_token"], abs=1e-6)
 
         for request, status, message in (
-                ({"text": ["ab", "cd"], "translation": ["ba"]}, 422, "one translation for each text"),
-                ({"text": ["ab", "cd"], "translation": ["ba", "a" * 13]}, 422, "translation[1] has 14 subword tokens"),
-                ({"text": ["abcdefghij"] * 3, "translation": ["abcdefghij"] * 3}, 422, "the limit is 60"),
-                ({"text": "ab", "translation": "ba", "model": "other"}, 404, "unknown model 'other'")):
+            ({"text": ["ab", "cd"], "translation": ["ba"]}, 422, "one translation for each text"),
+            ({"text": ["ab", "cd"], "translation": ["ba", "a" * 13]}, 422, "translation[1] has 14 subword tokens"),
+            ({"text": ["abcdefghij"] * 3, "translation": ["abcdefghij"] * 3}, 422, "the limit is 60"),
+            ({"text": "ab", "translation": "ba", "model": "other"}, 404, "unknown model 'other'"),
+        ):
             answer = client.post("/score", json=request)
             assert answer.status_code == status and message in answer.json()["detail"], answer.text
 
@@ -259,7 +293,7 @@ def test_the_dual_score_is_each_models_score_one_way_each(reverse_model):
     for d, f, b in zip(dual, translator.score(sources, right), translator.score(right, sources)):
         np.testing.assert_allclose(d.forward.log_probs, f.log_probs, atol=1e-6)
         np.testing.assert_allclose(d.backward.log_probs, b.log_probs, atol=1e-6)
-    halves = [r[:max(1, len(r) // 2)] for r in right]  # a translation of half the source
+    halves = [r[: max(1, len(r) // 2)] for r in right]  # a translation of half the source
     assert all(d.score > h.score for d, h in zip(dual, dual_scores(translator, translator, sources, halves)))
 
 

@@ -22,8 +22,9 @@ from attnmt.seq2seq.links import output_links
 from attnmt.serve import ServerLimits, create_app
 from conftest import WAIT, local_client
 
-LIMITS = ServerLimits(max_sentences=8, max_chars=40, max_tokens=20, max_beam=5, max_top_k=10, max_work=400,
-                      timeout=30.0)
+LIMITS = ServerLimits(
+    max_sentences=8, max_chars=40, max_tokens=20, max_beam=5, max_top_k=10, max_work=400, timeout=30.0
+)
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +63,34 @@ def test_models_describe_the_config(served):
     client, _, name, translator, _ = served
     [info] = client.get("/models").json()
     config = translator.config
-    assert info == {"name": name, "task": "translation", "type": "rnn", "attention": config.model.attention,
-                    "rnn_type": config.model.rnn_type, "input_feeding": config.model.input_feeding,
-                    "local_attention": "none", "local_window": None, "attention_normalizer": "softmax",
-                    "coverage_fertility": None, "coverage_dim": None, "fertility_bound": None,
-                    "decoder_hidden": config.model.decoder_hidden, "d_model": None, "heads": None,
-                    "encoder_layers": config.model.encoder_layers, "decoder_layers": config.model.decoder_layers,
-                    "feed_forward": None, "norm": None,
-                    "beam": config.decoding.beam, "length_penalty": config.decoding.length_penalty,
-                    "coverage_penalty": 0.0, "labels": None, "ensemble": None, "tags": [],
-                    "word_links": "attention"}
+    assert info == {
+        "name": name,
+        "task": "translation",
+        "type": "rnn",
+        "attention": config.model.attention,
+        "rnn_type": config.model.rnn_type,
+        "input_feeding": config.model.input_feeding,
+        "local_attention": "none",
+        "local_window": None,
+        "attention_normalizer": "softmax",
+        "coverage_fertility": None,
+        "coverage_dim": None,
+        "fertility_bound": None,
+        "decoder_hidden": config.model.decoder_hidden,
+        "d_model": None,
+        "heads": None,
+        "encoder_layers": config.model.encoder_layers,
+        "decoder_layers": config.model.decoder_layers,
+        "feed_forward": None,
+        "norm": None,
+        "beam": config.decoding.beam,
+        "length_penalty": config.decoding.length_penalty,
+        "coverage_penalty": 0.0,
+        "labels": None,
+        "ensemble": None,
+        "tags": [],
+        "word_links": "attention",
+    }
     listing = client.get("/models").text  # the name only: nothing of where the model lies on disk
     assert str(translator.folder.resolve().parent) not in listing and "path" not in listing
 
@@ -87,8 +106,11 @@ def test_two_models_by_folder_name_and_first_is_default(reverse_model, tmp_path)
         assert client.post("/translate", json={"text": "abc"}).json()["model"] == "copy-of-reverse"
         chosen = client.post("/translate", json={"text": "abc", "model": translator.folder.name})
         assert chosen.json()["model"] == translator.folder.name
-        assert_error(client.post("/trace", json={"text": "abc", "model": "nope"}), 404,
-                     "unknown model 'nope'; available: copy-of-reverse, " + translator.folder.name)
+        assert_error(
+            client.post("/trace", json={"text": "abc", "model": "nope"}),
+            404,
+            "unknown model 'nope'; available: copy-of-reverse, " + translator.folder.name,
+        )
 
 
 def test_duplicate_model_names_are_refused(reverse_model, tmp_path):
@@ -175,7 +197,7 @@ def test_translate_one_text(served):
 
 def test_translate_a_list_keeps_the_order(served):
     client, _, _, translator, dev = served
-    texts = sorted(dev[:LIMITS.max_sentences], key=len, reverse=True)[:4] + dev[:4]  # lengths mixed
+    texts = sorted(dev[: LIMITS.max_sentences], key=len, reverse=True)[:4] + dev[:4]  # lengths mixed
     body = client.post("/translate", json={"text": texts, "beam": 1}).json()
     assert [t["source"] for t in body["translations"]] == texts
     expected = translator.translate(texts, beam=1)
@@ -214,9 +236,12 @@ def test_translate_with_sampling_draws_as_the_python_api_does(served):
     first = drawn()
     assert first == drawn() == [t.text for t in translator.translate(texts, sampling=sampling)]
     assert first != [t.text for t in translator.translate(texts, sampling={**sampling, "seed": 8})]
-    for wrong, message in (({"beam": 3}, "no beam or n_best above 1"), ({"sampling": {"top_p": 0}}, "greater than 0"),
-                           ({"sampling": {"top_k": -1}}, "greater than or equal to 0"),
-                           ({"sampling": {"temp": 2}}, "Extra inputs")):
+    for wrong, message in (
+        ({"beam": 3}, "no beam or n_best above 1"),
+        ({"sampling": {"top_p": 0}}, "greater than 0"),
+        ({"sampling": {"top_k": -1}}, "greater than or equal to 0"),
+        ({"sampling": {"temp": 2}}, "Extra inputs"),
+    ):
         body = {"text": texts[0], "sampling": sampling, **wrong}
         answer = client.post("/translate", json=body)
         assert answer.status_code == 422 and message in answer.text, (wrong, answer.text)
@@ -225,8 +250,9 @@ def test_translate_with_sampling_draws_as_the_python_api_does(served):
 def test_translate_with_align_gives_each_candidates_word_links(served):
     client, _, _, translator, dev = served
     text = dev[3] + " " + dev[4]  # two "words"
-    body = client.post("/translate", json={"text": text, "beam": 3, "n_best": 2, "align": True,
-                                           "attention": False}).json()
+    body = client.post(
+        "/translate", json={"text": text, "beam": 3, "n_best": 2, "align": True, "attention": False}
+    ).json()
     [expected] = translator.translate([text], beam=3, n_best=2)
     for c, e in zip(body["translations"][0]["candidates"], expected.candidates):
         assert c["attention"] is None  # dropped as asked, after the links were read from it
@@ -245,10 +271,16 @@ def test_translate_default_beam_is_the_models(served):
     assert beam < LIMITS.max_beam
     ok = client.post("/translate", json={"text": "abc", "n_best": beam})
     assert ok.status_code == 200 and len(ok.json()["translations"][0]["candidates"]) == beam
-    assert_error(client.post("/translate", json={"text": "abc", "n_best": beam + 1}), 422,
-                 f"n_best ({beam + 1}) cannot exceed the beam size ({beam})")
-    assert_error(client.post("/translate", json={"text": "abc", "beam": 2, "n_best": 3}), 422,
-                 "n_best (3) cannot exceed the beam size (2)")
+    assert_error(
+        client.post("/translate", json={"text": "abc", "n_best": beam + 1}),
+        422,
+        f"n_best ({beam + 1}) cannot exceed the beam size ({beam})",
+    )
+    assert_error(
+        client.post("/translate", json={"text": "abc", "beam": 2, "n_best": 3}),
+        422,
+        "n_best (3) cannot exceed the beam size (2)",
+    )
 
 
 BAD_TRANSLATE = [
@@ -284,18 +316,25 @@ def test_translate_rejects_bad_requests(client, body, fragment):
 
 
 def test_translate_rejects_invalid_json_and_other_media(client):
-    assert_error(client.post("/translate", content=b'{"text": "abc"', headers={"content-type": "application/json"}),
-                 422, "not valid UTF-8 JSON")
-    assert_error(client.post("/translate", content=b'{"text": "abc"}', headers={"content-type": "text/plain"}),
-                 422, "must be a JSON object")
+    assert_error(
+        client.post("/translate", content=b'{"text": "abc"', headers={"content-type": "application/json"}),
+        422,
+        "not valid UTF-8 JSON",
+    )
+    assert_error(
+        client.post("/translate", content=b'{"text": "abc"}', headers={"content-type": "text/plain"}),
+        422,
+        "must be a JSON object",
+    )
     assert_error(client.get("/translate"), 405)
 
 
 def test_unknown_model_is_404(served):
     client, _, name, _, _ = served
     for path in ("/translate", "/trace", "/beam"):
-        assert_error(client.post(path, json={"text": "abc", "model": "x"}), 404,
-                     f"unknown model 'x'; available: {name}")
+        assert_error(
+            client.post(path, json={"text": "abc", "model": "x"}), 404, f"unknown model 'x'; available: {name}"
+        )
 
 
 def test_an_unexpected_error_is_a_json_500_with_its_traceback_in_the_servers_log(served, monkeypatch, caplog):
@@ -313,8 +352,11 @@ def test_an_unexpected_error_is_a_json_500_with_its_traceback_in_the_servers_log
     monkeypatch.setattr(translator, "trace", broken)  # a model's work, in its worker thread
     monkeypatch.setattr(translator, "translate", broken)  # through the batcher
     monkeypatch.setattr(LoadedModel, "info", broken)  # outside any model work
-    requests = [("POST", "/trace", {"text": dev[0]}), ("POST", "/translate", {"text": [dev[0], dev[1]]}),
-                ("GET", "/models", None)]
+    requests = [
+        ("POST", "/trace", {"text": dev[0]}),
+        ("POST", "/translate", {"text": [dev[0], dev[1]]}),
+        ("GET", "/models", None),
+    ]
     with caplog.at_level("ERROR", logger="attnmt.serve"):
         for method, path, body in requests:
             response = client.request(method, path, json=body)
@@ -352,8 +394,9 @@ def test_body_limit_counts_the_bytes_received(reverse_model):
         response = client.post("/translate", content=chunks(), headers={"content-type": "application/json"})
         assert "content-length" not in response.request.headers
         assert_error(response, 413, "200 bytes")
-        small = client.post("/translate", content=iter([b'{"text": ', b'"abcd"}']),
-                            headers={"content-type": "application/json"})
+        small = client.post(
+            "/translate", content=iter([b'{"text": ', b'"abcd"}']), headers={"content-type": "application/json"}
+        )
         assert small.status_code == 200, small.text
         assert_error(client.post("/translate", content=b"{}", headers={"content-length": "1000"}), 413)
 
@@ -429,17 +472,29 @@ def token_count(translator, text: str) -> int:
 
 def test_tokens_per_sentence_are_limited_after_encoding(served):
     client, _, _, translator, _ = served
-    fits = max((("abcdefghij" * 4)[:n] for n in range(1, LIMITS.max_chars + 1)
-                if token_count(translator, ("abcdefghij" * 4)[:n]) <= LIMITS.max_tokens), key=len)
+    fits = max(
+        (
+            ("abcdefghij" * 4)[:n]
+            for n in range(1, LIMITS.max_chars + 1)
+            if token_count(translator, ("abcdefghij" * 4)[:n]) <= LIMITS.max_tokens
+        ),
+        key=len,
+    )
     over = fits + "a"
     assert token_count(translator, fits) == LIMITS.max_tokens < token_count(translator, over)
     assert len(over) <= LIMITS.max_chars  # within the character limit: the token limit is what refuses it
     assert client.post("/translate", json={"text": fits, "beam": 1}).status_code == 200
     n = token_count(translator, over)
-    assert_error(client.post("/translate", json={"text": over}), 422,
-                 f"text has {n} subword tokens; the limit is {LIMITS.max_tokens}")
-    assert_error(client.post("/translate", json={"text": ["abc", "abd", over]}), 422,
-                 f"text[2] has {n} subword tokens; the limit is {LIMITS.max_tokens}")
+    assert_error(
+        client.post("/translate", json={"text": over}),
+        422,
+        f"text has {n} subword tokens; the limit is {LIMITS.max_tokens}",
+    )
+    assert_error(
+        client.post("/translate", json={"text": ["abc", "abd", over]}),
+        422,
+        f"text[2] has {n} subword tokens; the limit is {LIMITS.max_tokens}",
+    )
     for path in ("/trace", "/beam"):
         assert_error(client.post(path, json={"text": over}), 422, f"text has {n} subword tokens")
         assert client.post(path, json={"text": fits}).status_code == 200
@@ -491,8 +546,7 @@ def assert_answers_alone(translator, bodies, responses):
         for text, t in zip(texts_of(body), translations):
             [alone] = translator.translate([text], beam=body.get("beam"), n_best=body.get("n_best", 1))
             assert [c["tokens"] for c in t["candidates"]] == [c.tokens for c in alone.candidates]
-            assert [c["score"] for c in t["candidates"]] == pytest.approx([c.score for c in alone.candidates],
-                                                                          abs=1e-4)
+            assert [c["score"] for c in t["candidates"]] == pytest.approx([c.score for c in alone.candidates], abs=1e-4)
             assert (t["candidates"][0]["attention"] is None) == (body.get("attention") is False)
 
 
@@ -503,7 +557,8 @@ def test_concurrent_requests_are_decoded_together(reverse_model, monkeypatch):
         {"text": [dev[10], dev[11], dev[12]], "beam": 1, "attention": False},
         {"text": dev[13], "beam": 3, "n_best": 2},
         {"text": [dev[14], dev[15]], "beam": 3, "n_best": 2},
-        {"text": dev[16], "beam": 1}]
+        {"text": dev[16], "beam": 1},
+    ]
     with local_client(app) as client, recording_calls(app.state.models[translator.folder.name], monkeypatch) as calls:
         responses = post_together(client, bodies)
     assert_answers_alone(translator, bodies, responses)
@@ -512,8 +567,9 @@ def test_concurrent_requests_are_decoded_together(reverse_model, monkeypatch):
     sent = sorted(text for body in bodies for text in texts_of(body))
     assert sorted(text for texts, _, _ in calls for text in texts) == sent  # each sentence decoded once
     for texts, beam, n_best in calls:  # one call per decoding options
-        assert all((b.get("beam"), b.get("n_best", 1)) == (beam, n_best) for b in bodies
-                   if set(texts_of(b)) & set(texts))
+        assert all(
+            (b.get("beam"), b.get("n_best", 1)) == (beam, n_best) for b in bodies if set(texts_of(b)) & set(texts)
+        )
 
 
 def test_a_lone_request_does_not_wait_for_company(reverse_model, monkeypatch):
@@ -580,8 +636,21 @@ def test_sigterm_lets_requests_in_flight_finish(reverse_model):
     translator, dev = reverse_model
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "attnmt.cli", "serve", str(translator.folder), "--port",
-                               str(port), "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attnmt.cli",
+            "serve",
+            str(translator.folder),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + WAIT
         while True:  # until it answers
@@ -591,7 +660,7 @@ def test_sigterm_lets_requests_in_flight_finish(reverse_model):
                     break
             time.sleep(0.2)
 
-        bodies = [{"text": dev[40 + 8 * i: 48 + 8 * i], "beam": 3} for i in range(6)]
+        bodies = [{"text": dev[40 + 8 * i : 48 + 8 * i], "beam": 3} for i in range(6)]
         finish, responses = threading.Event(), [None] * len(bodies)
 
         def send(i):  # the body arrives in two parts: the request is in flight until `finish`
@@ -602,8 +671,9 @@ def test_sigterm_lets_requests_in_flight_finish(reverse_model):
                 finish.wait(30)
                 yield data[12:]
 
-            responses[i] = httpx.post(f"{url}/translate", content=parts(), timeout=60,
-                                      headers={"content-type": "application/json"})
+            responses[i] = httpx.post(
+                f"{url}/translate", content=parts(), timeout=60, headers={"content-type": "application/json"}
+            )
 
         threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
         for t in threads:
@@ -659,15 +729,18 @@ def test_trace_quantities_are_consistent(served):
     np.testing.assert_allclose([s["weights"] for s in body["steps"]], greedy.attention, atol=1e-5)
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ({"text": ""}, "text: String should have at least 1 character"),
-    ({"text": " "}, "text must not be empty"),
-    ({"text": ["abc"]}, "text: Input should be a valid string"),
-    ({"text": "a" * (LIMITS.max_chars + 1)}, "at most"),
-    ({"text": "abc", "top_k": 0}, "top_k"),
-    ({"text": "abc", "top_k": LIMITS.max_top_k + 1}, "top_k"),
-    ({"text": "abc", "beam": 3}, "beam: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"text": ""}, "text: String should have at least 1 character"),
+        ({"text": " "}, "text must not be empty"),
+        ({"text": ["abc"]}, "text: Input should be a valid string"),
+        ({"text": "a" * (LIMITS.max_chars + 1)}, "at most"),
+        ({"text": "abc", "top_k": 0}, "top_k"),
+        ({"text": "abc", "top_k": LIMITS.max_top_k + 1}, "top_k"),
+        ({"text": "abc", "beam": 3}, "beam: Extra inputs are not permitted"),
+    ],
+)
 def test_trace_rejects_bad_requests(client, body, fragment):
     assert_error(client.post("/trace", json=body), 422, fragment)
 
@@ -687,8 +760,15 @@ def test_beam_tree_is_consistent_with_translate(served):
 
     nodes = body["nodes"]
     assert [n["id"] for n in nodes] == list(range(len(nodes)))
-    assert nodes[0] == {"id": 0, "parent": None, "token": nodes[0]["token"], "log_prob": 0.0, "step": 0,
-                        "status": "root", "met": None}
+    assert nodes[0] == {
+        "id": 0,
+        "parent": None,
+        "token": nodes[0]["token"],
+        "log_prob": 0.0,
+        "step": 0,
+        "status": "root",
+        "met": None,
+    }
     assert sum(n["status"] == "root" for n in nodes) == 1
     assert {"kept", "finished", "pruned"} <= {n["status"] for n in nodes}
     for n in nodes[1:]:
@@ -720,8 +800,9 @@ def test_beam_of_one_and_bad_requests(served):
     client, _, name, _, _ = served
     body = client.post("/beam", json={"text": "abc", "beam": 1}).json()
     assert len(body["translation"]["candidates"]) == 1
-    assert all(sum(n["step"] == s and n["status"] == "kept" for n in body["nodes"]) <= 1
-               for s in range(len(body["nodes"])))
+    assert all(
+        sum(n["step"] == s and n["status"] == "kept" for n in body["nodes"]) <= 1 for s in range(len(body["nodes"]))
+    )
     assert client.post("/beam", json={"text": "abc"}).status_code == 200  # beam 5 by default
     assert_error(client.post("/beam", json={"text": "abc", "beam": 0}), 422, "beam")
     assert_error(client.post("/beam", json={"text": "abc", "beam": LIMITS.max_beam + 1}), 422, "beam")
@@ -740,21 +821,65 @@ def run_cli(*argv):
 
 
 def test_serve_parser_accepts_its_flags():
-    args = build_parser().parse_args(["serve", "a", "b/c", "--host", "0.0.0.0", "--port", "9001",
-                                      "--max-body-bytes", "5000", "--max-sentences", "3", "--max-chars", "50",
-                                      "--max-tokens", "30", "--max-beam", "4", "--timeout", "2.5",
-                                      "--max-batch", "16", "--max-batch-wait", "0", "--threads", "1",
-                                      "--log-level", "warning"])
-    assert (args.model_dir, args.host, args.port, args.max_body_bytes, args.max_sentences, args.max_chars,
-            args.max_tokens, args.max_beam, args.timeout, args.max_batch, args.max_batch_wait, args.no_batching,
-            args.log_level) == (["a", "b/c"], "0.0.0.0", 9001, 5000, 3, 50, 30, 4, 2.5, 16, 0.0, False, "warning")
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "a",
+            "b/c",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "9001",
+            "--max-body-bytes",
+            "5000",
+            "--max-sentences",
+            "3",
+            "--max-chars",
+            "50",
+            "--max-tokens",
+            "30",
+            "--max-beam",
+            "4",
+            "--timeout",
+            "2.5",
+            "--max-batch",
+            "16",
+            "--max-batch-wait",
+            "0",
+            "--threads",
+            "1",
+            "--log-level",
+            "warning",
+        ]
+    )
+    assert (
+        args.model_dir,
+        args.host,
+        args.port,
+        args.max_body_bytes,
+        args.max_sentences,
+        args.max_chars,
+        args.max_tokens,
+        args.max_beam,
+        args.timeout,
+        args.max_batch,
+        args.max_batch_wait,
+        args.no_batching,
+        args.log_level,
+    ) == (["a", "b/c"], "0.0.0.0", 9001, 5000, 3, 50, 30, 4, 2.5, 16, 0.0, False, "warning")
     defaults = build_parser().parse_args(["serve", "a"])
     assert (defaults.host, defaults.port, defaults.max_batch_wait) == ("127.0.0.1", 8000, 5.0)
     assert build_parser().parse_args(["serve", "a", "--no-batching"]).no_batching
     assert (args.threads, defaults.threads) == (1, None)
-    for bad in (["serve"], ["serve", "a", "--port", "0"], ["serve", "a", "--max-sentences", "0"],
-                ["serve", "a", "--timeout", "-1"], ["serve", "a", "--max-tokens", "0"],
-                ["serve", "a", "--max-batch", "0"], ["serve", "a", "--max-batch-wait", "-1"]):
+    for bad in (
+        ["serve"],
+        ["serve", "a", "--port", "0"],
+        ["serve", "a", "--max-sentences", "0"],
+        ["serve", "a", "--timeout", "-1"],
+        ["serve", "a", "--max-tokens", "0"],
+        ["serve", "a", "--max-batch", "0"],
+        ["serve", "a", "--max-batch-wait", "-1"],
+    ):
         with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
             build_parser().parse_args(bad)
 
@@ -765,9 +890,24 @@ def test_serve_command_builds_the_app_and_prints_the_url(reverse_model, monkeypa
     translator, _ = reverse_model
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append((app, kwargs)))
-    code, out, err = run_cli("serve", translator.folder, "--port", "8765", "--max-sentences", "2",
-                             "--max-tokens", "7", "--max-batch-wait", "20", "--timeout", "9",
-                             "--max-audio-bytes", "5000", "--max-audio-seconds", "2.5")
+    code, out, err = run_cli(
+        "serve",
+        translator.folder,
+        "--port",
+        "8765",
+        "--max-sentences",
+        "2",
+        "--max-tokens",
+        "7",
+        "--max-batch-wait",
+        "20",
+        "--timeout",
+        "9",
+        "--max-audio-bytes",
+        "5000",
+        "--max-audio-seconds",
+        "2.5",
+    )
     assert code == 0, err
     assert "http://127.0.0.1:8765/" in out and translator.folder.name in out
     assert "warning" not in err
@@ -805,16 +945,34 @@ def both(reverse_model, tiny_transformer):
 def test_models_describe_a_transformer(both):
     client, _, name, transformer, rnn_name = both
     info = {m["name"]: m for m in client.get("/models").json()}
-    assert info[name] == {"name": name, "task": "translation", "type": "transformer", "attention": "multi-head",
-                          "rnn_type": None, "input_feeding": None, "local_attention": None, "local_window": None,
-                          "attention_normalizer": "softmax", "coverage_fertility": None, "coverage_dim": None,
-                          "fertility_bound": None,
-                          "decoder_hidden": None,
-                          "d_model": 32, "heads": 4,
-                          "encoder_layers": 3, "decoder_layers": 2, "feed_forward": 64, "norm": "pre",
-                          "beam": transformer.config.decoding.beam, "length_penalty": 1.0, "coverage_penalty": 0.0,
-                          "labels": None, "ensemble": None, "tags": [],
-                          "word_links": "attention"}
+    assert info[name] == {
+        "name": name,
+        "task": "translation",
+        "type": "transformer",
+        "attention": "multi-head",
+        "rnn_type": None,
+        "input_feeding": None,
+        "local_attention": None,
+        "local_window": None,
+        "attention_normalizer": "softmax",
+        "coverage_fertility": None,
+        "coverage_dim": None,
+        "fertility_bound": None,
+        "decoder_hidden": None,
+        "d_model": 32,
+        "heads": 4,
+        "encoder_layers": 3,
+        "decoder_layers": 2,
+        "feed_forward": 64,
+        "norm": "pre",
+        "beam": transformer.config.decoding.beam,
+        "length_penalty": 1.0,
+        "coverage_penalty": 0.0,
+        "labels": None,
+        "ensemble": None,
+        "tags": [],
+        "word_links": "attention",
+    }
     assert info[rnn_name]["type"] == "rnn" and info[rnn_name]["heads"] is None
 
 
@@ -852,19 +1010,27 @@ def test_attention_of_a_given_translation(both):
 
 def test_attention_of_an_rnn_model_is_a_clear_422(both):
     client, _, _, _, rnn_name = both
-    assert_error(client.post("/attention", json={"text": "abc", "model": rnn_name}), 422,
-                 "Transformer models", f"'{rnn_name}' is an RNN model", "/translate")
+    assert_error(
+        client.post("/attention", json={"text": "abc", "model": rnn_name}),
+        422,
+        "Transformer models",
+        f"'{rnn_name}' is an RNN model",
+        "/translate",
+    )
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ({}, "text: Field required"),
-    ({"text": "   "}, "text: text must not be empty"),
-    ({"text": "a" * (LIMITS.max_chars + 1)}, f"at most {LIMITS.max_chars} characters"),
-    ({"text": ["abc"]}, "text: Input should be a valid string"),
-    ({"text": "abc", "translation": ""}, "translation: String should have at least 1 character"),
-    ({"text": "abc", "translation": "a" * (LIMITS.max_chars + 1)}, "translation: String should have at most"),
-    ({"text": "abc", "layer": 1}, "layer: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({}, "text: Field required"),
+        ({"text": "   "}, "text: text must not be empty"),
+        ({"text": "a" * (LIMITS.max_chars + 1)}, f"at most {LIMITS.max_chars} characters"),
+        ({"text": ["abc"]}, "text: Input should be a valid string"),
+        ({"text": "abc", "translation": ""}, "translation: String should have at least 1 character"),
+        ({"text": "abc", "translation": "a" * (LIMITS.max_chars + 1)}, "translation: String should have at most"),
+        ({"text": "abc", "layer": 1}, "layer: Extra inputs are not permitted"),
+    ],
+)
 def test_attention_rejects_bad_requests(both, body, fragment):
     client, _, name, _, _ = both
     assert_error(client.post("/attention", json={"model": name, **body}), 422, fragment)
@@ -875,10 +1041,16 @@ def test_attention_goes_through_the_limits(both, tiny_transformer):
     over = "abcdefghij" * 3  # 30 characters, within max_chars (40), over max_tokens (20)
     n = len(transformer.src_subwords.encode([over])[0])
     assert n > LIMITS.max_tokens
-    assert_error(client.post("/attention", json={"text": over, "model": name}), 422,
-                 f"text has {n} subword tokens; the limit is {LIMITS.max_tokens}")
-    assert_error(client.post("/attention", json={"text": "abc", "model": name, "translation": over}), 422,
-                 f"translation has {n} subword tokens")
+    assert_error(
+        client.post("/attention", json={"text": over, "model": name}),
+        422,
+        f"text has {n} subword tokens; the limit is {LIMITS.max_tokens}",
+    )
+    assert_error(
+        client.post("/attention", json={"text": "abc", "model": name, "translation": over}),
+        422,
+        f"translation has {n} subword tokens",
+    )
     assert_error(client.post("/attention", json={"text": "abc", "model": "nope"}), 404, "unknown model 'nope'")
     spec = client.get("/openapi.json").json()
     assert {"200", "404", "413", "422", "503"} <= set(spec["paths"]["/attention"]["post"]["responses"])

@@ -27,8 +27,9 @@ from attnmt.serve.models import model_entry
 from conftest import WAIT, local_client
 from test_serve import assert_answers_alone, assert_error, free_port, recording_calls, run_cli
 
-LIMITS = ServerLimits(max_sentences=8, max_chars=40, max_tokens=20, max_beam=5, max_work=400,
-                      max_answer_values=3000, timeout=30.0)
+LIMITS = ServerLimits(
+    max_sentences=8, max_chars=40, max_tokens=20, max_beam=5, max_work=400, max_answer_values=3000, timeout=30.0
+)
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +58,17 @@ def test_model_arguments_are_a_folder_or_name_equals_folder():
     assert model_entry("=runs/x") == ("", "runs/x")  # refused when loading: an empty name
 
 
-@pytest.mark.parametrize("argument, message", [
-    ("=somewhere", "the model name is empty"),
-    ("a b=somewhere", "model name 'a b' is not valid"),
-    ("é=somewhere", "model name 'é' is not valid"),
-    ("..=somewhere", "model name '..' is not valid"),
-    ("a<b>=somewhere", "is not valid: use 1 to 100 letters, digits"),
-    ("a=", "no model folder after '='"),
-])
+@pytest.mark.parametrize(
+    "argument, message",
+    [
+        ("=somewhere", "the model name is empty"),
+        ("a b=somewhere", "model name 'a b' is not valid"),
+        ("é=somewhere", "model name 'é' is not valid"),
+        ("..=somewhere", "model name '..' is not valid"),
+        ("a<b>=somewhere", "is not valid: use 1 to 100 letters, digits"),
+        ("a=", "no model folder after '='"),
+    ],
+)
 def test_bad_model_names_are_one_line_errors(argument, message):
     code, _, err = run_cli("serve", argument)
     assert code == 2 and message in err and "Traceback" not in err, err
@@ -140,15 +144,36 @@ def host_checked(*allowed) -> Starlette:
     return TrustedHostMiddleware(app, hosts=[*LOOPBACK_HOSTS, *allowed])
 
 
-@pytest.mark.parametrize("host, answered", [
-    ("localhost", True), ("localhost:8000", True), ("LOCALHOST:8000", True), ("127.0.0.1", True),
-    ("127.0.0.1:8000", True), ("[::1]", True), ("[::1]:8000", True),
-    ("localhost:8001", False), ("127.0.0.1:80", False), ("[::1]:8001", False), ("::1", False),
-    ("evil.example", False), ("evil.example:8000", False), ("localhost.evil.example", False),
-    ("127.0.0.1.nip.io:8000", False), ("", False), ("localhost:", False), ("localhost:8000:8000", False),
-    ("mt.example.org", True), ("mt.example.org:8000", True), ("mt.example.org:443", False),
-    ("proxy.local:8443", True), ("proxy.local", False), ("proxy.local:8000", False), ("[fe80::1]:8000", True),
-])
+@pytest.mark.parametrize(
+    "host, answered",
+    [
+        ("localhost", True),
+        ("localhost:8000", True),
+        ("LOCALHOST:8000", True),
+        ("127.0.0.1", True),
+        ("127.0.0.1:8000", True),
+        ("[::1]", True),
+        ("[::1]:8000", True),
+        ("localhost:8001", False),
+        ("127.0.0.1:80", False),
+        ("[::1]:8001", False),
+        ("::1", False),
+        ("evil.example", False),
+        ("evil.example:8000", False),
+        ("localhost.evil.example", False),
+        ("127.0.0.1.nip.io:8000", False),
+        ("", False),
+        ("localhost:", False),
+        ("localhost:8000:8000", False),
+        ("mt.example.org", True),
+        ("mt.example.org:8000", True),
+        ("mt.example.org:443", False),
+        ("proxy.local:8443", True),
+        ("proxy.local", False),
+        ("proxy.local:8000", False),
+        ("[fe80::1]:8000", True),
+    ],
+)
 def test_only_allowed_hosts_are_answered(host, answered):
     app = host_checked("mt.example.org", "Proxy.local:8443", "fe80::1")
     with local_client(app, base_url="http://localhost:8000") as client:  # a server on port 8000
@@ -166,16 +191,42 @@ def test_serve_flags_reach_the_app(reverse_model, monkeypatch):
     translator, _ = reverse_model
     apps = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: apps.append(app))
-    assert run_cli("serve", translator.folder, "--max-work", "123", "--max-answer-values", "456",
-                   "--allowed-host", "a.example", "--allowed-host", "b.example:8443", "--host", "127.0.0.2")[0] == 0
+    assert (
+        run_cli(
+            "serve",
+            translator.folder,
+            "--max-work",
+            "123",
+            "--max-answer-values",
+            "456",
+            "--allowed-host",
+            "a.example",
+            "--allowed-host",
+            "b.example:8443",
+            "--host",
+            "127.0.0.2",
+        )[0]
+        == 0
+    )
     assert run_cli("serve", translator.folder, "--host", "0.0.0.0")[0] == 0
     one_address, everywhere = apps
     assert (one_address.state.limits.max_work, one_address.state.limits.max_answer_values) == (123, 456)
-    for app, answered in ((one_address, (*LOOPBACK_HOSTS, "a.example", "b.example:8443", "127.0.0.2")),
-                          (everywhere, LOOPBACK_HOSTS)):
+    for app, answered in (
+        (one_address, (*LOOPBACK_HOSTS, "a.example", "b.example:8443", "127.0.0.2")),
+        (everywhere, LOOPBACK_HOSTS),
+    ):
         with local_client(app, base_url="http://localhost:8000") as client:
-            for host in ("a.example", "b.example:8443", "b.example", "127.0.0.2", "0.0.0.0", "localhost",
-                         "127.0.0.1", "[::1]", "evil.example"):
+            for host in (
+                "a.example",
+                "b.example:8443",
+                "b.example",
+                "127.0.0.2",
+                "0.0.0.0",
+                "localhost",
+                "127.0.0.1",
+                "[::1]",
+                "evil.example",
+            ):
                 status = client.get("/health", headers={"host": host}).status_code
                 assert status == (200 if host in answered else 400), (host, status)
     code, _, err = run_cli("serve", translator.folder, "--allowed-host", "a b")
@@ -202,9 +253,25 @@ def test_the_real_server_on_all_interfaces_answers_only_to_its_hosts(reverse_mod
     """`attnmt serve --host 0.0.0.0`: reachable from anywhere, but only for the Host names allowed."""
     translator, _ = reverse_model
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "attnmt.cli", "serve", str(translator.folder), "--host", "0.0.0.0",
-                               "--port", str(port), "--allowed-host", "mt.example.org", "--log-level", "warning"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attnmt.cli",
+            "serve",
+            str(translator.folder),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--allowed-host",
+            "mt.example.org",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + WAIT
@@ -214,8 +281,14 @@ def test_the_real_server_on_all_interfaces_answers_only_to_its_hosts(reverse_mod
                 if httpx.get(f"{url}/health", timeout=1).status_code == 200:  # Host: 127.0.0.1:PORT
                     break
             time.sleep(0.2)
-        for host, status in ((f"localhost:{port}", 200), ("mt.example.org", 200), (f"[::1]:{port}", 200),
-                             ("evil.example", 400), (f"evil.example:{port}", 400), (f"localhost:{port + 1}", 400)):
+        for host, status in (
+            (f"localhost:{port}", 200),
+            ("mt.example.org", 200),
+            (f"[::1]:{port}", 200),
+            ("evil.example", 400),
+            (f"evil.example:{port}", 400),
+            (f"localhost:{port + 1}", 400),
+        ):
             response = httpx.post(f"{url}/translate", json={"text": "abc"}, headers={"host": host}, timeout=30)
             assert response.status_code == status, (host, response.text)
             assert "detail" in response.json() or "translations" in response.json()
@@ -275,9 +348,14 @@ def test_the_work_of_a_request_is_bounded(served):
     ok = client.post("/translate", json={"text": texts, "beam": beam, "attention": False})
     assert ok.status_code == 200, ok.text
     asked = work(counts, beam + 1)
-    assert_error(client.post("/translate", json={"text": texts, "beam": beam + 1, "attention": False}), 422,
-                 f"the request asks for {asked} units of work", f"the limit is {LIMITS.max_work}",
-                 "fewer or shorter texts", "smaller beam")
+    assert_error(
+        client.post("/translate", json={"text": texts, "beam": beam + 1, "attention": False}),
+        422,
+        f"the request asks for {asked} units of work",
+        f"the limit is {LIMITS.max_work}",
+        "fewer or shorter texts",
+        "smaller beam",
+    )
 
 
 def test_the_default_work_admits_any_one_text_within_the_other_limits():
@@ -385,10 +463,10 @@ def wait_for_the_lock(model):
     assert not model.lock.locked()
 
 
-@pytest.mark.parametrize("path, body", [("/beam", {"text": "abcdefgh", "beam": 3}),
-                                        ("/trace", {"text": "abcdefgh", "top_k": 3})])
-def test_a_beam_or_trace_past_its_limit_frees_the_model_within_one_decoder_step(reverse_model, monkeypatch,
-                                                                                path, body):
+@pytest.mark.parametrize(
+    "path, body", [("/beam", {"text": "abcdefgh", "beam": 3}), ("/trace", {"text": "abcdefgh", "top_k": 3})]
+)
+def test_a_beam_or_trace_past_its_limit_frees_the_model_within_one_decoder_step(reverse_model, monkeypatch, path, body):
     """/beam and /trace are one sentence, not chunks: past the time limit their search stops
     between two decoder steps (issue 27, point 9), instead of running to its end for nobody."""
     translator, _ = reverse_model
@@ -446,6 +524,7 @@ def test_the_time_limit_counts_from_the_arrival(reverse_model, monkeypatch):
     app = create_app([translator.folder], ServerLimits(timeout=0.5))
     model = app.state.models[translator.folder.name]
     with local_client(app) as client, recording_calls(model, monkeypatch) as calls:
+
         def slow_body():
             yield b'{"text": '
             time.sleep(1.0)  # twice the limit: the request has waited that long before it is read
@@ -474,8 +553,14 @@ def test_attention_matrices_that_could_be_too_large_are_refused_before_decoding(
     app = create_app([translator.folder], ServerLimits(max_answer_values=bound - 1))
     body = {"text": [text] * 8, "beam": 5, "n_best": 5}
     with local_client(app) as client, recording_calls(app.state.models[translator.folder.name], monkeypatch) as calls:
-        assert_error(client.post("/translate", json=body), 422, f"could hold up to {bound} attention weights",
-                     f"the limit is {bound - 1}", '"attention": false', "smaller n_best")
+        assert_error(
+            client.post("/translate", json=body),
+            422,
+            f"could hold up to {bound} attention weights",
+            f"the limit is {bound - 1}",
+            '"attention": false',
+            "smaller n_best",
+        )
         assert calls == []  # refused before decoding
         assert client.post("/translate", json={**body, "attention": False}).status_code == 200
         assert client.post("/translate", json={**body, "n_best": 4}).status_code == 200
@@ -488,8 +573,9 @@ def test_answers_are_bounded_after_the_work_too(reverse_model):
     trace = translator.trace(dev[0], 5)
     app = create_app([translator.folder], ServerLimits(max_answer_values=50))
     with local_client(app) as client:
-        detail = assert_error(client.post("/trace", json={"text": dev[0]}), 422, "the limit is 50",
-                              "send a shorter text")
+        detail = assert_error(
+            client.post("/trace", json={"text": dev[0]}), 422, "the limit is 50", "send a shorter text"
+        )
     held = int(re.search(r"the answer would hold (\d+) numbers", detail)[1])
     assert held >= sum(len(s.state) for s in trace.steps) > 50
 

@@ -16,8 +16,9 @@ from conftest import local_client, random_strings, reverse, toy_config
 
 pytestmark = pytest.mark.slow  # every test here trains models (or starts processes that do)
 
-TRICKY = ("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\ufeff\x00\t \u00a0\u200f\u202e\u05e9\u0627\u0301\U0001f600"
-          "\ud800\udfff")
+TRICKY = (
+    "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\ufeff\x00\t \u00a0\u200f\u202e\u05e9\u0627\u0301\U0001f600\ud800\udfff"
+)
 TEXT = st.text(st.one_of(st.sampled_from(TRICKY), st.characters()), max_size=40)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -25,9 +26,12 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve-properties")
-    config = toy_config(folder, [(s, reverse(s)) for s in random_strings(100, 3, 6, seed=4)],
-                        model={"embedding_size": 8, "encoder_hidden": 8, "decoder_hidden": 16, "attention_size": 8},
-                        training={"max_steps": 2, "threads": 1})
+    config = toy_config(
+        folder,
+        [(s, reverse(s)) for s in random_strings(100, 3, 6, seed=4)],
+        model={"embedding_size": 8, "encoder_hidden": 8, "decoder_hidden": 16, "attention_size": 8},
+        training={"max_steps": 2, "threads": 1},
+    )
     train(config, log=lambda m: None, progress=False)
     with local_client(create_app([config.experiment_dir])) as client:  # raises on any server error
         yield client
@@ -81,11 +85,14 @@ def test_trace_and_beam_answer_any_text(client, text, path):
     assert answer["source_tokens"][-1] == "</s>"
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
-                    max_leaves=12)
-FIELDS = st.fixed_dictionaries({}, optional={"text": JSON, "beam": JSON, "n_best": JSON, "model": JSON,
-                                             "attention": JSON, "top_k": JSON})
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+FIELDS = st.fixed_dictionaries(
+    {}, optional={"text": JSON, "beam": JSON, "n_best": JSON, "model": JSON, "attention": JSON, "top_k": JSON}
+)
 
 
 @SETTINGS

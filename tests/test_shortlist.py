@@ -43,8 +43,9 @@ def assert_identical(ours, theirs):
 def test_a_shortlist_of_every_piece_gives_the_full_vocabularys_result_exactly(name, beam):
     model, batch = tiny(name), random_batch(6)
     full = decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam, n_best=min(beam, 3))
-    short = decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam, n_best=min(beam, 3),
-                   shortlist=every_piece())
+    short = decode(
+        model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam, n_best=min(beam, 3), shortlist=every_piece()
+    )
     assert_identical(short, full)
 
 
@@ -52,8 +53,9 @@ def test_a_shortlist_of_every_piece_is_exact_with_the_bf16_output_layer_too():
     model, batch = tiny("gru-bahdanau"), random_batch(6)
     model.generator.compute_dtype = torch.bfloat16
     full = decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=4, n_best=2)
-    assert_identical(decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=4, n_best=2,
-                            shortlist=every_piece()), full)
+    assert_identical(
+        decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=4, n_best=2, shortlist=every_piece()), full
+    )
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -61,8 +63,9 @@ def test_a_shortlist_restricts_the_outputs_to_its_pieces(beam):
     model, batch = tiny("gru-bahdanau"), random_batch(6)
     allowed = {7, 8, 11}
     table = Shortlist([[] for _ in range(VOCABULARY)], allowed)
-    for sentence in decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam, n_best=beam,
-                           shortlist=table):
+    for sentence in decode(
+        model, batch.src, batch.src_lengths, DecodingConfig(), beam=beam, n_best=beam, shortlist=table
+    ):
         for hypothesis in sentence:
             assert set(hypothesis.tokens) <= allowed | {EOS, UNK}
     # the output layer is whole again afterwards
@@ -83,23 +86,34 @@ def test_a_shortlist_gives_the_reference_searchs_results_in_the_fixed_shape_sear
     vocabulary = table.vocabulary(batch.src)
     limits = max_output_lengths(batch.src_lengths, 1.5, 5)
     for beam in (1, 3):
-        reference = decode(model, batch.src, batch.src_lengths, DecodingConfig(max_length_offset=5), beam=beam,
-                           n_best=1, shortlist=table)
+        reference = decode(
+            model,
+            batch.src,
+            batch.src_lengths,
+            DecodingConfig(max_length_offset=5),
+            beam=beam,
+            n_best=1,
+            shortlist=table,
+        )
         with restricted(model, vocabulary):
             for graphs in (False, True):
                 if beam == 1:
-                    fast = fast_decoding.greedy_search(model, batch.src, batch.src_lengths, limits, graphs=graphs,
-                                                       vocabulary=vocabulary)
+                    fast = fast_decoding.greedy_search(
+                        model, batch.src, batch.src_lengths, limits, graphs=graphs, vocabulary=vocabulary
+                    )
                 else:
-                    fast = fast_decoding.beam_search(model, batch.src, batch.src_lengths, limits, beam, 1,
-                                                     graphs=graphs, vocabulary=vocabulary)
+                    fast = fast_decoding.beam_search(
+                        model, batch.src, batch.src_lengths, limits, beam, 1, graphs=graphs, vocabulary=vocabulary
+                    )
                 assert [[h.tokens for h in s] for s in fast] == [[h.tokens for h in s] for s in reference]
 
 
 def test_the_lexical_table_counts_piece_links_and_target_frequencies():
-    pairs = [([10, 11], [20, 21, 21], [(0, 0), (1, 1), (1, 2)]),
-             ([11, 12], [21, 22], [(0, 0), (0, 1), (1, 1)]),
-             ([10], [22, 20], [(0, 1)])]
+    pairs = [
+        ([10, 11], [20, 21, 21], [(0, 0), (1, 1), (1, 2)]),
+        ([11, 12], [21, 22], [(0, 0), (0, 1), (1, 1)]),
+        ([10], [22, 20], [(0, 1)]),
+    ]
     candidates, frequent = lexical_table(pairs, top=2, frequent=2)
     # 10: 20 twice; 11: 21 three times, 22 once; 12: 22 once
     assert candidates == {10: [20], 11: [21, 22], 12: [22]}
@@ -141,8 +155,21 @@ def test_translate_and_evaluate_take_the_shortlist_option(shortlisted, tmp_path,
     out = tmp_path / "out.txt"
     assert main(["translate", str(folder), "-i", str(source), "-o", str(out), "--shortlist"]) == 0
     assert len(out.read_text().splitlines()) == 5
-    assert main(["evaluate", str(folder), "--src", str(source), "--ref", str(source), "--shortlist",
-                 str(folder / "shortlist.json")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(folder),
+                "--src",
+                str(source),
+                "--ref",
+                str(source),
+                "--shortlist",
+                str(folder / "shortlist.json"),
+            ]
+        )
+        == 0
+    )
 
 
 def test_a_missing_or_foreign_table_is_a_clear_one_line_error(shortlisted, tmp_path):

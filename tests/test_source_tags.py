@@ -64,9 +64,13 @@ def test_translate_with_a_tag_decodes_the_tagged_source(tagged):
 
 def test_the_word_links_of_a_tagged_translation_count_the_words_of_its_text():
     # source "ab cd" after a tag: pieces <BT> ▁ab ▁cd </s>; output "x y": ▁x ▁y </s>
-    attention = np.array([[0.1, 0.1, 0.8, 0.0],   # ▁x attends to ▁cd
-                          [0.1, 0.8, 0.1, 0.0],   # ▁y attends to ▁ab
-                          [0.0, 0.0, 0.0, 1.0]])
+    attention = np.array(
+        [
+            [0.1, 0.1, 0.8, 0.0],  # ▁x attends to ▁cd
+            [0.1, 0.8, 0.1, 0.0],  # ▁y attends to ▁ab
+            [0.0, 0.0, 0.0, 1.0],
+        ]
+    )
     candidate = Candidate("x y", ["▁x", "▁y", "</s>"], 0.0, attention)
     translation = Translation("ab cd", [TAG, "▁ab", "▁cd", "</s>"], [candidate], tagged=True)
     assert links_of(translation, candidate) == [(0, 1), (1, 0)]  # "cd" is word 1 of the text, not 2
@@ -92,8 +96,14 @@ def test_score_trace_and_beam_tree_take_the_tag(tagged):
 
 
 def test_a_transformers_attention_maps_take_the_tag(tmp_path):
-    transformer = {"type": "transformer", "d_model": 16, "heads": 2, "feed_forward": 32, "encoder_layers": 1,
-                   "decoder_layers": 1}
+    transformer = {
+        "type": "transformer",
+        "d_model": 16,
+        "heads": 2,
+        "feed_forward": 32,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+    }
     model = trained(extra_config(tmp_path, training={"max_steps": 2}, model=transformer))
     maps = model.attention("abc", tag=TAG)
     assert maps["source_tokens"][0] == TAG
@@ -113,8 +123,12 @@ def test_the_command_line_translates_and_evaluates_with_a_tag(tagged, tmp_path, 
     reference = tmp_path / "ref.txt"
     reference.write_text("cba\ndcb\n", encoding="utf-8")
     report = tmp_path / "report.json"
-    assert run_cli("evaluate", tagged.folder, "--src", source, "--ref", reference, "--tag", TAG, "--beam", 2,
-                   "--json", report) == 0
+    assert (
+        run_cli(
+            "evaluate", tagged.folder, "--src", source, "--ref", reference, "--tag", TAG, "--beam", 2, "--json", report
+        )
+        == 0
+    )
     assert json.loads(report.read_text())["tag"] == TAG
     assert run_cli("translate", tagged.folder, "-i", source, "--tag", "<XX>") != 0
     assert "'<XX>' is not a tag of" in capsys.readouterr().err
@@ -148,21 +162,39 @@ def test_a_reranked_translation_is_scored_with_its_lines_tag(tagged, tmp_path, c
     source, tag_file = tmp_path / "in.txt", tmp_path / "tags.txt"
     source.write_text("abc\nbcd\n", encoding="utf-8")
     tag_file.write_text(f"{TAG}\n\n", encoding="utf-8")
-    assert run_cli("translate", tagged.folder, "-i", source, "--tag-file", tag_file, "--beam", 3, "--n-best", 3,
-                   "--rerank", tagged.folder) == 0
+    assert (
+        run_cli(
+            "translate",
+            tagged.folder,
+            "-i",
+            source,
+            "--tag-file",
+            tag_file,
+            "--beam",
+            3,
+            "--n-best",
+            3,
+            "--rerank",
+            tagged.folder,
+        )
+        == 0
+    )
     reranked = rerank(tagged, tagged, tagged.translate(lines, beam=3, n_best=3, tag=tags), tag=tags)
     assert capsys.readouterr().out.splitlines() == n_best_lines(reranked, 3)
     forward = tagged.score(["abc"] * 3, [c.text for c in reranked[0].candidates], tag=TAG)
     backward = tagged.score([c.text for c in reranked[0].candidates], ["abc"] * 3)
     assert sorted(c.score for c in reranked[0].candidates) == pytest.approx(
-        sorted(f.per_token + 0.25 * b.per_token for f, b in zip(forward, backward)))
+        sorted(f.per_token + 0.25 * b.per_token for f, b in zip(forward, backward))
+    )
 
 
 def test_a_tag_file_that_does_not_fit_is_an_error_naming_it(tagged, tmp_path, capsys):
     source, tag_file = tmp_path / "in.txt", tmp_path / "tags.txt"
     source.write_text("abc\nbcd\n", encoding="utf-8")
-    for tags, message in ((f"{TAG}\n", "in.txt has 2 lines, .*tags.txt has 1"),
-                          (f"{TAG}\n<XX>\n", "tags.txt, line 2: '<XX>' is not a tag of")):
+    for tags, message in (
+        (f"{TAG}\n", "in.txt has 2 lines, .*tags.txt has 1"),
+        (f"{TAG}\n<XX>\n", "tags.txt, line 2: '<XX>' is not a tag of"),
+    ):
         tag_file.write_text(tags, encoding="utf-8")
         assert run_cli("translate", tagged.folder, "-i", source, "--tag-file", tag_file) != 0
         assert re.search(message, capsys.readouterr().err)
@@ -231,17 +263,23 @@ def test_the_score_command_scores_with_the_tag(tagged, tmp_path, capsys):
     assert first["backward"]["log_prob"] == pytest.approx(tagged.score(["cba"], ["abc"])[0].log_prob, abs=1e-3)
 
 
-
 def test_requests_with_and_without_a_tag_are_decoded_together_each_with_its_own(tagged, monkeypatch):
     from test_serve import post_together
 
     app = create_app([tagged.folder], ServerLimits(batch_wait=0.5))  # a wide window: all get in
     model = app.state.models[tagged.folder.name]
     original, calls = model.translator.translate, []
-    monkeypatch.setattr(model.translator, "translate",
-                        lambda texts, *args, **kwargs: calls.append(list(texts)) or original(texts, *args, **kwargs))
-    bodies = [{"text": ["abc", "bcd"], "beam": 2, "tag": TAG}, {"text": "abcd", "beam": 2},
-              {"text": "cde", "beam": 2, "tag": TAG}, {"text": ["de", "abc"], "beam": 2}]
+    monkeypatch.setattr(
+        model.translator,
+        "translate",
+        lambda texts, *args, **kwargs: calls.append(list(texts)) or original(texts, *args, **kwargs),
+    )
+    bodies = [
+        {"text": ["abc", "bcd"], "beam": 2, "tag": TAG},
+        {"text": "abcd", "beam": 2},
+        {"text": "cde", "beam": 2, "tag": TAG},
+        {"text": ["de", "abc"], "beam": 2},
+    ]
     with local_client(app) as client:
         responses = post_together(client, bodies)
     assert len(calls) < len(bodies)  # decoded together
@@ -264,9 +302,12 @@ def test_a_request_of_several_texts_takes_a_tag_for_each(tagged):
         assert [t["source_tokens"][0] == TAG for t in got] == [True, False, True]
         scores = client.post("/score", json={"text": texts, "translation": ["cba"] * 3, "tag": tags}).json()["scores"]
         assert [s["log_prob"] for s in scores] == pytest.approx(
-            [s.log_prob for s in tagged.score(texts, ["cba"] * 3, tag=[t or "" for t in tags])], abs=1e-4)
-        for body, message in (({"text": texts, "tag": [TAG]}, "one tag (or null) for each text"),
-                              ({"text": "abc", "tag": [TAG]}, "a list of tags goes with a list of texts")):
+            [s.log_prob for s in tagged.score(texts, ["cba"] * 3, tag=[t or "" for t in tags])], abs=1e-4
+        )
+        for body, message in (
+            ({"text": texts, "tag": [TAG]}, "one tag (or null) for each text"),
+            ({"text": "abc", "tag": [TAG]}, "a list of tags goes with a list of texts"),
+        ):
             refused = client.post("/translate", json=body)
             assert refused.status_code == 422 and message in refused.text
 

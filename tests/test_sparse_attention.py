@@ -27,9 +27,20 @@ SPARSE = ["sparsemax", "entmax15"]
 
 
 def make_sparse_model(normalizer, attention="bahdanau", input_feeding=True, layers=1, rnn_type="gru", **options):
-    config = ModelConfig(attention=attention, attention_normalizer=normalizer, rnn_type=rnn_type,
-                         input_feeding=input_feeding, embedding_size=16, encoder_hidden=12, decoder_hidden=24,
-                         attention_size=10, decoder_layers=layers, dropout=0.0, location_kernel=5, **options)
+    config = ModelConfig(
+        attention=attention,
+        attention_normalizer=normalizer,
+        rnn_type=rnn_type,
+        input_feeding=input_feeding,
+        embedding_size=16,
+        encoder_hidden=12,
+        decoder_hidden=24,
+        attention_size=10,
+        decoder_layers=layers,
+        dropout=0.0,
+        location_kernel=5,
+        **options,
+    )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
 
@@ -127,8 +138,9 @@ def test_local_attention_with_sparsemax(local):
             p = torch.minimum(torch.tensor(t), lengths - 1)
             window = (torch.arange(src.size(1)) - p[:, None]).abs() <= 2
             inside = window & (torch.arange(src.size(1)) < lengths[:, None])
-            torch.testing.assert_close(step.weights, normalize(step.scores.masked_fill(~inside, float("-inf")),
-                                                               "sparsemax"))
+            torch.testing.assert_close(
+                step.weights, normalize(step.scores.masked_fill(~inside, float("-inf")), "sparsemax")
+            )
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -155,8 +167,10 @@ def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ValueError, match="unknown attention normalizer"):
         normalize(torch.zeros(3), "softermax")
     path = tmp_path / "c.yaml"
-    path.write_text("experiment_dir: x\ndata: {train: {src: a, tgt: b}}\ntraining: {max_steps: 1, "
-                    "guided_alignment: {links: c}}\nmodel: {attention_normalizer: sparsemax}\n")
+    path.write_text(
+        "experiment_dir: x\ndata: {train: {src: a, tgt: b}}\ntraining: {max_steps: 1, "
+        "guided_alignment: {links: c}}\nmodel: {attention_normalizer: sparsemax}\n"
+    )
     with pytest.raises(AttnmtError, match="guided_alignment.*attention_normalizer: sparsemax.*exactly 0"):
         load_config(path)
 
@@ -206,8 +220,9 @@ def test_a_trained_sparse_model_translates_traces_and_describes_itself(sparse_mo
     translator = sparse_model
     [greedy] = translator.translate(["abcdefg"], beam=1)
     trace = translator.trace("abcdefg")
-    torch.testing.assert_close(torch.as_tensor(trace.attention), torch.as_tensor(greedy.attention),
-                               atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.as_tensor(trace.attention), torch.as_tensor(greedy.attention), atol=1e-6, rtol=1e-5
+    )
     assert trace.normalizer == "sparsemax" and (trace.attention == 0).any()
     translator.beam_tree("abcdefg", beam=2)
     assert translator.describe()["attention_normalizer"] == "sparsemax"
@@ -233,8 +248,9 @@ def test_the_sparsity_figures_of_the_benchmark():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     s = module.sparsity([np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]]), np.array([[0.2, 0.7, 0.1, 0.0]])])
-    assert s == pytest.approx({"pieces": 10 / 3, "attended": 2.0, "one": 1 / 3, "ninety": 5 / 3, "top": 2.2 / 3,
-                               "steps": 3})
+    assert s == pytest.approx(
+        {"pieces": 10 / 3, "attended": 2.0, "one": 1 / 3, "ninety": 5 / 3, "top": 2.2 / 3, "steps": 3}
+    )
     assert module.support_links(np.array([[0.0, 0.6, 0.4], [1.0, 0.0, 0.0]])) == [(0, 1), (1, 0), (2, 0)]
 
 
@@ -243,8 +259,21 @@ def test_the_sparsity_benchmark_reads_a_trained_model(sparse_model, tmp_path):
     pairs, gold = tmp_path / "pairs", tmp_path / "gold"
     pairs.write_text("ab cd ||| ab cd\nefg h ||| efg h\n")
     gold.write_text("1-1 2-2\n1-1 2-2\n")
-    done = subprocess.run([sys.executable, str(SPARSITY), str(sparse_model.folder), "--src", str(pairs),
-                           "--gold", str(gold), "--one-based"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SPARSITY),
+            str(sparse_model.folder),
+            "--src",
+            str(pairs),
+            "--gold",
+            str(gold),
+            "--one-based",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     header, line = done.stdout.splitlines()
     assert "AER support" in header and "bahdanau sparsemax" in line and line.count("%") == 3  # one piece, 2 AERs
@@ -275,8 +304,16 @@ def test_a_sentence_pair_model_with_sparsemax_classifies_and_says_so(tmp_path):
     assert info["attention_normalizer"] == "sparsemax"
 
 
-TRANSFORMER = dict(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=2, decoder_layers=2,
-                   dropout=0.0, attention_dropout=0.0)
+TRANSFORMER = dict(
+    type="transformer",
+    d_model=16,
+    heads=2,
+    feed_forward=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    dropout=0.0,
+    attention_dropout=0.0,
+)
 
 
 @pytest.mark.parametrize("normalizer", SPARSE)

@@ -45,7 +45,7 @@ def reference_log_mel(samples: np.ndarray, rate: int, n_mels: int) -> np.ndarray
     rows = []
     for start in range(0, len(samples) - window + 1, hop):
         frame = np.zeros(n_fft)
-        frame[:window] = samples[start:start + window] * hann
+        frame[:window] = samples[start : start + window] * hann
         rows.append(np.abs(np.fft.rfft(frame)) ** 2 @ filters)
     return np.log(np.array(rows) + 1e-6)
 
@@ -80,8 +80,9 @@ def test_feature_cache_is_reused_and_rebuilt_when_files_or_settings_change(tmp_p
     assert cache.is_file() and not messages
     again = load_speech_corpus(tsv, SpeechConfig(), cache, messages.append)
     assert messages == [f"{tsv}: features read from the cache {cache}"]
-    assert again.texts == first.texts and all(torch.allclose(a, b, atol=1e-2) for a, b in
-                                               zip(again.features, first.features))
+    assert again.texts == first.texts and all(
+        torch.allclose(a, b, atol=1e-2) for a, b in zip(again.features, first.features)
+    )
     messages.clear()
     other = load_speech_corpus(tsv, SpeechConfig(n_mels=40), cache, messages.append)
     assert "computing the features again" in messages[0] and other.features[0].shape[1] == 40
@@ -103,8 +104,12 @@ def test_bad_audio_files_are_reported_and_skipped(tmp_path):
     assert corpus.texts == ["ab"]
     [report] = messages
     assert report.startswith(f"{tsv}: skipped 4 audio file(s)")
-    for name, reason in (("text.wav", "cannot read audio"), ("missing.wav", "no such file"),
-                         ("empty.wav", "empty audio"), ("long.wav", "3.0 s of audio, longer than speech.max_seconds")):
+    for name, reason in (
+        ("text.wav", "cannot read audio"),
+        ("missing.wav", "no such file"),
+        ("empty.wav", "empty audio"),
+        ("long.wav", "3.0 s of audio, longer than speech.max_seconds"),
+    ):
         assert f"{name}: {reason}" in report
     tsv.write_text("text.wav\tcd\n", encoding="utf-8")
     with pytest.raises(AttnmtError, match=r"no usable audio file \(1 skipped\)"):
@@ -118,9 +123,18 @@ def test_bad_audio_files_are_reported_and_skipped(tmp_path):
 
 @pytest.mark.parametrize("subsample", [4, 8])
 def test_speech_encoder_lengths_and_masks_of_a_padded_batch(subsample):
-    model = build_speech_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32,
-                                           attention="location", attention_size=16, location_kernel=5),
-                               SpeechConfig(n_mels=20, conv_channels=4, subsample=subsample), 12).eval()
+    model = build_speech_model(
+        ModelConfig(
+            embedding_size=16,
+            encoder_hidden=16,
+            decoder_hidden=32,
+            attention="location",
+            attention_size=16,
+            location_kernel=5,
+        ),
+        SpeechConfig(n_mels=20, conv_channels=4, subsample=subsample),
+        12,
+    ).eval()
     lengths = torch.tensor([97, 40, 9, 1])
     features = torch.randn(4, 97, 20)
     memory = model.encode(features, lengths)
@@ -128,8 +142,8 @@ def test_speech_encoder_lengths_and_masks_of_a_padded_batch(subsample):
     assert memory.states.shape[1] == expected[0]
     assert memory.mask.sum(1).tolist() == expected
     for b, n in enumerate(lengths.tolist()):  # alone, without padding: the same states at the real positions
-        alone = model.encode(features[b:b + 1, :n], lengths[b:b + 1])
-        torch.testing.assert_close(alone.states[0], memory.states[b, :expected[b]], atol=1e-5, rtol=1e-4)
+        alone = model.encode(features[b : b + 1, :n], lengths[b : b + 1])
+        torch.testing.assert_close(alone.states[0], memory.states[b, : expected[b]], atol=1e-5, rtol=1e-4)
     step = model.decode_step(torch.full((4,), 2), model.init_state(memory), memory)
     assert (step.weights[~memory.mask] == 0).all()
     torch.testing.assert_close(step.weights.sum(1), torch.ones(4))
@@ -141,9 +155,19 @@ def test_ctc_loss_is_over_the_characters_of_each_utterance_and_joins_the_decoder
     from attnmt.speech.training import SpeechLoss
 
     speech = SpeechConfig(n_mels=20, conv_channels=4, subsample=4, ctc_weight=0.3)
-    model = build_speech_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32,
-                                           attention="location", attention_size=16, location_kernel=5, dropout=0.0),
-                               speech, 12).eval()
+    model = build_speech_model(
+        ModelConfig(
+            embedding_size=16,
+            encoder_hidden=16,
+            decoder_hidden=32,
+            attention="location",
+            attention_size=16,
+            location_kernel=5,
+            dropout=0.0,
+        ),
+        speech,
+        12,
+    ).eval()
     assert build_speech_model(ModelConfig(), SpeechConfig(), 12).ctc is None  # no CTC layer unless asked
     lengths, targets = torch.tensor([80, 37]), [[4, 5, 5, 6], [7]]
     features = torch.randn(2, 80, 20)
@@ -152,9 +176,10 @@ def test_ctc_loss_is_over_the_characters_of_each_utterance_and_joins_the_decoder
     expected = 0.0
     for b, chars in enumerate(targets):  # each utterance alone: its states, its characters only
         states = memory.mask[b].sum()
-        log_probs = torch.log_softmax(model.ctc(memory.states[b:b + 1, :states]), -1).transpose(0, 1)
-        expected += torch.nn.functional.ctc_loss(log_probs, torch.tensor([chars]), states.view(1),
-                                                 torch.tensor([len(chars)]), blank=0, reduction="sum")
+        log_probs = torch.log_softmax(model.ctc(memory.states[b : b + 1, :states]), -1).transpose(0, 1)
+        expected += torch.nn.functional.ctc_loss(
+            log_probs, torch.tensor([chars]), states.view(1), torch.tensor([len(chars)]), blank=0, reduction="sum"
+        )
     torch.testing.assert_close(model.ctc_loss(memory, tgt_out), expected)
 
     from attnmt.data.batching import Batch
@@ -175,16 +200,23 @@ def test_utterances_too_short_for_ctc_are_counted_with_a_warning(tmp_path):
     from attnmt.speech.training import EncodedSpeech, check_ctc_lengths, ctc_states_needed
 
     assert ctc_states_needed([4, 5, 6]) == 3 and ctc_states_needed([4, 4, 5, 5, 5]) == 8  # blanks between repeats
-    model = build_speech_model(ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32),
-                               SpeechConfig(n_mels=20, conv_channels=4, subsample=8, ctc_weight=0.3), 12)
+    model = build_speech_model(
+        ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32),
+        SpeechConfig(n_mels=20, conv_channels=4, subsample=8, ctc_weight=0.3),
+        12,
+    )
     frames = [80, 16, 24]  # 10, 2 and 3 encoder states at 8 frames a state
-    data = EncodedSpeech(SpeechCorpus(["a", "b", "c"], ["", "", ""], [torch.zeros(n, 20) for n in frames], []),
-                         [[4, 5, 6], [4, 5, 6], [4, 4, 5]])  # needs 3, 3 and 4 states
+    data = EncodedSpeech(
+        SpeechCorpus(["a", "b", "c"], ["", "", ""], [torch.zeros(n, 20) for n in frames], []),
+        [[4, 5, 6], [4, 5, 6], [4, 4, 5]],
+    )  # needs 3, 3 and 4 states
     messages = []
     assert check_ctc_lengths(data, model, tmp_path / "train.tsv", messages.append) == 2
-    assert messages == [f"warning: {tmp_path / 'train.tsv'}: 2 of 3 utterance(s) have fewer encoder states than "
-                        "their transcript needs for CTC (speech.ctc_weight), which ignores them; speech.subsample: 4 "
-                        "gives twice as many states"]
+    assert messages == [
+        f"warning: {tmp_path / 'train.tsv'}: 2 of 3 utterance(s) have fewer encoder states than "
+        "their transcript needs for CTC (speech.ctc_weight), which ignores them; speech.subsample: 4 "
+        "gives twice as many states"
+    ]
 
 
 def test_spec_augment_masks_bands_of_real_frames_and_only_in_training():
@@ -202,10 +234,19 @@ def test_spec_augment_masks_bands_of_real_frames_and_only_in_training():
         assert zero[:n].sum() == bins * n + frames * 20 - bins * frames  # whole bands of bins and of frames
         assert not zero[n:].all(1).any()  # no frame of the padding is masked
     assert (masked == 0).any()
-    model = build_speech_model(ModelConfig(embedding_size=8, encoder_hidden=8, decoder_hidden=16, attention="location",
-                                           attention_size=8, location_kernel=3, dropout=0.0),
-                               SpeechConfig(n_mels=20, conv_channels=2, spec_augment=SpecAugment(freq_width=19)),
-                               6).eval()
+    model = build_speech_model(
+        ModelConfig(
+            embedding_size=8,
+            encoder_hidden=8,
+            decoder_hidden=16,
+            attention="location",
+            attention_size=8,
+            location_kernel=3,
+            dropout=0.0,
+        ),
+        SpeechConfig(n_mels=20, conv_channels=2, spec_augment=SpecAugment(freq_width=19)),
+        6,
+    ).eval()
     features, two = torch.randn(2, 40, 20), torch.tensor([40, 40])
     torch.testing.assert_close(model.encode(features, two).states, model.encode(features, two).states)
     model.train()
@@ -245,18 +286,24 @@ def test_place_kept_on_hand_made_attention():
 
 
 def test_speech_config_defaults_and_errors(tmp_path):
-    base = {"task": "speech", "experiment_dir": "exp", "data": {"train": {"tsv": "t.tsv"}},
-            "training": {"max_steps": 1}}
+    base = {
+        "task": "speech",
+        "experiment_dir": "exp",
+        "data": {"train": {"tsv": "t.tsv"}},
+        "training": {"max_steps": 1},
+    }
     config = config_from_dict(base, tmp_path)
     assert config.speech.n_mels == 80 and config.speech.window_ms == 25 and config.speech.hop_ms == 10
     assert config.data.subwords.type == "char" and not config.data.subwords.joint
     assert config.training.early_stopping_metric == "cer"
-    bad = [({"training": {"max_steps": 1, "early_stopping_metric": "bleu"}}, "scored by cer"),
-           ({"data": {"train": {"tsv": "t.tsv"}, "dev": {"split": 10}}}, "data.dev as {tsv: FILE}"),
-           ({"speech": {"subsample": 3}}, "speech.subsample"),
-           ({"speech": {"spec_augment": {"freq_masks": -1}}}, "speech.spec_augment.freq_masks"),
-           ({"speech": {"n_mel": 40}}, "speech.n_mel: unknown field"),
-           ({"model": {"type": "transformer"}}, "model.type: rnn")]
+    bad = [
+        ({"training": {"max_steps": 1, "early_stopping_metric": "bleu"}}, "scored by cer"),
+        ({"data": {"train": {"tsv": "t.tsv"}, "dev": {"split": 10}}}, "data.dev as {tsv: FILE}"),
+        ({"speech": {"subsample": 3}}, "speech.subsample"),
+        ({"speech": {"spec_augment": {"freq_masks": -1}}}, "speech.spec_augment.freq_masks"),
+        ({"speech": {"n_mel": 40}}, "speech.n_mel: unknown field"),
+        ({"model": {"type": "transformer"}}, "model.type: rnn"),
+    ]
     for change, message in bad:
         with pytest.raises(AttnmtError, match=message.replace("{", r"\{").replace("}", r"\}")):
             config_from_dict({**base, **change}, tmp_path)
@@ -282,8 +329,10 @@ def test_a_tiny_model_learns_a_few_synthetic_utterances(tmp_path):
     features = [model.features(tmp_path / "train" / f"{i}.wav") for i in range(8)]
     matrices = model.force_attention(features, texts, batch_size=3)
     for matrix, text, f in zip(matrices, texts, features):
-        assert matrix.shape == (len(model.tgt_subwords.encode([text])[0]) + 1,
-                                int(model.model.encoder_lengths(torch.tensor([f.size(0)]))))
+        assert matrix.shape == (
+            len(model.tgt_subwords.encode([text])[0]) + 1,
+            int(model.model.encoder_lengths(torch.tensor([f.size(0)]))),
+        )
         np.testing.assert_allclose(matrix.sum(1), 1.0, atol=1e-5)
     # on utterances joined three at a time, every character (not the spaces) is scored, by position
     from attnmt.speech.corpora import join_utterances

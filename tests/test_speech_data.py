@@ -15,8 +15,11 @@ from conftest import require, shared_data
 
 
 def espeak():
-    require(shutil.which("espeak-ng") is not None, "espeak-ng not found: the speech corpus is synthesized with it "
-                                                   "(Debian: apt-get install espeak-ng, as .ci/run does)")
+    require(
+        shutil.which("espeak-ng") is not None,
+        "espeak-ng not found: the speech corpus is synthesized with it "
+        "(Debian: apt-get install espeak-ng, as .ci/run does)",
+    )
 
 
 def columns(tsv):
@@ -25,8 +28,15 @@ def columns(tsv):
 
 def test_number_words():
     assert [speech.number_words(n) for n in (0, 7, 13, 40, 42, 100, 305, 999)] == [
-        "zero", "seven", "thirteen", "forty", "forty two", "one hundred", "three hundred five",
-        "nine hundred ninety nine"]
+        "zero",
+        "seven",
+        "thirteen",
+        "forty",
+        "forty two",
+        "one hundred",
+        "three hundred five",
+        "nine hundred ninety nine",
+    ]
 
 
 def test_spoken_corpus_has_unseen_voices_in_its_test_set_only(tmp_path):
@@ -95,8 +105,9 @@ def test_digit_strings_from_real_speech(tmp_path):
             assert spans[-1].end == pytest.approx(soundfile.info(tmp_path / wav).duration, abs=1e-3)
     again = digits.write_digit_corpus(fsdd, tmp_path / "again", n_train=30, n_dev=5, n_test=8, log=lambda m: None)
     assert all(columns(paths[n]) == columns(again[n]) for n in paths)  # seeded
-    other = digits.write_digit_corpus(fsdd, tmp_path / "other", n_train=4, n_dev=2, n_test=6, log=lambda m: None,
-                                      short=(2, 2), long=(5, 6))
+    other = digits.write_digit_corpus(
+        fsdd, tmp_path / "other", n_train=4, n_dev=2, n_test=6, log=lambda m: None, short=(2, 2), long=(5, 6)
+    )
     assert {len(row[1].split()) for row in columns(other["train"])} == {2}
     assert {len(row[1].split()) for row in columns(other["test-long"])} <= {5, 6}
     with pytest.raises(AttnmtError, match="digit string lengths"):
@@ -122,11 +133,11 @@ def test_joined_utterances_are_longer_with_joined_transcripts(tmp_path):
         assert len(pieces) == 3 and sum(p.words for p in pieces) == len(parts)
         assert pieces[0].start == 0 and pieces[-1].end == pytest.approx(len(samples) / rate, abs=1e-3)  # ms
         for piece in pieces:
-            assert np.abs(samples[int(piece.start * rate): int(piece.start * rate) + 640]).max() > 0.1  # a tone
+            assert np.abs(samples[int(piece.start * rate) : int(piece.start * rate) + 640]).max() > 0.1  # a tone
         for before, after in zip(pieces, pieces[1:]):
             assert after.start - before.end >= 0.05
             ms = rate // 1000  # the pieces are written to the millisecond
-            assert np.abs(samples[int(before.end * rate) + ms: int(after.start * rate) - ms]).max() == 0
+            assert np.abs(samples[int(before.end * rate) + ms : int(after.start * rate) - ms]).max() == 0
 
 
 def test_a_bad_pieces_column_names_the_file_and_line(tmp_path):

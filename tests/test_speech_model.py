@@ -83,8 +83,10 @@ def test_cli_evaluate_translate_and_plot(speech_model, tmp_path, capsys):
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == expected
 
     figure, step, gif = tmp_path / "a.png", tmp_path / "s.png", tmp_path / "d.gif"
-    assert main(["plot", str(folder), str(wavs[0]), "--out", str(figure), "--step", "1", str(step),
-                 "--gif", str(gif)]) == 0
+    assert (
+        main(["plot", str(folder), str(wavs[0]), "--out", str(figure), "--step", "1", str(step), "--gif", str(gif)])
+        == 0
+    )
     assert all(p.stat().st_size > 1000 for p in (figure, step, gif))
     assert main(["plot", str(folder), str(wavs[0]), "--grid", str(tmp_path / "g.png")]) == 2
     assert "not for speech models" in capsys.readouterr().err
@@ -166,16 +168,26 @@ def test_audio_sent_to_a_translation_model_is_refused(tiny_transformer, speech_m
 
 # --- the explorer's audio view in Chromium ------------------------------------------------------------------
 
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def test_explorer_uploads_plays_and_steps_through_audio(speech_model, tmp_path):
     from pathlib import Path
 
     chromium = Path("/usr/bin/chromium")
-    require(chromium.is_file(), f"Chromium not found at {chromium}: the explorer tests need a real browser (Debian: "
-                                "apt-get install chromium, as .ci/run does)")
+    require(
+        chromium.is_file(),
+        f"Chromium not found at {chromium}: the explorer tests need a real browser (Debian: "
+        "apt-get install chromium, as .ci/run does)",
+    )
     from playwright.sync_api import sync_playwright
 
     folder, _, wavs, _ = speech_model
@@ -197,8 +209,11 @@ def test_explorer_uploads_plays_and_steps_through_audio(speech_model, tmp_path):
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(f"http://127.0.0.1:{sock.getsockname()[1]}/")
             page.wait_for_selector("body[data-state=ready]")
-            assert page.locator("#audio-card").is_visible() and page.locator("#results-card").is_hidden() \
+            assert (
+                page.locator("#audio-card").is_visible()
+                and page.locator("#results-card").is_hidden()
                 and page.locator("#score-card").is_hidden()
+            )
             assert page.text_content("#translate") == "Transcribe"
             page.set_input_files("#audio-file", str(wavs[0]))
             page.wait_for_function("document.getElementById('audio-player').src.startsWith('blob:')")
@@ -212,8 +227,10 @@ def test_explorer_uploads_plays_and_steps_through_audio(speech_model, tmp_path):
             page.click("#audio-step-next")
             assert page.text_content("#audio-step-index") == f"step 2 / {steps}"
             assert "writes" in page.text_content("#audio-step-line")
-            duration = page.evaluate("new Promise(r => { const a = document.getElementById('audio-player'); "
-                                     "a.readyState >= 1 ? r(a.duration) : a.onloadedmetadata = () => r(a.duration); })")
+            duration = page.evaluate(
+                "new Promise(r => { const a = document.getElementById('audio-player'); "
+                "a.readyState >= 1 ? r(a.duration) : a.onloadedmetadata = () => r(a.duration); })"
+            )
             assert duration == pytest.approx(soundfile.info(wavs[0]).duration, abs=0.05)  # the file plays
             page.screenshot(path=str(tmp_path / "explorer-speech.png"), full_page=True)
             browser.close()

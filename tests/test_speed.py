@@ -13,15 +13,23 @@ from attnmt.seq2seq import build_model
 from attnmt.seq2seq.training import sequence_loss
 
 RNN = dict(embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, location_kernel=5)
-TRANSFORMER = dict(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=2, decoder_layers=2,
-                   attention_dropout=0.0)
-MODELS = {"bahdanau": {**RNN, "attention": "bahdanau"},
-          "luong-general-lstm-2-layers": {**RNN, "attention": "luong-general", "rnn_type": "lstm",
-                                          "encoder_layers": 2, "decoder_layers": 2},
-          "luong-dot-no-feeding": {**RNN, "attention": "luong-dot", "input_feeding": False},
-          "location": {**RNN, "attention": "location"},
-          "none": {**RNN, "attention": "none"},
-          "transformer": TRANSFORMER}
+TRANSFORMER = dict(
+    type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=2, decoder_layers=2, attention_dropout=0.0
+)
+MODELS = {
+    "bahdanau": {**RNN, "attention": "bahdanau"},
+    "luong-general-lstm-2-layers": {
+        **RNN,
+        "attention": "luong-general",
+        "rnn_type": "lstm",
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+    },
+    "luong-dot-no-feeding": {**RNN, "attention": "luong-dot", "input_feeding": False},
+    "location": {**RNN, "attention": "location"},
+    "none": {**RNN, "attention": "none"},
+    "transformer": TRANSFORMER,
+}
 SOURCES = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
 TARGETS = [[5, 6], [7, 8, 9, 10, 11, 12, 13, 14, 15], [16]]
 
@@ -89,10 +97,15 @@ def test_configure_sets_the_onednn_cache_unless_the_user_did(monkeypatch):
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
 
 
-@pytest.mark.parametrize("shapes", [((6, 3, 1, 8), (6, 1, 5, 8)),  # Bahdanau: query over keys
-                                    ((6, 1, 8), (6, 5, 8)),  # location: (B,1,H) over (B,S,H)
-                                    ((1, 1, 8), (6, 5, 8))],  # broadcast over the first dimension
-                         ids=["bahdanau", "location", "broadcast-rows"])
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((6, 3, 1, 8), (6, 1, 5, 8)),  # Bahdanau: query over keys
+        ((6, 1, 8), (6, 5, 8)),  # location: (B,1,H) over (B,S,H)
+        ((1, 1, 8), (6, 5, 8)),
+    ],  # broadcast over the first dimension
+    ids=["bahdanau", "location", "broadcast-rows"],
+)
 def test_v_tanh_is_the_textbook_score_without_a_tanh(shapes, monkeypatch):
     """v^T tanh(a + b) through 2 v^T sigmoid(2a + 2b) - sum(v), a few rows at a time: the same
     values and gradients, and no call of torch.tanh (the slow function it avoids)."""
@@ -105,6 +118,7 @@ def test_v_tanh_is_the_textbook_score_without_a_tanh(shapes, monkeypatch):
 
     def no_tanh(*args, **kwargs):
         raise AssertionError("torch.tanh called")
+
     monkeypatch.setattr(torch, "tanh", no_tanh)
     fast = speed.v_tanh(v, a, b)
     torch.testing.assert_close(fast, textbook, rtol=1e-5, atol=1e-5)
@@ -148,6 +162,7 @@ def test_a_decoding_step_computes_the_textbook_log_probabilities(name):
         with torch.inference_mode():
             memory = model.encode(batch.src, batch.src_lengths)
             return model.decode_step(tokens, model.init_state(memory), memory).log_probs
+
     fast = log_probs()
     with speed.plain():
         plain = log_probs()

@@ -9,10 +9,50 @@ from attnmt.core.config import SubwordConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS, PAD, UNK, Subwords, load_subwords, subword_paths, train_subwords
 
-SRC_WORDS = ["der", "die", "das", "Hund", "Katze", "läuft", "schnell", "über", "eine", "Straße", "und", "sieht",
-             "einen", "Mann", "mit", "Hut", "im", "Park", "spielt", "Ball"]
-TGT_WORDS = ["the", "a", "dog", "cat", "runs", "fast", "across", "street", "and", "sees", "man", "with",
-             "hat", "in", "park", "plays", "ball", "near", "river", "quietly"]
+SRC_WORDS = [
+    "der",
+    "die",
+    "das",
+    "Hund",
+    "Katze",
+    "läuft",
+    "schnell",
+    "über",
+    "eine",
+    "Straße",
+    "und",
+    "sieht",
+    "einen",
+    "Mann",
+    "mit",
+    "Hut",
+    "im",
+    "Park",
+    "spielt",
+    "Ball",
+]
+TGT_WORDS = [
+    "the",
+    "a",
+    "dog",
+    "cat",
+    "runs",
+    "fast",
+    "across",
+    "street",
+    "and",
+    "sees",
+    "man",
+    "with",
+    "hat",
+    "in",
+    "park",
+    "plays",
+    "ball",
+    "near",
+    "river",
+    "quietly",
+]
 
 
 def sentences(words: list[str], n: int, seed: int) -> list[str]:
@@ -144,6 +184,6 @@ def test_corrupted_model_file_is_named(tmp_path, content):
 def test_truncated_model_file_is_named(tmp_path):
     train(tmp_path)
     path = tmp_path / "spm" / "joint.model"
-    path.write_bytes(path.read_bytes()[: 200])
+    path.write_bytes(path.read_bytes()[:200])
     with pytest.raises(AttnmtError, match="joint.model"):
         load_subwords(tmp_path, joint=True)

@@ -60,9 +60,13 @@ def test_transposed_turns_a_reverse_model_s_links_around():
 
 
 def test_shift_by_one_takes_each_row_from_the_next_step():
-    matrix = np.array([[1.0, 0.0, 0.0],     # step 0 (predicts piece 0)
-                       [0.0, 1.0, 0.0],     # step 1
-                       [0.0, 0.0, 1.0]])    # step 2 (predicts </s>)
+    matrix = np.array(
+        [
+            [1.0, 0.0, 0.0],  # step 0 (predicts piece 0)
+            [0.0, 1.0, 0.0],  # step 1
+            [0.0, 0.0, 1.0],
+        ]
+    )  # step 2 (predicts </s>)
     shifted = shifted_by_one(matrix)
     np.testing.assert_array_equal(shifted[0], matrix[1])
     np.testing.assert_array_equal(shifted[1], matrix[2])

@@ -41,14 +41,17 @@ def test_a_wait_policy_of_the_user_is_kept(monkeypatch):
     assert os.environ["GOMP_SPINCOUNT"] == "5"
 
 
-@pytest.mark.parametrize("usable, busy, cpus, expected", [
-    (2, 0.1, 2, 2),  # idle: every usable core
-    (2, 1.0, 2, 1),  # one core busy elsewhere
-    (2, 1.9, 2, 1),  # both busy: one thread all the same
-    (2, 6.0, 2, 1),  # more work than cores
-    (2, 3.0, 8, 2),  # an affinity of 2 on a machine of 8 with 5 free: 2
-    (8, 5.2, 8, 3),
-])
+@pytest.mark.parametrize(
+    "usable, busy, cpus, expected",
+    [
+        (2, 0.1, 2, 2),  # idle: every usable core
+        (2, 1.0, 2, 1),  # one core busy elsewhere
+        (2, 1.9, 2, 1),  # both busy: one thread all the same
+        (2, 6.0, 2, 1),  # more work than cores
+        (2, 3.0, 8, 2),  # an affinity of 2 on a machine of 8 with 5 free: 2
+        (8, 5.2, 8, 3),
+    ],
+)
 def test_the_fair_share_is_the_free_usable_cores_and_at_least_one(usable, busy, cpus, expected):
     assert threads.fair_share(usable, busy, cpus) == expected
 

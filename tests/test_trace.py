@@ -29,9 +29,11 @@ def test_short_reprs_of_the_translator_its_translations_and_traces(reverse_model
     [translation] = model.translate([text], beam=2, n_best=2)
     parameters = sum(p.numel() for p in model.model.parameters())
     assert repr(model).startswith(f"<Translator {model.folder}:") and f"{parameters:,} parameters" in repr(model)
-    assert repr(traced) == (f"DecodingTrace({text!r} -> {traced.text!r}, {len(traced.source_tokens)} source tokens, "
-                            f"{len(traced.steps)} steps, encoder states {traced.encoder_states.shape[0]}x"
-                            f"{traced.encoder_states.shape[1]})")
+    assert repr(traced) == (
+        f"DecodingTrace({text!r} -> {traced.text!r}, {len(traced.source_tokens)} source tokens, "
+        f"{len(traced.steps)} steps, encoder states {traced.encoder_states.shape[0]}x"
+        f"{traced.encoder_states.shape[1]})"
+    )
     assert repr(traced.steps[0]).startswith(f"StepTrace({traced.steps[0].token!r}, p ")
     assert f"attention {len(translation.tokens)}x{len(translation.source_tokens)}" in repr(translation)
     assert "2 candidates" in repr(translation) and repr(translation.best).startswith("Candidate(")
@@ -45,10 +47,15 @@ def test_reprs_show_shapes_not_numbers():
     from attnmt.speech.recognizer import Transcription
 
     attention = np.full((3, 200), 1 / 200)
-    transcription = Transcription("a.wav", [f"{i * 0.04:.2f}s" for i in range(200)],
-                                  [Candidate("hi", ["h", "i", "</s>"], -0.5, attention)], features=np.ones((800, 80)))
-    assert repr(transcription) == ("Transcription('a.wav' -> 'hi', score -0.500, 200 source tokens, 3 output tokens, "
-                                   "attention 3x200, 1 candidate)")
+    transcription = Transcription(
+        "a.wav",
+        [f"{i * 0.04:.2f}s" for i in range(200)],
+        [Candidate("hi", ["h", "i", "</s>"], -0.5, attention)],
+        features=np.ones((800, 80)),
+    )
+    assert repr(transcription) == (
+        "Transcription('a.wav' -> 'hi', score -0.500, 200 source tokens, 3 output tokens, attention 3x200, 1 candidate)"
+    )
     steps = [StepTrace("x", 4, 0.9, np.zeros(200), attention[0], np.ones(512), np.ones(1024), [("x", 0.9)])] * 60
     trace = DecodingTrace("a.wav", ["s"] * 200, np.ones((200, 512)), steps, "x" * 60, features=np.ones((800, 80)))
     assert repr(trace).endswith("60 steps, encoder states 200x512, 800 audio frames)") and len(repr(trace)) < 200

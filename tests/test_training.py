@@ -17,14 +17,22 @@ DEV = [(s, reverse(s)) for s in random_strings(30, 3, 8, seed=6)]
 
 RNN = {"dropout": 0.2}
 # Dropout everywhere, shared embeddings and the warm-up schedule: all of it must resume exactly.
-TRANSFORMER = {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "encoder_layers": 2,
-               "decoder_layers": 2, "dropout": 0.2, "attention_dropout": 0.1, "share_embeddings": True}
+TRANSFORMER = {
+    "type": "transformer",
+    "d_model": 32,
+    "heads": 4,
+    "feed_forward": 64,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "dropout": 0.2,
+    "attention_dropout": 0.1,
+    "share_embeddings": True,
+}
 NOAM = {"schedule": "noam", "warmup_steps": 5, "adam_betas": [0.9, 0.98]}
 
 
 def config_for(folder, model=RNN, **training):
-    return toy_config(folder, PAIRS, DEV, model=model,
-                      training={"validate_every": 7, "log_every": 3, **training})
+    return toy_config(folder, PAIRS, DEV, model=model, training={"validate_every": 7, "log_every": 3, **training})
 
 
 def weights(folder, name="last.safetensors"):
@@ -79,9 +87,16 @@ def test_training_again_into_a_trained_folder_is_refused_and_keeps_it(tmp_path):
 
 def test_early_stopping_and_learning_rate_decay(tmp_path):
     # With a learning rate this small nothing improves after the first validation.
-    config = config_for(tmp_path, max_steps=200, validate_every=2, learning_rate=1e-7,
-                        early_stopping_patience=3, lr_decay_patience=0, early_stopping_metric="bleu",
-                        min_learning_rate=0.0)
+    config = config_for(
+        tmp_path,
+        max_steps=200,
+        validate_every=2,
+        learning_rate=1e-7,
+        early_stopping_patience=3,
+        lr_decay_patience=0,
+        early_stopping_metric="bleu",
+        min_learning_rate=0.0,
+    )
     state = train(config, log=lambda m: None, progress=False)
     assert state.stopped_early and state.step < 200
     records = [json.loads(x) for x in (config.experiment_dir / "metrics.jsonl").read_text().splitlines()]
@@ -111,8 +126,9 @@ def test_prepare_refuses_subwords_trained_with_other_settings(tmp_path):
     from attnmt.translation.prepare import prepare
 
     prepare(config_for(tmp_path, max_steps=1), log=lambda m: None)
-    changed = toy_config(tmp_path, PAIRS, DEV, data={"subwords": {"type": "bpe", "vocab_size": 30}},
-                         training={"max_steps": 1})
+    changed = toy_config(
+        tmp_path, PAIRS, DEV, data={"subwords": {"type": "bpe", "vocab_size": 30}}, training={"max_steps": 1}
+    )
     with pytest.raises(AttnmtError, match="--force"):
         prepare(changed, log=lambda m: None)
     prepare(changed, log=lambda m: None, force=True)  # retrains
@@ -143,8 +159,7 @@ def test_source_padding_of_training_batches_changes_no_loss(tmp_path, model):
 
 
 @pytest.mark.parametrize("what", ["loss", "gradient norm"])
-def test_a_diverging_run_stops_with_a_clear_message_and_keeps_its_last_checkpoint(tmp_path, monkeypatch, capsys,
-                                                                                   what):
+def test_a_diverging_run_stops_with_a_clear_message_and_keeps_its_last_checkpoint(tmp_path, monkeypatch, capsys, what):
     import attnmt.seq2seq.training as seq2seq_training
     from attnmt.cli import main
     from attnmt.core.config import config_to_yaml

@@ -139,20 +139,36 @@ def classifier_run(folder, max_steps, resume=False, bad_step=None, on_device=Fal
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(200, 8, generator=generator)
     y = (x[:, 0] + x[:, 1] > 0).long()
-    config = config_from_dict({
-        "experiment_dir": str(folder),
-        "data": {"train": {"tsv": str(write_tsv(folder / "unused.tsv", [("a", "b")]))}, "batch_size": 16},
-        "training": {"max_steps": max_steps, "validate_every": 10, "log_every": 5, "learning_rate": 0.05,
-                     "early_stopping_metric": "loss", "early_stopping_patience": None},
-    }, folder)
+    config = config_from_dict(
+        {
+            "experiment_dir": str(folder),
+            "data": {"train": {"tsv": str(write_tsv(folder / "unused.tsv", [("a", "b")]))}, "batch_size": 16},
+            "training": {
+                "max_steps": max_steps,
+                "validate_every": 10,
+                "log_every": 5,
+                "learning_rate": 0.05,
+                "early_stopping_metric": "loss",
+                "early_stopping_patience": None,
+            },
+        },
+        folder,
+    )
     torch.manual_seed(1)
     model = nn.Sequential(nn.Dropout(0.1), nn.Linear(8, 2))
     logged = []
     loss = ClassifierLoss(model) if bad_step is None else PoisonedLoss(model, bad_step)
     setup = setup_training(model, loss, config.training, ONE_PROCESS)
-    loop = TrainingLoop(config, setup, [1] * 160, lambda indices: Examples(x[indices], y[indices]),
-                        DevLoss(Examples(x[160:], y[160:])), "model: a linear classifier", log=logged.append,
-                        progress=False)
+    loop = TrainingLoop(
+        config,
+        setup,
+        [1] * 160,
+        lambda indices: Examples(x[indices], y[indices]),
+        DevLoss(Examples(x[160:], y[160:])),
+        "model: a linear classifier",
+        log=logged.append,
+        progress=False,
+    )
     loop.divergence = DivergenceCheck(setup.optimizer, on_device=on_device)
     assert loop.divergence.on_device == on_device  # fused Adam honours found_inf on a CPU too
     state = loop.run(resume)
@@ -164,8 +180,11 @@ def test_the_loop_trains_a_classifier_and_resumes_it_exactly(tmp_path):
     assert state.step == 30 and state.sentences == state.target_tokens == 30 * 16
     assert logged[0] == "model: a linear classifier" and logged[1].startswith("step 10: dev loss ")
     records = [json.loads(line) for line in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["type"], r["step"]) for r in records if r["type"] == "valid"] == [("valid", 10), ("valid", 20),
-                                                                                ("valid", 30)]
+    assert [(r["type"], r["step"]) for r in records if r["type"] == "valid"] == [
+        ("valid", 10),
+        ("valid", 20),
+        ("valid", 30),
+    ]
     assert [r["step"] for r in records if r["type"] == "train"] == [5, 10, 15, 20, 25, 30]
     valid = [r for r in records if r["type"] == "valid"]
     assert valid[-1]["loss"] < valid[0]["loss"] and {"lr", "best"} <= valid[0].keys()

@@ -17,9 +17,19 @@ from conftest import assert_beam_of_one_equals_greedy, random_strings, toy_confi
 
 
 def untrained(**changes):
-    config = ModelConfig(**{"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64,
-                            "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,
-                            "attention_dropout": 0.0, **changes})
+    config = ModelConfig(
+        **{
+            "type": "transformer",
+            "d_model": 32,
+            "heads": 4,
+            "feed_forward": 64,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "dropout": 0.0,
+            "attention_dropout": 0.0,
+            **changes,
+        }
+    )
     return build_model(config, 20, 20).eval()
 
 
@@ -134,7 +144,7 @@ def test_fused_and_explicit_attention_agree():
     # attend() is the equation itself: softmax(Q K^T / sqrt(d_k)) V.
     q, key, value = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
     out, w = attend(q, key, value, None)
-    torch.testing.assert_close(w, torch.softmax(q @ key.transpose(-1, -2) / 8 ** 0.5, dim=-1))
+    torch.testing.assert_close(w, torch.softmax(q @ key.transpose(-1, -2) / 8**0.5, dim=-1))
     torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, key, value))
 
 
@@ -165,8 +175,7 @@ def test_noam_schedule_warms_up_linearly_then_decays_as_inverse_square_root(tmp_
     assert noam(100, 100) == pytest.approx(1.0)
     assert noam(50, 100) == pytest.approx(0.5)
     assert noam(400, 100) == pytest.approx(0.5)
-    config = toy_config(tmp_path, [("a", "a")],
-                        training={"schedule": "noam", "warmup_steps": 4, "learning_rate": 0.01})
+    config = toy_config(tmp_path, [("a", "a")], training={"schedule": "noam", "warmup_steps": 4, "learning_rate": 0.01})
     optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.01)
     scheduler = make_scheduler(optimizer, config.training)
     rates = []
@@ -182,8 +191,12 @@ def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(AttnmtError, match=r"heads \(3\) must divide d_model \(32\)"):
         toy_config(tmp_path, [("a", "a")], model={"type": "transformer", "d_model": 32, "heads": 3})
     with pytest.raises(AttnmtError, match=r"model\.share_embeddings needs one joint vocabulary"):
-        toy_config(tmp_path, [("a", "a")], model={"type": "transformer", "share_embeddings": True},
-                   data={"subwords": {"type": "char", "vocab_size": 40, "joint": False}})
+        toy_config(
+            tmp_path,
+            [("a", "a")],
+            model={"type": "transformer", "share_embeddings": True},
+            data={"subwords": {"type": "char", "vocab_size": 40, "joint": False}},
+        )
     with pytest.raises(AttnmtError, match="model.type"):
         toy_config(tmp_path, [("a", "a")], model={"type": "transfomer"})
     with pytest.raises(AttnmtError, match="training.schedule"):
@@ -199,13 +212,32 @@ def copy_model(tmp_path_factory):
     six validations by dev loss. 500 steps reached 99.5% with seed 1, 400 steps 84-93%."""
     folder = tmp_path_factory.mktemp("copy")
     train_src, dev_src = random_strings(4000, 3, 8, seed=1), random_strings(200, 3, 8, seed=2)
-    config = toy_config(folder, [(s, s) for s in train_src], [(s, s) for s in dev_src],
-                        model={"type": "transformer", "d_model": 64, "heads": 4, "feed_forward": 128,
-                               "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,
-                               "attention_dropout": 0.0, "share_embeddings": True},
-                        training={"max_steps": 600, "validate_every": 100, "learning_rate": 0.002,
-                                  "schedule": "noam", "warmup_steps": 50, "adam_betas": [0.9, 0.98],
-                                  "early_stopping_metric": "loss", "threads": 1})
+    config = toy_config(
+        folder,
+        [(s, s) for s in train_src],
+        [(s, s) for s in dev_src],
+        model={
+            "type": "transformer",
+            "d_model": 64,
+            "heads": 4,
+            "feed_forward": 128,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "dropout": 0.0,
+            "attention_dropout": 0.0,
+            "share_embeddings": True,
+        },
+        training={
+            "max_steps": 600,
+            "validate_every": 100,
+            "learning_rate": 0.002,
+            "schedule": "noam",
+            "warmup_steps": 50,
+            "adam_betas": [0.9, 0.98],
+            "early_stopping_metric": "loss",
+            "threads": 1,
+        },
+    )
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
     return attnmt.load(config.experiment_dir), dev_src

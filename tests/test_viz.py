@@ -61,9 +61,18 @@ def fake_trace(source_tokens, target_tokens, dims: int = 40, k: int = 3, seed: i
     steps = []
     for t, token in enumerate(target_tokens):
         top = [(token, 0.7)] + [(f"alt{i}", 0.3 / k) for i in range(k - 1)]
-        steps.append(StepTrace(token=token, token_id=t, probability=0.7, scores=np.log(attention[t]) + 1.0,
-                               weights=attention[t], context=attention[t] @ states,
-                               state=rng.normal(size=8), top_k=top))
+        steps.append(
+            StepTrace(
+                token=token,
+                token_id=t,
+                probability=0.7,
+                scores=np.log(attention[t]) + 1.0,
+                weights=attention[t],
+                context=attention[t] @ states,
+                state=rng.normal(size=8),
+                top_k=top,
+            )
+        )
     return DecodingTrace("src", list(source_tokens), states, steps, "out")
 
 
@@ -76,6 +85,7 @@ def run(*argv) -> tuple[int, str, str]:
 
 # --- merging pieces into words -------------------------------------------------------------------
 
+
 def test_word_spans():
     assert word_spans(["▁Ein", "▁Sch", "iff", "▁fährt", ".", "</s>"]) == [(0, 1), (1, 3), (3, 5), (5, 6)]
     assert word_spans(["ab", "▁c", "</s>"]) == [(0, 1), (1, 2), (2, 3)]  # the first piece always starts a word
@@ -84,18 +94,19 @@ def test_word_spans():
 
 
 def test_merge_pieces_sums_source_columns_and_averages_target_rows():
-    source = ["▁Sch", "iff", "▁da", "</s>"]            # words: Schiff, da, </s>
-    target = ["▁a", "▁sh", "ip", "</s>"]               # words: a, ship, </s>
-    attention = np.array([[0.1, 0.2, 0.6, 0.1],
-                          [0.5, 0.3, 0.1, 0.1],
-                          [0.2, 0.6, 0.0, 0.2],
-                          [0.0, 0.1, 0.1, 0.8]])
+    source = ["▁Sch", "iff", "▁da", "</s>"]  # words: Schiff, da, </s>
+    target = ["▁a", "▁sh", "ip", "</s>"]  # words: a, ship, </s>
+    attention = np.array([[0.1, 0.2, 0.6, 0.1], [0.5, 0.3, 0.1, 0.1], [0.2, 0.6, 0.0, 0.2], [0.0, 0.1, 0.1, 0.8]])
     source_words, target_words, merged = merge_pieces(source, target, attention)
     assert source_words == ["Schiff", "da", "</s>"]
     assert target_words == ["a", "ship", "</s>"]
-    expected = np.array([[0.3, 0.6, 0.1],                       # "a": columns 0+1 summed
-                         [(0.8 + 0.8) / 2, (0.1 + 0.0) / 2, (0.1 + 0.2) / 2],   # "ship": mean of 2 rows
-                         [0.1, 0.1, 0.8]])
+    expected = np.array(
+        [
+            [0.3, 0.6, 0.1],  # "a": columns 0+1 summed
+            [(0.8 + 0.8) / 2, (0.1 + 0.0) / 2, (0.1 + 0.2) / 2],  # "ship": mean of 2 rows
+            [0.1, 0.1, 0.8],
+        ]
+    )
     np.testing.assert_allclose(merged, expected)
     np.testing.assert_allclose(merged.sum(axis=1), 1.0)
 
@@ -114,6 +125,7 @@ def test_merge_pieces_rejects_a_matrix_of_the_wrong_shape():
 
 
 # --- heatmap -------------------------------------------------------------------------------------
+
 
 def test_heatmap_has_one_cell_per_pair_and_the_tokens_as_labels():
     source = ["▁Ein", "▁Sch", "iff", "$x$", "</s>"]
@@ -175,6 +187,7 @@ def test_save_writes_png_and_svg(tmp_path):
 
 
 # --- encoder states, decoder step, animation -------------------------------------------------------
+
 
 def test_select_dimensions_keeps_the_most_varying_ones_in_order():
     states = np.zeros((4, 6))
@@ -261,6 +274,7 @@ def test_animation_has_one_frame_per_step(tmp_path):
 
 # --- training curves -----------------------------------------------------------------------------
 
+
 def write_metrics(path: Path, records) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path
@@ -268,8 +282,10 @@ def write_metrics(path: Path, records) -> Path:
 
 def test_training_curves_from_a_handmade_log(tmp_path):
     records = [{"type": "train", "step": s, "epoch": 0, "loss": 5.0 / s} for s in (10, 20, 30, 40)]
-    records += [{"type": "valid", "step": 20, "loss": 0.4, "perplexity": 1.5, "bleu": 10.0},
-                {"type": "valid", "step": 40, "loss": 0.2, "perplexity": 1.2, "bleu": 30.0}]
+    records += [
+        {"type": "valid", "step": 20, "loss": 0.4, "perplexity": 1.5, "bleu": 10.0},
+        {"type": "valid", "step": 40, "loss": 0.2, "perplexity": 1.2, "bleu": 30.0},
+    ]
     path = write_metrics(tmp_path / "metrics.jsonl", records)
     for source in (path, tmp_path):  # the file or the experiment folder holding it
         fig = training_curves(source)
@@ -294,9 +310,10 @@ def test_training_curves_errors(tmp_path):
 
 # --- HTML ----------------------------------------------------------------------------------------
 
+
 def test_heatmap_html_has_one_cell_per_pair_and_escapes_tokens():
     source = ["▁<b>", "x&y", "</s>"]
-    target = ["▁\"q\"", "<script>", "z", "</s>"]
+    target = ['▁"q"', "<script>", "z", "</s>"]
     page = heatmap_html(source, target, random_attention(4, 3), title="<i>title</i>")
     assert page.count("<td") == 4 * 3
     assert "<b>" not in page and "<script>" not in page and "<i>" not in page
@@ -330,6 +347,7 @@ def test_step_html_and_notebook_wrappers(tmp_path):
 
 # --- a real model --------------------------------------------------------------------------------
 
+
 def test_heatmap_of_a_trained_model(reverse_model):
     model, _ = reverse_model
     [t] = model.translate(["abcdefg"], beam=3)
@@ -361,9 +379,25 @@ def test_step_figure_and_animation_of_a_trained_model(reverse_model, tmp_path):
 def test_cli_plot_writes_the_files(reverse_model, tmp_path):
     model, _ = reverse_model
     out = tmp_path / "figs"
-    code, stdout, err = run("plot", model.folder, "abcdef", "--out", out / "heat.png", "--states",
-                            out / "states.svg", "--step", 1, out / "step1.png", "--gif", out / "dec.gif",
-                            "--curves", out / "curves.png", "--merge-words", "--beam", 2)
+    code, stdout, err = run(
+        "plot",
+        model.folder,
+        "abcdef",
+        "--out",
+        out / "heat.png",
+        "--states",
+        out / "states.svg",
+        "--step",
+        1,
+        out / "step1.png",
+        "--gif",
+        out / "dec.gif",
+        "--curves",
+        out / "curves.png",
+        "--merge-words",
+        "--beam",
+        2,
+    )
     assert code == 0, err
     names = ["heat.png", "states.svg", "step1.png", "dec.gif", "curves.png"]
     assert sorted(Path(line).name for line in stdout.splitlines()) == sorted(names)
@@ -392,8 +426,9 @@ def test_cli_plot_draws_the_saliency_of_the_translation(reverse_model, tmp_path,
     model, _ = reverse_model
     drawn = []
     heatmap = figures.attention_heatmap
-    monkeypatch.setattr(figures, "attention_heatmap", lambda *args, **kwargs: drawn.append((args, kwargs))
-                        or heatmap(*args, **kwargs))
+    monkeypatch.setattr(
+        figures, "attention_heatmap", lambda *args, **kwargs: drawn.append((args, kwargs)) or heatmap(*args, **kwargs)
+    )
     code, stdout, err = run("plot", model.folder, "abcdef", "--saliency", tmp_path / "saliency.png")
     assert code == 0, err
     assert (tmp_path / "saliency.png").read_bytes().startswith(PNG_MAGIC)
@@ -429,13 +464,16 @@ def test_plan_of_curves_alone_needs_no_model_and_writes_only_when_asked(tmp_path
     assert write() == tmp_path / "c.png" and (tmp_path / "c.png").read_bytes().startswith(PNG_MAGIC)
 
 
-@pytest.mark.parametrize("request_, message", [
-    ({"sentence": "abc", "out": "a.png", "states": "s.jpg"}, "s.jpg: the file name must end in .png or .svg"),
-    ({"sentence": "abc", "steps": [(0, "s.gif")]}, "s.gif: the file name must end in .png or .svg"),
-    ({"curves": "c.png", "head": 1}, "--layer and --head choose"),
-    ({"sentence": "abc", "fps": 0}, "--fps must be positive"),
-    ({"out": "a.png"}, "give a sentence"),
-])
+@pytest.mark.parametrize(
+    "request_, message",
+    [
+        ({"sentence": "abc", "out": "a.png", "states": "s.jpg"}, "s.jpg: the file name must end in .png or .svg"),
+        ({"sentence": "abc", "steps": [(0, "s.gif")]}, "s.gif: the file name must end in .png or .svg"),
+        ({"curves": "c.png", "head": 1}, "--layer and --head choose"),
+        ({"sentence": "abc", "fps": 0}, "--fps must be positive"),
+        ({"out": "a.png"}, "give a sentence"),
+    ],
+)
 def test_plan_checks_the_request_before_reading_the_model(tmp_path, request_, message):
     with pytest.raises(AttnmtError, match=message):  # not "not a model folder": checked first
         plan_figures(FigureRequest(tmp_path / "no-model", **request_))
@@ -462,9 +500,14 @@ def fake_maps(layers=(3, 2), heads=4, source=("a", "b", "c", "</s>"), target=("x
             w = w * np.tril(np.ones((rows, columns)))
         return w / w.sum(-1, keepdims=True)
 
-    return {"encoder": weights(layers[0], S, S), "decoder": weights(layers[1], T, T, causal=True),
-            "cross": weights(layers[1], T, S), "source_tokens": list(source), "tokens": list(target),
-            "decoder_tokens": ["<s>", *target[:-1]]}
+    return {
+        "encoder": weights(layers[0], S, S),
+        "decoder": weights(layers[1], T, T, causal=True),
+        "cross": weights(layers[1], T, S),
+        "source_tokens": list(source),
+        "tokens": list(target),
+        "decoder_tokens": ["<s>", *target[:-1]],
+    }
 
 
 @pytest.mark.parametrize("kind, layers", [("encoder", 3), ("decoder", 2), ("cross", 2)])
@@ -509,12 +552,15 @@ def test_head_view_of_the_average_of_the_heads_and_the_last_layer():
     assert "layer 1, average of the heads" in fig.get_suptitle()
 
 
-@pytest.mark.parametrize("kind, layer, head, message", [
-    ("encoder", 3, 0, "layer 3 does not exist: the encoder self-attention has 3 layers, numbered 0 to 2"),
-    ("cross", 2, 0, "layer 2 does not exist: the cross-attention has 2 layers, numbered 0 to 1"),
-    ("decoder", 0, 4, "head 4 does not exist: each layer has 4 heads, numbered 0 to 3"),
-    ("cross", 0, -1, "head -1 does not exist"),
-])
+@pytest.mark.parametrize(
+    "kind, layer, head, message",
+    [
+        ("encoder", 3, 0, "layer 3 does not exist: the encoder self-attention has 3 layers, numbered 0 to 2"),
+        ("cross", 2, 0, "layer 2 does not exist: the cross-attention has 2 layers, numbered 0 to 1"),
+        ("decoder", 0, 4, "head 4 does not exist: each layer has 4 heads, numbered 0 to 3"),
+        ("cross", 0, -1, "head -1 does not exist"),
+    ],
+)
 def test_head_view_of_a_missing_layer_or_head_is_a_clear_error(kind, layer, head, message):
     with pytest.raises(AttnmtError, match=message):
         head_view_figure(fake_maps(), kind, layer, head)
@@ -528,8 +574,23 @@ def test_unknown_kind_is_a_clear_error():
 def test_cli_plot_transformer_figures(tiny_transformer, tmp_path):
     folder = str(tiny_transformer.folder)
     heads, grid, heat = tmp_path / "heads.png", tmp_path / "grid.svg", tmp_path / "heat.png"
-    code, out, _ = run("plot", folder, "abcdef", "--head-view", str(heads), "--kind", "encoder", "--layer", "2",
-                            "--head", "3", "--grid", str(grid), "--out", str(heat))
+    code, out, _ = run(
+        "plot",
+        folder,
+        "abcdef",
+        "--head-view",
+        str(heads),
+        "--kind",
+        "encoder",
+        "--layer",
+        "2",
+        "--head",
+        "3",
+        "--grid",
+        str(grid),
+        "--out",
+        str(heat),
+    )
     assert code == 0, out
     assert out.split() == [str(heat), str(heads), str(grid)]
     assert heads.read_bytes().startswith(PNG_MAGIC) and heat.read_bytes().startswith(PNG_MAGIC)
@@ -537,14 +598,21 @@ def test_cli_plot_transformer_figures(tiny_transformer, tmp_path):
     assert Image.open(heads).size[1] > 100
 
 
-@pytest.mark.parametrize("options, message", [
-    (["--head-view", "h.png", "--layer", "3"],
-     "--layer 3 does not exist: the cross-attention has 2 layers, numbered 0 to 1"),
-    (["--head-view", "h.png", "--kind", "encoder", "--head", "9"],
-     "--head 9 does not exist: each layer has 4 heads, numbered 0 to 3"),
-    (["--grid", "g.pdf"], "g.pdf: the file name must end in .png or .svg"),
-    (["--layer", "1"], "--layer and --head choose the attention --head-view FILE draws"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            ["--head-view", "h.png", "--layer", "3"],
+            "--layer 3 does not exist: the cross-attention has 2 layers, numbered 0 to 1",
+        ),
+        (
+            ["--head-view", "h.png", "--kind", "encoder", "--head", "9"],
+            "--head 9 does not exist: each layer has 4 heads, numbered 0 to 3",
+        ),
+        (["--grid", "g.pdf"], "g.pdf: the file name must end in .png or .svg"),
+        (["--layer", "1"], "--layer and --head choose the attention --head-view FILE draws"),
+    ],
+)
 def test_cli_plot_transformer_errors(tiny_transformer, tmp_path, options, message):
     options = [str(tmp_path / o) if o.endswith(("png", "pdf")) else o for o in options]
     code, _, err = run("plot", tiny_transformer.folder, "abcdef", *options)
@@ -561,6 +629,7 @@ def test_cli_plot_transformer_options_on_an_rnn_model(reverse_model, tmp_path):
 
 
 # --- issue 28: the step's decoder state, one colour convention, figures that display in Jupyter -------
+
 
 def test_step_figure_and_html_draw_the_decoder_state():
     trace = fake_trace(["▁a", "b", "</s>"], ["▁x", "y", "</s>"], dims=12)
@@ -604,8 +673,12 @@ def test_signed_values_are_blue_when_positive_and_red_when_negative_as_in_the_ex
 
 def test_figures_display_in_jupyter():
     trace = fake_trace(["▁a", "b", "</s>"], ["▁x", "y", "</s>"], dims=12)
-    figures = [attention_heatmap(trace), encoder_states_figure(trace), decoder_step_figure(trace, 0),
-               training_curves_of_a_handmade_log()]
+    figures = [
+        attention_heatmap(trace),
+        encoder_states_figure(trace),
+        decoder_step_figure(trace, 0),
+        training_curves_of_a_handmade_log(),
+    ]
     try:
         from IPython.core.formatters import DisplayFormatter
     except ImportError:  # without IPython, what it would call
@@ -621,12 +694,16 @@ def training_curves_of_a_handmade_log():
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "metrics.jsonl"
-        path.write_text('{"type": "train", "step": 1, "loss": 2.0}\n{"type": "valid", "step": 1, "loss": 1.5, '
-                        '"perplexity": 4.5, "bleu": 3.0}\n', encoding="utf-8")
+        path.write_text(
+            '{"type": "train", "step": 1, "loss": 2.0}\n{"type": "valid", "step": 1, "loss": 1.5, '
+            '"perplexity": 4.5, "bleu": 3.0}\n',
+            encoding="utf-8",
+        )
         return training_curves(path)
 
 
 # --- speech figures: legible attention, cropped to the speech (issue 28) -------------------------
+
 
 def fake_transcription(frames: int = 160, speech=(20, 130), seed: int = 0):
     """Log-mels with speech between frames speech[0] and speech[1] (10 ms each), and an attention
@@ -635,7 +712,7 @@ def fake_transcription(frames: int = 160, speech=(20, 130), seed: int = 0):
 
     rng = np.random.default_rng(seed)
     features = rng.normal(size=(frames, 80)) - 8.0
-    features[speech[0]:speech[1]] += 6.0
+    features[speech[0] : speech[1]] += 6.0
     tokens = ["h", "i", "</s>"]
     attention = random_attention(len(tokens), frames // 4, seed) * 0.5 + 0.5 / (frames // 4)
     return SimpleNamespace(features=features, attention=attention, tokens=tokens, hop_ms=10.0, frames_per_state=4)

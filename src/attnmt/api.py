@@ -33,8 +33,7 @@ from attnmt.seq2seq.quantize import QUANTIZE, quantize_int8  # noqa: F401
 from attnmt.seq2seq.results import Candidate, ScoredTranslation, Translation, links_of  # noqa: F401
 
 
-def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
-         device: str | torch.device = "cpu"):
+def load(folder: str | Path, checkpoint: str = "best", quantize: str | None = None, device: str | torch.device = "cpu"):
     """Loads a trained model folder (the ``experiment_dir`` of its config): a Translator, or for a
     sentence-pair classifier (task: pairs) an attnmt.pairs.classifier.PairClassifier.
 

@@ -20,17 +20,27 @@ def model_info(folder: str | Path) -> dict:
     folder = Path(folder)
     model = load_folder(folder)  # checks the folder, the config and the weights' checksum
     config = model.config
-    info = {"folder": str(folder), "task": config.task, "model": task_of(config.task).architecture(config),
-            "parameters": sum(p.numel() for p in model.model.parameters()),
-            "vocabularies": _vocabularies(model), "data": _data(config)}
+    info = {
+        "folder": str(folder),
+        "task": config.task,
+        "model": task_of(config.task).architecture(config),
+        "parameters": sum(p.numel() for p in model.model.parameters()),
+        "vocabularies": _vocabularies(model),
+        "data": _data(config),
+    }
     last = folder / "last.safetensors"
     if last.is_file():
         state = read_trainer_state(last)
         minutes = round(state["seconds"] / 60, 2)
         tc = config.training
         start = None if tc.init_from is None else f"{tc.init_from} ({tc.init_checkpoint})"
-        info["training"] = {"steps": state["step"], "epochs": state["epoch"], "minutes": minutes,
-                            "stopped_early": bool(state.get("stopped_early")), "fine_tuned_from": start}
+        info["training"] = {
+            "steps": state["step"],
+            "epochs": state["epoch"],
+            "minutes": minutes,
+            "stopped_early": bool(state.get("stopped_early")),
+            "fine_tuned_from": start,
+        }
     info["checkpoints"] = _checkpoints(folder)
     info["scores"] = _scores(folder / "metrics.jsonl")
     return info
@@ -102,15 +112,25 @@ def format_info(info: dict) -> str:
     """The summary as aligned "name  value" lines."""
     vocab = info["vocabularies"]
     sizes = ", ".join(f"{side} {vocab[side]:,}" for side in ("source", "target", "joint") if side in vocab)
-    rows = [("folder", info["folder"]), ("task", info["task"]), ("model", info["model"]),
-            ("parameters", f"{info['parameters']:,}"), ("vocabularies", f"{sizes} ({vocab['type']} pieces)")]
+    rows = [
+        ("folder", info["folder"]),
+        ("task", info["task"]),
+        ("model", info["model"]),
+        ("parameters", f"{info['parameters']:,}"),
+        ("vocabularies", f"{sizes} ({vocab['type']} pieces)"),
+    ]
     if "labels" in vocab:
         rows.append(("labels", ", ".join(vocab["labels"])))
     rows += [(f"data {name}", files) for name, files in info["data"].items()]
     if "training" in info:
         t = info["training"]
-        rows.append(("trained", f"{t['steps']:,} steps (epoch {t['epochs']}), {t['minutes']:.1f} minutes"
-                                f"{', stopped early' if t['stopped_early'] else ''}"))
+        rows.append(
+            (
+                "trained",
+                f"{t['steps']:,} steps (epoch {t['epochs']}), {t['minutes']:.1f} minutes"
+                f"{', stopped early' if t['stopped_early'] else ''}",
+            )
+        )
         if t["fine_tuned_from"]:
             rows.append(("fine-tuned from", t["fine_tuned_from"]))
     for name, steps in info["checkpoints"].items():

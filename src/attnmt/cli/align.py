@@ -27,38 +27,68 @@ def add_align_parser(subparsers):
     p.add_argument("--batch-size", type=_positive, default=32, help="sentence pairs per batch")
     checkpoint_option(p)
     device_option(p)
-    p.add_argument("--method", choices=["argmax", "threshold"], default=None,
-                   help="argmax: each target word to its most attended source word; "
-                        "threshold: every link with weight >= --threshold (default: argmax for the attention, "
-                        "threshold with --aligner)")
+    p.add_argument(
+        "--method",
+        choices=["argmax", "threshold"],
+        default=None,
+        help="argmax: each target word to its most attended source word; "
+        "threshold: every link with weight >= --threshold (default: argmax for the attention, "
+        "threshold with --aligner)",
+    )
     p.add_argument("--threshold", type=float, default=0.5, help="for --method threshold")
-    p.add_argument("--shift", action="store_true", help="read each target word's links from the step after it "
-                                                        "(Shift-Att, Chen et al. 2020)")
-    p.add_argument("--layer", type=int, help="Transformer: the decoder layer whose cross-attention is read "
-                                             "(negative: from the last; default the last)")
+    p.add_argument(
+        "--shift",
+        action="store_true",
+        help="read each target word's links from the step after it (Shift-Att, Chen et al. 2020)",
+    )
+    p.add_argument(
+        "--layer",
+        type=int,
+        help="Transformer: the decoder layer whose cross-attention is read (negative: from the last; default the last)",
+    )
     p.add_argument("--heads", type=_head_list, help="Transformer: those heads of it, averaged (e.g. 0,2; default all)")
-    p.add_argument("--full-context", action=argparse.BooleanOptionalAction, default=None,
-                   help="Transformer: read a decoder pass that sees the whole target, not only the past (Garg et "
-                        "al. 2019; default: as the model was trained, training.guided_alignment.full_context)")
-    p.add_argument("--backward", metavar="MODEL_DIR", help="a target->source model: its links, turned around, are "
-                                                             "symmetrized with the forward model's")
-    p.add_argument("--symmetrize", choices=["intersection", "union", "grow-diag-final", "mean"],
-                   default="grow-diag-final",
-                   help="with --backward (default grow-diag-final); mean: the links where the mean of both "
-                        "directions' word weights reaches --threshold")
-    p.add_argument("--aligner", metavar="DIR", help="read the links from this alignment layer of the model "
-                                                      "(attnmt train-aligner) instead of its attention")
+    p.add_argument(
+        "--full-context",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Transformer: read a decoder pass that sees the whole target, not only the past (Garg et "
+        "al. 2019; default: as the model was trained, training.guided_alignment.full_context)",
+    )
+    p.add_argument(
+        "--backward",
+        metavar="MODEL_DIR",
+        help="a target->source model: its links, turned around, are symmetrized with the forward model's",
+    )
+    p.add_argument(
+        "--symmetrize",
+        choices=["intersection", "union", "grow-diag-final", "mean"],
+        default="grow-diag-final",
+        help="with --backward (default grow-diag-final); mean: the links where the mean of both "
+        "directions' word weights reaches --threshold",
+    )
+    p.add_argument(
+        "--aligner",
+        metavar="DIR",
+        help="read the links from this alignment layer of the model (attnmt train-aligner) instead of its attention",
+    )
     p.add_argument("--backward-aligner", metavar="DIR", help="the same for the --backward model")
-    p.add_argument("--saliency", nargs="?", type=int, const=0, metavar="SAMPLES",
-                   help="read the links from gradients instead of attention: how much each source word's embedding "
-                        "moves each output word's log-probability (gradient x input; with SAMPLES, SmoothGrad over "
-                        "that many noisy copies); Ding et al. 2019 (docs/alignment.md)")
+    p.add_argument(
+        "--saliency",
+        nargs="?",
+        type=int,
+        const=0,
+        metavar="SAMPLES",
+        help="read the links from gradients instead of attention: how much each source word's embedding "
+        "moves each output word's log-probability (gradient x input; with SAMPLES, SmoothGrad over "
+        "that many noisy copies); Ding et al. 2019 (docs/alignment.md)",
+    )
     p.set_defaults(func=run_align)
 
 
 def add_train_aligner_parser(subparsers):
-    p = subparsers.add_parser("train-aligner", help="train an alignment layer on a frozen translation model "
-                                                    "(docs/alignment.md)")
+    p = subparsers.add_parser(
+        "train-aligner", help="train an alignment layer on a frozen translation model (docs/alignment.md)"
+    )
     p.add_argument("config", help="aligner YAML file (model: the translation model's folder; see docs/alignment.md)")
     p.add_argument("--device", help="where to train (default: device of the config, cpu)")
     threads_option(p)
@@ -70,8 +100,9 @@ def add_align_score_parser(subparsers):
     p.add_argument("--gold", required=True, help="gold alignments: i-j sure, i?j or ipj possible links")
     p.add_argument("--hyp", required=True, help="hypothesis alignments (Pharaoh, 0-based)")
     p.add_argument("--one-based", action="store_true", help="the gold file counts words from 1")
-    p.add_argument("--json", nargs="?", const="-",
-                   help="print the scores as JSON (or, with a file name, also write them there)")
+    p.add_argument(
+        "--json", nargs="?", const="-", help="print the scores as JSON (or, with a file name, also write them there)"
+    )
     p.set_defaults(func=run_align_score)
 
 
@@ -81,8 +112,16 @@ def run_align(args):
 
     sources, targets = read_line_pairs(args.src, args.tgt)
     model = load(args.model_dir, args.checkpoint, device=args.device)
-    options = dict(batch_size=args.batch_size, method=args.method, threshold=args.threshold, shift=args.shift,
-                   layer=args.layer, heads=args.heads, full_context=args.full_context, saliency=args.saliency)
+    options = dict(
+        batch_size=args.batch_size,
+        method=args.method,
+        threshold=args.threshold,
+        shift=args.shift,
+        layer=args.layer,
+        heads=args.heads,
+        full_context=args.full_context,
+        saliency=args.saliency,
+    )
     if args.backward_aligner and not args.backward:
         raise AttnmtError("--backward-aligner is the alignment layer of the --backward model: give --backward too")
     aligner = _aligner(args.aligner, model)
@@ -121,5 +160,7 @@ def run_align_score(args):
         return
     if args.json:
         write_text(args.json, json.dumps(scores, indent=2) + "\n")
-    print(f"AER        {scores['aer']:.4f}\nprecision  {scores['precision']:.4f}\n"
-          f"recall     {scores['recall']:.4f}\nsentences  {scores['sentences']}")
+    print(
+        f"AER        {scores['aer']:.4f}\nprecision  {scores['precision']:.4f}\n"
+        f"recall     {scores['recall']:.4f}\nsentences  {scores['sentences']}"
+    )

@@ -8,13 +8,20 @@ from attnmt.core.errors import AttnmtError
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("classify", help="sentence-pair model: premise<TAB>hypothesis lines -> label and "
-                                               "probabilities, one output line per input line")
+    p = subparsers.add_parser(
+        "classify",
+        help="sentence-pair model: premise<TAB>hypothesis lines -> label and "
+        "probabilities, one output line per input line",
+    )
     p.add_argument("model_dir", help="folder of a trained sentence-pair model (task: pairs)")
     p.add_argument("--batch-size", type=_positive, default=None, help="pairs per batch")
     checkpoint_option(p)
-    p.add_argument("--max-tokens", type=_positive, default=MAX_TOKENS,
-                   help=f"a sentence of more subword tokens is cut to this many, with a warning (default {MAX_TOKENS})")
+    p.add_argument(
+        "--max-tokens",
+        type=_positive,
+        default=MAX_TOKENS,
+        help=f"a sentence of more subword tokens is cut to this many, with a warning (default {MAX_TOKENS})",
+    )
     device_option(p)
     input_output_options(p)
     p.set_defaults(func=run)
@@ -32,8 +39,9 @@ def run(args):
     for message in warnings:
         log(f"attnmt: warning: {message}")
     if errors:
-        raise AttnmtError(f"{len(errors)} of {len(outputs)} line(s) not classified (ERROR lines in the output); "
-                          f"first: {errors[0]}")
+        raise AttnmtError(
+            f"{len(errors)} of {len(outputs)} line(s) not classified (ERROR lines in the output); first: {errors[0]}"
+        )
 
 
 def require_pair_classifier(model, args):

@@ -18,8 +18,9 @@ def load_model(args):
     if getattr(args, "ensemble", None):
         if model.inputs != "text":
             raise AttnmtError(f"{args.model_dir}: --ensemble is for translation models")
-        model.ensemble([load(folder, args.checkpoint, quantize=quantize(args), device=args.device)
-                        for folder in args.ensemble])
+        model.ensemble(
+            [load(folder, args.checkpoint, quantize=quantize(args), device=args.device) for folder in args.ensemble]
+        )
     apply_decoding_options(model, args)
     return model
 
@@ -34,8 +35,9 @@ def apply_decoding_options(model, args):
     if settings:
         if not isinstance(model, Translator):
             option = "--" + next(iter(settings)).replace("_", "-")
-            raise AttnmtError(f"{args.model_dir}: {option} is for models that decode; this is a sentence-pair "
-                              "classifier")
+            raise AttnmtError(
+                f"{args.model_dir}: {option} is for models that decode; this is a sentence-pair classifier"
+            )
         model.set_decoding(**settings)
     if getattr(args, "tag", None):
         if model.inputs != "text":
@@ -64,8 +66,10 @@ def tags_of(args, model, count: int, name: str) -> str | list[str] | None:
         raise AttnmtError(f"{args.model_dir}: --tag-file is for translation models")
     tags = [line.strip() for line in read_lines(args.tag_file)]
     if len(tags) != count:
-        raise AttnmtError(f"line counts differ: {name} has {count} lines, {args.tag_file} has {len(tags)} "
-                          "(--tag-file: one line, maybe empty, for each source line)")
+        raise AttnmtError(
+            f"line counts differ: {name} has {count} lines, {args.tag_file} has {len(tags)} "
+            "(--tag-file: one line, maybe empty, for each source line)"
+        )
     for number, tag in enumerate(tags, start=1):
         if tag and tag not in model.tags:
             known = f"its tags are {', '.join(model.tags)}" if model.tags else "it was trained without tags"
@@ -75,14 +79,24 @@ def tags_of(args, model, count: int, name: str) -> str | list[str] | None:
 
 def translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = "input"):
     """The translations of ``lines``, each cut to --max-tokens subword pieces with a warning."""
-    translations = model.translate(lines, beam=args.beam, n_best=n_best, batch_size=args.batch_size,
-                                   max_tokens=args.max_tokens, progress="translating",
-                                   sampling=getattr(args, "sampling", None), prefix=getattr(args, "prefixes", None),
-                                   constraints=getattr(args, "phrases", None), tag=args.tag)
+    translations = model.translate(
+        lines,
+        beam=args.beam,
+        n_best=n_best,
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        progress="translating",
+        sampling=getattr(args, "sampling", None),
+        prefix=getattr(args, "prefixes", None),
+        constraints=getattr(args, "phrases", None),
+        tag=args.tag,
+    )
     for number, t in enumerate(translations, start=1):
         if t.truncated:
-            log(f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "
-                f"{args.max_tokens} were translated (--max-tokens)")
+            log(
+                f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "
+                f"{args.max_tokens} were translated (--max-tokens)"
+            )
     return translations
 
 
@@ -95,8 +109,9 @@ def check_rerank(args, model, beam: int):
     if model.inputs != "text":
         raise AttnmtError(f"{args.model_dir}: --rerank is for translation models")
     if getattr(args, "sampling", None) is not None or beam < 2:
-        raise AttnmtError("--rerank reorders the candidates of a beam search: give a --beam of 2 or more (and no "
-                          "--sample)")
+        raise AttnmtError(
+            "--rerank reorders the candidates of a beam search: give a --beam of 2 or more (and no --sample)"
+        )
 
 
 def reranker(model, args):

@@ -68,15 +68,16 @@ def _head_list(text: str) -> list[int]:
     try:
         heads = [int(part) for part in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected head numbers separated by commas (e.g. 0,2), got {text!r}") \
-            from None
+        raise argparse.ArgumentTypeError(
+            f"expected head numbers separated by commas (e.g. 0,2), got {text!r}"
+        ) from None
     if any(h < 0 for h in heads):
         raise argparse.ArgumentTypeError(f"head numbers count from 0, got {text!r}")
     return heads
 
 
 def window_argument(text: str) -> tuple[int, int]:
-    """"2,8" -> (2, 8): --attention-window LEFT,RIGHT (also benchmarks/speech_length.py --window)."""
+    """ "2,8" -> (2, 8): --attention-window LEFT,RIGHT (also benchmarks/speech_length.py --window)."""
     try:
         left, right = (int(part) for part in text.split(","))
     except ValueError:
@@ -87,49 +88,77 @@ def window_argument(text: str) -> tuple[int, int]:
 
 
 def device_option(p):
-    p.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda or cuda:N "
-                                                   "(GPU figures: docs/performance.md)")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="where the model runs: cpu (default), cuda or cuda:N (GPU figures: docs/performance.md)",
+    )
 
 
 def threads_option(p):
-    p.add_argument("--threads", type=_positive,
-                   help="CPU threads (default: the usable cores that other work leaves free, at least one)")
+    p.add_argument(
+        "--threads",
+        type=_positive,
+        help="CPU threads (default: the usable cores that other work leaves free, at least one)",
+    )
 
 
 def checkpoint_option(p):
-    p.add_argument("--checkpoint", choices=["best", "last", "averaged"], default="best",
-                   help="best: of the validations; last: of the training's end; averaged: of attnmt average")
+    p.add_argument(
+        "--checkpoint",
+        choices=["best", "last", "averaged"],
+        default="best",
+        help="best: of the validations; last: of the training's end; averaged: of attnmt average",
+    )
 
 
 def decoding_options(p):
     """MODEL_DIR and how it decodes: translate and evaluate."""
-    model_options(p, max_tokens=f"a line of more subword tokens is cut to this many, with a warning (default "
-                                f"{MAX_TOKENS})")
-    p.add_argument("--beam", type=_beam, default=None,
-                   help=f"beam size, 1 (greedy) to {MAX_BEAM} (default: config)")
-    p.add_argument("--shortlist", nargs="?", const="", metavar="FILE",
-                   help="vocabulary shortlist: the output layer scores only the likely target pieces of each "
-                        "batch (MODEL_DIR/shortlist.json, or FILE; build it with 'attnmt shortlist MODEL_DIR'; "
-                        "default: config, decoding.shortlist)")
+    model_options(
+        p, max_tokens=f"a line of more subword tokens is cut to this many, with a warning (default {MAX_TOKENS})"
+    )
+    p.add_argument("--beam", type=_beam, default=None, help=f"beam size, 1 (greedy) to {MAX_BEAM} (default: config)")
+    p.add_argument(
+        "--shortlist",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="vocabulary shortlist: the output layer scores only the likely target pieces of each "
+        "batch (MODEL_DIR/shortlist.json, or FILE; build it with 'attnmt shortlist MODEL_DIR'; "
+        "default: config, decoding.shortlist)",
+    )
     penalty_options(p)
 
 
 def penalty_options(p):
     """--length-penalty and --coverage-penalty: translate, evaluate and serve."""
-    p.add_argument("--length-penalty", type=float, default=None, metavar="ALPHA",
-                   help="alpha of Wu et al. (2016): scores are log p / ((5 + |y|) / 6)^alpha; 0: none "
-                        "(default: config, decoding.length_penalty)")
-    p.add_argument("--coverage-penalty", type=float, default=None, metavar="BETA",
-                   help="beta of Wu et al. (2016): + beta * sum over source words of log(min(attention they "
-                        "received, 1)), against outputs that leave words out; 0: none (default: config, "
-                        "decoding.coverage_penalty)")
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=None,
+        metavar="ALPHA",
+        help="alpha of Wu et al. (2016): scores are log p / ((5 + |y|) / 6)^alpha; 0: none "
+        "(default: config, decoding.length_penalty)",
+    )
+    p.add_argument(
+        "--coverage-penalty",
+        type=float,
+        default=None,
+        metavar="BETA",
+        help="beta of Wu et al. (2016): + beta * sum over source words of log(min(attention they "
+        "received, 1)), against outputs that leave words out; 0: none (default: config, "
+        "decoding.coverage_penalty)",
+    )
 
 
 def tag_file_option(p):
     """--tag-file (translate, score): a tag for each source line."""
-    p.add_argument("--tag-file", metavar="FILE",
-                   help="a tag for each source line, line by line (an empty line: none), each one the model was "
-                        "trained with: as --tag, line by line (sources of several domains or styles in one file)")
+    p.add_argument(
+        "--tag-file",
+        metavar="FILE",
+        help="a tag for each source line, line by line (an empty line: none), each one the model was "
+        "trained with: as --tag, line by line (sources of several domains or styles in one file)",
+    )
 
 
 def model_options(p, max_tokens: str):
@@ -138,40 +167,68 @@ def model_options(p, max_tokens: str):
     p.add_argument("model_dir", help="folder of a trained model (its experiment_dir)")
     p.add_argument("--batch-size", type=_positive, default=None, help="sentences per batch")
     checkpoint_option(p)
-    p.add_argument("--ensemble", action="append", metavar="MODEL_DIR",
-                   help="another model of the same language pair and subwords (repeatable): each step's next-token "
-                        "distribution is the mean of all (ensemble decoding; the same --checkpoint)")
+    p.add_argument(
+        "--ensemble",
+        action="append",
+        metavar="MODEL_DIR",
+        help="another model of the same language pair and subwords (repeatable): each step's next-token "
+        "distribution is the mean of all (ensemble decoding; the same --checkpoint)",
+    )
     p.add_argument("--max-tokens", type=_positive, default=MAX_TOKENS, help=max_tokens)
-    p.add_argument("--tag", metavar="TAG",
-                   help="put this tag, one the model was trained with (data.extra_train's, e.g. '<BT>'; attnmt info "
-                        "lists them), before every source: its outputs then follow that corpus (a domain, a style); "
-                        "with score --backward, the forward model's sources only")
-    p.add_argument("--mask-heads", metavar="KIND.LAYER.HEAD,...",
-                   help="a Transformer: switch these attention heads off (their output multiplied by 0; KIND "
-                        "encoder, decoder or cross, LAYER and HEAD from 0, e.g. cross.2.0,encoder.0.3), to see what "
-                        "the others do without them (docs/transformer.md)")
-    p.add_argument("--attention-window", type=window_argument, metavar="LEFT,RIGHT",
-                   help="RNN attention: each step attends only within LEFT positions before and RIGHT after the "
-                        "median of the previous step's weights (as in Chorowski et al. 2014; default: config, "
-                        "decoding.attention_window)")
+    p.add_argument(
+        "--tag",
+        metavar="TAG",
+        help="put this tag, one the model was trained with (data.extra_train's, e.g. '<BT>'; attnmt info "
+        "lists them), before every source: its outputs then follow that corpus (a domain, a style); "
+        "with score --backward, the forward model's sources only",
+    )
+    p.add_argument(
+        "--mask-heads",
+        metavar="KIND.LAYER.HEAD,...",
+        help="a Transformer: switch these attention heads off (their output multiplied by 0; KIND "
+        "encoder, decoder or cross, LAYER and HEAD from 0, e.g. cross.2.0,encoder.0.3), to see what "
+        "the others do without them (docs/transformer.md)",
+    )
+    p.add_argument(
+        "--attention-window",
+        type=window_argument,
+        metavar="LEFT,RIGHT",
+        help="RNN attention: each step attends only within LEFT positions before and RIGHT after the "
+        "median of the previous step's weights (as in Chorowski et al. 2014; default: config, "
+        "decoding.attention_window)",
+    )
     device_option(p)
     reduced = p.add_mutually_exclusive_group()
-    reduced.add_argument("--int8", action="store_true",
-                         help="dynamic int8 quantization of the linear layers, for CPU translation; "
-                              "BLEU unchanged within a few tenths (docs/performance.md)")
-    reduced.add_argument("--bf16", action="store_true",
-                         help="the output layer's product in bfloat16 (faster beam search on CPUs "
-                              "with AVX512-BF16/AMX; a few translations change)")
+    reduced.add_argument(
+        "--int8",
+        action="store_true",
+        help="dynamic int8 quantization of the linear layers, for CPU translation; "
+        "BLEU unchanged within a few tenths (docs/performance.md)",
+    )
+    reduced.add_argument(
+        "--bf16",
+        action="store_true",
+        help="the output layer's product in bfloat16 (faster beam search on CPUs "
+        "with AVX512-BF16/AMX; a few translations change)",
+    )
 
 
 def rerank_options(p):
     """--rerank DIR and --rerank-weight W: translate and evaluate."""
-    p.add_argument("--rerank", metavar="DIR",
-                   help="a target->source model: the beam's candidates reranked by how well each explains the source, "
-                        "log p(y|x)/|y| + W log p(x|y)/|x| (noisy-channel reranking; n-best scores are then that); "
-                        "needs a beam of 2 or more")
-    p.add_argument("--rerank-weight", type=float, default=None, metavar="W",
-                   help="W of --rerank (default 0.25, the best on Multi30k's dev set: tune it on yours)")
+    p.add_argument(
+        "--rerank",
+        metavar="DIR",
+        help="a target->source model: the beam's candidates reranked by how well each explains the source, "
+        "log p(y|x)/|y| + W log p(x|y)/|x| (noisy-channel reranking; n-best scores are then that); "
+        "needs a beam of 2 or more",
+    )
+    p.add_argument(
+        "--rerank-weight",
+        type=float,
+        default=None,
+        metavar="W",
+        help="W of --rerank (default 0.25, the best on Multi30k's dev set: tune it on yours)",
+    )
 
 
 def input_output_options(p):

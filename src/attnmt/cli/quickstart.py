@@ -10,16 +10,30 @@ from attnmt.cli.streams import log
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("quickstart", help="train a small attention model on dates (or, with --speech, on "
-                                                 "speech synthesized with espeak-ng) and show its attention")
-    p.add_argument("--dir", help="where data, model and figures go (default runs/quickstart, runs/quickstart-pairs "
-                                 "with --pairs, runs/quickstart-speech with --speech)")
+    p = subparsers.add_parser(
+        "quickstart",
+        help="train a small attention model on dates (or, with --speech, on "
+        "speech synthesized with espeak-ng) and show its attention",
+    )
+    p.add_argument(
+        "--dir",
+        help="where data, model and figures go (default runs/quickstart, runs/quickstart-pairs "
+        "with --pairs, runs/quickstart-speech with --speech)",
+    )
     p.add_argument("--steps", type=_positive, help="training steps (default 500; --pairs 3000; --speech 800)")
     p.add_argument("--attention", help="attention variant (default bahdanau; --speech location)")
-    p.add_argument("--pairs", action="store_true", help="instead: the decomposable attention model on a synthetic "
-                                                        "sentence-pair task (entailment, contradiction, neutral)")
-    p.add_argument("--speech", action="store_true", help="instead: speech recognition with location-aware attention "
-                                                          "on speech synthesized with espeak-ng (docs/speech.md)")
+    p.add_argument(
+        "--pairs",
+        action="store_true",
+        help="instead: the decomposable attention model on a synthetic "
+        "sentence-pair task (entailment, contradiction, neutral)",
+    )
+    p.add_argument(
+        "--speech",
+        action="store_true",
+        help="instead: speech recognition with location-aware attention "
+        "on speech synthesized with espeak-ng (docs/speech.md)",
+    )
     threads_option(p)
     p.set_defaults(func=run)
 
@@ -35,10 +49,15 @@ def run(args):
     if args.speech:
         from attnmt.speech.quickstart import run_speech_quickstart
 
-        run_speech_quickstart(Path(args.dir or "runs/quickstart-speech"), steps=args.steps or 800,
-                              attention=args.attention or "location", log=log)
+        run_speech_quickstart(
+            Path(args.dir or "runs/quickstart-speech"),
+            steps=args.steps or 800,
+            attention=args.attention or "location",
+            log=log,
+        )
         return
     from attnmt.translation.quickstart import run_quickstart
 
-    run_quickstart(Path(args.dir or "runs/quickstart"), steps=args.steps or 500, attention=args.attention or "bahdanau",
-                   log=log)
+    run_quickstart(
+        Path(args.dir or "runs/quickstart"), steps=args.steps or 500, attention=args.attention or "bahdanau", log=log
+    )

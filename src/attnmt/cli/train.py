@@ -19,13 +19,17 @@ def add_parser(subparsers):
     p.add_argument("config", help="experiment YAML file")
     p.add_argument("--resume", action="store_true", help="continue from last.safetensors")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--device", choices=["cpu", "cuda"],
-                   help="where to train (default: training.device of the config, cpu)")
+    p.add_argument(
+        "--device", choices=["cpu", "cuda"], help="where to train (default: training.device of the config, cpu)"
+    )
     threads_option(p)
     p.set_defaults(func=run_train)
 
-    p = subparsers.add_parser("average", help="average the weights of the checkpoints that training kept "
-                                              "(training.keep_checkpoints) into MODEL_DIR/averaged.safetensors")
+    p = subparsers.add_parser(
+        "average",
+        help="average the weights of the checkpoints that training kept "
+        "(training.keep_checkpoints) into MODEL_DIR/averaged.safetensors",
+    )
     p.add_argument("model_dir", help="folder of a trained model (its experiment_dir)")
     p.add_argument("--last", type=_at_least_two, help="the last N kept checkpoints (default: all that were kept)")
     p.set_defaults(func=run_average)
@@ -52,8 +56,10 @@ def run_train(args):
         config.training.threads = args.threads
     state = train(config, resume=args.resume, log=log, progress=not args.no_progress)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one process reports
-        log(f"finished at step {state.step} ({state.seconds / 60:.1f} min of training); "
-            f"model in {config.experiment_dir}")
+        log(
+            f"finished at step {state.step} ({state.seconds / 60:.1f} min of training); "
+            f"model in {config.experiment_dir}"
+        )
 
 
 def _at_least_two(text: str) -> int:
@@ -70,5 +76,7 @@ def run_average(args):
     folder = Path(args.model_dir)
     model_config(folder)  # a model folder, or an error saying what it is
     averaged, steps = average_checkpoints(folder, args.last)
-    log(f"averaged the weights of {len(steps)} checkpoints (steps {', '.join(map(str, steps))}) into {averaged}; "
-        "read them with --checkpoint averaged")
+    log(
+        f"averaged the weights of {len(steps)} checkpoints (steps {', '.join(map(str, steps))}) into {averaged}; "
+        "read them with --checkpoint averaged"
+    )

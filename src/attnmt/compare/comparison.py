@@ -18,8 +18,9 @@ from attnmt.core.files import atomic_write_text
 class Comparison:
     """The runs of a comparison and their scores; ``run()`` does it all (see ``compare``)."""
 
-    def __init__(self, config: str | Path, variants: list[Variant], out: str | Path,
-                 settings: ComparisonSettings | None = None):
+    def __init__(
+        self, config: str | Path, variants: list[Variant], out: str | Path, settings: ComparisonSettings | None = None
+    ):
         settings = ComparisonSettings() if settings is None else settings
         check_variants(variants)
         settings.check()
@@ -57,15 +58,17 @@ class Comparison:
         by (variant, seed); then the statistical aligner's."""
         alignments = {}
         for forward in (r for r in runs if not r.reverse):
-            backward = next((r for r in runs if r.reverse and r.variant is forward.variant
-                             and r.seed == forward.seed), None)
+            backward = next(
+                (r for r in runs if r.reverse and r.variant is forward.variant and r.seed == forward.seed), None
+            )
             alignments[(forward.variant.name, forward.seed)] = score_alignments(forward, backward, self.settings)
         statistical = score_statistical(self.folders.shared / "train.tsv", self.out / "eflomal.json", self.settings)
         return alignments, statistical
 
 
-def compare(config: str | Path, out: str | Path, varies: list[str] = (), variants: list[str | Variant] = (),
-            **options) -> dict:
+def compare(
+    config: str | Path, out: str | Path, varies: list[str] = (), variants: list[str | Variant] = (), **options
+) -> dict:
     """Python API of ``attnmt compare``: the grid of ``varies`` ("FIELD=V1,V2") and the listed
     ``variants`` ("NAME:FIELD=V,..." , "NAME=OVERRIDES.yaml" or Variant objects), trained and scored;
     returns the table (as results.json). Options (see ComparisonSettings): steps, minutes, seeds,

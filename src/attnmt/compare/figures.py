@@ -1,11 +1,11 @@
 """The figures of ``attnmt compare``, drawn from its table (results.json):
 
-    bleu_by_length_figure     BLEU against source length, one line per variant, one panel per test set
-                              (the shape of Bahdanau et al. 2014, Fig. 2)
-    attention_panels_figure   the word attention of every variant on the same sentence pair
-    alignment_figure          precision and recall of each variant's best word alignment, and the
-                              statistical aligner's
-    draw_figures              all of them, into --out (bleu-by-length.png, attention.png, alignment.png)
+bleu_by_length_figure     BLEU against source length, one line per variant, one panel per test set
+                          (the shape of Bahdanau et al. 2014, Fig. 2)
+attention_panels_figure   the word attention of every variant on the same sentence pair
+alignment_figure          precision and recall of each variant's best word alignment, and the
+                          statistical aligner's
+draw_figures              all of them, into --out (bleu-by-length.png, attention.png, alignment.png)
 """
 
 from __future__ import annotations
@@ -20,8 +20,14 @@ from attnmt.compare.runs import Run
 from attnmt.core.errors import AttnmtError
 from attnmt.viz.figures import new_figure
 
-__all__ = ["bleu_by_length_figure", "attention_panels_figure", "alignment_figure", "best_alignments",
-           "example_attention", "draw_figures"]
+__all__ = [
+    "bleu_by_length_figure",
+    "attention_panels_figure",
+    "alignment_figure",
+    "best_alignments",
+    "example_attention",
+    "draw_figures",
+]
 
 
 def _low(label: str) -> int:
@@ -36,14 +42,15 @@ def bleu_by_length_figure(table: dict) -> Figure:
     for ax, test in zip(axes, tests):
         prefix = f"tests/{test}/by_length/"
         for variant, metrics in table["metrics"].items():
-            labels = sorted((k[len(prefix):] for k in metrics if k.startswith(prefix)), key=_low)
+            labels = sorted((k[len(prefix) :] for k in metrics if k.startswith(prefix)), key=_low)
             if not labels:
                 continue
             means = [metrics[prefix + label]["mean"] for label in labels]
             lows = [means[i] - min(metrics[prefix + label]["values"]) for i, label in enumerate(labels)]
             highs = [max(metrics[prefix + label]["values"]) - means[i] for i, label in enumerate(labels)]
-            ax.errorbar([_low(label) for label in labels], means, yerr=[lows, highs], marker="o", capsize=3,
-                        label=variant)
+            ax.errorbar(
+                [_low(label) for label in labels], means, yerr=[lows, highs], marker="o", capsize=3, label=variant
+            )
         ax.set_title(test)
         ax.set_xlabel("source words (bucket start)")
         ax.set_ylabel("BLEU")
@@ -52,8 +59,9 @@ def bleu_by_length_figure(table: dict) -> Figure:
     return fig
 
 
-def attention_panels_figure(panels: list[tuple[str, np.ndarray | None]], source_words: list[str],
-                            target_words: list[str]) -> Figure:
+def attention_panels_figure(
+    panels: list[tuple[str, np.ndarray | None]], source_words: list[str], target_words: list[str]
+) -> Figure:
     """One heatmap per (variant, word attention: target words x source words, or None)."""
     columns = min(3, len(panels))
     rows = math.ceil(len(panels) / columns)
@@ -71,7 +79,7 @@ def attention_panels_figure(panels: list[tuple[str, np.ndarray | None]], source_
         ax.imshow(matrix, cmap="Blues", vmin=0, vmax=1, aspect="auto")
         ax.set_xticks(range(len(source_words)), labels=source_words, rotation=90, fontsize=6)
         ax.set_yticks(range(len(target_words)), labels=target_words, fontsize=6)
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_axis_off()
     return fig
 
@@ -80,9 +88,15 @@ def best_alignments(table: dict) -> list[tuple[str, str, dict]]:
     """Per aligner, its way of reading links with the lowest mean AER: (aligner, how, scores)."""
     best = []
     for variant, rows in table.get("alignment", {}).items():
-        candidates = [(scores["aer"]["mean"], f"{row['attention']}{', shifted' if row['shift'] else ''}, "
-                       f"{row['links']}, {method}", {m: s["mean"] for m, s in scores.items()})
-                      for row in rows for method, scores in row["scores"].items()]
+        candidates = [
+            (
+                scores["aer"]["mean"],
+                f"{row['attention']}{', shifted' if row['shift'] else ''}, {row['links']}, {method}",
+                {m: s["mean"] for m, s in scores.items()},
+            )
+            for row in rows
+            for method, scores in row["scores"].items()
+        ]
         best.append((variant, *min(candidates, key=lambda c: c[0])[1:]))
     for name, methods in table.get("statistical", {}).items():
         method, scores = min(methods.items(), key=lambda item: item[1]["aer"])
@@ -131,8 +145,9 @@ def draw_figures(table: dict, runs: list[Run], test_sets: dict, example: int, ou
         raise AttnmtError(f"--example {example}: test set {name} has {len(test_sets[name][0])} sentences")
     source, reference = test_sets[name][0][example - 1], test_sets[name][1][example - 1]
     first = {run.variant.name: run for run in reversed(runs) if not run.reverse}
-    panels = [(variant, example_attention(load(first[variant].folder), source, reference))
-              for variant in table["variants"]]
+    panels = [
+        (variant, example_attention(load(first[variant].folder), source, reference)) for variant in table["variants"]
+    ]
     save(attention_panels_figure(panels, source.split(), reference.split()), out / "attention.png")
     if table.get("alignment"):
         save(alignment_figure(table), out / "alignment.png")

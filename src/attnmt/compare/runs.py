@@ -97,7 +97,7 @@ def swapped(spec: dict) -> dict:
 
 
 def read_align_pairs(path) -> tuple[list[str], list[str]]:
-    """"source ||| target" lines (the format of word aligners) -> sources, targets."""
+    """ "source ||| target" lines (the format of word aligners) -> sources, targets."""
     sources, targets = [], []
     for number, line in enumerate(read_lines(path), start=1):
         if line.count("|||") != 1:
@@ -120,8 +120,10 @@ def locked(path: Path):
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
             by = f" (process {holder})" if holder.isdigit() else ""
-            raise AttnmtError(f"{path}: another attnmt compare{by} is working in {path.parent}; wait for it to end, "
-                              "or choose another --out") from None
+            raise AttnmtError(
+                f"{path}: another attnmt compare{by} is working in {path.parent}; wait for it to end, "
+                "or choose another --out"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
@@ -158,12 +160,16 @@ class RunFolders:
         """The corpora every run gets (the data section's train, dev and test), in OUT/shared."""
         config = self.base.with_overrides({"experiment_dir": str(self.shared)})
         if config.data.extra_train and self.settings.both_directions:  # (a reversed run: its pairs turned around)
-            raise AttnmtError("--both-directions trains each variant on data.train turned around too, which "
-                              "data.extra_train's corpora (back-translations, tagged sources) do not go with: remove "
-                              "data.extra_train from the config, or compare one direction")
-        return {"train": {"tsv": str(self.shared / "train.tsv")},
-                "dev": self._spec(config.data.dev, "dev", config) if config.data.dev else None,
-                "test": None}
+            raise AttnmtError(
+                "--both-directions trains each variant on data.train turned around too, which "
+                "data.extra_train's corpora (back-translations, tagged sources) do not go with: remove "
+                "data.extra_train from the config, or compare one direction"
+            )
+        return {
+            "train": {"tsv": str(self.shared / "train.tsv")},
+            "dev": self._spec(config.data.dev, "dev", config) if config.data.dev else None,
+            "test": None,
+        }
 
     def prepare_shared(self, data: dict):
         """Held-out sets, train.tsv and subwords in OUT/shared, once."""
@@ -206,8 +212,11 @@ class RunFolders:
             for reverse in (False, True) if self.settings.both_directions else (False,):
                 seed = base_seed + k
                 folder = self.out / variant.folder / f"seed{seed}{'-reverse' if reverse else ''}"
-                run_data = data if not reverse else {**data, "train": swapped(data["train"]),
-                                                     "dev": data["dev"] and swapped(data["dev"])}
+                run_data = (
+                    data
+                    if not reverse
+                    else {**data, "train": swapped(data["train"]), "dev": data["dev"] and swapped(data["dev"])}
+                )
                 overrides = {"experiment_dir": str(folder), "training": {**self.settings.budget, "seed": seed}}
                 try:
                     config = self.base.with_overrides(merged(variant.overrides, overrides), run_data)
@@ -227,20 +236,23 @@ class RunFolders:
                 log(f"{number} {run.label}: done before ({run.folder / 'results.json'})")
                 return
             if not self.settings.resume:
-                raise AttnmtError(f"{run.folder}: an unfinished run; pass --resume to continue it (or delete the "
-                                  "folder to start it again)")
+                raise AttnmtError(
+                    f"{run.folder}: an unfinished run; pass --resume to continue it (or delete the "
+                    "folder to start it again)"
+                )
         else:
             self._copy_subwords(run)
         log(f"{number} {run.label}: training in {run.folder}")
-        train(run.config, resume=(run.folder / "last.safetensors").exists(), log=log,
-              progress=self.settings.progress)
+        train(run.config, resume=(run.folder / "last.safetensors").exists(), log=log, progress=self.settings.progress)
 
     def _check_same_config(self, run: Run):
         stored = load_config(run.folder / "config.yaml").model_dump(mode="json")
         changed = differences(stored, run.config.model_dump(mode="json"))
         if changed:
-            raise AttnmtError(f"{run.folder} was trained with another configuration ({', '.join(changed)} "
-                              f"differ): choose another --out, or delete the folder")
+            raise AttnmtError(
+                f"{run.folder} was trained with another configuration ({', '.join(changed)} "
+                f"differ): choose another --out, or delete the folder"
+            )
 
     def _copy_subwords(self, run: Run):
         """The shared subwords (when the variant keeps the config's subword settings); a reversed

@@ -32,28 +32,32 @@ def score_run(run: Run, test_sets: dict, settings: ComparisonSettings) -> dict:
     translator = load(run.folder)
     record = {"variant": run.variant.name, "seed": run.seed, "reverse": run.reverse, **training_record(run.folder)}
     if not run.reverse:
-        record["tests"] = {name: score_test_set(translator, name, *pair, settings)
-                           for name, pair in test_sets.items()}
+        record["tests"] = {name: score_test_set(translator, name, *pair, settings) for name, pair in test_sets.items()}
     atomic_write_text(path, json.dumps(record, indent=1) + "\n")
     return record
 
 
-def score_test_set(translator, name: str, sources: list[str], references: list[str],
-                   settings: ComparisonSettings) -> dict:
+def score_test_set(
+    translator, name: str, sources: list[str], references: list[str], settings: ComparisonSettings
+) -> dict:
     """One test set's report (see score_run); its translations written to RUN/NAME.hyp."""
     from attnmt.seq2seq.links import word_matrix
     from attnmt.translation.training import evaluate_loss
 
-    report, translations = score_translations(translator, name, sources, references, beam=settings.beam,
-                                              log=settings.log)
+    report, translations = score_translations(
+        translator, name, sources, references, beam=settings.beam, log=settings.log
+    )
     hypotheses = report.pop("hypotheses")
     atomic_write_text(translator.folder / f"{name}.hyp", "".join(h + "\n" for h in hypotheses))
-    encoded = EncodedCorpus(sources, references, translator.src_subwords.encode(sources),
-                            translator.tgt_subwords.encode(references))
-    report["perplexity"] = evaluate_loss(translator.model, encoded, translator.config.data.batch_size,
-                                         window=translator.attention_window)["perplexity"]
-    matrices = [None if t.attention is None else word_matrix(t.attention, t.source_tokens, t.tokens)
-                for t in translations]
+    encoded = EncodedCorpus(
+        sources, references, translator.src_subwords.encode(sources), translator.tgt_subwords.encode(references)
+    )
+    report["perplexity"] = evaluate_loss(
+        translator.model, encoded, translator.config.data.batch_size, window=translator.attention_window
+    )["perplexity"]
+    matrices = [
+        None if t.attention is None else word_matrix(t.attention, t.source_tokens, t.tokens) for t in translations
+    ]
     report["failures"] = attention_failures(matrices, hypotheses, references)
     return report
 
@@ -66,8 +70,12 @@ def training_record(folder: Path) -> dict:
     state = read_trainer_state(folder / "last.safetensors")
     speeds = [r["tokens_per_s"] for r in read_metrics(folder / "metrics.jsonl") if r.get("type") == "train"]
     tokens_per_s = statistics.median(speeds) if speeds else None
-    return {"steps": state["step"], "minutes": state["seconds"] / 60, "target_tokens_per_s": tokens_per_s,
-            "sentences_per_s": tokens_per_s and tokens_per_s * state["sentences"] / max(state["target_tokens"], 1)}
+    return {
+        "steps": state["step"],
+        "minutes": state["seconds"] / 60,
+        "target_tokens_per_s": tokens_per_s,
+        "sentences_per_s": tokens_per_s and tokens_per_s * state["sentences"] / max(state["target_tokens"], 1),
+    }
 
 
 # ---------------------------------------------------------------- word alignments
@@ -85,8 +93,9 @@ def score_alignments(forward: Run, backward: Run | None, settings: ComparisonSet
     if not model.model.has_attention:
         return None
     reverse = load(backward.folder) if backward is not None else None
-    scores = attention_alignment_scores(model, reverse, *read_align_pairs(settings.align_pairs),
-                                        gold_links(settings), settings.threshold)
+    scores = attention_alignment_scores(
+        model, reverse, *read_align_pairs(settings.align_pairs), gold_links(settings), settings.threshold
+    )
     atomic_write_text(path, json.dumps(scores, indent=1) + "\n")
     return scores
 
@@ -119,9 +128,9 @@ def score_statistical(training_text: Path, path: Path, settings: ComparisonSetti
     return scores
 
 
-
-def attention_alignment_scores(forward, backward, sources: list[str], targets: list[str], gold,
-                               threshold: float) -> list[dict]:
+def attention_alignment_scores(
+    forward, backward, sources: list[str], targets: list[str], gold, threshold: float
+) -> list[dict]:
     """Scores of the attention's word alignments of the gold pairs, every way of reading them:
     which attention (the model's, or each Transformer layer's averaged over heads), shifted by one
     step or not, argmax or threshold links; then each direction and symmetrization."""
@@ -136,8 +145,9 @@ def attention_alignment_scores(forward, backward, sources: list[str], targets: l
             for links in ("argmax", "threshold"):
                 f = [alignments_from_attention(m, links, threshold) for m in fw]
                 b = bw and [transposed(alignments_from_attention(m, links, threshold)) for m in bw]
-                rows.append({"attention": name, "shift": shift, "links": links,
-                             "scores": symmetrized_scores(f, b, *gold)})
+                rows.append(
+                    {"attention": name, "shift": shift, "links": links, "scores": symmetrized_scores(f, b, *gold)}
+                )
     return rows
 
 
@@ -151,4 +161,3 @@ def _attention_sources(forward, backward, sources, targets):
     if not layered:
         return [("attention", f, b)]
     return [(f"layer {k + 1}", [m[k] for m in f], b and [m[k] for m in b]) for k in range(f[0].shape[0])]
-

@@ -95,8 +95,9 @@ STATISTICAL_SCORES = TypeAdapter(dict[str, dict[str, _LinkScores]])  # eflomal.j
 def read_results(path: Path, schema: TypeAdapter):
     """A results file as ``schema`` describes it (plain dicts and lists), or AttnmtError naming the
     file and the field: a file edited by hand must not make the tables wrong without a word."""
-    value = read_checked_json(path, schema.validate_json, "the results",
-                              "not the file compare wrote: delete it to score the run again")
+    value = read_checked_json(
+        path, schema.validate_json, "the results", "not the file compare wrote: delete it to score the run again"
+    )
     return schema.dump_python(value)
 
 
@@ -106,8 +107,10 @@ def checked_run_record(path: Path, run: Run) -> dict:
     wanted = {"variant": run.variant.name, "seed": run.seed, "reverse": run.reverse}
     for key, value in wanted.items():
         if record[key] != value:
-            raise AttnmtError(f"{path}: {key}: {record[key]!r}, but the run in this folder has {value!r}; not the file "
-                              "compare wrote: delete it to score the run again")
+            raise AttnmtError(
+                f"{path}: {key}: {record[key]!r}, but the run in this folder has {value!r}; not the file "
+                "compare wrote: delete it to score the run again"
+            )
     return record
 
 
@@ -134,12 +137,16 @@ def bucket_label(bucket: dict) -> str:
 
 
 def spread(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "values": values}
+    return {
+        "mean": statistics.fmean(values),
+        "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "values": values,
+    }
 
 
-def summarize(records: list[dict], alignments: dict, statistical: dict, variants: list[str],
-              test_names: list[str]) -> dict:
+def summarize(
+    records: list[dict], alignments: dict, statistical: dict, variants: list[str], test_names: list[str]
+) -> dict:
     """Per variant, every number of its runs as mean, standard deviation and values over the seeds."""
     table = {"variants": variants, "test_sets": test_names, "metrics": {}, "alignment": {}, "statistical": statistical}
     for variant in variants:
@@ -155,8 +162,10 @@ def summarize(records: list[dict], alignments: dict, statistical: dict, variants
 def _alignment_row(seeds: list[dict]) -> dict:
     """One way of reading alignments (the same row of every seed's scores), its scores as spreads."""
     row = {key: seeds[0][key] for key in ("attention", "shift", "links")}
-    row["scores"] = {method: {m: spread([seed["scores"][method][m] for seed in seeds])
-                              for m in ("aer", "precision", "recall")} for method in seeds[0]["scores"]}
+    row["scores"] = {
+        method: {m: spread([seed["scores"][method][m] for seed in seeds]) for m in ("aer", "precision", "recall")}
+        for method in seeds[0]["scores"]
+    }
     return row
 
 
@@ -177,29 +186,59 @@ def results_markdown(table: dict) -> str:
     """The tables of results.json as Markdown: translation, BLEU by length, failures, alignment."""
     metrics, tests = table["metrics"], table["test_sets"]
     first = tests[0]
-    parts = ["## Translation\n\nMean ± standard deviation over the seeds. Perplexity per target subword; "
-             "speed in the training run (target tokens and sentences per second, validation excluded).\n",
-             _markdown(["variant", *[f"BLEU {t}" for t in tests], f"chrF {first}", f"perplexity {first}",
-                        "sentences/s", "steps", "minutes"],
-                       [[v, *[_cell(m.get(f"tests/{t}/bleu/score")) for t in tests],
-                         _cell(m.get(f"tests/{first}/chrf/score")), _cell(m.get(f"tests/{first}/perplexity"), 2),
-                         _cell(m.get("sentences_per_s"), 0), _cell(m.get("steps"), 0), _cell(m.get("minutes"))]
-                        for v, m in metrics.items()])]
+    parts = [
+        "## Translation\n\nMean ± standard deviation over the seeds. Perplexity per target subword; "
+        "speed in the training run (target tokens and sentences per second, validation excluded).\n",
+        _markdown(
+            [
+                "variant",
+                *[f"BLEU {t}" for t in tests],
+                f"chrF {first}",
+                f"perplexity {first}",
+                "sentences/s",
+                "steps",
+                "minutes",
+            ],
+            [
+                [
+                    v,
+                    *[_cell(m.get(f"tests/{t}/bleu/score")) for t in tests],
+                    _cell(m.get(f"tests/{first}/chrf/score")),
+                    _cell(m.get(f"tests/{first}/perplexity"), 2),
+                    _cell(m.get("sentences_per_s"), 0),
+                    _cell(m.get("steps"), 0),
+                    _cell(m.get("minutes")),
+                ]
+                for v, m in metrics.items()
+            ],
+        ),
+    ]
     for test in tests:
         prefix = f"tests/{test}/by_length/"
-        labels = sorted({k[len(prefix):] for m in metrics.values() for k in m if k.startswith(prefix)},
-                        key=lambda label: int(label.split("-")[0].rstrip("+")))
+        labels = sorted(
+            {k[len(prefix) :] for m in metrics.values() for k in m if k.startswith(prefix)},
+            key=lambda label: int(label.split("-")[0].rstrip("+")),
+        )
         sizes = {label: _bucket_sizes(metrics, test, label) for label in labels}
         parts.append(f"## BLEU by source length: {test}\n\nSource words (sentences).\n")
-        parts.append(_markdown(["variant", *[f"{label} ({sizes[label]})" for label in labels]],
-                               [[v, *[_cell(m.get(prefix + label)) for label in labels]] for v, m in metrics.items()]))
-    parts.append("## Attention failures\n\nSource words whose attention summed over the output is < 0.2 "
-                 "(unattended) or > 3 (over-attended), per 100 source words; outputs more than twice (too long) "
-                 "or less than half (too short) as long as their reference, in sentences; word trigrams that "
-                 "their output wrote before (repeated), per 100 trigrams.\n")
-    parts.append(_markdown(["variant", "test set", "unattended %", "over-attended %", "too long", "too short",
-                            "repeated 3-grams %"],
-                           [[v, t, *_failure_cells(m, t)] for v, m in metrics.items() for t in tests]))
+        parts.append(
+            _markdown(
+                ["variant", *[f"{label} ({sizes[label]})" for label in labels]],
+                [[v, *[_cell(m.get(prefix + label)) for label in labels]] for v, m in metrics.items()],
+            )
+        )
+    parts.append(
+        "## Attention failures\n\nSource words whose attention summed over the output is < 0.2 "
+        "(unattended) or > 3 (over-attended), per 100 source words; outputs more than twice (too long) "
+        "or less than half (too short) as long as their reference, in sentences; word trigrams that "
+        "their output wrote before (repeated), per 100 trigrams.\n"
+    )
+    parts.append(
+        _markdown(
+            ["variant", "test set", "unattended %", "over-attended %", "too long", "too short", "repeated 3-grams %"],
+            [[v, t, *_failure_cells(m, t)] for v, m in metrics.items() for t in tests],
+        )
+    )
     if table["alignment"] or table["statistical"]:
         parts.append(alignment_markdown(table))
     return "\n".join(parts)
@@ -207,8 +246,11 @@ def results_markdown(table: dict) -> str:
 
 def _bucket_sizes(metrics: dict, test: str, label: str) -> str:
     """Sentences in the bucket (the same test set for every variant)."""
-    counts = [m[f"tests/{test}/bucket_sentences/{label}"]["mean"] for m in metrics.values()
-              if f"tests/{test}/bucket_sentences/{label}" in m]
+    counts = [
+        m[f"tests/{test}/bucket_sentences/{label}"]["mean"]
+        for m in metrics.values()
+        if f"tests/{test}/bucket_sentences/{label}" in m
+    ]
     return f"{counts[0]:.0f}" if counts else "?"
 
 
@@ -216,8 +258,9 @@ def _failure_cells(m: dict, test: str) -> list[str]:
     words = m.get(f"tests/{test}/failures/source_words")
     cells = [_percent(m.get(f"tests/{test}/failures/{kind}"), words) for kind in ("unattended", "over_attended")]
     cells += [_cell(m.get(f"tests/{test}/failures/{kind}"), 1) for kind in ("too_long", "too_short")]
-    return cells + [_percent(m.get(f"tests/{test}/failures/repeated_trigrams"),
-                             m.get(f"tests/{test}/failures/trigrams"))]
+    return cells + [
+        _percent(m.get(f"tests/{test}/failures/repeated_trigrams"), m.get(f"tests/{test}/failures/trigrams"))
+    ]
 
 
 def _percent(count: dict | None, total: dict | None) -> str:
@@ -236,8 +279,10 @@ def alignment_markdown(table: dict) -> str:
             rows.append([variant, how, *[_cell(_aer(row["scores"].get(c)), 1) for c in ALIGNMENT_COLUMNS]])
     for name, scores in table["statistical"].items():
         rows.append([name, "Gibbs sampling", *[_cell(_aer(spread_of(scores.get(c))), 1) for c in ALIGNMENT_COLUMNS]])
-    return ("## Word alignment\n\nAER (%) on the gold set, lower is better; precision and recall in "
-            "results.json.\n\n" + _markdown(["aligner", "links", *ALIGNMENT_COLUMNS], rows))
+    return (
+        "## Word alignment\n\nAER (%) on the gold set, lower is better; precision and recall in "
+        "results.json.\n\n" + _markdown(["aligner", "links", *ALIGNMENT_COLUMNS], rows)
+    )
 
 
 def spread_of(scores: dict | None) -> dict | None:

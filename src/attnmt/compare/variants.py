@@ -39,8 +39,10 @@ class Variant:
 def check_name(name: str):
     """A variant's name names its folder in --out: it must be a plain file name."""
     if not name.strip() or name.startswith(".") or any(c in name for c in "/\\\0"):
-        raise AttnmtError(f"variant name {name!r}: a variant's name is the name of its folder in --out, so it must be "
-                          "a plain file name (not empty, not starting with '.', without '/' or '\\')")
+        raise AttnmtError(
+            f"variant name {name!r}: a variant's name is the name of its folder in --out, so it must be "
+            "a plain file name (not empty, not starting with '.', without '/' or '\\')"
+        )
 
 
 def check_variants(variants: list[Variant]):
@@ -60,8 +62,10 @@ def check_shared_fields(variants: list[Variant]):
     for variant in variants:
         shared = [f for f in touched_fields(variant.overrides) if f.startswith(SHARED_DATA_FIELDS)]
         if shared:
-            raise AttnmtError(f"variant {variant.name}: {', '.join(shared)} must be the same for every variant "
-                              "(set them in the config)")
+            raise AttnmtError(
+                f"variant {variant.name}: {', '.join(shared)} must be the same for every variant "
+                "(set them in the config)"
+            )
 
 
 def merged(base: dict, overrides: dict) -> dict:
@@ -73,7 +77,7 @@ def merged(base: dict, overrides: dict) -> dict:
 
 
 def assignment(text: str, where: str) -> dict:
-    """"model.attention=bahdanau" -> {"model": {"attention": "bahdanau"}} (the value read as YAML)."""
+    """ "model.attention=bahdanau" -> {"model": {"attention": "bahdanau"}} (the value read as YAML)."""
     name, equals, value = text.partition("=")
     if not equals or not FIELD.fullmatch(name.strip()):
         raise AttnmtError(f"{where}: expected FIELD=VALUE (e.g. model.attention=bahdanau), got {text!r}")

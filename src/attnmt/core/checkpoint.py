@@ -59,12 +59,15 @@ def read_checkpoint(path: Path) -> tuple[dict, dict]:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
     except (SafetensorError, OSError, ValueError) as e:
-        raise AttnmtError(f"{path}: not a readable safetensors checkpoint: truncated, corrupt or another "
-                          f"kind of file ({e})") from None
+        raise AttnmtError(
+            f"{path}: not a readable safetensors checkpoint: truncated, corrupt or another kind of file ({e})"
+        ) from None
     stored = metadata.get(CHECKSUM)
     if stored is not None and stored != checksum(tensors, metadata):
-        raise AttnmtError(f"{path}: checksum mismatch: the file was damaged or modified after it was written "
-                          "(retrain, or copy it again from its source)")
+        raise AttnmtError(
+            f"{path}: checksum mismatch: the file was damaged or modified after it was written "
+            "(retrain, or copy it again from its source)"
+        )
     return tensors, metadata
 
 
@@ -97,8 +100,10 @@ def _load_model(model: nn.Module, path: Path, tensors: dict, metadata: dict) -> 
     weights = _model_weights(tensors)
     for name, tensor in weights.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise AttnmtError(f"{path}: weight '{name}' holds values that are not finite numbers (NaN or "
-                              "infinity): the training run diverged, or the file was altered; use another checkpoint")
+            raise AttnmtError(
+                f"{path}: weight '{name}' holds values that are not finite numbers (NaN or "
+                "infinity): the training run diverged, or the file was altered; use another checkpoint"
+            )
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
@@ -114,8 +119,9 @@ def tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         with safe_open(str(path), framework="pt") as f:
             return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
     except (SafetensorError, OSError, ValueError) as e:
-        raise AttnmtError(f"{path}: not a readable safetensors checkpoint: truncated, corrupt or another "
-                          f"kind of file ({e})") from None
+        raise AttnmtError(
+            f"{path}: not a readable safetensors checkpoint: truncated, corrupt or another kind of file ({e})"
+        ) from None
 
 
 def check_shapes(model: nn.Module, path: Path):
@@ -125,8 +131,10 @@ def check_shapes(model: nn.Module, path: Path):
     for name, tensor in model.state_dict().items():
         if stored.get(name) != tuple(tensor.shape):
             found = "is missing" if name not in stored else f"has shape {list(stored[name])}"
-            raise AttnmtError(f"{path}: the config asks for weight '{name}' of shape {list(tensor.shape)}, but the "
-                              f"checkpoint {found}: config.yaml and the weights do not belong together")
+            raise AttnmtError(
+                f"{path}: the config asks for weight '{name}' of shape {list(tensor.shape)}, but the "
+                f"checkpoint {found}: config.yaml and the weights do not belong together"
+            )
 
 
 def load_weights(model: nn.Module, path: Path) -> dict:
@@ -134,8 +142,7 @@ def load_weights(model: nn.Module, path: Path) -> dict:
     return _load_model(model, path, *read_checkpoint(path))
 
 
-def save_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-                        trainer_state: dict):
+def save_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, trainer_state: dict):
     tensors = {f"model.{k}": v for k, v in model_tensors(model).items()}
     optim = optimizer.state_dict()
     for index, values in optim["state"].items():
@@ -145,8 +152,7 @@ def save_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Opt
     device = model_device(model)
     if device.type == "cuda":  # dropout on a GPU draws from that GPU's generator
         tensors["rng.cuda"] = torch.cuda.get_rng_state(device)
-    metadata = {"info": json.dumps(trainer_state),
-                "param_groups": json.dumps(optim["param_groups"])}
+    metadata = {"info": json.dumps(trainer_state), "param_groups": json.dumps(optim["param_groups"])}
     _atomic_save(tensors, path, metadata)
 
 
@@ -158,8 +164,7 @@ def load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Opt
     tensors, metadata = read_checkpoint(path)
     info = _load_model(model, path, tensors, metadata)
     if "rng.torch" not in tensors:
-        raise AttnmtError(f"{path}: not a training checkpoint (no random-number state); "
-                          "resume needs last.safetensors")
+        raise AttnmtError(f"{path}: not a training checkpoint (no random-number state); resume needs last.safetensors")
     param_groups = _json_field(path, metadata, "param_groups")
     try:
         state: dict[int, dict] = {}
@@ -210,16 +215,21 @@ def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
         last = _model_weights(read_checkpoint(path)[0])
         if last.keys() != first.keys():
             differ = ", ".join(sorted(last.keys() ^ first.keys())[:3])
-            raise AttnmtError(f"{path}: its weights are not those of {paths[0]} ({differ}): only checkpoints "
-                              "of one model can be averaged")
+            raise AttnmtError(
+                f"{path}: its weights are not those of {paths[0]} ({differ}): only checkpoints "
+                "of one model can be averaged"
+            )
         for name, tensor in last.items():
             if tensor.shape != first[name].shape:
-                raise AttnmtError(f"{path}: weight '{name}' has shape {list(tensor.shape)}, in {paths[0]} "
-                                  f"{list(first[name].shape)}: only checkpoints of one model can be averaged")
+                raise AttnmtError(
+                    f"{path}: weight '{name}' has shape {list(tensor.shape)}, in {paths[0]} "
+                    f"{list(first[name].shape)}: only checkpoints of one model can be averaged"
+                )
             if name in sums:
                 sums[name] += tensor.double()
-    return {name: (sums[name] / len(paths)).to(tensor.dtype) if name in sums else tensor
-            for name, tensor in last.items()}
+    return {
+        name: (sums[name] / len(paths)).to(tensor.dtype) if name in sums else tensor for name, tensor in last.items()
+    }
 
 
 def save_weights(tensors: dict[str, torch.Tensor], path: Path, info: dict | None = None):

@@ -16,7 +16,15 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from attnmt.core.errors import AttnmtError
 from attnmt.core.data_sections import GPU_BATCH_TOKENS, CorpusFiles, DataConfig, ExtraCorpus  # noqa: F401 (re-exported)
 from attnmt.core.sections import (  # noqa: F401 (re-exported)
-    FERTILITY_BOUND, NORMALIZERS, RNN_NORMALIZERS, SET_NAME, Section, SetName, SubwordConfig, named_sets)
+    FERTILITY_BOUND,
+    NORMALIZERS,
+    RNN_NORMALIZERS,
+    SET_NAME,
+    Section,
+    SetName,
+    SubwordConfig,
+    named_sets,
+)
 from attnmt.core.task import TASKS
 from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imported from here)
     Column,
@@ -31,8 +39,16 @@ from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imp
 
 S = TypeVar("S", bound=Section)
 
-ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "location",
-              "coverage")
+ATTENTIONS = (
+    "none",
+    "bahdanau",
+    "luong-dot",
+    "luong-general",
+    "luong-concat",
+    "luong-location",
+    "location",
+    "coverage",
+)
 LOCAL_ATTENTIONS = ("none", "local-m", "local-p")  # Luong et al. (2015): global, local-m, local-p
 
 
@@ -116,29 +132,43 @@ class ModelConfig(Section):
             raise ValueError("share_embeddings is for type: transformer (RNN models have tie_embeddings)")
         if self.local_attention != "none" and (self.type != "rnn" or not self.attention.startswith("luong-")):
             here = self.type if self.type != "rnn" else self.attention
-            raise ValueError(f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an "
-                             "RNN decoder whose query is its current state: model.attention luong-dot, luong-general, "
-                             f"luong-concat or luong-location (here {here})")
+            raise ValueError(
+                f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an "
+                "RNN decoder whose query is its current state: model.attention luong-dot, luong-general, "
+                f"luong-concat or luong-location (here {here})"
+            )
         if self.coverage_fertility and (self.type != "rnn" or self.attention != "coverage"):
             here = self.type if self.type != "rnn" else f"attention {self.attention}"
             raise ValueError(f"coverage_fertility is for model.attention: coverage (here {here})")
-        if self.coverage_dim and (self.type != "rnn" or self.attention != "coverage" or self.coverage_fertility
-                                  or self.attention_normalizer == "csparsemax"):
+        if self.coverage_dim and (
+            self.type != "rnn"
+            or self.attention != "coverage"
+            or self.coverage_fertility
+            or self.attention_normalizer == "csparsemax"
+        ):
             here = self.type if self.type != "rnn" else f"attention {self.attention}, {self.attention_normalizer}"
-            raise ValueError("coverage_dim (Tu et al.'s NN-based coverage) is for model.attention: coverage, without "
-                             f"coverage_fertility (linguistic coverage's) nor csparsemax (whose bounds need the sum "
-                             f"of the weights) (here {here}{', coverage_fertility' * bool(self.coverage_fertility)})")
+            raise ValueError(
+                "coverage_dim (Tu et al.'s NN-based coverage) is for model.attention: coverage, without "
+                f"coverage_fertility (linguistic coverage's) nor csparsemax (whose bounds need the sum "
+                f"of the weights) (here {here}{', coverage_fertility' * bool(self.coverage_fertility)})"
+            )
         if self.attention_normalizer == "csparsemax" and (self.type != "rnn" or self.local_attention != "none"):
             here = "a Transformer" if self.type != "rnn" else f"local_attention: {self.local_attention}"
-            raise ValueError("attention_normalizer: csparsemax bounds each source word's attention over the whole "
-                             f"output: it is for an RNN's global attention (here {here})")
+            raise ValueError(
+                "attention_normalizer: csparsemax bounds each source word's attention over the whole "
+                f"output: it is for an RNN's global attention (here {here})"
+            )
         # (the default is allowed with any normalizer: a saved config writes it whatever the normalizer)
         if self.fertility_bound != FERTILITY_BOUND and self.attention_normalizer != "csparsemax":
-            raise ValueError(f"fertility_bound bounds csparsemax attention (attention_normalizer: csparsemax; here "
-                             f"{self.attention_normalizer})")
+            raise ValueError(
+                f"fertility_bound bounds csparsemax attention (attention_normalizer: csparsemax; here "
+                f"{self.attention_normalizer})"
+            )
         if self.attention_normalizer != "softmax" and self.type == "rnn" and self.attention == "none":
-            raise ValueError(f"attention_normalizer: {self.attention_normalizer} normalizes attention scores, and "
-                             "model.attention none has none")
+            raise ValueError(
+                f"attention_normalizer: {self.attention_normalizer} normalizes attention scores, and "
+                "model.attention none has none"
+            )
         return self
 
 
@@ -268,8 +298,9 @@ class Config(Section):
             raise ValueError("data.extra_train is for task: translation")
         for name, files in {"train": self.data.train, "dev": self.data.dev, **self.data.test}.items():
             if files is not None and files.tsv is None:
-                raise ValueError(f"task: speech reads TSV files of audio paths and transcripts: give data.{name} "
-                                 "as {tsv: FILE}")
+                raise ValueError(
+                    f"task: speech reads TSV files of audio paths and transcripts: give data.{name} as {{tsv: FILE}}"
+                )
         return self
 
     @model_validator(mode="after")
@@ -278,8 +309,11 @@ class Config(Section):
         batch size: a GPU computes a batch of a few thousand tokens in about the time of 64
         sentences (see docs/performance.md)."""
         data = self.data
-        if (self.task == "translation" and self.training.device == "cuda"
-                and not {"batch_size", "batch_tokens"} & data.model_fields_set):
+        if (
+            self.task == "translation"
+            and self.training.device == "cuda"
+            and not {"batch_size", "batch_tokens"} & data.model_fields_set
+        ):
             data.batch_tokens = GPU_BATCH_TOKENS
         return self
 
@@ -305,48 +339,69 @@ class Config(Section):
         if self.task != "translation":
             raise ValueError("training.guided_alignment is for task: translation")
         if self.data.extra_train:  # (its links are those of data.train's lines)
-            raise ValueError("training.guided_alignment learns from the links of data.train's pairs: "
-                             "it cannot train with data.extra_train")
+            raise ValueError(
+                "training.guided_alignment learns from the links of data.train's pairs: "
+                "it cannot train with data.extra_train"
+            )
         if model.type == "rnn" and model.attention == "none":
             raise ValueError("training.guided_alignment trains attention: model.attention none has none")
         if model.attention_normalizer != "softmax":
-            raise ValueError(f"training.guided_alignment's cross-entropy cannot train model.attention_normalizer: "
-                             f"{model.attention_normalizer}: a reference link whose weight it set to exactly 0 "
-                             "gets no gradient (use softmax)")
+            raise ValueError(
+                f"training.guided_alignment's cross-entropy cannot train model.attention_normalizer: "
+                f"{model.attention_normalizer}: a reference link whose weight it set to exactly 0 "
+                "gets no gradient (use softmax)"
+            )
         if model.type != "transformer" and guided.full_context:
-            raise ValueError("training.guided_alignment.full_context is a Transformer decoder pass without its "
-                             "causal mask; an RNN decoder reads the target left to right only")
+            raise ValueError(
+                "training.guided_alignment.full_context is a Transformer decoder pass without its "
+                "causal mask; an RNN decoder reads the target left to right only"
+            )
         if model.type == "transformer":
             if guided.layer is None:
                 guided.layer = -2 if model.decoder_layers > 1 else -1
             if not -model.decoder_layers <= guided.layer < model.decoder_layers:
-                raise ValueError(f"training.guided_alignment.layer {guided.layer}: the decoder has "
-                                 f"{model.decoder_layers} layers (0 to {model.decoder_layers - 1}, or -1 for the last)")
+                raise ValueError(
+                    f"training.guided_alignment.layer {guided.layer}: the decoder has "
+                    f"{model.decoder_layers} layers (0 to {model.decoder_layers - 1}, or -1 for the last)"
+                )
             if max(guided.heads) >= model.heads:
-                raise ValueError(f"training.guided_alignment.heads {guided.heads}: the model has {model.heads} heads "
-                                 f"(0 to {model.heads - 1})")
+                raise ValueError(
+                    f"training.guided_alignment.heads {guided.heads}: the model has {model.heads} heads "
+                    f"(0 to {model.heads - 1})"
+                )
         return self
 
     @model_validator(mode="after")
     def coverage_loss_needs_rnn_attention(self):
-        if self.training.coverage_loss and (self.task == "pairs" or self.model.type != "rnn"
-                                            or self.model.attention == "none"):
-            here = "task: pairs" if self.task == "pairs" else (
-                "model.type: transformer" if self.model.type != "rnn" else "model.attention: none")
-            raise ValueError("training.coverage_loss penalizes an RNN decoder's attention for attending again "
-                             f"(model.type: rnn, model.attention not none; here {here})")
+        if self.training.coverage_loss and (
+            self.task == "pairs" or self.model.type != "rnn" or self.model.attention == "none"
+        ):
+            here = (
+                "task: pairs"
+                if self.task == "pairs"
+                else ("model.type: transformer" if self.model.type != "rnn" else "model.attention: none")
+            )
+            raise ValueError(
+                "training.coverage_loss penalizes an RNN decoder's attention for attending again "
+                f"(model.type: rnn, model.attention not none; here {here})"
+            )
         return self
 
     @model_validator(mode="after")
     def window_needs_rnn_attention(self):
         for section in ("training", "decoding"):
             if getattr(self, section).attention_window is not None and (
-                    self.task == "pairs" or self.model.type != "rnn" or self.model.attention == "none"):
-                raise ValueError(f"{section}.attention_window is for RNN decoders with attention (model.type: rnn, "
-                                 "model.attention not none)")
+                self.task == "pairs" or self.model.type != "rnn" or self.model.attention == "none"
+            ):
+                raise ValueError(
+                    f"{section}.attention_window is for RNN decoders with attention (model.type: rnn, "
+                    "model.attention not none)"
+                )
             if getattr(self, section).attention_window is not None and self.model.local_attention != "none":
-                raise ValueError(f"{section}.attention_window: model.local_attention {self.model.local_attention} "
-                                 "already keeps each step to its own window (model.local_window)")
+                raise ValueError(
+                    f"{section}.attention_window: model.local_attention {self.model.local_attention} "
+                    "already keeps each step to its own window (model.local_window)"
+                )
         if "attention_window" not in self.decoding.model_fields_set:  # decode as trained
             self.decoding.attention_window = self.training.attention_window
         return self
@@ -357,9 +412,12 @@ class Config(Section):
         if self.task == "pairs" and "early_stopping_metric" not in tc.model_fields_set:
             tc.early_stopping_metric = "accuracy"
         if (tc.early_stopping_metric == "accuracy") != (self.task == "pairs") or (
-                tc.early_stopping_metric == "cer" and self.task != "speech"):
-            raise ValueError(f"training.early_stopping_metric: {tc.early_stopping_metric} is not a metric of task "
-                             f"{self.task} (translation: bleu or loss; pairs: accuracy or loss; speech: cer or loss)")
+            tc.early_stopping_metric == "cer" and self.task != "speech"
+        ):
+            raise ValueError(
+                f"training.early_stopping_metric: {tc.early_stopping_metric} is not a metric of task "
+                f"{self.task} (translation: bleu or loss; pairs: accuracy or loss; speech: cer or loss)"
+            )
         return self
 
 
@@ -373,8 +431,12 @@ def resolve_paths(section: Section | None, base: Path):
 def _resolve_paths(config: Config, base: Path) -> Config:
     resolve_paths(config, base)  # experiment_dir
     resolve_paths(config.training, base)  # init_from
-    for files in (config.data.train, config.data.dev, *config.data.test.values(),
-                  *getattr(config.data, "extra_train", ())):  # (task: pairs has none)
+    for files in (
+        config.data.train,
+        config.data.dev,
+        *config.data.test.values(),
+        *getattr(config.data, "extra_train", ()),
+    ):  # (task: pairs has none)
         resolve_paths(files, base)
     if config.task == "pairs":
         resolve_paths(config.model.embeddings, base)

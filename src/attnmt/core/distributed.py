@@ -61,8 +61,10 @@ def start(device: torch.device) -> Processes:
 def device(name: str) -> torch.device:
     """The device of this process: the CPU, or with "cuda" the GPU of its LOCAL_RANK."""
     if name == "cuda" and not torch.cuda.is_available():
-        raise AttnmtError("training.device cuda (--device cuda): CUDA is not available here (no GPU, or a CPU-only "
-                          "build of torch); use cpu")
+        raise AttnmtError(
+            "training.device cuda (--device cuda): CUDA is not available here (no GPU, or a CPU-only "
+            "build of torch); use cpu"
+        )
     if name == "cuda":
         index = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(index)
@@ -89,7 +91,7 @@ def stop(processes: Processes):
 
 def shard(indices: list[int], processes: Processes) -> list[int]:
     """This process's share of a batch: every world-th sentence, starting at its rank."""
-    return indices[processes.rank::processes.world]
+    return indices[processes.rank :: processes.world]
 
 
 def barrier(processes: Processes):

@@ -60,8 +60,10 @@ def fsync_dir(folder: Path):
 
 
 def write_error(path: Path, error: OSError) -> AttnmtError:
-    return AttnmtError(f"cannot write {Path(path).name} in {Path(path).parent}: {error.strerror or error} "
-                       "(full disk or unwritable folder?); files already there are unchanged")
+    return AttnmtError(
+        f"cannot write {Path(path).name} in {Path(path).parent}: {error.strerror or error} "
+        "(full disk or unwritable folder?); files already there are unchanged"
+    )
 
 
 def read_checked_json(path: Path, validate: Callable[[bytes], T], what: str, advice: str) -> T:

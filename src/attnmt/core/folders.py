@@ -21,8 +21,10 @@ def inside_folder(folder: Path, path: Path) -> Path:
     someone else must not make attnmt read files elsewhere (see docs/security.md)."""
     target = path.resolve()
     if not target.is_relative_to(folder.resolve()):
-        raise AttnmtError(f"{path} leads outside the model folder {folder} (to {target}); "
-                          "a model folder must hold its own files: copy the file into it")
+        raise AttnmtError(
+            f"{path} leads outside the model folder {folder} (to {target}); "
+            "a model folder must hold its own files: copy the file into it"
+        )
     return path
 
 
@@ -48,8 +50,11 @@ def _model_folders_in(folder: Path) -> list[Path]:
     """The subfolders of ``folder`` that hold a trained model (config.yaml and weights)."""
     if not folder.is_dir():
         return []
-    return sorted(sub for sub in folder.iterdir() if sub.is_dir() and (sub / "config.yaml").is_file()
-                  and any((sub / name).is_file() for name in WEIGHTS))
+    return sorted(
+        sub
+        for sub in folder.iterdir()
+        if sub.is_dir() and (sub / "config.yaml").is_file() and any((sub / name).is_file() for name in WEIGHTS)
+    )
 
 
 CHECKPOINTS = ("best", "last", "averaged")  # averaged: written by `attnmt average` (average_checkpoints)
@@ -64,8 +69,10 @@ def weights_path(folder: Path, checkpoint: str) -> Path:
     if checkpoint == "best" and not weights.exists():
         weights = folder / "last.safetensors"
     if checkpoint == "averaged" and not weights.exists():
-        raise AttnmtError(f"{weights}: no averaged weights in {folder}; `attnmt average {folder}` writes them "
-                          "from the checkpoints that training.keep_checkpoints keeps")
+        raise AttnmtError(
+            f"{weights}: no averaged weights in {folder}; `attnmt average {folder}` writes them "
+            "from the checkpoints that training.keep_checkpoints keeps"
+        )
     return inside_folder(folder, weights)
 
 
@@ -93,11 +100,14 @@ def average_checkpoints(folder: Path, last: int | None = None) -> tuple[Path, li
     training kept (default: all of them); returns the file and the steps averaged."""
     kept = kept_checkpoints(folder)
     if len(kept) < 2:
-        raise AttnmtError(f"{folder}: {len(kept)} kept checkpoint(s) in {folder / KEPT}, and averaging needs two or "
-                          "more: train with training.keep_checkpoints: N (e.g. 5)")
+        raise AttnmtError(
+            f"{folder}: {len(kept)} kept checkpoint(s) in {folder / KEPT}, and averaging needs two or "
+            "more: train with training.keep_checkpoints: N (e.g. 5)"
+        )
     if last is not None and last > len(kept):
-        raise AttnmtError(f"--last {last}: {folder / KEPT} holds {len(kept)} checkpoints (steps "
-                          f"{', '.join(map(str, kept))})")
+        raise AttnmtError(
+            f"--last {last}: {folder / KEPT} holds {len(kept)} checkpoints (steps {', '.join(map(str, kept))})"
+        )
     steps = list(kept)[-last:] if last else list(kept)
     averaged = folder / "averaged.safetensors"
     weights = average_weights([inside_folder(folder, kept[step]) for step in steps])  # (no link leads out)
@@ -114,8 +124,10 @@ class _NoRandomInit(TorchFunctionMode):
     uniform_ itself, as kaiming_uniform_ does, must be caught whole.)"""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__module__", None) == "torch.nn.init" or func in (torch.Tensor.normal_,
-                                                                             torch.Tensor.uniform_):
+        if getattr(func, "__module__", None) == "torch.nn.init" or func in (
+            torch.Tensor.normal_,
+            torch.Tensor.uniform_,
+        ):
             return args[0] if args else kwargs["tensor"]
         return func(*args, **(kwargs or {}))
 
@@ -137,8 +149,9 @@ def inference_device(name: str | torch.device) -> torch.device:
     except (RuntimeError, TypeError) as e:
         raise AttnmtError(f"device {name!r} is not a device torch knows ({e}); try 'cpu' or 'cuda'") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise AttnmtError(f"device {name!r}: CUDA is not available here (no GPU, or a CPU-only build of torch); "
-                          "use device 'cpu'")
+        raise AttnmtError(
+            f"device {name!r}: CUDA is not available here (no GPU, or a CPU-only build of torch); use device 'cpu'"
+        )
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise AttnmtError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     if device.type not in ("cpu", "cuda"):
@@ -146,8 +159,9 @@ def inference_device(name: str | torch.device) -> torch.device:
     return device
 
 
-def load_folder(folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
-                device: str | torch.device = "cpu"):
+def load_folder(
+    folder: str | Path, checkpoint: str = "best", quantize: str | None = None, device: str | torch.device = "cpu"
+):
     """A trained model folder loaded by its task (attnmt.load)."""
     inference_device(device)  # a device that is not here is the first error
     return task_of(model_config(Path(folder)).task).load(Path(folder), checkpoint, quantize, device)

@@ -14,5 +14,12 @@ def phase_bar(total: int | Iterable, description: str, unit: str = "sentence", e
     wiped when done (leave=False), so that what was printed around it stays as it was. ``total``:
     the count (call ``update``), or a sized iterable that the bar yields from."""
     iterable = None if isinstance(total, int) else total
-    return tqdm(iterable, total=total if iterable is None else None, desc=description, unit=unit, leave=False,
-                dynamic_ncols=True, disable=None if enabled else True)
+    return tqdm(
+        iterable,
+        total=total if iterable is None else None,
+        desc=description,
+        unit=unit,
+        leave=False,
+        dynamic_ncols=True,
+        disable=None if enabled else True,
+    )

@@ -26,9 +26,7 @@ def length_buckets(width: int, max_low: int) -> list[tuple[int, int | None]]:
         raise AttnmtError(f"bucket width must be positive, got {width}")
     if max_low < 0:
         raise AttnmtError(f"max_low must be non-negative, got {max_low}")
-    edges: list[tuple[int, int | None]] = [
-        (low, min(low + width, max_low)) for low in range(0, max_low, width)
-    ]
+    edges: list[tuple[int, int | None]] = [(low, min(low + width, max_low)) for low in range(0, max_low, width)]
     edges.append((max_low, None))
     return edges
 

@@ -128,8 +128,9 @@ def rnn_direction(rnn: nn.RNNBase, layer: int, reverse: bool, x: Tensor) -> Tens
     suffix = "_reverse" if reverse else ""
     weights = [getattr(rnn, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
     h0 = x.new_zeros(1, x.size(0), rnn.hidden_size)
-    options = dict(has_biases=True, num_layers=1, dropout=0.0, train=rnn.training, bidirectional=False,
-                   batch_first=True)
+    options = dict(
+        has_biases=True, num_layers=1, dropout=0.0, train=rnn.training, bidirectional=False, batch_first=True
+    )
     if isinstance(rnn, nn.LSTM):
         return _VF.lstm(x, (h0, h0), weights, *options.values())[0]
     return _VF.gru(x, h0, weights, *options.values())[0]
@@ -190,8 +191,7 @@ def looked_up_product(linear: nn.Module, embedding: nn.Embedding, tokens: Tensor
     a beam-5 step with a shortlist). Kept only up to FOLDED_TABLE_BYTES: the table has a row per
     token (8,000 pieces x 1,536 GRU gates: 49 MB). On a GPU the product is cheap: it runs there."""
     table_bytes = embedding.num_embeddings * linear.out_features * 4
-    if (not enabled() or tokens.device.type != "cpu" or torch.is_grad_enabled()
-            or table_bytes > FOLDED_TABLE_BYTES):
+    if not enabled() or tokens.device.type != "cpu" or torch.is_grad_enabled() or table_bytes > FOLDED_TABLE_BYTES:
         return linear(embedding(tokens))
     weights = [embedding.weight, *linear.parameters()]  # an int8 layer has none: it cannot change
     key = (autocast_dtype("cpu", torch.float32), *[(w.data_ptr(), w._version) for w in weights])
@@ -227,8 +227,9 @@ class Dropout(nn.Dropout):
 # ------------------------------------------------------------------------------- the loss
 
 
-def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, eps: float,
-                         ignore_index: int | None = None) -> Tensor:
+def linear_cross_entropy(
+    x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, eps: float, ignore_index: int | None = None
+) -> Tensor:
     """F.cross_entropy(F.linear(x, weight, bias), target, label_smoothing=eps, reduction="sum"),
     without the rows whose target is ``ignore_index`` (they add 0 and get no gradient: fixed shapes
     for a CUDA graph, where selecting the other rows first would not be).
@@ -241,15 +242,21 @@ def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor | None, target:
     and its gradient softmax(z) - q: both are computed directly.
     """
     if not enabled():
-        return F.cross_entropy(F.linear(x, weight, bias).float(), target, label_smoothing=eps, reduction="sum",
-                               ignore_index=-100 if ignore_index is None else ignore_index)
+        return F.cross_entropy(
+            F.linear(x, weight, bias).float(),
+            target,
+            label_smoothing=eps,
+            reduction="sum",
+            ignore_index=-100 if ignore_index is None else ignore_index,
+        )
     return _LinearCrossEntropy.apply(x, weight, bias, target, eps, ignore_index)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, target: Tensor, eps: float,
-                ignore_index: int | None) -> Tensor:
+    def forward(
+        ctx, x: Tensor, weight: Tensor, bias: Tensor, target: Tensor, eps: float, ignore_index: int | None
+    ) -> Tensor:
         # The products run in the autocast type (bf16); the softmax and the loss in float32.
         device = x.device.type
         dtype = autocast_dtype(device, weight.dtype)
@@ -282,6 +289,6 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_z.mul_((grad * counted).unsqueeze(1))  # 0 on padding rows
         grad_bias = grad_z.sum(dim=0) if ctx.has_bias else None
         grad_z = grad_z.to(x.dtype)
-        grad_x = (grad_z @ w)[:ctx.rows]
+        grad_x = (grad_z @ w)[: ctx.rows]
         grad_weight = (grad_z.t() @ x).to(ctx.weight_dtype)
         return grad_x, grad_weight, grad_bias, None, None, None

@@ -58,5 +58,3 @@ class Task:
 def task_of(name: str) -> Task:
     """The task a config's ``task:`` names (config validation has checked the name)."""
     return importlib.import_module(TASKS[name]).TASK
-
-

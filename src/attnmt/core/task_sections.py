@@ -79,8 +79,11 @@ class PairFiles(Section):
 
     @property
     def has_header(self) -> bool:
-        return self.header if self.header is not None else any(
-            isinstance(c, str) for c in (self.premise_column, self.hypothesis_column, self.label_column))
+        return (
+            self.header
+            if self.header is not None
+            else any(isinstance(c, str) for c in (self.premise_column, self.hypothesis_column, self.label_column))
+        )
 
 
 class PairDataConfig(Section):
@@ -194,10 +197,17 @@ class GuidedAlignment(Section):
     @model_validator(mode="after")
     def first_round_with_self(self):
         if self.links == "self" and self.first_round is None:
-            raise ValueError("links: self needs first_round: the folder of a translation model trained on "
-                             "data.train without guidance (the first round), whose attention gives the links")
-        for name in ("first_round", "first_round_backward", "first_round_aligner", "first_round_backward_aligner",
-                     "symmetrize"):
+            raise ValueError(
+                "links: self needs first_round: the folder of a translation model trained on "
+                "data.train without guidance (the first round), whose attention gives the links"
+            )
+        for name in (
+            "first_round",
+            "first_round_backward",
+            "first_round_aligner",
+            "first_round_backward_aligner",
+            "symmetrize",
+        ):
             if self.links != "self" and getattr(self, name) is not None:
                 raise ValueError(f"{name} is for links: self (links is {self.links!r})")
         if self.first_round_backward_aligner is not None and self.first_round_backward is None:

@@ -91,8 +91,10 @@ def choose(requested: int | None = None, log: Callable[[str], None] | None = Non
             _chosen, _automatic = fair_share(usable, busy, os.cpu_count() or usable), True
             torch.set_num_threads(_chosen)
             if _chosen < usable and log is not None:
-                log(f"{_chosen} CPU thread{'s' if _chosen > 1 else ''}: {busy:.1f} of the machine's CPUs are busy with "
-                    f"other work ({usable} usable; --threads or training.threads to choose)")
+                log(
+                    f"{_chosen} CPU thread{'s' if _chosen > 1 else ''}: {busy:.1f} of the machine's CPUs are busy with "
+                    f"other work ({usable} usable; --threads or training.threads to choose)"
+                )
     return _chosen
 
 
@@ -107,7 +109,9 @@ def resume_with(threads: int | None, log: Callable[[str], None] | None = None):
     if threads is None or not _automatic or threads == _chosen:
         return
     if log is not None:
-        log(f"{threads} CPU threads, as the run being resumed (instead of {_chosen}: --threads or training.threads "
-            "to choose)")
+        log(
+            f"{threads} CPU threads, as the run being resumed (instead of {_chosen}: --threads or training.threads "
+            "to choose)"
+        )
     torch.set_num_threads(threads)
     _chosen = threads

@@ -41,8 +41,15 @@ class Batch:
             return self
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
         counted = None if self.tgt_out is None else self.target_tokens
-        return Batch(move(self.src), move(self.src_lengths), move(self.tgt_in), move(self.tgt_out), self.indices,
-                     counted, move(self.alignment))
+        return Batch(
+            move(self.src),
+            move(self.src_lengths),
+            move(self.tgt_in),
+            move(self.tgt_out),
+            self.indices,
+            counted,
+            move(self.alignment),
+        )
 
 
 def pad(sequences: list[list[int]], multiple: int = 1) -> tuple[Tensor, Tensor]:
@@ -55,8 +62,7 @@ def pad(sequences: list[list[int]], multiple: int = 1) -> tuple[Tensor, Tensor]:
     return out, lengths
 
 
-def make_batch(src: list[list[int]], tgt: list[list[int]] | None = None,
-               indices: list[int] | None = None) -> Batch:
+def make_batch(src: list[list[int]], tgt: list[list[int]] | None = None, indices: list[int] | None = None) -> Batch:
     """Source sequences end with EOS; target sequences get BOS (input) and EOS (output)."""
     return _batch(src, tgt, indices, source_width_multiple=1)
 
@@ -79,8 +85,7 @@ def target_tensors(tgt: list[list[int]]) -> tuple[Tensor, Tensor]:
     return pad([[BOS] + t for t in tgt])[0], pad([t + [EOS] for t in tgt])[0]
 
 
-def split_by_budget(order: list[int], sizes: list[int], batch_size: int,
-                    batch_tokens: int | None) -> list[list[int]]:
+def split_by_budget(order: list[int], sizes: list[int], batch_size: int, batch_tokens: int | None) -> list[list[int]]:
     """Consecutive runs of ``order``: at most batch_size sentences, or, with a token budget,
     at most batch_tokens padded tokens (longest member times count)."""
     batches, current, longest = [], [], 0
@@ -97,8 +102,9 @@ def split_by_budget(order: list[int], sizes: list[int], batch_size: int,
     return batches
 
 
-def epoch_batches(sizes: list[int], batch_size: int, batch_tokens: int | None, pool_batches: int,
-                  seed: int, epoch: int) -> list[list[int]]:
+def epoch_batches(
+    sizes: list[int], batch_size: int, batch_tokens: int | None, pool_batches: int, seed: int, epoch: int
+) -> list[list[int]]:
     """The batches of one epoch, as lists of example indices; a function of (seed, epoch) only,
     so resuming at batch k of epoch e replays exactly the same order."""
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
@@ -106,7 +112,7 @@ def epoch_batches(sizes: list[int], batch_size: int, batch_tokens: int | None, p
     pool = pool_batches * (batch_size if batch_tokens is None else max(1, batch_tokens // max(sizes)))
     batches = []
     for start in range(0, len(order), pool):
-        chunk = sorted(order[start:start + pool], key=lambda i: sizes[i])
+        chunk = sorted(order[start : start + pool], key=lambda i: sizes[i])
         batches += split_by_budget(chunk, sizes, batch_size, batch_tokens)
     shuffled = torch.randperm(len(batches), generator=generator, device="cpu").tolist()
     return [batches[i] for i in shuffled]
@@ -115,11 +121,12 @@ def epoch_batches(sizes: list[int], batch_size: int, batch_tokens: int | None, p
 def inference_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     """Indices sorted by length (less padding) and cut into batches; callers restore the order."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def forced_batches(src_ids: list[list[int]], tgt_ids: list[list[int]], batch_size: int,
-                   device: torch.device | str) -> Iterator[tuple[list[int], Batch]]:
+def forced_batches(
+    src_ids: list[list[int]], tgt_ids: list[list[int]], batch_size: int, device: torch.device | str
+) -> Iterator[tuple[list[int], Batch]]:
     """Pairs of a source and a known target (forced decoding: alignment, scoring) as batches of
     similar lengths on ``device``, each with the positions of its pairs in the input."""
     lengths = [len(s) + len(t) for s, t in zip(src_ids, tgt_ids)]

@@ -91,9 +91,7 @@ def _decode(data: bytes, path: PathLike) -> str:
         line_no = data.count(b"\n", 0, err.start) + 1
         column = err.start - line_start + 1
         bad = data[err.start]
-        raise AttnmtError(
-            f"{path}: line {line_no} is not valid UTF-8 (byte 0x{bad:02x} at column {column})"
-        ) from None
+        raise AttnmtError(f"{path}: line {line_no} is not valid UTF-8 (byte 0x{bad:02x} at column {column})") from None
 
 
 # ---------------------------------------------------------------- corpora
@@ -112,10 +110,7 @@ def read_parallel(src_path: PathLike, tgt_path: PathLike) -> Corpus:
     sources = read_lines(src_path)
     targets = read_lines(tgt_path)
     if len(sources) != len(targets):
-        raise AttnmtError(
-            f"line counts differ: {src_path} has {len(sources)} lines, "
-            f"{tgt_path} has {len(targets)}"
-        )
+        raise AttnmtError(f"line counts differ: {src_path} has {len(sources)} lines, {tgt_path} has {len(targets)}")
     corpus = _keep_nonblank(zip(sources, targets))
     if not corpus.sources:
         raise _empty_corpus_error(f"{src_path} and {tgt_path} contain")
@@ -134,8 +129,7 @@ def read_tsv(path: PathLike, src_column: int = 0, tgt_column: int = 1) -> Corpus
         fields = line.split("\t")
         if len(fields) < needed:
             raise AttnmtError(
-                f"{path}: line {line_no} has {len(fields)} tab-separated column(s), "
-                f"expected at least {needed}"
+                f"{path}: line {line_no} has {len(fields)} tab-separated column(s), expected at least {needed}"
             )
         pairs.append((fields[src_column], fields[tgt_column]))
     corpus = _keep_nonblank(pairs)

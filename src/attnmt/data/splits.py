@@ -52,19 +52,27 @@ def hold_out(config: Config, corpus: Corpus, log=print) -> dict[str, list[int]]:
     if not sizes:
         return {}
     folder = config.experiment_dir
-    wanted = {"train": str(config.data.train.tsv or config.data.train.src), "pairs": len(corpus.sources),
-              "seed": config.training.seed, "sizes": sizes}
+    wanted = {
+        "train": str(config.data.train.tsv or config.data.train.src),
+        "pairs": len(corpus.sources),
+        "seed": config.training.seed,
+        "sizes": sizes,
+    }
     record_path = folder / FOLDER / RECORD
     if record_path.is_file():
         record = checked_record(folder)
         stored = {key: getattr(record, key) for key in wanted}
         if stored != wanted:
-            raise AttnmtError(f"{record_path}: the held-out sets were drawn from another corpus or with other "
-                              f"settings ({stored}, now {wanted}); use another experiment_dir")
+            raise AttnmtError(
+                f"{record_path}: the held-out sets were drawn from another corpus or with other "
+                f"settings ({stored}, now {wanted}); use another experiment_dir"
+            )
         return record.sets
     if sum(sizes.values()) >= len(corpus.sources):
-        raise AttnmtError(f"{wanted['train']}: {len(corpus.sources):,} pairs cannot give "
-                          f"{sum(sizes.values()):,} held-out pairs ({sizes}) and still leave some to train on")
+        raise AttnmtError(
+            f"{wanted['train']}: {len(corpus.sources):,} pairs cannot give "
+            f"{sum(sizes.values()):,} held-out pairs ({sizes}) and still leave some to train on"
+        )
     sets, files = drawn(len(corpus.sources), config.training.seed, sizes), {}
     for name, indices in sets.items():
         rows = tsv_rows([corpus.sources[i] for i in indices], [corpus.targets[i] for i in indices])
@@ -82,7 +90,7 @@ def drawn(pairs: int, seed: int, sizes: dict[str, int]) -> dict[str, list[int]]:
     sample = random.Random(seed).sample(range(pairs), sum(sizes.values()))
     sets, start = {}, 0
     for name, size in sizes.items():
-        sets[name] = sorted(sample[start:start + size])
+        sets[name] = sorted(sample[start : start + size])
         start += size
     return sets
 
@@ -111,13 +119,17 @@ def checked_record(folder: Path) -> HeldOutRecord:
     path = folder / FOLDER / RECORD
     record = read_checked_json(path, HeldOutRecord.model_validate_json, "the record of the held-out sets", BENT)
     if set(record.sets) != set(record.sizes):
-        raise AttnmtError(f"{path}: sets ({', '.join(record.sets) or 'none'}) and sizes "
-                          f"({', '.join(record.sizes) or 'none'}) name different sets; {BENT}")
+        raise AttnmtError(
+            f"{path}: sets ({', '.join(record.sets) or 'none'}) and sizes "
+            f"({', '.join(record.sizes) or 'none'}) name different sets; {BENT}"
+        )
     for name, indices in record.sets.items():
         _check_indices(path, name, indices, record)
     if record.sets != drawn(record.pairs, record.seed, record.sizes):
-        raise AttnmtError(f"{path}: the line numbers of the held-out sets are not those seed {record.seed} draws "
-                          f"from {record.pairs:,} pairs; {BENT}")
+        raise AttnmtError(
+            f"{path}: the line numbers of the held-out sets are not those seed {record.seed} draws "
+            f"from {record.pairs:,} pairs; {BENT}"
+        )
     for name, digest in (record.files or {}).items():
         _check_file(path, set_path(folder, name), digest)
     return record
@@ -134,8 +146,10 @@ def _check_indices(path: Path, name: str, indices: list[int], record: HeldOutRec
         raise AttnmtError(f"{where}: {len(indices):,} line numbers for a set of {record.sizes[name]:,}; {BENT}")
     outside = [i for i in indices if not 0 <= i < record.pairs]
     if outside:
-        raise AttnmtError(f"{where}: line number {outside[0]} is outside the corpus's {record.pairs:,} pairs "
-                          f"(0 to {record.pairs - 1:,}); {BENT}")
+        raise AttnmtError(
+            f"{where}: line number {outside[0]} is outside the corpus's {record.pairs:,} pairs "
+            f"(0 to {record.pairs - 1:,}); {BENT}"
+        )
     if len(set(indices)) < len(indices):
         raise AttnmtError(f"{where}: a line number appears twice; {BENT}")
     others = {i for other, lines in record.sets.items() if other != name for i in lines}
@@ -148,11 +162,15 @@ def _check_file(record_path: Path, tsv: Path, digest: str):
     try:
         data = tsv.read_bytes()
     except OSError as e:
-        raise AttnmtError(f"{tsv}: cannot read the held-out set ({e.strerror or e}), listed in {record_path}; "
-                          "start in another experiment_dir") from None
+        raise AttnmtError(
+            f"{tsv}: cannot read the held-out set ({e.strerror or e}), listed in {record_path}; "
+            "start in another experiment_dir"
+        ) from None
     if sha256(data) != digest:
-        raise AttnmtError(f"{tsv}: the held-out set was changed after it was drawn (its SHA-256 differs from "
-                          f"the one in {record_path}): put it back as it was, or start in another experiment_dir")
+        raise AttnmtError(
+            f"{tsv}: the held-out set was changed after it was drawn (its SHA-256 differs from "
+            f"the one in {record_path}): put it back as it was, or start in another experiment_dir"
+        )
 
 
 def check_held_out(config: Config, folder: Path):
@@ -162,8 +180,10 @@ def check_held_out(config: Config, folder: Path):
         record = checked_record(folder)
         stored, wanted = (record.seed, record.sizes), (config.training.seed, config.data.held_out)
         if stored != wanted:
-            raise AttnmtError(f"{folder / FOLDER / RECORD}: sets {record.sizes} drawn with seed {record.seed}, but "
-                              f"the config asks for {config.data.held_out} with seed {config.training.seed}; {BENT}")
+            raise AttnmtError(
+                f"{folder / FOLDER / RECORD}: sets {record.sizes} drawn with seed {record.seed}, but "
+                f"the config asks for {config.data.held_out} with seed {config.training.seed}; {BENT}"
+            )
 
 
 def tsv_rows(sources: list[str], targets: list[str]) -> str:
@@ -176,5 +196,9 @@ def without(corpus: Corpus, held_out: dict[str, list[int]]) -> Corpus:
     """The training pairs: ``corpus`` less every held-out pair."""
     out = {i for indices in held_out.values() for i in indices}
     keep = [i for i in range(len(corpus.sources)) if i not in out]
-    return Corpus([corpus.sources[i] for i in keep], [corpus.targets[i] for i in keep], corpus.dropped_empty,
-                  None if corpus.lines is None else [corpus.lines[i] for i in keep])
+    return Corpus(
+        [corpus.sources[i] for i in keep],
+        [corpus.targets[i] for i in keep],
+        corpus.dropped_empty,
+        None if corpus.lines is None else [corpus.lines[i] for i in keep],
+    )

@@ -59,8 +59,10 @@ class Subwords:
         """The text of every piece, in id order ("▁" for a space); "" for the pieces that spell no
         text (control, unknown, unused and byte pieces)."""
         sp = self.sp
-        return ["" if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i) else sp.id_to_piece(i)
-                for i in range(len(self))]
+        return [
+            "" if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i) else sp.id_to_piece(i)
+            for i in range(len(self))
+        ]
 
     def vocabulary(self) -> list[tuple[str, float]]:
         """Every piece with its score, in id order: two models with the same vocabulary cut texts
@@ -78,8 +80,15 @@ def subword_paths(folder: Path, joint: bool) -> tuple[Path, Path]:
 Trained = TypeVar("Trained")
 
 
-def prepared_subwords(config: Config, paths: list[Path], train: Callable[[], Trained], load: Callable[[], Trained],
-                      log: Callable[[str], None] = print, force: bool = False, tags: list[str] = ()) -> Trained:
+def prepared_subwords(
+    config: Config,
+    paths: list[Path],
+    train: Callable[[], Trained],
+    load: Callable[[], Trained],
+    log: Callable[[str], None] = print,
+    force: bool = False,
+    tags: list[str] = (),
+) -> Trained:
     """The one way every task prepares its subwords: the models at ``paths`` (in the experiment's
     spm/) if they were trained with the config's data.subwords (spm/settings.yaml, written after
     them: without it an earlier prepare died half-way), read by ``load()``; else, or with
@@ -92,8 +101,10 @@ def prepared_subwords(config: Config, paths: list[Path], train: Callable[[], Tra
     if all(path.is_file() for path in paths) and settings.is_file() and not force:
         stored = yaml.safe_load(settings.read_text(encoding="utf-8"))
         if {**SubwordConfig().model_dump(mode="json"), **stored} != wanted:  # (fields added since: defaults)
-            raise AttnmtError(f"{settings.parent} holds subwords trained with other settings ({stored}); "
-                              "use 'attnmt prepare --force' to retrain them, or another experiment_dir")
+            raise AttnmtError(
+                f"{settings.parent} holds subwords trained with other settings ({stored}); "
+                "use 'attnmt prepare --force' to retrain them, or another experiment_dir"
+            )
         log(f"subword model(s) already in {settings.parent}")
         subwords = load()
     else:
@@ -103,8 +114,9 @@ def prepared_subwords(config: Config, paths: list[Path], train: Callable[[], Tra
     return subwords
 
 
-def train_subwords(sources: list[str], targets: list[str], config: SubwordConfig, folder: Path,
-                   seed: int = 0, tags: list[str] = ()) -> tuple[Subwords, Subwords]:
+def train_subwords(
+    sources: list[str], targets: list[str], config: SubwordConfig, folder: Path, seed: int = 0, tags: list[str] = ()
+) -> tuple[Subwords, Subwords]:
     """Trains the sentencepiece model(s) on the training corpus and stores them in ``folder/spm``;
     ``tags``: pieces of their own in the source vocabulary (always cut as one piece)."""
     src_path, tgt_path = subword_paths(folder, config.joint)
@@ -155,13 +167,21 @@ def _train_one(texts: list[str], config: SubwordConfig, path: Path, seed: int, t
 def _train_sentencepiece(texts: list[str], config: SubwordConfig, prefix: str, tags: list[str] = ()):
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_prefix=prefix, model_type=config.type,
-            vocab_size=config.vocab_size, hard_vocab_limit=False,
+            sentence_iterator=iter(texts),
+            model_prefix=prefix,
+            model_type=config.type,
+            vocab_size=config.vocab_size,
+            hard_vocab_limit=False,
             character_coverage=config.character_coverage,
             normalization_rule_name="nmt_nfkc_cf" if config.lowercase else "nmt_nfkc",
-            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
-            num_threads=os.cpu_count() or 1, minloglevel=2,
-            max_sentence_length=1 << 16, user_defined_symbols=list(tags),
+            pad_id=PAD,
+            unk_id=UNK,
+            bos_id=BOS,
+            eos_id=EOS,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+            max_sentence_length=1 << 16,
+            user_defined_symbols=list(tags),
         )
     except RuntimeError as e:
         raise AttnmtError(f"training the subword model failed: {e}") from None

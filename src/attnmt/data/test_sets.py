@@ -29,6 +29,8 @@ def config_test_sets(model, trust: bool = False) -> dict:
 def _inside_model(folder: Path, name: str, path: Path):
     target = Path(path).resolve()
     if not target.is_relative_to(Path(folder).resolve()):
-        raise AttnmtError(f"{folder / 'config.yaml'}: test set {name} names {path}, outside the model folder: a model "
-                          "folder cannot make attnmt read other files. Give the set yourself (--tsv FILE, or --src "
-                          "and --ref), or pass --trust-config if you trained this folder")
+        raise AttnmtError(
+            f"{folder / 'config.yaml'}: test set {name} names {path}, outside the model folder: a model "
+            "folder cannot make attnmt read other files. Give the set yourself (--tsv FILE, or --src "
+            "and --ref), or pass --trust-config if you trained this folder"
+        )

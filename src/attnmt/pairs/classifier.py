@@ -38,18 +38,21 @@ class PairBatch:
     def to(self, device: torch.device) -> PairBatch:
         if device.type == "cpu":
             return self
-        return PairBatch(self.premise.to(device), self.hypothesis.to(device),
-                         None if self.labels is None else self.labels.to(device))
+        return PairBatch(
+            self.premise.to(device), self.hypothesis.to(device), None if self.labels is None else self.labels.to(device)
+        )
 
 
 def pair_batch(premise_ids: list[list[int]], hypothesis_ids: list[list[int]], labels: list[int] | None = None):
-    return PairBatch(pad(premise_ids)[0], pad(hypothesis_ids)[0],
-                     None if labels is None else torch.tensor(labels, device="cpu"))  # made on the CPU, then moved
+    return PairBatch(
+        pad(premise_ids)[0], pad(hypothesis_ids)[0], None if labels is None else torch.tensor(labels, device="cpu")
+    )  # made on the CPU, then moved
 
 
 @torch.inference_mode()
-def run_pairs(model: DecomposableAttention, premise_ids: list[list[int]], hypothesis_ids: list[list[int]],
-              batch_size: int) -> Iterator[tuple[list[int], PairOutput]]:
+def run_pairs(
+    model: DecomposableAttention, premise_ids: list[list[int]], hypothesis_ids: list[list[int]], batch_size: int
+) -> Iterator[tuple[list[int], PairOutput]]:
     """The model's outputs for the pairs, in batches of similar length: (indices, their outputs)."""
     model.eval()
     device = model_device(model)
@@ -128,8 +131,11 @@ class PairClassifier:
         self.labels: list[str] = self.config.data.labels
         check_labels(self.labels, f"{self.folder / 'config.yaml'}: data.labels")  # (they are written by classify)
         self.subwords = Subwords(inside_folder(self.folder, subword_paths(self.folder, joint=True)[0]))
-        self.model = load_model(partial(build_pair_model, self.config.model, len(self.subwords), len(self.labels)),
-                                weights_path(self.folder, checkpoint), self.device)
+        self.model = load_model(
+            partial(build_pair_model, self.config.model, len(self.subwords), len(self.labels)),
+            weights_path(self.folder, checkpoint),
+            self.device,
+        )
 
     @property
     def test_sets(self) -> dict[str, PairFiles]:
@@ -138,11 +144,19 @@ class PairClassifier:
 
     def describe(self) -> dict:
         """What the model is, as the server's /models says it (no decoder: its other fields None or 0)."""
-        none = dict.fromkeys(("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward",
-                              "norm"))
-        return {"type": "decomposable", "attention": "decomposable", "encoder_layers": 0, "decoder_layers": 0,
-                "beam": 0, "labels": self.labels, **none,
-                "attention_normalizer": self.config.model.attention_normalizer}
+        none = dict.fromkeys(
+            ("rnn_type", "input_feeding", "decoder_hidden", "d_model", "heads", "feed_forward", "norm")
+        )
+        return {
+            "type": "decomposable",
+            "attention": "decomposable",
+            "encoder_layers": 0,
+            "decoder_layers": 0,
+            "beam": 0,
+            "labels": self.labels,
+            **none,
+            "attention_normalizer": self.config.model.attention_normalizer,
+        }
 
     def files_of_test_set(self, files: PairFiles) -> list[Path]:
         """Every file a test set of the config reads (attnmt.data.test_sets keeps them inside the folder)."""
@@ -152,8 +166,9 @@ class PairClassifier:
         """A TSV file whose columns are those of the training data (data.train)."""
         return self.config.data.train.model_copy(update={"tsv": Path(path)})
 
-    def classify(self, pairs: list[tuple[str, str]], batch_size: int = 64,
-                 max_tokens: int | None = None) -> list[PairResult]:
+    def classify(
+        self, pairs: list[tuple[str, str]], batch_size: int = 64, max_tokens: int | None = None
+    ) -> list[PairResult]:
         """One PairResult per (premise, hypothesis), in order. A sentence of more than ``max_tokens``
         subword pieces is cut to its first ``max_tokens`` (its result says ``truncated``)."""
         if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(s, str) for s in pairs):
@@ -167,8 +182,9 @@ class PairClassifier:
         results: list[PairResult | None] = [None] * len(pairs)
         for indices, out in run_pairs(self.model, premises, hypotheses, batch_size):
             for row, i in enumerate(indices):
-                results[i] = self._result(pairs[i], premises[i], hypotheses[i], out, row,
-                                          truncated_p[i] or truncated_h[i])
+                results[i] = self._result(
+                    pairs[i], premises[i], hypotheses[i], out, row, truncated_p[i] or truncated_h[i]
+                )
         return results
 
     def _encode(self, texts: list[str], max_tokens: int | None) -> tuple[list[list[int]], list[bool]]:
@@ -176,8 +192,15 @@ class PairClassifier:
         truncated = [max_tokens is not None and len(s) > max_tokens for s in ids]
         return [(s[:max_tokens] if cut else s) + [EOS] for s, cut in zip(ids, truncated)], truncated
 
-    def _result(self, pair: tuple[str, str], premise: list[int], hypothesis: list[int], out: PairOutput, row: int,
-                truncated: bool) -> PairResult:
+    def _result(
+        self,
+        pair: tuple[str, str],
+        premise: list[int],
+        hypothesis: list[int],
+        out: PairOutput,
+        row: int,
+        truncated: bool,
+    ) -> PairResult:
         la, lb = len(premise), len(hypothesis)
 
         def take(tensor: torch.Tensor, *lengths: int) -> np.ndarray:
@@ -185,14 +208,26 @@ class PairClassifier:
 
         probabilities = torch.softmax(out.logits[row].float(), dim=-1).tolist()
         return PairResult(
-            *pair, self.subwords.pieces(premise), self.subwords.pieces(hypothesis),
-            self.labels[int(np.argmax(probabilities))], dict(zip(self.labels, probabilities)),
-            take(out.scores, la, lb), take(out.premise_weights, la, lb), take(out.hypothesis_weights, la, lb),
-            take(out.compared_premise, la), take(out.compared_hypothesis, lb), take(out.premise_summary),
-            take(out.hypothesis_summary), take(out.logits), truncated, self.config.model.attention_normalizer)
+            *pair,
+            self.subwords.pieces(premise),
+            self.subwords.pieces(hypothesis),
+            self.labels[int(np.argmax(probabilities))],
+            dict(zip(self.labels, probabilities)),
+            take(out.scores, la, lb),
+            take(out.premise_weights, la, lb),
+            take(out.hypothesis_weights, la, lb),
+            take(out.compared_premise, la),
+            take(out.compared_hypothesis, lb),
+            take(out.premise_summary),
+            take(out.hypothesis_summary),
+            take(out.logits),
+            truncated,
+            self.config.model.attention_normalizer,
+        )
 
-    def evaluate(self, files: PairFiles, batch_size: int = 64, max_tokens: int | None = None,
-                 log: Callable[[str], None] = print) -> dict:
+    def evaluate(
+        self, files: PairFiles, batch_size: int = 64, max_tokens: int | None = None, log: Callable[[str], None] = print
+    ) -> dict:
         """Accuracy, per-class precision, recall and F1, and the confusion matrix on a labelled TSV
         file (see attnmt.pairs.evaluation.classification_report), with the predicted label of each pair.
         A sentence of more than ``max_tokens`` subword pieces is cut to its first ``max_tokens``,
@@ -203,17 +238,22 @@ class PairClassifier:
             if size > max_tokens + 1:  # (+1: the EOS)
                 data.premise_ids[i] = _cut(data.premise_ids[i], max_tokens)
                 data.hypothesis_ids[i] = _cut(data.hypothesis_ids[i], max_tokens)
-                log(f"warning: {name}, line {data.corpus.lines[i]}: more than {max_tokens} subword tokens in a "
-                    f"sentence; its first {max_tokens} were used (--max-tokens)")
+                log(
+                    f"warning: {name}, line {data.corpus.lines[i]}: more than {max_tokens} subword tokens in a "
+                    f"sentence; its first {max_tokens} were used (--max-tokens)"
+                )
         predicted, loss = predict(self.model, data, batch_size)
         report = classification_report(data.corpus.labels, [self.labels[p] for p in predicted], self.labels)
-        report.update(loss=loss, dropped_empty=data.corpus.dropped_empty,
-                      predictions=[self.labels[p] for p in predicted])
+        report.update(
+            loss=loss, dropped_empty=data.corpus.dropped_empty, predictions=[self.labels[p] for p in predicted]
+        )
         return report
 
     def translate(self, *args, **kwargs):
-        raise AttnmtError(f"{self.folder} is a sentence-pair classifier (task: pairs), not a translation model: "
-                          "use classify() (attnmt classify MODEL_DIR with premise<TAB>hypothesis lines)")
+        raise AttnmtError(
+            f"{self.folder} is a sentence-pair classifier (task: pairs), not a translation model: "
+            "use classify() (attnmt classify MODEL_DIR with premise<TAB>hypothesis lines)"
+        )
 
 
 def _cut(ids: list[int], max_tokens: int) -> list[int]:
@@ -241,8 +281,9 @@ def format_result(result: PairResult) -> str:
     return result.label + "\t" + " ".join(f"{label}={p:.4f}" for label, p in result.probabilities.items())
 
 
-def classify_lines(model: PairClassifier, lines: list[str], batch_size: int = 64,
-                   max_tokens: int | None = None) -> tuple[list[str], list[str], list[str]]:
+def classify_lines(
+    model: PairClassifier, lines: list[str], batch_size: int = 64, max_tokens: int | None = None
+) -> tuple[list[str], list[str], list[str]]:
     """One output line per input line, in order: the label and probabilities of a pair, or
     "ERROR<TAB>message" for a line that is not one; the messages of those errors; warnings (a
     sentence cut to ``max_tokens``)."""
@@ -258,6 +299,8 @@ def classify_lines(model: PairClassifier, lines: list[str], batch_size: int = 64
     for (index, _), result in zip(good, results):
         outputs[index] = format_result(result)
         if result.truncated:
-            warnings.append(f"line {index + 1}: more than {max_tokens} subword tokens in a sentence; its first "
-                          f"{max_tokens} were used (--max-tokens)")
+            warnings.append(
+                f"line {index + 1}: more than {max_tokens} subword tokens in a sentence; its first "
+                f"{max_tokens} were used (--max-tokens)"
+            )
     return outputs, errors, warnings

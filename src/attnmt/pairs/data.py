@@ -38,8 +38,10 @@ def read_pairs(files: PairFiles) -> PairCorpus:
     first = 1 if files.has_header else 0
     if first and not lines:
         raise AttnmtError(f"{path}: empty file, expected a header line naming the columns")
-    columns = [_column_index(files, name, lines[0] if first else None)
-               for name in ("premise_column", "hypothesis_column", "label_column")]
+    columns = [
+        _column_index(files, name, lines[0] if first else None)
+        for name in ("premise_column", "hypothesis_column", "label_column")
+    ]
     needed = max(columns) + 1
     corpus = PairCorpus([], [], [])
     for number, line in enumerate(lines[first:], start=first + 1):
@@ -48,15 +50,18 @@ def read_pairs(files: PairFiles) -> PairCorpus:
             continue
         fields = line.split("\t")
         if len(fields) < needed:
-            raise AttnmtError(f"{path}: line {number} has {len(fields)} tab-separated column(s), "
-                              f"expected at least {needed}")
+            raise AttnmtError(
+                f"{path}: line {number} has {len(fields)} tab-separated column(s), expected at least {needed}"
+            )
         premise, hypothesis, label = (fields[c] for c in columns)
         if not label.strip():
             raise AttnmtError(f"{path}: line {number} has an empty label (column {columns[2]})")
         problem = label_problem(label.strip())
         if problem:
-            raise AttnmtError(f"{path}: line {number}: the label {label.strip()!r} (column {columns[2]}) cannot be a "
-                              f"class name: {problem}")
+            raise AttnmtError(
+                f"{path}: line {number}: the label {label.strip()!r} (column {columns[2]}) cannot be a "
+                f"class name: {problem}"
+            )
         if not premise.strip() or not hypothesis.strip():
             corpus.dropped_empty += 1
             continue
@@ -83,8 +88,10 @@ def label_problem(label: str) -> str | None:
         if char.isspace():
             return f"it contains whitespace (U+{ord(char):04X}), which separates the labels attnmt classify writes"
         if unicodedata.category(char)[0] == "C" or unicodedata.category(char) in ("Zl", "Zp"):
-            return (f"it contains U+{ord(char):04X} ({unicodedata.name(char, 'unnamed')}), a control, format "
-                    "(bidi) or unassigned character")
+            return (
+                f"it contains U+{ord(char):04X} ({unicodedata.name(char, 'unnamed')}), a control, format "
+                "(bidi) or unassigned character"
+            )
     return None
 
 
@@ -102,8 +109,9 @@ def _column_index(files: PairFiles, name: str, header: str | None) -> int:
         return column
     names = [cell.strip() for cell in header.split("\t")]
     if column not in names:
-        raise AttnmtError(f"{files.tsv}: line 1 (the header) has no column named {column!r} ({name}); "
-                          f"its columns: {', '.join(names)}")
+        raise AttnmtError(
+            f"{files.tsv}: line 1 (the header) has no column named {column!r} ({name}); its columns: {', '.join(names)}"
+        )
     return names.index(column)
 
 
@@ -122,15 +130,22 @@ class EncodedPairs:
         return [max(len(p), len(h)) for p, h in zip(self.premise_ids, self.hypothesis_ids)]
 
 
-def encode_pairs(corpus: PairCorpus, subwords: Subwords, labels: list[str], name: str,
-                 max_length: int | None = None, log: Callable[[str], None] = print) -> EncodedPairs:
+def encode_pairs(
+    corpus: PairCorpus,
+    subwords: Subwords,
+    labels: list[str],
+    name: str,
+    max_length: int | None = None,
+    log: Callable[[str], None] = print,
+) -> EncodedPairs:
     """``corpus`` as ids; pairs with a sentence longer than ``max_length`` subwords dropped with a
     count in the log. A label not in ``labels`` is an error naming the line."""
     index = {label: i for i, label in enumerate(labels)}
     for label, line in zip(corpus.labels, corpus.lines):
         if label not in index:
-            raise AttnmtError(f"{name}: line {line} has the label {label!r}, not one of the model's labels "
-                              f"({', '.join(labels)})")
+            raise AttnmtError(
+                f"{name}: line {line} has the label {label!r}, not one of the model's labels ({', '.join(labels)})"
+            )
     premises = [ids + [EOS] for ids in subwords.encode(corpus.premises)]
     hypotheses = [ids + [EOS] for ids in subwords.encode(corpus.hypotheses)]
     keep = range(len(corpus))
@@ -142,10 +157,13 @@ def encode_pairs(corpus: PairCorpus, subwords: Subwords, labels: list[str], name
             raise AttnmtError(f"{name}: no sentence pair is at most {max_length} subwords long; raise data.max_length")
     if corpus.dropped_empty:
         log(f"{name}: dropped {corpus.dropped_empty} pair(s) with an empty sentence")
-    kept = PairCorpus(*([column[i] for i in keep] for column in
-                        (corpus.premises, corpus.hypotheses, corpus.labels, corpus.lines)), corpus.dropped_empty)
-    return EncodedPairs(kept, [premises[i] for i in keep], [hypotheses[i] for i in keep],
-                        [index[label] for label in kept.labels])
+    kept = PairCorpus(
+        *([column[i] for i in keep] for column in (corpus.premises, corpus.hypotheses, corpus.labels, corpus.lines)),
+        corpus.dropped_empty,
+    )
+    return EncodedPairs(
+        kept, [premises[i] for i in keep], [hypotheses[i] for i in keep], [index[label] for label in kept.labels]
+    )
 
 
 def labels_of(config: Config, train: PairCorpus) -> list[str]:
@@ -153,8 +171,9 @@ def labels_of(config: Config, train: PairCorpus) -> list[str]:
     labels = config.data.labels or sorted(set(train.labels))
     check_labels(labels, "data.labels")
     if len(labels) < 2:
-        raise AttnmtError(f"{config.data.train.tsv}: every pair has the label {labels[0]!r}; a classifier needs "
-                          "at least two")
+        raise AttnmtError(
+            f"{config.data.train.tsv}: every pair has the label {labels[0]!r}; a classifier needs at least two"
+        )
     return labels
 
 
@@ -186,8 +205,9 @@ def _copy_subwords(config: Config, log, force: bool) -> Subwords:
     source, folder = config.model.embeddings, config.experiment_dir
     translation = load_config(source.model / "config.yaml")
     if translation.task != "translation":
-        raise AttnmtError(f"model.embeddings.model: {source.model} is not a translation model (task: "
-                          f"{translation.task})")
+        raise AttnmtError(
+            f"model.embeddings.model: {source.model} is not a translation model (task: {translation.task})"
+        )
     src_path, tgt_path = subword_paths(source.model, translation.data.subwords.joint)
     origin = src_path if source.side == "src" else tgt_path
     target, _ = subword_paths(folder, joint=True)
@@ -196,8 +216,10 @@ def _copy_subwords(config: Config, log, force: bool) -> Subwords:
     if target.is_file() and settings.is_file() and not force:
         stored = yaml.safe_load(settings.read_text(encoding="utf-8"))
         if stored != wanted:
-            raise AttnmtError(f"{target.parent} holds other subwords ({stored}); use 'attnmt prepare --force' to "
-                              "replace them, or another experiment_dir")
+            raise AttnmtError(
+                f"{target.parent} holds other subwords ({stored}); use 'attnmt prepare --force' to "
+                "replace them, or another experiment_dir"
+            )
     else:
         if not origin.is_file():
             raise AttnmtError(f"{origin}: no subword model in the translation model folder {source.model}")

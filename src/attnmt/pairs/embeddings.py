@@ -24,26 +24,31 @@ from attnmt.data.corpus import read_lines
 from attnmt.data.subwords import Subwords
 
 # The embedding weights of each side of each kind of translation model (model.type, side).
-EMBEDDING_WEIGHTS = {("rnn", "src"): "encoder.embed.weight", ("rnn", "tgt"): "tgt_embed.weight",
-                     ("transformer", "src"): "src_embed.tokens.weight",
-                     ("transformer", "tgt"): "tgt_embed.tokens.weight"}
+EMBEDDING_WEIGHTS = {
+    ("rnn", "src"): "encoder.embed.weight",
+    ("rnn", "tgt"): "tgt_embed.weight",
+    ("transformer", "src"): "src_embed.tokens.weight",
+    ("transformer", "tgt"): "tgt_embed.tokens.weight",
+}
 
 
-def initial_embeddings(source: EmbeddingsConfig, subwords: Subwords, random_start: Tensor, seed: int,
-                       log: Callable[[str], None] = print) -> Tensor:
+def initial_embeddings(
+    source: EmbeddingsConfig, subwords: Subwords, random_start: Tensor, seed: int, log: Callable[[str], None] = print
+) -> Tensor:
     """The embedding matrix (vocabulary x size) to start from, in place of ``random_start``."""
     size = random_start.size(1)
     if source.model is not None:
         weights = translation_embeddings(source.model, source.side)
         what = f"the {source.side} embeddings of {source.model}"
     else:
-        weights = word2vec_embeddings(source.word2vec, subwords, random_start, source.epochs, source.window, seed,
-                                      log)
+        weights = word2vec_embeddings(source.word2vec, subwords, random_start, source.epochs, source.window, seed, log)
         what = f"word2vec vectors of {source.word2vec}"
     if tuple(weights.shape) != tuple(random_start.shape):
-        raise AttnmtError(f"model.embeddings: {what} are {weights.size(0)} x {weights.size(1)}, the pair model's "
-                          f"{random_start.size(0)} x {size} (vocabulary x model.embedding_size): set "
-                          f"model.embedding_size: {weights.size(1)}")
+        raise AttnmtError(
+            f"model.embeddings: {what} are {weights.size(0)} x {weights.size(1)}, the pair model's "
+            f"{random_start.size(0)} x {size} (vocabulary x model.embedding_size): set "
+            f"model.embedding_size: {weights.size(1)}"
+        )
     return weights
 
 
@@ -57,8 +62,15 @@ def translation_embeddings(folder: Path, side: str) -> Tensor:
     return tensors[EMBEDDING_WEIGHTS[config.model.type, side]].float()
 
 
-def word2vec_embeddings(corpus: Path, subwords: Subwords, random_start: Tensor, epochs: int, window: int, seed: int,
-                        log: Callable[[str], None] = print) -> Tensor:
+def word2vec_embeddings(
+    corpus: Path,
+    subwords: Subwords,
+    random_start: Tensor,
+    epochs: int,
+    window: int,
+    seed: int,
+    log: Callable[[str], None] = print,
+) -> Tensor:
     """``random_start`` with the row of each piece that occurs in ``corpus`` replaced by its
     skip-gram vector, scaled to the spread of the random rows (so that neither kind dominates)."""
     try:
@@ -70,15 +82,26 @@ def word2vec_embeddings(corpus: Path, subwords: Subwords, random_start: Tensor, 
         raise AttnmtError(f"{corpus}: no sentences to train word2vec on")
     sentences = subwords.sp.encode(lines, out_type=str)
     # One worker and a fixed hash: the same vectors at every run (gensim's default hash is Python's, salted).
-    vectors = Word2Vec(sentences, vector_size=random_start.size(1), window=window, min_count=1, sg=1, workers=1,
-                       epochs=epochs, seed=seed, hashfxn=_stable_hash).wv
+    vectors = Word2Vec(
+        sentences,
+        vector_size=random_start.size(1),
+        window=window,
+        min_count=1,
+        sg=1,
+        workers=1,
+        epochs=epochs,
+        seed=seed,
+        hashfxn=_stable_hash,
+    ).wv
     weights = random_start.clone()
     known = [(i, piece) for i, piece in enumerate(subwords.pieces(range(len(subwords)))) if piece in vectors]
     if known:
         trained = torch.tensor(vectors[[piece for _, piece in known]], device=random_start.device)
         weights[[i for i, _ in known]] = trained * (random_start.std() / trained.std())
-    log(f"word2vec on {len(lines):,} sentences of {corpus}: vectors for {len(known):,} of the {len(subwords):,} "
-        "subwords")
+    log(
+        f"word2vec on {len(lines):,} sentences of {corpus}: vectors for {len(known):,} of the {len(subwords):,} "
+        "subwords"
+    )
     return weights
 
 

@@ -19,11 +19,21 @@ def classification_report(gold: list[str], predicted: list[str], labels: list[st
     for i, label in enumerate(labels):
         hits, support, chosen = confusion[i][i], sum(confusion[i]), sum(row[i] for row in confusion)
         precision, recall = _ratio(hits, chosen), _ratio(hits, support)
-        per_class[label] = {"precision": precision, "recall": recall,
-                            "f1": _ratio(2 * precision * recall, precision + recall), "support": support}
+        per_class[label] = {
+            "precision": precision,
+            "recall": recall,
+            "f1": _ratio(2 * precision * recall, precision + recall),
+            "support": support,
+        }
     macro_f1 = sum(c["f1"] for c in per_class.values()) / len(labels)
-    return {"accuracy": sum(confusion[i][i] for i in range(len(labels))) / n, "pairs": n, "labels": list(labels),
-            "per_class": per_class, "macro_f1": macro_f1, "confusion": confusion}
+    return {
+        "accuracy": sum(confusion[i][i] for i in range(len(labels))) / n,
+        "pairs": n,
+        "labels": list(labels),
+        "per_class": per_class,
+        "macro_f1": macro_f1,
+        "confusion": confusion,
+    }
 
 
 def _ratio(a: float, b: float) -> float:
@@ -38,13 +48,22 @@ def format_classification_report(report: dict) -> str:
     """A classification_report as text: accuracy, a table of the classes, the confusion matrix."""
     labels = report["labels"]
     width = max(len(label) for label in labels + ["macro average"])
-    lines = [f"accuracy {100 * report['accuracy']:.2f}%  ({report['pairs']} pairs)", "",
-             f"{'class'.ljust(width)} | precision |    recall |        F1 | support", "-" * (width + 42)]
+    lines = [
+        f"accuracy {100 * report['accuracy']:.2f}%  ({report['pairs']} pairs)",
+        "",
+        f"{'class'.ljust(width)} | precision |    recall |        F1 | support",
+        "-" * (width + 42),
+    ]
     for label, c in report["per_class"].items():
-        lines.append(f"{label.ljust(width)} | {percent(c['precision'])} | {percent(c['recall'])} | "
-                     f"{percent(c['f1'])} | {c['support']:7d}")
-    lines += [f"{'macro average'.ljust(width)} | {'':9} | {'':9} | {percent(report['macro_f1'])} |", "",
-              "confusion matrix (rows: gold, columns: predicted)"]
+        lines.append(
+            f"{label.ljust(width)} | {percent(c['precision'])} | {percent(c['recall'])} | "
+            f"{percent(c['f1'])} | {c['support']:7d}"
+        )
+    lines += [
+        f"{'macro average'.ljust(width)} | {'':9} | {'':9} | {percent(report['macro_f1'])} |",
+        "",
+        "confusion matrix (rows: gold, columns: predicted)",
+    ]
     cell = max(len(label) for label in labels + [str(v) for row in report["confusion"] for v in row])
     lines.append(" " * (width + 2) + " ".join(label.rjust(cell) for label in labels))
     for label, row in zip(labels, report["confusion"]):

@@ -30,23 +30,33 @@ from attnmt.viz.drawing import (
 )
 from attnmt.viz.notebook import HTMLView, heatmap_html
 
-DIRECTION_TITLES = {"premise": "attend: {} over the hypothesis (rows sum to 1)",
-                    "hypothesis": "attend: {} over the premise (columns sum to 1)"}
+DIRECTION_TITLES = {
+    "premise": "attend: {} over the hypothesis (rows sum to 1)",
+    "hypothesis": "attend: {} over the premise (columns sum to 1)",
+}
 
 
 def direction_title(result, direction: str) -> str:
-    """"attend: softmax over the hypothesis (rows sum to 1)", with the result's normalizer."""
+    """ "attend: softmax over the hypothesis (rows sum to 1)", with the result's normalizer."""
     return DIRECTION_TITLES[direction].format(getattr(result, "normalizer", "softmax"))
 
 
-def pair_figure(result, direction: str = "premise", max_dims: int | None = 24, *, space_marker: str | None = "",
-                title: str | None = None) -> Figure:
+def pair_figure(
+    result,
+    direction: str = "premise",
+    max_dims: int | None = 24,
+    *,
+    space_marker: str | None = "",
+    title: str | None = None,
+) -> Figure:
     """Attend (the attention matrix of ``direction``), compare (the vectors v1_i and v2_j as
     cells, the ``max_dims`` dimensions that vary most) and aggregate (v1, v2 and the class
     probabilities) for one PairResult."""
     weights = result.attention(direction)
-    premise, hypothesis = token_labels(result.premise_tokens, space_marker), token_labels(result.hypothesis_tokens,
-                                                                                space_marker)
+    premise, hypothesis = (
+        token_labels(result.premise_tokens, space_marker),
+        token_labels(result.hypothesis_tokens, space_marker),
+    )
     compared = np.concatenate([result.compared_premise, result.compared_hypothesis])
     dims = select_dimensions(compared, max_dims)
     cell = cell_inches(max(len(premise) + len(hypothesis), len(dims)))
@@ -60,17 +70,21 @@ def pair_figure(result, direction: str = "premise", max_dims: int | None = 24, *
     ax.set_xlabel("hypothesis", fontsize=9)
     ax.set_ylabel("premise", fontsize=9)
     limit = float(np.abs(compared[:, dims]).max()) or 1.0
-    for row, (name, vectors, tokens) in enumerate((("v1_i = G([a_i; beta_i])", result.compared_premise, premise),
-                                                   ("v2_j = G([b_j; alpha_j])", result.compared_hypothesis,
-                                                    hypothesis))):
+    for row, (name, vectors, tokens) in enumerate(
+        (
+            ("v1_i = G([a_i; beta_i])", result.compared_premise, premise),
+            ("v2_j = G([b_j; alpha_j])", result.compared_hypothesis, hypothesis),
+        )
+    ):
         ax = fig.add_subplot(grid[row, 1])
         _matrix(ax, vectors[:, dims], tokens, None, vmin=-limit, vmax=limit, cmap=DIVERGING)
         dimension_ticks(ax, dims)
         ax.set_title(f"compare: {name}", fontsize=9)
     _aggregate(fig.add_subplot(grid[2, 0]), result, dims)
     _class_bars(fig.add_subplot(grid[2, 1]), result)
-    fig.suptitle(title or f"{result.premise}  |  {result.hypothesis}  \u2192  {result.label}", fontsize=10,
-                 parse_math=False)
+    fig.suptitle(
+        title or f"{result.premise}  |  {result.hypothesis}  \u2192  {result.label}", fontsize=10, parse_math=False
+    )
     return fig
 
 
@@ -95,11 +109,11 @@ def _aggregate(ax, result, dims):
 
 def _class_bars(ax, result):
     labels, probabilities = result.labels, [result.probabilities[label] for label in result.labels]
-    bars = ax.barh(range(len(labels)), probabilities, color=["#d62728" if label == result.label else "#9aa5b8"
-                                                             for label in labels])
+    bars = ax.barh(
+        range(len(labels)), probabilities, color=["#d62728" if label == result.label else "#9aa5b8" for label in labels]
+    )
     for bar, score in zip(bars, result.class_scores):
-        ax.text(bar.get_width() + 0.01, bar.get_y() + bar.get_height() / 2, f"y = {score:.2f}", va="center",
-                fontsize=7)
+        ax.text(bar.get_width() + 0.01, bar.get_y() + bar.get_height() / 2, f"y = {score:.2f}", va="center", fontsize=7)
     ax.set_yticks(range(len(labels)), labels=labels, fontsize=8)
     ax.set_xlim(0, 1.25)
     ax.invert_yaxis()
@@ -111,6 +125,12 @@ def show_pair(result, direction: str = "premise", *, space_marker: str | None = 
     cell for its weight), with the label and probabilities: inline in Jupyter."""
     chances = ", ".join(f"{label} {p:.2f}" for label, p in result.probabilities.items())
     title = f"{result.label} ({chances}): {direction_title(result, direction)}"
-    table = heatmap_html(result.hypothesis_tokens, result.premise_tokens, result.attention(direction),
-                         title=title, space_marker=space_marker, names=("hypothesis", "premise"))
+    table = heatmap_html(
+        result.hypothesis_tokens,
+        result.premise_tokens,
+        result.attention(direction),
+        title=title,
+        space_marker=space_marker,
+        names=("hypothesis", "premise"),
+    )
     return HTMLView(table, "pair attention")

@@ -58,8 +58,14 @@ class FeedForward(nn.Sequential):
     """F, G and H of the paper: two ReLU layers, dropout before each."""
 
     def __init__(self, input_size: int, hidden_size: int, dropout: float):
-        super().__init__(Dropout(dropout), nn.Linear(input_size, hidden_size), nn.ReLU(),
-                         Dropout(dropout), nn.Linear(hidden_size, hidden_size), nn.ReLU())
+        super().__init__(
+            Dropout(dropout),
+            nn.Linear(input_size, hidden_size),
+            nn.ReLU(),
+            Dropout(dropout),
+            nn.Linear(hidden_size, hidden_size),
+            nn.ReLU(),
+        )
 
 
 def masked_softmax(scores: Tensor, mask: Tensor, dim: int, normalizer: str = "softmax") -> Tensor:
@@ -130,10 +136,22 @@ class DecomposableAttention(nn.Module):
     """The decomposable attention model of a vocabulary and classes; its sizes and settings are
     those of PairModelConfig (``build_pair_model``), named: keyword arguments only."""
 
-    def __init__(self, vocab_size: int, classes: int, *, embedding_size: int = 100, hidden_size: int = 200,
-                 intra_attention: bool = False, max_distance: int = 10, dropout: float = 0.2, pad_id: int = 0,
-                 attend: str = "dot", temperature: float = 0.1, sinkhorn_rounds: int = 5,
-                 normalizer: str = "softmax"):
+    def __init__(
+        self,
+        vocab_size: int,
+        classes: int,
+        *,
+        embedding_size: int = 100,
+        hidden_size: int = 200,
+        intra_attention: bool = False,
+        max_distance: int = 10,
+        dropout: float = 0.2,
+        pad_id: int = 0,
+        attend: str = "dot",
+        temperature: float = 0.1,
+        sinkhorn_rounds: int = 5,
+        normalizer: str = "softmax",
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_id)
         self.project = nn.Linear(embedding_size, hidden_size, bias=False)
@@ -186,8 +204,17 @@ class DecomposableAttention(nn.Module):
 
 def build_pair_model(config: PairModelConfig, vocab_size: int, classes: int) -> DecomposableAttention:
     """The pair model of the config's model section (task: pairs) for a vocabulary and classes."""
-    return DecomposableAttention(vocab_size, classes, embedding_size=config.embedding_size,
-                                 hidden_size=config.hidden_size, intra_attention=config.intra_attention,
-                                 max_distance=config.max_distance, dropout=config.dropout, pad_id=PAD,
-                                 attend=config.attend, temperature=config.temperature,
-                                 sinkhorn_rounds=config.sinkhorn_rounds, normalizer=config.attention_normalizer)
+    return DecomposableAttention(
+        vocab_size,
+        classes,
+        embedding_size=config.embedding_size,
+        hidden_size=config.hidden_size,
+        intra_attention=config.intra_attention,
+        max_distance=config.max_distance,
+        dropout=config.dropout,
+        pad_id=PAD,
+        attend=config.attend,
+        temperature=config.temperature,
+        sinkhorn_rounds=config.sinkhorn_rounds,
+        normalizer=config.attention_normalizer,
+    )

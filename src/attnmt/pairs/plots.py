@@ -14,11 +14,22 @@ def pair_writers(r: FigureRequest, model) -> list[Writer]:
     """A sentence-pair model: attend, compare and aggregate in one figure (or the attention as HTML)."""
     from attnmt.pairs.figures import pair_figure, show_pair
 
-    other = [option for option, value in (("--states", r.states), ("--step", r.steps), ("--gif", r.gif),
-                                          ("--merge-words", r.merge_words), ("--beam", r.beam)) if value]
+    other = [
+        option
+        for option, value in (
+            ("--states", r.states),
+            ("--step", r.steps),
+            ("--gif", r.gif),
+            ("--merge-words", r.merge_words),
+            ("--beam", r.beam),
+        )
+        if value
+    ]
     if other or r.transformer_options():
-        raise AttnmtError(f"{', '.join(other + r.transformer_options())}: for translation models; a sentence-pair "
-                          "model draws one figure (--out) of the pair (SENTENCE and --hypothesis)")
+        raise AttnmtError(
+            f"{', '.join(other + r.transformer_options())}: for translation models; a sentence-pair "
+            "model draws one figure (--out) of the pair (SENTENCE and --hypothesis)"
+        )
     if not (r.hypothesis or "").strip():
         raise AttnmtError(f"{r.model_dir} is a sentence-pair model: give the premise as SENTENCE and --hypothesis TEXT")
     [result] = model.classify([(r.sentence, r.hypothesis)])

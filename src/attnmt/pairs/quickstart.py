@@ -39,13 +39,15 @@ PLACES = ["park", "beach", "street", "garden", "field", "yard", "river", "house"
 LABELS = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL"]
 # A word that says less (a digit says the same): "three red dogs" entails "3 bright animals" word by
 # word, and contradicts "3 dark people"; whether a changed word is entailed depends on its counterpart.
-GENERAL = {**{n: str(d) for d, n in enumerate(NUMBERS, start=2)},
-           **{c: "dark" for c in ("black", "brown", "grey", "blue")},
-           **{c: "bright" for c in ("white", "yellow", "red", "green")},
-           **{n: "animals" for n in ("dogs", "cats", "horses", "birds", "cows")},
-           **{n: "people" for n in ("children", "men", "women")},
-           **{a: "moving" for a in ("running", "playing", "jumping", "dancing")},
-           **{a: "resting" for a in ("sitting", "sleeping", "standing", "waiting")}}
+GENERAL = {
+    **{n: str(d) for d, n in enumerate(NUMBERS, start=2)},
+    **{c: "dark" for c in ("black", "brown", "grey", "blue")},
+    **{c: "bright" for c in ("white", "yellow", "red", "green")},
+    **{n: "animals" for n in ("dogs", "cats", "horses", "birds", "cows")},
+    **{n: "people" for n in ("children", "men", "women")},
+    **{a: "moving" for a in ("running", "playing", "jumping", "dancing")},
+    **{a: "resting" for a in ("sitting", "sleeping", "standing", "waiting")},
+}
 
 EXAMPLES = [
     ("three red dogs are running in the park", "three blue dogs are running in the park"),
@@ -57,8 +59,12 @@ EXAMPLES = [
 
 
 def entity(rng: random.Random, colours: list[str], nouns: list[str]) -> dict:
-    return {"number": rng.choice(NUMBERS), "size": rng.choice(SIZES) if rng.random() < 0.5 else None,
-            "colour": rng.choice(colours), "noun": rng.choice(nouns)}
+    return {
+        "number": rng.choice(NUMBERS),
+        "size": rng.choice(SIZES) if rng.random() < 0.5 else None,
+        "colour": rng.choice(colours),
+        "noun": rng.choice(nouns),
+    }
 
 
 def scene(rng: random.Random) -> dict:
@@ -67,8 +73,9 @@ def scene(rng: random.Random) -> dict:
     first = entity(rng, COLOURS, NOUNS)
     entities = [first]
     if rng.random() < 0.5:
-        entities.append(entity(rng, [c for c in COLOURS if c != first["colour"]],
-                               [n for n in NOUNS if n != first["noun"]]))
+        entities.append(
+            entity(rng, [c for c in COLOURS if c != first["colour"]], [n for n in NOUNS if n != first["noun"]])
+        )
     return {"entities": entities, "activity": rng.choice(ACTIVITIES), "place": rng.choice(PLACES), "negated": False}
 
 
@@ -175,8 +182,9 @@ def make_pairs(n: int, seed: int) -> list[tuple[str, str, str]]:
     pairs = []
     for _ in range(n):
         premise, h, label = variant(scene(rng), rng)
-        pairs.append((sentence(premise), sentence(h, place_first=rng.random() < 0.5, reverse=rng.random() < 0.5),
-                      label))
+        pairs.append(
+            (sentence(premise), sentence(h, place_first=rng.random() < 0.5, reverse=rng.random() < 0.5), label)
+        )
     return pairs
 
 
@@ -197,20 +205,30 @@ def quickstart_config(folder: Path, steps: int) -> dict:
     return {
         "experiment_dir": str(folder / "model"),
         "task": "pairs",
-        "data": {"train": {"tsv": str(folder / "data" / "train.tsv")},
-                 "dev": {"tsv": str(folder / "data" / "dev.tsv")},
-                 "test": {"tsv": str(folder / "data" / "test.tsv")},
-                 "subwords": {"type": "word", "vocab_size": 100}, "batch_size": 64},
+        "data": {
+            "train": {"tsv": str(folder / "data" / "train.tsv")},
+            "dev": {"tsv": str(folder / "data" / "dev.tsv")},
+            "test": {"tsv": str(folder / "data" / "test.tsv")},
+            "subwords": {"type": "word", "vocab_size": 100},
+            "batch_size": 64,
+        },
         # one-to-one attention: a changed word aligns with its counterpart (docs/decomposable.md)
         "model": {"embedding_size": 32, "hidden_size": 128, "dropout": 0.0, "attend": "one-to-one"},
         # one thread: these products are too small to gain from more, and lose much on a busy machine
-        "training": {"max_steps": steps, "validate_every": max(steps // 4, 1), "learning_rate": 0.003,
-                     "log_every": 25, "early_stopping_patience": None, "threads": 1},
+        "training": {
+            "max_steps": steps,
+            "validate_every": max(steps // 4, 1),
+            "learning_rate": 0.003,
+            "log_every": 25,
+            "early_stopping_patience": None,
+            "threads": 1,
+        },
     }
 
 
-def run_pair_quickstart(folder: Path, steps: int = 3000, log: Callable[[str], None] = print,
-                        progress: bool = True) -> dict:
+def run_pair_quickstart(
+    folder: Path, steps: int = 3000, log: Callable[[str], None] = print, progress: bool = True
+) -> dict:
     """Writes the synthetic corpus, trains the model on it, prints its test accuracy and the
     attention of a few examples; returns {"accuracy", "examples"}."""
     from attnmt.pairs.classifier import PairClassifier
@@ -219,8 +237,13 @@ def run_pair_quickstart(folder: Path, steps: int = 3000, log: Callable[[str], No
 
     folder = Path(folder)
     data = write_corpus(folder / "data")
-    config = train_once(folder, quickstart_config(folder.resolve(), steps),
-                        f"the decomposable attention model on {data['train']} ({steps} steps)", log, progress)
+    config = train_once(
+        folder,
+        quickstart_config(folder.resolve(), steps),
+        f"the decomposable attention model on {data['train']} ({steps} steps)",
+        log,
+        progress,
+    )
     model = PairClassifier(config.experiment_dir)
     report = model.evaluate(model.test_sets["test"])
     log(f"accuracy on {report['pairs']} test pairs: {report['accuracy']:.1%}")
@@ -231,19 +254,37 @@ def run_pair_quickstart(folder: Path, steps: int = 3000, log: Callable[[str], No
         changed = changed_words(r.premise, r.hypothesis)
         if changed is not None:
             row = r.premise_attention[[_word(t) for t in r.premise_tokens].index(changed[0])]
-            print(f"  '{changed[0]}' attends most to '{_word(r.hypothesis_tokens[int(row.argmax())])}' "
-                  f"({row.max():.2f})")
-        print(shades([_word(t) for t in r.premise_tokens], [_word(t) for t in r.hypothesis_tokens],
-                     r.premise_attention))
+            print(
+                f"  '{changed[0]}' attends most to '{_word(r.hypothesis_tokens[int(row.argmax())])}' ({row.max():.2f})"
+            )
+        print(
+            shades([_word(t) for t in r.premise_tokens], [_word(t) for t in r.hypothesis_tokens], r.premise_attention)
+        )
     out = folder / "attention.json"
-    out.write_text(json.dumps([{"premise": r.premise, "hypothesis": r.hypothesis, "label": r.label,
-                                "probabilities": r.probabilities, "premise_tokens": r.premise_tokens,
-                                "hypothesis_tokens": r.hypothesis_tokens,
-                                "premise_attention": np.round(r.premise_attention, 4).tolist(),
-                                "hypothesis_attention": np.round(r.hypothesis_attention, 4).tolist()}
-                               for r in examples], ensure_ascii=False, indent=1), encoding="utf-8")
-    log(f"\nrows: premise words; columns: hypothesis words; each row is what its word attends to "
-        f"(softmax over the hypothesis).\nattention matrices saved to {out}; model in {config.experiment_dir}")
+    out.write_text(
+        json.dumps(
+            [
+                {
+                    "premise": r.premise,
+                    "hypothesis": r.hypothesis,
+                    "label": r.label,
+                    "probabilities": r.probabilities,
+                    "premise_tokens": r.premise_tokens,
+                    "hypothesis_tokens": r.hypothesis_tokens,
+                    "premise_attention": np.round(r.premise_attention, 4).tolist(),
+                    "hypothesis_attention": np.round(r.hypothesis_attention, 4).tolist(),
+                }
+                for r in examples
+            ],
+            ensure_ascii=False,
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
+    log(
+        f"\nrows: premise words; columns: hypothesis words; each row is what its word attends to "
+        f"(softmax over the hypothesis).\nattention matrices saved to {out}; model in {config.experiment_dir}"
+    )
     log(f"try: printf 'two red cats are sleeping\\ttwo cats are sleeping\\n' | attnmt classify {config.experiment_dir}")
     return {"accuracy": report["accuracy"], "examples": examples}
 

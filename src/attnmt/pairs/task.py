@@ -20,8 +20,10 @@ def load(folder: Path, checkpoint: str, quantize: str | None, device) -> PairCla
 
 def architecture(config) -> str:
     m = config.model
-    return (f"decomposable attention, hidden {m.hidden_size}, embeddings {m.embedding_size}"
-            f"{', intra-sentence attention' if m.intra_attention else ''}")
+    return (
+        f"decomposable attention, hidden {m.hidden_size}, embeddings {m.embedding_size}"
+        f"{', intra-sentence attention' if m.intra_attention else ''}"
+    )
 
 
 def figure_writers(request, model) -> list:
@@ -30,6 +32,14 @@ def figure_writers(request, model) -> list:
     return pair_writers(request, model)
 
 
-TASK = Task(name="pairs", what="a sentence-pair classifier", inputs="pairs", prepare=prepare_pairs,
-            training_loop=pair_training_loop, test_scores=pair_test_scores, load=load,
-            architecture=architecture, figure_writers=figure_writers)
+TASK = Task(
+    name="pairs",
+    what="a sentence-pair classifier",
+    inputs="pairs",
+    prepare=prepare_pairs,
+    training_loop=pair_training_loop,
+    test_scores=pair_test_scores,
+    load=load,
+    architecture=architecture,
+    figure_writers=figure_writers,
+)

@@ -33,8 +33,9 @@ class PairData:
     dev: EncodedPairs | None
 
 
-def prepare_pair_data(config: Config, processes: Processes = ONE_PROCESS,
-                      log: Callable[[str], None] = print) -> PairData:
+def prepare_pair_data(
+    config: Config, processes: Processes = ONE_PROCESS, log: Callable[[str], None] = print
+) -> PairData:
     with distributed.main_first(processes):
         subwords = prepare_pairs(config, log)
     d = config.data
@@ -43,44 +44,65 @@ def prepare_pair_data(config: Config, processes: Processes = ONE_PROCESS,
     return PairData(subwords, d.labels, train, dev)
 
 
-def setup_pairs(config: Config, data: PairData, device: torch.device, processes: Processes = ONE_PROCESS,
-                log: Callable[[str], None] = print) -> TrainingSetup:
+def setup_pairs(
+    config: Config,
+    data: PairData,
+    device: torch.device,
+    processes: Processes = ONE_PROCESS,
+    log: Callable[[str], None] = print,
+) -> TrainingSetup:
     """The pair model of the config, its embeddings initialised as model.embeddings says, its loss,
     optimizer and scheduler."""
     mc = config.model
     model = build_pair_model(mc, len(data.subwords), len(data.labels))
     if mc.embeddings is not None:
         with torch.no_grad():
-            model.embed.weight.copy_(initial_embeddings(mc.embeddings, data.subwords, model.embed.weight,
-                                                        config.training.seed, log))
+            model.embed.weight.copy_(
+                initial_embeddings(mc.embeddings, data.subwords, model.embed.weight, config.training.seed, log)
+            )
             model.embed.weight[model.pad_id].zero_()
         model.embed.weight.requires_grad_(not mc.embeddings.freeze)
     model.to(device)
     return setup_training(model, PairLoss(model, config.training.label_smoothing), config.training, processes)
 
 
-def pair_training_loop(config: Config, device: torch.device, processes: Processes, log: Callable[[str], None],
-                       progress: bool) -> TrainingLoop:
+def pair_training_loop(
+    config: Config, device: torch.device, processes: Processes, log: Callable[[str], None], progress: bool
+) -> TrainingLoop:
     """Data, model and validation of a pair experiment in the training loop."""
     data = prepare_pair_data(config, processes, log)
     setup = setup_pairs(config, data, device, processes, log)
     validation = PairScores(data.dev, config.data.batch_size) if data.dev is not None else None
-    return TrainingLoop(config, setup, data.train.sizes(), partial(pair_training_batch, data.train),
-                        validation, summary(config, setup.model, data), processes=processes, log=log,
-                        progress=progress, data=data)
+    return TrainingLoop(
+        config,
+        setup,
+        data.train.sizes(),
+        partial(pair_training_batch, data.train),
+        validation,
+        summary(config, setup.model, data),
+        processes=processes,
+        log=log,
+        progress=progress,
+        data=data,
+    )
 
 
 def summary(config: Config, model: nn.Module, data: PairData) -> str:
     mc = config.model
-    return (f"model: decomposable attention{' with intra-sentence attention' if mc.intra_attention else ''}, "
-            f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(data.train):,} training pairs; "
-            f"labels {', '.join(data.labels)}")
+    return (
+        f"model: decomposable attention{' with intra-sentence attention' if mc.intra_attention else ''}, "
+        f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(data.train):,} training pairs; "
+        f"labels {', '.join(data.labels)}"
+    )
 
 
 def pair_training_batch(data: EncodedPairs, indices: list[int]) -> PairBatch:
     """The pairs ``indices`` of ``data`` as a batch, with their labels."""
-    return pair_batch([data.premise_ids[i] for i in indices], [data.hypothesis_ids[i] for i in indices],
-                      [data.label_ids[i] for i in indices])
+    return pair_batch(
+        [data.premise_ids[i] for i in indices],
+        [data.hypothesis_ids[i] for i in indices],
+        [data.label_ids[i] for i in indices],
+    )
 
 
 class PairLoss(nn.Module):
@@ -93,8 +115,9 @@ class PairLoss(nn.Module):
 
     def forward(self, batch: PairBatch) -> tuple[Tensor, int]:
         logits = self.model(batch.premise, batch.hypothesis).logits
-        return F.cross_entropy(logits, batch.labels, reduction="sum", label_smoothing=self.label_smoothing), \
-            len(batch.labels)
+        return F.cross_entropy(logits, batch.labels, reduction="sum", label_smoothing=self.label_smoothing), len(
+            batch.labels
+        )
 
 
 @dataclass
@@ -114,8 +137,9 @@ class PairScores:
         return f"dev loss {record['loss']:.3f}, accuracy {100 * record['accuracy']:.2f}%"
 
 
-def pair_test_scores(config: Config, device: torch.device, log: Callable[[str], None],
-                     progress: bool = False) -> tuple[dict, list[dict]]:
+def pair_test_scores(
+    config: Config, device: torch.device, log: Callable[[str], None], progress: bool = False
+) -> tuple[dict, list[dict]]:
     """The best checkpoint on each test set of the config: the reports (without the predictions)
     and the records for metrics.jsonl."""
     from attnmt.pairs.classifier import PairClassifier
@@ -123,6 +147,8 @@ def pair_test_scores(config: Config, device: torch.device, log: Callable[[str], 
     classifier = PairClassifier(config.experiment_dir, device=device)
     reports = {name: classifier.evaluate(files, config.data.batch_size) for name, files in classifier.test_sets.items()}
     return test_set_summary(
-        reports, lambda r: {"accuracy": r["accuracy"], "macro_f1": r["macro_f1"], "pairs": r["pairs"]},
+        reports,
+        lambda r: {"accuracy": r["accuracy"], "macro_f1": r["macro_f1"], "pairs": r["pairs"]},
         lambda r: f"accuracy {100 * r['accuracy']:.2f}%, macro F1 {100 * r['macro_f1']:.2f}% ({r['pairs']} pairs)",
-        log)
+        log,
+    )

@@ -31,8 +31,6 @@ from attnmt.core.sections import FERTILITY_BOUND, RNN_NORMALIZERS
 from attnmt.seq2seq.constrained import csparsemax, fertility_bounds
 
 
-
-
 def normalize(scores: Tensor, normalizer: str, upper: Tensor | None = None) -> Tensor:
     """Weights a from scores e (..., S), -inf where a position may not be attended; they sum to 1
     over S:
@@ -119,9 +117,16 @@ class Attention(nn.Module, ABC):
         the query attended to before, where the score reads it: the previous step's weights a_{t-1}
         (``reads_previous_weights``) or the coverage sum_{t'<t} a_{t'} (``reads_coverage``)."""
 
-    def forward(self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor,
-                prev_weights: Tensor | None = None, steps: Tensor | None = None,
-                coverage: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        self,
+        query: Tensor,
+        memory: Tensor,
+        keys: Tensor,
+        mask: Tensor,
+        prev_weights: Tensor | None = None,
+        steps: Tensor | None = None,
+        coverage: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """query (B,T,Q), memory (B,S,M), mask (B,S) True at real tokens -> context c (B,T,M),
         weights a (B,T,S) and scores e (B,T,S), -inf at padding. ``steps`` (B,T): the target
         position t of each query, read where ``reads_step``; ``coverage`` (B,T,S), the sum of each
@@ -184,8 +189,10 @@ class LuongLocationAttention(Attention):
     def score(self, query, keys, prev_weights):
         S = keys.size(1)
         if S > self.W_a.out_features:
-            raise AttnmtError(f"luong-location attention scores at most {self.W_a.out_features} source positions "
-                              f"(model.max_positions), and this source has {S}")
+            raise AttnmtError(
+                f"luong-location attention scores at most {self.W_a.out_features} source positions "
+                f"(model.max_positions), and this source has {S}"
+            )
         return torch.nn.functional.linear(query, self.W_a.weight[:S])
 
 
@@ -201,8 +208,8 @@ class LuongConcatAttention(BahdanauAttention):
 class LocationAttention(Attention):
     """Location-aware (hybrid) attention, Chorowski et al. (2015):
 
-        f   = F * a_{t-1}                                   convolution of the previous weights
-        e_j = w^T tanh(W s_{t-1} + V h_j + U f_j + b)
+    f   = F * a_{t-1}                                   convolution of the previous weights
+    e_j = w^T tanh(W s_{t-1} + V h_j + U f_j + b)
     """
 
     query_is_previous_state = True
@@ -257,8 +264,10 @@ class CoverageAttention(Attention):
     def __init__(self, query_size: int, memory_size: int, hidden_size: int, fertility: int = 0, dim: int = 0):
         super().__init__()
         if fertility and dim:
-            raise ValueError("Tu et al.'s fertility divides linguistic coverage (the sum of the weights); "
-                             "NN-based coverage (dim > 0) has none")
+            raise ValueError(
+                "Tu et al.'s fertility divides linguistic coverage (the sum of the weights); "
+                "NN-based coverage (dim > 0) has none"
+            )
         self.W_s = nn.Linear(query_size, hidden_size, bias=False)
         self.W_h = nn.Linear(memory_size, hidden_size, bias=True)
         self.w_c = nn.Linear(max(dim, 1), hidden_size, bias=False)
@@ -285,7 +294,7 @@ class CoverageAttention(Attention):
     def score(self, query, keys, prev_weights):
         if query.size(1) != 1:
             raise ValueError("coverage attention scores one decoder step at a time")
-        keys, extra = keys[..., :self.hidden_size], keys[..., self.hidden_size:]
+        keys, extra = keys[..., : self.hidden_size], keys[..., self.hidden_size :]
         if self.coverage_dim:  # C_j: (B,1,S,d) -> (B,S,d)
             coverage = prev_weights.squeeze(1)
         else:  # C_j: (B,1,S) -> (B,S,1), divided by Phi_j with fertility
@@ -298,8 +307,11 @@ class CoverageAttention(Attention):
     def next_coverage(self, coverage, weights, query, keys):
         if not self.coverage_dim:
             return coverage + weights
-        x = keys[..., self.hidden_size:] + self.gru_a(weights.unsqueeze(-1).to(keys.dtype)) \
-            + self.gru_s(query).unsqueeze(1)  # (B,S,3d): the GRU's input a_t(j), h_j, s_{t-1}
+        x = (
+            keys[..., self.hidden_size :]
+            + self.gru_a(weights.unsqueeze(-1).to(keys.dtype))
+            + self.gru_s(query).unsqueeze(1)
+        )  # (B,S,3d): the GRU's input a_t(j), h_j, s_{t-1}
         x_r, x_z, x_n = x.chunk(3, dim=-1)
         c_r, c_z, c_n = self.gru_c(coverage).chunk(3, dim=-1)
         r, z = torch.sigmoid(x_r + c_r), torch.sigmoid(x_z + c_z)
@@ -354,7 +366,7 @@ class LocalAttention(Attention):
         weights = normalize(scores, self.normalizer)
         if self.kind == "local-p":
             sigma = self.D / 2
-            weights = (weights * torch.exp(-distance.square() / (2 * sigma ** 2))).to(weights.dtype)
+            weights = (weights * torch.exp(-distance.square() / (2 * sigma**2))).to(weights.dtype)
         context = torch.bmm(weights, memory)
         return context, weights, scores
 
@@ -370,11 +382,21 @@ def window_mask(prev_weights: Tensor, mask: Tensor, left: int, right: int) -> Te
     return mask & (j >= median - left) & (j <= median + right)
 
 
-def build_attention(name: str, query_size: int, memory_size: int, hidden_size: int,
-                    location_channels: int = 10, location_kernel: int = 31, local: str = "none",
-                    local_window: int = 10, max_positions: int = 1024,
-                    normalizer: str = "softmax", coverage_fertility: int = 0,
-                    fertility_bound: float = FERTILITY_BOUND, coverage_dim: int = 0) -> Attention | None:
+def build_attention(
+    name: str,
+    query_size: int,
+    memory_size: int,
+    hidden_size: int,
+    location_channels: int = 10,
+    location_kernel: int = 31,
+    local: str = "none",
+    local_window: int = 10,
+    max_positions: int = 1024,
+    normalizer: str = "softmax",
+    coverage_fertility: int = 0,
+    fertility_bound: float = FERTILITY_BOUND,
+    coverage_dim: int = 0,
+) -> Attention | None:
     """The attention named in the config; None for 'none' (fixed context, no attention). ``local``:
     local-m or local-p around the score ``name`` (LocalAttention); none: global. ``normalizer``:
     what turns its scores into weights (``normalize``), ``fertility_bound`` bounding csparsemax's.
@@ -385,24 +407,50 @@ def build_attention(name: str, query_size: int, memory_size: int, hidden_size: i
             raise ValueError(f"{option} is coverage attention's (model.attention: coverage), not {name!r}'s")
     if coverage_dim and normalizer == "csparsemax":
         raise ValueError("csparsemax's bounds need the sum of the weights: not with NN-based coverage (coverage_dim)")
-    attention = _attention(name, query_size, memory_size, hidden_size, location_channels, location_kernel,
-                           local, local_window, max_positions, coverage_fertility, coverage_dim)
+    attention = _attention(
+        name,
+        query_size,
+        memory_size,
+        hidden_size,
+        location_channels,
+        location_kernel,
+        local,
+        local_window,
+        max_positions,
+        coverage_fertility,
+        coverage_dim,
+    )
     if attention is not None:
         if normalizer not in RNN_NORMALIZERS:
             raise ValueError(f"unknown attention normalizer {normalizer!r}; choose one of {', '.join(RNN_NORMALIZERS)}")
         if normalizer == "csparsemax" and local != "none":
-            raise ValueError("csparsemax bounds each source word's attention over the whole output: it takes global "
-                             f"attention, not {local}")
+            raise ValueError(
+                "csparsemax bounds each source word's attention over the whole output: it takes global "
+                f"attention, not {local}"
+            )
         attention.normalizer, attention.fertility_bound = normalizer, fertility_bound
     return attention
 
 
-def _attention(name, query_size, memory_size, hidden_size, location_channels, location_kernel, local,
-               local_window, max_positions, coverage_fertility, coverage_dim) -> Attention | None:
+def _attention(
+    name,
+    query_size,
+    memory_size,
+    hidden_size,
+    location_channels,
+    location_kernel,
+    local,
+    local_window,
+    max_positions,
+    coverage_fertility,
+    coverage_dim,
+) -> Attention | None:
     if local != "none":
         if not name.startswith("luong-"):
-            raise ValueError(f"local attention ({local}) takes a Luong score (luong-dot, luong-general, "
-                             f"luong-concat, luong-location), not {name!r}")
+            raise ValueError(
+                f"local attention ({local}) takes a Luong score (luong-dot, luong-general, "
+                f"luong-concat, luong-location), not {name!r}"
+            )
         scorer = build_attention(name, query_size, memory_size, hidden_size, max_positions=max_positions)
         return LocalAttention(scorer, local, local_window, query_size, hidden_size)
     if name == "none":
@@ -423,12 +471,24 @@ def _attention(name, query_size, memory_size, hidden_size, location_channels, lo
         return LocationAttention(query_size, memory_size, hidden_size, location_channels, location_kernel)
     if name == "coverage":
         return CoverageAttention(query_size, memory_size, hidden_size, coverage_fertility, coverage_dim)
-    raise ValueError(f"unknown attention {name!r}; choose one of none, bahdanau, luong-dot, "
-                     "luong-general, luong-concat, luong-location, location, coverage")
+    raise ValueError(
+        f"unknown attention {name!r}; choose one of none, bahdanau, luong-dot, "
+        "luong-general, luong-concat, luong-location, location, coverage"
+    )
 
 
-__all__ = ["RNN_NORMALIZERS", "normalize", "Attention", "BahdanauAttention", "LuongDotAttention",
-           "LuongGeneralAttention",
-           "LuongConcatAttention",
-           "LuongLocationAttention", "LocationAttention", "CoverageAttention", "LocalAttention", "build_attention",
-           "window_mask"]
+__all__ = [
+    "RNN_NORMALIZERS",
+    "normalize",
+    "Attention",
+    "BahdanauAttention",
+    "LuongDotAttention",
+    "LuongGeneralAttention",
+    "LuongConcatAttention",
+    "LuongLocationAttention",
+    "LocationAttention",
+    "CoverageAttention",
+    "LocalAttention",
+    "build_attention",
+    "window_mask",
+]

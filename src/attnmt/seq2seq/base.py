@@ -63,8 +63,9 @@ class Batched:
                 return [pick(v, dim) for v in value]
             return value.index_select(dim, index)
 
-        return replace(self, **{f.name: pick(getattr(self, f.name), self.BATCH_DIM.get(f.name, 0))
-                                for f in fields(self)})
+        return replace(
+            self, **{f.name: pick(getattr(self, f.name), self.BATCH_DIM.get(f.name, 0)) for f in fields(self)}
+        )
 
     def for_beams(self, sentences: Tensor, width: int, k: int):
         """A memory for the next step of a beam search that keeps k hypotheses, as rows, for each of
@@ -109,8 +110,9 @@ class EncoderDecoder(nn.Module, ABC):
         """prev_tokens (B,) the tokens written last (BOS at first) -> the next step."""
 
     @abstractmethod
-    def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor,
-                        window: tuple[int, int] | None = None) -> tuple[Tensor, Tensor | None]:
+    def decoder_outputs(
+        self, src: Tensor, lengths: Tensor, tgt_in: Tensor, window: tuple[int, int] | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: tgt_in (B,T) starts with BOS -> what enters the output layer (B,T,H)
         and the attention weights (B,T,S), or None without attention (or where the model does not
         compute them, as a Transformer in training); each step within the attention ``window``."""
@@ -119,8 +121,9 @@ class EncoderDecoder(nn.Module, ABC):
     def decoder_outputs_of(self, memory, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
         """decoder_outputs of a source already encoded (``encode``), within the memory's window."""
 
-    def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor,
-                window: tuple[int, int] | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, src: Tensor, lengths: Tensor, tgt_in: Tensor, window: tuple[int, int] | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: scores (B,T,V) and attention weights (B,T,S) or None."""
         states, weights = self.decoder_outputs(src, lengths, tgt_in, window)
         return self.generator(states), weights
@@ -135,8 +138,9 @@ class EncoderDecoder(nn.Module, ABC):
         """The decoder's output (B,H) -> log-probabilities (B,V) of the next token."""
         return torch.log_softmax(self.next_token_logits(output), dim=-1)
 
-    def target_log_probs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor,
-                         window: tuple[int, int] | None = None) -> Tensor:
+    def target_log_probs(
+        self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor, window: tuple[int, int] | None = None
+    ) -> Tensor:
         """Teacher forcing: log p(y_t | y_<t, x) = s_t[y_t] - log sum_v exp s_t[v] of each token of given
         targets, tgt_out (B,T) (y_1 ... y_n EOS, padded), as the searches score the tokens they
         write; 0 at the padding. (Without the (B,T,V) log-softmax: only the scores are that large.)"""

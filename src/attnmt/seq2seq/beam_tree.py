@@ -19,9 +19,15 @@ from attnmt.seq2seq.search import prefixed
 
 
 @torch.inference_mode()
-def beam_tree(translator, text: str, beam: int, stop: Callable[[], bool] | None = None,
-              prefixes: Prefixes | None = None, tag: str = "",
-              phrases: Phrases | None = None) -> tuple[Translation, list[dict]]:
+def beam_tree(
+    translator,
+    text: str,
+    beam: int,
+    stop: Callable[[], bool] | None = None,
+    prefixes: Prefixes | None = None,
+    tag: str = "",
+    phrases: Phrases | None = None,
+) -> tuple[Translation, list[dict]]:
     """Beam search on ``text`` by ``translator`` (an attnmt.api.Translator) with its search tree, as
     Translator.beam_tree describes it; ``prefixes``: of a batch of one (attnmt.seq2seq.prefix), or
     None; ``phrases``: the constraints of its outputs (attnmt.seq2seq.constraints), or None."""
@@ -36,14 +42,39 @@ def beam_tree(translator, text: str, beam: int, stop: Callable[[], bool] | None 
     if prefixes is not None:
         model, _, limits = prefixed(model, prefixes, None, limits, dc.max_length_offset, translator.device)
     if phrases:
-        [hypotheses] = constrained_beam_search(model, batch.src, batch.src_lengths, limits, [phrases], beam, beam,
-                                               dc.length_penalty, dc.attention_window, stop, dc.coverage_penalty,
-                                               recorder)
+        [hypotheses] = constrained_beam_search(
+            model,
+            batch.src,
+            batch.src_lengths,
+            limits,
+            [phrases],
+            beam,
+            beam,
+            dc.length_penalty,
+            dc.attention_window,
+            stop,
+            dc.coverage_penalty,
+            recorder,
+        )
     else:
-        [hypotheses] = beam_search(model, batch.src, batch.src_lengths, limits, beam=beam, n_best=beam,
-                                   alpha=dc.length_penalty, record=recorder, window=dc.attention_window,
-                                   stop=stop, beta=dc.coverage_penalty)
-    translation = Translation(text, translator.src_subwords.pieces(src_ids + [EOS]),
-                              [translator.candidate(h) for h in hypotheses], tagged=bool(tag))
+        [hypotheses] = beam_search(
+            model,
+            batch.src,
+            batch.src_lengths,
+            limits,
+            beam=beam,
+            n_best=beam,
+            alpha=dc.length_penalty,
+            record=recorder,
+            window=dc.attention_window,
+            stop=stop,
+            beta=dc.coverage_penalty,
+        )
+    translation = Translation(
+        text,
+        translator.src_subwords.pieces(src_ids + [EOS]),
+        [translator.candidate(h) for h in hypotheses],
+        tagged=bool(tag),
+    )
     tokens = translator.tgt_subwords
     return translation, [{**asdict(node), "token": tokens.pieces([node.token])[0]} for node in recorder.trees[0]]

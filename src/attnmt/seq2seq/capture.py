@@ -36,8 +36,9 @@ def captured(run: Callable[[], None], device: torch.device) -> Callable[[], None
     # at every replay: inside the graph the weights are cast with the rest. One capture at a time
     # (the server decodes in threads), and only this thread's calls are checked during it: another
     # thread may go on with its own (eager) work on its own stream.
-    autocast = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
-                              cache_enabled=False)
+    autocast = torch.autocast(
+        "cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"), cache_enabled=False
+    )
     if not LEAN_CAPTURE:
         with _ONE_CAPTURE_AT_A_TIME, autocast, torch.cuda.graph(graph, capture_error_mode="thread_local"):
             run()

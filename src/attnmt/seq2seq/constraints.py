@@ -95,10 +95,20 @@ def phrases_of(subwords, texts: list[str], constraints: list[list[str]]) -> list
 
 
 @torch.inference_mode()
-def constrained_beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
-                            constraints: list[Phrases], beam: int = 5, n_best: int = 1, alpha: float = 1.0,
-                            window: tuple[int, int] | None = None, stop: Callable[[], bool] | None = None,
-                            beta: float = 0.0, record: BeamRecorder | None = None) -> list[list[Hypothesis]]:
+def constrained_beam_search(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_lengths: Tensor,
+    max_lengths: list[int],
+    constraints: list[Phrases],
+    beam: int = 5,
+    n_best: int = 1,
+    alpha: float = 1.0,
+    window: tuple[int, int] | None = None,
+    stop: Callable[[], bool] | None = None,
+    beta: float = 0.0,
+    record: BeamRecorder | None = None,
+) -> list[list[Hypothesis]]:
     """decoding.beam_search whose outputs contain each sentence's ``constraints`` (token phrases;
     [] for none), by dynamic beam allocation (see the module). The full output layer: no shortlist.
     ``record``: each step's live rows, ends and the k best candidates left out join the search tree,
@@ -108,8 +118,9 @@ def constrained_beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Ten
     if any(not phrase or PAD in phrase or EOS in phrase for phrases in constraints for phrase in phrases):
         raise ValueError("a constraint is a phrase of one or more tokens, none of them padding or EOS")
     memory = model.encode(src, src_lengths, window)
-    beams = _ConstrainedBeams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device,
-                              beta, constraints, record)
+    beams = _ConstrainedBeams(
+        src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta, constraints, record
+    )
     return search_with(beams, model, memory, stop=stop)
 
 
@@ -133,7 +144,7 @@ class _ConstrainedBeams(Beams):
         chosen, ends, recorded = [], [], []
         for g, sentence in enumerate(sentences):
             phrases = self.phrases[sentence]
-            live, finishing, considered = self._choose(candidates[g * width:(g + 1) * width], g * width, phrases)
+            live, finishing, considered = self._choose(candidates[g * width : (g + 1) * width], g * width, phrases)
             chosen.append(live)
             ends += [(sentence, row, score) for row, score in finishing]
             if self.record is not None:
@@ -157,8 +168,10 @@ class _ConstrainedBeams(Beams):
         flat_rows = [r for r, tokens in enumerate(wanted) for _ in tokens]
         flat_tokens = [t for tokens in wanted for t in tokens]
         best, best_tokens = log_probs.topk(min(self.k + 1, log_probs.size(1)), dim=1)
-        forced = log_probs[torch.tensor(flat_rows, dtype=torch.long, device=log_probs.device),
-                           torch.tensor(flat_tokens, dtype=torch.long, device=log_probs.device)]
+        forced = log_probs[
+            torch.tensor(flat_rows, dtype=torch.long, device=log_probs.device),
+            torch.tensor(flat_tokens, dtype=torch.long, device=log_probs.device),
+        ]
         best, best_tokens, forced, ends = (x.tolist() for x in (best, best_tokens, forced, log_probs[:, EOS]))
         candidates = [dict(zip(best_tokens[r], best[r])) | {EOS: ends[r]} for r in range(rows)]
         for r, token, log_prob in zip(flat_rows, flat_tokens, forced):
@@ -168,7 +181,7 @@ class _ConstrainedBeams(Beams):
     def _choose(self, candidates: list[dict[int, float]], first_row: int, phrases: Phrases):
         """A sentence's k live rows as (row of batch t, token, score, progress), by banks, the
         (row, score) of its hypotheses that end now, and every candidate (row, token, score, progress)."""
-        scores = self.scores.view(-1)[first_row:first_row + len(candidates)].tolist()
+        scores = self.scores.view(-1)[first_row : first_row + len(candidates)].tolist()
         banks: dict[int, list] = {}
         for j, tokens in enumerate(candidates):
             progress = self.progress[first_row + j]
@@ -184,21 +197,27 @@ class _ConstrainedBeams(Beams):
                 banks.setdefault(after.count(phrases), []).append((first_row + j, token, score, after))
         full = sum(map(len, phrases))
         ending = sorted(banks.pop(-1, []), key=lambda c: -c[2])
-        best_full = sorted(banks.get(full, []) + ending, key=lambda c: -c[2])[:self.k]
+        best_full = sorted(banks.get(full, []) + ending, key=lambda c: -c[2])[: self.k]
         finishing = [(row, score) for row, token, score, _ in best_full if token == EOS]
         return _by_banks(banks, self.k, first_row), finishing, [c for bank in banks.values() for c in bank] + ending
 
-    def _recorded(self, live: list, finishing: list, considered: list, first_row: int,
-                  phrases: Phrases) -> list[Candidate]:
+    def _recorded(
+        self, live: list, finishing: list, considered: list, first_row: int, phrases: Phrases
+    ) -> list[Candidate]:
         """What the search tree shows of a sentence's step (attnmt.seq2seq.decoding.BeamRecorder): its
         live rows, kept; the hypotheses that end, finished; the k best candidates left out, pruned;
         each with the constraint tokens it has met."""
         taken = {(row, token) for row, token, _, _ in live} | {(row, EOS) for row, _ in finishing}
-        left = sorted((c for c in considered if (c[0], c[1]) not in taken), key=lambda c: -c[2])[:self.k]
-        return ([(row - first_row, token, score, "kept", p.count(phrases)) for row, token, score, p in live
-                 if score != NEG_INF]
-                + [(row - first_row, EOS, score, "finished", sum(map(len, phrases))) for row, score in finishing]
-                + [(row - first_row, token, score, "pruned", p.count(phrases)) for row, token, score, p in left])
+        left = sorted((c for c in considered if (c[0], c[1]) not in taken), key=lambda c: -c[2])[: self.k]
+        return (
+            [
+                (row - first_row, token, score, "kept", p.count(phrases))
+                for row, token, score, p in live
+                if score != NEG_INF
+            ]
+            + [(row - first_row, EOS, score, "finished", sum(map(len, phrases))) for row, score in finishing]
+            + [(row - first_row, token, score, "pruned", p.count(phrases)) for row, token, score, p in left]
+        )
 
     def finish_at_limit(self, t: int, sentences: list[int], source_rows: Tensor):
         """Sentences at their length limit finish with their live hypotheses: into ``finished``
@@ -212,19 +231,28 @@ class _ConstrainedBeams(Beams):
                 mine = [r for r in rows if self.progress[r].complete(self.phrases[sentence]) == complete]
                 if mine:
                     index = torch.tensor(mine, device=self.device)
-                    self._finish(t, [sentence] * len(mine), source_rows[index], self.prev[index],
-                                 self.scores.view(-1)[index].tolist(), None if complete else self.unmet)
+                    self._finish(
+                        t,
+                        [sentence] * len(mine),
+                        source_rows[index],
+                        self.prev[index],
+                        self.scores.view(-1)[index].tolist(),
+                        None if complete else self.unmet,
+                    )
 
     def next_batch(self, keep: Tensor, source_rows: Tensor, state, memory):
         if not bool(keep.all()):
-            self.progress = [self.progress[g * self.k + j] for g in keep.nonzero().view(-1).tolist()
-                             for j in range(self.k)]
+            self.progress = [
+                self.progress[g * self.k + j] for g in keep.nonzero().view(-1).tolist() for j in range(self.k)
+            ]
         return super().next_batch(keep, source_rows, state, memory)
 
     def results(self) -> list[list[Hypothesis]]:
         """Each sentence's n best, those that met every constraint first."""
-        return [(sorted(met, key=lambda h: -h.score) + sorted(unmet, key=lambda h: -h.score))[:self.n_best]
-                for met, unmet in zip(self.finished, self.unmet)]
+        return [
+            (sorted(met, key=lambda h: -h.score) + sorted(unmet, key=lambda h: -h.score))[: self.n_best]
+            for met, unmet in zip(self.finished, self.unmet)
+        ]
 
 
 def _by_banks(banks: dict[int, list], k: int, first_row: int) -> list:
@@ -234,7 +262,7 @@ def _by_banks(banks: dict[int, list], k: int, first_row: int) -> list:
     queues = [sorted(banks[count], key=lambda c: -c[2]) for count in sorted(banks, reverse=True)]
     chosen, depth = [], 0
     while len(chosen) < k and any(depth < len(q) for q in queues):
-        chosen += [q[depth] for q in queues if depth < len(q)][:k - len(chosen)]
+        chosen += [q[depth] for q in queues if depth < len(q)][: k - len(chosen)]
         depth += 1
     if not chosen:
         return [(first_row, PAD, NEG_INF, Progress())] * k  # (impossible: never extended nor read back)

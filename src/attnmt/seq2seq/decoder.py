@@ -137,9 +137,18 @@ class RNNStack(nn.Module):
 
 
 class RNNDecoder(nn.Module):
-    def __init__(self, embedding_size: int, hidden_size: int, memory_size: int, num_layers: int,
-                 rnn_type: str, attention: Attention | None, input_feeding: bool, dropout: float,
-                 bridge: bool = True):
+    def __init__(
+        self,
+        embedding_size: int,
+        hidden_size: int,
+        memory_size: int,
+        num_layers: int,
+        rnn_type: str,
+        attention: Attention | None,
+        input_feeding: bool,
+        dropout: float,
+        bridge: bool = True,
+    ):
         super().__init__()
         self.attention = attention
         if attention is None or attention.query_is_previous_state:
@@ -179,15 +188,23 @@ class RNNDecoder(nn.Module):
     def _counts_steps(self) -> bool:
         return self.attention is not None and self.attention.reads_step
 
-    def _attend(self, query: Tensor, memory: Memory, prev_weights: Tensor | None, mask: Tensor | None = None,
-                steps: Tensor | None = None, coverage: Tensor | None = None):
+    def _attend(
+        self,
+        query: Tensor,
+        memory: Memory,
+        prev_weights: Tensor | None,
+        mask: Tensor | None = None,
+        steps: Tensor | None = None,
+        coverage: Tensor | None = None,
+    ):
         """query (B,T,H) -> context (B,T,M), weights and scores (B,T,S) or None without attention;
         over the real positions, or those of ``mask`` (B,S). ``steps`` (B,T): each query's target
         position t, for an attention that reads it (local-m); ``coverage`` (B,T,S), for one that keeps it."""
         if self.attention is None:
             return memory.final.unsqueeze(1).expand(-1, query.size(1), -1), None, None
-        return self.attention(query, memory.states, memory.keys, memory.mask if mask is None else mask, prev_weights,
-                              steps, coverage)
+        return self.attention(
+            query, memory.states, memory.keys, memory.mask if mask is None else mask, prev_weights, steps, coverage
+        )
 
     def _attend_one(self, query: Tensor, memory: Memory, state: DecoderState, read_weights: bool):
         """The attention of one step: query (B,H) -> context (B,M), weights and scores (B,S) or None.
@@ -236,8 +253,14 @@ class RNNDecoder(nn.Module):
             attended = self._attend_one(hidden[-1], memory, state, read_weights=False)
         context, weights, scores = attended
         attentional = self._attentional(context, hidden[-1])
-        new_state = DecoderState(hidden, cell, attentional, state.weights if weights is None else weights,
-                                 state.next_step(), self._next_coverage(state, weights, memory))
+        new_state = DecoderState(
+            hidden,
+            cell,
+            attentional,
+            state.weights if weights is None else weights,
+            state.next_step(),
+            self._next_coverage(state, weights, memory),
+        )
         return DecoderStep(attentional, new_state, context, weights, scores)
 
     def forward(self, embedded: Tensor, state: DecoderState, memory: Memory):
@@ -245,8 +268,9 @@ class RNNDecoder(nn.Module):
         # W_y y_{t-1} for all t in one product; unbind (not gates[:, t]) so that the backward
         # pass stacks the steps' gradients once instead of adding T full-size zero-padded copies.
         gates = speed.padded_in_time(self.W_y, embedded).unbind(1)
-        if self.path == FEED_BACK or (self.path == ATTEND_AFTER and (memory.window is not None
-                                                                    or state.coverage is not None)):
+        if self.path == FEED_BACK or (
+            self.path == ATTEND_AFTER and (memory.window is not None or state.coverage is not None)
+        ):
             # (a window needs the previous step's weights, constrained sparsemax the coverage of the steps before)
             return self._every_step_in_turn(gates, state, memory)
         return self._recurrence_then_the_rest(gates, state, memory)
@@ -266,8 +290,9 @@ class RNNDecoder(nn.Module):
         for step_gates in gates:
             hidden, cell, step_attended = self._recur(step_gates, state, memory)
             weights = state.weights if step_attended is None or step_attended[1] is None else step_attended[1]
-            state = DecoderState(hidden, cell, state.attentional, weights, state.next_step(),
-                                 self._next_coverage(state, weights, memory))
+            state = DecoderState(
+                hidden, cell, state.attentional, weights, state.next_step(), self._next_coverage(state, weights, memory)
+            )
             tops.append(hidden[-1])
             attended.append(step_attended)
         tops = torch.stack(tops, dim=1)
@@ -275,7 +300,10 @@ class RNNDecoder(nn.Module):
             contexts = torch.stack([a[0] for a in attended], dim=1)
             weights = None if self.attention is None else torch.stack([a[1] for a in attended], dim=1)
         else:  # every step attends in one batched product (step t's query at position t)
-            steps = None if first.step is None else first.step.unsqueeze(1) + torch.arange(
-                len(gates), device=first.step.device)
+            steps = (
+                None
+                if first.step is None
+                else first.step.unsqueeze(1) + torch.arange(len(gates), device=first.step.device)
+            )
             contexts, weights, _ = self._attend(tops, memory, None, steps=steps)
         return speed.padded_in_time(self._attentional, contexts, tops), weights

@@ -78,15 +78,33 @@ class BeamRecorder:
         self.row_node = torch.zeros(batch * beam, dtype=torch.long, device="cpu")  # tree node of each live row
         self.beam = beam
 
-    def step(self, t: int, active: Tensor, origin: Tensor, token: Tensor, score: Tensor, finished: Tensor,
-             alive: Tensor):
+    def step(
+        self, t: int, active: Tensor, origin: Tensor, token: Tensor, score: Tensor, finished: Tensor, alive: Tensor
+    ):
         """Step t's 2k candidates of each sentence of the batch, from beam_search's tensors."""
-        active, origin, token, score, finished, alive = (x.cpu() for x in (active, origin, token, score, finished,
-                                                                            alive))
-        self.add(t, [(sentence, [(int(origin[g, j]), int(token[g, j]), float(score[g, j]),
-                                  "finished" if finished[g, j] else "kept" if alive[g, j] else "pruned", None)
-                                 for j in range(origin.size(1)) if score[g, j] != float("-inf")])
-                     for g, sentence in enumerate(active.tolist())])
+        active, origin, token, score, finished, alive = (
+            x.cpu() for x in (active, origin, token, score, finished, alive)
+        )
+        self.add(
+            t,
+            [
+                (
+                    sentence,
+                    [
+                        (
+                            int(origin[g, j]),
+                            int(token[g, j]),
+                            float(score[g, j]),
+                            "finished" if finished[g, j] else "kept" if alive[g, j] else "pruned",
+                            None,
+                        )
+                        for j in range(origin.size(1))
+                        if score[g, j] != float("-inf")
+                    ],
+                )
+                for g, sentence in enumerate(active.tolist())
+            ],
+        )
 
     def add(self, t: int, groups: list[tuple[int, list[Candidate]]]):
         """Step t's candidates, for each group of live rows (sentence, its candidates): the "kept"
@@ -133,8 +151,9 @@ def memory_lengths(memory) -> list[int]:
     return memory.mask.sum(1).tolist()
 
 
-def hypothesis_of(tokens: list[int], log_prob: float, attention: Tensor | None, alpha: float,
-                src_length: int, beta: float = 0.0) -> Hypothesis:
+def hypothesis_of(
+    tokens: list[int], log_prob: float, attention: Tensor | None, alpha: float, src_length: int, beta: float = 0.0
+) -> Hypothesis:
     """A hypothesis of ``tokens``, cut after its first EOS, with its attention rows over the real
     positions of the encoder's output, scored with length penalty ``alpha`` and coverage penalty ``beta``."""
     if EOS in tokens:
@@ -144,8 +163,10 @@ def hypothesis_of(tokens: list[int], log_prob: float, attention: Tensor | None, 
     score = log_prob / length_penalty(len(tokens), alpha)
     if beta:
         if attention is None:
-            raise AttnmtError("a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
-                              "has no attention (attention: none); set coverage_penalty: 0")
+            raise AttnmtError(
+                "a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
+                "has no attention (attention: none); set coverage_penalty: 0"
+            )
         score += coverage_penalty(attention, beta)
     return Hypothesis(tokens, score, log_prob, attention)
 
@@ -157,10 +178,17 @@ def token_ids(columns: Tensor, vocabulary: Tensor | None) -> Tensor:
 
 
 @torch.inference_mode()
-def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
-                  alpha: float = 1.0, vocabulary: Tensor | None = None,
-                  window: tuple[int, int] | None = None,
-                  pick: Callable[[Tensor], Tensor] | None = None, beta: float = 0.0) -> list[list[Hypothesis]]:
+def greedy_search(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_lengths: Tensor,
+    max_lengths: list[int],
+    alpha: float = 1.0,
+    vocabulary: Tensor | None = None,
+    window: tuple[int, int] | None = None,
+    pick: Callable[[Tensor], Tensor] | None = None,
+    beta: float = 0.0,
+) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
     and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
     the ids of a shortlist that the output layer is restricted to (see ``decode``); ``window``:
@@ -205,9 +233,10 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
     lengths = torch.bincount(torch.cat(rows), minlength=batch).tolist()
     results, start = [], 0
     for i, length in enumerate(lengths):
-        matrix = None if attention is None else attention[start:start + length]
-        results.append([hypothesis_of(tokens[start:start + length], float(log_probs[i]), matrix, alpha,
-                                    memory_widths[i], beta)])
+        matrix = None if attention is None else attention[start : start + length]
+        results.append(
+            [hypothesis_of(tokens[start : start + length], float(log_probs[i]), matrix, alpha, memory_widths[i], beta)]
+        )
         start += length
     return checked_search(results)
 
@@ -217,6 +246,7 @@ def sampler(sampling: Sampling, generator: torch.Generator | None = None) -> Cal
     distribution sharpened or flattened by the temperature, cut to the top_k most probable tokens,
     then to the smallest set of them whose probability reaches top_p (the most probable token
     always stays), renormalized. ``generator``: the random numbers (a seeded one on the rows' device)."""
+
     def draw(log_probs: Tensor) -> Tensor:
         scores = log_probs.float() / sampling.temperature
         if 0 < sampling.top_k < scores.size(-1):
@@ -258,10 +288,20 @@ class _History:
 
 
 @torch.inference_mode()
-def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
-                n_best: int = 1, alpha: float = 1.0, record: BeamRecorder | None = None,
-                vocabulary: Tensor | None = None, window: tuple[int, int] | None = None,
-                stop: Callable[[], bool] | None = None, beta: float = 0.0) -> list[list[Hypothesis]]:
+def beam_search(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_lengths: Tensor,
+    max_lengths: list[int],
+    beam: int = 5,
+    n_best: int = 1,
+    alpha: float = 1.0,
+    record: BeamRecorder | None = None,
+    vocabulary: Tensor | None = None,
+    window: tuple[int, int] | None = None,
+    stop: Callable[[], bool] | None = None,
+    beta: float = 0.0,
+) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
     A hypothesis that ends in EOS leaves the beam for the finished list of its sentence. A
@@ -288,8 +328,13 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_len
     return search_with(beams, model, memory, vocabulary, stop)
 
 
-def search_with(beams: Beams, model: EncoderDecoder, memory, vocabulary: Tensor | None = None,
-                stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
+def search_with(
+    beams: Beams,
+    model: EncoderDecoder,
+    memory,
+    vocabulary: Tensor | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> list[list[Hypothesis]]:
     """The steps of a beam search, whose choices ``beams`` make, from the encoder's ``memory``."""
     state = model.init_state(memory)
     for t in range(max(beams.max_lengths)):
@@ -310,8 +355,18 @@ class Beams:
     finished hypotheses of every sentence, and the ``_History`` to read hypotheses back from.
     Each step: ``extend``, ``finish_at_limit``, ``going``, then ``next_batch`` (see beam_search)."""
 
-    def __init__(self, batch: int, k: int, n_best: int, alpha: float, max_lengths: list[int],
-                 memory_widths: list[int], record: BeamRecorder | None, device: torch.device, beta: float = 0.0):
+    def __init__(
+        self,
+        batch: int,
+        k: int,
+        n_best: int,
+        alpha: float,
+        max_lengths: list[int],
+        memory_widths: list[int],
+        record: BeamRecorder | None,
+        device: torch.device,
+        beta: float = 0.0,
+    ):
         self.k, self.n_best, self.alpha, self.beta, self.max_lengths = k, n_best, alpha, beta, max_lengths
         self.memory_widths, self.record, self.device = memory_widths, record, device
         # The k hypotheses of a sentence would start identical: the first step runs on one row per
@@ -340,8 +395,9 @@ class Beams:
         ends = is_eos & (top_scores > float("-inf")) & (torch.arange(2 * k, device=device) < k)
         if bool(ends.any()):
             groups = ends.nonzero()[:, 0].tolist()
-            self._finish(t, [sentences[g] for g in groups], source_rows[ends], next_token[ends],
-                         top_scores[ends].tolist())
+            self._finish(
+                t, [sentences[g] for g in groups], source_rows[ends], next_token[ends], top_scores[ends].tolist()
+            )
 
         # The best k candidates that do not end in EOS stay alive.
         alive = ~is_eos & (torch.cumsum((~is_eos).long(), dim=1) <= k)
@@ -354,15 +410,24 @@ class Beams:
     def finish_at_limit(self, t: int, sentences: list[int], source_rows: Tensor):
         """Sentences at their length limit finish with their live hypotheses."""
         k, device = self.k, self.device
-        limit = [g for g, sentence in enumerate(sentences)
-                 if t + 1 >= self.max_lengths[sentence] and len(self.finished[sentence]) < k]
+        limit = [
+            g
+            for g, sentence in enumerate(sentences)
+            if t + 1 >= self.max_lengths[sentence] and len(self.finished[sentence]) < k
+        ]
         if limit:
             rows = torch.tensor(limit, device=device).repeat_interleave(k) * k + torch.arange(k, device=device).repeat(
-                len(limit))
+                len(limit)
+            )
             live = self.scores.view(-1)[rows] != float("-inf")  # NaN scores finish too: checked_search reports them
             rows = rows[live]
-            self._finish(t, [sentences[g] for g in (rows // k).tolist()], source_rows[rows], self.prev[rows],
-                         self.scores.view(-1)[rows].tolist())
+            self._finish(
+                t,
+                [sentences[g] for g in (rows // k).tolist()],
+                source_rows[rows],
+                self.prev[rows],
+                self.scores.view(-1)[rows].tolist(),
+            )
 
     def going(self, t: int, sentences: list[int]) -> Tensor:
         """Which sentences go on to step t+1 (n,): not those at their length limit, nor those whose
@@ -370,11 +435,15 @@ class Beams:
         would beat were it to end now."""
         finished, n_best, alpha, max_lengths = self.finished, self.n_best, self.alpha, self.max_lengths
         best_live = self.scores.max(dim=1).values.tolist()
-        done = [t + 1 >= max_lengths[sentence]
-                or _cannot_improve(finished[sentence], n_best, best_live[g], max_lengths[sentence], alpha)
-                or (len(finished[sentence]) >= self.k
-                    and _cannot_improve(finished[sentence], n_best, best_live[g], t + 1, alpha))
-                for g, sentence in enumerate(sentences)]
+        done = [
+            t + 1 >= max_lengths[sentence]
+            or _cannot_improve(finished[sentence], n_best, best_live[g], max_lengths[sentence], alpha)
+            or (
+                len(finished[sentence]) >= self.k
+                and _cannot_improve(finished[sentence], n_best, best_live[g], t + 1, alpha)
+            )
+            for g, sentence in enumerate(sentences)
+        ]
         return ~torch.tensor(done, device=self.device)
 
     def next_batch(self, keep: Tensor, source_rows: Tensor, state, memory):
@@ -399,22 +468,29 @@ class Beams:
 
     def results(self) -> list[list[Hypothesis]]:
         """Each sentence's n best finished hypotheses, best first."""
-        return [sorted(hyps, key=lambda h: -h.score)[:self.n_best] for hyps in self.finished]
+        return [sorted(hyps, key=lambda h: -h.score)[: self.n_best] for hyps in self.finished]
 
-    def _finish(self, t: int, sentences: list[int], rows: Tensor, tokens: Tensor, log_probs: list[float],
-                into: list[list[Hypothesis]] | None = None):
+    def _finish(
+        self,
+        t: int,
+        sentences: list[int],
+        rows: Tensor,
+        tokens: Tensor,
+        log_probs: list[float],
+        into: list[list[Hypothesis]] | None = None,
+    ):
         """The hypotheses of ``rows`` of batch t, extended by ``tokens``, join their sentences'
         finished ones (or their lists of ``into``)."""
         token_lists, attention = self.history.read(t, rows, tokens)
         into = self.finished if into is None else into
         for i, (sentence, log_prob) in enumerate(zip(sentences, log_probs)):
             matrix = None if attention is None else attention[i]
-            into[sentence].append(hypothesis_of(token_lists[i], log_prob, matrix, self.alpha,
-                                                self.memory_widths[sentence], self.beta))
+            into[sentence].append(
+                hypothesis_of(token_lists[i], log_prob, matrix, self.alpha, self.memory_widths[sentence], self.beta)
+            )
 
 
-def _cannot_improve(finished: list[Hypothesis], n_best: int, best_live: float, max_length: int,
-                    alpha: float) -> bool:
+def _cannot_improve(finished: list[Hypothesis], n_best: int, best_live: float, max_length: int, alpha: float) -> bool:
     """Whether no live hypothesis can still enter a sentence's n best. A live hypothesis' log-
     probability only falls as it grows; divided by the length penalty, the best score it can
     reach is its log-probability over the penalty of the longest output allowed (``max_length``;
@@ -430,8 +506,9 @@ def checked_search(results: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
     """Every sentence has a hypothesis, with a score that is a number."""
     for hypotheses in results:
         if not hypotheses or any(math.isnan(h.score) for h in hypotheses):
-            raise AttnmtError("the model computed scores that are not numbers (NaN): its weights are damaged "
-                              "or its training diverged")
+            raise AttnmtError(
+                "the model computed scores that are not numbers (NaN): its weights are damaged or its training diverged"
+            )
     return results
 
 
@@ -456,5 +533,3 @@ def best_candidates(scores: Tensor, log_probs: Tensor, k: int) -> tuple[Tensor, 
     top_scores, top_ids = candidates.topk(2 * k, dim=1)
     origin = (top_ids // per_row).clamp_(max=width - 1)  # (padding: any row of the sentence)
     return top_scores, origin, row_tokens.gather(1, top_ids)
-
-

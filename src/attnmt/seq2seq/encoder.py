@@ -22,12 +22,27 @@ class RNNEncoder(nn.Module):
     Bahdanau et al. (2014), so it summarises the words before and after it.
     """
 
-    def __init__(self, vocab_size: int | None, embedding_size: int, hidden_size: int, num_layers: int,
-                 bidirectional: bool, rnn_type: str, dropout: float, pad_id: int = 0):
+    def __init__(
+        self,
+        vocab_size: int | None,
+        embedding_size: int,
+        hidden_size: int,
+        num_layers: int,
+        bidirectional: bool,
+        rnn_type: str,
+        dropout: float,
+        pad_id: int = 0,
+    ):
         super().__init__()
         self.embed = None if vocab_size is None else nn.Embedding(vocab_size, embedding_size, padding_idx=pad_id)
-        self.rnn = RNNS[rnn_type](embedding_size, hidden_size, num_layers, batch_first=True,
-                                  bidirectional=bidirectional, dropout=dropout if num_layers > 1 else 0.0)
+        self.rnn = RNNS[rnn_type](
+            embedding_size,
+            hidden_size,
+            num_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
         self.dropout = Dropout(dropout)
         self.output_size = hidden_size * (2 if bidirectional else 1)
 
@@ -54,7 +69,7 @@ class RNNEncoder(nn.Module):
             states = self._unpacked(x, lengths) if unpacked else self._packed(x, lengths)
         final = states[torch.arange(states.size(0), device=states.device), lengths - 1]
         if self.rnn.bidirectional:
-            final = torch.cat([final[:, :self.rnn.hidden_size], states[:, 0, self.rnn.hidden_size:]], dim=-1)
+            final = torch.cat([final[:, : self.rnn.hidden_size], states[:, 0, self.rnn.hidden_size :]], dim=-1)
         return self.dropout(states), final
 
     def _packed(self, x: Tensor, lengths: Tensor) -> Tensor:

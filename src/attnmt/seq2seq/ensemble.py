@@ -79,15 +79,18 @@ class Ensemble(EncoderDecoder):
         return EnsembleState([model.init_fixed_state(m, steps) for model, m in zip(self.members, memory.members)])
 
     def decode_step(self, prev_tokens: Tensor, state: EnsembleState, memory: EnsembleMemory) -> StepOutput:
-        steps = [model.decode_step(prev_tokens, s, m)
-                 for model, s, m in zip(self.members, state.members, memory.members)]
+        steps = [
+            model.decode_step(prev_tokens, s, m) for model, s, m in zip(self.members, state.members, memory.members)
+        ]
         log_probs = torch.logsumexp(torch.stack([step.log_probs for step in steps]), dim=0) - math.log(len(steps))
         weights = None if not self.has_attention else torch.stack([step.weights for step in steps]).mean(dim=0)
-        return StepOutput(log_probs, EnsembleState([step.state for step in steps]), weights, None,
-                          steps[0].context, steps[0].output)
+        return StepOutput(
+            log_probs, EnsembleState([step.state for step in steps]), weights, None, steps[0].context, steps[0].output
+        )
 
-    def target_log_probs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor,
-                         window: tuple[int, int] | None = None) -> Tensor:
+    def target_log_probs(
+        self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor, window: tuple[int, int] | None = None
+    ) -> Tensor:
         """Given targets scored as the ensemble searches: log p(y_t | y_<t, x) = logsumexp_n log p_n - log N
         for each token. Teacher forcing gives each member the same prefixes, so each scores them alone."""
         members = torch.stack([model.target_log_probs(src, lengths, tgt_in, tgt_out, window) for model in self.members])
@@ -100,5 +103,7 @@ class Ensemble(EncoderDecoder):
         raise AttnmtError(_ONE_MODEL)
 
 
-_ONE_MODEL = ("an ensemble searches (translate, evaluate) and scores translations (score); other teacher "
-              "forcing (training, forced alignment, traces) reads one model: use a member's folder")
+_ONE_MODEL = (
+    "an ensemble searches (translate, evaluate) and scores translations (score); other teacher "
+    "forcing (training, forced alignment, traces) reads one model: use a member's folder"
+)

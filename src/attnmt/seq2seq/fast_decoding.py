@@ -75,10 +75,18 @@ NEG_INF = float("-inf")
 
 
 @torch.inference_mode()
-def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int],
-                  alpha: float = 1.0, graphs: bool | None = None, vocabulary: Tensor | None = None,
-                  window: tuple[int, int] | None = None, beta: float = 0.0,
-                  pick: Callable[[Tensor], Tensor] | None = None) -> list[list[Hypothesis]]:
+def greedy_search(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_lengths: Tensor,
+    max_lengths: list[int],
+    alpha: float = 1.0,
+    graphs: bool | None = None,
+    vocabulary: Tensor | None = None,
+    window: tuple[int, int] | None = None,
+    beta: float = 0.0,
+    pick: Callable[[Tensor], Tensor] | None = None,
+) -> list[list[Hypothesis]]:
     """decoding.greedy_search's hypotheses, every sentence computed until all have ended (``beta``:
     the coverage penalty of each score). ``pick``: each row's column instead of its most probable
     (decoding.sampler), drawn for every row at every step (so unlike the reference's draws, for the
@@ -89,16 +97,25 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_l
 
 
 @torch.inference_mode()
-def beam_search(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, max_lengths: list[int], beam: int = 5,
-                n_best: int = 1, alpha: float = 1.0, graphs: bool | None = None, vocabulary: Tensor | None = None,
-                window: tuple[int, int] | None = None, beta: float = 0.0) -> list[list[Hypothesis]]:
+def beam_search(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_lengths: Tensor,
+    max_lengths: list[int],
+    beam: int = 5,
+    n_best: int = 1,
+    alpha: float = 1.0,
+    graphs: bool | None = None,
+    vocabulary: Tensor | None = None,
+    window: tuple[int, int] | None = None,
+    beta: float = 0.0,
+) -> list[list[Hypothesis]]:
     """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
     sentence keeping its k rows until all are done. ``beta``: the coverage penalty of the finished
     hypotheses' scores, from each live row's attention summed as it goes (``_Beam._coverage``)."""
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
-    search = _Beam(model, model.encode(src, src_lengths, window), max_lengths, beam, n_best, alpha, vocabulary,
-                   beta)
+    search = _Beam(model, model.encode(src, src_lengths, window), max_lengths, beam, n_best, alpha, vocabulary, beta)
     loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
     return checked_search(search.results(loop, steps))
 
@@ -152,6 +169,7 @@ class _StepGraph:
 
 
 # The loops and the model's states are dataclasses of tensors, lists of tensors and None.
+
 
 def _tensors(value) -> list[Tensor]:
     """The tensors of a loop or state, in a fixed order."""
@@ -226,8 +244,16 @@ class _Greedy:
     """Greedy search on one row per sentence: start() the loop, step() it (no value read back),
     all_done() for the host's check, results() at the end."""
 
-    def __init__(self, model: EncoderDecoder, memory, max_lengths: list[int], alpha: float,
-                 vocabulary: Tensor | None = None, beta: float = 0.0, pick: Callable[[Tensor], Tensor] | None = None):
+    def __init__(
+        self,
+        model: EncoderDecoder,
+        memory,
+        max_lengths: list[int],
+        alpha: float,
+        vocabulary: Tensor | None = None,
+        beta: float = 0.0,
+        pick: Callable[[Tensor], Tensor] | None = None,
+    ):
         self.model, self.memory, self.alpha, self.vocabulary, self.beta = model, memory, alpha, vocabulary, beta
         self.pick = pick
         device = memory.states.device
@@ -236,12 +262,14 @@ class _Greedy:
 
     def start(self) -> _GreedyLoop:
         batch, device = _batch_size(self.memory), self.limits.device
-        return _GreedyLoop(torch.zeros(1, dtype=torch.long, device=device),
-                           torch.full((batch,), BOS, dtype=torch.long, device=device),
-                           self.model.init_fixed_state(self.memory, self.history.tokens.size(0)),
-                           torch.zeros(batch, device=device),
-                           torch.zeros(batch, dtype=torch.long, device=device),
-                           torch.zeros(batch, dtype=torch.bool, device=device))
+        return _GreedyLoop(
+            torch.zeros(1, dtype=torch.long, device=device),
+            torch.full((batch,), BOS, dtype=torch.long, device=device),
+            self.model.init_fixed_state(self.memory, self.history.tokens.size(0)),
+            torch.zeros(batch, device=device),
+            torch.zeros(batch, dtype=torch.long, device=device),
+            torch.zeros(batch, dtype=torch.bool, device=device),
+        )
 
     def step(self, loop: _GreedyLoop) -> _GreedyLoop:
         t = loop.step
@@ -254,8 +282,14 @@ class _Greedy:
         token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         going = ~loop.ended
         self.history.write(t, token, None, out.weights)
-        return _GreedyLoop(t + 1, token, out.state, torch.where(going, loop.log_prob + best, loop.log_prob),
-                           loop.length + going.long(), loop.ended | (token == EOS) | (self.limits <= t + 1))
+        return _GreedyLoop(
+            t + 1,
+            token,
+            out.state,
+            torch.where(going, loop.log_prob + best, loop.log_prob),
+            loop.length + going.long(),
+            loop.ended | (token == EOS) | (self.limits <= t + 1),
+        )
 
     def all_done(self, loop: _GreedyLoop) -> Tensor:
         return loop.ended.all()
@@ -266,9 +300,19 @@ class _Greedy:
         attention = None if weights is None else weights[:steps].transpose(0, 1).float().cpu()
         lengths, log_probs = loop.length.tolist(), loop.log_prob.tolist()
         widths = memory_lengths(self.memory)
-        return [[hypothesis_of(tokens[i][:length], log_probs[i], None if attention is None else attention[i],
-                             self.alpha, widths[i], self.beta)]
-                for i, length in enumerate(lengths)]
+        return [
+            [
+                hypothesis_of(
+                    tokens[i][:length],
+                    log_probs[i],
+                    None if attention is None else attention[i],
+                    self.alpha,
+                    widths[i],
+                    self.beta,
+                )
+            ]
+            for i, length in enumerate(lengths)
+        ]
 
 
 # ------------------------------------------------------------------------------- beam search
@@ -304,8 +348,17 @@ class _Beam:
     """Beam search on k rows per sentence (those of sentence b are rows b*k ... b*k + k-1, its
     memory repeated k times): the same methods as _Greedy."""
 
-    def __init__(self, model: EncoderDecoder, memory, max_lengths: list[int], beam: int, n_best: int,
-                 alpha: float, vocabulary: Tensor | None = None, beta: float = 0.0):
+    def __init__(
+        self,
+        model: EncoderDecoder,
+        memory,
+        max_lengths: list[int],
+        beam: int,
+        n_best: int,
+        alpha: float,
+        vocabulary: Tensor | None = None,
+        beta: float = 0.0,
+    ):
         batch, device, steps = _batch_size(memory), memory.states.device, max(max_lengths)
         self.model, self.beam, self.n_best, self.alpha, self.batch = model, beam, n_best, alpha, batch
         self.vocabulary, self.beta = vocabulary, beta
@@ -314,10 +367,12 @@ class _Beam:
         self.limits = torch.tensor(max_lengths, device=device)
         # The length penalties as decoding computes them (in Python, in float64): of t + 1 tokens
         # at index t, and of each sentence's longest output.
-        self.penalties = torch.tensor([length_penalty(n, alpha) for n in range(1, steps + 1)], dtype=torch.float64,
-                                      device=device)
-        self.limit_penalties = torch.tensor([length_penalty(n, alpha) for n in max_lengths], dtype=torch.float64,
-                                            device=device)
+        self.penalties = torch.tensor(
+            [length_penalty(n, alpha) for n in range(1, steps + 1)], dtype=torch.float64, device=device
+        )
+        self.limit_penalties = torch.tensor(
+            [length_penalty(n, alpha) for n in max_lengths], dtype=torch.float64, device=device
+        )
         self.history = _History(steps, batch * beam, device)
 
     def start(self) -> _BeamLoop:
@@ -327,13 +382,23 @@ class _Beam:
         scores = torch.zeros(batch, 1, device=device)
         empty = torch.zeros(batch, self.n_best, dtype=torch.long, device=device)
         no_scores = torch.full((batch, self.n_best), NEG_INF, dtype=torch.float64, device=device)
-        finished = _Finished(torch.zeros(batch, dtype=torch.long, device=device), no_scores, no_scores.clone(),
-                             empty, empty.clone(), empty.clone())
-        return _BeamLoop(torch.zeros(1, dtype=torch.long, device=device),
-                         torch.full((batch * k,), BOS, dtype=torch.long, device=device),
-                         self.model.init_fixed_state(self.memory, self.history.tokens.size(0)), scores,
-                         torch.zeros(batch, dtype=torch.bool, device=device), finished,
-                         torch.zeros(self.memory.mask.shape, device=device) if self.beta else None)
+        finished = _Finished(
+            torch.zeros(batch, dtype=torch.long, device=device),
+            no_scores,
+            no_scores.clone(),
+            empty,
+            empty.clone(),
+            empty.clone(),
+        )
+        return _BeamLoop(
+            torch.zeros(1, dtype=torch.long, device=device),
+            torch.full((batch * k,), BOS, dtype=torch.long, device=device),
+            self.model.init_fixed_state(self.memory, self.history.tokens.size(0)),
+            scores,
+            torch.zeros(batch, dtype=torch.bool, device=device),
+            finished,
+            torch.zeros(self.memory.mask.shape, device=device) if self.beta else None,
+        )
 
     def step(self, loop: _BeamLoop) -> _BeamLoop:
         k, t, still_open = self.beam, loop.step, ~loop.done.unsqueeze(1)
@@ -357,28 +422,39 @@ class _Beam:
         count = loop.finished.count + ended.sum(1)
         at_limit = still_open & (self.limits <= t + 1).unsqueeze(1) & (count < k).unsqueeze(1)
         stopped = at_limit & (scores != NEG_INF)  # (NaN scores finish too: checked_search reports them)
-        finished = self._with_finished(loop.finished, t, count + stopped.sum(1),
-                                       (ended, candidates[:, :k], parent[:, :k], token[:, :k],
-                                        None if penalty is None else penalty[:, :k]),
-                                       (stopped, scores, parent_alive, prev,
-                                        None if penalty is None else penalty.gather(1, alive)))
+        finished = self._with_finished(
+            loop.finished,
+            t,
+            count + stopped.sum(1),
+            (ended, candidates[:, :k], parent[:, :k], token[:, :k], None if penalty is None else penalty[:, :k]),
+            (stopped, scores, parent_alive, prev, None if penalty is None else penalty.gather(1, alive)),
+        )
 
         rows = parent_alive.flatten()
         self.history.write(t, prev.flatten(), rows, out.weights)
-        return _BeamLoop(t + 1, prev.flatten(), out.state.select(rows), scores,
-                         loop.done | self._done(finished, scores, t), finished,
-                         None if coverage is None else coverage[rows])
+        return _BeamLoop(
+            t + 1,
+            prev.flatten(),
+            out.state.select(rows),
+            scores,
+            loop.done | self._done(finished, scores, t),
+            finished,
+            None if coverage is None else coverage[rows],
+        )
 
-    def _coverage(self, coverage: Tensor | None, weights: Tensor | None,
-                  parent: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    def _coverage(
+        self, coverage: Tensor | None, weights: Tensor | None, parent: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
         """Each row's coverage with step t's attention ``weights`` added, and the coverage penalty
         (B,2k) of the candidates that extend the rows ``parent`` (decoding.coverage_penalty over
         each sentence's real positions); None and None without a coverage penalty."""
         if coverage is None:
             return None, None
         if weights is None:
-            raise AttnmtError("a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
-                              "has no attention (attention: none); set coverage_penalty: 0")
+            raise AttnmtError(
+                "a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
+                "has no attention (attention: none); set coverage_penalty: 0"
+            )
         coverage = coverage + weights.float()
         logs = coverage.clamp(COVERAGE_FLOOR, 1.0).log().masked_fill(~self.memory.mask, 0.0)
         return coverage, self.beta * logs.sum(1).double()[parent]
@@ -399,7 +475,7 @@ class _Beam:
             slots["row"].append(row)
             slots["token"].append(token)
         merged = {name: torch.cat(values, dim=1) for name, values in slots.items()}
-        best = merged["score"].sort(dim=1, descending=True, stable=True).indices[:, :self.n_best]
+        best = merged["score"].sort(dim=1, descending=True, stable=True).indices[:, : self.n_best]
         return _Finished(count, **{name: values.gather(1, best) for name, values in merged.items()})
 
     def _done(self, finished: _Finished, scores: Tensor, t: Tensor) -> Tensor:
@@ -413,8 +489,11 @@ class _Beam:
         def cannot_improve(penalty: Tensor) -> Tensor:
             return has_n_best & (nth_best >= best_live / penalty)
 
-        return ((self.limits <= t + 1) | cannot_improve(self.limit_penalties)
-                | ((finished.count >= self.beam) & cannot_improve(self.penalties.index_select(0, t))))
+        return (
+            (self.limits <= t + 1)
+            | cannot_improve(self.limit_penalties)
+            | ((finished.count >= self.beam) & cannot_improve(self.penalties.index_select(0, t)))
+        )
 
     def all_done(self, loop: _BeamLoop) -> Tensor:
         return loop.done.all()
@@ -425,11 +504,21 @@ class _Beam:
         tokens, ends, log_probs = tokens.tolist(), finished.end.tolist(), finished.log_prob.tolist()
         counts = finished.count.tolist()
         attention = None if attention is None else attention.float().cpu()
-        widths = memory_lengths(self.memory)[::self.beam]
-        return [[hypothesis_of(tokens[b][j][:ends[b][j] + 1], log_probs[b][j],
-                             None if attention is None else attention[b, j], self.alpha, widths[b], self.beta)
-                 for j in range(min(counts[b], self.n_best))]
-                for b in range(self.batch)]
+        widths = memory_lengths(self.memory)[:: self.beam]
+        return [
+            [
+                hypothesis_of(
+                    tokens[b][j][: ends[b][j] + 1],
+                    log_probs[b][j],
+                    None if attention is None else attention[b, j],
+                    self.alpha,
+                    widths[b],
+                    self.beta,
+                )
+                for j in range(min(counts[b], self.n_best))
+            ]
+            for b in range(self.batch)
+        ]
 
     def _read_back(self, finished: _Finished, steps: int) -> tuple[Tensor, Tensor | None]:
         """The tokens (B,n,steps) and attention (B,n,steps,S) of the finished table's hypotheses,

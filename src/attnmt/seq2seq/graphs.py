@@ -69,8 +69,9 @@ class BatchLoss(nn.Module):
 
     def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
         outputs = self.decoder_outputs(src, lengths, tgt_in)
-        return self.model.generator.loss(outputs.flatten(0, 1), tgt_out.flatten(), self.label_smoothing,
-                                         ignore_index=PAD)
+        return self.model.generator.loss(
+            outputs.flatten(0, 1), tgt_out.flatten(), self.label_smoothing, ignore_index=PAD
+        )
 
     def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> Tensor:
         """What enters the output layer: an RNN's with its encoder unpacked (see the module's
@@ -107,8 +108,12 @@ class GraphedLoss:
         inputs = (batch.src, batch.src_lengths, *padded_targets(batch))
         # Autocast's cache of cast weights cannot live across captures: inside a graph the casts
         # are replayed with the rest.
-        with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
-                            cache_enabled=False):
+        with torch.autocast(
+            "cuda",
+            dtype=torch.get_autocast_dtype("cuda"),
+            enabled=torch.is_autocast_enabled("cuda"),
+            cache_enabled=False,
+        ):
             return self.batch_loss(inputs)(*inputs)
 
     def batch_loss(self, inputs: tuple[Tensor, ...]) -> Callable[..., Tensor]:
@@ -136,12 +141,15 @@ class GraphedLoss:
             with warnings.catch_warnings():
                 # cuDNN copies each direction's weights into one block: inside the graph, a copy kernel
                 warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous")
-                return torch.cuda.make_graphed_callables(self.eager(), samples,
-                                                         num_warmup_iters=WARMUP_PASSES, allow_unused_input=True,
-                                                         pool=self.pool)
+                return torch.cuda.make_graphed_callables(
+                    self.eager(), samples, num_warmup_iters=WARMUP_PASSES, allow_unused_input=True, pool=self.pool
+                )
         except RuntimeError as e:  # an operation that cannot be captured: train as before, and say so
-            warnings.warn(f"training.cuda_graphs: the decoder could not be captured as a CUDA graph ({e}); "
-                          "training goes on without graphs", stacklevel=2)
+            warnings.warn(
+                f"training.cuda_graphs: the decoder could not be captured as a CUDA graph ({e}); "
+                "training goes on without graphs",
+                stacklevel=2,
+            )
             self.failed = True
             return self.eager()
         finally:
@@ -152,8 +160,14 @@ class GraphedLoss:
         return BatchLoss(self.model, self.label_smoothing, self.window)
 
 
-def graphed_loss(model: nn.Module, label_smoothing: float, device: torch.device, enabled: bool,
-                 processes: int = 1, window: tuple[int, int] | None = None) -> GraphedLoss | None:
+def graphed_loss(
+    model: nn.Module,
+    label_smoothing: float,
+    device: torch.device,
+    enabled: bool,
+    processes: int = 1,
+    window: tuple[int, int] | None = None,
+) -> GraphedLoss | None:
     """A GraphedLoss (with the attention ``window``) where it applies: a GPU, one process
     (DistributedDataParallel's hooks are not captured), an RNN translation model, graphs and the
     speed tricks on; else None."""

@@ -43,22 +43,31 @@ def attentions(model: nn.Module, kind: str) -> list[nn.Module]:
 
 def every_head(model: nn.Module) -> list[Head]:
     """Every head of the model, kind by kind, layer by layer."""
-    return [(kind, layer, head) for kind in KINDS for layer, attention in enumerate(attentions(model, kind))
-            for head in range(attention.heads)]
+    return [
+        (kind, layer, head)
+        for kind in KINDS
+        for layer, attention in enumerate(attentions(model, kind))
+        for head in range(attention.heads)
+    ]
 
 
 def check_heads(model: nn.Module, heads: Iterable[Head]):
     """AttnmtError unless ``model`` is a Transformer that has every one of ``heads``."""
     if not isinstance(model, Transformer):
-        what = ("an ensemble: heads are switched off in one model" if isinstance(model, Ensemble) else
-                "a model with one attention of one head")
+        what = (
+            "an ensemble: heads are switched off in one model"
+            if isinstance(model, Ensemble)
+            else "a model with one attention of one head"
+        )
         raise AttnmtError(f"heads are masked in a Transformer (model.type: transformer); this is {what}")
     known = set(every_head(model))
     for head in heads:
         if head not in known:
-            raise AttnmtError(f"no head {'.'.join(map(str, head))} in this model: it has "
-                              f"{len(model.encoder_layers)} encoder and {len(model.decoder_layers)} decoder layers of "
-                              f"{model.config.heads} heads (kinds: {', '.join(KINDS)}; counting from 0)")
+            raise AttnmtError(
+                f"no head {'.'.join(map(str, head))} in this model: it has "
+                f"{len(model.encoder_layers)} encoder and {len(model.decoder_layers)} decoder layers of "
+                f"{model.config.heads} heads (kinds: {', '.join(KINDS)}; counting from 0)"
+            )
 
 
 def mask_heads(model: nn.Module, heads: Iterable[Head]):
@@ -89,12 +98,14 @@ def call_masked(model: nn.Module, heads: list[Head], call: Callable[[], T]) -> T
 
 
 def parse_heads(text: str) -> list[Head]:
-    """"cross.2.0,encoder.0.3" -> [("cross", 2, 0), ("encoder", 0, 3)]; AttnmtError naming a bad item."""
+    """ "cross.2.0,encoder.0.3" -> [("cross", 2, 0), ("encoder", 0, 3)]; AttnmtError naming a bad item."""
     heads = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         parts = item.split(".")
         if len(parts) != 3 or parts[0] not in KINDS or not (parts[1].isdigit() and parts[2].isdigit()):
-            raise AttnmtError(f"head {item!r}: write KIND.LAYER.HEAD, KIND one of {', '.join(KINDS)}, LAYER and "
-                              "HEAD counted from 0 (e.g. cross.2.0)")
+            raise AttnmtError(
+                f"head {item!r}: write KIND.LAYER.HEAD, KIND one of {', '.join(KINDS)}, LAYER and "
+                "HEAD counted from 0 (e.g. cross.2.0)"
+            )
         heads.append((parts[0], int(parts[1]), int(parts[2])))
     return heads

@@ -39,8 +39,13 @@ class Translator:
     inputs = "text"  # what its requests carry (the server and the CLI check it before any work)
     what = "a translation model"  # in messages
 
-    def __init__(self, folder: str | Path, checkpoint: str = "best", quantize: str | None = None,
-                 device: str | torch.device = "cpu"):
+    def __init__(
+        self,
+        folder: str | Path,
+        checkpoint: str = "best",
+        quantize: str | None = None,
+        device: str | torch.device = "cpu",
+    ):
         if quantize not in QUANTIZE:
             raise AttnmtError(f"quantize must be one of {', '.join(map(repr, QUANTIZE))}, got {quantize!r}")
         self.device = inference_device(device)
@@ -57,8 +62,11 @@ class Translator:
         if quantize == "bf16":  # the output layer's product (the largest of a decoder step) in bfloat16
             self.model.generator.compute_dtype = torch.bfloat16
             if self.device.type == "cpu" and not speed.cpu_has_bf16():
-                warnings.warn("quantize='bf16' (--bf16) on a CPU without bf16 units (AVX512-BF16 or AMX): the "
-                              "product is emulated and slower than float32 here", stacklevel=3)
+                warnings.warn(
+                    "quantize='bf16' (--bf16) on a CPU without bf16 units (AVX512-BF16 or AMX): the "
+                    "product is emulated and slower than float32 here",
+                    stacklevel=3,
+                )
         self.attention_window = self.config.decoding.attention_window
         # Where word links come from (align_outputs, Translation.alignment): None, the attention;
         # an aligner of its own (attnmt.translation.aligner.OutputAligner: attnmt.load sets the
@@ -84,13 +92,17 @@ class Translator:
     def attention_window(self, window: tuple[int, int] | None):
         decoder = getattr(self.model, "decoder", None)  # (read only: an RNN decoder and its attention)
         if window is not None and getattr(decoder, "attention", None) is None:
-            raise AttnmtError(f"{self.folder}: an attention window is for RNN decoders with attention; this model "
-                              f"is a {self.config.model.type} with attention {self.config.model.attention}")
+            raise AttnmtError(
+                f"{self.folder}: an attention window is for RNN decoders with attention; this model "
+                f"is a {self.config.model.type} with attention {self.config.model.attention}"
+            )
         try:
             decoding = DecodingConfig.model_validate({**self.config.decoding.model_dump(), "attention_window": window})
         except ValidationError as error:
-            raise AttnmtError(f"attention window {window!r}: give two whole numbers >= 0 (left, right), "
-                              f"or None ({error.errors()[0]['msg']})") from None
+            raise AttnmtError(
+                f"attention window {window!r}: give two whole numbers >= 0 (left, right), "
+                f"or None ({error.errors()[0]['msg']})"
+            ) from None
         self.config = self.config.model_copy(update={"decoding": decoding})
 
     def set_decoding(self, **settings):
@@ -100,8 +112,9 @@ class Translator:
         if "attention_window" in settings:
             self.attention_window = settings.pop("attention_window")
         if settings.get("coverage_penalty") and getattr(getattr(self.model, "decoder", None), "attention", 1) is None:
-            raise AttnmtError(f"{self.folder}: a coverage penalty sums the attention weights; this model has "
-                              "attention: none")
+            raise AttnmtError(
+                f"{self.folder}: a coverage penalty sums the attention weights; this model has attention: none"
+            )
         try:
             decoding = DecodingConfig.model_validate({**self.config.decoding.model_dump(), **settings})
         except ValidationError as error:
@@ -116,17 +129,24 @@ class Translator:
 
     def __repr__(self) -> str:
         model = self.config.model
-        kind = (model.transformer_name if model.type == "transformer"
-                else f"{model.rnn_type} {model.attention_name} attention")
+        kind = (
+            model.transformer_name
+            if model.type == "transformer"
+            else f"{model.rnn_type} {model.attention_name} attention"
+        )
         parameters = sum(p.numel() for p in self.model.parameters())
         sizes = "/".join("-" if v is None else f"{len(v):,}" for v in (self.src_subwords, self.tgt_subwords))
-        return (f"<{type(self).__name__} {self.folder}: {kind}, {parameters:,} parameters, vocabularies {sizes}, "
-                f"beam {self.config.decoding.beam}, {self.device}{', ' + self.quantize if self.quantize else ''}>")
+        return (
+            f"<{type(self).__name__} {self.folder}: {kind}, {parameters:,} parameters, vocabularies {sizes}, "
+            f"beam {self.config.decoding.beam}, {self.device}{', ' + self.quantize if self.quantize else ''}>"
+        )
 
     def _vocabularies(self):
         if self.config.task != "translation":
-            raise AttnmtError(f"{self.folder}: a model of task {self.config.task}, not a translation model "
-                              "(attnmt.load gives the right class)")
+            raise AttnmtError(
+                f"{self.folder}: a model of task {self.config.task}, not a translation model "
+                "(attnmt.load gives the right class)"
+            )
         joint = self.config.data.subwords.joint
         for path in subword_paths(self.folder, joint):
             inside_folder(self.folder, path)
@@ -148,33 +168,69 @@ class Translator:
     def describe(self) -> dict:
         """What the model is, as the server's /models says it: the fields of its type, the others None."""
         m, dc = self.config.model, self.config.decoding
-        none = dict.fromkeys("rnn_type input_feeding local_attention local_window attention_normalizer"
-                             " coverage_fertility coverage_dim fertility_bound decoder_hidden d_model heads"
-                             " feed_forward norm".split())
-        common = dict(type=m.type, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers, beam=dc.beam,
-                      length_penalty=dc.length_penalty, coverage_penalty=dc.coverage_penalty)
+        none = dict.fromkeys(
+            "rnn_type input_feeding local_attention local_window attention_normalizer"
+            " coverage_fertility coverage_dim fertility_bound decoder_hidden d_model heads"
+            " feed_forward norm".split()
+        )
+        common = dict(
+            type=m.type,
+            encoder_layers=m.encoder_layers,
+            decoder_layers=m.decoder_layers,
+            beam=dc.beam,
+            length_penalty=dc.length_penalty,
+            coverage_penalty=dc.coverage_penalty,
+        )
         if m.type == "transformer":
-            return {**common, **none, "attention": "multi-head", "d_model": m.d_model, "heads": m.heads,
-                    "feed_forward": m.feed_forward, "norm": m.norm, "attention_normalizer": m.attention_normalizer}
-        local = {"local_attention": m.local_attention,
-                 "local_window": None if m.local_attention == "none" else m.local_window,
-                 "attention_normalizer": None if m.attention == "none" else m.attention_normalizer,
-                 **{key: getattr(m, key) if m.attention == "coverage" else None
-                    for key in ("coverage_fertility", "coverage_dim")},
-                 "fertility_bound": m.fertility_bound if m.attention_normalizer == "csparsemax" else None}
-        return {**common, **none, "attention": m.attention, "rnn_type": m.rnn_type, "input_feeding": m.input_feeding,
-                **local, "decoder_hidden": m.decoder_hidden}
+            return {
+                **common,
+                **none,
+                "attention": "multi-head",
+                "d_model": m.d_model,
+                "heads": m.heads,
+                "feed_forward": m.feed_forward,
+                "norm": m.norm,
+                "attention_normalizer": m.attention_normalizer,
+            }
+        local = {
+            "local_attention": m.local_attention,
+            "local_window": None if m.local_attention == "none" else m.local_window,
+            "attention_normalizer": None if m.attention == "none" else m.attention_normalizer,
+            **{
+                key: getattr(m, key) if m.attention == "coverage" else None
+                for key in ("coverage_fertility", "coverage_dim")
+            },
+            "fertility_bound": m.fertility_bound if m.attention_normalizer == "csparsemax" else None,
+        }
+        return {
+            **common,
+            **none,
+            "attention": m.attention,
+            "rnn_type": m.rnn_type,
+            "input_feeding": m.input_feeding,
+            **local,
+            "decoder_hidden": m.decoder_hidden,
+        }
 
     def files_of_test_set(self, files) -> list[Path]:
         """Every file a test set of the config reads (attnmt.data.test_sets keeps them inside the folder)."""
         return [path for path in (files.src, files.tgt, files.tsv) if path is not None]
 
-    def translate(self, texts: list[str], beam: int | None = None, n_best: int = 1,
-                  batch_size: int | None = None, max_tokens: int | None = None,
-                  progress: str | None = None, shortlist: bool | str | Path | None = None,
-                  align: bool = False, sampling: Sampling | dict | None = None,
-                  prefix: list[str] | None = None, constraints: list[list[str]] | None = None,
-                  tag: str | list[str] | None = None) -> list[Translation]:
+    def translate(
+        self,
+        texts: list[str],
+        beam: int | None = None,
+        n_best: int = 1,
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        progress: str | None = None,
+        shortlist: bool | str | Path | None = None,
+        align: bool = False,
+        sampling: Sampling | dict | None = None,
+        prefix: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
+        tag: str | list[str] | None = None,
+    ) -> list[Translation]:
         """Translates each text; the output has one Translation per input, in order.
 
         Empty (or whitespace-only) inputs give an empty translation without running the model.
@@ -218,14 +274,28 @@ class Translator:
                 indices = [todo[j] for j in batch_indices]
                 batch = make_batch([src_ids[i] for i in indices]).to(self.device)
                 with torch.inference_mode():
-                    decoded = decode(self.model, batch.src, batch.src_lengths, dc, beam=beam, n_best=n_best,
-                                     shortlist=table, sampling=sampling, generator=generator,
-                                     prefixes=None if prefixes is None else prefixes.of(indices),
-                                     constraints=None if phrases is None else [phrases[i] for i in indices])
+                    decoded = decode(
+                        self.model,
+                        batch.src,
+                        batch.src_lengths,
+                        dc,
+                        beam=beam,
+                        n_best=n_best,
+                        shortlist=table,
+                        sampling=sampling,
+                        generator=generator,
+                        prefixes=None if prefixes is None else prefixes.of(indices),
+                        constraints=None if phrases is None else [phrases[i] for i in indices],
+                    )
                 for i, hypotheses in zip(indices, decoded):
-                    results[i] = Translation(texts[i], self.src_subwords.pieces(src_ids[i] + [EOS]),
-                                             [self.candidate(h) for h in hypotheses], i in truncated, self.aligner,
-                                             tagged=self._tagged(src_ids[i]))
+                    results[i] = Translation(
+                        texts[i],
+                        self.src_subwords.pieces(src_ids[i] + [EOS]),
+                        [self.candidate(h) for h in hypotheses],
+                        i in truncated,
+                        self.aligner,
+                        tagged=self._tagged(src_ids[i]),
+                    )
                 bar.update(len(indices))
         return self.align_outputs(results) if align else results
 
@@ -271,9 +341,15 @@ class Translator:
         """Whether these source ids begin with a tag (their first piece is one of the model's tags)."""
         return bool(ids and self.tags) and self.src_subwords.pieces(ids[:1])[0] in self.tags
 
-    def score(self, sources: list[str], translations: list[str], batch_size: int | None = None,
-              max_tokens: int | None = None, progress: str | None = None,
-              tag: str | list[str] | None = None) -> list[ScoredTranslation]:
+    def score(
+        self,
+        sources: list[str],
+        translations: list[str],
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        progress: str | None = None,
+        tag: str | list[str] | None = None,
+    ) -> list[ScoredTranslation]:
         """How probable the model finds each given translation of its source, by forced decoding:
         log p(y | x) = sum_t log p(y_t | y_<t, x) over the translation's subword pieces and the end
         of sentence, each as a search scores the token it writes (no length penalty, no shortlist).
@@ -296,21 +372,28 @@ class Translator:
         for side, ids in (("source", src_ids), ("translation", tgt_ids)):
             long = [i for i, pieces in enumerate(ids) if max_tokens is not None and len(pieces) > max_tokens]
             if long:
-                raise AttnmtError(f"the {side} of pair {long[0] + 1} (counting from 1) has {len(ids[long[0]])} "
-                                  f"subword tokens, more than {max_tokens} ({len(long)} such pair(s)): a translation "
-                                  "is scored whole or not at all")
+                raise AttnmtError(
+                    f"the {side} of pair {long[0] + 1} (counting from 1) has {len(ids[long[0]])} "
+                    f"subword tokens, more than {max_tokens} ({len(long)} such pair(s)): a translation "
+                    "is scored whole or not at all"
+                )
         results: list[ScoredTranslation | None] = [None] * len(sources)
         window = self.attention_window
         with phase_bar(len(sources), progress or "", enabled=progress is not None) as bar:
-            for indices, batch in forced_batches(src_ids, tgt_ids, batch_size or self.config.decoding.batch_size,
-                                                 self.device):
+            for indices, batch in forced_batches(
+                src_ids, tgt_ids, batch_size or self.config.decoding.batch_size, self.device
+            ):
                 with torch.inference_mode():
-                    log_probs = to_numpy(self.model.target_log_probs(batch.src, batch.src_lengths, batch.tgt_in,
-                                                                     batch.tgt_out, window).float())
+                    log_probs = to_numpy(
+                        self.model.target_log_probs(
+                            batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, window
+                        ).float()
+                    )
                 for row, i in enumerate(indices):
                     tokens = self.tgt_subwords.pieces(tgt_ids[i] + [EOS])
-                    results[i] = ScoredTranslation(sources[i], translations[i], tokens,
-                                                   log_probs[row, :len(tokens)].copy())
+                    results[i] = ScoredTranslation(
+                        sources[i], translations[i], tokens, log_probs[row, : len(tokens)].copy()
+                    )
                 bar.update(len(indices))
         return results
 
@@ -322,22 +405,31 @@ class Translator:
         for other in others:
             if other.inputs != "text" or not isinstance(other, Translator):
                 raise AttnmtError(f"{other.folder}: an ensemble is of translation models; this is {other.what}")
-            for side, mine, theirs in (("source", self.src_subwords, other.src_subwords),
-                                       ("target", self.tgt_subwords, other.tgt_subwords)):
+            for side, mine, theirs in (
+                ("source", self.src_subwords, other.src_subwords),
+                ("target", self.tgt_subwords, other.tgt_subwords),
+            ):
                 if mine.vocabulary() != theirs.vocabulary():
-                    raise AttnmtError(f"{other.folder}: its {side} subword model ({theirs.path}) has other pieces "
-                                      f"than that of {self.folder} ({mine.path}): an ensemble's models must share "
-                                      "their subwords (train them on the same data and settings, or copy one spm "
-                                      "folder into the others' experiment_dir before training)")
+                    raise AttnmtError(
+                        f"{other.folder}: its {side} subword model ({theirs.path}) has other pieces "
+                        f"than that of {self.folder} ({mine.path}): an ensemble's models must share "
+                        "their subwords (train them on the same data and settings, or copy one spm "
+                        "folder into the others' experiment_dir before training)"
+                    )
             if other.device != self.device:
-                raise AttnmtError(f"{other.folder} runs on {other.device}, {self.folder} on {self.device}: an "
-                                  "ensemble runs on one device")
+                raise AttnmtError(
+                    f"{other.folder} runs on {other.device}, {self.folder} on {self.device}: an "
+                    "ensemble runs on one device"
+                )
         members = self.model.members if isinstance(self.model, Ensemble) else [self.model]
         self.model = Ensemble([*members, *(other.model for other in others)])
         self.ensembled = [*self.ensembled, *(other.folder for other in others)]
         if self.aligner is not None:  # (an alignment layer, or guided heads, reads one model's states)
-            warnings.warn(f"the word links of an ensemble come from its attention, not from {self.aligner!r}, "
-                          f"which reads the model of {self.folder} alone", stacklevel=2)
+            warnings.warn(
+                f"the word links of an ensemble come from its attention, not from {self.aligner!r}, "
+                f"which reads the model of {self.folder} alone",
+                stacklevel=2,
+            )
             self.aligner = None
 
     def _generator(self, sampling: Sampling | None) -> torch.Generator | None:
@@ -347,14 +439,14 @@ class Translator:
             return None
         return torch.Generator(self.device).manual_seed(sampling.seed)
 
-    def align_outputs(self, translations: list[Translation], n_best: int | None = None,
-                      **options) -> list[Translation]:
+    def align_outputs(self, translations: list[Translation], n_best: int | None = None, **options) -> list[Translation]:
         """``translations`` with the word links of each of their first ``n_best`` candidates (default:
         all) filled in: from ``self.aligner`` if set (the pairs aligned in batches), else from each
         candidate's attention. ``options``: method ("argmax" or "threshold"; by default argmax for
         the attention, threshold for an aligner) and threshold.
         Candidates whose source or output is empty get no links."""
         options = {name: value for name, value in options.items() if value is not None}  # None: the default
+
         def chosen(t: Translation) -> list[Candidate]:
             return t.candidates[:n_best]
 
@@ -366,8 +458,14 @@ class Translator:
             found = iter(self.aligner([s for s, _ in pairs], [o for _, o in pairs], **options))
         else:
             found = iter([links_of(t, c, **options) for t in translations for c in chosen(t) if has_words(t, c)])
-        return [replace(t, candidates=[replace(c, alignment=next(found) if has_words(t, c) else [])
-                                       for c in chosen(t)] + t.candidates[len(chosen(t)):]) for t in translations]
+        return [
+            replace(
+                t,
+                candidates=[replace(c, alignment=next(found) if has_words(t, c) else []) for c in chosen(t)]
+                + t.candidates[len(chosen(t)) :],
+            )
+            for t in translations
+        ]
 
     def shortlist_table(self, shortlist: bool | str | Path | None) -> Shortlist | None:
         """The table that ``translate(shortlist=...)`` means, read once."""
@@ -382,9 +480,15 @@ class Translator:
             self._shortlists[path] = load_shortlist(path, self.src_subwords, self.tgt_subwords).to(self.device)
         return self._shortlists[path]
 
-    def beam_tree(self, text: str, beam: int | None = None, stop: Callable[[], bool] | None = None,
-                  prefix: str = "", tag: str = "",
-                  constraints: list[str] | None = None) -> tuple[Translation, list[dict]]:
+    def beam_tree(
+        self,
+        text: str,
+        beam: int | None = None,
+        stop: Callable[[], bool] | None = None,
+        prefix: str = "",
+        tag: str = "",
+        constraints: list[str] | None = None,
+    ) -> tuple[Translation, list[dict]]:
         """Beam search on one sentence, with its search tree: every candidate looked at, as
         {"id", "parent", "token", "log_prob", "step", "status"}; status is "root", "kept",
         "finished" (ended in EOS) or "pruned" (fell out of the beam). ``stop``: asked between two
@@ -396,11 +500,17 @@ class Translator:
 
         text = valid_text(text)
         phrases = None if not constraints else phrases_of(self.tgt_subwords, [text], [constraints])[0]
-        return beam_tree(self, text, self.config.decoding.beam if beam is None else beam, stop,
-                         self._prefixes([text], [prefix]), tag, phrases)
+        return beam_tree(
+            self,
+            text,
+            self.config.decoding.beam if beam is None else beam,
+            stop,
+            self._prefixes([text], [prefix]),
+            tag,
+            phrases,
+        )
 
-    def trace(self, text: str, top_k: int = 5, stop: Callable[[], bool] | None = None, prefix: str = "",
-              tag: str = ""):
+    def trace(self, text: str, top_k: int = 5, stop: Callable[[], bool] | None = None, prefix: str = "", tag: str = ""):
         """Greedy translation of one sentence with every quantity of every decoder step
         (scores, weights, context, state, top-k next tokens): see attnmt.seq2seq.trace. ``stop``:
         asked between two decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped.
@@ -411,8 +521,7 @@ class Translator:
         text = valid_text(text)
         return trace(self, text, top_k, stop=stop, prefixes=self._prefixes([text], [prefix]), tag=tag)
 
-    def attention(self, text: str, translation: str | Translation | Candidate | None = None,
-                  tag: str = "") -> dict:
+    def attention(self, text: str, translation: str | Translation | Candidate | None = None, tag: str = "") -> dict:
         """Every attention weight of a Transformer, for one sentence and its translation, from a
         teacher-forced pass over the translation's tokens (the weights decoding computed for them):
 
@@ -432,8 +541,10 @@ class Translator:
         ``tag``: before the source, as in translate(). See docs/transformer.md.
         """
         if self.config.model.type != "transformer":
-            raise AttnmtError("attention() gives the layers and heads of Transformer models; "
-                              "an RNN model's attention is Translation.attention")
+            raise AttnmtError(
+                "attention() gives the layers and heads of Transformer models; "
+                "an RNN model's attention is Translation.attention"
+            )
         text = valid_text(text)
         if translation is None:
             [translation] = self.translate([text], tag=tag)
@@ -445,16 +556,23 @@ class Translator:
             tgt_ids = [self.tgt_subwords.sp.piece_to_id(piece) for piece in translation.tokens]
         src_ids = self.source_ids([text], tag)[0]
         batch = make_batch([src_ids]).to(self.device)
-        tgt_in = torch.tensor([[BOS] + tgt_ids[:-1]], dtype=torch.long, device=self.device)[:, :len(tgt_ids)]
+        tgt_in = torch.tensor([[BOS] + tgt_ids[:-1]], dtype=torch.long, device=self.device)[:, : len(tgt_ids)]
         with torch.inference_mode():
             maps = self.model.attention_maps(batch.src, batch.src_lengths, tgt_in)
         tokens = self.tgt_subwords.pieces(tgt_ids)
-        return {**{name: to_numpy(weights[0].float()) for name, weights in maps.items()},
-                "source_tokens": self.src_subwords.pieces(src_ids + [EOS]), "tokens": tokens,
-                "decoder_tokens": self.tgt_subwords.pieces(tgt_in[0].tolist())}
+        return {
+            **{name: to_numpy(weights[0].float()) for name, weights in maps.items()},
+            "source_tokens": self.src_subwords.pieces(src_ids + [EOS]),
+            "tokens": tokens,
+            "decoder_tokens": self.tgt_subwords.pieces(tgt_in[0].tolist()),
+        }
 
     def candidate(self, hypothesis) -> Candidate:
         """A hypothesis of a search (attnmt.seq2seq.decoding) as a Candidate: its text, pieces, score, attention."""
         attention = None if hypothesis.attention is None else to_numpy(hypothesis.attention)
-        return Candidate(self.tgt_subwords.decode(hypothesis.tokens), self.tgt_subwords.pieces(hypothesis.tokens),
-                         hypothesis.score, attention)
+        return Candidate(
+            self.tgt_subwords.decode(hypothesis.tokens),
+            self.tgt_subwords.pieces(hypothesis.tokens),
+            hypothesis.score,
+            attention,
+        )

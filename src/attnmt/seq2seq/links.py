@@ -28,8 +28,10 @@ def word_matrix(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str]
     """
     matrix = np.asarray(matrix)
     if matrix.shape != (len(tgt_pieces), len(src_pieces)):
-        raise ValueError(f"attention matrix of shape {matrix.shape} does not match "
-                         f"{len(tgt_pieces)} target and {len(src_pieces)} source pieces")
+        raise ValueError(
+            f"attention matrix of shape {matrix.shape} does not match "
+            f"{len(tgt_pieces)} target and {len(src_pieces)} source pieces"
+        )
     src, tgt = without_eos(src_pieces), without_eos(tgt_pieces)
     return merge_pieces(src, tgt, matrix[: len(tgt), : len(src)])[2]
 
@@ -39,8 +41,7 @@ def drop_eos(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str]) -
     return np.asarray(matrix)[: len(without_eos(tgt_pieces)), : len(without_eos(src_pieces))]
 
 
-def alignments_from_attention(matrix_words: np.ndarray, method: str = "argmax",
-                              threshold: float = 0.5) -> list[Link]:
+def alignments_from_attention(matrix_words: np.ndarray, method: str = "argmax", threshold: float = 0.5) -> list[Link]:
     """Links (i, j), i a source index (column), j a target index (row), both 0-based, sorted.
 
     "argmax": every target word links to the source word it attends to most.
@@ -69,8 +70,15 @@ def shifted_by_one(matrix: np.ndarray) -> np.ndarray:
     return np.concatenate([matrix[1:], matrix[-1:]]) if len(matrix) else matrix
 
 
-def output_links(matrix: np.ndarray, src_pieces: list[str], tgt_pieces: list[str], method: str = "argmax",
-                 threshold: float = 0.5, words: bool = True, shift: bool = False) -> list[Link]:
+def output_links(
+    matrix: np.ndarray,
+    src_pieces: list[str],
+    tgt_pieces: list[str],
+    method: str = "argmax",
+    threshold: float = 0.5,
+    words: bool = True,
+    shift: bool = False,
+) -> list[Link]:
     """The links of one translation's attention (rows: its output pieces, columns: its source
     pieces, "</s>" included or not; it is left out): word links (i source word, j output word, the
     words that the pieces make, which are the whitespace-separated words of the texts), or with

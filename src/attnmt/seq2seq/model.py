@@ -24,29 +24,57 @@ class Seq2Seq(EncoderDecoder):
         self.config = config
         self.encoder = self.build_encoder(config, src_vocab_size)
         memory_size = self.encoder.output_size
-        attention = build_attention(config.attention, config.decoder_hidden, memory_size,
-                                    config.attention_size, config.location_channels,
-                                    config.location_kernel, config.local_attention, config.local_window,
-                                    config.max_positions, config.attention_normalizer, config.coverage_fertility,
-                                    config.fertility_bound, config.coverage_dim)
+        attention = build_attention(
+            config.attention,
+            config.decoder_hidden,
+            memory_size,
+            config.attention_size,
+            config.location_channels,
+            config.location_kernel,
+            config.local_attention,
+            config.local_window,
+            config.max_positions,
+            config.attention_normalizer,
+            config.coverage_fertility,
+            config.fertility_bound,
+            config.coverage_dim,
+        )
         self.tgt_embed = nn.Embedding(tgt_vocab_size, config.embedding_size, padding_idx=PAD)
-        self.decoder = RNNDecoder(config.embedding_size, config.decoder_hidden, memory_size,
-                                  config.decoder_layers, config.rnn_type, attention,
-                                  config.input_feeding, config.dropout, bridge=config.decoder_init == "bridge")
+        self.decoder = RNNDecoder(
+            config.embedding_size,
+            config.decoder_hidden,
+            memory_size,
+            config.decoder_layers,
+            config.rnn_type,
+            attention,
+            config.input_feeding,
+            config.dropout,
+            bridge=config.decoder_init == "bridge",
+        )
         self.output_dropout = Dropout(config.dropout)
         self.generator = OutputLayer(config.decoder_hidden, tgt_vocab_size)
         self._init_weights(config.init_range)
         if config.tie_embeddings:
             if config.decoder_hidden != config.embedding_size:
-                raise ValueError("tie_embeddings needs decoder_hidden == embedding_size "
-                                 f"({config.decoder_hidden} != {config.embedding_size})")
+                raise ValueError(
+                    "tie_embeddings needs decoder_hidden == embedding_size "
+                    f"({config.decoder_hidden} != {config.embedding_size})"
+                )
             self.generator.weight = self.tgt_embed.weight
 
     def build_encoder(self, config: ModelConfig, src_vocab_size: int) -> nn.Module:
         """The encoder: anything with ``output_size`` that maps (src, lengths) to (states, final)
         or, when it shortens the source, (states, final, new lengths)."""
-        return RNNEncoder(src_vocab_size, config.embedding_size, config.encoder_hidden, config.encoder_layers,
-                          config.bidirectional, config.rnn_type, config.dropout, pad_id=PAD)
+        return RNNEncoder(
+            src_vocab_size,
+            config.embedding_size,
+            config.encoder_hidden,
+            config.encoder_layers,
+            config.bidirectional,
+            config.rnn_type,
+            config.dropout,
+            pad_id=PAD,
+        )
 
     def _init_weights(self, init_range: float):
         if init_range > 0:  # uniform init as in OpenNMT; it trains faster than xavier here
@@ -66,15 +94,16 @@ class Seq2Seq(EncoderDecoder):
         lengths = shortened[0] if shortened else lengths
         return self.memory_of(states, final, source_mask(lengths.to(src.device), states.size(1)), window)
 
-    def memory_of(self, states: Tensor, final: Tensor, mask: Tensor,
-                  window: tuple[int, int] | None = None) -> Memory:
+    def memory_of(self, states: Tensor, final: Tensor, mask: Tensor, window: tuple[int, int] | None = None) -> Memory:
         """What the decoder reads of the encoder's output: the states cast once for autocast, the
         attention's keys projected once per sentence, and the attention ``window`` of every step."""
         states = speed.cast_for_autocast(states)
         attention = self.decoder.attention
         if window is not None and isinstance(attention, LocalAttention):
-            raise AttnmtError(f"an attention window ({window}) and local attention ({attention.kind}) together: local "
-                              "attention keeps each step to its own window (model.local_window)")
+            raise AttnmtError(
+                f"an attention window ({window}) and local attention ({attention.kind}) together: local "
+                "attention keeps each step to its own window (model.local_window)"
+            )
         keys = None if attention is None else attention.project_keys(states)
         shareable = attention is not None and not attention.reads_own_past and window is None
         return Memory(states, keys, mask, final, window, shareable)
@@ -116,7 +145,9 @@ def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -
 def architecture(m: ModelConfig) -> str:
     """The model in one line (``attnmt info``)."""
     if m.type == "transformer":
-        return (f"{m.transformer_name}, d_model {m.d_model}, {m.heads} heads, {m.encoder_layers}+{m.decoder_layers} "
-                f"layers, feed-forward {m.feed_forward}")
+        return (
+            f"{m.transformer_name}, d_model {m.d_model}, {m.heads} heads, {m.encoder_layers}+{m.decoder_layers} "
+            f"layers, feed-forward {m.feed_forward}"
+        )
     encoder = f"{'bidirectional ' if m.bidirectional else ''}{m.rnn_type} encoder {m.encoder_layers}x{m.encoder_hidden}"
     return f"rnn, {m.attention_name} attention, {encoder}, decoder {m.decoder_layers}x{m.decoder_hidden}"

@@ -40,14 +40,15 @@ class Spelling:
     def fits(self, left: str) -> Tensor:
         """(V,) bool: which pieces fit ``left`` (cached: a batch asks for few words)."""
         if left not in self._fits:
-            self._fits[left] = torch.tensor([bool(p) and (p.startswith(left) or left.startswith(p))
-                                             for p in self.pieces], device="cpu")
+            self._fits[left] = torch.tensor(
+                [bool(p) and (p.startswith(left) or left.startswith(p)) for p in self.pieces], device="cpu"
+            )
         return self._fits[left]
 
     def after(self, left: str, token: int) -> str:
         """What is left to spell once ``token`` is written: "" when it went to the end or beyond."""
         piece = self.pieces[token]
-        return left[len(piece):] if piece and left.startswith(piece) else ""
+        return left[len(piece) :] if piece and left.startswith(piece) else ""
 
 
 @dataclass
@@ -72,7 +73,7 @@ def prefixes_of(subwords, texts: list[str], prefix: list[str], spelling: Spellin
     pieces that spell that word's start ("The do": "▁The", then "▁do" or "▁dog" or "▁d", "o"...); a
     word that the pieces cannot spell is taken as whole pieces. None where no text has a prefix."""
     if isinstance(prefix, str) or len(prefix) != len(texts):
-        raise AttnmtError(f"prefix: give a list with a prefix for each of the {len(texts)} texts (\"\": none)")
+        raise AttnmtError(f'prefix: give a list with a prefix for each of the {len(texts)} texts ("": none)')
     prefix = [valid_text(p) for p in prefix]
     heads, words = zip(*map(split_last_word, prefix)) if prefix else ((), ())
     tokens, spelled = subwords.encode(list(heads)), subwords.encode(list(words))
@@ -132,8 +133,12 @@ class Prefixed(EncoderDecoder):
 
     def init_state(self, memory) -> PrefixState:
         rows = memory.states.size(0)
-        return PrefixState(self.model.init_state(memory), torch.arange(rows, device=memory.states.device), 0,
-                           None if self.words is None else list(self.words))
+        return PrefixState(
+            self.model.init_state(memory),
+            torch.arange(rows, device=memory.states.device),
+            0,
+            None if self.words is None else list(self.words),
+        )
 
     def decode_step(self, prev_tokens: Tensor, state: PrefixState, memory) -> StepOutput:
         step = self.model.decode_step(prev_tokens, state.inner, memory)
@@ -153,8 +158,10 @@ class Prefixed(EncoderDecoder):
         pieces that may come next (None where no row is spelling now)."""
         spelling, forced = self.prefixes.spelling, [self.forced[s] for s in state.sentences.tolist()]
         prev = prev_tokens.tolist()
-        left = [spelling.after(word, prev[r]) if word and 0 <= state.t - 1 - forced[r] else word
-                for r, word in enumerate(state.left)]  # (a token written after the row's forced ones)
+        left = [
+            spelling.after(word, prev[r]) if word and 0 <= state.t - 1 - forced[r] else word
+            for r, word in enumerate(state.left)
+        ]  # (a token written after the row's forced ones)
         spelling_now = [bool(word) and state.t >= forced[r] for r, word in enumerate(left)]
         if not any(spelling_now):
             return left, None

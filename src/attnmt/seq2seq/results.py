@@ -52,8 +52,10 @@ class ScoredTranslation:
         return math.exp(-self.per_token)
 
     def __repr__(self) -> str:
-        return (f"ScoredTranslation({self.source!r} -> {self.translation!r}, log p {self.log_prob:.3f}, "
-                f"{len(self.tokens)} tokens, {self.per_token:.3f} per token)")
+        return (
+            f"ScoredTranslation({self.source!r} -> {self.translation!r}, log p {self.log_prob:.3f}, "
+            f"{len(self.tokens)} tokens, {self.per_token:.3f} per token)"
+        )
 
 
 # Word links of (source, output) text pairs, one list of (source word i, output word j) a pair, from
@@ -95,9 +97,11 @@ class Translation:
 
     def __repr__(self) -> str:
         n = len(self.candidates)
-        return (f"{type(self).__name__}({self.source!r} -> {self.text!r}, score {self.score:.3f}, "
-                f"{len(self.source_tokens)} source tokens, {len(self.tokens)} output tokens, {_shape(self.attention)}, "
-                f"{n} candidate{'s' * (n != 1)}{', truncated' if self.truncated else ''})")
+        return (
+            f"{type(self).__name__}({self.source!r} -> {self.text!r}, score {self.score:.3f}, "
+            f"{len(self.source_tokens)} source tokens, {len(self.tokens)} output tokens, {_shape(self.attention)}, "
+            f"{n} candidate{'s' * (n != 1)}{', truncated' if self.truncated else ''})"
+        )
 
     @property
     def text(self) -> str:
@@ -124,6 +128,7 @@ class Translation:
         linked to the source word it attended to most (attnmt.seq2seq.links.output_links; None
         without attention)."""
         if self.best.alignment is None and self.aligner is not None:
-            self.best.alignment = (self.aligner([self.source], [self.text])[0]
-                                   if self.source.strip() and self.text.strip() else [])
+            self.best.alignment = (
+                self.aligner([self.source], [self.text])[0] if self.source.strip() and self.text.strip() else []
+            )
         return links_of(self, self.best)

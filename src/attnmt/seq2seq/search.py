@@ -20,10 +20,20 @@ from attnmt.seq2seq.prefix import Prefixed, Prefixes
 from attnmt.seq2seq.shortlist import Shortlist, restricted
 
 
-def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: DecodingConfig, *,
-           beam: int | None = None, n_best: int = 1, shortlist: Shortlist | None = None,
-           sampling: Sampling | None = None, generator: torch.Generator | None = None,
-           prefixes: Prefixes | None = None, constraints: list[Phrases] | None = None):
+def decode(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_lengths: Tensor,
+    settings: DecodingConfig,
+    *,
+    beam: int | None = None,
+    n_best: int = 1,
+    shortlist: Shortlist | None = None,
+    sampling: Sampling | None = None,
+    generator: torch.Generator | None = None,
+    prefixes: Prefixes | None = None,
+    constraints: list[Phrases] | None = None,
+):
     """Greedy search (beam 1) or beam search, as ``settings`` say: its beam (unless ``beam`` is
     given), length penalty, output length limits (max_length_ratio, max_length_offset) and
     attention window. On a GPU with the speed tricks on, those of attnmt.seq2seq.fast_decoding:
@@ -49,31 +59,49 @@ def decode(model: EncoderDecoder, src: Tensor, src_lengths: Tensor, settings: De
     vocabulary = None if shortlist is None or constraints is not None else shortlist.vocabulary(src)
     max_lengths = max_output_lengths(src_lengths, settings.max_length_ratio, settings.max_length_offset)
     if constraints is not None:
-        max_lengths = [max(limit, sum(map(len, phrases)) + settings.max_length_offset)
-                       for limit, phrases in zip(max_lengths, constraints)]
+        max_lengths = [
+            max(limit, sum(map(len, phrases)) + settings.max_length_offset)
+            for limit, phrases in zip(max_lengths, constraints)
+        ]
     searched = model
     if prefixes is not None:
-        searched, vocabulary, max_lengths = prefixed(model, prefixes, vocabulary, max_lengths,
-                                                     settings.max_length_offset, src.device)
+        searched, vocabulary, max_lengths = prefixed(
+            model, prefixes, vocabulary, max_lengths, settings.max_length_offset, src.device
+        )
     if constraints is not None:
-        return constrained_beam_search(searched, src, src_lengths, max_lengths, constraints, beam, n_best,
-                                       settings.length_penalty, settings.attention_window,
-                                       beta=settings.coverage_penalty)
+        return constrained_beam_search(
+            searched,
+            src,
+            src_lengths,
+            max_lengths,
+            constraints,
+            beam,
+            n_best,
+            settings.length_penalty,
+            settings.attention_window,
+            beta=settings.coverage_penalty,
+        )
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
-        return _search(searched, src, src_lengths, settings, beam, n_best, vocabulary, sampling, generator,
-                       max_lengths)
+        return _search(searched, src, src_lengths, settings, beam, n_best, vocabulary, sampling, generator, max_lengths)
 
 
-def prefixed(model: EncoderDecoder, prefixes: Prefixes, vocabulary: Tensor | None, max_lengths: list[int],
-             offset: int, device: torch.device) -> tuple[Prefixed, Tensor | None, list[int]]:
+def prefixed(
+    model: EncoderDecoder,
+    prefixes: Prefixes,
+    vocabulary: Tensor | None,
+    max_lengths: list[int],
+    offset: int,
+    device: torch.device,
+) -> tuple[Prefixed, Tensor | None, list[int]]:
     """The model whose outputs begin with ``prefixes``, the shortlist's ids with the prefixes' (None:
     no shortlist), and the length limits: at least each prefix and ``offset`` more tokens."""
     vocabulary = with_prefix_tokens(vocabulary, prefixes)
     if vocabulary is not None:
         prefixes = replace(prefixes, tokens=[columns_of(vocabulary, p) for p in prefixes.tokens])
     words = prefixes.words or [""] * len(prefixes.tokens)  # (a word's characters bound its pieces)
-    max_lengths = [max(limit, len(p) + len(word) + offset) for limit, p, word in zip(max_lengths, prefixes.tokens,
-                                                                                     words)]
+    max_lengths = [
+        max(limit, len(p) + len(word) + offset) for limit, p, word in zip(max_lengths, prefixes.tokens, words)
+    ]
     return Prefixed(model, prefixes, vocabulary, device), vocabulary, max_lengths
 
 
@@ -92,17 +120,36 @@ def with_prefix_tokens(vocabulary: Tensor | None, prefixes: Prefixes) -> Tensor 
 
 def columns_of(vocabulary: Tensor, tokens: list[int]) -> list[int]:
     """The columns of a shortlist's log-probabilities that stand for ``tokens`` (all in its sorted ids)."""
-    return torch.searchsorted(vocabulary, torch.tensor(tokens, dtype=vocabulary.dtype,
-                                                       device=vocabulary.device)).tolist()
+    return torch.searchsorted(
+        vocabulary, torch.tensor(tokens, dtype=vocabulary.dtype, device=vocabulary.device)
+    ).tolist()
 
 
-def _search(model, src, src_lengths, settings: DecodingConfig, beam, n_best, vocabulary, sampling, generator,
-            max_lengths: list[int]):
+def _search(
+    model,
+    src,
+    src_lengths,
+    settings: DecodingConfig,
+    beam,
+    n_best,
+    vocabulary,
+    sampling,
+    generator,
+    max_lengths: list[int],
+):
     alpha, beta, window = settings.length_penalty, settings.coverage_penalty, settings.attention_window
     greedy, beamed = searches(src.device, model, beta)
     if sampling is not None:
-        return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary, window=window,
-                      pick=decoding.sampler(sampling, generator))
+        return greedy(
+            model,
+            src,
+            src_lengths,
+            max_lengths,
+            alpha,
+            vocabulary=vocabulary,
+            window=window,
+            pick=decoding.sampler(sampling, generator),
+        )
     if beam == 1 and n_best == 1:
         return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary, window=window)
     return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary=vocabulary, window=window)

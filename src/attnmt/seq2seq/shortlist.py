@@ -87,14 +87,20 @@ def load_shortlist(path: str | Path, src_sw: Subwords, tgt_sw: Subwords) -> Shor
     if not path.is_file():
         raise AttnmtError(f"{path}: no shortlist table there; build one with 'attnmt shortlist MODEL_DIR'")
     table = _read_table(path)
-    if (table.source_vocabulary, table.target_vocabulary) != (vocabulary_fingerprint(src_sw),
-                                                              vocabulary_fingerprint(tgt_sw)):
-        raise AttnmtError(f"{path}: a shortlist table built for other vocabularies than this model's subwords; "
-                          "build one for this model with 'attnmt shortlist MODEL_DIR'")
+    if (table.source_vocabulary, table.target_vocabulary) != (
+        vocabulary_fingerprint(src_sw),
+        vocabulary_fingerprint(tgt_sw),
+    ):
+        raise AttnmtError(
+            f"{path}: a shortlist table built for other vocabularies than this model's subwords; "
+            "build one for this model with 'attnmt shortlist MODEL_DIR'"
+        )
     ids = np.fromiter(chain(chain.from_iterable(table.candidates), table.frequent), dtype=np.int64)
     if len(table.candidates) != len(src_sw) or (len(ids) and not 0 <= ids.min() <= ids.max() < len(tgt_sw)):
-        raise AttnmtError(f"{path}: the table's rows or ids do not fit the vocabularies ({len(src_sw)} source, "
-                          f"{len(tgt_sw)} target pieces); build it again with 'attnmt shortlist MODEL_DIR'")
+        raise AttnmtError(
+            f"{path}: the table's rows or ids do not fit the vocabularies ({len(src_sw)} source, "
+            f"{len(tgt_sw)} target pieces); build it again with 'attnmt shortlist MODEL_DIR'"
+        )
     return Shortlist(table.candidates, table.frequent)
 
 
@@ -106,8 +112,9 @@ def _read_table(path: Path) -> TableFile:
     except ValidationError as e:
         error = e.errors()[0]
         where = ".".join(map(str, error["loc"]))
-        raise AttnmtError(f"{path}: {where + ': ' if where else ''}{error['msg']}; build it again with "
-                          "'attnmt shortlist MODEL_DIR'") from None
+        raise AttnmtError(
+            f"{path}: {where + ': ' if where else ''}{error['msg']}; build it again with 'attnmt shortlist MODEL_DIR'"
+        ) from None
 
 
 @contextmanager

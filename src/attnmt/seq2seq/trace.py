@@ -41,8 +41,10 @@ class StepTrace:
     def __repr__(self) -> str:
         # The sizes of the vectors, not their numbers (a trace's steps would print tens of thousands of characters)
         weights = "no attention" if self.weights is None else f"{len(self.weights)} weights"
-        return (f"StepTrace({self.token!r}, p {self.probability:.3f}, {weights}, context {np.size(self.context)}, "
-                f"state {np.size(self.state)}, top {len(self.top_k)})")
+        return (
+            f"StepTrace({self.token!r}, p {self.probability:.3f}, {weights}, context {np.size(self.context)}, "
+            f"state {np.size(self.state)}, top {len(self.top_k)})"
+        )
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,10 @@ class DecodingTrace:
     def __repr__(self) -> str:
         states = "x".join(map(str, np.shape(self.encoder_states)))
         speech = "" if self.features is None else f", {len(self.features)} audio frames"
-        return (f"DecodingTrace({self.source!r} -> {self.text!r}, {len(self.source_tokens)} source tokens, "
-                f"{len(self.steps)} steps, encoder states {states}{speech})")
+        return (
+            f"DecodingTrace({self.source!r} -> {self.text!r}, {len(self.source_tokens)} source tokens, "
+            f"{len(self.steps)} steps, encoder states {states}{speech})"
+        )
 
     @property
     def attention(self) -> np.ndarray | None:
@@ -107,20 +111,44 @@ class DecodingTrace:
 
 
 @torch.inference_mode()
-def trace(translator, text: str, top_k: int = 5, max_length: int | None = None,
-          stop: Callable[[], bool] | None = None, prefixes: Prefixes | None = None, tag: str = "") -> DecodingTrace:
+def trace(
+    translator,
+    text: str,
+    top_k: int = 5,
+    max_length: int | None = None,
+    stop: Callable[[], bool] | None = None,
+    prefixes: Prefixes | None = None,
+    tag: str = "",
+) -> DecodingTrace:
     """Greedy decoding of one sentence, recording each step (``stop``, ``prefixes``: see ``trace_source``;
     ``tag``: put before the source, Translator.source_ids)."""
     src_ids = translator.source_ids([text], tag)[0]
     batch = make_batch([src_ids])
-    return trace_source(translator, batch.src, batch.src_lengths, text, translator.src_subwords.pieces(src_ids + [EOS]),
-                        top_k, max_length, stop, prefixes)
+    return trace_source(
+        translator,
+        batch.src,
+        batch.src_lengths,
+        text,
+        translator.src_subwords.pieces(src_ids + [EOS]),
+        top_k,
+        max_length,
+        stop,
+        prefixes,
+    )
 
 
 @torch.inference_mode()
-def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, source: str, source_tokens: list[str],
-                 top_k: int = 5, max_length: int | None = None, stop: Callable[[], bool] | None = None,
-                 prefixes: Prefixes | None = None) -> DecodingTrace:
+def trace_source(
+    translator,
+    src: torch.Tensor,
+    src_lengths: torch.Tensor,
+    source: str,
+    source_tokens: list[str],
+    top_k: int = 5,
+    max_length: int | None = None,
+    stop: Callable[[], bool] | None = None,
+    prefixes: Prefixes | None = None,
+) -> DecodingTrace:
     """Greedy decoding of one source given as a batch of one (token ids, or audio features),
     recording each step; ``source_tokens`` label its encoder states. ``stop``: asked between two
     decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped. ``prefixes``: what
@@ -146,21 +174,37 @@ def trace_source(translator, src: torch.Tensor, src_lengths: torch.Tensor, sourc
         probs = step.log_probs.exp()[0]
         best, constrained = chooser.choose(t, probs)
         top = probs.topk(min(top_k, probs.numel()))
-        steps.append(StepTrace(
-            token=translator.tgt_subwords.pieces([best])[0], token_id=best, probability=float(probs[best]),
-            scores=_row(step.scores), weights=_row(step.weights), context=_row(step.context), state=_row(step.output),
-            top_k=[(translator.tgt_subwords.pieces([i])[0], p)
-                   for p, i in zip(top.values.tolist(), top.indices.tolist())],
-            constrained=constrained,
-        ))
+        steps.append(
+            StepTrace(
+                token=translator.tgt_subwords.pieces([best])[0],
+                token_id=best,
+                probability=float(probs[best]),
+                scores=_row(step.scores),
+                weights=_row(step.weights),
+                context=_row(step.context),
+                state=_row(step.output),
+                top_k=[
+                    (translator.tgt_subwords.pieces([i])[0], p)
+                    for p, i in zip(top.values.tolist(), top.indices.tolist())
+                ],
+                constrained=constrained,
+            )
+        )
         if best == EOS:
             break
         prev = torch.tensor([best], device=device)
     ids = [s.token_id for s in steps]
     mc = translator.config.model
     normalizer = mc.attention_normalizer if mc.type == "rnn" and mc.attention != "none" else None
-    return DecodingTrace(source, source_tokens, to_numpy(memory.states[0].float(), copy=True), steps,
-                         translator.tgt_subwords.decode(ids), normalizer=normalizer, coverage=coverage_use(mc))
+    return DecodingTrace(
+        source,
+        source_tokens,
+        to_numpy(memory.states[0].float(), copy=True),
+        steps,
+        translator.tgt_subwords.decode(ids),
+        normalizer=normalizer,
+        coverage=coverage_use(mc),
+    )
 
 
 class _Chooser:

@@ -20,8 +20,14 @@ from attnmt.seq2seq.graphs import GraphedLoss
 from attnmt.seq2seq.search import decode
 
 
-def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 0.0, memory=None,
-                  window: tuple[int, int] | None = None, coverage_weight: float = 0.0) -> torch.Tensor:
+def sequence_loss(
+    model: EncoderDecoder,
+    batch: Batch,
+    label_smoothing: float = 0.0,
+    memory=None,
+    window: tuple[int, int] | None = None,
+    coverage_weight: float = 0.0,
+) -> torch.Tensor:
     """Cross-entropy summed over the real (non-padding) target tokens. The output layer, the
     largest product of a step, runs on those positions only. ``window``: the attention window
     (training.attention_window); ``memory``: the source already encoded, with its window;
@@ -33,8 +39,9 @@ def sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float = 
     real = batch.tgt_out != PAD
     coverage = coverage_weight * coverage_loss(weights, real) if coverage_weight else 0.0
     if not selects_real_rows(states.device):
-        return coverage + model.generator.loss(states.flatten(0, 1), batch.tgt_out.flatten(), label_smoothing,
-                                               ignore_index=PAD)
+        return coverage + model.generator.loss(
+            states.flatten(0, 1), batch.tgt_out.flatten(), label_smoothing, ignore_index=PAD
+        )
     return coverage + model.generator.loss(states[real], batch.tgt_out[real], label_smoothing)
 
 
@@ -67,8 +74,14 @@ class TrainingLoss(nn.Module):
     batch. ``coverage_weight``: lambda of the coverage loss (training.coverage_loss; not in the graphs).
     A task with more to its loss (guided alignment, CTC) overrides ``loss``."""
 
-    def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None,
-                 window: tuple[int, int] | None = None, coverage_weight: float = 0.0):
+    def __init__(
+        self,
+        model: EncoderDecoder,
+        label_smoothing: float,
+        graphs: GraphedLoss | None = None,
+        window: tuple[int, int] | None = None,
+        coverage_weight: float = 0.0,
+    ):
         super().__init__()
         self.model, self.label_smoothing, self.graphs, self.window = model, label_smoothing, graphs, window
         self.coverage_weight = coverage_weight
@@ -79,8 +92,9 @@ class TrainingLoss(nn.Module):
         return self.loss(batch), batch.target_tokens
 
     def loss(self, batch: Batch) -> torch.Tensor:
-        return sequence_loss(self.model, batch, self.label_smoothing, window=self.window,
-                             coverage_weight=self.coverage_weight)
+        return sequence_loss(
+            self.model, batch, self.label_smoothing, window=self.window, coverage_weight=self.coverage_weight
+        )
 
 
 def pair_batch(data, indices: list[int]) -> Batch:
@@ -89,8 +103,13 @@ def pair_batch(data, indices: list[int]) -> Batch:
 
 
 @torch.inference_mode()
-def evaluate_loss(model: EncoderDecoder, data, batch_size: int, make_batch: Callable[..., Batch] | None = None,
-                  window: tuple[int, int] | None = None) -> dict:
+def evaluate_loss(
+    model: EncoderDecoder,
+    data,
+    batch_size: int,
+    make_batch: Callable[..., Batch] | None = None,
+    window: tuple[int, int] | None = None,
+) -> dict:
     """Loss and perplexity per target token of ``data`` (anything with sizes() that
     ``make_batch(data, indices)`` cuts into batches; by default, its src_ids and tgt_ids), the
     attention within ``window``."""
@@ -109,20 +128,40 @@ def evaluate_loss(model: EncoderDecoder, data, batch_size: int, make_batch: Call
 def validation_decoding(config: Config) -> DecodingConfig:
     """How validation decodes the dev set: the config's decoding settings with beam
     training.dev_beam and the attention window the model trains with (training.attention_window)."""
-    return config.decoding.model_copy(update={"beam": config.training.dev_beam,
-                                              "attention_window": config.training.attention_window})
+    return config.decoding.model_copy(
+        update={"beam": config.training.dev_beam, "attention_window": config.training.attention_window}
+    )
 
 
-def translate_ids(model: EncoderDecoder, src_ids: list[list[int]], tgt_sw: Subwords, settings: DecodingConfig,
-                  beam: int | None = None, progress: str | None = None) -> list[str]:
+def translate_ids(
+    model: EncoderDecoder,
+    src_ids: list[list[int]],
+    tgt_sw: Subwords,
+    settings: DecodingConfig,
+    beam: int | None = None,
+    progress: str | None = None,
+) -> list[str]:
     """Best translation (text) of each encoded source sentence, in the input order."""
-    return best_outputs(model, [len(s) for s in src_ids], lambda indices: make_batch([src_ids[i] for i in indices]),
-                        tgt_sw, settings, beam, progress)
+    return best_outputs(
+        model,
+        [len(s) for s in src_ids],
+        lambda indices: make_batch([src_ids[i] for i in indices]),
+        tgt_sw,
+        settings,
+        beam,
+        progress,
+    )
 
 
-def best_outputs(model: EncoderDecoder, sizes: list[int], source_batch: Callable[[list[int]], Batch],
-                 tgt_sw: Subwords, settings: DecodingConfig, beam: int | None = None,
-                 progress: str | None = None) -> list[str]:
+def best_outputs(
+    model: EncoderDecoder,
+    sizes: list[int],
+    source_batch: Callable[[list[int]], Batch],
+    tgt_sw: Subwords,
+    settings: DecodingConfig,
+    beam: int | None = None,
+    progress: str | None = None,
+) -> list[str]:
     """Best output text of each of len(sizes) sources, in the input order, decoded as ``settings``
     say (beam ``beam`` if given); ``source_batch(indices)`` is a batch of those sources (token ids,
     or audio features). ``progress``: the description of a progress bar over the sources (on a

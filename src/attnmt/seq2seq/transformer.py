@@ -41,8 +41,9 @@ from attnmt.seq2seq.base import Batched, EncoderDecoder, StepOutput, source_mask
 from attnmt.seq2seq.output import OutputLayer
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-           dropout: nn.Module | None = None, normalizer: str = "softmax") -> tuple[Tensor, Tensor]:
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: nn.Module | None = None, normalizer: str = "softmax"
+) -> tuple[Tensor, Tensor]:
     """softmax(Q K^T / sqrt(d_k)) V, or another ``normalizer`` in place of the softmax
     (attnmt.seq2seq.attention.normalize).
 
@@ -77,8 +78,9 @@ class MultiHeadAttention(nn.Module):
         """K = W_k x, V = W_v x, split into heads: (B,H,T,d_k) each. Callers cache them."""
         return self.split_heads(self.W_k(x)), self.split_heads(self.W_v(x))
 
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         """x (B,Tq,d_model) the queries' inputs; k, v from ``keys_values`` -> (B,Tq,d_model) and,
         with ``need_weights``, the weights (B,H,Tq,Tk) of every head."""
         q = self.split_heads(self.W_q(x))
@@ -149,9 +151,17 @@ class DecoderLayer(Layer):
         self.cross_attention = attention_of(config)
         self.feed_forward = FeedForward(config.d_model, config.feed_forward)
 
-    def forward(self, x: Tensor, cache: tuple[Tensor, Tensor], source: tuple[Tensor, Tensor],
-                causal: Tensor, src_mask: Tensor, need_weights: bool = False, need_cross_weights: bool = False,
-                write_at: Tensor | None = None):
+    def forward(
+        self,
+        x: Tensor,
+        cache: tuple[Tensor, Tensor],
+        source: tuple[Tensor, Tensor],
+        causal: Tensor,
+        src_mask: Tensor,
+        need_weights: bool = False,
+        need_cross_weights: bool = False,
+        write_at: Tensor | None = None,
+    ):
         """x (B,T,d_model): the new positions; cache: self-attention keys and values (B,H,t,d_k)
         of the t positions before them; source: cross-attention keys and values of the encoder
         output -> x, the cache extended by the new positions, (self, cross) weights or Nones, and
@@ -168,8 +178,9 @@ class DecoderLayer(Layer):
             k, v = torch.where(at, k, cache[0]), torch.where(at, v, cache[1])
         y, self_weights = self.self_attention(h, k, v, causal, need_weights)
         x = self.post(0, x + self.dropout(y))
-        context, cross_weights = self.cross_attention(self.pre(1, x), *source, src_mask,
-                                                      need_weights or need_cross_weights)
+        context, cross_weights = self.cross_attention(
+            self.pre(1, x), *source, src_mask, need_weights or need_cross_weights
+        )
         x = self.post(1, x + self.dropout(context))
         x = self.post(2, x + self.dropout(self.feed_forward(self.pre(2, x))))
         return x, (k, v), (self_weights, cross_weights), context
@@ -178,8 +189,9 @@ class DecoderLayer(Layer):
 def sinusoids(length: int, d_model: int, device: torch.device | None = None) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
     position = torch.arange(length, dtype=torch.float32, device=device).unsqueeze(1)
-    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32, device=device)
-                          * (-math.log(10000.0) / d_model))
+    frequency = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32, device=device) * (-math.log(10000.0) / d_model)
+    )
     table = torch.zeros(length, d_model, device=device)
     table[:, 0::2] = torch.sin(position * frequency)
     table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
@@ -205,8 +217,10 @@ class Embeddings(nn.Module):
         end = start + tokens.size(1)
         if self.learned is not None:
             if end > self.max_positions:
-                raise AttnmtError(f"a sequence of {end} tokens is longer than model.max_positions "
-                                  f"({self.max_positions}) of learned positions")
+                raise AttnmtError(
+                    f"a sequence of {end} tokens is longer than model.max_positions "
+                    f"({self.max_positions}) of learned positions"
+                )
             positions = self.learned(torch.arange(start, end, device=tokens.device))
         else:
             table = self.table if end <= len(self.table) else sinusoids(end, self.d_model, tokens.device)
@@ -271,8 +285,10 @@ class Transformer(EncoderDecoder):
         self._init_weights()
         if config.share_embeddings:
             if src_vocab_size != tgt_vocab_size:
-                raise ValueError(f"share_embeddings needs one joint vocabulary (source {src_vocab_size} "
-                                 f"pieces, target {tgt_vocab_size})")
+                raise ValueError(
+                    f"share_embeddings needs one joint vocabulary (source {src_vocab_size} "
+                    f"pieces, target {tgt_vocab_size})"
+                )
             self.tgt_embed.tokens = self.src_embed.tokens
         if config.share_embeddings or config.tie_embeddings:
             self.generator.weight = self.tgt_embed.tokens.weight
@@ -280,7 +296,7 @@ class Transformer(EncoderDecoder):
     def _init_weights(self):
         for name, p in self.named_parameters():
             if name.endswith(("tokens.weight", "learned.weight")):
-                nn.init.normal_(p, 0.0, self.config.d_model ** -0.5)
+                nn.init.normal_(p, 0.0, self.config.d_model**-0.5)
             elif p.dim() > 1:
                 nn.init.xavier_uniform_(p)
             elif name.endswith("bias"):
@@ -322,8 +338,10 @@ class Transformer(EncoderDecoder):
         if steps > self.tgt_embed.max_positions:
             return self.init_state(memory)
         batch, heads = memory.states.size(0), self.config.heads
-        empty = [memory.states.new_zeros(batch, heads, steps, self.config.d_model // heads)
-                 for _ in range(2 * len(self.decoder_layers))]
+        empty = [
+            memory.states.new_zeros(batch, heads, steps, self.config.d_model // heads)
+            for _ in range(2 * len(self.decoder_layers))
+        ]
         return FixedCache(empty[0::2], empty[1::2], memory.mask.new_zeros(batch, dtype=torch.long))
 
     def _fixed_step(self, prev_tokens: Tensor, state: FixedCache, memory: TransformerMemory) -> StepOutput:
@@ -335,17 +353,36 @@ class Transformer(EncoderDecoder):
         visible = (positions <= state.length[:, None])[:, None, None, :]  # (B,1,1,capacity)
         keys, values = [], []
         for i, layer in enumerate(self.decoder_layers):
-            x, (k, v), (_, cross), context = layer(x, (state.keys[i], state.values[i]),
-                                                   (memory.keys[i], memory.values[i]), visible,
-                                                   memory.mask[:, None, None, :], True, write_at=write_at)
+            x, (k, v), (_, cross), context = layer(
+                x,
+                (state.keys[i], state.values[i]),
+                (memory.keys[i], memory.values[i]),
+                visible,
+                memory.mask[:, None, None, :],
+                True,
+                write_at=write_at,
+            )
             keys.append(k)
             values.append(v)
         x = self.decoder_norm(x)[:, 0]
-        return StepOutput(self.next_token_log_probs(x), FixedCache(keys, values, state.length + 1),
-                          cross[:, :, 0].mean(dim=1), None, context[:, 0], x)
+        return StepOutput(
+            self.next_token_log_probs(x),
+            FixedCache(keys, values, state.length + 1),
+            cross[:, :, 0].mean(dim=1),
+            None,
+            context[:, 0],
+            x,
+        )
 
-    def _decode(self, tgt_in: Tensor, state: TransformerState, memory: TransformerMemory, need_weights: bool,
-                cross_weights_of: int | None = None, full_context: bool = False):
+    def _decode(
+        self,
+        tgt_in: Tensor,
+        state: TransformerState,
+        memory: TransformerMemory,
+        need_weights: bool,
+        cross_weights_of: int | None = None,
+        full_context: bool = False,
+    ):
         """tgt_in (B,T): tokens of the positions after the state's -> top outputs (B,T,d_model), the
         extended state, per layer the self- (B,H,T,t+T) and cross-attention (B,H,T,S) weights, and
         what the last layer's cross-attention read (B,T,d_model). ``cross_weights_of``: a layer
@@ -361,9 +398,15 @@ class Transformer(EncoderDecoder):
         src_mask = memory.mask[:, None, None, :]
         keys, values, self_weights, cross_weights = [], [], [], []
         for i, layer in enumerate(self.decoder_layers):
-            x, (k, v), (w_self, w_cross), context = layer(x, (state.keys[i], state.values[i]),
-                                                          (memory.keys[i], memory.values[i]), causal,
-                                                          src_mask, need_weights, i == cross_weights_of)
+            x, (k, v), (w_self, w_cross), context = layer(
+                x,
+                (state.keys[i], state.values[i]),
+                (memory.keys[i], memory.values[i]),
+                causal,
+                src_mask,
+                need_weights,
+                i == cross_weights_of,
+            )
             keys.append(k)
             values.append(v)
             self_weights.append(w_self)
@@ -376,8 +419,9 @@ class Transformer(EncoderDecoder):
         if isinstance(state, FixedCache):
             return self._fixed_step(prev_tokens, state, memory)
         x, state, _, cross, context = self._decode(prev_tokens.unsqueeze(1), state, memory, need_weights=True)
-        return StepOutput(self.next_token_log_probs(x[:, 0]), state, cross[-1][:, :, 0].mean(dim=1), None,
-                          context[:, 0], x[:, 0])
+        return StepOutput(
+            self.next_token_log_probs(x[:, 0]), state, cross[-1][:, :, 0].mean(dim=1), None, context[:, 0], x[:, 0]
+        )
 
     def decoder_outputs(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, window: tuple[int, int] | None = None):
         """Training takes the fused attention kernel and returns no weights (None); in eval mode the
@@ -392,36 +436,50 @@ class Transformer(EncoderDecoder):
         x, _, _, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights)
         return x, (cross[-1].mean(dim=1) if need_weights else None)
 
-    def cross_attention_of(self, src: Tensor, lengths: Tensor, tgt_in: Tensor, layer: int,
-                           full_context: bool = False) -> tuple[Tensor, Tensor]:
+    def cross_attention_of(
+        self, src: Tensor, lengths: Tensor, tgt_in: Tensor, layer: int, full_context: bool = False
+    ) -> tuple[Tensor, Tensor]:
         """decoder_outputs with the cross-attention weights (B,H,T,S) of every head of decoder layer
         ``layer`` (negative: from the last), in training too: what guided alignment trains.
         ``full_context``: the weights of a second pass that sees the whole target (_decode); the
         outputs stay those of the causal pass, which the translation loss reads."""
         layer = range(len(self.decoder_layers))[layer]
         memory, _ = self._encode(src, lengths, need_weights=False)
-        x, _, _, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights=False,
-                                         cross_weights_of=None if full_context else layer)
+        x, _, _, cross, _ = self._decode(
+            tgt_in,
+            self.init_state(memory),
+            memory,
+            need_weights=False,
+            cross_weights_of=None if full_context else layer,
+        )
         if full_context:
-            cross = self._decode(tgt_in, self.init_state(memory), memory, need_weights=False, cross_weights_of=layer,
-                                 full_context=True)[3]
+            cross = self._decode(
+                tgt_in, self.init_state(memory), memory, need_weights=False, cross_weights_of=layer, full_context=True
+            )[3]
         return x, cross[layer]
 
     @torch.no_grad()
-    def attention_maps(self, src: Tensor, lengths: Tensor, tgt_in: Tensor,
-                       full_context: bool = False) -> dict[str, Tensor]:
+    def attention_maps(
+        self, src: Tensor, lengths: Tensor, tgt_in: Tensor, full_context: bool = False
+    ) -> dict[str, Tensor]:
         """Teacher-forced weights of every layer and head: "encoder" (B,L,H,S,S), "decoder"
         (B,L,H,T,T) and "cross" (B,L,H,T,S), for tgt_in (B,T) starting with BOS; ``full_context``:
         of the pass that sees the whole target (_decode)."""
         memory, encoder = self._encode(src, lengths, need_weights=True)
-        _, _, decoder, cross, _ = self._decode(tgt_in, self.init_state(memory), memory, need_weights=True,
-                                               full_context=full_context)
-        return {"encoder": torch.stack(encoder, dim=1), "decoder": torch.stack(decoder, dim=1),
-                "cross": torch.stack(cross, dim=1)}
+        _, _, decoder, cross, _ = self._decode(
+            tgt_in, self.init_state(memory), memory, need_weights=True, full_context=full_context
+        )
+        return {
+            "encoder": torch.stack(encoder, dim=1),
+            "decoder": torch.stack(decoder, dim=1),
+            "cross": torch.stack(cross, dim=1),
+        }
 
 
 def _no_window(window: tuple[int, int] | None):
     """A Transformer attends over the whole source: an attention window is for RNN decoders."""
     if window is not None:
-        raise AttnmtError(f"attention window {window!r}: an attention window is for RNN decoders with attention, "
-                          "not for a Transformer")
+        raise AttnmtError(
+            f"attention window {window!r}: an attention window is for RNN decoders with attention, "
+            "not for a Transformer"
+        )

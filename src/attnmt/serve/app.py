@@ -40,9 +40,15 @@ Interactive documentation: <a href="docs">/docs</a>.</p>
 """
 
 
-def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, device: str = "cpu",
-               allowed_hosts: Sequence[str] = (), checkpoint: str = "best",
-               ensembles: Optional[dict[str, list]] = None, decoding: Optional[dict] = None) -> FastAPI:
+def create_app(
+    models: list[ModelEntry],
+    limits: Optional[ServerLimits] = None,
+    device: str = "cpu",
+    allowed_hosts: Sequence[str] = (),
+    checkpoint: str = "best",
+    ensembles: Optional[dict[str, list]] = None,
+    decoding: Optional[dict] = None,
+) -> FastAPI:
     """An application serving ``models``: trained model folders, each named after its folder, or
     pairs (name, folder); the first is the default. Each is loaded with ``attnmt.load(folder,
     checkpoint, device=device)``. Requests must name this machine in their Host header (localhost, 127.0.0.1 or
@@ -67,9 +73,14 @@ def create_app(models: list[ModelEntry], limits: Optional[ServerLimits] = None, 
 
     # FastAPIOffline: FastAPI whose /docs (Swagger UI) and /redoc load their scripts and styles
     # from files in the fastapi-offline package, under /docs-assets, not from a CDN: they work offline.
-    app = FastAPIOffline(title="attnmt", version=_version(), lifespan=lifespan, static_url=DOCS_ASSETS,
-                         description="Neural machine translation with attention: translations with their "
-                                     "attention matrices, and every quantity of every decoder step.")
+    app = FastAPIOffline(
+        title="attnmt",
+        version=_version(),
+        lifespan=lifespan,
+        static_url=DOCS_ASSETS,
+        description="Neural machine translation with attention: translations with their "
+        "attention matrices, and every quantity of every decoder step.",
+    )
     app.state.models = loaded
     app.state.limits = limits
     speech = any(model.inputs == "audio" for model in loaded.values())
@@ -107,10 +118,13 @@ async def _too_slow(request: Request, exc: ModelTimeout) -> JSONResponse:
 
 
 async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-    problems = [{"loc": [str(p) for p in e.get("loc", ())], "msg": _message(e), "type": e.get("type", "")}
-                for e in exc.errors()]
-    detail = "; ".join(p["msg"] if p["msg"].startswith("the body ") else f"{_where(p['loc'])}: {p['msg']}"
-                       for p in problems) or "invalid request"
+    problems = [
+        {"loc": [str(p) for p in e.get("loc", ())], "msg": _message(e), "type": e.get("type", "")} for e in exc.errors()
+    ]
+    detail = (
+        "; ".join(p["msg"] if p["msg"].startswith("the body ") else f"{_where(p['loc'])}: {p['msg']}" for p in problems)
+        or "invalid request"
+    )
     return JSONResponse(status_code=422, content={"detail": detail, "errors": problems})
 
 
@@ -179,8 +193,7 @@ def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_leve
     main_thread = threading.current_thread() is threading.main_thread()  # signals are set there only
     previous = {sig: signal.signal(sig, exit_cleanly) for sig in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level,
-                    timeout_graceful_shutdown=app.state.limits.timeout)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=app.state.limits.timeout)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

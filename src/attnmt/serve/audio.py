@@ -50,8 +50,9 @@ def _sound_files(model: LoadedModel, encoded: list[str], single: bool, limits: S
         except (binascii.Error, ValueError):
             raise HTTPException(422, f"{name} is not base64") from None
         if len(data) > limits.max_audio_bytes:
-            raise HTTPException(422, f"{name} is {len(data):,} bytes (decoded from base64); the limit is "
-                                     f"{limits.max_audio_bytes:,}")
+            raise HTTPException(
+                422, f"{name} is {len(data):,} bytes (decoded from base64); the limit is {limits.max_audio_bytes:,}"
+            )
         try:
             header = audio_header(data, name, settings.max_seconds)
         except AttnmtError as e:
@@ -77,9 +78,12 @@ def check_speech_work(model: LoadedModel, files: list[SoundFile], beam: int, lim
     asked = work(_states(model, files), beam)
     if asked > limits.max_work:
         seconds = sum(f.frames for f in files) * model.translator.config.speech.hop_ms / 1000
-        raise HTTPException(422, f"the request asks for {asked} units of work (beam {beam} x (encoder states + 1), "
-                                 f"summed over its {seconds:.1f} s of audio); the limit is {limits.max_work}: send "
-                                 "fewer or shorter sound files, or ask for a smaller beam")
+        raise HTTPException(
+            422,
+            f"the request asks for {asked} units of work (beam {beam} x (encoder states + 1), "
+            f"summed over its {seconds:.1f} s of audio); the limit is {limits.max_work}: send "
+            "fewer or shorter sound files, or ask for a smaller beam",
+        )
 
 
 def check_speech_matrices(model: LoadedModel, files: list[SoundFile], n_best: int, limits: ServerLimits):
@@ -89,10 +93,13 @@ def check_speech_matrices(model: LoadedModel, files: list[SoundFile], n_best: in
     outputs = max_output_lengths(torch.tensor([f.frames for f in files]), dc.max_length_ratio, dc.max_length_offset)
     bound = n_best * sum(s * t for s, t in zip(_states(model, files), outputs))
     if bound > limits.max_answer_values:
-        raise HTTPException(422, f"the answer could hold up to {bound} attention weights ({n_best} matrices per "
-                                 f"sound file of up to {max(outputs)} characters x encoder states); the limit is "
-                                 f"{limits.max_answer_values}: ask for \"attention\": false, a smaller n_best, or "
-                                 "fewer or shorter sound files")
+        raise HTTPException(
+            422,
+            f"the answer could hold up to {bound} attention weights ({n_best} matrices per "
+            f"sound file of up to {max(outputs)} characters x encoder states); the limit is "
+            f'{limits.max_answer_values}: ask for "attention": false, a smaller n_best, or '
+            "fewer or shorter sound files",
+        )
 
 
 def _features(model: LoadedModel, files: list[SoundFile], limits: ServerLimits, deadline: float) -> list:
@@ -139,8 +146,9 @@ async def transcribe(body, model: LoadedModel, limits: ServerLimits, deadline: f
             # The features are not in the answer: dropped, so that its size counts what is sent.
             transcriptions[i] = replace(transcription, features=None)
     if not body.attention:
-        transcriptions = [replace(t, candidates=[replace(c, attention=None) for c in t.candidates])
-                          for t in transcriptions]
+        transcriptions = [
+            replace(t, candidates=[replace(c, attention=None) for c in t.candidates]) for t in transcriptions
+        ]
     return transcriptions
 
 

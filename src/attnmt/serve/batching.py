@@ -19,8 +19,9 @@ class RunsChunks(Protocol):
 
     translator: Any
 
-    def run_chunks(self, chunks: list[Callable[[], Any]], deadline: float,
-                   wanted: Callable[[], bool] = ...) -> Awaitable[list]: ...
+    def run_chunks(
+        self, chunks: list[Callable[[], Any]], deadline: float, wanted: Callable[[], bool] = ...
+    ) -> Awaitable[list]: ...
 
     def in_time(self, awaitable, deadline: float) -> Awaitable: ...
 
@@ -76,10 +77,19 @@ class Batcher:
         self.held: Optional[_Job] = None  # taken from the queue, but for the next batch (this one was full)
         self.concurrent = False  # did the last batch hold several requests?
 
-    async def translate(self, texts: list[str], tokens: list[int], beam: int, n_best: int, deadline: float,
-                        sampling: Optional[Sampling] = None, prefixes: Optional[list[str]] = None,
-                        constraints: Optional[list[list[str]]] = None,
-                        tag: Union[str, list[Optional[str]], None] = None, heads: tuple = ()) -> list:
+    async def translate(
+        self,
+        texts: list[str],
+        tokens: list[int],
+        beam: int,
+        n_best: int,
+        deadline: float,
+        sampling: Optional[Sampling] = None,
+        prefixes: Optional[list[str]] = None,
+        constraints: Optional[list[list[str]]] = None,
+        tag: Union[str, list[Optional[str]], None] = None,
+        heads: tuple = (),
+    ) -> list:
         """The translations of ``texts`` (a list of attnmt.api.Translation), in order; ModelTimeout
         at ``deadline``, waiting in the queue included. ``tokens``: their subword token counts (the
         work of each). ``sampling``: drawn instead of searched for (beam and n_best 1). ``prefixes``:
@@ -88,8 +98,9 @@ class Batcher:
         ``heads``: a Transformer's heads switched off for these texts (with the requests that switch off the same)."""
         self._start()
         future = asyncio.get_running_loop().create_future()
-        self.queue.put_nowait(_Job(texts, tokens, beam, n_best, deadline, future, sampling, prefixes, constraints,
-                                    tag, heads))
+        self.queue.put_nowait(
+            _Job(texts, tokens, beam, n_best, deadline, future, sampling, prefixes, constraints, tag, heads)
+        )
         return await self.model.in_time(future, deadline)
 
     def _start(self):
@@ -158,22 +169,29 @@ class Batcher:
         drawn = {} if jobs[0].sampling is None else {"sampling": jobs[0].sampling}
         prefixes = [p for job in jobs for p in (job.prefixes or [""] * len(job.texts))]
         phrases = [c for job in jobs for c in (job.constraints or [[]] * len(job.texts))]
-        tags = [t or "" for job in jobs
-                for t in (job.tag if isinstance(job.tag, list) else [job.tag] * len(job.texts))]
+        tags = [t or "" for job in jobs for t in (job.tag if isinstance(job.tag, list) else [job.tag] * len(job.texts))]
 
         def per_text(chunk: list[int]) -> dict:  # (only those given: the searches without are faster on GPUs)
             options = {"prefix": prefixes, "tag": tags, "constraints": phrases}
-            return {name: [values[i] for i in chunk] for name, values in options.items()
-                    if any(values[i] for i in chunk)}
+            return {
+                name: [values[i] for i in chunk] for name, values in options.items() if any(values[i] for i in chunk)
+            }
 
         heads = list(jobs[0].heads)
         try:
             results = await self.model.run_chunks(
-                [partial(call_masked, self.model.translator.model, heads,
-                         partial(translate, [texts[i] for i in chunk], beam, n_best, **drawn, **per_text(chunk)))
-                 for chunk in chunks],
+                [
+                    partial(
+                        call_masked,
+                        self.model.translator.model,
+                        heads,
+                        partial(translate, [texts[i] for i in chunk], beam, n_best, **drawn, **per_text(chunk)),
+                    )
+                    for chunk in chunks
+                ],
                 deadline=max(job.deadline for job in jobs),
-                wanted=lambda: not all(job.future.done() for job in jobs))
+                wanted=lambda: not all(job.future.done() for job in jobs),
+            )
         except Exception as error:  # noqa: BLE001 - each request of the batch gets it (503 or 500)
             for job in jobs:
                 if not job.future.done():
@@ -186,7 +204,7 @@ class Batcher:
         start = 0
         for job in jobs:
             if not job.future.done():
-                job.future.set_result(translations[start:start + len(job.texts)])
+                job.future.set_result(translations[start : start + len(job.texts)])
             start += len(job.texts)
 
 

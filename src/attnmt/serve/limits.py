@@ -20,8 +20,10 @@ def limit(default, help: str | None, **option):
 class ServerLimits:
     """What one request may ask for (checked before any decoding), and how requests are batched."""
 
-    max_body_bytes: int = limit(1_000_000, "larger request bodies get 413 (with a speech model, plus one sound file "
-                                           "of --max-audio-bytes in base64)")
+    max_body_bytes: int = limit(
+        1_000_000,
+        "larger request bodies get 413 (with a speech model, plus one sound file of --max-audio-bytes in base64)",
+    )
     max_sentences: int = limit(64, "texts per /translate request")
     max_chars: int = limit(1000, "characters per text")
     max_tokens: int = limit(256, "subword tokens per text (after encoding)")  # end of sentence excluded
@@ -34,11 +36,18 @@ class ServerLimits:
     timeout: float = limit(30.0, "seconds per request from its arrival; 503 beyond")  # waiting for the model included
     max_batch: int = limit(64, "sentences of concurrent /translate requests decoded together (dynamic batching)")
     # 1 = one request at a time (attnmt serve --no-batching)
-    batch_wait: float = limit(0.005, "a batch is decoded once no request has come for this many milliseconds",
-                              flag="--max-batch-wait", metavar="MS", scale=1000, zero=True)  # seconds here
+    batch_wait: float = limit(
+        0.005,
+        "a batch is decoded once no request has come for this many milliseconds",
+        flag="--max-batch-wait",
+        metavar="MS",
+        scale=1000,
+        zero=True,
+    )  # seconds here
     # max_audio_bytes: about 60 s of 16 kHz WAV
-    max_audio_bytes: int = limit(2_000_000, "speech models: bytes of one sound file (sent as base64, for which the "
-                                            "body limit makes room)")
+    max_audio_bytes: int = limit(
+        2_000_000, "speech models: bytes of one sound file (sent as base64, for which the body limit makes room)"
+    )
     max_audio_seconds: float = limit(30.0, "speech models: seconds of one sound file")
 
     def __post_init__(self):

@@ -42,9 +42,13 @@ class InternalErrors:
             if started:
                 raise
             LOG.exception("internal error answering %s %s", scope.get("method", ""), scope.get("path", ""))
-            await JSONResponse(status_code=500, content={
-                "detail": f"internal server error ({type(error).__name__}): the request could not be answered; "
-                          "the server's log has the details"})(scope, receive, send)
+            await JSONResponse(
+                status_code=500,
+                content={
+                    "detail": f"internal server error ({type(error).__name__}): the request could not be answered; "
+                    "the server's log has the details"
+                },
+            )(scope, receive, send)
 
 
 class TrustedHostMiddleware:
@@ -61,10 +65,14 @@ class TrustedHostMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] in ("http", "websocket") and not self.trusted(scope):
             host = Headers(scope=scope).get("host", "")
-            await JSONResponse(status_code=400, content={
-                "detail": f"the Host header {host[:100]!r} is not one this server answers to; allowed: "
-                          f"{', '.join(sorted(self.hosts))}, alone or with the server's port (attnmt serve "
-                          "--allowed-host NAME adds one)"})(scope, receive, send)
+            await JSONResponse(
+                status_code=400,
+                content={
+                    "detail": f"the Host header {host[:100]!r} is not one this server answers to; allowed: "
+                    f"{', '.join(sorted(self.hosts))}, alone or with the server's port (attnmt serve "
+                    "--allowed-host NAME adds one)"
+                },
+            )(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -72,8 +80,9 @@ class TrustedHostMiddleware:
         host = Headers(scope=scope).get("host", "").lower()
         name, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
         server = scope.get("server")
-        return host in self.hosts or (bool(colon) and name in self.hosts and server is not None
-                                      and port == str(server[1]))
+        return host in self.hosts or (
+            bool(colon) and name in self.hosts and server is not None and port == str(server[1])
+        )
 
 
 def host_name(host: str) -> str:
@@ -86,8 +95,10 @@ def host_name(host: str) -> str:
     except ValueError:
         pass
     if not host or any(c.isspace() or c in "/\\@?#,*" for c in host):
-        raise AttnmtError(f"allowed host {host!r} is not a host name (such as translate.example.org, "
-                          "10.0.0.5 or [::1], optionally with :PORT)")
+        raise AttnmtError(
+            f"allowed host {host!r} is not a host name (such as translate.example.org, "
+            "10.0.0.5 or [::1], optionally with :PORT)"
+        )
     return host
 
 
@@ -117,15 +128,17 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = JSONResponse(status_code=413, content={
-            "detail": f"request body too large: the limit is {self.max_bytes} bytes"})
+        too_large = JSONResponse(
+            status_code=413, content={"detail": f"request body too large: the limit is {self.max_bytes} bytes"}
+        )
         for key, value in scope["headers"]:
             if key.lower() == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     await JSONResponse(status_code=400, content={"detail": "invalid Content-Length header"})(
-                        scope, receive, send)
+                        scope, receive, send
+                    )
                     return
                 if declared > self.max_bytes:
                     await too_large(scope, receive, send)

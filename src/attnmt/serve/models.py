@@ -29,8 +29,10 @@ class ModelTimeout(Exception):
     """The work took longer than the time limit, waiting for the model included (503)."""
 
     def __init__(self, seconds: float):
-        super().__init__(f"the request took longer than the limit of {seconds:g} s "
-                         "(model busy or input too long); try again or send less")
+        super().__init__(
+            f"the request took longer than the limit of {seconds:g} s "
+            "(model busy or input too long); try again or send less"
+        )
 
 
 def stop_at(deadline: float) -> Callable[[], bool]:
@@ -54,8 +56,9 @@ class LoadedModel:
         [result] = await self.run_chunks([partial(fn, *args)], deadline)
         return result
 
-    async def run_chunks(self, chunks: list[Callable[[], Any]], deadline: float,
-                         wanted: Callable[[], bool] = lambda: True) -> list:
+    async def run_chunks(
+        self, chunks: list[Callable[[], Any]], deadline: float, wanted: Callable[[], bool] = lambda: True
+    ) -> list:
         """The results of ``chunks`` (functions without arguments), run in turn in one worker thread
         holding the model's lock; ModelTimeout past ``deadline``. Before each chunk the thread stops
         if the deadline has passed or nobody ``wanted`` the results any more (a request that gets the
@@ -107,8 +110,14 @@ class LoadedModel:
             links = getattr(aligner, "word_links", "aligner") if aligner else "attention"
         members = getattr(self.translator, "ensembled", None)
         tags = self.translator.tags if self.inputs == "text" else None
-        return ModelInfo(name=self.name, task=self.task, word_links=links, tags=tags, **self.translator.describe(),
-                         ensemble=[Path(folder).name for folder in members] if members else None)
+        return ModelInfo(
+            name=self.name,
+            task=self.task,
+            word_links=links,
+            tags=tags,
+            **self.translator.describe(),
+            ensemble=[Path(folder).name for folder in members] if members else None,
+        )
 
 
 def model_entry(argument: str) -> ModelEntry:
@@ -125,13 +134,19 @@ def valid_name(name: str, what: str) -> str:
     if not name:
         raise AttnmtError(f"{what}: the model name is empty")
     if not NAME.fullmatch(name) or not name.strip("."):
-        raise AttnmtError(f"{what}: model name {name!r} is not valid: use 1 to 100 letters, digits, '.', '-' "
-                          "or '_', not only dots")
+        raise AttnmtError(
+            f"{what}: model name {name!r} is not valid: use 1 to 100 letters, digits, '.', '-' or '_', not only dots"
+        )
     return name
 
 
-def load_models(entries: list[ModelEntry], limits: ServerLimits, device: str = "cpu",
-                checkpoint: str = "best", ensembles: Optional[dict[str, list]] = None) -> dict[str, LoadedModel]:
+def load_models(
+    entries: list[ModelEntry],
+    limits: ServerLimits,
+    device: str = "cpu",
+    checkpoint: str = "best",
+    ensembles: Optional[dict[str, list]] = None,
+) -> dict[str, LoadedModel]:
     """The models of ``entries`` by name, in order: the first is the default. An entry is a trained
     model folder, named after it, or a pair (name, folder). Each is loaded on ``device``, its
     ``checkpoint`` weights (best, last or averaged). ``ensembles``: name -> the folders of the
@@ -151,11 +166,14 @@ def load_models(entries: list[ModelEntry], limits: ServerLimits, device: str = "
             folder = Path(folder)
         else:
             folder = Path(entry)
-            name = valid_name(folder.resolve().name, f"{folder} (a model is named after its folder; "
-                                                     "give another name as NAME=DIR)")
+            name = valid_name(
+                folder.resolve().name, f"{folder} (a model is named after its folder; give another name as NAME=DIR)"
+            )
         if name in models:
-            raise AttnmtError(f"two models are named '{name}' ({models[name].translator.folder} and {folder}); "
-                              f"name them apart with NAME=DIR, e.g. {name}-2={folder}")
+            raise AttnmtError(
+                f"two models are named '{name}' ({models[name].translator.folder} and {folder}); "
+                f"name them apart with NAME=DIR, e.g. {name}-2={folder}"
+            )
         model = models[name] = LoadedModel(name, load(folder, checkpoint, device=device), limits.timeout)
         if model.inputs != "pairs":  # /translate requests (text or audio) are batched
             model.batcher = Batcher(model, limits)

@@ -58,8 +58,10 @@ def tag_for_each_text(request):
         if not isinstance(request.text, list):
             raise ValueError("a list of tags goes with a list of texts: give one tag for a single text")
         if len(request.tag) != len(request.text):
-            raise ValueError(f"text has {len(request.text)} sentences and tag {len(request.tag)}: one tag (or null) "
-                             "for each text, or one tag for all")
+            raise ValueError(
+                f"text has {len(request.text)} sentences and tag {len(request.tag)}: one tag (or null) "
+                "for each text, or one tag for all"
+            )
     return request
 
 
@@ -83,9 +85,12 @@ def constraints_for_each_text(request):
         raise ValueError("sampling draws translations as the model writes them: it takes no constraints")
     nested = bool(value) and not isinstance(value[0], str)
     if isinstance(request.text, str) == nested:
-        raise ValueError("text and constraints go together: a string and a list of phrases, or a list of texts "
-                         "and a list as long of lists of phrases")
+        raise ValueError(
+            "text and constraints go together: a string and a list of phrases, or a list of texts "
+            "and a list as long of lists of phrases"
+        )
     if nested and len(value) != len(request.text):
-        raise ValueError(f"text has {len(request.text)} sentences and constraints {len(value)}: a list of phrases "
-                         "for each text")
+        raise ValueError(
+            f"text has {len(request.text)} sentences and constraints {len(value)}: a list of phrases for each text"
+        )
     return request

@@ -80,8 +80,15 @@ def find_model(models: dict[str, LoadedModel], name: Optional[str]) -> LoadedMod
     return models[name]
 
 
-def check_tokens(model: LoadedModel, texts: list[str], limits: ServerLimits, single: bool, field: str = "text",
-                 side: str = "src", tag: Optional[str] = None) -> list[int]:
+def check_tokens(
+    model: LoadedModel,
+    texts: list[str],
+    limits: ServerLimits,
+    single: bool,
+    field: str = "text",
+    side: str = "src",
+    tag: Optional[str] = None,
+) -> list[int]:
     """The subword token count of each text (``tag``: a source tag before each, counted); 422 for a
     text over the limit (the model's unit of work: its cost grows with them, and a character count
     says little about it for a BPE model), or for a tag the model does not know."""
@@ -133,8 +140,9 @@ def heads_of(model: LoadedModel, body) -> list:
     if not getattr(body, "mask_heads", None):
         return []
     if getattr(model.translator, "ensembled", None):
-        raise HTTPException(422, f"mask_heads: '{model.name}' is an ensemble; serve a member alone to switch its "
-                                 "heads off")
+        raise HTTPException(
+            422, f"mask_heads: '{model.name}' is an ensemble; serve a member alone to switch its heads off"
+        )
     try:
         heads = parse_heads(body.mask_heads)
         check_heads(model.translator.model, heads)
@@ -147,13 +155,22 @@ def check_work(tokens: list[int], beam: int, limits: ServerLimits):
     """422 for a request asking for more than ``max_work``: its time must stay well within the limit."""
     asked = work(tokens, beam)
     if asked > limits.max_work:
-        raise HTTPException(422, f"the request asks for {asked} units of work (beam {beam} x (subword tokens + 1), "
-                                 f"summed over its texts); the limit is {limits.max_work}: send fewer or shorter "
-                                 "texts, or ask for a smaller beam")
+        raise HTTPException(
+            422,
+            f"the request asks for {asked} units of work (beam {beam} x (subword tokens + 1), "
+            f"summed over its texts); the limit is {limits.max_work}: send fewer or shorter "
+            "texts, or ask for a smaller beam",
+        )
 
 
-def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: ServerLimits, prefixes: list[str],
-                   constrained: list[int]):
+def check_matrices(
+    model: LoadedModel,
+    tokens: list[int],
+    n_best: int,
+    limits: ServerLimits,
+    prefixes: list[str],
+    constrained: list[int],
+):
     """422 before decoding for /translate attention matrices that could exceed ``max_answer_values``:
     n_best candidates per text, each up to its output length limit x its source tokens. With a
     prefix the limit is at least its tokens, those spelling an unfinished last word included, and
@@ -166,9 +183,12 @@ def check_matrices(model: LoadedModel, tokens: list[int], n_best: int, limits: S
     outputs = [max(limit, c + dc.max_length_offset) if c else limit for limit, c in zip(outputs, constrained)]
     bound = n_best * sum(s * t for s, t in zip(sources, outputs))
     if bound > limits.max_answer_values:
-        raise HTTPException(422, f"the answer could hold up to {bound} attention weights ({n_best} matrices per text "
-                                 f"of up to {max(outputs)} output x {max(sources)} source tokens); the limit is "
-                                 f"{limits.max_answer_values}: {REDUCE_TRANSLATION}")
+        raise HTTPException(
+            422,
+            f"the answer could hold up to {bound} attention weights ({n_best} matrices per text "
+            f"of up to {max(outputs)} output x {max(sources)} source tokens); the limit is "
+            f"{limits.max_answer_values}: {REDUCE_TRANSLATION}",
+        )
 
 
 def check_attention_maps(model: LoadedModel, tokens: int, forced: Optional[int], limits: ServerLimits):
@@ -177,15 +197,21 @@ def check_attention_maps(model: LoadedModel, tokens: int, forced: Optional[int],
     source tokens + 1 and T the forced translation's tokens + 1, or else the output length limit."""
     m, dc = model.translator.config.model, model.translator.config.decoding
     source = tokens + 1  # + 1: the end of sentence
-    [output] = (max_output_lengths(torch.tensor([source]), dc.max_length_ratio, dc.max_length_offset)
-                if forced is None else [forced])
+    [output] = (
+        max_output_lengths(torch.tensor([source]), dc.max_length_ratio, dc.max_length_offset)
+        if forced is None
+        else [forced]
+    )
     output += 1  # the end of sentence
     bound = m.heads * (m.encoder_layers * source * source + m.decoder_layers * (output * output + output * source))
     if bound > limits.max_answer_values:
-        raise HTTPException(422, f"the answer could hold up to {bound} attention weights ({m.encoder_layers} encoder "
-                                 f"and {m.decoder_layers} decoder layers x {m.heads} heads, {source} source and up to "
-                                 f"{output} output tokens); the limit is {limits.max_answer_values}: send a shorter "
-                                 "text (or translation)")
+        raise HTTPException(
+            422,
+            f"the answer could hold up to {bound} attention weights ({m.encoder_layers} encoder "
+            f"and {m.decoder_layers} decoder layers x {m.heads} heads, {source} source and up to "
+            f"{output} output tokens); the limit is {limits.max_answer_values}: send a shorter "
+            "text (or translation)",
+        )
 
 
 REDUCE_TRANSLATION = 'ask for "attention": false, a smaller n_best, or fewer or shorter texts'
@@ -210,8 +236,11 @@ async def answer(schema: type[Answer], result, limits: ServerLimits, reduce: str
     event loop, which keeps every other request's time limit."""
     values = count_values(result)
     if values > limits.max_answer_values:
-        raise HTTPException(422, f"the answer would hold {values} numbers (attention weights and vectors); the "
-                                 f"limit is {limits.max_answer_values}: {reduce}")
+        raise HTTPException(
+            422,
+            f"the answer would hold {values} numbers (attention weights and vectors); the "
+            f"limit is {limits.max_answer_values}: {reduce}",
+        )
 
     def build() -> bytes:
         return respond(schema, result, **given).model_dump_json().encode()
@@ -229,11 +258,19 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     heads = heads_of(model, body)  # (422 for a model without heads: an RNN, a speech model)
     if body.audio is not None or model.inputs == "audio":
         if body.align:
-            raise HTTPException(422, '"align" links the words of a text and of its translation: a speech model has '
-                                     "no source words (its attention over the audio is in \"attention\")")
+            raise HTTPException(
+                422,
+                '"align" links the words of a text and of its translation: a speech model has '
+                'no source words (its attention over the audio is in "attention")',
+            )
         translations = await transcribe(body, model, limits, deadline)
-        return await answer(TranslateResponse, {"translations": translations}, limits, model=model.name,
-                            reduce='ask for "attention": false, a smaller n_best, or fewer or shorter sound files')
+        return await answer(
+            TranslateResponse,
+            {"translations": translations},
+            limits,
+            model=model.name,
+            reduce='ask for "attention": false, a smaller n_best, or fewer or shorter sound files',
+        )
     texts = [body.text] if isinstance(body.text, str) else list(body.text)
     sampling = None if body.sampling is None else Sampling(**body.sampling.model_dump())
     if sampling is not None:  # (the request's beam, if any, is 1: its schema checked it)
@@ -252,17 +289,21 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     check_work(steps, beam, limits)
     if body.attention:
         check_matrices(model, tokens, body.n_best, limits, prefixes or [""] * len(texts), needed)
-    translations = await model.batcher.translate(texts, steps, beam, body.n_best, deadline, sampling, prefixes,
-                                                 phrases, body.tag, tuple(heads))
+    translations = await model.batcher.translate(
+        texts, steps, beam, body.n_best, deadline, sampling, prefixes, phrases, body.tag, tuple(heads)
+    )
     if body.align:  # before the attention may be dropped; an aligner is a model: in the worker thread
         align_outputs = model.translator.align_outputs
-        translations = (await model.run(align_outputs, translations, deadline=deadline) if model.translator.aligner
-                        else align_outputs(translations))
+        translations = (
+            await model.run(align_outputs, translations, deadline=deadline)
+            if model.translator.aligner
+            else align_outputs(translations)
+        )
     if not body.attention:  # dropped before the answer is made: the matrices are most of its work
-        translations = [replace(t, candidates=[replace(c, attention=None) for c in t.candidates])
-                        for t in translations]
-    return await answer(TranslateResponse, {"translations": translations}, limits, model=model.name,
-                        reduce=REDUCE_TRANSLATION)
+        translations = [replace(t, candidates=[replace(c, attention=None) for c in t.candidates]) for t in translations]
+    return await answer(
+        TranslateResponse, {"translations": translations}, limits, model=model.name, reduce=REDUCE_TRANSLATION
+    )
 
 
 async def trace(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
@@ -270,8 +311,17 @@ async def trace(body, model: LoadedModel, limits: ServerLimits, deadline: float)
         result = await trace_audio(body, model, limits, deadline)
     else:
         check_work(with_prefix(model, body, limits), 1, limits)
-        result = await model.run(partial(model.translator.trace, body.text, body.top_k, stop=stop_at(deadline),
-                                         prefix=body.prefix or "", tag=body.tag or ""), deadline=deadline)
+        result = await model.run(
+            partial(
+                model.translator.trace,
+                body.text,
+                body.top_k,
+                stop=stop_at(deadline),
+                prefix=body.prefix or "",
+                tag=body.tag or "",
+            ),
+            deadline=deadline,
+        )
     return await answer(TraceResponse, result, limits, model=model.name, reduce="send a shorter text")
 
 
@@ -279,13 +329,25 @@ async def beam_tree(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     """The beam search tree of one sentence: every candidate looked at, kept, finished or pruned."""
     phrases, [needed] = constraints_of(model, body, [body.text], limits)
     check_work([max(*with_prefix(model, body, limits), needed)], body.beam, limits)
-    translation, nodes = await model.run(partial(model.translator.beam_tree, body.text, body.beam,
-                                                 stop=stop_at(deadline), prefix=body.prefix or "", tag=body.tag or "",
-                                                 constraints=None if phrases is None else phrases[0]),
-                                         deadline=deadline)
-    return await answer(BeamResponse, {"source_tokens": translation.source_tokens, "nodes": nodes,
-                                       "translation": translation}, limits, model=model.name,
-                        reduce="send a shorter text or ask for a smaller beam")
+    translation, nodes = await model.run(
+        partial(
+            model.translator.beam_tree,
+            body.text,
+            body.beam,
+            stop=stop_at(deadline),
+            prefix=body.prefix or "",
+            tag=body.tag or "",
+            constraints=None if phrases is None else phrases[0],
+        ),
+        deadline=deadline,
+    )
+    return await answer(
+        BeamResponse,
+        {"source_tokens": translation.source_tokens, "nodes": nodes, "translation": translation},
+        limits,
+        model=model.name,
+        reduce="send a shorter text or ask for a smaller beam",
+    )
 
 
 async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
@@ -294,12 +356,18 @@ async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     head, as ``Translator.attention`` computes them. An RNN model is a 422: its one attention
     matrix is the ``attention`` of /translate (and each step's weights are in /trace)."""
     if model.translator.config.model.type != "transformer":
-        raise HTTPException(422, f"/attention gives the layers and heads of Transformer models; '{model.name}' "
-                                 "is an RNN model: its attention matrix is the 'attention' of /translate")
+        raise HTTPException(
+            422,
+            f"/attention gives the layers and heads of Transformer models; '{model.name}' "
+            "is an RNN model: its attention matrix is the 'attention' of /translate",
+        )
     if getattr(model.translator, "ensembled", None):
-        raise HTTPException(422, f"/attention gives one Transformer's layers and heads; '{model.name}' is an "
-                                 "ensemble: serve a member alone for them (its mean attention is the 'attention' "
-                                 "of /translate)")
+        raise HTTPException(
+            422,
+            f"/attention gives one Transformer's layers and heads; '{model.name}' is an "
+            "ensemble: serve a member alone for them (its mean attention is the 'attention' "
+            "of /translate)",
+        )
     tokens = check_tokens(model, [body.text], limits, single=True, tag=body.tag)
     heads = heads_of(model, body)
     if body.translation is None:  # translated first, with the model's beam
@@ -308,11 +376,16 @@ async def attention(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     else:
         [forced] = check_tokens(model, [body.translation], limits, single=True, field="translation", side="tgt")
     check_attention_maps(model, tokens[0], forced, limits)
-    maps = await model.run(call_masked, model.translator.model, heads,
-                           partial(model.translator.attention, body.text, body.translation, body.tag or ""),
-                           deadline=deadline)
-    return await answer(AttentionResponse, maps, limits, model=model.name,
-                        reduce="send a shorter text (or translation)")
+    maps = await model.run(
+        call_masked,
+        model.translator.model,
+        heads,
+        partial(model.translator.attention, body.text, body.translation, body.tag or ""),
+        deadline=deadline,
+    )
+    return await answer(
+        AttentionResponse, maps, limits, model=model.name, reduce="send a shorter text (or translation)"
+    )
 
 
 async def saliency(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
@@ -321,8 +394,11 @@ async def saliency(body, model: LoadedModel, limits: ServerLimits, deadline: flo
     the attention of the same forced pass: two readings of where an output word comes from
     (`attnmt align --saliency`). One backward pass per output piece."""
     if model.inputs != "text" or getattr(model.translator, "ensembled", None):
-        raise HTTPException(422, f"/saliency reads the gradients of one translation model; '{model.name}' is "
-                                 f"{'an ensemble' if model.inputs == 'text' else model.translator.what}")
+        raise HTTPException(
+            422,
+            f"/saliency reads the gradients of one translation model; '{model.name}' is "
+            f"{'an ensemble' if model.inputs == 'text' else model.translator.what}",
+        )
     tokens = check_tokens(model, [body.text], limits, single=True)
     if body.translation is None:  # translated first, with the model's beam
         check_work(tokens, model.translator.config.decoding.beam, limits)
@@ -330,8 +406,9 @@ async def saliency(body, model: LoadedModel, limits: ServerLimits, deadline: flo
         forced = check_tokens(model, [body.translation], limits, single=True, field="translation", side="tgt")
         check_work(forced, 1, limits)
     result = await model.run(saliency_view, model.translator, body.text, body.translation, deadline=deadline)
-    return await answer(SaliencyResponse, result, limits, model=model.name,
-                        reduce="send a shorter text (or translation)")
+    return await answer(
+        SaliencyResponse, result, limits, model=model.name, reduce="send a shorter text (or translation)"
+    )
 
 
 def saliency_view(translator, text: str, translation: Optional[str]) -> dict:
@@ -342,8 +419,13 @@ def saliency_view(translator, text: str, translation: Optional[str]) -> dict:
     [matrix] = saliency_matrices(translator, [text], [translation])
     [attention] = force_attention(translator, [text], [translation])
     [source_tokens], [tokens] = piece_lists(translator, [text], [translation])
-    return {"translation": translation, "source_tokens": source_tokens, "tokens": tokens, "saliency": matrix,
-            "attention": attention}
+    return {
+        "translation": translation,
+        "source_tokens": source_tokens,
+        "tokens": tokens,
+        "saliency": matrix,
+        "attention": attention,
+    }
 
 
 async def score(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> Response:
@@ -356,12 +438,16 @@ async def score(body, model: LoadedModel, limits: ServerLimits, deadline: float)
     forced = check_tokens(model, translations, limits, single, field="translation", side="tgt")
     asked = work([s + t for s, t in zip(tokens, forced)], 1)  # one pass over both sides: less than a search's
     if asked > limits.max_work:
-        raise HTTPException(422, f"the request asks for {asked} units of work (subword tokens of each text and of its "
-                                 f"translation + 1, summed); the limit is {limits.max_work}: send fewer or shorter "
-                                 "texts")
+        raise HTTPException(
+            422,
+            f"the request asks for {asked} units of work (subword tokens of each text and of its "
+            f"translation + 1, summed); the limit is {limits.max_work}: send fewer or shorter "
+            "texts",
+        )
     scored = await model.run(partial(model.translator.score, texts, translations, tag=body.tag), deadline=deadline)
-    return await answer(ScoreResponse, {"scores": scored}, limits, model=model.name,
-                        reduce="send fewer or shorter texts")
+    return await answer(
+        ScoreResponse, {"scores": scored}, limits, model=model.name, reduce="send fewer or shorter texts"
+    )
 
 
 async def classify(body, model: LoadedModel, limits: ServerLimits, deadline: float) -> ClassifyResponse:
@@ -370,10 +456,15 @@ async def classify(body, model: LoadedModel, limits: ServerLimits, deadline: flo
     check_tokens(model, [body.premise], limits, single=True, field="premise")
     check_tokens(model, [body.hypothesis], limits, single=True, field="hypothesis")
     [result] = await model.run(model.translator.classify, [(body.premise, body.hypothesis)], deadline=deadline)
-    return ClassifyResponse(model=model.name, label=result.label, probabilities=result.probabilities,
-                            premise_tokens=result.premise_tokens, hypothesis_tokens=result.hypothesis_tokens,
-                            premise_attention=result.premise_attention.tolist(),
-                            hypothesis_attention=result.hypothesis_attention.tolist())
+    return ClassifyResponse(
+        model=model.name,
+        label=result.label,
+        probabilities=result.probabilities,
+        premise_tokens=result.premise_tokens,
+        hypothesis_tokens=result.hypothesis_tokens,
+        premise_attention=result.premise_attention.tolist(),
+        hypothesis_attention=result.hypothesis_attention.tolist(),
+    )
 
 
 def model_routes(limits: ServerLimits) -> APIRouter:
@@ -381,15 +472,18 @@ def model_routes(limits: ServerLimits) -> APIRouter:
     bodies are read by StrictJSONRoute: any body that is not UTF-8 JSON is a 422."""
     requests = request_models(limits)
     routes = APIRouter(route_class=StrictJSONRoute)
-    for path, handler, request, response in (("/translate", translate, requests.translate, TranslateResponse),
-                                             ("/trace", trace, requests.trace, TraceResponse),
-                                             ("/beam", beam_tree, requests.beam, BeamResponse),
-                                             ("/attention", attention, requests.attention, AttentionResponse),
-                                             ("/score", score, requests.score, ScoreResponse),
-                                             ("/saliency", saliency, requests.saliency, SaliencyResponse),
-                                             ("/classify", classify, requests.classify, ClassifyResponse)):
-        routes.add_api_route(path, _endpoint(handler, request), methods=["POST"], response_model=response,
-                             responses=ERRORS)
+    for path, handler, request, response in (
+        ("/translate", translate, requests.translate, TranslateResponse),
+        ("/trace", trace, requests.trace, TraceResponse),
+        ("/beam", beam_tree, requests.beam, BeamResponse),
+        ("/attention", attention, requests.attention, AttentionResponse),
+        ("/score", score, requests.score, ScoreResponse),
+        ("/saliency", saliency, requests.saliency, SaliencyResponse),
+        ("/classify", classify, requests.classify, ClassifyResponse),
+    ):
+        routes.add_api_route(
+            path, _endpoint(handler, request), methods=["POST"], response_model=response, responses=ERRORS
+        )
     return routes
 
 
@@ -397,7 +491,8 @@ WRONG_ENDPOINT = {  # by what the model's requests carry: what it does, where to
     "pairs": "'{name}' is a sentence-pair classifier: use /classify",
     "text": "/classify is for sentence-pair models; '{name}' is a translation model: use /translate",
     "audio": "/classify is for sentence-pair models; '{name}' is a speech model (it transcribes audio): use "
-              "/translate or /trace with audio"}
+    "/translate or /trace with audio",
+}
 
 
 def _endpoint(handler, request_model):

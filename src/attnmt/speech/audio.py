@@ -130,8 +130,13 @@ def too_long(name: str, seconds: float, max_seconds: float) -> str:
     return f"{name}: {seconds:.1f} s of audio, longer than speech.max_seconds ({max_seconds})"
 
 
-def decode_audio(data: bytes | Path, sample_rate: int, name: str, max_seconds: float | None = None,
-                 check: Callable[[], None] | None = None) -> np.ndarray:
+def decode_audio(
+    data: bytes | Path,
+    sample_rate: int,
+    name: str,
+    max_seconds: float | None = None,
+    check: Callable[[], None] | None = None,
+) -> np.ndarray:
     """The samples of a sound file (a path, or the file's bytes) as mono float32 at ``sample_rate``.
 
     The header is checked first (rate, declared duration), then the file is decoded in blocks,
@@ -147,8 +152,10 @@ def decode_audio(data: bytes | Path, sample_rate: int, name: str, max_seconds: f
         raise AudioError(f"{name}: audio samples that are not numbers (NaN or infinite)")
     peak = float(np.abs(samples).max())
     if peak > MAX_AMPLITUDE:
-        raise AudioError(f"{name}: audio samples up to {peak:.3g}; sound is within -1 to 1 (float files may go a "
-                         f"little over), and samples beyond {MAX_AMPLITUDE:g} are refused")
+        raise AudioError(
+            f"{name}: audio samples up to {peak:.3g}; sound is within -1 to 1 (float files may go a "
+            f"little over), and samples beyond {MAX_AMPLITUDE:g} are refused"
+        )
     if header.rate != sample_rate:
         import soxr
 
@@ -167,8 +174,10 @@ def _decode_blocks(f, header: AudioHeader, name: str, max_seconds: float | None,
         blocks.append(block[:read].mean(axis=1))  # channels averaged
         total += read
         if limit is not None and total > limit:
-            raise AudioError(f"{name}: more than {max_seconds} s of audio, the limit of speech.max_seconds, though "
-                             "its header does not say so: decoding stopped there")
+            raise AudioError(
+                f"{name}: more than {max_seconds} s of audio, the limit of speech.max_seconds, though "
+                "its header does not say so: decoding stopped there"
+            )
     return np.concatenate(blocks)
 
 
@@ -250,8 +259,9 @@ def feature_frames(header: AudioHeader, settings: SpeechConfig, max_seconds: flo
     return 1 + max(0, samples - window) // hop
 
 
-def audio_features(data: bytes | Path, settings: SpeechConfig, name: str,
-                   check: Callable[[], None] | None = None) -> torch.Tensor:
+def audio_features(
+    data: bytes | Path, settings: SpeechConfig, name: str, check: Callable[[], None] | None = None
+) -> torch.Tensor:
     """The log-mels of one sound file, or AudioError if it is unusable (also when longer than
     settings.max_seconds, which is known before decoding but for a header that lies); ``check``:
     see decode_audio."""
@@ -301,8 +311,9 @@ def feature_settings(settings: SpeechConfig) -> dict:
     return {key: getattr(settings, key) for key in ("sample_rate", "n_mels", "window_ms", "hop_ms", "max_seconds")}
 
 
-def load_speech_corpus(tsv: Path, settings: SpeechConfig, cache: Path | None,
-                       log: Callable[[str], None] = print) -> SpeechCorpus:
+def load_speech_corpus(
+    tsv: Path, settings: SpeechConfig, cache: Path | None, log: Callable[[str], None] = print
+) -> SpeechCorpus:
     """The utterances of ``tsv`` with their features, read from ``cache`` (a safetensors file)
     when it was computed from the same files and settings, else computed and cached there."""
     paths, texts = read_speech_tsv(tsv)
@@ -338,8 +349,9 @@ def _compute(tsv: Path, paths: list[str], texts: list[str], settings: SpeechConf
 
 def _report_skipped(tsv: Path, corpus: SpeechCorpus, log: Callable[[str], None]):
     if corpus.skipped:
-        shown = "; ".join(corpus.skipped[:5]) + (f"; ... ({len(corpus.skipped) - 5} more)"
-                                                  if len(corpus.skipped) > 5 else "")
+        shown = "; ".join(corpus.skipped[:5]) + (
+            f"; ... ({len(corpus.skipped) - 5} more)" if len(corpus.skipped) > 5 else ""
+        )
         log(f"{tsv}: skipped {len(corpus.skipped)} audio file(s): {shown}")
 
 
@@ -348,8 +360,13 @@ def _write_cache(path: Path, corpus: SpeechCorpus, fingerprint: str):
     log-mels need no more precision)."""
     lengths = [f.size(0) for f in corpus.features]
     frames = torch.cat(corpus.features) if corpus.features else torch.zeros(0, 1)
-    metadata = {"fingerprint": fingerprint, "lengths": json.dumps(lengths), "paths": json.dumps(corpus.paths),
-                "texts": json.dumps(corpus.texts, ensure_ascii=False), "skipped": json.dumps(corpus.skipped)}
+    metadata = {
+        "fingerprint": fingerprint,
+        "lengths": json.dumps(lengths),
+        "paths": json.dumps(corpus.paths),
+        "texts": json.dumps(corpus.texts, ensure_ascii=False),
+        "skipped": json.dumps(corpus.skipped),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, save({"frames": frames.half().contiguous()}, metadata))
 
@@ -363,7 +380,8 @@ def _read_cache(path: Path, fingerprint: str) -> SpeechCorpus | None:
             frames = f.get_tensor("frames").float()
         lengths = json.loads(metadata["lengths"])
         features = list(frames.split(lengths)) if lengths else []
-        return SpeechCorpus(json.loads(metadata["paths"]), json.loads(metadata["texts"]), features,
-                            json.loads(metadata["skipped"]))
+        return SpeechCorpus(
+            json.loads(metadata["paths"]), json.loads(metadata["texts"]), features, json.loads(metadata["skipped"])
+        )
     except Exception:  # missing or damaged (safetensors raises its own errors): computed again
         return None

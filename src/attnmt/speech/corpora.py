@@ -27,12 +27,16 @@ from attnmt.core.progress import phase_bar
 
 SAMPLE_RATE = 16000  # the joined corpora are written at this rate
 
-ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen " \
-       "seventeen eighteen nineteen".split()
+ONES = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split()
+)
 TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 MONTHS = "january february march april may june july august september october november december".split()
-ORDINALS = ("first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth "
-            "fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth").split()
+ORDINALS = (
+    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth "
+    "fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth"
+).split()
 NAMES = "anna ben clara david emma frank grace henry".split()
 VERBS = "sees likes finds paints opens closes".split()
 ADJECTIVES = "red green small big old new".split()
@@ -90,22 +94,35 @@ def random_voice(rng: random.Random, unseen: bool) -> Voice:
 def espeak_path() -> str:
     path = shutil.which("espeak-ng")
     if path is None:
-        raise AttnmtError("espeak-ng is not installed: the spoken corpus is synthesized with it. Install it with "
-                          "'sudo apt-get install espeak-ng' (Debian, Ubuntu), 'brew install espeak-ng' (macOS) or "
-                          "'sudo dnf install espeak-ng' (Fedora), then run the command again")
+        raise AttnmtError(
+            "espeak-ng is not installed: the spoken corpus is synthesized with it. Install it with "
+            "'sudo apt-get install espeak-ng' (Debian, Ubuntu), 'brew install espeak-ng' (macOS) or "
+            "'sudo dnf install espeak-ng' (Fedora), then run the command again"
+        )
     return path
 
 
 def synthesize(text: str, voice: Voice, out: Path, espeak: str | None = None):
-    command = [espeak or espeak_path(), "-v", voice.name, "-s", str(voice.speed), "-p", str(voice.pitch),
-               "-w", str(out), text]
+    command = [
+        espeak or espeak_path(),
+        "-v",
+        voice.name,
+        "-s",
+        str(voice.speed),
+        "-p",
+        str(voice.pitch),
+        "-w",
+        str(out),
+        text,
+    ]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0 or not out.is_file():
         raise AttnmtError(f"espeak-ng failed for {text!r} with voice {voice.name}: {result.stderr.strip()}")
 
 
-def write_spoken_corpus(folder: Path, n_train: int = 2500, n_dev: int = 150, n_test: int = 300, seed: int = 1,
-                        log=print) -> dict[str, Path]:
+def write_spoken_corpus(
+    folder: Path, n_train: int = 2500, n_dev: int = 150, n_test: int = 300, seed: int = 1, log=print
+) -> dict[str, Path]:
     """Synthesizes the corpus into ``folder`` (wav/ and train/dev/test TSV files of
     ``wav/NAME.wav<TAB>transcript``), unless it is already there; returns the TSV paths."""
     folder = Path(folder)
@@ -133,8 +150,12 @@ def write_spoken_corpus(folder: Path, n_train: int = 2500, n_dev: int = 150, n_t
     return paths
 
 
-def join_with_pauses(waveforms: list[np.ndarray], rng: random.Random, sample_rate: int = SAMPLE_RATE,
-                     pause_seconds: tuple[float, float] = (0.05, 0.3)) -> tuple[np.ndarray, list[tuple[float, float]]]:
+def join_with_pauses(
+    waveforms: list[np.ndarray],
+    rng: random.Random,
+    sample_rate: int = SAMPLE_RATE,
+    pause_seconds: tuple[float, float] = (0.05, 0.3),
+) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """The waveforms one after the other, with a random pause of silence between two, and where
     each one lies in the result: (start, end) in seconds."""
     pieces, spans, samples = [], [], 0
@@ -188,8 +209,10 @@ def read_pieces(tsv: Path) -> list[list[Piece]]:
             raise AttnmtError(f"{where}: no pieces column (the third: START-END:WORDS ...)")
         pieces.append(parse_pieces(columns[2], where))
         if sum(p.words for p in pieces[-1]) != len(columns[1].split()):
-            raise AttnmtError(f"{where}: the pieces say {sum(p.words for p in pieces[-1])} words, the transcript "
-                              f"has {len(columns[1].split())}")
+            raise AttnmtError(
+                f"{where}: the pieces say {sum(p.words for p in pieces[-1])} words, the transcript "
+                f"has {len(columns[1].split())}"
+            )
     return pieces
 
 

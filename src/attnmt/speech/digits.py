@@ -51,8 +51,16 @@ def _pick(files: list[Path], held_out: bool, rng: random.Random) -> Path:
     return files[rng.choice(indices)]
 
 
-def write_set(by_speaker: dict, speakers: list[str], lengths: tuple[int, int], count: int, held_out: bool,
-              out: Path, name: str, rng: random.Random) -> Path:
+def write_set(
+    by_speaker: dict,
+    speakers: list[str],
+    lengths: tuple[int, int],
+    count: int,
+    held_out: bool,
+    out: Path,
+    name: str,
+    rng: random.Random,
+) -> Path:
     import soundfile
 
     from attnmt.speech.audio import read_audio
@@ -73,9 +81,18 @@ def write_set(by_speaker: dict, speakers: list[str], lengths: tuple[int, int], c
     return path
 
 
-def write_digit_corpus(fsdd: Path, out: Path, test_speaker: str = "theo", seed: int = 1, n_train: int = 3000,
-                       n_dev: int = 200, n_test: int = 300, log=print, short: tuple[int, int] = (1, 3),
-                       long: tuple[int, int] = (4, 8)) -> dict[str, Path]:
+def write_digit_corpus(
+    fsdd: Path,
+    out: Path,
+    test_speaker: str = "theo",
+    seed: int = 1,
+    n_train: int = 3000,
+    n_dev: int = 200,
+    n_test: int = 300,
+    log=print,
+    short: tuple[int, int] = (1, 3),
+    long: tuple[int, int] = (4, 8),
+) -> dict[str, Path]:
     """``short``: the digits of a training, dev and test-speaker string (at least, at most); ``long``:
     those of the test-long sets."""
     if not 1 <= short[0] <= short[1] < long[0] <= long[1]:
@@ -87,16 +104,21 @@ def write_digit_corpus(fsdd: Path, out: Path, test_speaker: str = "theo", seed: 
     out = Path(out)
     rng = random.Random(seed)
     log(f"digit strings from {fsdd}: training speakers {', '.join(train_speakers)}; unseen: {test_speaker}")
-    plan = {"train": (train_speakers, short, n_train, False), "dev": (train_speakers, short, n_dev, True),
-            "test-speaker": ([test_speaker], short, n_test, False),
-            "test-long": (train_speakers, long, n_test, True),
-            "test-long-speaker": ([test_speaker], long, n_test, False)}
-    return {name: write_set(by_speaker, speakers, lengths, count, held_out, out, name, rng)
-            for name, (speakers, lengths, count, held_out) in plan.items()}
+    plan = {
+        "train": (train_speakers, short, n_train, False),
+        "dev": (train_speakers, short, n_dev, True),
+        "test-speaker": ([test_speaker], short, n_test, False),
+        "test-long": (train_speakers, long, n_test, True),
+        "test-long-speaker": ([test_speaker], long, n_test, False),
+    }
+    return {
+        name: write_set(by_speaker, speakers, lengths, count, held_out, out, name, rng)
+        for name, (speakers, lengths, count, held_out) in plan.items()
+    }
 
 
 def lengths(text: str) -> tuple[int, int]:
-    """"1-3" -> (1, 3)."""
+    """ "1-3" -> (1, 3)."""
     low, dash, high = text.partition("-")
     if not (low.strip().isdigit() and (not dash or high.strip().isdigit())):
         raise argparse.ArgumentTypeError(f"expected MIN-MAX digits, e.g. 1-3, got {text!r}")
@@ -110,13 +132,20 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--test-speaker", default="theo")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--train", type=int, default=3000, help="training strings")
-    parser.add_argument("--short", type=lengths, default=(1, 3), metavar="MIN-MAX",
-                        help="digits of the training, dev and test-speaker strings (default 1-3)")
-    parser.add_argument("--long", type=lengths, default=(4, 8), metavar="MIN-MAX",
-                        help="digits of the test-long strings (default 4-8)")
+    parser.add_argument(
+        "--short",
+        type=lengths,
+        default=(1, 3),
+        metavar="MIN-MAX",
+        help="digits of the training, dev and test-speaker strings (default 1-3)",
+    )
+    parser.add_argument(
+        "--long", type=lengths, default=(4, 8), metavar="MIN-MAX", help="digits of the test-long strings (default 4-8)"
+    )
     args = parser.parse_args(argv)
-    for name, path in write_digit_corpus(Path(args.fsdd), Path(args.out), args.test_speaker, args.seed,
-                                         args.train, short=args.short, long=args.long).items():
+    for name, path in write_digit_corpus(
+        Path(args.fsdd), Path(args.out), args.test_speaker, args.seed, args.train, short=args.short, long=args.long
+    ).items():
         print(f"{name}: {path}")
 
 

@@ -36,15 +36,17 @@ def error_rates(hypotheses: list[str], references: list[str]) -> dict:
     return _measures([" ".join(h.split()) for h in hypotheses], [" ".join(r.split()) for r in references])
 
 
-def error_rates_by_length(hypotheses: list[str], references: list[str], width: int = 1,
-                          max_low: int = 10) -> list[dict]:
+def error_rates_by_length(
+    hypotheses: list[str], references: list[str], width: int = 1, max_low: int = 10
+) -> list[dict]:
     """CER and WER of the utterances whose reference has [low, high) words, for each bucket;
     empty buckets are left out."""
     check_parallel(hypotheses=hypotheses, references=references)
     buckets = []
     for low, high in length_buckets(width, max_low):
-        members = [i for i, r in enumerate(references)
-                   if len(r.split()) >= low and (high is None or len(r.split()) < high)]
+        members = [
+            i for i, r in enumerate(references) if len(r.split()) >= low and (high is None or len(r.split()) < high)
+        ]
         if members:
             rates = error_rates([hypotheses[i] for i in members], [references[i] for i in members])
             buckets.append({"low": low, "high": high, "utterances": len(members), **rates})
@@ -52,21 +54,36 @@ def error_rates_by_length(hypotheses: list[str], references: list[str], width: i
 
 
 def speech_report(hypotheses: list[str], references: list[str]) -> dict:
-    return {**error_rates(hypotheses, references), "utterances": len(references),
-            "by_length": error_rates_by_length(hypotheses, references)}
+    return {
+        **error_rates(hypotheses, references),
+        "utterances": len(references),
+        "by_length": error_rates_by_length(hypotheses, references),
+    }
 
 
 def format_speech_report(report: dict) -> str:
-    lines = [f"CER {report['cer']:.2f}%  WER {report['wer']:.2f}%  ({report['utterances']} utterances)", "",
-             "reference words | utterances |    CER |    WER", "----------------+------------+--------+-------"]
+    lines = [
+        f"CER {report['cer']:.2f}%  WER {report['wer']:.2f}%  ({report['utterances']} utterances)",
+        "",
+        "reference words | utterances |    CER |    WER",
+        "----------------+------------+--------+-------",
+    ]
     for b in report["by_length"]:
-        lines.append(f"{bucket_label(b['low'], b['high']):<15} | {b['utterances']:>10} | {b['cer']:>6.2f} | "
-                     f"{b['wer']:>6.2f}")
+        lines.append(
+            f"{bucket_label(b['low'], b['high']):<15} | {b['utterances']:>10} | {b['cer']:>6.2f} | {b['wer']:>6.2f}"
+        )
     return "\n".join(lines)
 
 
-def speech_test_set_reports(recognizer, sets: dict, beam: int | None = None, batch_size: int | None = None,
-                            log=print, cache: Path | None = None, progress: bool = False) -> dict[str, dict]:
+def speech_test_set_reports(
+    recognizer,
+    sets: dict,
+    beam: int | None = None,
+    batch_size: int | None = None,
+    log=print,
+    cache: Path | None = None,
+    progress: bool = False,
+) -> dict[str, dict]:
     """Each test set of ``sets`` (name -> config.CorpusFiles with a TSV of audio and transcripts)
     transcribed by ``recognizer`` (attnmt.speech.recognizer.Recognizer) and scored: name -> speech_report,
     with the beam and the hypotheses. ``cache``: a folder caching the features as test-NAME.safetensors."""
@@ -74,10 +91,18 @@ def speech_test_set_reports(recognizer, sets: dict, beam: int | None = None, bat
     for name, files in sets.items():
         cached = cache / f"test-{quote(name, safe='')}.safetensors" if cache is not None else None
         corpus = recognizer.read_corpus(files.tsv, log=log, cache=cached)
-        hypotheses = [t.text for t in recognizer.transcribe_features(
-            corpus.features, beam=beam, batch_size=batch_size, progress=f"test set {name}" if progress else None)]
-        reports[name] = {**speech_report(hypotheses, corpus.texts), "beam": beam or recognizer.config.decoding.beam,
-                         "skipped": len(corpus.skipped), "hypotheses": hypotheses}
+        hypotheses = [
+            t.text
+            for t in recognizer.transcribe_features(
+                corpus.features, beam=beam, batch_size=batch_size, progress=f"test set {name}" if progress else None
+            )
+        ]
+        reports[name] = {
+            **speech_report(hypotheses, corpus.texts),
+            "beam": beam or recognizer.config.decoding.beam,
+            "skipped": len(corpus.skipped),
+            "hypotheses": hypotheses,
+        }
     return reports
 
 
@@ -97,8 +122,9 @@ def nearest_piece(times: np.ndarray, spans: list[tuple[float, float]]) -> np.nda
     return distances.argmin(0)
 
 
-def place_kept(attention: list[np.ndarray], target_pieces: list[list[str]], pieces: list[list],
-               seconds_per_state: float) -> dict:
+def place_kept(
+    attention: list[np.ndarray], target_pieces: list[list[str]], pieces: list[list], seconds_per_state: float
+) -> dict:
     """Of the characters of joined utterances, the share (%) whose attention row peaks on an encoder
     state nearer to their own piece of audio than to any other: overall, for each piece but the last
     by its position (1st, 2nd, ...), and for the last piece of each utterance (which the end of the
@@ -120,10 +146,14 @@ def place_kept(attention: list[np.ndarray], target_pieces: list[list[str]], piec
     rate = lambda hits: 100 * sum(hits) / max(len(hits), 1)  # noqa: E731
     every = [hit for hits in kept.values() for hit in hits]
     last = kept.get(-1, [])
-    return {"characters": len(every), "in_place": rate(every),
-            "by_piece": [{"piece": k + 1, "characters": len(kept[k]), "in_place": rate(kept[k])}
-                         for k in sorted(kept) if k >= 0],
-            "last": {"characters": len(last), "in_place": rate(last)}}
+    return {
+        "characters": len(every),
+        "in_place": rate(every),
+        "by_piece": [
+            {"piece": k + 1, "characters": len(kept[k]), "in_place": rate(kept[k])} for k in sorted(kept) if k >= 0
+        ],
+        "last": {"characters": len(last), "in_place": rate(last)},
+    }
 
 
 def place_report(recognizer, tsv: Path, log=print) -> dict:
@@ -136,5 +166,9 @@ def place_report(recognizer, tsv: Path, log=print) -> dict:
     corpus = recognizer.read_corpus(tsv, log=log)
     attention = recognizer.force_attention(corpus.features, corpus.texts)
     tokens = [recognizer.tgt_subwords.pieces(ids) for ids in recognizer.tgt_subwords.encode(corpus.texts)]
-    return place_kept(attention, tokens, [by_path[p] for p in corpus.paths],
-                      recognizer.frames_per_state * recognizer.config.speech.hop_ms / 1000)
+    return place_kept(
+        attention,
+        tokens,
+        [by_path[p] for p in corpus.paths],
+        recognizer.frames_per_state * recognizer.config.speech.hop_ms / 1000,
+    )

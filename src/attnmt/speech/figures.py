@@ -28,8 +28,14 @@ def _char_labels(tokens: list[str]) -> list[str]:
 
 
 def _spectrogram(ax, features: np.ndarray, frame: float):
-    ax.imshow(features.T, origin="lower", aspect="auto", cmap="magma", interpolation="nearest",
-              extent=(0, features.shape[0] * frame, 0, features.shape[1]))
+    ax.imshow(
+        features.T,
+        origin="lower",
+        aspect="auto",
+        cmap="magma",
+        interpolation="nearest",
+        extent=(0, features.shape[0] * frame, 0, features.shape[1]),
+    )
     ax.set_ylabel("mel bin", fontsize=9)
     ax.set_xlabel("time (s)", fontsize=9)
 
@@ -65,8 +71,14 @@ def spectrogram_attention(transcription, title: str | None = None, crop: bool = 
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[0.22 * len(labels) + 0.4, 1.8])
     top.set_label("attention")
     largest = float(attention.max(initial=0.0)) or 1.0
-    image = top.imshow(attention, aspect="auto", cmap="Blues", norm=PowerNorm(0.5, vmin=0.0, vmax=largest),
-                       interpolation="nearest", extent=(0, attention.shape[1] * state, len(labels) - 0.5, -0.5))
+    image = top.imshow(
+        attention,
+        aspect="auto",
+        cmap="Blues",
+        norm=PowerNorm(0.5, vmin=0.0, vmax=largest),
+        interpolation="nearest",
+        extent=(0, attention.shape[1] * state, len(labels) - 0.5, -0.5),
+    )
     top.set_yticks(range(len(labels)), labels, fontsize=8)
     top.set_ylabel("output characters", fontsize=9)
     bar = fig.colorbar(image, ax=[top, bottom], shrink=0.5, aspect=25, pad=0.02)
@@ -98,8 +110,11 @@ def speech_step_figure(trace, step: int) -> Figure:
     top.set_ylabel("attention a_j", fontsize=9)
     written = "".join(_char_labels(trace.tokens[:step]))
     candidates = ", ".join(f"{_char_labels([token])[0]} {p:.2f}" for token, p in s.top_k)
-    top.set_title(f"step {step}: after {written!r} writes {_char_labels([s.token])[0]!r}  (top: {candidates})",
-                  fontsize=9, parse_math=False)
+    top.set_title(
+        f"step {step}: after {written!r} writes {_char_labels([s.token])[0]!r}  (top: {candidates})",
+        fontsize=9,
+        parse_math=False,
+    )
     _spectrogram(bottom, features, frame)
     bottom.set_xlim(*speech_span(features, frame))
     return fig

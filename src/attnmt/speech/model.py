@@ -75,8 +75,15 @@ class SpeechEncoder(nn.Module):
             bins = (bins - 1) // 2 + 1
         self.convs = nn.ModuleList(layers)
         self.project = nn.Linear(channels * bins, model.embedding_size)
-        self.rnn = RNNEncoder(None, model.embedding_size, model.encoder_hidden, model.encoder_layers,
-                              model.bidirectional, model.rnn_type, model.dropout)
+        self.rnn = RNNEncoder(
+            None,
+            model.embedding_size,
+            model.encoder_hidden,
+            model.encoder_layers,
+            model.bidirectional,
+            model.rnn_type,
+            model.dropout,
+        )
         self.output_size = self.rnn.output_size
         # Global normalisation: the training set's mean and deviation per bin, saved with the weights.
         self.register_buffer("mean", torch.zeros(speech.n_mels))
@@ -119,8 +126,9 @@ class SpeechModel(Seq2Seq):
         over the batch; the padding id is CTC's blank (it is never a target)."""
         log_probs = torch.log_softmax(self.ctc(memory.states).float(), dim=-1).transpose(0, 1)  # (S,B,V)
         chars = (tgt_out != PAD) & (tgt_out != EOS)
-        return nn.functional.ctc_loss(log_probs, tgt_out[chars], memory.mask.sum(1), chars.sum(1), blank=PAD,
-                                      reduction="sum", zero_infinity=True)
+        return nn.functional.ctc_loss(
+            log_probs, tgt_out[chars], memory.mask.sum(1), chars.sum(1), blank=PAD, reduction="sum", zero_infinity=True
+        )
 
     def build_encoder(self, config: ModelConfig, src_vocab_size: int) -> nn.Module:
         return SpeechEncoder(config, self.speech_config)

@@ -15,11 +15,12 @@ def speech_writers(r: FigureRequest, model) -> list[Writer]:
     the spectrogram, --step the step view over the spectrogram, --states and --gif as for text."""
     from attnmt.speech import figures as speech
 
-    unusable = [o for o, v in (("--head-view", r.head_view), ("--grid", r.grid), ("--merge-words", r.merge_words))
-                if v]
+    unusable = [o for o, v in (("--head-view", r.head_view), ("--grid", r.grid), ("--merge-words", r.merge_words)) if v]
     if unusable or (r.out and Path(r.out).suffix.lower() == ".html"):
-        raise AttnmtError(f"{', '.join(unusable) or '--out FILE.html'}: not for speech models "
-                          "(--out FILE.png/.svg, --step, --states, --gif)")
+        raise AttnmtError(
+            f"{', '.join(unusable) or '--out FILE.html'}: not for speech models "
+            "(--out FILE.png/.svg, --step, --states, --gif)"
+        )
     out = r.out or (None if r.sentence_figures() else "attention.png")
     writers = []
     if out:
@@ -29,8 +30,9 @@ def speech_writers(r: FigureRequest, model) -> list[Writer]:
     if r.states or r.steps or r.gif:
         trace = model.trace(r.sentence, top_k=r.top_k)
         if r.states:
-            writers.append(partial(figures.save, figures.encoder_states_figure(trace, max_dims=r.dims or None),
-                                   r.states))
+            writers.append(
+                partial(figures.save, figures.encoder_states_figure(trace, max_dims=r.dims or None), r.states)
+            )
         for number, path in r.steps:
             writers.append(partial(figures.save, speech.speech_step_figure(trace, number), path))
         if r.gif:

@@ -64,13 +64,22 @@ class Recognizer(Translator):
     def frames_per_state(self) -> int:
         return self.config.speech.subsample
 
-    def features(self, audio: Audio, name: str | None = None, settings: SpeechConfig | None = None,
-                 check: Callable[[], None] | None = None) -> torch.Tensor:
+    def features(
+        self,
+        audio: Audio,
+        name: str | None = None,
+        settings: SpeechConfig | None = None,
+        check: Callable[[], None] | None = None,
+    ) -> torch.Tensor:
         """The log-mels (frames, n_mels) of a sound file; AttnmtError if it cannot be used (or is
         longer than max_seconds of ``settings``, by default the model's). ``check`` is called
         between blocks of decoding, and may raise to stop it (attnmt.speech.audio.decode_audio)."""
-        return audio_features(audio if isinstance(audio, bytes) else Path(audio), settings or self.config.speech,
-                              name or ("audio" if isinstance(audio, bytes) else str(audio)), check)
+        return audio_features(
+            audio if isinstance(audio, bytes) else Path(audio),
+            settings or self.config.speech,
+            name or ("audio" if isinstance(audio, bytes) else str(audio)),
+            check,
+        )
 
     def encoder_states(self, frames: list[int]) -> list[int]:
         """The encoder states of utterances of these feature frame counts."""
@@ -81,8 +90,14 @@ class Recognizer(Translator):
         reported), their features read from or written to ``cache`` if given."""
         return load_speech_corpus(Path(tsv), self.config.speech, cache, log)
 
-    def transcribe(self, audios: list[Audio], beam: int | None = None, n_best: int = 1,
-                   batch_size: int | None = None, names: list[str] | None = None) -> list[Transcription]:
+    def transcribe(
+        self,
+        audios: list[Audio],
+        beam: int | None = None,
+        n_best: int = 1,
+        batch_size: int | None = None,
+        names: list[str] | None = None,
+    ) -> list[Transcription]:
         """The transcript of each sound file (paths or contents), in order."""
         if isinstance(audios, (str, bytes, Path)):
             raise TypeError("transcribe() takes a list; wrap a single file in a list")
@@ -90,8 +105,9 @@ class Recognizer(Translator):
         features = [self.features(audio, name) for audio, name in zip(audios, names)]
         return self.transcribe_features(features, beam, n_best, batch_size, names)
 
-    def transcribe_files(self, paths: list[str], beam: int | None = None, n_best: int = 1,
-                         batch_size: int | None = None) -> tuple[list[Transcription], dict[int, str]]:
+    def transcribe_files(
+        self, paths: list[str], beam: int | None = None, n_best: int = 1, batch_size: int | None = None
+    ) -> tuple[list[Transcription], dict[int, str]]:
         """The transcript of each sound file of a list (`attnmt translate`), and the errors by index:
         a file that cannot be used (missing, not a sound file, too long ...) gives an empty
         transcript and its error, so that one bad line does not cost the others; an empty line
@@ -103,16 +119,21 @@ class Recognizer(Translator):
                     features[i] = self.features(path)
                 except AttnmtError as e:
                     errors[i] = str(e)
-        done = self.transcribe_features(list(features.values()), beam, n_best, batch_size,
-                                        [paths[i] for i in features])
+        done = self.transcribe_features(list(features.values()), beam, n_best, batch_size, [paths[i] for i in features])
         results = [Transcription(path, [], [Candidate("", [], 0.0, None)]) for path in paths]
         for i, transcription in zip(features, done):
             results[i] = transcription
         return results, errors
 
-    def transcribe_features(self, features: list[torch.Tensor], beam: int | None = None, n_best: int = 1,
-                            batch_size: int | None = None, names: list[str] | None = None,
-                            progress: str | None = None) -> list[Transcription]:
+    def transcribe_features(
+        self,
+        features: list[torch.Tensor],
+        beam: int | None = None,
+        n_best: int = 1,
+        batch_size: int | None = None,
+        names: list[str] | None = None,
+        progress: str | None = None,
+    ) -> list[Transcription]:
         """The transcriptions of log-mel features; ``progress``: the description of a progress bar
         (stderr, on a terminal only)."""
         dc = self.config.decoding
@@ -125,15 +146,17 @@ class Recognizer(Translator):
             for indices in inference_batches([f.size(0) for f in features], batch_size or dc.batch_size):
                 src, lengths = feature_batch([features[i] for i in indices])
                 with torch.inference_mode():
-                    decoded = decode(self.model, src.to(self.device), lengths.to(self.device), dc, beam=beam,
-                                     n_best=n_best)
+                    decoded = decode(
+                        self.model, src.to(self.device), lengths.to(self.device), dc, beam=beam, n_best=n_best
+                    )
                 for i, hypotheses in zip(indices, decoded):
                     results[i] = self._transcription(names[i], features[i], [self.candidate(h) for h in hypotheses])
                 bar.update(len(indices))
         return results
 
-    def force_attention(self, features: list[torch.Tensor], texts: list[str],
-                        batch_size: int | None = None) -> list[np.ndarray]:
+    def force_attention(
+        self, features: list[torch.Tensor], texts: list[str], batch_size: int | None = None
+    ) -> list[np.ndarray]:
         """The attention of the model forced to write each transcript: per utterance an array
         (target pieces + EOS, encoder states) whose rows sum to 1 (see attnmt.translation.align.force_attention)."""
         if not self.model.has_attention:
@@ -144,17 +167,23 @@ class Recognizer(Translator):
             src, lengths = feature_batch([features[i] for i in indices])
             tgt_in, _ = target_tensors([ids[i] for i in indices])
             with torch.inference_mode():
-                _, weights = self.model.decoder_outputs(src.to(self.device), lengths.to(self.device),
-                                                        tgt_in.to(self.device), self.attention_window)
+                _, weights = self.model.decoder_outputs(
+                    src.to(self.device), lengths.to(self.device), tgt_in.to(self.device), self.attention_window
+                )
             states = self.model.encoder_lengths(lengths).tolist()
             for row, i in enumerate(indices):
                 results[i] = to_numpy(weights[row, : len(ids[i]) + 1, : states[row]].float())
         return results
 
     def _transcription(self, name: str, features: torch.Tensor, candidates) -> Transcription:
-        return Transcription(name, self.state_labels(features.size(0)), candidates,
-                             features=to_numpy(features), frames_per_state=self.frames_per_state,
-                             hop_ms=self.config.speech.hop_ms)
+        return Transcription(
+            name,
+            self.state_labels(features.size(0)),
+            candidates,
+            features=to_numpy(features),
+            frames_per_state=self.frames_per_state,
+            hop_ms=self.config.speech.hop_ms,
+        )
 
     def state_labels(self, frames: int) -> list[str]:
         """The start time of each encoder state, e.g. "0.32s": the source tokens of speech."""
@@ -169,17 +198,23 @@ class Recognizer(Translator):
         """Greedy transcription of one sound file with every quantity of every decoder step
         (see attnmt.seq2seq.trace); the trace's ``features`` are the log-mels. ``stop``: asked
         between two decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped."""
-        return self.trace_features(self.features(audio, name), top_k,
-                                   name or ("audio" if isinstance(audio, bytes) else str(audio)), stop)
+        return self.trace_features(
+            self.features(audio, name), top_k, name or ("audio" if isinstance(audio, bytes) else str(audio)), stop
+        )
 
-    def trace_features(self, features: torch.Tensor, top_k: int = 5, name: str = "audio",
-                       stop: Callable[[], bool] | None = None):
+    def trace_features(
+        self, features: torch.Tensor, top_k: int = 5, name: str = "audio", stop: Callable[[], bool] | None = None
+    ):
         from attnmt.seq2seq.trace import trace_source
 
         src, lengths = feature_batch([features])
         result = trace_source(self, src, lengths, name, self.state_labels(features.size(0)), top_k, stop=stop)
-        return replace(result, features=to_numpy(features), frames_per_state=self.frames_per_state,
-                       hop_ms=self.config.speech.hop_ms)
+        return replace(
+            result,
+            features=to_numpy(features),
+            frames_per_state=self.frames_per_state,
+            hop_ms=self.config.speech.hop_ms,
+        )
 
     @property
     def test_sets(self) -> dict:

@@ -31,6 +31,17 @@ from attnmt.training.optimization import TrainingSetup, make_scheduler, noam, se
 from attnmt.training.trainer import Trainer, train
 
 __all__ = [
-    "train", "Trainer", "TrainerState", "TrainingLoop", "Validation", "batches_to_train",
-    "MetricsWindow", "ProgressBar", "trim_metrics", "TrainingSetup", "setup_training", "make_scheduler", "noam",
+    "train",
+    "Trainer",
+    "TrainerState",
+    "TrainingLoop",
+    "Validation",
+    "batches_to_train",
+    "MetricsWindow",
+    "ProgressBar",
+    "trim_metrics",
+    "TrainingSetup",
+    "setup_training",
+    "make_scheduler",
+    "noam",
 ]

@@ -24,8 +24,9 @@ from torch import Tensor
 
 from attnmt.core.errors import AttnmtError
 
-ADVICE = ("lower training.learning_rate or training.clip_grad_norm, then train again "
-          "(or --resume from the last checkpoint)")
+ADVICE = (
+    "lower training.learning_rate or training.clip_grad_norm, then train again (or --resume from the last checkpoint)"
+)
 
 
 class DivergenceCheck:
@@ -64,13 +65,16 @@ class DivergenceCheck:
             return
         first = int(self.first_bad_step)
         if first:
-            raise AttnmtError(f"step {first}: the training loss or gradient norm is not finite: training diverged "
-                              f"(checked on the GPU, read at step {step}). No update whose values were not finite "
-                              "reached the weights, and the files of the last checkpoint stay as they were; "
-                              + ADVICE)
+            raise AttnmtError(
+                f"step {first}: the training loss or gradient norm is not finite: training diverged "
+                f"(checked on the GPU, read at step {step}). No update whose values were not finite "
+                "reached the weights, and the files of the last checkpoint stay as they were; " + ADVICE
+            )
 
     @staticmethod
     def _raise_unless_finite(step: int, what: str, value: float):
         if not math.isfinite(value):
-            raise AttnmtError(f"step {step}: the training {what} is {value}: training diverged. The weights were "
-                              "not updated, and the files of the last checkpoint stay as they were; " + ADVICE)
+            raise AttnmtError(
+                f"step {step}: the training {what} is {value}: training diverged. The weights were "
+                "not updated, and the files of the last checkpoint stay as they were; " + ADVICE
+            )

@@ -40,23 +40,31 @@ def initial_config(config: Config) -> Config:
         raise AttnmtError(f"training.init_from: {folder} is not a folder (a trained model's experiment_dir)")
     init = model_config(folder)
     if init.task != config.task:
-        raise AttnmtError(f"training.init_from: {folder} is a model of task {init.task}, this config of task "
-                          f"{config.task}")
-    differ = (_differences("model", config.model, init.model, FREE)
-              + _differences("data.subwords", config.data.subwords, init.data.subwords, ())
-              + _differences("speech", config.speech, init.speech, FREE_SPEECH))
+        raise AttnmtError(
+            f"training.init_from: {folder} is a model of task {init.task}, this config of task {config.task}"
+        )
+    differ = (
+        _differences("model", config.model, init.model, FREE)
+        + _differences("data.subwords", config.data.subwords, init.data.subwords, ())
+        + _differences("speech", config.speech, init.speech, FREE_SPEECH)
+    )
     if differ:
-        raise AttnmtError(f"training.init_from: the model of {folder} is not the one this config describes "
-                          f"(copy its model section, data.subwords and any speech section; only "
-                          f"{', '.join(FREE + FREE_SPEECH)} may change): " + "; ".join(differ))
+        raise AttnmtError(
+            f"training.init_from: the model of {folder} is not the one this config describes "
+            f"(copy its model section, data.subwords and any speech section; only "
+            f"{', '.join(FREE + FREE_SPEECH)} may change): " + "; ".join(differ)
+        )
     return init
 
 
 def _differences(section: str, ours, theirs, free: tuple[str, ...]) -> list[str]:
     """'section.field: ours here, theirs there' for each field of two config sections that differs."""
     ours, theirs = ({} if s is None else s.model_dump(mode="json") for s in (ours, theirs))
-    return [f"{section}.{name}: {ours.get(name)!r} here, {theirs.get(name)!r} there"
-            for name in sorted(set(ours) | set(theirs)) if name not in free and ours.get(name) != theirs.get(name)]
+    return [
+        f"{section}.{name}: {ours.get(name)!r} here, {theirs.get(name)!r} there"
+        for name in sorted(set(ours) | set(theirs))
+        if name not in free and ours.get(name) != theirs.get(name)
+    ]
 
 
 def copy_subwords(config: Config, log: Callable[[str], None] = print):
@@ -77,8 +85,10 @@ def check_same_subwords(config: Config):
     for ours in sorted((config.experiment_dir / SPM).glob("*.model")):
         theirs = folder / SPM / ours.name
         if theirs.is_file() and not filecmp.cmp(theirs, ours, shallow=False):
-            raise AttnmtError(f"{ours} is not the subword model of {folder} (training.init_from), whose weights "
-                              "this experiment starts from: use another experiment_dir")
+            raise AttnmtError(
+                f"{ours} is not the subword model of {folder} (training.init_from), whose weights "
+                "this experiment starts from: use another experiment_dir"
+            )
 
 
 def initialize(model: nn.Module, config: Config) -> Path | None:

@@ -57,8 +57,12 @@ class Validation(Protocol):
         """The scores for the log, e.g. "dev loss 1.234, ppl 3.43, BLEU 27.10"."""
 
 
-def batches_to_train(state: TrainerState, epoch_batches: Callable[[int], list[list[int]]],
-                     should_stop: Callable[[], bool], min_size: int = 1) -> Iterator[list[int]]:
+def batches_to_train(
+    state: TrainerState,
+    epoch_batches: Callable[[int], list[list[int]]],
+    should_stop: Callable[[], bool],
+    min_size: int = 1,
+) -> Iterator[list[int]]:
     """The batches (example indices) from the state's position on, epoch after epoch, until
     ``should_stop()``, which is asked before each one. A batch counts in the state
     (batch_in_epoch, then epoch) as soon as it is handed out, so a checkpoint written after its
@@ -81,9 +85,20 @@ class TrainingLoop:
     Every epoch cuts the examples, known by their ``sizes``, into batches of similar sizes under
     config.data's budget; ``make_batch`` builds a batch from its examples' indices."""
 
-    def __init__(self, config: Config, setup: TrainingSetup, sizes: list[int], make_batch: Callable[[list[int]], Any],
-                 validation: Validation | None = None, summary: str = "", *, processes: Processes = ONE_PROCESS,
-                 log: Callable[[str], None] = print, progress: bool = True, data: Any = None):
+    def __init__(
+        self,
+        config: Config,
+        setup: TrainingSetup,
+        sizes: list[int],
+        make_batch: Callable[[list[int]], Any],
+        validation: Validation | None = None,
+        summary: str = "",
+        *,
+        processes: Processes = ONE_PROCESS,
+        log: Callable[[str], None] = print,
+        progress: bool = True,
+        data: Any = None,
+    ):
         self.config, self.folder = config, config.experiment_dir
         self.data = data  # the task's prepared data, for a look from outside (Trainer.data); the loop never reads it
         self.model, self.loss = setup.model, setup.loss
@@ -119,8 +134,10 @@ class TrainingLoop:
         if resume:
             self.resume()
         elif (self.folder / "last.safetensors").exists():
-            raise AttnmtError(f"{self.folder} already holds a trained model; "
-                              "use --resume to continue it, or choose another experiment_dir")
+            raise AttnmtError(
+                f"{self.folder} already holds a trained model; "
+                "use --resume to continue it, or choose another experiment_dir"
+            )
         elif self.processes.main:  # a run that died before its first checkpoint may have left records
             trim_metrics(self.folder / "metrics.jsonl", 0)
         self.log(self.summary)
@@ -183,8 +200,9 @@ class TrainingLoop:
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         d = self.config.data
-        return batching.epoch_batches(self.sizes, d.batch_size, d.batch_tokens, d.bucket_batches,
-                                      self.config.training.seed, epoch)
+        return batching.epoch_batches(
+            self.sizes, d.batch_size, d.batch_tokens, d.bucket_batches, self.config.training.seed, epoch
+        )
 
     # ----------------------------------------------------------------- limits and interrupts
 
@@ -198,10 +216,12 @@ class TrainingLoop:
 
     def _should_stop(self) -> bool:
         tc, s = self.config.training, self.state
-        stop = (s.stopped_early
-                or (tc.max_steps is not None and s.step >= tc.max_steps)
-                or (tc.max_epochs is not None and s.epoch >= tc.max_epochs)
-                or (tc.max_minutes is not None and s.seconds >= 60 * tc.max_minutes))
+        stop = (
+            s.stopped_early
+            or (tc.max_steps is not None and s.step >= tc.max_steps)
+            or (tc.max_epochs is not None and s.epoch >= tc.max_epochs)
+            or (tc.max_minutes is not None and s.seconds >= 60 * tc.max_minutes)
+        )
         # The clocks of the processes differ: the main process decides for all.
         return bool(distributed.from_main([float(stop)], self.processes)[0])
 
@@ -211,8 +231,10 @@ class TrainingLoop:
 
     def _save_and_stop(self):
         self.save_checkpoint()
-        self.log(f"interrupted at step {self.state.step}: checkpoint saved to {self.folder / 'last.safetensors'}; "
-                 "continue with 'attnmt train CONFIG --resume'")
+        self.log(
+            f"interrupted at step {self.state.step}: checkpoint saved to {self.folder / 'last.safetensors'}; "
+            "continue with 'attnmt train CONFIG --resume'"
+        )
         raise KeyboardInterrupt
 
     # ----------------------------------------------------------------- checkpoints
@@ -246,8 +268,11 @@ class TrainingLoop:
         self.divergence.raise_if_diverged(self.state.step)
         if keep and self.config.training.keep_checkpoints:
             self._keep_checkpoint(self.config.training.keep_checkpoints)
-        info = {"trainer": asdict(self.state), "scheduler": self.scheduler.state_dict(),
-                "threads": torch.get_num_threads()}
+        info = {
+            "trainer": asdict(self.state),
+            "scheduler": self.scheduler.state_dict(),
+            "threads": torch.get_num_threads(),
+        }
         save_training_state(self.folder / "last.safetensors", self.model, self.optimizer, info)
 
     def _keep_checkpoint(self, keep: int):
@@ -309,6 +334,11 @@ class TrainingLoop:
     def write_metrics(self, kind: str, record: dict):
         if not self.processes.main:
             return
-        line = {"type": kind, "step": self.state.step, "epoch": self.state.epoch,
-                "seconds": round(self.state.seconds, 2), **record}
+        line = {
+            "type": kind,
+            "step": self.state.step,
+            "epoch": self.state.epoch,
+            "seconds": round(self.state.seconds, 2),
+            **record,
+        }
         append_text(self.folder / "metrics.jsonl", json.dumps(line) + "\n")

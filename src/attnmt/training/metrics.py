@@ -41,8 +41,9 @@ class ProgressBar:
 
     def __init__(self, total: int | None, initial: int, enabled: bool, max_minutes: float | None):
         # disable=None: on a terminal only, not in the logs of `attnmt compare` or of a pipe
-        self.bar = tqdm(total=total, initial=initial, disable=None if enabled else True, unit="step",
-                        dynamic_ncols=True)
+        self.bar = tqdm(
+            total=total, initial=initial, disable=None if enabled else True, unit="step", dynamic_ncols=True
+        )
         self.max_minutes = max_minutes
 
     def update(self):
@@ -82,12 +83,15 @@ def _record_step(line: str) -> float:
     return step if isinstance(step, int) else math.inf
 
 
-def test_set_summary(reports: dict[str, dict], record: Callable[[dict], dict], line: Callable[[dict], str],
-                     log: Callable[[str], None]) -> tuple[dict, list[dict]]:
+def test_set_summary(
+    reports: dict[str, dict], record: Callable[[dict], dict], line: Callable[[dict], str], log: Callable[[str], None]
+) -> tuple[dict, list[dict]]:
     """The reports without their per-sentence outputs (hypotheses, predictions), and a metrics
     record (``record``) of each, logged (``line``): what every task's test_scores returns."""
-    summary = {name: {key: value for key, value in report.items() if key not in ("hypotheses", "predictions")}
-               for name, report in reports.items()}
+    summary = {
+        name: {key: value for key, value in report.items() if key not in ("hypotheses", "predictions")}
+        for name, report in reports.items()
+    }
     for name, report in summary.items():
         log(f"test set {name}: {line(report)}")
     return summary, [{"name": name, **record(report)} for name, report in summary.items()]

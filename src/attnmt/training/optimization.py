@@ -35,7 +35,7 @@ def noam(step: int, warmup: int) -> float:
     """The inverse-square-root schedule with linear warm-up of Vaswani et al. (2017), as a factor
     of the learning rate that peaks at 1 at step ``warmup``: min(step^-0.5, step warmup^-1.5) warmup^0.5.
     (The paper's d_model^-0.5 min(...) is this with learning_rate = (d_model warmup)^-0.5.)"""
-    return min(step ** -0.5, step * warmup ** -1.5) * warmup ** 0.5
+    return min(step**-0.5, step * warmup**-1.5) * warmup**0.5
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, tc: TrainingConfig):
@@ -43,8 +43,12 @@ def make_scheduler(optimizer: torch.optim.Optimizer, tc: TrainingConfig):
         # Stepped after every update; LambdaLR counts from 0, and the first update is step 1.
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda index: noam(index + 1, tc.warmup_steps))
     return torch.optim.lr_scheduler.ReduceLROnPlateau(
-        optimizer, mode="max" if higher_is_better(tc) else "min",
-        factor=tc.lr_decay_factor, patience=tc.lr_decay_patience, min_lr=tc.min_learning_rate)
+        optimizer,
+        mode="max" if higher_is_better(tc) else "min",
+        factor=tc.lr_decay_factor,
+        patience=tc.lr_decay_patience,
+        min_lr=tc.min_learning_rate,
+    )
 
 
 def higher_is_better(tc: TrainingConfig) -> bool:

@@ -30,11 +30,15 @@ class Trainer:
         self.log, self.progress = log, progress
         threads.choose(tc.threads, log)
         if tc.precision == "bf16" and self.device.type == "cpu" and not speed.cpu_has_bf16():
-            log("warning: training.precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): its products are "
-                "emulated, tens of times slower than fp32 here; set training.precision: fp32")
+            log(
+                "warning: training.precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): its products are "
+                "emulated, tens of times slower than fp32 here; set training.precision: fp32"
+            )
         if tc.init_from is not None and not self.task.fine_tunes:
-            raise AttnmtError(f"training.init_from: the training of {self.task.what} cannot start from another "
-                              "model's weights (fine-tuning is for translation and speech models)")
+            raise AttnmtError(
+                f"training.init_from: the training of {self.task.what} cannot start from another "
+                "model's weights (fine-tuning is for translation and speech models)"
+            )
         torch.manual_seed(tc.seed)
         self.loop = self.task.training_loop(config, self.device, self.processes, log, progress)
         self.model = self.loop.model
@@ -61,6 +65,7 @@ class Trainer:
             self.loop.write_metrics("test", record)
 
 
-def train(config: Config, resume: bool = False, log: Callable[[str], None] = print,
-          progress: bool = True) -> TrainerState:
+def train(
+    config: Config, resume: bool = False, log: Callable[[str], None] = print, progress: bool = True
+) -> TrainerState:
     return Trainer(config, log, progress).train(resume)

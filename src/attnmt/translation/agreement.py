@@ -50,6 +50,7 @@ def word_posteriors(alignment: Tensor, tgt_words: Tensor, src_words: Tensor) -> 
     """Piece posteriors (B,T,S) -> word posteriors (B, target words, source words): a target word the
     mean of its pieces' rows, a source word the sum of its pieces' columns; "</s>" and padding
     (NO_WORD) dropped."""
+
     def membership(words: Tensor) -> Tensor:  # (B, pieces, words) one-hot, NO_WORD in no column
         count = int(words.max()) + 1 if words.numel() else 0
         return torch.nn.functional.one_hot(words + 1, count + 1)[..., 1:].to(alignment.dtype)

@@ -37,9 +37,15 @@ from attnmt.viz.words import word_spans
 # ---------------------------------------------------------------- forced attention
 
 
-def force_attention(translator, sources: list[str], targets: list[str], batch_size: int = 32,
-                    layers: bool = False, heads: list[int] | None = None,
-                    full_context: bool | None = None) -> list[np.ndarray]:
+def force_attention(
+    translator,
+    sources: list[str],
+    targets: list[str],
+    batch_size: int = 32,
+    layers: bool = False,
+    heads: list[int] | None = None,
+    full_context: bool | None = None,
+) -> list[np.ndarray]:
     """Attention of the model while it is forced to produce each given target.
 
     Returns, per pair, an array (target pieces + EOS) x (source pieces + EOS) whose rows are the
@@ -60,16 +66,21 @@ def force_attention(translator, sources: list[str], targets: list[str], batch_si
     if heads is not None and not layers:
         raise AttnmtError("heads are chosen among a Transformer's heads: give layers=True (a layer) too")
     if heads is not None and not all(0 <= h < model.config.heads for h in heads):
-        raise AttnmtError(f"heads {heads}: the model in {translator.folder} has {model.config.heads} heads "
-                          f"(0 to {model.config.heads - 1})")
+        raise AttnmtError(
+            f"heads {heads}: the model in {translator.folder} has {model.config.heads} heads "
+            f"(0 to {model.config.heads - 1})"
+        )
     if not model.has_attention:
-        raise AttnmtError(f"the model in {translator.folder} has attention 'none': it has no attention "
-                          "weights to align with")
+        raise AttnmtError(
+            f"the model in {translator.folder} has attention 'none': it has no attention weights to align with"
+        )
 
     full_context = trained_with_full_context(translator) if full_context is None else full_context
     if full_context and not hasattr(model, "attention_maps"):
-        raise AttnmtError(f"the model in {translator.folder} is not a Transformer: full context is a Transformer "
-                          "decoder pass without its causal mask")
+        raise AttnmtError(
+            f"the model in {translator.folder} is not a Transformer: full context is a Transformer "
+            "decoder pass without its causal mask"
+        )
 
     def weights_of(batch):
         if layers or full_context:  # (B,L,H,T,S) -> (B,L,T,S)
@@ -108,18 +119,27 @@ class GuidedAttentionLinks:
     def __init__(self, translator):
         self.translator = translator
 
-    def __call__(self, sources: list[str], outputs: list[str], method: str | None = None, threshold: float = 0.5,
-                 batch_size: int = 32) -> list[list[Link]]:
+    def __call__(
+        self,
+        sources: list[str],
+        outputs: list[str],
+        method: str | None = None,
+        threshold: float = 0.5,
+        batch_size: int = 32,
+    ) -> list[list[Link]]:
         return align(self.translator, sources, outputs, batch_size, method, threshold)
 
     def __repr__(self) -> str:
         guided = guided_heads(self.translator)
-        return (f"GuidedAttentionLinks(layer {guided.layer}, heads {guided.heads}"
-                f"{', full context' if guided.full_context else ''})")
+        return (
+            f"GuidedAttentionLinks(layer {guided.layer}, heads {guided.heads}"
+            f"{', full context' if guided.full_context else ''})"
+        )
 
 
-def aligner_posteriors(aligner: AlignmentLayer, translator, sources: list[str], targets: list[str],
-                       batch_size: int = 32) -> list[np.ndarray]:
+def aligner_posteriors(
+    aligner: AlignmentLayer, translator, sources: list[str], targets: list[str], batch_size: int = 32
+) -> list[np.ndarray]:
     """The alignment r of an alignment layer trained on ``translator`` for every pair, as
     force_attention gives the attention: per pair an array (target pieces + EOS) x (source pieces +
     EOS) whose rows sum to 1, in input order."""
@@ -131,8 +151,9 @@ def aligner_posteriors(aligner: AlignmentLayer, translator, sources: list[str], 
     return forced_matrices(translator, sources, targets, batch_size, weights_of)
 
 
-def forced_matrices(translator, sources: list[str], targets: list[str], batch_size: int,
-                    weights_of: Callable[[Batch], torch.Tensor]) -> list[np.ndarray]:
+def forced_matrices(
+    translator, sources: list[str], targets: list[str], batch_size: int, weights_of: Callable[[Batch], torch.Tensor]
+) -> list[np.ndarray]:
     """``weights_of(batch)``, (B, ..., target pieces + EOS, source pieces + EOS), of every pair forced
     through the model (in eval mode, no gradients), the pairs batched by length; per pair its array
     cut to its lengths, in input order."""
@@ -155,6 +176,7 @@ def forced_matrices(translator, sources: list[str], targets: list[str], batch_si
 
 def piece_lists(translator, sources: list[str], targets: list[str]) -> tuple[list[list[str]], list[list[str]]]:
     """The pieces of every source and target, each ending in "</s>" (the axes of force_attention)."""
+
     def pieces(subwords, texts):
         return [subwords.pieces(ids + [EOS]) for ids in subwords.encode(list(texts))]
 
@@ -167,8 +189,14 @@ def piece_lists(translator, sources: list[str], targets: list[str]) -> tuple[lis
 # ---------------------------------------------------------------- attention -> links
 
 
-def word_attention(translator, sources: list[str], targets: list[str], matrices: list[np.ndarray],
-                   words: bool = True, shift: bool = False) -> list[np.ndarray]:
+def word_attention(
+    translator,
+    sources: list[str],
+    targets: list[str],
+    matrices: list[np.ndarray],
+    words: bool = True,
+    shift: bool = False,
+) -> list[np.ndarray]:
     """The piece matrices of force_attention as word matrices (target words x source words, see
     word_matrix), or with ``words=False`` as piece matrices without "</s>"; ``shift``: see
     shifted_by_one. A text whose pieces do not give its whitespace-separated words is an error."""
@@ -184,15 +212,27 @@ def word_attention(translator, sources: list[str], targets: list[str], matrices:
                 raise AttnmtError(
                     f"sentence pair {k + 1}: the {side} has {len(text.split())} whitespace-separated words "
                     f"but its subword pieces make {len(word_spans(without_eos(pieces)))}, so word indices "
-                    "would not match the text")
+                    "would not match the text"
+                )
         result.append(word_matrix(matrix, sp, tp))
     return result
 
 
-def align(translator, sources: list[str], targets: list[str], batch_size: int = 32, method: str | None = None,
-          threshold: float = 0.5, words: bool = True, shift: bool = False, layer: int | None = None,
-          heads: list[int] | None = None, aligner: AlignmentLayer | None = None,
-          full_context: bool | None = None, saliency: int | None = None) -> list[list[Link]]:
+def align(
+    translator,
+    sources: list[str],
+    targets: list[str],
+    batch_size: int = 32,
+    method: str | None = None,
+    threshold: float = 0.5,
+    words: bool = True,
+    shift: bool = False,
+    layer: int | None = None,
+    heads: list[int] | None = None,
+    aligner: AlignmentLayer | None = None,
+    full_context: bool | None = None,
+    saliency: int | None = None,
+) -> list[list[Link]]:
     """Word alignments of sentence pairs from forced attention (one list of links per pair).
 
     With ``words=False`` the indices are those of the subword pieces (without "</s>"), unmerged.
@@ -211,9 +251,12 @@ def align(translator, sources: list[str], targets: list[str], batch_size: int = 
     if method not in ("argmax", "threshold"):
         raise AttnmtError(f"unknown alignment method {method!r}; expected 'argmax' or 'threshold'")
     _check_threshold(threshold)
-    return [alignments_from_attention(matrix, method, threshold) for matrix in
-            alignment_matrices(translator, sources, targets, batch_size, words, shift, layer, heads, aligner,
-                               full_context, saliency)]
+    return [
+        alignments_from_attention(matrix, method, threshold)
+        for matrix in alignment_matrices(
+            translator, sources, targets, batch_size, words, shift, layer, heads, aligner, full_context, saliency
+        )
+    ]
 
 
 def default_method(from_aligner: bool) -> str:
@@ -229,26 +272,44 @@ def _check_threshold(threshold: float):
         raise AttnmtError(f"the alignment threshold must be in (0, 1], got {threshold}")
 
 
-def alignment_matrices(translator, sources: list[str], targets: list[str], batch_size: int = 32, words: bool = True,
-                       shift: bool = False, layer: int | None = None, heads: list[int] | None = None,
-                       aligner: AlignmentLayer | None = None, full_context: bool | None = None,
-                       saliency: int | None = None) -> list[np.ndarray]:
+def alignment_matrices(
+    translator,
+    sources: list[str],
+    targets: list[str],
+    batch_size: int = 32,
+    words: bool = True,
+    shift: bool = False,
+    layer: int | None = None,
+    heads: list[int] | None = None,
+    aligner: AlignmentLayer | None = None,
+    full_context: bool | None = None,
+    saliency: int | None = None,
+) -> list[np.ndarray]:
     """The matrices that align reads its links from: per pair, target words x source words (with
     ``words=False``, pieces without "</s>"); the options are align's."""
     if aligner is not None or saliency is not None:
         if shift or layer is not None or heads is not None or full_context or (aligner and saliency is not None):
-            raise AttnmtError("an aligner, or saliency, gives its own alignment of each target word: shift, layer, "
-                              "heads and full context are for the attention (and saliency reads no aligner)")
-        matrices = (aligner_posteriors(aligner, translator, sources, targets, batch_size) if aligner is not None
-                    else saliency_matrices(translator, sources, targets, batch_size, saliency))
+            raise AttnmtError(
+                "an aligner, or saliency, gives its own alignment of each target word: shift, layer, "
+                "heads and full context are for the attention (and saliency reads no aligner)"
+            )
+        matrices = (
+            aligner_posteriors(aligner, translator, sources, targets, batch_size)
+            if aligner is not None
+            else saliency_matrices(translator, sources, targets, batch_size, saliency)
+        )
     elif layer is None and heads is None and (guided := guided_heads(translator)) is None:
         matrices = force_attention(translator, sources, targets, batch_size, full_context=full_context)
     else:  # a layer, or heads, or none chosen of a guided Transformer: those that guidance trained
         if layer is None and heads is None:
             layer, heads = guided.layer, guided.heads
         index = _layer_index(translator, layer)
-        matrices = [maps[index] for maps in force_attention(translator, sources, targets, batch_size, layers=True,
-                                                            heads=heads, full_context=full_context)]
+        matrices = [
+            maps[index]
+            for maps in force_attention(
+                translator, sources, targets, batch_size, layers=True, heads=heads, full_context=full_context
+            )
+        ]
     return word_attention(translator, sources, targets, matrices, words, shift)
 
 
@@ -256,22 +317,31 @@ def _layer_index(translator, layer: int | None) -> int:
     count = translator.config.model.decoder_layers
     layer = -1 if layer is None else layer
     if not -count <= layer < count:
-        raise AttnmtError(f"layer {layer}: the model in {translator.folder} has {count} decoder layers "
-                          f"(0 to {count - 1}, or -1 for the last)")
+        raise AttnmtError(
+            f"layer {layer}: the model in {translator.folder} has {count} decoder layers "
+            f"(0 to {count - 1}, or -1 for the last)"
+        )
     return layer
 
 
-def align_both_ways(forward, backward, sources: list[str], targets: list[str], symmetrization: str,
-                    aligners: tuple[AlignmentLayer | None, AlignmentLayer | None] = (None, None),
-                    **options) -> list[list[Link]]:
+def align_both_ways(
+    forward,
+    backward,
+    sources: list[str],
+    targets: list[str],
+    symmetrization: str,
+    aligners: tuple[AlignmentLayer | None, AlignmentLayer | None] = (None, None),
+    **options,
+) -> list[list[Link]]:
     """The links of ``forward`` (a source->target model) and of ``backward`` (target->source, its
     links turned around) made one alignment per pair (``symmetrization``: see symmetrize, or
     "mean": the links where the mean of both directions' word weights reaches ``threshold``);
     ``aligners``: an alignment layer of each model, or None (its attention); ``options``: those of
     align, for both."""
     if symmetrization not in SYMMETRIZATIONS + ("mean",):
-        raise AttnmtError(f"unknown symmetrization {symmetrization!r}; expected one of "
-                          f"{', '.join(SYMMETRIZATIONS)} or mean")
+        raise AttnmtError(
+            f"unknown symmetrization {symmetrization!r}; expected one of {', '.join(SYMMETRIZATIONS)} or mean"
+        )
     if symmetrization == "mean":
         return _mean_of_both_ways(forward, backward, sources, targets, aligners, **options)
     there = align(forward, sources, targets, aligner=aligners[0], **options)
@@ -279,8 +349,9 @@ def align_both_ways(forward, backward, sources: list[str], targets: list[str], s
     return [symmetrize(f, transposed(b), symmetrization) for f, b in zip(there, back)]
 
 
-def _mean_of_both_ways(forward, backward, sources, targets, aligners, method: str = "argmax",
-                       threshold: float = 0.5, **options) -> list[list[Link]]:
+def _mean_of_both_ways(
+    forward, backward, sources, targets, aligners, method: str = "argmax", threshold: float = 0.5, **options
+) -> list[list[Link]]:
     """Each link whose weight, averaged over the two directions (the backward matrix transposed), is at
     least ``threshold``: a link both directions half believe in. (``method`` does not apply.)"""
     _check_threshold(threshold)
@@ -346,15 +417,16 @@ SYMMETRIZATIONS = ("intersection", "union", "grow-diag-final")
 
 
 def format_pharaoh(links) -> str:
-    """"i-j" pairs separated by spaces, sorted (by source index, then target index)."""
+    """ "i-j" pairs separated by spaces, sorted (by source index, then target index)."""
     return " ".join(f"{i}-{j}" for i, j in sorted(set(links)))
 
 
 _LINK = re.compile(r"(\d+)([-?p])(\d+)")
 
 
-def parse_pharaoh(line: str, one_based: bool = False, allow_possible: bool = True,
-                  where: str = "") -> tuple[set[Link], set[Link]]:
+def parse_pharaoh(
+    line: str, one_based: bool = False, allow_possible: bool = True, where: str = ""
+) -> tuple[set[Link], set[Link]]:
     """One line -> (sure links, possible links); possible includes sure.
 
     "i-j" is a sure link, "i?j" and "ipj" possible ones. ``where`` (e.g. "file: line 3")
@@ -366,16 +438,16 @@ def parse_pharaoh(line: str, one_based: bool = False, allow_possible: bool = Tru
         match = _LINK.fullmatch(token)
         if match is None:
             expected = "i-j (sure) or i?j / ipj (possible)" if allow_possible else "i-j"
-            raise AttnmtError(f"{prefix}malformed alignment link {token!r}; expected {expected} "
-                              "with non-negative integers i (source) and j (target)")
+            raise AttnmtError(
+                f"{prefix}malformed alignment link {token!r}; expected {expected} "
+                "with non-negative integers i (source) and j (target)"
+            )
         i, kind, j = int(match[1]), match[2], int(match[3])
         if kind != "-" and not allow_possible:
-            raise AttnmtError(f"{prefix}possible link {token!r} in a hypothesis; a hypothesis has "
-                              "only links i-j")
+            raise AttnmtError(f"{prefix}possible link {token!r} in a hypothesis; a hypothesis has only links i-j")
         if one_based:
             if i == 0 or j == 0:
-                raise AttnmtError(f"{prefix}link {token!r} has index 0, but the file is read as "
-                                  "1-based (--one-based)")
+                raise AttnmtError(f"{prefix}link {token!r} has index 0, but the file is read as 1-based (--one-based)")
             i, j = i - 1, j - 1
         possible.add((i, j))
         if kind == "-":
@@ -395,8 +467,10 @@ def read_gold(path, one_based: bool = False) -> tuple[list[set[Link]], list[set[
 
 def read_hypotheses(path, one_based: bool = False) -> list[set[Link]]:
     """A hypothesis alignment file (Pharaoh, "i-j" links only) -> links per line."""
-    return [parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {line_no}")[0]
-            for line_no, line in enumerate(read_lines(path), start=1)]
+    return [
+        parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {line_no}")[0]
+        for line_no, line in enumerate(read_lines(path), start=1)
+    ]
 
 
 # ---------------------------------------------------------------- scores
@@ -412,8 +486,9 @@ def alignment_scores(hyps, gold_sure, gold_possible) -> dict:
     Counts are summed over all sentences before dividing. Precision is 0 without any hypothesis link.
     """
     if not len(hyps) == len(gold_sure) == len(gold_possible):
-        raise AttnmtError(f"numbers of sentences differ: the hypothesis has {len(hyps)}, the gold "
-                          f"alignment {len(gold_sure)}")
+        raise AttnmtError(
+            f"numbers of sentences differ: the hypothesis has {len(hyps)}, the gold alignment {len(gold_sure)}"
+        )
     a = s = a_and_s = a_and_p = 0
     for hyp, sure, possible in zip(hyps, gold_sure, gold_possible):
         hyp, sure = set(hyp), set(sure)
@@ -437,8 +512,7 @@ def score_files(gold_path, hyp_path, one_based: bool = False) -> dict:
     sure, possible = read_gold(gold_path, one_based)
     hyps = read_hypotheses(hyp_path)
     if len(hyps) != len(sure):
-        raise AttnmtError(f"line counts differ: {gold_path} has {len(sure)} lines, "
-                          f"{hyp_path} has {len(hyps)}")
+        raise AttnmtError(f"line counts differ: {gold_path} has {len(sure)} lines, {hyp_path} has {len(hyps)}")
     return alignment_scores(hyps, sure, possible)
 
 

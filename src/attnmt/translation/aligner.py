@@ -107,9 +107,15 @@ class AlignerConfig(Section):
     def backward(self) -> AlignerConfig:
         """The config of the backward direction's layer, as written to its folder: its model is
         backward_model, its partner this one."""
-        return self.model_copy(update={"model": self.backward_model, "out": self.backward_out or
-                                       self.backward_model / "aligner", "backward_model": self.model,
-                                       "backward_out": self.folder, "links_reversed": not self.links_reversed})
+        return self.model_copy(
+            update={
+                "model": self.backward_model,
+                "out": self.backward_out or self.backward_model / "aligner",
+                "backward_model": self.model,
+                "backward_out": self.folder,
+                "links_reversed": not self.links_reversed,
+            }
+        )
 
 
 def load_aligner_config(path: str | Path) -> AlignerConfig:
@@ -154,9 +160,16 @@ class _Direction:
         self.translator = translator
         self.sources, self.targets = sources, targets
         self.src_ids, self.tgt_ids = translator.src_subwords.encode(sources), translator.tgt_subwords.encode(targets)
-        self.layer = layer_for(translator.model, len(translator.src_subwords), len(translator.tgt_subwords),
-                               config.size, config.diagonal_buckets, config.null_prior,
-                               config.jump_width, config.jump_lookahead).to(translator.device)
+        self.layer = layer_for(
+            translator.model,
+            len(translator.src_subwords),
+            len(translator.tgt_subwords),
+            config.size,
+            config.diagonal_buckets,
+            config.null_prior,
+            config.jump_width,
+            config.jump_lookahead,
+        ).to(translator.device)
         self.guide: _Guide | None = None  # with links: the reference links the layer is also trained towards
 
     def keep(self, kept: list[int]):
@@ -166,6 +179,7 @@ class _Direction:
     @functools.cached_property
     def words(self) -> tuple[list[list[int]], list[list[int]]]:
         """The piece -> word indices of every pair's source and target."""
+
         def of(subwords, ids):
             return [piece_words(subwords.pieces(piece_ids)) for piece_ids in ids]
 
@@ -180,8 +194,9 @@ class _Direction:
         return word_posteriors(alignment, tgt.to(alignment.device), src.to(alignment.device))
 
     def batch(self, indices: list[int]) -> Batch:
-        return training_batch([self.src_ids[i] for i in indices],
-                              [self.tgt_ids[i] for i in indices]).to(self.translator.device)
+        return training_batch([self.src_ids[i] for i in indices], [self.tgt_ids[i] for i in indices]).to(
+            self.translator.device
+        )
 
     def explain(self, batch: Batch, uniform_prior: bool) -> tuple[Tensor, Tensor]:
         """-log p of the batch's real target pieces (summed) and the layer's piece posteriors r (B,T,S)."""
@@ -203,8 +218,9 @@ def _directions(config: AlignerConfig, log: Callable[[str], None]) -> list[_Dire
     fits = [all(ok) for ok in zip(*(_within_limit(d.translator, d.src_ids, d.tgt_ids) for d in directions))]
     kept = [i for i, ok in enumerate(fits) if ok]
     if not kept:
-        raise AttnmtError(f"train: no sentence pair within the model's data.max_length "
-                          f"({translator.config.data.max_length} pieces)")
+        raise AttnmtError(
+            f"train: no sentence pair within the model's data.max_length ({translator.config.data.max_length} pieces)"
+        )
     if len(kept) < len(fits):
         log(f"aligner: left out {len(fits) - len(kept)} pair(s) longer than data.max_length pieces")
         for direction in directions:
@@ -217,8 +233,14 @@ def _directions(config: AlignerConfig, log: Callable[[str], None]) -> list[_Dire
     return directions
 
 
-def _reference_links(config: AlignerConfig, translator: Translator, sources: list[str], targets: list[str],
-                     lines: list[int] | None, log: Callable[[str], None]) -> tuple[list[list[Link]], list[list[Link]]]:
+def _reference_links(
+    config: AlignerConfig,
+    translator: Translator,
+    sources: list[str],
+    targets: list[str],
+    lines: list[int] | None,
+    log: Callable[[str], None],
+) -> tuple[list[list[Link]], list[list[Link]]]:
     """The reference word links (source word, target word) of every training pair, for the forward
     and the backward layer: eflomal's two directions, or the links file's line of each pair twice."""
     if config.links == "eflomal":
@@ -230,8 +252,13 @@ def _reference_links(config: AlignerConfig, translator: Translator, sources: lis
         raise AttnmtError("links: the training pairs' lines in their files are not known; give the corpus as files")
     corpus_files = translator.config.data.train if config.train is None else config.train
     corpus_lines = len(read_lines(corpus_files.tsv or corpus_files.src))
-    by_line = read_link_file(config.links, corpus_lines, config.links_one_based,
-                             corpus=str(corpus_files.tsv or corpus_files.src), field="links")
+    by_line = read_link_file(
+        config.links,
+        corpus_lines,
+        config.links_one_based,
+        corpus=str(corpus_files.tsv or corpus_files.src),
+        field="links",
+    )
     links = [by_line[line] for line in lines]
     if config.links_reversed:
         links = [[(i, j) for j, i in pair_links] for pair_links in links]
@@ -275,8 +302,11 @@ class _Agreement:
 
     def __init__(self, forward: _Direction, backward: _Direction):
         (self.src_f, self.tgt_f), (self.src_b, self.tgt_b) = forward.words, backward.words
-        self.alike = [_word_count(self.src_f[i]) == _word_count(self.tgt_b[i])
-                      and _word_count(self.tgt_f[i]) == _word_count(self.src_b[i]) for i in range(len(self.src_f))]
+        self.alike = [
+            _word_count(self.src_f[i]) == _word_count(self.tgt_b[i])
+            and _word_count(self.tgt_f[i]) == _word_count(self.src_b[i])
+            for i in range(len(self.src_f))
+        ]
 
     def loss(self, indices: list[int], forward: Tensor, backward: Tensor) -> Tensor:
         """The summed squared disagreement of the two directions' word posteriors over the batch:
@@ -298,11 +328,13 @@ def train_aligner(config: AlignerConfig, log: Callable[[str], None] = print) -> 
     agreement = _Agreement(*directions) if len(directions) == 2 else None
     optimizer = torch.optim.Adam([p for d in directions for p in d.layer.parameters()], lr=config.learning_rate)
     forward = directions[0]
-    log(f"aligner: training a layer of size {config.size} on {len(forward.src_ids):,} pairs, the model in "
-        f"{config.model} frozen" + (f", and by agreement (weight {config.agreement}) one on {config.backward_model}"
-                                    if agreement else "")
+    log(
+        f"aligner: training a layer of size {config.size} on {len(forward.src_ids):,} pairs, the model in "
+        f"{config.model} frozen"
+        + (f", and by agreement (weight {config.agreement}) one on {config.backward_model}" if agreement else "")
         + (f", towards the links of {config.links} (weight {config.links_weight})" if config.links else "")
-        + f", {config.steps} steps")
+        + f", {config.steps} steps"
+    )
     sizes = [max(len(s), len(t)) + 1 for s, t in zip(forward.src_ids, forward.tgt_ids)]
     totals, started, step, epoch = Counter(), time.perf_counter(), 0, 0
     while step < config.steps:
@@ -313,8 +345,10 @@ def train_aligner(config: AlignerConfig, log: Callable[[str], None] = print) -> 
             optimizer.step()
             step += 1
             if step % LOG_EVERY == 0 or step == config.steps:
-                log(f"aligner: step {step}/{config.steps}, epoch {epoch + 1}: {_progress(totals)} "
-                    f"({time.perf_counter() - started:.0f} s)")
+                log(
+                    f"aligner: step {step}/{config.steps}, epoch {epoch + 1}: {_progress(totals)} "
+                    f"({time.perf_counter() - started:.0f} s)"
+                )
                 totals = Counter()
             if step == config.steps:
                 break
@@ -334,8 +368,14 @@ def _progress(totals: Counter) -> str:
     return text
 
 
-def _step_loss(config: AlignerConfig, directions: list[_Direction], agreement: _Agreement | None,
-               indices: list[int], uniform: bool, totals: Counter) -> Tensor:
+def _step_loss(
+    config: AlignerConfig,
+    directions: list[_Direction],
+    agreement: _Agreement | None,
+    indices: list[int],
+    uniform: bool,
+    totals: Counter,
+) -> Tensor:
     """The loss of one batch: each direction's -log p per target piece, plus the agreement term and
     the links' cross-entropy where the config has them; ``totals`` (the forward direction's nll
     and pieces, the disagreement and its words, the links' cross-entropy and linked words) added to."""
@@ -365,8 +405,11 @@ def _step_loss(config: AlignerConfig, directions: list[_Direction], agreement: _
 def _save(config: AlignerConfig, layer: AlignmentLayer, translator: Translator) -> Path:
     folder = config.folder
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = {"model_weights_sha256": file_sha256(weights_path(config.model, config.checkpoint)),
-             "src_vocab": len(translator.src_subwords), "tgt_vocab": len(translator.tgt_subwords)}
+    stamp = {
+        "model_weights_sha256": file_sha256(weights_path(config.model, config.checkpoint)),
+        "src_vocab": len(translator.src_subwords),
+        "tgt_vocab": len(translator.tgt_subwords),
+    }
     save_model(layer, folder / WEIGHTS_FILE, stamp)
     atomic_write_text(folder / CONFIG_FILE, config_to_yaml(config))
     return folder
@@ -378,21 +421,32 @@ def load_aligner(folder: str | Path, translator: Translator) -> AlignmentLayer:
     folder = Path(folder)
     config_path, weights = folder / CONFIG_FILE, folder / WEIGHTS_FILE
     if not config_path.is_file() or not weights.is_file():
-        raise AttnmtError(f"{folder}: not an aligner folder (no {CONFIG_FILE} and {WEIGHTS_FILE}; "
-                          "attnmt train-aligner writes them)")
+        raise AttnmtError(
+            f"{folder}: not an aligner folder (no {CONFIG_FILE} and {WEIGHTS_FILE}; attnmt train-aligner writes them)"
+        )
     config = validated(AlignerConfig, read_yaml_file(config_path), source=str(config_path))
     shapes = tensor_shapes(weights)
     if not {"W_q.weight", "W_k.weight", "E.weight", "W_o.weight"} <= shapes.keys():
         raise AttnmtError(f"{weights}: not the weights of an alignment layer")
     size, memory_size = shapes["W_k.weight"]
-    layer = AlignmentLayer(shapes["W_q.weight"][1], memory_size, shapes["E.weight"][0], shapes["W_o.weight"][0], size,
-                           shapes["D"][0] if "D" in shapes else 0, 0.5 if "p0" in shapes else 0.0,  # (p0: loaded)
-                           (shapes["J"][0] - 1) // 2 if "J" in shapes else 0, "K" in shapes)
+    layer = AlignmentLayer(
+        shapes["W_q.weight"][1],
+        memory_size,
+        shapes["E.weight"][0],
+        shapes["W_o.weight"][0],
+        size,
+        shapes["D"][0] if "D" in shapes else 0,
+        0.5 if "p0" in shapes else 0.0,  # (p0: loaded)
+        (shapes["J"][0] - 1) // 2 if "J" in shapes else 0,
+        "K" in shapes,
+    )
     stamp = load_weights(layer, weights)
     if not _made_for(stamp, translator):
-        raise AttnmtError(f"{folder}: this aligner was trained on the weights of {config.model} "
-                          f"({config.checkpoint}), not on those of {translator.weights}: train one for this model "
-                          "with attnmt train-aligner")
+        raise AttnmtError(
+            f"{folder}: this aligner was trained on the weights of {config.model} "
+            f"({config.checkpoint}), not on those of {translator.weights}: train one for this model "
+            "with attnmt train-aligner"
+        )
     return layer.to(translator.device).eval()
 
 
@@ -415,8 +469,14 @@ class OutputAligner:
         self.layer = load_aligner(folder, translator)
         self.translator = translator
 
-    def __call__(self, sources: list[str], outputs: list[str], method: str | None = None, threshold: float = 0.5,
-                 batch_size: int = 32) -> list[list[tuple[int, int]]]:
+    def __call__(
+        self,
+        sources: list[str],
+        outputs: list[str],
+        method: str | None = None,
+        threshold: float = 0.5,
+        batch_size: int = 32,
+    ) -> list[list[tuple[int, int]]]:
         from attnmt.translation.align import align
 
         return align(self.translator, sources, outputs, batch_size, method, threshold, aligner=self.layer)
@@ -441,8 +501,9 @@ def folder_aligner(translator: Translator) -> OutputAligner | None:
         return None
 
 
-def load_translator(folder: Path, checkpoint: str = "best", quantize: str | None = None,
-                    device: str | torch.device = "cpu") -> Translator:
+def load_translator(
+    folder: Path, checkpoint: str = "best", quantize: str | None = None, device: str | torch.device = "cpu"
+) -> Translator:
     """A translation model as attnmt.load gives it: with its folder's aligner (folder_aligner), else,
     for a Transformer trained by guided alignment, the links of the attention that guidance trained."""
     translator = Translator(folder, checkpoint, quantize, device)

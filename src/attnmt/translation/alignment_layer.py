@@ -66,8 +66,18 @@ from attnmt.data.subwords import EOS, PAD
 
 
 class AlignmentLayer(nn.Module):
-    def __init__(self, state_size: int, memory_size: int, src_vocab_size: int, tgt_vocab_size: int, size: int,
-                 diagonal_buckets: int = 0, null_prior: float = 0.0, jump_width: int = 0, lookahead: bool = False):
+    def __init__(
+        self,
+        state_size: int,
+        memory_size: int,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        size: int,
+        diagonal_buckets: int = 0,
+        null_prior: float = 0.0,
+        jump_width: int = 0,
+        lookahead: bool = False,
+    ):
         super().__init__()
         self.size = size
         self.W_q = nn.Linear(state_size, size)
@@ -86,8 +96,16 @@ class AlignmentLayer(nn.Module):
         else:
             self.p0 = None
 
-    def forward(self, states: Tensor, memory: Tensor, mask: Tensor, attention: Tensor, src: Tensor,
-                targets: Tensor, uniform_prior: bool = False) -> tuple[Tensor, Tensor]:
+    def forward(
+        self,
+        states: Tensor,
+        memory: Tensor,
+        mask: Tensor,
+        attention: Tensor,
+        src: Tensor,
+        targets: Tensor,
+        uniform_prior: bool = False,
+    ) -> tuple[Tensor, Tensor]:
         """states (B,T,state) s_t, memory (B,S,memory) h_i, mask (B,S) True at real source
         pieces, attention (B,T,S) alpha_t,i, src (B,S) the pieces' ids, targets (B,T) y_t ->
         log p(y_t | y_<t, x) (B,T) and the
@@ -109,8 +127,9 @@ class AlignmentLayer(nn.Module):
             log_output, alignment = self._explain(scores, log_lexicon_of_y, mask, targets)
         return log_output, alignment
 
-    def _explain(self, scores: Tensor, log_lexicon_of_y: Tensor, mask: Tensor,
-                 targets: Tensor) -> tuple[Tensor, Tensor]:
+    def _explain(
+        self, scores: Tensor, log_lexicon_of_y: Tensor, mask: Tensor, targets: Tensor
+    ) -> tuple[Tensor, Tensor]:
         """The prior's scores (B,T,S) and log p(y_t | x_i) (B,T,S) -> log p(y_t | y_<t, x) and r."""
         allowed = explaining_pieces(mask, targets)
         log_prior = scores.masked_fill(~allowed, float("-inf")).log_softmax(dim=-1)  # (B,T,S)
@@ -181,17 +200,33 @@ def explaining_pieces(mask: Tensor, targets: Tensor) -> Tensor:
     return allowed | (mask[:, None, :] & ~allowed.any(dim=-1, keepdim=True))
 
 
-def layer_for(translation_model: nn.Module, src_vocab_size: int, tgt_vocab_size: int, size: int,
-              diagonal_buckets: int = 0, null_prior: float = 0.0, jump_width: int = 0,
-              lookahead: bool = False) -> AlignmentLayer:
+def layer_for(
+    translation_model: nn.Module,
+    src_vocab_size: int,
+    tgt_vocab_size: int,
+    size: int,
+    diagonal_buckets: int = 0,
+    null_prior: float = 0.0,
+    jump_width: int = 0,
+    lookahead: bool = False,
+) -> AlignmentLayer:
     """An untrained alignment layer of ``size`` that fits the states of ``translation_model``."""
     config = translation_model.config
     if config.type == "transformer":
         state_size = memory_size = config.d_model
     else:
         state_size, memory_size = config.decoder_hidden, translation_model.encoder.output_size
-    return AlignmentLayer(state_size, memory_size, src_vocab_size, tgt_vocab_size, size, diagonal_buckets,
-                          null_prior, jump_width, lookahead)
+    return AlignmentLayer(
+        state_size,
+        memory_size,
+        src_vocab_size,
+        tgt_vocab_size,
+        size,
+        diagonal_buckets,
+        null_prior,
+        jump_width,
+        lookahead,
+    )
 
 
 @torch.no_grad()

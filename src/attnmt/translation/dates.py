@@ -60,81 +60,151 @@ SHORT_YEAR_RANGE = (1950, 2049)  # years that a two-digit year can stand for
 # --- Name tables (index 0 = January / Monday, as in date.weekday()) -------
 
 MONTHS: dict[str, tuple[str, ...]] = {
-    "en": ("January", "February", "March", "April", "May", "June", "July",
-           "August", "September", "October", "November", "December"),
-    "de": ("Januar", "Februar", "März", "April", "Mai", "Juni", "Juli",
-           "August", "September", "Oktober", "November", "Dezember"),
-    "fr": ("janvier", "février", "mars", "avril", "mai", "juin", "juillet",
-           "août", "septembre", "octobre", "novembre", "décembre"),
-    "es": ("enero", "febrero", "marzo", "abril", "mayo", "junio", "julio",
-           "agosto", "septiembre", "octubre", "noviembre", "diciembre"),
-    "it": ("gennaio", "febbraio", "marzo", "aprile", "maggio", "giugno",
-           "luglio", "agosto", "settembre", "ottobre", "novembre", "dicembre"),
-    "nl": ("januari", "februari", "maart", "april", "mei", "juni", "juli",
-           "augustus", "september", "oktober", "november", "december"),
-    "pt": ("janeiro", "fevereiro", "março", "abril", "maio", "junho", "julho",
-           "agosto", "setembro", "outubro", "novembro", "dezembro"),
+    "en": (
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ),
+    "de": (
+        "Januar",
+        "Februar",
+        "März",
+        "April",
+        "Mai",
+        "Juni",
+        "Juli",
+        "August",
+        "September",
+        "Oktober",
+        "November",
+        "Dezember",
+    ),
+    "fr": (
+        "janvier",
+        "février",
+        "mars",
+        "avril",
+        "mai",
+        "juin",
+        "juillet",
+        "août",
+        "septembre",
+        "octobre",
+        "novembre",
+        "décembre",
+    ),
+    "es": (
+        "enero",
+        "febrero",
+        "marzo",
+        "abril",
+        "mayo",
+        "junio",
+        "julio",
+        "agosto",
+        "septiembre",
+        "octubre",
+        "noviembre",
+        "diciembre",
+    ),
+    "it": (
+        "gennaio",
+        "febbraio",
+        "marzo",
+        "aprile",
+        "maggio",
+        "giugno",
+        "luglio",
+        "agosto",
+        "settembre",
+        "ottobre",
+        "novembre",
+        "dicembre",
+    ),
+    "nl": (
+        "januari",
+        "februari",
+        "maart",
+        "april",
+        "mei",
+        "juni",
+        "juli",
+        "augustus",
+        "september",
+        "oktober",
+        "november",
+        "december",
+    ),
+    "pt": (
+        "janeiro",
+        "fevereiro",
+        "março",
+        "abril",
+        "maio",
+        "junho",
+        "julho",
+        "agosto",
+        "setembro",
+        "outubro",
+        "novembro",
+        "dezembro",
+    ),
 }
 
 # Abbreviations as usually printed in each language (with a full stop where
 # the word is cut short, as in German and French).
 MONTHS_ABBREV: dict[str, tuple[str, ...]] = {
-    "en": ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep",
-           "Oct", "Nov", "Dec"),
-    "de": ("Jan.", "Feb.", "März", "Apr.", "Mai", "Juni", "Juli", "Aug.",
-           "Sept.", "Okt.", "Nov.", "Dez."),
-    "fr": ("janv.", "févr.", "mars", "avr.", "mai", "juin", "juil.", "août",
-           "sept.", "oct.", "nov.", "déc."),
-    "es": ("ene", "feb", "mar", "abr", "may", "jun", "jul", "ago", "sep",
-           "oct", "nov", "dic"),
-    "it": ("gen", "feb", "mar", "apr", "mag", "giu", "lug", "ago", "set",
-           "ott", "nov", "dic"),
-    "nl": ("jan", "feb", "mrt", "apr", "mei", "jun", "jul", "aug", "sep",
-           "okt", "nov", "dec"),
-    "pt": ("jan", "fev", "mar", "abr", "mai", "jun", "jul", "ago", "set",
-           "out", "nov", "dez"),
+    "en": ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"),
+    "de": ("Jan.", "Feb.", "März", "Apr.", "Mai", "Juni", "Juli", "Aug.", "Sept.", "Okt.", "Nov.", "Dez."),
+    "fr": ("janv.", "févr.", "mars", "avr.", "mai", "juin", "juil.", "août", "sept.", "oct.", "nov.", "déc."),
+    "es": ("ene", "feb", "mar", "abr", "may", "jun", "jul", "ago", "sep", "oct", "nov", "dic"),
+    "it": ("gen", "feb", "mar", "apr", "mag", "giu", "lug", "ago", "set", "ott", "nov", "dic"),
+    "nl": ("jan", "feb", "mrt", "apr", "mei", "jun", "jul", "aug", "sep", "okt", "nov", "dec"),
+    "pt": ("jan", "fev", "mar", "abr", "mai", "jun", "jul", "ago", "set", "out", "nov", "dez"),
 }
 
 WEEKDAYS: dict[str, tuple[str, ...]] = {
-    "en": ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
-           "Sunday"),
-    "de": ("Montag", "Dienstag", "Mittwoch", "Donnerstag", "Freitag",
-           "Samstag", "Sonntag"),
-    "fr": ("lundi", "mardi", "mercredi", "jeudi", "vendredi", "samedi",
-           "dimanche"),
-    "es": ("lunes", "martes", "miércoles", "jueves", "viernes", "sábado",
-           "domingo"),
-    "it": ("lunedì", "martedì", "mercoledì", "giovedì", "venerdì", "sabato",
-           "domenica"),
-    "nl": ("maandag", "dinsdag", "woensdag", "donderdag", "vrijdag",
-           "zaterdag", "zondag"),
-    "pt": ("segunda-feira", "terça-feira", "quarta-feira", "quinta-feira",
-           "sexta-feira", "sábado", "domingo"),
+    "en": ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"),
+    "de": ("Montag", "Dienstag", "Mittwoch", "Donnerstag", "Freitag", "Samstag", "Sonntag"),
+    "fr": ("lundi", "mardi", "mercredi", "jeudi", "vendredi", "samedi", "dimanche"),
+    "es": ("lunes", "martes", "miércoles", "jueves", "viernes", "sábado", "domingo"),
+    "it": ("lunedì", "martedì", "mercoledì", "giovedì", "venerdì", "sabato", "domenica"),
+    "nl": ("maandag", "dinsdag", "woensdag", "donderdag", "vrijdag", "zaterdag", "zondag"),
+    "pt": ("segunda-feira", "terça-feira", "quarta-feira", "quinta-feira", "sexta-feira", "sábado", "domingo"),
 }
 
 # --- Styles ---------------------------------------------------------------
 
 # Styles with words; each language supports the ones listed for it below.
 WORD_STYLES: tuple[str, ...] = (
-    "long",          # 22 November 2026 / 22. November 2026 / 22 de noviembre de 2026
-    "long_us",       # November 22, 2026                      (en)
+    "long",  # 22 November 2026 / 22. November 2026 / 22 de noviembre de 2026
+    "long_us",  # November 22, 2026                      (en)
     "weekday_long",  # Sunday, 22 November 2026 / dimanche 22 novembre 2026
-    "weekday_us",    # Sunday, November 22, 2026              (en)
-    "abbrev",        # 22 Nov 2026 / 22. Nov. 2026 / 22 nov. 2026
-    "abbrev_us",     # Nov 22, 2026                           (en)
-    "ordinal",       # November 22nd, 2026                    (en)
-    "article",       # the 22nd of November 2026 / le 22 novembre 2026 / el 22 de ...
+    "weekday_us",  # Sunday, November 22, 2026              (en)
+    "abbrev",  # 22 Nov 2026 / 22. Nov. 2026 / 22 nov. 2026
+    "abbrev_us",  # Nov 22, 2026                           (en)
+    "ordinal",  # November 22nd, 2026                    (en)
+    "article",  # the 22nd of November 2026 / le 22 novembre 2026 / el 22 de ...
 )
 
 # Numeric styles; the style alone fixes the order of day, month and year.
 NUMERIC_STYLES: tuple[str, ...] = (
-    "dmy_dot",        # 22.11.2026
+    "dmy_dot",  # 22.11.2026
     "dmy_dot_nopad",  # 5.6.2026
-    "dmy_slash",      # 22/11/2026
-    "dmy_dash",       # 22-11-2026
+    "dmy_slash",  # 22/11/2026
+    "dmy_dash",  # 22-11-2026
     "dmy_dot_short",  # 22.11.26   (two-digit year, see SHORT_YEAR_RANGE)
-    "ymd_slash",      # 2026/11/22
-    "mdy_slash",      # 11/22/2026 (en, US order)
+    "ymd_slash",  # 2026/11/22
+    "mdy_slash",  # 11/22/2026 (en, US order)
 )
 
 STYLES: tuple[str, ...] = WORD_STYLES + NUMERIC_STYLES
@@ -161,6 +231,7 @@ _NUMERIC_PROBABILITY = 0.25  # share of numeric styles in random_pair
 
 
 # --- Formatting -----------------------------------------------------------
+
 
 def _english_ordinal(day: int) -> str:
     if day in (11, 12, 13):
@@ -290,6 +361,7 @@ def is_unambiguous(d: datetime.date, style: str) -> bool:
 
 # --- Random pairs and corpora ---------------------------------------------
 
+
 def _random_date(rng: random.Random) -> datetime.date:
     return datetime.date.fromordinal(rng.randint(MIN_DATE.toordinal(), MAX_DATE.toordinal()))
 
@@ -376,12 +448,12 @@ def write_corpus(
 
 _EXAMPLE_SPECS = (
     (datetime.date(2026, 11, 22), "weekday_long", "de"),  # Sonntag, 22. November 2026
-    (datetime.date(1989, 7, 14), "article", "fr"),        # le 14 juillet 1989
-    (datetime.date(1969, 7, 20), "long_us", "en"),        # July 20, 1969
-    (datetime.date(2004, 2, 29), "long", "es"),           # 29 de febrero de 2004
-    (datetime.date(1999, 12, 31), "abbrev", "it"),        # 31 dic 1999
-    (datetime.date(2031, 3, 5), "weekday_long", "nl"),    # woensdag 5 maart 2031
-    (datetime.date(1974, 4, 25), "dmy_dot", "pt"),        # 25.04.1974
+    (datetime.date(1989, 7, 14), "article", "fr"),  # le 14 juillet 1989
+    (datetime.date(1969, 7, 20), "long_us", "en"),  # July 20, 1969
+    (datetime.date(2004, 2, 29), "long", "es"),  # 29 de febrero de 2004
+    (datetime.date(1999, 12, 31), "abbrev", "it"),  # 31 dic 1999
+    (datetime.date(2031, 3, 5), "weekday_long", "nl"),  # woensdag 5 maart 2031
+    (datetime.date(1974, 4, 25), "dmy_dot", "pt"),  # 25.04.1974
 )
 
 EXAMPLES: list[str] = [format_date(d, style, lang) for d, style, lang in _EXAMPLE_SPECS]

@@ -114,9 +114,7 @@ def bleu_by_length(
         bleu = None
         if idx:
             metric = BLEU(tokenize=tokenize, lowercase=lowercase)
-            result = metric.corpus_score(
-                [hypotheses[i] for i in idx], [[references[i] for i in idx]]
-            )
+            result = metric.corpus_score([hypotheses[i] for i in idx], [[references[i] for i in idx]])
             bleu = float(result.score)
         buckets.append(Bucket(low=low, high=high, sentences=len(idx), bleu=bleu))
     return buckets
@@ -143,8 +141,7 @@ def evaluation_report(
     buckets = bleu_by_length(sources, hypotheses, references, **bucket_kw, **metric_kw)
 
     report: dict[str, Any] = {
-        key: {"score": s.score, "signature": s.signature, "detail": s.detail}
-        for key, s in scores.items()
+        key: {"score": s.score, "signature": s.signature, "detail": s.detail} for key, s in scores.items()
     }
     report["sentences"] = n
     # Outputs identical to their reference: the measure of tasks with one right answer (the dates of
@@ -154,9 +151,17 @@ def evaluation_report(
     return report
 
 
-def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size: int | None = None,
-                     max_tokens: int | None = None, log=print, progress: bool = False,
-                     rerank: Callable[[list], list] | None = None, tag: str | None = None) -> dict[str, dict]:
+def test_set_reports(
+    translator,
+    sets: dict,
+    beam: int | None = None,
+    batch_size: int | None = None,
+    max_tokens: int | None = None,
+    log=print,
+    progress: bool = False,
+    rerank: Callable[[list], list] | None = None,
+    tag: str | None = None,
+) -> dict[str, dict]:
     """Each test set of ``sets`` (name -> config.CorpusFiles) translated by ``translator`` (an
     attnmt.api.Translator; sources cut to ``max_tokens`` pieces, with a warning) and scored:
     name -> evaluation_report, with the beam used and the hypotheses. ``rerank``: every candidate
@@ -169,28 +174,46 @@ def test_set_reports(translator, sets: dict, beam: int | None = None, batch_size
         corpus = read_corpus(files.as_spec())
         if corpus.dropped_empty:
             log(f"test set {name}: {corpus.dropped_empty} pair(s) with an empty side left out")
-        reports[name] = score_translations(translator, name, corpus.sources, corpus.targets, beam, batch_size,
-                                           max_tokens, log, progress, rerank, tag)[0]
+        reports[name] = score_translations(
+            translator, name, corpus.sources, corpus.targets, beam, batch_size, max_tokens, log, progress, rerank, tag
+        )[0]
     return reports
 
 
-def score_translations(translator, name: str, sources: list[str], references: list[str], beam: int | None = None,
-                       batch_size: int | None = None, max_tokens: int | None = None, log=print,
-                       progress: bool = False, rerank: Callable[[list], list] | None = None,
-                       tag: str | None = None) -> tuple[dict, list]:
+def score_translations(
+    translator,
+    name: str,
+    sources: list[str],
+    references: list[str],
+    beam: int | None = None,
+    batch_size: int | None = None,
+    max_tokens: int | None = None,
+    log=print,
+    progress: bool = False,
+    rerank: Callable[[list], list] | None = None,
+    tag: str | None = None,
+) -> tuple[dict, list]:
     """The sources translated and scored against the references: (evaluation_report with the beam
     and the hypotheses, the attnmt.api.Translation of each source). ``progress``: a progress bar
     while translating (on a terminal). ``rerank``, ``tag``: as in test_set_reports."""
     n_best = (beam or translator.config.decoding.beam) if rerank else 1  # (a reranking chooses among all)
-    translations = translator.translate(sources, beam=beam, n_best=n_best, batch_size=batch_size,
-                                        max_tokens=max_tokens, progress=f"test set {name}" if progress else None,
-                                        tag=tag)
+    translations = translator.translate(
+        sources,
+        beam=beam,
+        n_best=n_best,
+        batch_size=batch_size,
+        max_tokens=max_tokens,
+        progress=f"test set {name}" if progress else None,
+        tag=tag,
+    )
     if rerank is not None:
         translations = rerank(translations)
     for number, t in enumerate(translations, start=1):
         if t.truncated:
-            log(f"warning: test set {name}, pair {number}: more than {max_tokens} subword tokens; its first "
-                f"{max_tokens} were translated")
+            log(
+                f"warning: test set {name}, pair {number}: more than {max_tokens} subword tokens; its first "
+                f"{max_tokens} were translated"
+            )
     hypotheses = [t.text for t in translations]
     report = evaluation_report(sources, hypotheses, references)
     return {**report, **decoding_settings(translator, beam, tag), "hypotheses": hypotheses}, translations
@@ -200,8 +223,12 @@ def decoding_settings(translator, beam: int | None = None, tag: str | None = Non
     """The settings a report's translations were searched with: beam, length and coverage penalties,
     and the tag before their sources (None: none)."""
     dc = translator.config.decoding
-    return {"beam": beam or dc.beam, "length_penalty": dc.length_penalty, "coverage_penalty": dc.coverage_penalty,
-            "tag": tag or None}
+    return {
+        "beam": beam or dc.beam,
+        "length_penalty": dc.length_penalty,
+        "coverage_penalty": dc.coverage_penalty,
+        "tag": tag or None,
+    }
 
 
 def joined(sources: list[str], targets: list[str], k: int) -> tuple[list[str], list[str]]:
@@ -211,11 +238,12 @@ def joined(sources: list[str], targets: list[str], k: int) -> tuple[list[str], l
         raise AttnmtError(f"sentences are joined k >= 1 at a time, got {k}")
     check_parallel(sources=sources, targets=targets)
     groups = range(0, len(sources) - k + 1, k)
-    return [" ".join(sources[i:i + k]) for i in groups], [" ".join(targets[i:i + k]) for i in groups]
+    return [" ".join(sources[i : i + k]) for i in groups], [" ".join(targets[i : i + k]) for i in groups]
 
 
-def attention_failures(matrices: list, hypotheses: list[str], references: list[str], low: float = 0.2,
-                       high: float = 3.0) -> dict:
+def attention_failures(
+    matrices: list, hypotheses: list[str], references: list[str], low: float = 0.2, high: float = 3.0
+) -> dict:
     """Counts of the usual failures of attention over a test set:
 
     unattended      source words whose attention, summed over all output words, is below ``low``:
@@ -232,8 +260,16 @@ def attention_failures(matrices: list, hypotheses: list[str], references: list[s
     matrix at all, the attention counts are None).
     """
     check_parallel(matrices=matrices, hypotheses=hypotheses, references=references)
-    counts = {"sentences": len(hypotheses), "source_words": 0, "unattended": 0, "over_attended": 0,
-              "too_long": 0, "too_short": 0, "trigrams": 0, "repeated_trigrams": 0}
+    counts = {
+        "sentences": len(hypotheses),
+        "source_words": 0,
+        "unattended": 0,
+        "over_attended": 0,
+        "too_long": 0,
+        "too_short": 0,
+        "trigrams": 0,
+        "repeated_trigrams": 0,
+    }
     for matrix, hypothesis, reference in zip(matrices, hypotheses, references):
         ratio = len(hypothesis.split()) / max(len(reference.split()), 1)
         counts["too_long"] += ratio > 2
@@ -260,8 +296,10 @@ def format_report(report: dict) -> str:
     ]
     if "exact_match" in report:
         identical = round(report["exact_match"] * report["sentences"])
-        lines.append(f"exact match {100 * report['exact_match']:.2f} % ({identical} of {report['sentences']} "
-                     "identical to their reference)")
+        lines.append(
+            f"exact match {100 * report['exact_match']:.2f} % ({identical} of {report['sentences']} "
+            "identical to their reference)"
+        )
     lines.append("")
 
     header = ("source words", "sentences", "BLEU")
@@ -278,8 +316,7 @@ def format_report(report: dict) -> str:
     def fmt(row: tuple[str, str, str], header: bool = False) -> str:
         # Header and labels left-aligned, numbers right-aligned.
         cells = [row[0].ljust(widths[0])] + [
-            cell.ljust(w) if header else cell.rjust(w)
-            for cell, w in zip(row[1:], widths[1:])
+            cell.ljust(w) if header else cell.rjust(w) for cell, w in zip(row[1:], widths[1:])
         ]
         return " | ".join(cells).rstrip()
 
@@ -300,7 +337,16 @@ def translation_test_scores(config, device, log, progress: bool) -> tuple[dict, 
     translator = Translator(config.experiment_dir, device=device)
     reports = test_set_reports(translator, translator.test_sets, log=log, progress=progress)
     return test_set_summary(
-        reports, lambda r: {"bleu": r["bleu"]["score"], "chrf": r["chrf"]["score"], "sentences": r["sentences"],
-                            "beam": r["beam"]},
-        lambda r: f"BLEU {r['bleu']['score']:.2f}, chrF {r['chrf']['score']:.2f} ({r['sentences']} sentences, "
-                  f"beam {r['beam']})", log)
+        reports,
+        lambda r: {
+            "bleu": r["bleu"]["score"],
+            "chrf": r["chrf"]["score"],
+            "sentences": r["sentences"],
+            "beam": r["beam"],
+        },
+        lambda r: (
+            f"BLEU {r['bleu']['score']:.2f}, chrF {r['chrf']['score']:.2f} ({r['sentences']} sentences, "
+            f"beam {r['beam']})"
+        ),
+        log,
+    )

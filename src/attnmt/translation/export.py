@@ -31,8 +31,13 @@ from attnmt.data.subwords import BOS, EOS, PAD, UNK
 NEVER = -1e9
 
 
-def export_ct2(model_dir: str | Path, out_dir: str | Path, quantization: str | None = None,
-               force: bool = False, checkpoint: str = "best") -> Path:
+def export_ct2(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    quantization: str | None = None,
+    force: bool = False,
+    checkpoint: str = "best",
+) -> Path:
     """Converts the Transformer in ``model_dir`` (its ``checkpoint`` weights: best, last or
     averaged) into a CTranslate2 model folder ``out_dir``."""
     from attnmt.seq2seq.inference import Translator
@@ -40,15 +45,21 @@ def export_ct2(model_dir: str | Path, out_dir: str | Path, quantization: str | N
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
-        raise AttnmtError("export to CTranslate2 needs the ctranslate2 package: "
-                          "pip install 'attnmt[ct2]' (or pip install ctranslate2)") from None
+        raise AttnmtError(
+            "export to CTranslate2 needs the ctranslate2 package: "
+            "pip install 'attnmt[ct2]' (or pip install ctranslate2)"
+        ) from None
     translator = Translator(model_dir, checkpoint)
     if translator.config.model.type != "transformer":
-        raise AttnmtError(f"{model_dir} holds an RNN model; CTranslate2 export is for Transformer models only "
-                          "(CTranslate2 has no specification for attnmt's RNN encoder-decoder with attention)")
+        raise AttnmtError(
+            f"{model_dir} holds an RNN model; CTranslate2 export is for Transformer models only "
+            "(CTranslate2 has no specification for attnmt's RNN encoder-decoder with attention)"
+        )
     if translator.config.model.attention_normalizer != "softmax":
-        raise AttnmtError(f"{model_dir} attends with {translator.config.model.attention_normalizer} "
-                          "(model.attention_normalizer); CTranslate2's Transformer attends with softmax only")
+        raise AttnmtError(
+            f"{model_dir} attends with {translator.config.model.attention_normalizer} "
+            "(model.attention_normalizer); CTranslate2's Transformer attends with softmax only"
+        )
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
         raise AttnmtError(f"{out_dir} exists: remove it or choose another --ct2 folder")
@@ -66,8 +77,9 @@ def _converter(translator):
 
     class AttnmtConverter(Converter):
         def _load(self):
-            return transformer_spec(translator.model, vocabulary(translator.src_subwords),
-                                    vocabulary(translator.tgt_subwords))
+            return transformer_spec(
+                translator.model, vocabulary(translator.src_subwords), vocabulary(translator.tgt_subwords)
+            )
 
     return AttnmtConverter()
 
@@ -91,8 +103,10 @@ def transformer_spec(model, src_vocab: list[str], tgt_vocab: list[str]):
     pre_norm = config.norm == "pre"
     # Both stacks scale embeddings by sqrt(d_model) (the spec's default, scale_embeddings) and,
     # with pre-norm, end in a LayerNorm (the spec's layer_norm); post-norm has none.
-    spec = TransformerSpec(TransformerEncoderSpec(config.encoder_layers, config.heads, pre_norm=pre_norm),
-                           TransformerDecoderSpec(config.decoder_layers, config.heads, pre_norm=pre_norm))
+    spec = TransformerSpec(
+        TransformerEncoderSpec(config.encoder_layers, config.heads, pre_norm=pre_norm),
+        TransformerDecoderSpec(config.decoder_layers, config.heads, pre_norm=pre_norm),
+    )
     spec.config.add_source_eos = True  # attnmt ends every source with </s>
     spec.config.layer_norm_epsilon = model.encoder_layers[0].norms[0].eps  # torch's 1e-5, not CT2's 1e-6
     _set_stack(spec.encoder, model.src_embed, model.encoder_norm)

@@ -36,20 +36,30 @@ class DualScore:
         return -self.cross_entropy
 
 
-def dual_scores(forward: Translator, backward: Translator, sources: list[str], translations: list[str],
-                batch_size: int | None = None, max_tokens: int | None = None,
-                progress: bool = False, tag: str | list[str] | None = None) -> list[DualScore]:
+def dual_scores(
+    forward: Translator,
+    backward: Translator,
+    sources: list[str],
+    translations: list[str],
+    batch_size: int | None = None,
+    max_tokens: int | None = None,
+    progress: bool = False,
+    tag: str | list[str] | None = None,
+) -> list[DualScore]:
     """Each pair scored by ``forward`` (its sources after ``tag``, if given: one, or one per pair)
     and, turned around, by ``backward`` (Translator.score); in order."""
     for model, role in ((forward, "forward"), (backward, "backward")):
         if model.inputs != "text":
-            raise AttnmtError(f"{model.folder}: the {role} model of a dual score is {model.what}, not a "
-                              "translation model")
-    there = forward.score(sources, translations, batch_size, max_tokens, "scoring forward" if progress else None,
-                          tag=tag)
+            raise AttnmtError(
+                f"{model.folder}: the {role} model of a dual score is {model.what}, not a translation model"
+            )
+    there = forward.score(
+        sources, translations, batch_size, max_tokens, "scoring forward" if progress else None, tag=tag
+    )
     try:
         back = backward.score(translations, sources, batch_size, max_tokens, "scoring backward" if progress else None)
     except AttnmtError as error:
-        raise AttnmtError(f"the backward model (its sources are the translations, its translations the sources): "
-                          f"{error}") from None
+        raise AttnmtError(
+            f"the backward model (its sources are the translations, its translations the sources): {error}"
+        ) from None
     return [DualScore(f, b) for f, b in zip(there, back)]

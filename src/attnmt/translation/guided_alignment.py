@@ -35,8 +35,14 @@ from attnmt.data.corpus import read_lines
 from attnmt.data.subwords import UNK, Subwords
 from attnmt.seq2seq.inference import Translator
 from attnmt.seq2seq.links import without_eos
-from attnmt.translation.align import (align, align_both_ways, default_method, format_pharaoh, grow_diag_final,
-                                     piece_lists)
+from attnmt.translation.align import (
+    align,
+    align_both_ways,
+    default_method,
+    format_pharaoh,
+    grow_diag_final,
+    piece_lists,
+)
 from attnmt.translation.aligner import load_aligner
 from attnmt.translation.prepare import EncodedCorpus
 from attnmt.translation.reference_links import read_link_file
@@ -45,15 +51,17 @@ from attnmt.viz.words import word_spans
 Link = tuple[int, int]  # (source index, target index), 0-based
 
 
-def trained_attention(model, batch, guided: GuidedAlignment,
-                      window: tuple[int, int] | None = None) -> tuple[Tensor, Tensor]:
+def trained_attention(
+    model, batch, guided: GuidedAlignment, window: tuple[int, int] | None = None
+) -> tuple[Tensor, Tensor]:
     """Teacher forcing of ``batch``: what enters the output layer (B,T,H) and the attention that
     guided alignment trains (B,T,S): an RNN's attention (within ``window``), or the mean of the
     chosen heads of one Transformer decoder layer's cross-attention (with ``full_context``, of the
     pass that sees the whole target)."""
     if hasattr(model, "cross_attention_of"):
-        states, weights = model.cross_attention_of(batch.src, batch.src_lengths, batch.tgt_in, guided.layer,
-                                                   guided.full_context)
+        states, weights = model.cross_attention_of(
+            batch.src, batch.src_lengths, batch.tgt_in, guided.layer, guided.full_context
+        )
         return states, weights[:, guided.heads].mean(dim=1)
     return model.decoder_outputs(batch.src, batch.src_lengths, batch.tgt_in, window)
 
@@ -64,8 +72,7 @@ def piece_links(word_links: list[Link], src_pieces: list[str], tgt_pieces: list[
     src_words, tgt_words = word_spans(src_pieces), word_spans(tgt_pieces)
     if any(i >= len(src_words) or j >= len(tgt_words) for i, j in word_links):
         return None
-    return sorted({(s, t) for i, j in word_links
-                   for s in range(*src_words[i]) for t in range(*tgt_words[j])})
+    return sorted({(s, t) for i, j in word_links for s in range(*src_words[i]) for t in range(*tgt_words[j])})
 
 
 def eflomal_file(config: Config, sources: list[str], targets: list[str], log: Callable[[str], None]):
@@ -110,8 +117,11 @@ def self_links_file(config: Config, sources: list[str], targets: list[str], log:
     aligners = {name: getattr(ga, f"{name}_aligner") for name in rounds if getattr(ga, f"{name}_aligner")}
     for name, folder in aligners.items():
         weights[f"{name}_aligner"] = _aligner_weights(name, folder)
-    stamp_text = f"text {_text_digest(sources, targets)}\n" + "".join(
-        f"{name} {file_sha256(path)}\n" for name, path in weights.items()) + f"symmetrize {ga.symmetrization}\n"
+    stamp_text = (
+        f"text {_text_digest(sources, targets)}\n"
+        + "".join(f"{name} {file_sha256(path)}\n" for name, path in weights.items())
+        + f"symmetrize {ga.symmetrization}\n"
+    )
     # and how each direction's weights are read: links read another way (a default changed) are redone
     stamp_text += "".join(f"{name} reading {default_method(name in aligners)}\n" for name in rounds)
     folder = config.experiment_dir / "alignment"
@@ -128,12 +138,18 @@ def self_links_file(config: Config, sources: list[str], targets: list[str], log:
     links = [[] for _ in sources]
     usable = _pairs_with_their_words(models, sources, targets)
     if len(usable) < len(sources):
-        log(f"word links: {len(sources) - len(usable):,} training pair(s) whose pieces under a first round's "
-            "subwords do not make their words get no links")
+        log(
+            f"word links: {len(sources) - len(usable):,} training pair(s) whose pieces under a first round's "
+            "subwords do not make their words get no links"
+        )
     for start in range(0, len(usable), SELF_CHUNK):
-        chunk = usable[start:start + SELF_CHUNK]
-        for k, pair_links in zip(chunk, _attention_links(models, layers, ga.symmetrization,
-                                                          [sources[k] for k in chunk], [targets[k] for k in chunk])):
+        chunk = usable[start : start + SELF_CHUNK]
+        for k, pair_links in zip(
+            chunk,
+            _attention_links(
+                models, layers, ga.symmetrization, [sources[k] for k in chunk], [targets[k] for k in chunk]
+            ),
+        ):
             links[k] = pair_links
     atomic_write_text(path, "".join(format_pharaoh(pair) + "\n" for pair in links))
     atomic_write_text(stamp, stamp_text)
@@ -177,21 +193,28 @@ def _first_round(name: str, folder: Path, device: str, has_aligner: bool):
     except AttnmtError as error:
         raise AttnmtError(f"training.guided_alignment.{name}: {error}") from None
     if not model.model.has_attention and not has_aligner:
-        raise AttnmtError(f"training.guided_alignment.{name}: {folder} has attention 'none': it has no attention "
-                          "weights to align with")
+        raise AttnmtError(
+            f"training.guided_alignment.{name}: {folder} has attention 'none': it has no attention "
+            "weights to align with"
+        )
     return model
 
 
 def _check_vocabulary(name: str, model, sources: list[str], targets: list[str], backward: bool):
     """An error if the model does not know more than UNKNOWN_LIMIT of either side's pieces."""
-    sides = (("sources", model.tgt_subwords, sources), ("targets", model.src_subwords, targets)) if backward \
+    sides = (
+        (("sources", model.tgt_subwords, sources), ("targets", model.src_subwords, targets))
+        if backward
         else (("sources", model.src_subwords, sources), ("targets", model.tgt_subwords, targets))
+    )
     for side, subwords, texts in sides:
         ids = [i for line in subwords.encode(texts) for i in line]
         unknown = sum(i == UNK for i in ids) / max(len(ids), 1)
         if unknown > UNKNOWN_LIMIT:
-            raise AttnmtError(f"training.guided_alignment.{name}: {model.folder} does not know {unknown:.0%} of the "
-                              f"pieces of the training {side}: its vocabulary is not of this text or this direction")
+            raise AttnmtError(
+                f"training.guided_alignment.{name}: {model.folder} does not know {unknown:.0%} of the "
+                f"pieces of the training {side}: its vocabulary is not of this text or this direction"
+            )
 
 
 def _pairs_with_their_words(models: dict, sources: list[str], targets: list[str]) -> list[int]:
@@ -200,17 +223,22 @@ def _pairs_with_their_words(models: dict, sources: list[str], targets: list[str]
     for name, model in models.items():
         src, tgt = (targets, sources) if name == "first_round_backward" else (sources, targets)
         src_pieces, tgt_pieces = piece_lists(model, src, tgt)
-        usable &= {k for k, (sp, tp) in enumerate(zip(src_pieces, tgt_pieces))
-                   if len(word_spans(without_eos(sp))) == len(src[k].split())
-                   and len(word_spans(without_eos(tp))) == len(tgt[k].split())}
+        usable &= {
+            k
+            for k, (sp, tp) in enumerate(zip(src_pieces, tgt_pieces))
+            if len(word_spans(without_eos(sp))) == len(src[k].split())
+            and len(word_spans(without_eos(tp))) == len(tgt[k].split())
+        }
     return sorted(usable)
 
 
 def _aligner_weights(name: str, folder: Path) -> Path:
     weights = folder / "aligner.safetensors"
     if not weights.is_file():
-        raise AttnmtError(f"training.guided_alignment.{name}_aligner: {folder}: not an aligner folder (no "
-                          "aligner.safetensors; attnmt train-aligner writes it)")
+        raise AttnmtError(
+            f"training.guided_alignment.{name}_aligner: {folder}: not an aligner folder (no "
+            "aligner.safetensors; attnmt train-aligner writes it)"
+        )
     return weights
 
 
@@ -221,8 +249,9 @@ def _first_round_aligner(name: str, folder: Path, model: Translator):
         raise AttnmtError(f"training.guided_alignment.{name}_aligner: {error}") from None
 
 
-def _attention_links(models: dict, layers: dict, symmetrization: str, sources: list[str],
-                     targets: list[str]) -> list[list[Link]]:
+def _attention_links(
+    models: dict, layers: dict, symmetrization: str, sources: list[str], targets: list[str]
+) -> list[list[Link]]:
     """The links of the first round (or both), from their attention or their alignment layers."""
     forward, backward = models["first_round"], models.get("first_round_backward")
     if backward is None:
@@ -231,8 +260,9 @@ def _attention_links(models: dict, layers: dict, symmetrization: str, sources: l
     return align_both_ways(forward, backward, sources, targets, symmetrization, aligners, batch_size=SELF_BATCH)
 
 
-def attach_links(config: Config, train: EncodedCorpus, src_sw: Subwords, tgt_sw: Subwords,
-                 log: Callable[[str], None] = print) -> None:
+def attach_links(
+    config: Config, train: EncodedCorpus, src_sw: Subwords, tgt_sw: Subwords, log: Callable[[str], None] = print
+) -> None:
     """Sets ``train.alignments``: the reference piece links of every training pair (None where its
     line has no usable links), from the config's guided_alignment."""
     ga: GuidedAlignment = config.training.guided_alignment
@@ -251,8 +281,10 @@ def attach_links(config: Config, train: EncodedCorpus, src_sw: Subwords, tgt_sw:
         unusable += links is None
         train.alignments.append(links or [])
     if unusable:
-        log(f"guided alignment: {unusable:,} training pair(s) have links beyond their words or pieces; "
-            "they train without the alignment loss")
+        log(
+            f"guided alignment: {unusable:,} training pair(s) have links beyond their words or pieces; "
+            "they train without the alignment loss"
+        )
     if not any(train.alignments):
         raise AttnmtError(f"training.guided_alignment: no training pair has a usable link in {ga.links}")
 

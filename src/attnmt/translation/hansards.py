@@ -27,8 +27,20 @@ from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text
 from attnmt.data.corpus import read_lines
 
-ELISIONS = {"l'": "le", "d'": "de", "n'": "ne", "j'": "je", "qu'": "que", "c'": "ce", "s'": "se", "m'": "me",
-            "t'": "te", "jusqu'": "jusque", "lorsqu'": "lorsque", "puisqu'": "puisque"}
+ELISIONS = {
+    "l'": "le",
+    "d'": "de",
+    "n'": "ne",
+    "j'": "je",
+    "qu'": "que",
+    "c'": "ce",
+    "s'": "se",
+    "m'": "me",
+    "t'": "te",
+    "jusqu'": "jusque",
+    "lorsqu'": "lorsque",
+    "puisqu'": "puisque",
+}
 CONTRACTIONS = {"du": "de le", "des": "de les", "au": "à le", "aux": "à les"}
 WORD_HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
 
@@ -39,8 +51,9 @@ def tokenize(lines: list[str], lang: str) -> list[str]:
     try:
         from sacremoses import MosesTokenizer
     except ImportError:
-        raise AttnmtError("tokenizing needs the sacremoses package: pip install sacremoses "
-                          "(or pip install 'attnmt[experiments]')") from None
+        raise AttnmtError(
+            "tokenizing needs the sacremoses package: pip install sacremoses (or pip install 'attnmt[experiments]')"
+        ) from None
     tokenizer = MosesTokenizer(lang)
     out = []
     for line in lines:

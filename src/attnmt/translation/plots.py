@@ -16,8 +16,10 @@ def translation_writers(r: FigureRequest, model) -> list[Writer]:
     Transformer layer and head views, encoder states, decoder steps, animation."""
     transformer_options = r.transformer_options()
     if transformer_options and model.config.model.type != "transformer":
-        raise AttnmtError(f"{', '.join(transformer_options)}: for the layers and heads of Transformer models; "
-                          f"{r.model_dir} is an RNN model (its attention heatmap: --out)")
+        raise AttnmtError(
+            f"{', '.join(transformer_options)}: for the layers and heads of Transformer models; "
+            f"{r.model_dir} is an RNN model (its attention heatmap: --out)"
+        )
     out = r.out or (None if r.sentence_figures() else "attention.png")
     writers = []
     translation = None
@@ -57,8 +59,14 @@ def _saliency_writer(r: FigureRequest, model, translation: str) -> Writer:
         raise AttnmtError("--saliency reads the gradients of the source's own pieces: it takes no --tag")
     [matrix] = saliency_matrices(model, [r.sentence], [translation])
     [source_tokens], [tokens] = piece_lists(model, [r.sentence], [translation])
-    fig = figures.attention_heatmap(source_tokens, tokens, matrix, merge_words=r.merge_words, quantity="saliency",
-                                    title=f"saliency (gradient \u00d7 input): {r.sentence}  \u2192  {translation}")
+    fig = figures.attention_heatmap(
+        source_tokens,
+        tokens,
+        matrix,
+        merge_words=r.merge_words,
+        quantity="saliency",
+        title=f"saliency (gradient \u00d7 input): {r.sentence}  \u2192  {translation}",
+    )
     return partial(figures.save, fig, r.saliency)
 
 

@@ -38,13 +38,18 @@ def reference_attention(links: list[list[Link]], src_width: int, tgt_width: int)
     return reference / counts.clamp_min(1.0)
 
 
-def read_link_file(path, lines: int, one_based: bool, corpus: str = "data.train",
-                   field: str = "training.guided_alignment.links") -> list[list[Link]]:
+def read_link_file(
+    path, lines: int, one_based: bool, corpus: str = "data.train", field: str = "training.guided_alignment.links"
+) -> list[list[Link]]:
     """The links of every line of a Pharaoh file that must have ``lines`` lines (one per line of
     ``corpus``, which ``field`` names it for)."""
     text = read_lines(path)
     if len(text) != lines:
-        raise AttnmtError(f"{path}: {len(text)} lines of alignment links, but {corpus} has {lines} lines: "
-                          f"{field} needs one line per line of the training corpus")
-    return [sorted(parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {k}")[0])
-            for k, line in enumerate(text, start=1)]
+        raise AttnmtError(
+            f"{path}: {len(text)} lines of alignment links, but {corpus} has {lines} lines: "
+            f"{field} needs one line per line of the training corpus"
+        )
+    return [
+        sorted(parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {k}")[0])
+        for k, line in enumerate(text, start=1)
+    ]

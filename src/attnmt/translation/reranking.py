@@ -22,21 +22,35 @@ from attnmt.seq2seq.results import Translation
 WEIGHT = 0.25  # the best on Multi30k's dev set among 0-2 (benchmarks/rerank_backward.py)
 
 
-def rerank(forward: Translator, backward: Translator, translations: list[Translation], weight: float = WEIGHT,
-           batch_size: int | None = None, tag: str | list[str] | None = None) -> list[Translation]:
+def rerank(
+    forward: Translator,
+    backward: Translator,
+    translations: list[Translation],
+    weight: float = WEIGHT,
+    batch_size: int | None = None,
+    tag: str | list[str] | None = None,
+) -> list[Translation]:
     """``translations`` (forward's, with their n-best candidates) with each one's candidates ordered
     by s(y), best first, each ``score`` then s(y). Translations of an empty source stay as they are.
     ``tag``: the tag forward translated them with (Translator.source_ids; one, or one per
     translation), which it scores them with."""
     for model, role in ((forward, "forward"), (backward, "backward")):
         if model.inputs != "text":
-            raise AttnmtError(f"{model.folder}: the {role} model of a reranking is {model.what}, not a translation "
-                              "model")
+            raise AttnmtError(
+                f"{model.folder}: the {role} model of a reranking is {model.what}, not a translation model"
+            )
     tags = [tag] * len(translations) if tag is None or isinstance(tag, str) else tag
-    pairs = [(t.source, c.text, t_tag) for t, t_tag in zip(translations, tags, strict=True) if t.source.strip()
-             for c in t.candidates]
-    there = iter(forward.score([s for s, _, _ in pairs], [y for _, y, _ in pairs], batch_size,
-                               tag=[t_tag or "" for _, _, t_tag in pairs]))
+    pairs = [
+        (t.source, c.text, t_tag)
+        for t, t_tag in zip(translations, tags, strict=True)
+        if t.source.strip()
+        for c in t.candidates
+    ]
+    there = iter(
+        forward.score(
+            [s for s, _, _ in pairs], [y for _, y, _ in pairs], batch_size, tag=[t_tag or "" for _, _, t_tag in pairs]
+        )
+    )
     back = iter(backward.score([y for _, y, _ in pairs], [s for s, _, _ in pairs], batch_size))
     reranked = []
     for t in translations:

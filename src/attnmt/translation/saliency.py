@@ -36,13 +36,16 @@ def source_embedding(model: nn.Module) -> nn.Embedding:
     elif isinstance(model, Seq2Seq):
         embed = model.encoder.embed  # (None: a speech model's encoder reads features)
     if not isinstance(embed, nn.Embedding):
-        raise AttnmtError("saliency reads the gradient at the source's token embeddings: this model reads no "
-                          "source tokens (a speech model, or an ensemble: use one translation model)")
+        raise AttnmtError(
+            "saliency reads the gradient at the source's token embeddings: this model reads no "
+            "source tokens (a speech model, or an ensemble: use one translation model)"
+        )
     return embed
 
 
-def saliency_of(model: nn.Module, batch: Batch, samples: int = 0, noise: float = 0.15,
-                generator: torch.Generator | None = None) -> Tensor:
+def saliency_of(
+    model: nn.Module, batch: Batch, samples: int = 0, noise: float = 0.15, generator: torch.Generator | None = None
+) -> Tensor:
     """(B, T, S) the saliency of every source position for every target position of a forced batch,
     rows normalized to sum to 1 over the real source positions; ``samples`` > 0: SmoothGrad."""
     embed, captured = source_embedding(model), {}
@@ -84,8 +87,9 @@ def _gradient_times_input(model: nn.Module, batch: Batch, captured: dict) -> Ten
     return torch.stack(rows, dim=1)
 
 
-def saliency_matrices(translator, sources: list[str], targets: list[str], batch_size: int = 32,
-                      samples: int = 0, seed: int = 0) -> list[np.ndarray]:
+def saliency_matrices(
+    translator, sources: list[str], targets: list[str], batch_size: int = 32, samples: int = 0, seed: int = 0
+) -> list[np.ndarray]:
     """saliency_of every pair, as force_attention gives the attention: per pair an array (target
     pieces + EOS) x (source pieces + EOS) whose rows sum to 1, in input order. ``samples``: SmoothGrad
     samples (0: plain gradient x input), drawn from ``seed``."""
@@ -106,4 +110,3 @@ def saliency_matrices(translator, sources: list[str], targets: list[str], batch_
     finally:
         model.train(was_training)
     return results
-

@@ -38,8 +38,9 @@ from attnmt.seq2seq.shortlist import (
 PieceLink = tuple[int, int]  # (source piece position, target piece position) in a pair
 
 
-def lexical_table(pairs: Iterable[tuple[list[int], list[int], list[PieceLink]]], top: int,
-                  frequent: int) -> tuple[dict[int, list[int]], list[int]]:
+def lexical_table(
+    pairs: Iterable[tuple[list[int], list[int], list[PieceLink]]], top: int, frequent: int
+) -> tuple[dict[int, list[int]], list[int]]:
     """pairs of (source ids, target ids, piece links) -> the ``top`` target ids most often linked
     to each source id, and the ``frequent`` most frequent target ids (ties: the smaller id first)."""
     links: dict[int, Counter] = defaultdict(Counter)
@@ -59,8 +60,7 @@ def _most_common(counts: Counter, n: int) -> list[int]:
 # ------------------------------------------------------------------------------- building
 
 
-def build_shortlist(folder: str | Path, top: int = 50, frequent: int = 100,
-                    log: Callable[[str], None] = print) -> Path:
+def build_shortlist(folder: str | Path, top: int = 50, frequent: int = 100, log: Callable[[str], None] = print) -> Path:
     """Writes FOLDER/shortlist.json from eflomal's links of the training corpus that the folder's
     config names (computed once, cached in FOLDER/alignment/)."""
     from attnmt.core.folders import model_config
@@ -74,9 +74,16 @@ def build_shortlist(folder: str | Path, top: int = 50, frequent: int = 100,
     if config.task != "translation":
         raise AttnmtError(f"{folder}: a shortlist is for translation models; this is a {config.task} model")
     src_sw, tgt_sw = load_subwords(folder, config.data.subwords.joint)
-    train = encode_corpus(config.data.train, src_sw, tgt_sw, config.data.max_length, log,
-                          corpus=training_corpus(config, log), max_source_words=config.data.max_source_words,
-                          max_length_ratio=config.data.max_length_ratio)  # (the pairs it trained on)
+    train = encode_corpus(
+        config.data.train,
+        src_sw,
+        tgt_sw,
+        config.data.max_length,
+        log,
+        corpus=training_corpus(config, log),
+        max_source_words=config.data.max_source_words,
+        max_length_ratio=config.data.max_length_ratio,
+    )  # (the pairs it trained on)
     words = [(" ".join(s.split()), " ".join(t.split())) for s, t in zip(train.sources, train.targets)]
     path = eflomal_file(config, [s for s, _ in words], [t for _, t in words], log)
     word_links = read_link_file(path, len(train), one_based=False)
@@ -87,11 +94,17 @@ def build_shortlist(folder: str | Path, top: int = 50, frequent: int = 100,
             yield src_ids, tgt_ids, pieces or []
 
     candidates, most_frequent = lexical_table(pairs(), top, frequent)
-    table = TableFile(source_vocabulary=vocabulary_fingerprint(src_sw),
-                      target_vocabulary=vocabulary_fingerprint(tgt_sw), top=top,
-                      candidates=[candidates.get(s, []) for s in range(len(src_sw))], frequent=most_frequent)
+    table = TableFile(
+        source_vocabulary=vocabulary_fingerprint(src_sw),
+        target_vocabulary=vocabulary_fingerprint(tgt_sw),
+        top=top,
+        candidates=[candidates.get(s, []) for s in range(len(src_sw))],
+        frequent=most_frequent,
+    )
     out = folder / FILE_NAME
     atomic_write_text(out, table.model_dump_json() + "\n")
-    log(f"shortlist: {out}: top {top} target pieces for each of {len(candidates):,} linked source pieces, "
-        f"{len(most_frequent)} most frequent, from {len(train):,} training pairs")
+    log(
+        f"shortlist: {out}: top {top} target pieces for each of {len(candidates):,} linked source pieces, "
+        f"{len(most_frequent)} most frequent, from {len(train):,} training pairs"
+    )
     return out

@@ -19,18 +19,23 @@ def eflomal_links(sources: list[str], targets: list[str], model: int = 3) -> tup
     try:
         import eflomal
     except ImportError:
-        raise AttnmtError("the statistical aligner needs the eflomal package: pip install eflomal "
-                          "(or pip install 'attnmt[experiments]')") from None
+        raise AttnmtError(
+            "the statistical aligner needs the eflomal package: pip install eflomal "
+            "(or pip install 'attnmt[experiments]')"
+        ) from None
     if len(sources) != len(targets):
         raise AttnmtError(f"numbers of sentences differ: {len(sources)} sources, {len(targets)} targets")
     with tempfile.TemporaryDirectory() as tmp:
         forward, backward = Path(tmp) / "forward", Path(tmp) / "backward"
-        eflomal.Aligner(model=model).align(sources, targets, links_filename_fwd=str(forward),
-                                           links_filename_rev=str(backward), quiet=True)
+        eflomal.Aligner(model=model).align(
+            sources, targets, links_filename_fwd=str(forward), links_filename_rev=str(backward), quiet=True
+        )
         return _read_links(forward, len(sources)), _read_links(backward, len(sources))
 
 
 def _read_links(path: Path, pairs: int) -> list[list[Link]]:
     lines = path.read_text(encoding="utf-8").split("\n")[:pairs]
-    return [sorted(parse_pharaoh(line, allow_possible=False, where=f"eflomal, pair {k + 1}")[0])
-            for k, line in enumerate(lines)]
+    return [
+        sorted(parse_pharaoh(line, allow_possible=False, where=f"eflomal, pair {k + 1}")[0])
+        for k, line in enumerate(lines)
+    ]

@@ -16,6 +16,15 @@ def figure_writers(request, model) -> list:
     return translation_writers(request, model)
 
 
-TASK = Task(name="translation", what="a translation model", inputs="text", prepare=prepare,
-            training_loop=translation_training_loop, test_scores=translation_test_scores, load=load_translator,
-            architecture=lambda config: architecture(config.model), figure_writers=figure_writers, fine_tunes=True)
+TASK = Task(
+    name="translation",
+    what="a translation model",
+    inputs="text",
+    prepare=prepare,
+    training_loop=translation_training_loop,
+    test_scores=translation_test_scores,
+    load=load_translator,
+    architecture=lambda config: architecture(config.model),
+    figure_writers=figure_writers,
+    fine_tunes=True,
+)

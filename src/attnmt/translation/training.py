@@ -19,8 +19,15 @@ from attnmt.data.batching import Batch, training_batch
 from attnmt.data.subwords import PAD, Subwords
 from attnmt.seq2seq import EncoderDecoder, build_model
 from attnmt.seq2seq.graphs import GraphedLoss, graphed_loss
-from attnmt.seq2seq.training import (TrainingLoss, coverage_loss, coverage_note, evaluate_loss, sequence_loss,
-                                     translate_ids, validation_decoding)
+from attnmt.seq2seq.training import (
+    TrainingLoss,
+    coverage_loss,
+    coverage_note,
+    evaluate_loss,
+    sequence_loss,
+    translate_ids,
+    validation_decoding,
+)
 from attnmt.training.loop import TrainingLoop
 from attnmt.training.optimization import TrainingSetup, setup_training
 from attnmt.training import fine_tuning
@@ -37,8 +44,9 @@ class TranslationData:
     dev: EncodedCorpus | None  # every pair; None without a dev set
 
 
-def prepare_data(config: Config, processes: Processes = ONE_PROCESS,
-                 log: Callable[[str], None] = print) -> TranslationData:
+def prepare_data(
+    config: Config, processes: Processes = ONE_PROCESS, log: Callable[[str], None] = print
+) -> TranslationData:
     """The subwords (trained unless present, by the main process while the others wait) and the
     encoded training and dev corpora of an experiment."""
     with distributed.main_first(processes):  # (it also draws the held-out dev and test sets)
@@ -53,8 +61,9 @@ def prepare_data(config: Config, processes: Processes = ONE_PROCESS,
     return TranslationData(src_sw, tgt_sw, train, dev)
 
 
-def setup_translation(config: Config, data: TranslationData, device: torch.device,
-                      processes: Processes = ONE_PROCESS) -> TrainingSetup:
+def setup_translation(
+    config: Config, data: TranslationData, device: torch.device, processes: Processes = ONE_PROCESS
+) -> TrainingSetup:
     """The model of the config for the data's vocabularies, its loss, optimizer and scheduler."""
     model = build_model(config.model, len(data.src_sw), len(data.tgt_sw))
     tc = config.training
@@ -63,8 +72,11 @@ def setup_translation(config: Config, data: TranslationData, device: torch.devic
     model = model.to(device)
     guided = tc.guided_alignment
     # (the graphs capture the cross-entropy only: guided alignment and the coverage loss train without them)
-    graphs = None if guided or tc.coverage_loss else graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs,
-                                                                  processes.world, tc.attention_window)
+    graphs = (
+        None
+        if guided or tc.coverage_loss
+        else graphed_loss(model, tc.label_smoothing, device, tc.cuda_graphs, processes.world, tc.attention_window)
+    )
     loss = TranslationLoss(model, tc.label_smoothing, graphs, guided, tc.attention_window, tc.coverage_loss)
     return setup_training(model, loss, tc, processes)
 
@@ -72,9 +84,11 @@ def setup_translation(config: Config, data: TranslationData, device: torch.devic
 def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
     mc, tc = config.model, config.training
     start = "" if tc.init_from is None else f"; fine-tuning the {tc.init_checkpoint} weights of {tc.init_from}"
-    return (f"model: {mc.transformer_name if mc.type == 'transformer' else mc.attention_name + ' attention'}, "
-            f"{sum(p.numel() for p in model.parameters()):,} parameters{coverage_note(tc.coverage_loss)}; "
-            f"{len(data.train):,} training pairs{start}")
+    return (
+        f"model: {mc.transformer_name if mc.type == 'transformer' else mc.attention_name + ' attention'}, "
+        f"{sum(p.numel() for p in model.parameters()):,} parameters{coverage_note(tc.coverage_loss)}; "
+        f"{len(data.train):,} training pairs{start}"
+    )
 
 
 def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
@@ -82,14 +96,20 @@ def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
     reference attention of guided alignment where ``data`` has links."""
     batch = training_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
     if data.alignments is not None:
-        batch.alignment = reference_links.reference_attention([data.alignments[i] for i in indices],
-                                                               batch.src.size(1), batch.tgt_out.size(1))
+        batch.alignment = reference_links.reference_attention(
+            [data.alignments[i] for i in indices], batch.src.size(1), batch.tgt_out.size(1)
+        )
     return batch
 
 
-def guided_sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: float,
-                         guided: GuidedAlignment, window: tuple[int, int] | None = None,
-                         coverage_weight: float = 0.0) -> torch.Tensor:
+def guided_sequence_loss(
+    model: EncoderDecoder,
+    batch: Batch,
+    label_smoothing: float,
+    guided: GuidedAlignment,
+    window: tuple[int, int] | None = None,
+    coverage_weight: float = 0.0,
+) -> torch.Tensor:
     """The cross-entropy (attnmt.seq2seq.training.sequence_loss) plus guided.weight times the
     guided-alignment loss of the batch's reference attention (attnmt.translation.guided_alignment);
     the attention within ``window``; and the coverage loss times ``coverage_weight``."""
@@ -106,17 +126,24 @@ def guided_sequence_loss(model: EncoderDecoder, batch: Batch, label_smoothing: f
 class TranslationLoss(TrainingLoss):
     """The shared teacher-forced loss, with guided alignment where the config asks for it."""
 
-    def __init__(self, model: EncoderDecoder, label_smoothing: float, graphs: GraphedLoss | None = None,
-                 guided: GuidedAlignment | None = None, window: tuple[int, int] | None = None,
-                 coverage_weight: float = 0.0):
+    def __init__(
+        self,
+        model: EncoderDecoder,
+        label_smoothing: float,
+        graphs: GraphedLoss | None = None,
+        guided: GuidedAlignment | None = None,
+        window: tuple[int, int] | None = None,
+        coverage_weight: float = 0.0,
+    ):
         super().__init__(model, label_smoothing, graphs, window, coverage_weight)
         self.guided = guided
 
     def loss(self, batch: Batch) -> torch.Tensor:
         if self.guided is None:
             return super().loss(batch)
-        return guided_sequence_loss(self.model, batch, self.label_smoothing, self.guided, self.window,
-                                    self.coverage_weight)
+        return guided_sequence_loss(
+            self.model, batch, self.label_smoothing, self.guided, self.window, self.coverage_weight
+        )
 
 
 @dataclass
@@ -131,10 +158,16 @@ class DevScores:
     progress: bool = True  # a bar while the dev set is translated (on a terminal)
 
     def __call__(self, model: EncoderDecoder) -> dict:
-        record = evaluate_loss(model, self.dev, self.config.data.batch_size, translation_batch,
-                               self.config.training.attention_window)
-        hypotheses = translate_ids(model, self.dev.src_ids, self.tgt_sw, validation_decoding(self.config),
-                                   progress="validation" if self.progress else None)
+        record = evaluate_loss(
+            model, self.dev, self.config.data.batch_size, translation_batch, self.config.training.attention_window
+        )
+        hypotheses = translate_ids(
+            model,
+            self.dev.src_ids,
+            self.tgt_sw,
+            validation_decoding(self.config),
+            progress="validation" if self.progress else None,
+        )
         record["bleu"] = corpus_scores(hypotheses, self.dev.targets)["bleu"].score
         return record
 
@@ -143,12 +176,22 @@ class DevScores:
         return f"dev loss {record['loss']:.3f}, ppl {record['perplexity']:.2f}, BLEU {record['bleu']:.2f}"
 
 
-def translation_training_loop(config: Config, device: torch.device, processes: Processes,
-                              log: Callable[[str], None], progress: bool) -> TrainingLoop:
+def translation_training_loop(
+    config: Config, device: torch.device, processes: Processes, log: Callable[[str], None], progress: bool
+) -> TrainingLoop:
     """Data, model, loss and validation of a translation experiment in the shared training loop."""
     data = prepare_data(config, processes, log)
     setup = setup_translation(config, data, device, processes)
     validation = DevScores(data.dev, data.tgt_sw, config, progress) if data.dev is not None else None
-    return TrainingLoop(config, setup, data.train.sizes(), partial(translation_batch, data.train), validation,
-                        summary(config, setup.model, data), processes=processes, log=log, progress=progress,
-                        data=data)
+    return TrainingLoop(
+        config,
+        setup,
+        data.train.sizes(),
+        partial(translation_batch, data.train),
+        validation,
+        summary(config, setup.model, data),
+        processes=processes,
+        log=log,
+        progress=progress,
+        data=data,
+    )

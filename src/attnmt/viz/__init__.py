@@ -22,9 +22,21 @@ See docs/visualization.md.
 # matplotlib (0.15 s of every `attnmt translate` start-up) nor any task (docs/architecture.md: the
 # modules of viz are shared, below the tasks).
 MODULE_OF = {
-    **dict.fromkeys(["attention_grid", "attention_heatmap", "decoder_step_figure", "decoding_animation",
-                     "encoder_states_figure", "head_view_figure", "read_metrics", "save", "select_dimensions",
-                     "training_curves"], "attnmt.viz.figures"),
+    **dict.fromkeys(
+        [
+            "attention_grid",
+            "attention_heatmap",
+            "decoder_step_figure",
+            "decoding_animation",
+            "encoder_states_figure",
+            "head_view_figure",
+            "read_metrics",
+            "save",
+            "select_dimensions",
+            "training_curves",
+        ],
+        "attnmt.viz.figures",
+    ),
     **dict.fromkeys(["HTMLView", "heatmap_html", "show", "show_step", "step_html"], "attnmt.viz.notebook"),
     **dict.fromkeys(["merge_pieces", "word_spans"], "attnmt.viz.words"),
     **dict.fromkeys(["pair_figure", "show_pair"], "attnmt.pairs.figures"),

@@ -73,11 +73,27 @@ def set_xlabels(ax, labels: list[str], top: bool):
     if rotation == 0:
         ax.set_xticks(range(len(labels)), labels=labels, fontsize=size, parse_math=False)
     elif top:
-        ax.set_xticks(range(len(labels)), labels=labels, fontsize=size, rotation=rotation, ha="left",
-                      va="center", rotation_mode="anchor", parse_math=False)
+        ax.set_xticks(
+            range(len(labels)),
+            labels=labels,
+            fontsize=size,
+            rotation=rotation,
+            ha="left",
+            va="center",
+            rotation_mode="anchor",
+            parse_math=False,
+        )
     else:
-        ax.set_xticks(range(len(labels)), labels=labels, fontsize=size, rotation=rotation, ha="right",
-                      va="center", rotation_mode="anchor", parse_math=False)
+        ax.set_xticks(
+            range(len(labels)),
+            labels=labels,
+            fontsize=size,
+            rotation=rotation,
+            ha="right",
+            va="center",
+            rotation_mode="anchor",
+            parse_math=False,
+        )
 
 
 def set_ylabels(ax, labels: list[str]):
@@ -100,13 +116,17 @@ def unpack_attention(source_tokens, target_tokens, attention):
     if target_tokens is None:
         raise TypeError("give source_tokens, target_tokens and attention, or a Translation or DecodingTrace")
     if attention is None:
-        raise AttnmtError("no attention to draw: the model has attention 'none' (the context is the final "
-                          "encoder state at every step)")
+        raise AttnmtError(
+            "no attention to draw: the model has attention 'none' (the context is the final "
+            "encoder state at every step)"
+        )
     matrix = np.asarray(attention, dtype=np.float64)
     source_tokens, target_tokens = list(source_tokens), list(target_tokens)
     if matrix.ndim != 2 or matrix.shape != (len(target_tokens), len(source_tokens)):
-        raise ValueError(f"attention has shape {matrix.shape}, expected (len(target_tokens), "
-                         f"len(source_tokens)) = ({len(target_tokens)}, {len(source_tokens)})")
+        raise ValueError(
+            f"attention has shape {matrix.shape}, expected (len(target_tokens), "
+            f"len(source_tokens)) = ({len(target_tokens)}, {len(source_tokens)})"
+        )
     if matrix.size == 0:
         raise AttnmtError("nothing to draw: the translation or its source is empty")
     return source_tokens, target_tokens, matrix
@@ -136,5 +156,9 @@ def select_dimensions(states: np.ndarray, max_dims: int | None) -> np.ndarray:
 def dimension_ticks(ax, dims: np.ndarray):
     step = max(1, math.ceil(len(dims) / 40))
     positions = np.arange(0, len(dims), step)
-    ax.set_xticks(positions, labels=[str(int(dims[i])) for i in positions],
-                  fontsize=tick_font_size(len(positions)), rotation=90 if len(positions) > 20 else 0)
+    ax.set_xticks(
+        positions,
+        labels=[str(int(dims[i])) for i in positions],
+        fontsize=tick_font_size(len(positions)),
+        rotation=90 if len(positions) > 20 else 0,
+    )

@@ -49,16 +49,40 @@ from attnmt.viz.drawing import (
 from attnmt.viz.steps import decoder_step_figure, decoding_animation
 from attnmt.viz.words import merge_pieces
 
-__all__ = ["attention_heatmap", "encoder_states_figure", "decoder_step_figure", "decoding_animation",
-           "training_curves", "save", "read_metrics", "select_dimensions", "attention_grid", "head_view_figure",
-           "check_layer_head", "KINDS", "new_figure", "check_step", "unpack_attention"]
+__all__ = [
+    "attention_heatmap",
+    "encoder_states_figure",
+    "decoder_step_figure",
+    "decoding_animation",
+    "training_curves",
+    "save",
+    "read_metrics",
+    "select_dimensions",
+    "attention_grid",
+    "head_view_figure",
+    "check_layer_head",
+    "KINDS",
+    "new_figure",
+    "check_step",
+    "unpack_attention",
+]
 
 
 # --- figures -------------------------------------------------------------------------------------
 
-def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: str | None = None,
-                      merge_words: bool = False, *, space_marker: str | None = None, cmap: str = "Blues",
-                      values: bool = False, quantity: str = "attention weight") -> Figure:
+
+def attention_heatmap(
+    source_tokens,
+    target_tokens=None,
+    attention=None,
+    title: str | None = None,
+    merge_words: bool = False,
+    *,
+    space_marker: str | None = None,
+    cmap: str = "Blues",
+    values: bool = False,
+    quantity: str = "attention weight",
+) -> Figure:
     """The attention matrix as a heatmap: source tokens across the top (x), target tokens down (y),
     one cell per (target, source) pair, weights 0 (white) to 1 (dark), with a colour bar.
 
@@ -94,9 +118,15 @@ def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: 
     if values:
         for i in range(n_tgt):
             for j in range(n_src):
-                ax.text(j, i, f"{matrix[i, j]:.2f}".lstrip("0"), ha="center", va="center",
-                        fontsize=max(5, tick_font_size(max(n_src, n_tgt)) - 3),
-                        color="white" if matrix[i, j] > 0.55 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{matrix[i, j]:.2f}".lstrip("0"),
+                    ha="center",
+                    va="center",
+                    fontsize=max(5, tick_font_size(max(n_src, n_tgt)) - 3),
+                    color="white" if matrix[i, j] > 0.55 else "black",
+                )
     bar = fig.colorbar(image, ax=ax, shrink=min(1.0, max(0.45, 4 / max(n_tgt * cell, 1e-9))), aspect=25, pad=0.02)
     bar.set_label(quantity + (" (word)" if merge_words else ""), fontsize=8)
     bar.ax.tick_params(labelsize=7)
@@ -105,8 +135,9 @@ def attention_heatmap(source_tokens, target_tokens=None, attention=None, title: 
     return fig
 
 
-def encoder_states_figure(trace, max_dims: int | None = 32, *, space_marker: str | None = None,
-                          cmap: str = DIVERGING) -> Figure:
+def encoder_states_figure(
+    trace, max_dims: int | None = 32, *, space_marker: str | None = None, cmap: str = DIVERGING
+) -> Figure:
     """The encoder states h_j (one row of coloured cells per source token) above the context vector
     c_t of every decoding step (one row per output token), on one symmetric colour scale.
 
@@ -116,8 +147,11 @@ def encoder_states_figure(trace, max_dims: int | None = 32, *, space_marker: str
     dimensions). ``max_dims=None`` draws all of them.
     """
     states = np.asarray(trace.encoder_states, dtype=np.float64)
-    contexts = np.stack([np.asarray(s.context, dtype=np.float64) for s in trace.steps]) if trace.steps \
+    contexts = (
+        np.stack([np.asarray(s.context, dtype=np.float64) for s in trace.steps])
+        if trace.steps
         else np.zeros((0, states.shape[1]))
+    )
     dims = select_dimensions(states, max_dims)
     shown_states, shown_contexts = states[:, dims], contexts[:, dims]
     limit = float(max(np.abs(shown_states).max(initial=0.0), np.abs(shown_contexts).max(initial=0.0))) or 1.0
@@ -127,13 +161,28 @@ def encoder_states_figure(trace, max_dims: int | None = 32, *, space_marker: str
     column = min(0.22, 18.0 / len(dims))
     label_width = 0.09 * max((len(t) for t in sources + targets), default=1)
     fig = new_figure(max(5.0, len(dims) * column + label_width + 1.8), max(3.0, rows * row + 2.2))
-    panels = [(shown_states, sources, f"encoder states h_j ({len(dims)} of {states.shape[1]} dimensions)",
-               "encoder_states", "source tokens")]
+    panels = [
+        (
+            shown_states,
+            sources,
+            f"encoder states h_j ({len(dims)} of {states.shape[1]} dimensions)",
+            "encoder_states",
+            "source tokens",
+        )
+    ]
     if len(targets):
-        panels.append((shown_contexts, targets, "context vectors c_t = \u03a3_j a_tj h_j (one per step)",
-                       "contexts", "output tokens"))
-    axes = fig.subplots(len(panels), 1, squeeze=False,
-                        gridspec_kw={"height_ratios": [max(1, len(p[1])) for p in panels]})[:, 0]
+        panels.append(
+            (
+                shown_contexts,
+                targets,
+                "context vectors c_t = \u03a3_j a_tj h_j (one per step)",
+                "contexts",
+                "output tokens",
+            )
+        )
+    axes = fig.subplots(
+        len(panels), 1, squeeze=False, gridspec_kw={"height_ratios": [max(1, len(p[1])) for p in panels]}
+    )[:, 0]
     image = None
     for ax, (matrix, labels, title, name, ylabel) in zip(axes, panels):
         ax.set_label(name)
@@ -147,6 +196,7 @@ def encoder_states_figure(trace, max_dims: int | None = 32, *, space_marker: str
     bar.set_label("value", fontsize=8)
     bar.ax.tick_params(labelsize=7)
     return fig
+
 
 # --- Transformer: layers and heads ------------------------------------------------------------------
 
@@ -174,15 +224,19 @@ def check_layer_head(maps, kind: str, layer: int, head: int | None, names=("laye
     valid range. Layers and heads count from 0, like the arrays."""
     layers, heads = _weights_of(maps, kind).shape[:2]
     if not isinstance(layer, (int, np.integer)) or not 0 <= layer < layers:
-        raise AttnmtError(f"{names[0]} {layer} does not exist: the {KINDS[kind][0]} has {layers} layers, "
-                          f"numbered 0 to {layers - 1}")
+        raise AttnmtError(
+            f"{names[0]} {layer} does not exist: the {KINDS[kind][0]} has {layers} layers, numbered 0 to {layers - 1}"
+        )
     if head is not None and (not isinstance(head, (int, np.integer)) or not 0 <= head < heads):
-        raise AttnmtError(f"{names[1]} {head} does not exist: each layer has {heads} heads, numbered 0 to "
-                          f"{heads - 1} (or no {names[1]} for their average)")
+        raise AttnmtError(
+            f"{names[1]} {head} does not exist: each layer has {heads} heads, numbered 0 to "
+            f"{heads - 1} (or no {names[1]} for their average)"
+        )
 
 
-def attention_grid(maps, kind: str = "cross", *, space_marker: str | None = None, cmap: str = "Blues",
-                   title: str | None = None) -> Figure:
+def attention_grid(
+    maps, kind: str = "cross", *, space_marker: str | None = None, cmap: str = "Blues", title: str | None = None
+) -> Figure:
     """Every layer and head of one kind of attention as small heatmaps: one row of axes per layer,
     one column per head, each labelled "layer L head H" (``ax.get_label()``). Query tokens down the
     first column, key tokens along the last row (when few enough to read).
@@ -202,8 +256,9 @@ def attention_grid(maps, kind: str = "cross", *, space_marker: str | None = None
         for head in range(heads):
             ax = axes[layer, head]
             ax.set_label(f"layer {layer} head {head}")
-            image = ax.imshow(weights[layer, head], cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto",
-                              interpolation="nearest")
+            image = ax.imshow(
+                weights[layer, head], cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
+            )
             ax.set_title(f"L{layer} H{head}", fontsize=8)
             size = max(4, tick_font_size(max(rows, columns)) - 4)
             if labelled and head == 0:
@@ -217,13 +272,23 @@ def attention_grid(maps, kind: str = "cross", *, space_marker: str | None = None
     bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, aspect=30, pad=0.02)
     bar.set_label("attention weight", fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    fig.suptitle(title or f"{name}: {layers} layers × {heads} heads (rows: layers, columns: heads)",
-                 fontsize=10, parse_math=False)
+    fig.suptitle(
+        title or f"{name}: {layers} layers × {heads} heads (rows: layers, columns: heads)",
+        fontsize=10,
+        parse_math=False,
+    )
     return fig
 
 
-def head_view_figure(maps, kind: str = "cross", layer: int = -1, head: int | None = None, *,
-                     space_marker: str | None = None, title: str | None = None) -> Figure:
+def head_view_figure(
+    maps,
+    kind: str = "cross",
+    layer: int = -1,
+    head: int | None = None,
+    *,
+    space_marker: str | None = None,
+    title: str | None = None,
+) -> Figure:
     """The head view of one layer and head: query tokens in a column on the left, key tokens on the
     right, a line from each query to each key whose opacity is the attention weight (so a row's
     lines share one unit of ink). ``head=None`` draws the average of the layer's heads;
@@ -293,8 +358,11 @@ def training_curves(metrics_jsonl_path, title: str | None = None) -> Figure:
     records = read_metrics(metrics_jsonl_path)
 
     def series(kind: str, key: str):
-        points = [(r["step"], r[key]) for r in records
-                  if r.get("type") == kind and isinstance(r.get(key), (int, float)) and "step" in r]
+        points = [
+            (r["step"], r[key])
+            for r in records
+            if r.get("type") == kind and isinstance(r.get(key), (int, float)) and "step" in r
+        ]
         return [p[0] for p in points], [p[1] for p in points]
 
     fig = new_figure(13.0, 3.8)
@@ -311,16 +379,21 @@ def training_curves(metrics_jsonl_path, title: str | None = None) -> Figure:
         ax_loss.plot(steps, values, color=HIGHLIGHT, marker="o", markersize=3, linewidth=1.2, label="dev")
     ax_loss.set_title("loss (per token)")
     ax_loss.legend(fontsize=8)
-    for ax, key, label, colour in ((ax_ppl, "perplexity", "dev perplexity", HIGHLIGHT),
-                                   (ax_bleu, "bleu", "dev BLEU", "#2ca02c")):
+    for ax, key, label, colour in (
+        (ax_ppl, "perplexity", "dev perplexity", HIGHLIGHT),
+        (ax_bleu, "bleu", "dev BLEU", "#2ca02c"),
+    ):
         steps, values = series("valid", key)
         if steps:
             ax.plot(steps, values, color=colour, marker="o", markersize=3, linewidth=1.2)
         else:
             ax.text(0.5, 0.5, "no validation records", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(label)
-    if ax_ppl.lines and min(ax_ppl.lines[0].get_ydata()) > 0 and \
-            max(ax_ppl.lines[0].get_ydata()) / min(ax_ppl.lines[0].get_ydata()) > 20:
+    if (
+        ax_ppl.lines
+        and min(ax_ppl.lines[0].get_ydata()) > 0
+        and max(ax_ppl.lines[0].get_ydata()) / min(ax_ppl.lines[0].get_ydata()) > 20
+    ):
         ax_ppl.set_yscale("log")
     if title:
         fig.suptitle(title, parse_math=False)

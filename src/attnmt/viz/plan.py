@@ -53,8 +53,13 @@ class FigureRequest:
         return bool(self.out or self.states or self.steps or self.gif or self.head_view or self.grid or self.saliency)
 
     def transformer_options(self) -> list[str]:
-        options = (("--head-view", self.head_view), ("--grid", self.grid), ("--kind", self.kind),
-                   ("--layer", self.layer), ("--head", self.head))
+        options = (
+            ("--head-view", self.head_view),
+            ("--grid", self.grid),
+            ("--kind", self.kind),
+            ("--layer", self.layer),
+            ("--head", self.head),
+        )
         return [option for option, value in options if value is not None]
 
 
@@ -78,8 +83,9 @@ def check_request(r: FigureRequest):
     if (r.layer is not None or r.head is not None) and not r.head_view:
         raise AttnmtError("--layer and --head choose the attention --head-view FILE draws; give --head-view")
     if r.sentence is None and (r.sentence_figures() or not r.curves):
-        raise AttnmtError("give a sentence to draw (attnmt plot MODEL_DIR \"sentence\" ...), "
-                          "or --curves FILE for the training curves")
+        raise AttnmtError(
+            'give a sentence to draw (attnmt plot MODEL_DIR "sentence" ...), or --curves FILE for the training curves'
+        )
     images = [r.states, r.curves, r.head_view, r.grid, r.saliency] + [path for _, path in r.steps]
     for path, suffixes in [(r.out, (*IMAGE, ".html")), (r.gif, (".gif",))] + [(path, IMAGE) for path in images]:
         if path and Path(path).suffix.lower() not in suffixes:

@@ -55,16 +55,16 @@ def decoder_step_figure(trace, step: int, *, space_marker: str | None = None) ->
     axes = _step_axes(len(sources), len(top_k), coverage=use is not None)
     fig, (ax_scores, ax_weights, *ax_coverage, ax_context, ax_state, ax_top) = axes
     token = token_labels([st.token], space_marker)[0]
-    fig.suptitle(f"step {step}: output \u201c{token}\u201d (p = {st.probability:.3f})", fontsize=11,
-                 parse_math=False)
+    fig.suptitle(f"step {step}: output \u201c{token}\u201d (p = {st.probability:.3f})", fontsize=11, parse_math=False)
     if st.weights is None:
         _no_attention(ax_scores, ax_weights)
     else:
         _attention_bars(ax_scores, ax_weights, st, sources, getattr(trace, "normalizer", None) or "softmax")
     if use is not None:
         _coverage_bars(ax_coverage[0], trace, step, sources, use)
-    _vector_rows(fig, ax_context, ax_state, np.asarray(st.context, dtype=np.float64),
-                 np.asarray(st.state, dtype=np.float64))
+    _vector_rows(
+        fig, ax_context, ax_state, np.asarray(st.context, dtype=np.float64), np.asarray(st.state, dtype=np.float64)
+    )
     _top_k_bars(ax_top, top_k, st.token, space_marker)
     return fig
 
@@ -85,8 +85,15 @@ def _step_axes(n: int, k: int, coverage: bool = False):
 
 def _no_attention(ax_scores, ax_weights):
     for ax in (ax_scores, ax_weights):
-        ax.text(0.5, 0.5, "no attention: the context is the final encoder state at every step",
-                ha="center", va="center", transform=ax.transAxes, fontsize=9)
+        ax.text(
+            0.5,
+            0.5,
+            "no attention: the context is the final encoder state at every step",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            fontsize=9,
+        )
         ax.set_xticks([])
         ax.set_yticks([])
 
@@ -103,8 +110,14 @@ def _attention_bars(ax_scores, ax_weights, st, sources: list[str], normalizer: s
         scores = np.asarray(st.scores, dtype=np.float64)
         if not np.isfinite(scores).all():  # -inf outside an attention window (local attention): no bar
             scores, outside = np.where(np.isfinite(scores), scores, np.nan), "; none outside the window"
-        ax_scores.bar(range(n), scores, color=[POSITIVE if e >= 0 else NEGATIVE for e in scores], width=0.8,
-                      edgecolor=edges, linewidth=1.5)
+        ax_scores.bar(
+            range(n),
+            scores,
+            color=[POSITIVE if e >= 0 else NEGATIVE for e in scores],
+            width=0.8,
+            edgecolor=edges,
+            linewidth=1.5,
+        )
         ax_scores.axhline(0, color="black", linewidth=0.6)
     ax_scores.set_ylabel("score e_j", fontsize=9)
     ax_scores.set_title(f"attention scores (before the {normalizer}; blue > 0, red < 0{outside})", fontsize=10)
@@ -141,14 +154,20 @@ def _coverage_bars(ax, trace, step: int, sources: list[str], use):
             fertility = f" as a GRU's {use.dim}-dimensional vector, updated from the weights"
         reads.append(f"in the score{fertility}")
     if use.bound is not None:
-        ax.axhline(use.bound, color=HIGHLIGHT, linestyle="--", linewidth=1,
-                   label=f"bound f = {use.bound:g} (not for the last token)")
+        ax.axhline(
+            use.bound,
+            color=HIGHLIGHT,
+            linestyle="--",
+            linewidth=1,
+            label=f"bound f = {use.bound:g} (not for the last token)",
+        )
         reads.append(f"a_j \u2264 f - C_j, f = {use.bound:g}")
         top = max(top, use.bound)
     ax.set_ylim(0, max(top * 1.15, 0.05))
     ax.set_ylabel("coverage C_j", fontsize=9)
-    ax.set_title(f"coverage C_j = sum of the earlier weights (grey), this step's on top (blue); {'; '.join(reads)}",
-                 fontsize=10)
+    ax.set_title(
+        f"coverage C_j = sum of the earlier weights (grey), this step's on top (blue); {'; '.join(reads)}", fontsize=10
+    )
     ax.legend(fontsize=7, loc="best", frameon=False)
     ax.set_xlim(-0.6, n - 0.4)
     set_xlabels(ax, sources, top=False)
@@ -159,10 +178,13 @@ def _vector_rows(fig, ax_context, ax_state, context: np.ndarray, state: np.ndarr
     """c_t and s_t as rows of cells on one symmetric scale (blue > 0, red < 0)."""
     limit = float(max(np.abs(context).max(initial=0.0), np.abs(state).max(initial=0.0))) or 1.0
     image = None
-    for ax, vector, title in ((ax_context, context, f"context vector c_t ({context.size} dimensions)"),
-                              (ax_state, state, f"decoder state s_t ({state.size} dimensions)")):
-        image = ax.imshow(vector[None, :], cmap=DIVERGING, vmin=-limit, vmax=limit, aspect="auto",
-                          interpolation="nearest")
+    for ax, vector, title in (
+        (ax_context, context, f"context vector c_t ({context.size} dimensions)"),
+        (ax_state, state, f"decoder state s_t ({state.size} dimensions)"),
+    ):
+        image = ax.imshow(
+            vector[None, :], cmap=DIVERGING, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest"
+        )
         ax.set_yticks([])
         ax.set_title(title, fontsize=10)
         ax.tick_params(axis="x", labelsize=7)
@@ -187,8 +209,9 @@ def _top_k_bars(ax_top, top_k: list, chosen: str, space_marker: str | None):
     ax_top.tick_params(axis="x", labelsize=8)
 
 
-def decoding_animation(trace, path, fps: float = 1, *, space_marker: str | None = None,
-                       cmap: str = "Blues", dpi: int = 120) -> Path:
+def decoding_animation(
+    trace, path, fps: float = 1, *, space_marker: str | None = None, cmap: str = "Blues", dpi: int = 120
+) -> Path:
     """Writes an animated GIF of the decoding: one frame per step, the heatmap filling row by row,
     the current row framed in red. Returns the path."""
     path = Path(path)
@@ -201,8 +224,9 @@ def decoding_animation(trace, path, fps: float = 1, *, space_marker: str | None 
     n_src, n_tgt = len(xs), len(ys)
     cell = cell_inches(max(n_src, n_tgt))
     longest_x = max(len(x) for x in xs) if label_rotation(xs) else 1
-    fig = new_figure(max(n_src * cell + 0.09 * max(len(y) for y in ys) + 1.6, 4.0),
-                  max(n_tgt * cell + 0.08 * longest_x + 1.1, 3.0))
+    fig = new_figure(
+        max(n_src * cell + 0.09 * max(len(y) for y in ys) + 1.6, 4.0), max(n_tgt * cell + 0.08 * longest_x + 1.1, 3.0)
+    )
     ax = fig.add_subplot()
     shown = np.full(matrix.shape, np.nan)
     colours = colormaps[cmap].with_extremes(bad="white")

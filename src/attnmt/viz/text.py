@@ -22,8 +22,10 @@ def shades(rows: list[str], columns: list[str], matrix) -> str:
     """A matrix of weights in [0, 1] drawn with shade characters, one cell per (row, column), under
     the column labels (written downwards when longer than one character)."""
     width = max(5, *(len(r) for r in rows))
-    header = [" " * (width + 1) + "".join(c[k] if k < len(c) else " " for c in columns)
-              for k in range(max(len(c) for c in columns))]
+    header = [
+        " " * (width + 1) + "".join(c[k] if k < len(c) else " " for c in columns)
+        for k in range(max(len(c) for c in columns))
+    ]
     lines = header + [f"{label:>{width}} " + "".join(shade(w) for w in weights) for label, weights in zip(rows, matrix)]
     return "\n".join(lines)
 

@@ -51,8 +51,9 @@ def join_pieces(pieces: list[str]) -> str:
     return text
 
 
-def merge_pieces(source_tokens: list[str], target_tokens: list[str],
-                 attention) -> tuple[list[str], list[str], np.ndarray]:
+def merge_pieces(
+    source_tokens: list[str], target_tokens: list[str], attention
+) -> tuple[list[str], list[str], np.ndarray]:
     """Merges subword pieces into words: returns (source_words, target_words, matrix).
 
     ``attention`` has one row per target piece and one column per source piece. In the merged
@@ -62,12 +63,23 @@ def merge_pieces(source_tokens: list[str], target_tokens: list[str],
     """
     matrix = np.asarray(attention, dtype=np.float64)
     if matrix.ndim != 2 or matrix.shape != (len(target_tokens), len(source_tokens)):
-        raise ValueError(f"attention has shape {matrix.shape}, expected (len(target_tokens), "
-                         f"len(source_tokens)) = ({len(target_tokens)}, {len(source_tokens)})")
+        raise ValueError(
+            f"attention has shape {matrix.shape}, expected (len(target_tokens), "
+            f"len(source_tokens)) = ({len(target_tokens)}, {len(source_tokens)})"
+        )
     source_spans, target_spans = word_spans(source_tokens), word_spans(target_tokens)
-    columns = np.stack([matrix[:, a:b].sum(axis=1) for a, b in source_spans], axis=1) if source_spans \
+    columns = (
+        np.stack([matrix[:, a:b].sum(axis=1) for a, b in source_spans], axis=1)
+        if source_spans
         else np.zeros((len(target_tokens), 0))
-    merged = np.stack([columns[a:b].mean(axis=0) for a, b in target_spans], axis=0) if target_spans \
+    )
+    merged = (
+        np.stack([columns[a:b].mean(axis=0) for a, b in target_spans], axis=0)
+        if target_spans
         else np.zeros((0, columns.shape[1]))
-    return ([join_pieces(source_tokens[a:b]) for a, b in source_spans],
-            [join_pieces(target_tokens[a:b]) for a, b in target_spans], merged)
+    )
+    return (
+        [join_pieces(source_tokens[a:b]) for a, b in source_spans],
+        [join_pieces(target_tokens[a:b]) for a, b in target_spans],
+        merged,
+    )
