@@ -6,6 +6,7 @@ import os
 import pickle
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,10 @@ import torch
 import yaml
 
 from attnmt.api import load
+from attnmt.cli import main
 from attnmt.core.config import load_config
 from attnmt.core.errors import AttnmtError
+from attnmt.core.folders import inside_folder
 from attnmt.training import Trainer, train
 from conftest import REPO, random_strings, reverse, toy_config
 
@@ -285,3 +288,76 @@ def test_loading_draws_no_random_weights_and_loads_every_one(model_folder):
     stored = {name.removeprefix("model."): t for name, t in load_file(model_folder / "best.safetensors").items()}
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(tensor, stored[name], rtol=0, atol=0, msg=name)
+
+
+SECRET = "private_key_of_this_machine"  # the text of the file outside the folder: no message may show it
+
+
+def outside_file(tmp_path: Path, name: str) -> Path:
+    """A file outside the model folder, holding SECRET (as /etc/passwd or ~/.ssh/... would)."""
+    path = tmp_path / "elsewhere" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f"{SECRET}: 1\n")
+    return path
+
+
+def test_an_aligner_folder_or_file_linking_outside_is_refused_before_it_is_read(model_folder, tmp_path):
+    """MODEL/aligner as a link to an outside folder, or aligner.yaml as a link to an outside file: the
+    same check as the config's, before anything is opened (the file's keys used to appear in the warning)."""
+    outside = outside_file(tmp_path, "aligner.yaml").parent
+    (outside / "aligner.safetensors").write_bytes(b"not read")
+    (model_folder / "aligner").symlink_to(outside)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no warning either: an error)
+        with pytest.raises(AttnmtError, match="aligner.yaml leads outside the model folder") as error:
+            load(model_folder)
+    assert SECRET not in str(error.value)
+    (model_folder / "aligner").unlink()
+    (model_folder / "aligner").mkdir()
+    (model_folder / "aligner" / "aligner.yaml").symlink_to(outside / "aligner.yaml")
+    (model_folder / "aligner" / "aligner.safetensors").write_bytes(b"not read")
+    with pytest.raises(AttnmtError, match="aligner.yaml leads outside the model folder") as error:
+        load(model_folder)
+    assert SECRET not in str(error.value)
+
+
+def test_the_folders_shortlist_linking_outside_is_refused(model_folder, tmp_path, capsys):
+    (model_folder / "shortlist.json").symlink_to(outside_file(tmp_path, "shortlist.json"))
+    with pytest.raises(AttnmtError, match="shortlist.json leads outside the model folder"):
+        load(model_folder).translate(["abc"], shortlist=True)
+    source = tmp_path / "in.txt"
+    source.write_text("abc\n")
+    assert main(["translate", str(model_folder), "-i", str(source), "--shortlist"]) == 2
+    err = capsys.readouterr().err
+    assert "shortlist.json leads outside the model folder" in err and SECRET not in err
+
+
+@pytest.mark.parametrize("target", ["outside", "/etc/passwd"])
+def test_plot_and_info_read_no_metrics_outside_the_folder(model_folder, tmp_path, capsys, target):
+    metrics = model_folder / "metrics.jsonl"
+    metrics.unlink(missing_ok=True)
+    metrics.symlink_to(outside_file(tmp_path, "metrics.jsonl") if target == "outside" else target)
+    curves = tmp_path / "curves.png"
+    assert main(["plot", str(model_folder), "--curves", str(curves)]) == 2
+    assert not curves.exists()
+    assert "metrics.jsonl leads outside the model folder" in capsys.readouterr().err
+    assert main(["info", str(model_folder)]) == 2
+    err = capsys.readouterr().err
+    assert "metrics.jsonl leads outside the model folder" in err and SECRET not in err
+
+
+def test_a_file_of_the_folder_that_is_not_a_regular_file_is_refused_unopened(model_folder):
+    """A FIFO would wait for a writer for ever, a device may never end: neither is opened."""
+    config = model_folder / "config.yaml"
+    config.unlink()
+    os.mkfifo(config)
+    with pytest.raises(AttnmtError, match="config.yaml is not a regular file"):
+        load(model_folder)
+    metrics = model_folder / "metrics.jsonl"
+    metrics.unlink(missing_ok=True)
+    os.mkfifo(metrics)
+    with pytest.raises(AttnmtError, match="metrics.jsonl is not a regular file"):
+        inside_folder(model_folder, metrics)
+    with pytest.raises(AttnmtError, match="cannot follow its symbolic links"):
+        (model_folder / "loop").symlink_to(model_folder / "loop")
+        inside_folder(model_folder, model_folder / "loop")

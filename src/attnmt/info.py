@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from attnmt.core.checkpoint import read_info, read_trainer_state
-from attnmt.core.folders import kept_checkpoints, load_folder
+from attnmt.core.folders import inside_folder, kept_checkpoints, load_folder
 from attnmt.core.task import task_of
 
 # Fields of a metrics record that are bookkeeping, not scores
@@ -28,7 +28,7 @@ def model_info(folder: str | Path) -> dict:
         "vocabularies": _vocabularies(model),
         "data": _data(config),
     }
-    last = folder / "last.safetensors"
+    last = inside_folder(folder, folder / "last.safetensors")
     if last.is_file():
         state = read_trainer_state(last)
         minutes = round(state["seconds"] / 60, 2)
@@ -42,7 +42,7 @@ def model_info(folder: str | Path) -> dict:
             "fine_tuned_from": start,
         }
     info["checkpoints"] = _checkpoints(folder)
-    info["scores"] = _scores(folder / "metrics.jsonl")
+    info["scores"] = _scores(inside_folder(folder, folder / "metrics.jsonl"))
     return info
 
 
@@ -52,8 +52,9 @@ def _checkpoints(folder: Path) -> dict:
     found = {}
     if kept := kept_checkpoints(folder):
         found["kept"] = list(kept)
-    if (folder / "averaged.safetensors").is_file():
-        found["averaged"] = read_info(folder / "averaged.safetensors").get("averaged_steps", [])
+    averaged = inside_folder(folder, folder / "averaged.safetensors")
+    if averaged.is_file():
+        found["averaged"] = read_info(averaged).get("averaged_steps", [])
     return found
 
 

@@ -17,14 +17,23 @@ from attnmt.core.task import task_of
 
 
 def inside_folder(folder: Path, path: Path) -> Path:
-    """``path`` if, with symbolic links followed, it lies inside ``folder``: a model folder from
-    someone else must not make attnmt read files elsewhere (see docs/security.md)."""
-    target = path.resolve()
-    if not target.is_relative_to(folder.resolve()):
+    """``path`` if, with symbolic links followed, it lies inside ``folder`` and is a regular file
+    (or is not there yet): a model folder from someone else must not make attnmt read files
+    elsewhere (see docs/security.md), nor a FIFO, which waits for a writer, or a device, which may
+    never end. Every file a model folder names is read through this check, before it is opened."""
+    path = Path(path)
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError) as error:  # a loop of symbolic links (RuntimeError before Python 3.13)
+        raise AttnmtError(f"{path}: cannot follow its symbolic links ({error})") from None
+    if not target.is_relative_to(Path(folder).resolve()):
         raise AttnmtError(
             f"{path} leads outside the model folder {folder} (to {target}); "
             "a model folder must hold its own files: copy the file into it"
         )
+    if target.exists() and not target.is_file():
+        kind = "a folder" if target.is_dir() else "not a regular file (a FIFO, device or socket)"
+        raise AttnmtError(f"{path} is {kind}, where the model folder {folder} should hold a file")
     return path
 
 

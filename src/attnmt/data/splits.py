@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from attnmt.core.config import Config, CorpusFiles
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text, read_checked_json
+from attnmt.core.folders import inside_folder
 from attnmt.data.corpus import Corpus
 
 FOLDER = "splits"
@@ -116,7 +117,7 @@ def checked_record(folder: Path) -> HeldOutRecord:
     """The held-out record of an experiment (or model) folder, its sets checked against the draw of
     its seed and against their TSV files; AttnmtError naming the file and what is wrong otherwise.
     No corpus is needed: the record holds its size, and the seed draws the sets."""
-    path = folder / FOLDER / RECORD
+    path = inside_folder(folder, folder / FOLDER / RECORD)
     record = read_checked_json(path, HeldOutRecord.model_validate_json, "the record of the held-out sets", BENT)
     if set(record.sets) != set(record.sizes):
         raise AttnmtError(
@@ -131,7 +132,7 @@ def checked_record(folder: Path) -> HeldOutRecord:
             f"from {record.pairs:,} pairs; {BENT}"
         )
     for name, digest in (record.files or {}).items():
-        _check_file(path, set_path(folder, name), digest)
+        _check_file(path, inside_folder(folder, set_path(folder, name)), digest)
     return record
 
 

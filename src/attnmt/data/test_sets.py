@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnmt.core.errors import AttnmtError
+from attnmt.core.folders import inside_folder
 from attnmt.data import splits
 
 
@@ -27,10 +28,11 @@ def config_test_sets(model, trust: bool = False) -> dict:
 
 
 def _inside_model(folder: Path, name: str, path: Path):
-    target = Path(path).resolve()
-    if not target.is_relative_to(Path(folder).resolve()):
+    try:
+        inside_folder(folder, path)
+    except AttnmtError as error:
         raise AttnmtError(
-            f"{folder / 'config.yaml'}: test set {name} names {path}, outside the model folder: a model "
-            "folder cannot make attnmt read other files. Give the set yourself (--tsv FILE, or --src "
-            "and --ref), or pass --trust-config if you trained this folder"
-        )
+            f"{folder / 'config.yaml'}: test set {name} names {path}, outside the model folder or not "
+            f"a file of it ({error}): a model folder cannot make attnmt read other files. Give the set "
+            "yourself (--tsv FILE, or --src and --ref), or pass --trust-config if you trained this folder"
+        ) from None

@@ -472,8 +472,10 @@ class Translator:
         if shortlist is None:  # the config's: a file of the model folder, which must stay inside it
             name = self.config.decoding.shortlist
             path = None if name is None else inside_folder(self.folder, self.folder / name)
-        else:
-            path = self.folder / SHORTLIST_FILE if shortlist is True else Path(shortlist) if shortlist else None
+        elif shortlist is True:  # the folder's own (--shortlist without FILE): inside it too
+            path = inside_folder(self.folder, self.folder / SHORTLIST_FILE)
+        else:  # a table given by the caller: theirs, read where it is
+            path = Path(shortlist) if shortlist else None
         if path is None:
             return None
         if path not in self._shortlists:

@@ -27,7 +27,7 @@ from attnmt.core.checkpoint import load_weights, save_model, tensor_shapes
 from attnmt.core.config import CorpusFiles, Section, config_to_yaml, read_yaml_file, resolve_paths, validated
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text, file_sha256
-from attnmt.core.folders import inference_device, model_config, weights_path
+from attnmt.core.folders import inference_device, inside_folder, model_config, weights_path
 from attnmt.data.batching import Batch, epoch_batches, training_batch
 from attnmt.data.corpus import Corpus, read_corpus, read_lines
 from attnmt.data.subwords import PAD
@@ -492,6 +492,8 @@ def folder_aligner(translator: Translator) -> OutputAligner | None:
     default), if there is one and it was trained on the weights ``translator`` holds; otherwise
     None (its links come from the attention), with a warning if it was trained on other weights."""
     folder = translator.folder / "aligner"
+    for name in (CONFIG_FILE, WEIGHTS_FILE):  # (before anything is opened: MODEL/aligner may be a link)
+        inside_folder(translator.folder, folder / name)
     if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
         return None
     try:

@@ -29,6 +29,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
 from attnmt.core.errors import AttnmtError
+from attnmt.core.folders import inside_folder
 from attnmt.viz.drawing import (
     BAR,
     DIVERGING,
@@ -330,8 +331,8 @@ def head_view_figure(
 def read_metrics(path) -> list[dict]:
     """The records of a metrics.jsonl file (or of the one in an experiment folder)."""
     path = Path(path)
-    if path.is_dir():
-        path = path / "metrics.jsonl"
+    if path.is_dir():  # a model folder, which may come from someone else: its file must be its own
+        path = inside_folder(path, path / "metrics.jsonl")
     if not path.is_file():
         raise AttnmtError(f"{path}: no such file (training writes metrics.jsonl into the experiment folder)")
     records = []
