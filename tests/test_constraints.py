@@ -259,7 +259,7 @@ def test_the_constrained_search_tree_records_each_step_with_its_bank(beam):
     )
     plain = constrained_beam_search(model, batch.src, batch.src_lengths, limits, constraints, beam=beam, n_best=beam)
     assert [[h.tokens for h in s] for s in recorded] == [[h.tokens for h in s] for s in plain]  # (the same search)
-    for tree, phrases, hypotheses in zip(recorder.trees, constraints, recorded):
+    for tree, phrases, hypotheses, limit in zip(recorder.trees, constraints, recorded, limits):
         assert tree[0].status == "root" and tree[0].met is None
         full = sum(map(len, phrases))
         for node in tree[1:]:
@@ -270,13 +270,15 @@ def test_the_constrained_search_tree_records_each_step_with_its_bank(beam):
             for token in tokens[:-1] if node.status == "finished" else tokens:
                 progress = progress.after(token, phrases)
             assert node.met == progress.count(phrases), (tokens, node)
-            if node.status == "finished":
-                assert node.token == EOS and node.met == full and progress.complete(phrases)
+            if node.status == "finished":  # by EOS, with every constraint met, or else at the length limit
+                assert node.token == EOS and (node.met == full) == progress.complete(phrases)
+                assert progress.complete(phrases) or node.step == limit
         kept = [n for n in tree if n.status == "kept"]
         assert all(sum(n.step == s for n in kept) <= beam for s in range(1, max(limits) + 1))
-        # each output is a path of the tree: ended by EOS (finished), or by the length limit (kept)
-        paths = {tuple(path_to(tree, n)) for n in tree[1:] if n.status in ("kept", "finished")}
-        assert all(tuple(h.tokens) in paths for h in hypotheses)
+        assert all(n.step < limit for n in kept)  # at the limit every live hypothesis ends
+        # each output is a path of the tree, ended by EOS
+        paths = {tuple(path_to(tree, n)) for n in tree[1:] if n.status == "finished"}
+        assert all(tuple(h.tokens) in paths and h.tokens[-1] == EOS for h in hypotheses)
 
 
 def test_beam_tree_and_post_beam_take_constraints(reverse_model):

@@ -126,12 +126,13 @@ def test_set_decoding_changes_the_settings_of_later_calls_and_names_a_wrong_fiel
     try:
         translator.set_decoding(coverage_penalty=0.7, length_penalty=0.6)
         [t] = translator.translate([dev[0]], beam=4, n_best=4)
-        log_probs = [s.log_prob for s in translator.score([dev[0]] * len(t.candidates), [c.text for c in t.candidates])]
-        for c, log_prob in zip(t.candidates, log_probs):
-            expected = log_prob / length_penalty(len(c.tokens), 0.6) + coverage_penalty(
-                torch.from_numpy(c.attention), 0.7
-            )
-            assert c.score == pytest.approx(expected, abs=1e-4)
+        for c in t.candidates:
+            expected = log_prob_of_pieces(translator, dev[0], c.tokens) / length_penalty(len(c.tokens), 0.6)
+            assert c.score == pytest.approx(expected + coverage_penalty(torch.from_numpy(c.attention), 0.7), abs=1e-4)
+        # (and score() of a text is that of its own pieces: the first candidate's are)
+        [scored] = translator.score([dev[0]], [t.candidates[0].text])
+        assert scored.tokens == t.candidates[0].tokens
+        assert scored.log_prob == pytest.approx(log_prob_of_pieces(translator, dev[0], scored.tokens), abs=1e-4)
         translation, tree = translator.beam_tree(dev[0], beam=4)
         assert [c.score for c in translation.candidates] == pytest.approx([c.score for c in t.candidates], abs=1e-5)
         with pytest.raises(AttnmtError, match="decoding.coverage_penalty: .*greater than or equal to 0"):
@@ -139,6 +140,42 @@ def test_set_decoding_changes_the_settings_of_later_calls_and_names_a_wrong_fiel
         with pytest.raises(AttnmtError, match="decoding.lenght_penalty"):
             translator.set_decoding(lenght_penalty=1)
         assert translator.config.decoding.coverage_penalty == 0.7  # a refused change changes nothing
+    finally:
+        translator.config = translator.config.model_copy(update={"decoding": before})
+
+
+def log_prob_of_pieces(translator, text: str, tokens: list[str]) -> float:
+    """log p(tokens | text) by forced decoding of the pieces themselves, as ``score`` computes it
+    for the pieces a text encodes to: a search may write other pieces for the same text (here "b",
+    "f" without the word-start "▁" of "▁", "b", "f"), and a candidate scores its own."""
+    ids = {piece: i for i, (piece, _) in enumerate(translator.tgt_subwords.vocabulary())}
+    assert tokens[-1] == "</s>"
+    batch = make_batch(translator.source_ids([text]), [[ids[piece] for piece in tokens[:-1]]])
+    with torch.inference_mode():
+        log_probs = translator.model.target_log_probs(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
+    return float(log_probs.sum())
+
+
+def test_every_candidate_scores_its_pieces_and_the_eos_that_ends_it(reverse_model):
+    """A candidate's score is log p(its pieces, EOS) with the penalties applied; at its length
+    limit an output writes EOS (the only token a search may write there) and pays for it. (A limit
+    of half the source's length cuts every reversed string; cut without EOS, a candidate scored
+    up to 10 higher than its own log-probability and outranked those that ended.)"""
+    translator, dev = reverse_model
+    before = translator.config.decoding
+    try:
+        translator.set_decoding(max_length_ratio=0.5, max_length_offset=1, coverage_penalty=0.7, length_penalty=0.6)
+        for beam, n_best in ((1, 1), (4, 4)):
+            for text, t in zip(dev[:8], translator.translate(dev[:8], beam=beam, n_best=n_best)):
+                limit = int(0.5 * (len(translator.src_subwords.encode([text])[0]) + 1) + 1)
+                assert any(len(c.tokens) == limit for c in t.candidates)  # (cut by the limit: this test's case)
+                for c in t.candidates:
+                    assert c.tokens.index("</s>") == len(c.tokens) - 1 and len(c.tokens) <= limit, (text, c.tokens)
+                    expected = log_prob_of_pieces(translator, text, c.tokens) / length_penalty(len(c.tokens), 0.6)
+                    expected += coverage_penalty(torch.from_numpy(c.attention), 0.7)
+                    assert c.score == pytest.approx(expected, abs=1e-4), (text, c.tokens)
+        trace = translator.trace(dev[0])
+        assert trace.steps[-1].token == "</s>" and trace.steps[-1].constrained  # the trace's last step too
     finally:
         translator.config = translator.config.model_copy(update={"decoding": before})
 

@@ -57,13 +57,16 @@ PREFIXES = [[7, 7], [], [12, 5, 9, 4, 6, 8, 11, 13, 15], [19]]  # none, and one 
 
 def forced_then_greedy(model, source: list[int], prefix: list[int], limit: int) -> tuple[list[int], float]:
     """The reference: the prefix fed to the decoder step by step, its log-probabilities summed, then
-    the most probable token each step until EOS or the limit."""
+    the most probable token each step until EOS, which is the only token at the limit."""
     batch = make_batch([source])
     memory = model.encode(batch.src, batch.src_lengths)
     state, prev, tokens, total = model.init_state(memory), torch.tensor([BOS]), [], 0.0
     while len(tokens) < limit and (not tokens or tokens[-1] != EOS):
         step = model.decode_step(prev, state, memory)
-        token = prefix[len(tokens)] if len(tokens) < len(prefix) else int(step.log_probs[0].argmax())
+        if len(tokens) + 1 == limit:
+            token = EOS
+        else:
+            token = prefix[len(tokens)] if len(tokens) < len(prefix) else int(step.log_probs[0].argmax())
         total += float(step.log_probs[0, token])
         tokens.append(token)
         state, prev = step.state, torch.tensor([token])

@@ -11,8 +11,9 @@ it is inside, the first of every phrase not yet done. The beam's k places go to 
 that a hypothesis that wrote a constraint stays even when likelier ones that did not fill the
 beam (a plain beam would drop a forced token whose probability is low, and with it the term).
 A hypothesis may end only once it has met every constraint: its EOS then finishes it when it is
-among the k best candidates of the bank of those. At the length limit the live hypotheses finish
-as they are; those that met every constraint always rank first.
+among the k best candidates of the bank of those. At the length limit every live hypothesis ends
+(it can only write EOS there, as in every search: attnmt.seq2seq.decoding.ended_at_limit), the
+ones that met every constraint or not; those that did always rank first.
 
 Scores are the model's: log-probability over the length penalty (+ coverage penalty), nothing
 for the constraints, so a constrained output scores as ``Translator.score`` would score it.
@@ -140,20 +141,27 @@ class _ConstrainedBeams(Beams):
         Returns the sentence of each group and, for each live row (n*k,), the row of batch t it extends."""
         self.history.weights.append(step.weights)
         sentences, width = self.active.tolist(), self.width
-        candidates = self._candidates(step.log_probs.float(), [s for s in sentences for _ in range(width)])
-        chosen, ends, recorded = [], [], []
+        log_probs = self.log_probs_at(t, step, sentences).float()
+        candidates = self._candidates(log_probs, [s for s in sentences for _ in range(width)])
+        chosen, ends, unmet, recorded = [], [], [], []
         for g, sentence in enumerate(sentences):
-            phrases = self.phrases[sentence]
-            live, finishing, considered = self._choose(candidates[g * width : (g + 1) * width], g * width, phrases)
+            phrases, at_limit = self.phrases[sentence], self.max_lengths[sentence] <= t + 1
+            live, finishing, cut, considered = self._choose(
+                candidates[g * width : (g + 1) * width], g * width, phrases, at_limit
+            )
             chosen.append(live)
             ends += [(sentence, row, score) for row, score in finishing]
+            unmet += [(sentence, row, score) for row, score, _ in cut]
             if self.record is not None:
-                recorded.append((sentence, self._recorded(live, finishing, considered, g * width, phrases)))
+                recorded.append((sentence, self._recorded(live, finishing, cut, considered, g * width, phrases)))
         if self.record is not None:
             self.record.add(t, recorded)
-        if ends:
-            rows = torch.tensor([row for _, row, _ in ends], device=self.device)
-            self._finish(t, [s for s, _, _ in ends], rows, torch.full_like(rows, EOS), [s for _, _, s in ends])
+        for ending, into in ((ends, None), (unmet, self.unmet)):
+            if ending:
+                rows = torch.tensor([row for _, row, _ in ending], device=self.device)
+                self._finish(
+                    t, [s for s, _, _ in ending], rows, torch.full_like(rows, EOS), [s for _, _, s in ending], into
+                )
         rows = [row for live in chosen for row, _, _, _ in live]
         self.prev = torch.tensor([token for live in chosen for _, token, _, _ in live], device=self.device)
         self.scores = torch.tensor([[score for _, _, score, _ in live] for live in chosen], device=self.device)
@@ -178,11 +186,14 @@ class _ConstrainedBeams(Beams):
             candidates[r][token] = log_prob
         return candidates
 
-    def _choose(self, candidates: list[dict[int, float]], first_row: int, phrases: Phrases):
+    def _choose(self, candidates: list[dict[int, float]], first_row: int, phrases: Phrases, at_limit: bool):
         """A sentence's k live rows as (row of batch t, token, score, progress), by banks, the
-        (row, score) of its hypotheses that end now, and every candidate (row, token, score, progress)."""
+        (row, score) of its hypotheses that end now, those that the length limit ends before they
+        met every constraint (row, score, progress: at the limit each hypothesis can only end), and
+        every candidate (row, token, score, progress)."""
         scores = self.scores.view(-1)[first_row : first_row + len(candidates)].tolist()
         banks: dict[int, list] = {}
+        cut = []
         for j, tokens in enumerate(candidates):
             progress = self.progress[first_row + j]
             for token, log_prob in tokens.items():
@@ -192,6 +203,8 @@ class _ConstrainedBeams(Beams):
                 if token == EOS:
                     if progress.complete(phrases):
                         banks.setdefault(-1, []).append((first_row + j, token, score, progress))
+                    elif at_limit:
+                        cut.append((first_row + j, score, progress))
                     continue
                 after = progress.after(token, phrases)
                 banks.setdefault(after.count(phrases), []).append((first_row + j, token, score, after))
@@ -199,14 +212,16 @@ class _ConstrainedBeams(Beams):
         ending = sorted(banks.pop(-1, []), key=lambda c: -c[2])
         best_full = sorted(banks.get(full, []) + ending, key=lambda c: -c[2])[: self.k]
         finishing = [(row, score) for row, token, score, _ in best_full if token == EOS]
-        return _by_banks(banks, self.k, first_row), finishing, [c for bank in banks.values() for c in bank] + ending
+        considered = [c for bank in banks.values() for c in bank] + ending
+        return _by_banks(banks, self.k, first_row), finishing, cut, considered
 
     def _recorded(
-        self, live: list, finishing: list, considered: list, first_row: int, phrases: Phrases
+        self, live: list, finishing: list, cut: list, considered: list, first_row: int, phrases: Phrases
     ) -> list[Candidate]:
         """What the search tree shows of a sentence's step (attnmt.seq2seq.decoding.BeamRecorder): its
-        live rows, kept; the hypotheses that end, finished; the k best candidates left out, pruned;
-        each with the constraint tokens it has met."""
+        live rows, kept; the hypotheses that end, finished (those the length limit ended too, with
+        fewer constraint tokens met); the k best candidates left out, pruned; each with the
+        constraint tokens it has met."""
         taken = {(row, token) for row, token, _, _ in live} | {(row, EOS) for row, _ in finishing}
         left = sorted((c for c in considered if (c[0], c[1]) not in taken), key=lambda c: -c[2])[: self.k]
         return (
@@ -216,29 +231,9 @@ class _ConstrainedBeams(Beams):
                 if score != NEG_INF
             ]
             + [(row - first_row, EOS, score, "finished", sum(map(len, phrases))) for row, score in finishing]
+            + [(row - first_row, EOS, score, "finished", p.count(phrases)) for row, score, p in cut]
             + [(row - first_row, token, score, "pruned", p.count(phrases)) for row, token, score, p in left]
         )
-
-    def finish_at_limit(self, t: int, sentences: list[int], source_rows: Tensor):
-        """Sentences at their length limit finish with their live hypotheses: into ``finished``
-        those that met every constraint, into ``unmet`` the others."""
-        k = self.k
-        for g, sentence in enumerate(sentences):
-            if t + 1 < self.max_lengths[sentence] or len(self.finished[sentence]) >= k:
-                continue
-            rows = [g * k + j for j in range(k) if float(self.scores[g, j]) != NEG_INF]
-            for complete in (True, False):
-                mine = [r for r in rows if self.progress[r].complete(self.phrases[sentence]) == complete]
-                if mine:
-                    index = torch.tensor(mine, device=self.device)
-                    self._finish(
-                        t,
-                        [sentence] * len(mine),
-                        source_rows[index],
-                        self.prev[index],
-                        self.scores.view(-1)[index].tolist(),
-                        None if complete else self.unmet,
-                    )
 
     def next_batch(self, keep: Tensor, source_rows: Tensor, state, memory):
         if not bool(keep.all()):

@@ -142,7 +142,20 @@ def coverage_penalty(attention: Tensor, beta: float) -> float:
 
 
 def max_output_lengths(src_lengths: Tensor, ratio: float, offset: int) -> list[int]:
+    """Each sentence's length limit: its output has at most ratio * n + offset tokens, the EOS that
+    ends it included (``ended_at_limit``)."""
     return [max(1, int(ratio * n + offset)) for n in src_lengths.tolist()]
+
+
+def ended_at_limit(log_probs: Tensor, at_limit: Tensor) -> Tensor:
+    """A step's log-probabilities (rows, columns) with every column but EOS's at -inf in the rows
+    ``at_limit`` (rows,) bool: an output ends at its length limit by writing EOS, as fairseq's
+    search ends it, so that its score counts the model's log-probability of ending there, as
+    Translator.score counts it for the same text. (Cut without EOS, a hypothesis would rank above
+    those that paid for their end: a model that never ends would seem the most confident.) Under
+    a shortlist, EOS keeps its column (attnmt.seq2seq.shortlist)."""
+    not_eos = torch.arange(log_probs.size(1), device=log_probs.device) != EOS
+    return log_probs.masked_fill(at_limit.unsqueeze(1) & not_eos, float("-inf"))
 
 
 def memory_lengths(memory) -> list[int]:
@@ -206,19 +219,23 @@ def greedy_search(
     log_probs = torch.zeros(batch, device=src.device)
     # Per step: the sentences of the rows, their tokens and weights; read per sentence at the end.
     rows, tokens, weights = [], [], []
+    shortest = min(max_lengths)
     for t in range(max(max_lengths)):
         step = model.decode_step(prev, state, memory)
+        scores = step.log_probs
+        if t + 1 >= shortest:  # some sentence may be at its limit: it writes EOS
+            scores = ended_at_limit(scores, limits[active] <= t + 1)
         if pick is None:
-            best, column = step.log_probs.max(dim=-1)
+            best, column = scores.max(dim=-1)
         else:
-            column = pick(step.log_probs)
-            best = step.log_probs.gather(1, column[:, None]).squeeze(1)
+            column = pick(scores)
+            best = scores.gather(1, column[:, None]).squeeze(1)
         prev = token_ids(column, vocabulary)
         log_probs[active] += best
         rows.append(active)
         tokens.append(prev)
         weights.append(step.weights)
-        going = (prev != EOS) & (limits[active] > t + 1)
+        going = (prev != EOS) & (limits[active] > t + 1)  # (the limit too: a model may give EOS no probability)
         if not bool(going.all()):  # drop the finished sentences from the batch
             if not bool(going.any()):
                 break
@@ -308,10 +325,11 @@ def beam_search(
     sentence is done when no live hypothesis can still beat its ``n_best`` best finished ones
     (their scores only fall as they grow: see ``_cannot_improve``), when it has ``beam`` finished
     hypotheses and none of the live ones would beat them were it to end now, or at its length
-    limit (its live hypotheses then finish). Its rows then leave the batch, so later steps only
-    compute what is still open. (Stopping at ``beam`` finished hypotheses alone, as many searches
-    do, can return a worse result than greedy search: a confident model's unlikely hypotheses
-    end early, fill the finished list, and stop the sentence before its likely one has ended.)
+    limit (where its live hypotheses can only write EOS, and finish: ``ended_at_limit``). Its rows
+    then leave the batch, so later steps only compute what is still open. (Stopping at ``beam``
+    finished hypotheses alone, as many searches do, can return a worse result than greedy search:
+    a confident model's unlikely hypotheses end early, fill the finished list, and stop the
+    sentence before its likely one has ended.)
     With ``record``, every candidate considered is added to the sentence's search tree.
     ``vocabulary``: the ids of a shortlist that the output layer is restricted to (see ``decode``);
     ``window``: the attention window of every step (decoding.attention_window; attnmt.seq2seq.base).
@@ -340,7 +358,6 @@ def search_with(
     for t in range(max(beams.max_lengths)):
         step = model.decode_step(beams.prev, state, memory)
         sentences, source_rows = beams.extend(t, step, vocabulary)
-        beams.finish_at_limit(t, sentences, source_rows)
         going = beams.going(t, sentences)
         if not bool(going.any()):
             break
@@ -353,7 +370,7 @@ class Beams:
     """The state of a batched beam search between two steps: the sentence of each group of rows
     (``active``), the live hypotheses' scores (n, width) and last tokens (``prev``, n*width), the
     finished hypotheses of every sentence, and the ``_History`` to read hypotheses back from.
-    Each step: ``extend``, ``finish_at_limit``, ``going``, then ``next_batch`` (see beam_search)."""
+    Each step: ``extend``, ``going``, then ``next_batch`` (see beam_search)."""
 
     def __init__(
         self,
@@ -380,13 +397,14 @@ class Beams:
 
     def extend(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> tuple[list[int], Tensor]:
         """Step t's 2k best candidates of each sentence: those among its best k that end in EOS
-        finish, the best k that do not stay alive (``prev``, ``scores``). Returns the sentence of
+        finish (at the sentence's length limit, all of its live ones), the best k that do not stay
+        alive (``prev``, ``scores``). Returns the sentence of
         each group and, for each live row (n*k,), the row of batch t it extends."""
         k, device = self.k, self.device
         self.history.weights.append(step.weights)
         n = self.active.numel()
         sentences = self.active.tolist()
-        top_scores, origin, next_column = best_candidates(self.scores, step.log_probs, k)
+        top_scores, origin, next_column = best_candidates(self.scores, self.log_probs_at(t, step, sentences), k)
         next_token = token_ids(next_column, vocabulary)
         source_rows = torch.arange(n, device=device).unsqueeze(1) * self.width + origin  # (n, 2k): row of batch t
         is_eos = next_token == EOS
@@ -407,27 +425,14 @@ class Beams:
         self.scores = top_scores[alive].view(n, k)
         return sentences, source_rows
 
-    def finish_at_limit(self, t: int, sentences: list[int], source_rows: Tensor):
-        """Sentences at their length limit finish with their live hypotheses."""
-        k, device = self.k, self.device
-        limit = [
-            g
-            for g, sentence in enumerate(sentences)
-            if t + 1 >= self.max_lengths[sentence] and len(self.finished[sentence]) < k
-        ]
-        if limit:
-            rows = torch.tensor(limit, device=device).repeat_interleave(k) * k + torch.arange(k, device=device).repeat(
-                len(limit)
-            )
-            live = self.scores.view(-1)[rows] != float("-inf")  # NaN scores finish too: checked_search reports them
-            rows = rows[live]
-            self._finish(
-                t,
-                [sentences[g] for g in (rows // k).tolist()],
-                source_rows[rows],
-                self.prev[rows],
-                self.scores.view(-1)[rows].tolist(),
-            )
+    def log_probs_at(self, t: int, step: StepOutput, sentences: list[int]) -> Tensor:
+        """Step t's log-probabilities, those of the rows of sentences at their length limit ended
+        (``ended_at_limit``): there each live hypothesis finishes with EOS."""
+        at_limit = [self.max_lengths[sentence] <= t + 1 for sentence in sentences]
+        if not any(at_limit):
+            return step.log_probs
+        rows = torch.tensor(at_limit, device=self.device).repeat_interleave(self.width)
+        return ended_at_limit(step.log_probs, rows)
 
     def going(self, t: int, sentences: list[int]) -> Tensor:
         """Which sentences go on to step t+1 (n,): not those at their length limit, nor those whose

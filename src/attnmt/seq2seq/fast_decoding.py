@@ -11,9 +11,10 @@ such queue: there the reference searches, which compute fewer rows as sentences 
 What. Every sentence keeps its rows for the whole search (one for greedy, k for beam search); a
 sentence that has ended is masked, not removed. Each step's bookkeeping is tensor operations on
 the device:
-  - greedy: the best token of each row; log-probability and length grow until EOS or the limit;
+  - greedy: the best token of each row; log-probability and length grow until EOS, which is the
+    only token a row may write at its length limit (decoding.ended_at_limit);
   - beam: the 2k best candidates of each sentence (decoding.best_candidates); those ending in
-    EOS among the best k, and at the sentence's length limit its live ones, join a fixed-size
+    EOS among the best k (at the sentence's length limit all of its live ones) join a fixed-size
     table of its n best finished hypotheses (score, log-probability, end step, row, last token),
     kept in the order Python's stable sort gives decoding's lists; the k best candidates that do
     not end in EOS stay alive; the stopping rules of decoding.beam_search are tensor comparisons.
@@ -62,6 +63,7 @@ from attnmt.seq2seq.decoding import (
     Hypothesis,
     best_candidates,
     checked_search,
+    ended_at_limit,
     hypothesis_of,
     length_penalty,
     memory_lengths,
@@ -274,11 +276,12 @@ class _Greedy:
     def step(self, loop: _GreedyLoop) -> _GreedyLoop:
         t = loop.step
         out = self.model.decode_step(loop.prev, loop.state, self.memory)
+        log_probs = ended_at_limit(out.log_probs, self.limits <= t + 1)  # (at its limit a sentence writes EOS)
         if self.pick is None:
-            best, column = out.log_probs.max(dim=-1)
+            best, column = log_probs.max(dim=-1)
         else:
-            column = self.pick(out.log_probs)
-            best = out.log_probs.gather(1, column[:, None]).squeeze(1)
+            column = self.pick(log_probs)
+            best = log_probs.gather(1, column[:, None]).squeeze(1)
         token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         going = ~loop.ended
         self.history.write(t, token, None, out.weights)
@@ -405,6 +408,8 @@ class _Beam:
         out = self.model.decode_step(loop.prev, loop.state, self.memory)
         width = loop.scores.size(1)  # rows extended per sentence: 1 at the first step, then k
         log_probs = out.log_probs.view(self.batch, k, -1)[:, :width].flatten(0, 1)
+        # At its length limit a sentence's live hypotheses can only write EOS: they all finish.
+        log_probs = ended_at_limit(log_probs, (self.limits <= t + 1).repeat_interleave(width))
         candidates, origin, column = best_candidates(loop.scores, log_probs, k)  # (B,2k), best first
         token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         parent = self.first_row + origin  # the row of this step each candidate extends
@@ -417,17 +422,15 @@ class _Beam:
         # there are k of them).
         alive = _first_true(~is_eos, k)
         scores, prev, parent_alive = (x.gather(1, alive) for x in (candidates, token, parent))
-
-        # Sentences at their length limit finish with their live hypotheses, unless k have already.
-        count = loop.finished.count + ended.sum(1)
-        at_limit = still_open & (self.limits <= t + 1).unsqueeze(1) & (count < k).unsqueeze(1)
-        stopped = at_limit & (scores != NEG_INF)  # (NaN scores finish too: checked_search reports them)
         finished = self._with_finished(
             loop.finished,
             t,
-            count + stopped.sum(1),
-            (ended, candidates[:, :k], parent[:, :k], token[:, :k], None if penalty is None else penalty[:, :k]),
-            (stopped, scores, parent_alive, prev, None if penalty is None else penalty.gather(1, alive)),
+            loop.finished.count + ended.sum(1),
+            ended,
+            candidates[:, :k],
+            parent[:, :k],
+            token[:, :k],
+            None if penalty is None else penalty[:, :k],
         )
 
         rows = parent_alive.flatten()
@@ -459,22 +462,27 @@ class _Beam:
         logs = coverage.clamp(COVERAGE_FLOOR, 1.0).log().masked_fill(~self.memory.mask, 0.0)
         return coverage, self.beta * logs.sum(1).double()[parent]
 
-    def _with_finished(self, finished: _Finished, t: Tensor, count: Tensor, *new) -> _Finished:
-        """``finished`` and the hypotheses ``new`` that finish at step t (each a tuple of (B,m)
-        tensors: which finish, their log-probabilities, rows, last tokens and coverage penalties):
-        the n best, ordered as decoding's stable sort of its lists orders them (older ones first
-        among equal scores)."""
+    def _with_finished(
+        self,
+        finished: _Finished,
+        t: Tensor,
+        count: Tensor,
+        finishes: Tensor,
+        log_prob: Tensor,
+        row: Tensor,
+        token: Tensor,
+        coverage_penalty: Tensor | None,
+    ) -> _Finished:
+        """``finished`` and the hypotheses that finish at step t (each argument (B,k): which
+        finish, their log-probabilities, rows, last tokens and coverage penalties): the n best,
+        ordered as decoding's stable sort of its lists orders them (older ones first among equal
+        scores)."""
         penalty = self.penalties.index_select(0, t)  # they have t + 1 tokens
-        slots = {name: [getattr(finished, name)] for name in _Finished.SLOTS}
-        for finishes, log_prob, row, token, coverage_penalty in new:
-            log_prob = log_prob.double()
-            score = log_prob / penalty if coverage_penalty is None else log_prob / penalty + coverage_penalty
-            slots["score"].append(torch.where(finishes, score, NEG_INF))
-            slots["log_prob"].append(log_prob)
-            slots["end"].append(t.expand_as(row))
-            slots["row"].append(row)
-            slots["token"].append(token)
-        merged = {name: torch.cat(values, dim=1) for name, values in slots.items()}
+        log_prob = log_prob.double()
+        score = log_prob / penalty if coverage_penalty is None else log_prob / penalty + coverage_penalty
+        new = {"score": torch.where(finishes, score, NEG_INF), "log_prob": log_prob, "end": t.expand_as(row),
+               "row": row, "token": token}  # fmt: skip
+        merged = {name: torch.cat([getattr(finished, name), new[name]], dim=1) for name in _Finished.SLOTS}
         best = merged["score"].sort(dim=1, descending=True, stable=True).indices[:, : self.n_best]
         return _Finished(count, **{name: values.gather(1, best) for name, values in merged.items()})
 

@@ -17,7 +17,7 @@ import torch
 from attnmt.core.devices import model_device, to_numpy
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import BOS, EOS
-from attnmt.seq2seq.decoding import stop_now
+from attnmt.seq2seq.decoding import max_output_lengths, stop_now
 from attnmt.seq2seq.prefix import Prefixes
 
 
@@ -34,8 +34,9 @@ class StepTrace:
     # cross-attention averaged over heads (as in Translation.attention); context that attention's
     # output, state the top layer's output.
     top_k: list[tuple[str, float]] = field(default_factory=list)  # next-token candidates and probabilities
-    # chosen under a prefix (its token, or a piece spelling its last word), not as the most probable
-    # token; probability and top_k stay the model's own
+    # chosen under a prefix (its token, or a piece spelling its last word) or by the length limit
+    # (EOS, the only token a search may write there), not as the most probable token; probability
+    # and top_k stay the model's own
     constrained: bool = False
 
     def __repr__(self) -> str:
@@ -161,7 +162,7 @@ def trace_source(
     dc = translator.config.decoding
     memory = model.encode(src, src_lengths, dc.attention_window)
     state = model.init_state(memory)
-    limit = max_length or int(dc.max_length_ratio * src.size(1) + dc.max_length_offset)
+    limit = max_length or max_output_lengths(src_lengths, dc.max_length_ratio, dc.max_length_offset)[0]
     chooser = _Chooser(prefixes)
     limit = max(limit, chooser.length + dc.max_length_offset)
     prev = torch.tensor([BOS], device=device)
@@ -172,7 +173,7 @@ def trace_source(
         step = model.decode_step(prev, state, memory)
         state = step.state
         probs = step.log_probs.exp()[0]
-        best, constrained = chooser.choose(t, probs)
+        best, constrained = (EOS, True) if t + 1 >= limit else chooser.choose(t, probs)  # (ended_at_limit)
         top = probs.topk(min(top_k, probs.numel()))
         steps.append(
             StepTrace(
