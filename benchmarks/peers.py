@@ -1517,28 +1517,67 @@ def run_system(name: str, work: Path, configs: dict, args, per_sentence: float) 
     return figures
 
 
-def check_inputs(args):
-    """The data and configuration files a run reads, before anything starts."""
-    needed = [args.data / f"{split}.{lang}.gz" for split in SPLITS for lang in ("de", "en")]
-    needed += [
-        args.peer_configs / f
-        for f in ("opennmt-rnn_de_en.yaml", "opennmt-translate_greedy.yaml", "opennmt-translate_beam5.yaml")
-    ]
+def check_requirements(args, work: Path):
+    """Everything the run needs, for the systems and options given, checked before anything starts
+    (benchmarks/requirements.py): one message naming what to install, and exit status 2."""
+    from requirements import check, cuda, distribution, extra, files, path
+
+    cpu, peers = args.device == "cpu", [s for s in args.systems if not s.startswith("attnmt")]
+    configs = ["opennmt-rnn_de_en.yaml", "opennmt-translate_greedy.yaml", "opennmt-translate_beam5.yaml"]
     if "joeynmt" in args.systems:
-        needed += [
-            args.peer_configs / JOEY_CONFIGS[args.joey_config],
-            args.peer_configs / "joeynmt-translate_beam5.yaml",
+        configs += [JOEY_CONFIGS[args.joey_config], "joeynmt-translate_beam5.yaml"]
+    needs = [
+        files(args.data, [f"{split}.{lang}.gz" for split in SPLITS for lang in ("de", "en")], "Multi30k (--data)"),
+        files(
+            args.peer_configs,
+            configs,
+            "the peers' configurations (--peer-configs)",
+            f"the peers' configurations: see {PEER_CONFIGS / 'README.md'}",
+        ),
+    ]
+    # On the CPU run.py also decodes with --shortlist, whose table `attnmt shortlist` builds first
+    # (once: --decode-only finds it made), aligning the training corpus with eflomal.
+    made = args.decode_only and (work / "attnmt" / "model" / "shortlist.json").is_file()
+    if cpu and "attnmt" in args.systems and not made:
+        needs.append(extra("experiments", "eflomal", "attnmt's decoding with --shortlist (`attnmt shortlist`)"))
+    if cpu and args.skip_install:
+        needs += [
+            path(
+                work / f"venv-{peer}" / "bin" / "python",
+                f"{TITLES[peer]}'s virtual environment (--skip-install)",
+                "run without --skip-install: it makes the peers' virtual environments",
+            )
+            for peer in peers
         ]
-    if missing := [str(p) for p in needed if not p.is_file()]:
-        sys.exit("not found: " + ", ".join(missing) + " (--data, --peer-configs)")
-    if args.device == "cuda" and shutil.which("nvidia-smi") is None:
-        sys.exit("--device cuda: nvidia-smi is not on the PATH (it samples the GPU's utilisation and memory)")
+    if args.decode_only:
+        trained = {
+            "attnmt": work / "attnmt" / "results.json",
+            "opennmt": work / "onmt" / "model",
+            "joeynmt": work / "joey",
+        }
+        needs += [
+            path(trained[name], f"{TITLES[name]}'s model (--decode-only)", "train first: run without --decode-only")
+            for name in args.systems
+        ]
+    if not cpu:
+        needs.append(cuda("--device cuda: attnmt and OpenNMT-py train on GPU 0"))
+        if "opennmt" in peers:  # with this python, from the wheels of benchmarks/gpu_peers.sh
+            needs.append(
+                distribution(
+                    "OpenNMT-py",
+                    "3.5.1",
+                    "--device cuda: OpenNMT-py runs with this python",
+                    "install the wheels first (benchmarks/gpu_peers.sh): python3 -m pip install --no-index "
+                    "--no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site",
+                )
+            )
+    check("benchmarks/peers.py", *needs)
 
 
 def main(argv=None):
     args = parse_args(argv)
     work = Path(args.work).resolve()
-    check_inputs(args)
+    check_requirements(args, work)
     began = time.monotonic()
     signal.signal(signal.SIGTERM, terminated)
     try:

@@ -213,6 +213,33 @@ def print_table(name: str, ours: dict, others: dict[str, dict]):
         print("(rows --bf16, --int8, --shortlist: the peers' columns hold their float32 figures)")
 
 
+def check_requirements(args, data: Path, model_dir: Path):
+    """What the run needs, checked before it trains or decodes (benchmarks/requirements.py): one
+    message naming what to install, and exit status 2."""
+    from requirements import check, cuda, extra, files, path
+
+    names = ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz"]
+    if args.data and not args.decode_only:  # training reads --data's train and val instead of the config's
+        names += [f"{split}.{lang}.gz" for split in ("train", "val") for lang in ("de", "en")]
+    needs = [files(data, names, "Multi30k (--data)"), path(args.config, "the configuration (--config)", None)]
+    if not (args.data or args.decode_only) and Path(args.config).is_file():  # the config's own corpora
+        from attnmt.core.config import load_config
+
+        corpora = load_config(args.config).data
+        needs += [
+            files(file.parent, [file.name], f"a corpus of {args.config}")
+            for corpus in (corpora.train, corpora.dev)
+            if corpus is not None
+            for file in (corpus.src, corpus.tgt, corpus.tsv)
+            if file is not None
+        ]
+    if args.device == "cuda":
+        needs.append(cuda("--device cuda: training and decoding on the GPU"))
+    elif not (model_dir / "shortlist.json").is_file():  # beam 5 with --shortlist: its table made first
+        needs.append(extra("experiments", "eflomal", "`attnmt shortlist` aligns the training corpus with it"))
+    check("benchmarks/run.py", *needs)
+
+
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -266,9 +293,8 @@ def main(argv: list[str] | None = None):
     name = Path(args.config).stem
     out = Path(args.out or REPO / "runs" / f"bench-{name}").resolve()
     data = Path(args.data).resolve() if args.data else MULTI30K
-    if not data.is_dir():
-        sys.exit(f"benchmark data not found: {data}")
     model_dir = out / "model"
+    check_requirements(args, data, model_dir)
     if args.decode_only:
         if not (out / "results.json").is_file():
             sys.exit(f"--decode-only: no {out}/results.json (an earlier run's): train first")
