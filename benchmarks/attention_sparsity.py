@@ -52,12 +52,6 @@ def support_links(matrix: np.ndarray) -> list[tuple[int, int]]:
 
 
 def main():
-    import attnmt
-    from attnmt.compare.runs import read_align_pairs
-    from attnmt.data.corpus import read_lines
-    from attnmt.seq2seq.links import alignments_from_attention
-    from attnmt.translation.align import alignment_scores, force_attention, read_gold, word_attention
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help="trained model folders")
     parser.add_argument("--src", required=True, help="source sentences, or with --gold 'source ||| target' lines")
@@ -66,6 +60,23 @@ def main():
     parser.add_argument("--one-based", action="store_true", help="the gold links count from 1")
     parser.add_argument("--limit", type=int, default=1000, help="first N pairs")
     args = parser.parse_args()
+    from requirements import check, path, trained_model
+
+    check(
+        "benchmarks/attention_sparsity.py",
+        [trained_model(folder, "a trained model to force the pairs through") for folder in args.models],
+        [
+            path(file, option)
+            for file, option in ((args.src, "--src"), (args.tgt, "--tgt"), (args.gold, "--gold"))
+            if file
+        ],
+    )
+    import attnmt
+    from attnmt.compare.runs import read_align_pairs
+    from attnmt.data.corpus import read_lines
+    from attnmt.seq2seq.links import alignments_from_attention
+    from attnmt.translation.align import alignment_scores, force_attention, read_gold, word_attention
+
     if args.gold:
         sources, targets = read_align_pairs(args.src)
         sure, possible = read_gold(args.gold, args.one_based)

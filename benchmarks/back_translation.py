@@ -99,6 +99,29 @@ def config_for(base: Path, synthetic: tuple[Path, Path], folder: Path, tag: str 
     return config_from_dict(raw, folder.parent)
 
 
+def check_requirements(args):
+    """The corpora and models the run reads, checked before it writes or trains anything."""
+    from requirements import check, files, trained_model, path
+
+    from attnmt.core.config import load_config
+
+    base = load_config(args.base).experiment_dir if args.base.is_file() else None
+    check(
+        "benchmarks/back_translation.py",
+        files(SHARED / "nli", SICK, "the English monolingual text (SICK)"),
+        files(SHARED / "multi30k", MULTI30K_ENGLISH, "Multi30k's English side (left out of SICK's)"),
+        path(args.base, "the German -> English config (--base)"),
+        trained_model(base, "the base model (--base's experiment_dir)", f"train it first: attnmt train {args.base}")
+        if base
+        else None,
+        trained_model(
+            args.reverse,
+            "the English -> German model (--reverse)",
+            "train it first: attnmt train configs/experiments/transformer-en-de.yaml",
+        ),
+    )
+
+
 def main():
     import attnmt
     import sacrebleu
@@ -129,6 +152,7 @@ def main():
         help="the variants to train (unless trained) and score",
     )
     args = parser.parse_args()
+    check_requirements(args)
 
     english = monolingual_english(args.out / "sick.en")
     german = back_translated(args.reverse, english, args.out / "sick.bt.de")

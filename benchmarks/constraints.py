@@ -76,6 +76,13 @@ def main():
     parser.add_argument("--length-penalty", type=float, default=None, help="alpha (default: the model's config)")
     parser.add_argument("--limit", type=int, default=None, help="the first N sentences (a quick check)")
     args = parser.parse_args()
+    from requirements import check, path, trained_model
+
+    check(
+        "benchmarks/constraints.py",
+        trained_model(args.model, "the model to decode with"),
+        [path(file, "the test set (--test)") for file in args.test],
+    )
     sources, references = (read_lines(path)[: args.limit] for path in args.test)
     model = attnmt.load(args.model, args.checkpoint)
     if args.length_penalty is not None:

@@ -346,6 +346,28 @@ def plot(results: dict):
     print(f"figure: {FIGURE}")
 
 
+def check_requirements(args):
+    """The trained benchmark models and the Multi30k files the chosen parts read, before any is timed."""
+    from requirements import check, files, trained_model
+
+    if args.plot_only:  # the figure of results.json: nothing else
+        return
+    names = ["test_2016_flickr.de.gz"] + (["train.de.gz", "train.en.gz"] if args.part in ("train", "all") else [])
+    models = ["rnn-bahdanau"] if args.part == "profile" else args.models
+    check(
+        "benchmarks/cost_curves.py",
+        [
+            trained_model(
+                MODELS[name],
+                f"the trained {name} benchmark model",
+                f"train it first: python benchmarks/run.py --config configs/{name}.yaml",
+            )
+            for name in models
+        ],
+        files(MULTI30K, names, "Multi30k"),
+    )
+
+
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -362,6 +384,7 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--threads", type=int, default=2, help="threads for decoding")
     parser.add_argument("--plot-only", action="store_true")
     args = parser.parse_args(argv)
+    check_requirements(args)
     path = OUT / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {}
     if not args.plot_only:

@@ -136,6 +136,13 @@ def main():
     args = parser.parse_args()
     if 0.0 not in args.betas:
         parser.error("--betas must include 0 (no coverage penalty)")
+    from requirements import check, path, trained_model
+
+    check(
+        "benchmarks/coverage_penalty.py",
+        [trained_model(folder, "a model to decode with") for folder in args.models],
+        [path(file, option) for option, pair in (("--dev", args.dev), ("--test", args.test)) for file in pair],
+    )
     dev, test = ([read_lines(path)[: args.limit] for path in pair] for pair in (args.dev, args.test))
     print(f"coverage penalty, beam {args.beam}; {time.strftime('%Y-%m-%d %H:%M')}")
     for folder in args.models:

@@ -97,6 +97,27 @@ def attended_words(folder: Path, files) -> tuple[float, float]:
     return float(np.mean([(row > 0).sum() for row in rows])), float(np.mean([row.size for row in rows]))
 
 
+def check_requirements(args):
+    """The config, its SICK files and, for word2vec embeddings, gensim and Multi30k's English text,
+    checked before the first training."""
+    from requirements import check, extra, path
+
+    word2vec = args.embeddings in ("word2vec", "both")
+    corpora = []
+    if args.config.is_file():
+        from attnmt.core.config import load_config
+
+        data = load_config(args.config).data
+        corpora = [data.train, data.dev, *data.test.values()]
+    check(
+        "benchmarks/decomposable.py",
+        path(args.config, "the configuration (--config)"),
+        [path(corpus.tsv, f"a corpus of {args.config}") for corpus in corpora if getattr(corpus, "tsv", None)],
+        extra("vectors", "gensim", "trains the word2vec embeddings (--embeddings word2vec)") if word2vec else None,
+        path(args.multi30k, "the English text of the word2vec embeddings (--multi30k)") if word2vec else None,
+    )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "sick-decomposable.yaml")
@@ -115,6 +136,7 @@ def main(argv=None):
         "--seeds", type=int, default=1, help="runs of each setting, seeds 42, 43, ... (default 1: the config's seed)"
     )
     args = parser.parse_args(argv)
+    check_requirements(args)
     kinds = ["random", "word2vec"] if args.embeddings == "both" else [args.embeddings]
     models = [{}]
     for field, values in (("attend", args.attend), ("attention_normalizer", args.normalizers)):

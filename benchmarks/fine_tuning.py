@@ -98,6 +98,18 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--dropout", type=float, default=0.3)
     args = parser.parse_args()
+    from requirements import check, path, trained_model
+
+    check(
+        "benchmarks/fine_tuning.py",
+        trained_model(
+            args.model,
+            "the general English -> French model",
+            "train it first: attnmt train configs/experiments/transformer-en-fr.yaml",
+        ),
+        path(args.hansards, "the Hansards pairs (--hansards)"),
+        [path(file, "Multi30k test_2016 (--test)") for file in args.test],
+    )
 
     base = attnmt.load(args.model)
     files = hansards_splits(args.hansards, args.out / "hansards", args.train, args.dev)

@@ -75,8 +75,18 @@ def main():
         help="training.seed of each run (the quick start's: 42)",
     )
     args = parser.parse_args()
+    from requirements import check, path, trained_model
 
     data = args.out / f"digits-{args.strings}"
+    check(
+        "benchmarks/fine_tuning_speech.py",
+        trained_model(
+            args.model, "the speech quick start's model", "train it first: attnmt quickstart --speech --dir DIR"
+        ),
+        path(args.fsdd, "the spoken digits (FSDD) the digit strings are made of (--fsdd)")
+        if not (data / "train.tsv").exists()
+        else None,
+    )
     if not (data / "train.tsv").exists():
         subprocess.run(
             [sys.executable, "-m", "attnmt.speech.digits", str(args.fsdd), str(data), "--train", str(args.strings)],

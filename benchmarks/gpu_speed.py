@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -217,6 +216,22 @@ def synchronize(device: str):
         torch.cuda.synchronize()
 
 
+def check_requirements(args):
+    """The GPU, the Multi30k files and the model the chosen measurement reads, before it starts."""
+    from requirements import check, cuda, files, trained_model
+
+    given = args.first_calls or args.fresh_processes  # a trained model, decoded only
+    names = ["test_2016_flickr.de.gz"]
+    if not given:
+        names += [f"{split}.{lang}.gz" for split in ("train", "val") for lang in ("de", "en")]
+    check(
+        "benchmarks/gpu_speed.py",
+        cuda("--device cuda", in_child=False) if args.device == "cuda" else None,  # (this process uses it anyway)
+        files(args.data, names, "Multi30k (--data)"),
+        trained_model(given, "the model to decode (--first-calls, --fresh-processes)") if given else None,
+    )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "multi30k"))
@@ -261,8 +276,7 @@ def main(argv=None):
     )
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a check of this script, nothing to measure)")
     args = parser.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("gpu_speed.py needs a CUDA GPU")
+    check_requirements(args)
     from attnmt.data.corpus import read_lines
 
     if args.torch_capture:

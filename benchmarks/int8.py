@@ -133,14 +133,26 @@ def main(argv: list[str] | None = None):
     from attnmt.data.corpus import read_lines
 
     model = None if args.model == "none" else Path(args.model)
-    if model is not None and not (model / "config.yaml").is_file():
-        sys.exit(
-            f"{model}: no model there. The default is the Multi30k rnn-bahdanau model that "
-            "`python benchmarks/rnn_bahdanau.py` trains (20 minutes); give --model DIR for another "
-            "(or --model none --transformer DIR)."
-        )
     if model is None and not args.transformer:
         sys.exit("nothing to measure: give --model and/or --transformer")
+    from requirements import check, extra, path, trained_model
+
+    check(
+        "benchmarks/int8.py",
+        trained_model(
+            model,
+            "the model to decode (--model)",
+            "the default is the Multi30k rnn-bahdanau model that `python benchmarks/rnn_bahdanau.py` trains "
+            "(20 minutes); give --model DIR for another (or --model none --transformer DIR)",
+        )
+        if model is not None
+        else None,
+        trained_model(args.transformer, "the Transformer (--transformer)") if args.transformer else None,
+        extra("ct2", "ctranslate2", "decodes the Transformer exported to CTranslate2 (--transformer)")
+        if args.transformer
+        else None,
+        [path(file, option) for file, option in ((args.src, "--src"), (args.ref, "--ref"))],
+    )
     torch.set_num_threads(args.threads)
     sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
     header = (

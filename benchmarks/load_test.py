@@ -31,8 +31,6 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
-
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 QUICKSTART = REPO / "runs" / "loadtest-quickstart"
@@ -130,6 +128,8 @@ def free_port() -> int:
 
 def start_server(model: Path | list[str], flags: list[str]) -> tuple[subprocess.Popen, str]:
     """`attnmt serve` of one model folder, or of several ("name=folder", as the CLI takes them)."""
+    import httpx  # (not at the top: of the test extra, which main's check names if it is missing)
+
     port = free_port()
     models = [str(m) for m in model] if isinstance(model, list) else [str(model)]
     command = [
@@ -177,6 +177,8 @@ async def run_load(
 ) -> dict:
     """`requests` requests (request i sends sentence i mod len(sentences)) from `clients` concurrent
     clients, each sending its next request when it has the answer to its last."""
+    import httpx
+
     todo = iter(range(requests))
     latencies, outcome = [], {"errors": 0, "lost": 0, "wrong": 0, "different": 0, "sent": 0}
     kinds = {}  # error kind (exception name or HTTP status) -> count
@@ -255,8 +257,23 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def check_requirements(args):
+    """httpx (the clients), the model and the sentences, checked before the first translation."""
+    from requirements import check, module, path, trained_model
+
+    multi30k = args.model and not args.sentences and not (args.model.parent / "data" / "test.tsv").is_file()
+    check(
+        "benchmarks/load_test.py",
+        module("httpx", "the HTTP clients"),
+        trained_model(args.model, "the model to serve (--model)") if args.model else None,
+        path(args.sentences, "the sentences to send (--sentences)") if args.sentences else None,
+        path(MULTI30K / "test_2016_flickr.de.gz", "the sentences to send (Multi30k test_2016)") if multi30k else None,
+    )
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    check_requirements(args)
     model = (args.model or quickstart_model()).resolve()
     sentences = read_sentences(args, model)
     print(f"model {model}; {len(sentences)} distinct sentences; translating each alone first", flush=True)

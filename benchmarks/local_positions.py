@@ -95,6 +95,13 @@ def main():
     parser.add_argument("--tgt", required=True)
     parser.add_argument("--limit", type=int, default=1000, help="first N pairs")
     args = parser.parse_args()
+    from requirements import check, path, trained_model
+
+    check(
+        "benchmarks/local_positions.py",
+        [trained_model(folder, "a model to force the pairs through") for folder in args.models],
+        [path(file, option) for file, option in ((args.src, "--src"), (args.tgt, "--tgt"))],
+    )
     sources, targets = read_lines(args.src)[: args.limit], read_lines(args.tgt)[: args.limit]
     print(
         f"{'model':<56} {'attention':<34} {'diagonal':>8} {'|p - diagonal|':>14} {'at an end':>9} "

@@ -37,6 +37,13 @@ def main():
     parser.add_argument("--limit", type=int, default=1000)
     parser.add_argument("--beam", type=int, default=1)
     args = parser.parse_args()
+    from requirements import check, path, trained_model
+
+    check(
+        "benchmarks/prefix_prediction.py",
+        trained_model(args.model, "the translation model (--model)"),
+        [path(file, option) for file, option in ((args.src, "--src"), (args.ref, "--ref"))],
+    )
 
     import attnmt
     from attnmt.data.corpus import read_lines  # plain or gzip, errors naming the file

@@ -84,51 +84,65 @@ def program(name: str, why: str = "", apt: str | None = None, advice: str | None
     return None
 
 
-def path(place: str | Path, why: str = "", advice: str | None = SHARED_README) -> Missing | None:
+def data_advice(place: Path, advice: str | None) -> str | None:
+    """`advice`, or for a place in the shared data its README (where each corpus comes from)."""
+    return advice or (SHARED_README if place.is_relative_to(SHARED_DATA) else None)
+
+
+def path(place: str | Path, why: str = "", advice: str | None = None) -> Missing | None:
     """A file or folder."""
-    if Path(place).exists():
+    place = Path(place).resolve()
+    if place.exists():
         return None
-    return Missing(str(Path(place).resolve()), why, advice=advice)
+    return Missing(str(place), why, advice=data_advice(place, advice))
 
 
-def files(folder: str | Path, names: Iterable[str], why: str = "", advice: str | None = SHARED_README) -> list[Missing]:
+def files(folder: str | Path, names: Iterable[str], why: str = "", advice: str | None = None) -> list[Missing]:
     """Files of one folder: the folder alone if it is not there (not each of its files), else each
     file that is not."""
     folder = Path(folder).resolve()
+    advice = data_advice(folder, advice)
     if not folder.is_dir():
         return [Missing(f"the folder {folder}", why, advice=advice)]
     return [Missing(str(folder / name), why, advice=advice) for name in names if not (folder / name).is_file()]
 
 
-def model(folder: str | Path, why: str = "a trained model", advice: str | None = None) -> Missing | None:
+def trained_model(folder: str | Path, why: str = "a trained model", advice: str | None = None) -> Missing | None:
     """A trained model's folder (its config.yaml), made by an earlier command that `advice` names."""
-    if (Path(folder) / "config.yaml").is_file():
+    folder = Path(folder).resolve()
+    if (folder / "config.yaml").is_file():
         return None
-    return Missing(f"{Path(folder).resolve()} (no config.yaml: not a model folder)", why, advice=advice)
+    return Missing(f"{folder} (no model there: no config.yaml)", why, advice=advice)
 
 
-# In a child process: the benchmarks make no CUDA call of their own before their timed commands
-# (peers.py samples the GPU's memory, which a context of its own would count in).
+# Probed in a child process by default: peers.py and run.py make no CUDA call of their own before
+# their timed commands (peers.py samples the GPU's memory, which a context of its own would count).
 CUDA_PROBE = "import torch; print(torch.cuda.is_available(), torch.__version__, torch.version.cuda)"
 
 
-def cuda(why: str = "--device cuda", python: str = sys.executable) -> Missing | None:
-    """An NVIDIA GPU that torch (of `python`) can use."""
+def cuda(why: str = "--device cuda", in_child: bool = True) -> Missing | None:
+    """An NVIDIA GPU that torch can use: torch of this python, asked in a child process (or in this
+    one, for a script that uses the GPU itself anyway)."""
     if shutil.which("nvidia-smi") is None:
         return Missing(
             "an NVIDIA GPU (nvidia-smi, its driver's tool, is not on the PATH)",
             why,
             advice="run it on a machine with an NVIDIA GPU and its driver",
         )
-    try:
-        done = subprocess.run([python, "-c", CUDA_PROBE], capture_output=True, text=True, timeout=300)
-        answer = done.stdout.split() if done.returncode == 0 else ["False", "(torch does not import)"]
-    except (OSError, subprocess.TimeoutExpired) as e:
-        answer = ["False", f"({type(e).__name__})"]
-    if answer[:1] == ["True"]:
+    if in_child:
+        try:
+            done = subprocess.run([sys.executable, "-c", CUDA_PROBE], capture_output=True, text=True, timeout=300)
+            answer = done.stdout.split() if done.returncode == 0 else ["False", "(does not import)"]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            answer = ["False", f"({type(e).__name__})"]
+    else:
+        import torch
+
+        answer = [str(torch.cuda.is_available()), torch.__version__, str(torch.version.cuda)]
+    if answer[0] == "True":
         return None
     return Missing(
-        f"a GPU that torch can use (torch.cuda.is_available() is False: torch {' '.join(answer[1:])})",
+        f"a GPU that torch can use (torch.cuda.is_available() is False; torch {' '.join(answer[1:])})",
         why,
         advice="a torch built for CUDA (https://pytorch.org/get-started/locally/), on a machine with an NVIDIA GPU",
     )
@@ -166,7 +180,7 @@ def message(script: str, missing: list[Missing]) -> str:
     todo += [f"sudo apt-get install {' '.join(apts)}"] if apts else []
     todo += list(dict.fromkeys(m.advice for m in missing if m.advice))
     if todo:
-        lines.append("To install, then run the command again:")
+        lines.append("To install (or make) them, then run the command again:")
         lines += [f"  {line}" for line in todo]
     return "\n".join(lines)
 

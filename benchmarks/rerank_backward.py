@@ -58,6 +58,14 @@ def main():
     parser.add_argument("--n-best", type=int, default=10)
     parser.add_argument("--weights", default="0,0.25,0.5,0.75,1,1.5,2")
     args = parser.parse_args()
+    from requirements import check, path, trained_model
+
+    check(
+        "benchmarks/rerank_backward.py",
+        trained_model(args.model, "the forward model (--model)"),
+        trained_model(args.backward, "the backward model (--backward)"),
+        [path(file, option) for option, pair in (("--dev", args.dev), ("--test", args.test)) for file in pair],
+    )
 
     import attnmt
     from attnmt.data.corpus import read_lines  # plain or gzip, errors naming the file

@@ -75,6 +75,18 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=10, help="SmoothGrad samples (default 10)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    from requirements import check, files, trained_model
+
+    check(
+        "benchmarks/saliency_alignment.py",
+        [trained_model(folder, "an English -> French model") for folder in args.models],
+        files(
+            args.data,
+            ["hansards.pairs", "hansards.gold"],
+            "the Hansards gold alignments (--data)",
+            "make them first: python -m attnmt.translation.hansards runs/e4-data --data ../shared/data",
+        ),
+    )
     import torch
 
     from attnmt.compare.runs import read_align_pairs

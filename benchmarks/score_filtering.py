@@ -74,6 +74,14 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--backward", help="a target -> source model: its score and the dual score too")
     args = parser.parse_args()
+    from requirements import check, path, trained_model
+
+    check(
+        "benchmarks/score_filtering.py",
+        trained_model(args.model, "the translation model (--model)"),
+        trained_model(args.backward, "the target -> source model (--backward)") if args.backward else None,
+        [path(file, option) for file, option in ((args.src, "--src"), (args.tgt, "--tgt"))],
+    )
 
     import attnmt
     from attnmt.data.corpus import read_lines  # plain or gzip, errors naming the file

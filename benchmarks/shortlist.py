@@ -61,10 +61,21 @@ def main(argv: list[str] | None = None):
     args = parser.parse_args(argv)
 
     from attnmt.data.corpus import read_lines
+    from requirements import check, path, trained_model
 
     model = Path(args.model)
-    if not (model / "shortlist.json").is_file():
-        sys.exit(f"{model}: no shortlist.json; build it first: attnmt shortlist {model}")
+    check(
+        "benchmarks/shortlist.py",
+        trained_model(model, "the translation model (--model)"),
+        path(
+            model / "shortlist.json",
+            "its shortlist",
+            f"build it first: attnmt shortlist {model} (with eflomal: pip install 'attnmt[experiments]')",
+        )
+        if model.is_dir()
+        else None,
+        [path(file, option) for file, option in ((args.src, "--src"), (args.ref, "--ref"))],
+    )
     torch.set_num_threads(args.threads)
     sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
     (full, _), (short, translator) = engine(model, False), engine(model, True)

@@ -82,6 +82,13 @@ def main(argv=None):
     )
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
+    from requirements import check, program
+
+    made = all((Path(args.data) / f"{name}.tsv").is_file() for name in ("train", "dev", "test"))
+    check(
+        "benchmarks/speech.py",
+        None if made else program("espeak-ng", f"synthesizes the spoken corpus into {args.data}", apt="espeak-ng"),
+    )
     torch.set_num_threads(args.threads)
     data = speech.write_spoken_corpus(Path(args.data))
     folder = Path(args.data).resolve().parent / "benchmark"

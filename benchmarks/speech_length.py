@@ -201,6 +201,20 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def check_requirements(out: Path):
+    """What `corpora` needs to make the two corpora (each once: not again when its files are there)."""
+    from requirements import check, path, program
+
+    synthesized = all((out / "synthesized" / f"{name}.tsv").is_file() for name in ("train", "dev", "test"))
+    digit_sets = ("train", "dev", "test-speaker", "test-long", "test-long-speaker")
+    digit_strings = all((out / "digits" / f"{name}.tsv").is_file() for name in digit_sets)
+    check(
+        "benchmarks/speech_length.py",
+        None if synthesized else program("espeak-ng", "synthesizes the spoken corpus", apt="espeak-ng"),
+        None if digit_strings else path(FSDD, "the spoken digits (FSDD) of the digit strings"),
+    )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/speech-length", help="folder of corpora, models and results")
@@ -242,6 +256,7 @@ def main(argv=None):
         "into results-window-LEFT-RIGHT.json and figures-window-LEFT-RIGHT/",
     )
     args = parser.parse_args(argv)
+    check_requirements(Path(args.out).resolve())
     overrides = {}
     for text in args.set:
         overrides = merged(overrides, assignment(text, "--set"))

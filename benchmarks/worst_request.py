@@ -108,6 +108,17 @@ def shapes(limits, tokens: int) -> dict[str, tuple[int, int]]:
 
 def main(argv=None):
     args = parse_args(argv)
+    from requirements import check, files, module, trained_model
+
+    names = ["test_2016_flickr.fr.gz"]  # the texts; and the corpus of the untrained model's subwords
+    if args.untrained and not (UNTRAINED / "model" / "best.safetensors").is_file():
+        names += ["train.fr.gz", "train.en.gz"]
+    check(
+        "benchmarks/worst_request.py",
+        module("httpx", "FastAPI's test client sends the requests"),
+        trained_model(args.model, "the model to serve (--model)") if args.model else None,
+        files(MULTI30K, names, "Multi30k"),
+    )
     import torch
 
     from attnmt.serve import ServerLimits, create_app
