@@ -73,8 +73,41 @@ run() {  # NAME ARGS...: one experiment, its date, commit and command logged bes
     date -u +"end %Y-%m-%dT%H:%M:%SZ" | tee -a "$OUT/$name.log"
 }
 
-[ -f runs/e4-data/hansards.gold ] || python -m attnmt.translation.hansards runs/e4-data --data ../shared/data
 [ $# -gt 0 ] || set -- e1 e2 e3 e4 e5
+# What the experiments asked for need, checked before the first starts (benchmarks/requirements.py):
+# one message naming what to install, and exit status 2.
+python - "$@" <<'CHECK' || exit
+import sys
+from pathlib import Path
+
+sys.path.insert(0, "benchmarks")
+from requirements import SHARED_DATA, check, extra, files, program, trained_model
+
+experiments = sys.argv[1:]
+multi30k = [f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en", "fr")]
+hansards = not Path("runs/e4-data/hansards.gold").is_file()  # the English-French corpus, tokenized as the gold set
+gold = {"e2", "e4", "e5", "e6", "e7", "e7-nn", "e7-constrained"} & set(experiments)  # scored against it (GOLD)
+check(
+    "benchmarks/experiments.sh",
+    program("attnmt", "runs each experiment (attnmt compare)", advice="pip install -e . (the README's install)"),
+    program("flock", "one training at a time on the machine", apt="util-linux"),
+    program("git", "the commit in each experiment's log", apt="git"),
+    files(SHARED_DATA / "multi30k", multi30k, "Multi30k"),
+    [
+        files(SHARED_DATA / "alignment", ["hansards-enfr.src-tgt", "hansards-enfr.gold"], "the Hansards gold set"),
+        extra("experiments", "sacremoses", "tokenizes the English-French corpus as the gold set is"),
+    ]
+    if hansards
+    else None,
+    extra("experiments", "eflomal", f"the statistical aligner beside attention ({', '.join(sorted(gold))})")
+    if gold
+    else None,
+    trained_model("runs/experiments/e7-de-en/bahdanau/seed42", "the model e7-loss trains further", "run e7 first")
+    if "e7-loss" in experiments
+    else None,
+)
+CHECK
+[ -f runs/e4-data/hansards.gold ] || python -m attnmt.translation.hansards runs/e4-data --data ../shared/data
 for experiment in "$@"; do
   case $experiment in
     e1) run e1 configs/experiments/e1-de-en.yaml --variant none:model.attention=none \

@@ -22,6 +22,26 @@ cd "$(dirname "$0")/.."
 MINUTES=${1:-1.5}
 SITE=${SITE:-/tmp/site}
 OUT=${OUT:-/tmp/gpu-lease}
+# What the lease must have, checked before anything is installed or started (benchmarks/requirements.py:
+# one message, exit status 2): a lease is too short to lose its first minutes to a missing file.
+python3 - "$MINUTES" <<'CHECK' || exit
+import sys
+
+sys.path.insert(0, "benchmarks")
+from requirements import any_file, check, files, program
+
+peers = sys.argv[1] != "transformer"  # (the Transformer's graphs need neither OpenNMT-py nor its configurations)
+multi30k = [f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en")]
+configs = ["opennmt-rnn_de_en.yaml", "opennmt-translate_greedy.yaml", "opennmt-translate_beam5.yaml"]
+carried = "carry it beside the working tree (the top of benchmarks/gpu_peers.sh says what it holds)"
+check(
+    "benchmarks/gpu_lease.sh",
+    program("nvidia-smi", "the GPU's driver", advice="run it on a machine with an NVIDIA GPU"),
+    any_file(".whl", "*.whl", "the wheels of what the machine lacks (OpenNMT-py 3.5.1, attnmt's dependencies)", carried),
+    files(".peers-data", multi30k, "Multi30k", carried),
+    files(".peers-data/peers", configs, "the peers' configurations", carried) if peers else None,
+)
+CHECK
 mkdir -p "$OUT"
 started=$(date +%s)
 elapsed() { echo $(( $(date +%s) - started )); }

@@ -22,6 +22,25 @@ WORK=${WORK:-/tmp/peers-cuda}
 LIMIT=${PEERS_LIMIT:-570}
 PYTHON=${PYTHON:-python3}
 
+# What the machine must have, checked before anything is installed or started (benchmarks/requirements.py:
+# one message, exit status 2); peers.py checks the rest (CUDA, OpenNMT-py) once the wheels are in.
+"$PYTHON" - <<'CHECK' || exit
+import sys
+
+sys.path.insert(0, "benchmarks")
+from requirements import any_file, check, files, program
+
+multi30k = [f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en")]
+configs = ["opennmt-rnn_de_en.yaml", "opennmt-translate_greedy.yaml", "opennmt-translate_beam5.yaml"]
+carried = "carry it beside the working tree (the top of benchmarks/gpu_peers.sh says what it holds)"
+check(
+    "benchmarks/gpu_peers.sh",
+    program("nvidia-smi", "samples the GPU's utilisation and memory", advice="run it on a machine with an NVIDIA GPU"),
+    any_file(".whl", "*.whl", "the wheels of what the machine lacks (OpenNMT-py 3.5.1, attnmt's dependencies)", carried),
+    files(".peers-data", multi30k, "Multi30k", carried),
+    files(".peers-data/peers", configs, "the peers' configurations", carried),
+)
+CHECK
 mkdir -p "$WORK"
 started=$(date +%s)
 "$PYTHON" -m pip install -q --no-index --no-deps --upgrade --target "$SITE" .whl/*.whl 2>&1 | grep -v "WARNING: Target directory"

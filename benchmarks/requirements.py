@@ -9,7 +9,7 @@ before any download, install, training or decoding:
     from requirements import check, extra, files, program
 
     check(
-        "peers.py",
+        "benchmarks/peers.py",
         files(args.data, ["train.de.gz", "train.en.gz"], "the Multi30k files (--data)"),
         extra("experiments", "eflomal", "`attnmt shortlist` aligns the training corpus with it"),
         program("espeak-ng", "synthesizes the spoken corpus", apt="espeak-ng") if speech else None,
@@ -107,6 +107,14 @@ def files(folder: str | Path, names: Iterable[str], why: str = "", advice: str |
     return [Missing(str(folder / name), why, advice=advice) for name in names if not (folder / name).is_file()]
 
 
+def any_file(folder: str | Path, pattern: str, why: str = "", advice: str | None = None) -> Missing | None:
+    """At least one file of a folder matching a glob pattern ("*.whl")."""
+    folder = Path(folder).resolve()
+    if any(folder.glob(pattern)):
+        return None
+    return Missing(f"{folder / pattern} (no such file)", why, advice=data_advice(folder, advice))
+
+
 def trained_model(folder: str | Path, why: str = "a trained model", advice: str | None = None) -> Missing | None:
     """A trained model's folder (its config.yaml), made by an earlier command that `advice` names."""
     folder = Path(folder).resolve()
@@ -148,17 +156,15 @@ def cuda(why: str = "--device cuda", in_child: bool = True) -> Missing | None:
     )
 
 
-Need = Missing | None | Iterable[Missing | None]
-
-
-def gathered(needs: Iterable[Need]) -> list[Missing]:
-    """The Missing of the declarations, lists flattened, Nones (found) left out, each thing once
-    (a folder two declarations read is named once, with the first one's reason)."""
-    missing = {}
+def gathered(needs: Iterable, missing: dict | None = None) -> list[Missing]:
+    """The Missing of the declarations, lists (of lists) flattened, Nones (found) left out, each
+    thing once (a folder that two declarations read is named once, with the first one's reason)."""
+    missing = {} if missing is None else missing
     for need in needs:
-        for one in [need] if need is None or isinstance(need, Missing) else need:
-            if one is not None:
-                missing.setdefault(one.what, one)
+        if isinstance(need, Missing):
+            missing.setdefault(need.what, need)
+        elif need is not None:
+            gathered(need, missing)
     return list(missing.values())
 
 
@@ -185,7 +191,7 @@ def message(script: str, missing: list[Missing]) -> str:
     return "\n".join(lines)
 
 
-def check(script: str, *needs: Need):
+def check(script: str, *needs: Missing | None | Iterable):
     """Returns if nothing is missing; else prints the one message and exits with status 2."""
     if missing := gathered(needs):
         print(message(script, missing), file=sys.stderr, flush=True)
