@@ -92,12 +92,12 @@ def main(argv=None):
     parser.add_argument("--data", default=str(MULTI30K))
     parser.add_argument("--work", default="/tmp/attnmt-before-after")
     args = parser.parse_args(argv)
-    from requirements import check, files, program
+    from requirements import check, multi30k, program
 
     check(
         "benchmarks/before_after.py",
         program("git", "checks the two commits out in worktrees", apt="git"),
-        files(args.data, ["train.de.gz", "train.en.gz", "test_2016_flickr.de.gz"], "Multi30k (--data)"),
+        multi30k(args.data, ["train.de.gz", "train.en.gz", "test_2016_flickr.de.gz"]),
     )
     trees = {
         side: worktree(commit, Path(args.work) / side)

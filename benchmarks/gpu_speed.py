@@ -218,7 +218,7 @@ def synchronize(device: str):
 
 def check_requirements(args):
     """The GPU, the Multi30k files and the model the chosen measurement reads, before it starts."""
-    from requirements import check, cuda, files, trained_model
+    from requirements import check, cuda, multi30k, trained_model
 
     given = args.first_calls or args.fresh_processes  # a trained model, decoded only
     names = ["test_2016_flickr.de.gz"]
@@ -227,7 +227,7 @@ def check_requirements(args):
     check(
         "benchmarks/gpu_speed.py",
         cuda("--device cuda", in_child=False) if args.device == "cuda" else None,  # (this process uses it anyway)
-        files(args.data, names, "Multi30k (--data)"),
+        multi30k(args.data, names),
         trained_model(given, "the model to decode (--first-calls, --fresh-processes)") if given else None,
     )
 

@@ -188,15 +188,13 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--roles-only", action="store_true", help="step 4 alone (with step 1's importance)")
     args = parser.parse_args(argv)
-    from requirements import check, files, trained_model
+    from requirements import check, multi30k, trained_model
 
     check(
         "benchmarks/head_pruning.py",
         trained_model(args.model, "the Transformer whose heads are masked"),
-        files(
-            args.data,
-            ["val.de.gz", "val.en.gz", "test_2016_flickr.de.gz", "test_2016_flickr.en.gz", "train.de.gz"],
-            "Multi30k (--data)",
+        multi30k(
+            args.data, ["val.de.gz", "val.en.gz", "test_2016_flickr.de.gz", "test_2016_flickr.en.gz", "train.de.gz"]
         ),
     )
     import torch

@@ -1520,14 +1520,14 @@ def run_system(name: str, work: Path, configs: dict, args, per_sentence: float) 
 def check_requirements(args, work: Path):
     """Everything the run needs, for the systems and options given, checked before anything starts
     (benchmarks/requirements.py): one message naming what to install, and exit status 2."""
-    from requirements import check, cuda, distribution, extra, files, path
+    from requirements import check, cuda, distribution, extra, files, multi30k, path
 
     cpu, peers = args.device == "cpu", [s for s in args.systems if not s.startswith("attnmt")]
     configs = ["opennmt-rnn_de_en.yaml", "opennmt-translate_greedy.yaml", "opennmt-translate_beam5.yaml"]
     if "joeynmt" in args.systems:
         configs += [JOEY_CONFIGS[args.joey_config], "joeynmt-translate_beam5.yaml"]
     needs = [
-        files(args.data, [f"{split}.{lang}.gz" for split in SPLITS for lang in ("de", "en")], "Multi30k (--data)"),
+        multi30k(args.data, [f"{split}.{lang}.gz" for split in SPLITS for lang in ("de", "en")]),
         files(
             args.peer_configs,
             configs,

@@ -6,11 +6,11 @@ attnmt for 20 minutes, then died in `attnmt shortlist` for want of eflomal). So 
 what it needs at the start of its main(), after parsing its options (they decide what it needs) and
 before any download, install, training or decoding:
 
-    from requirements import check, extra, files, program
+    from requirements import check, extra, multi30k, program
 
     check(
         "benchmarks/peers.py",
-        files(args.data, ["train.de.gz", "train.en.gz"], "the Multi30k files (--data)"),
+        multi30k(args.data, ["train.de.gz", "train.en.gz"]),
         extra("experiments", "eflomal", "`attnmt shortlist` aligns the training corpus with it"),
         program("espeak-ng", "synthesizes the spoken corpus", apt="espeak-ng") if speech else None,
     )
@@ -105,6 +105,12 @@ def files(folder: str | Path, names: Iterable[str], why: str = "", advice: str |
     if not folder.is_dir():
         return [Missing(f"the folder {folder}", why, advice=advice)]
     return [Missing(str(folder / name), why, advice=advice) for name in names if not (folder / name).is_file()]
+
+
+def multi30k(folder: str | Path, names: Iterable[str], option: str = "--data") -> list[Missing]:
+    """Multi30k's files (train, val, test_2016_flickr .gz) in the folder of `option`: the shared
+    data's README says where they come from, wherever that folder is."""
+    return files(folder, names, f"Multi30k ({option})", SHARED_README)
 
 
 def any_file(folder: str | Path, pattern: str, why: str = "", advice: str | None = None) -> Missing | None:

@@ -216,12 +216,12 @@ def print_table(name: str, ours: dict, others: dict[str, dict]):
 def check_requirements(args, data: Path, model_dir: Path):
     """What the run needs, checked before it trains or decodes (benchmarks/requirements.py): one
     message naming what to install, and exit status 2."""
-    from requirements import check, cuda, extra, files, path
+    from requirements import check, cuda, extra, files, multi30k, path
 
     names = ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz"]
     if args.data and not args.decode_only:  # training reads --data's train and val instead of the config's
         names += [f"{split}.{lang}.gz" for split in ("train", "val") for lang in ("de", "en")]
-    needs = [files(data, names, "Multi30k (--data)"), path(args.config, "the configuration (--config)", None)]
+    needs = [multi30k(data, names), path(args.config, "the configuration (--config)", None)]
     if not (args.data or args.decode_only) and Path(args.config).is_file():  # the config's own corpora
         from attnmt.core.config import load_config
 
