@@ -122,11 +122,13 @@ def any_file(folder: str | Path, pattern: str, why: str = "", advice: str | None
 
 
 def trained_model(folder: str | Path, why: str = "a trained model", advice: str | None = None) -> Missing | None:
-    """A trained model's folder (its config.yaml), made by an earlier command that `advice` names."""
+    """A trained model's folder, as attnmt.load reads it (config.yaml and best.safetensors or
+    last.safetensors), made by an earlier command that `advice` names."""
     folder = Path(folder).resolve()
-    if (folder / "config.yaml").is_file():
+    weights = any((folder / name).is_file() for name in ("best.safetensors", "last.safetensors"))
+    if weights and (folder / "config.yaml").is_file():
         return None
-    return Missing(f"{folder} (no model there: no config.yaml)", why, advice=advice)
+    return Missing(f"{folder} (no trained model there: config.yaml and weights)", why, advice=advice)
 
 
 # Probed in a child process by default: peers.py and run.py make no CUDA call of their own before

@@ -152,6 +152,13 @@ def test_shared_data_points_to_its_readme_and_a_distribution_needs_its_version(r
     assert requirements.distribution("no-such-distribution-here", "1.0").pip == "no-such-distribution-here==1.0"
 
 
+def test_a_trained_model_is_a_config_and_weights(requirements, tmp_path):
+    (tmp_path / "config.yaml").write_text("")  # a quick start's folder, say: its model is in model/
+    assert "no trained model there" in requirements.trained_model(tmp_path, "the model").what
+    (tmp_path / "best.safetensors").write_bytes(b"")
+    assert requirements.trained_model(tmp_path, "the model") is None
+
+
 def test_cuda_needs_the_driver_and_a_torch_that_sees_a_gpu(requirements, monkeypatch):
     import torch
 
