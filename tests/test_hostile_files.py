@@ -247,11 +247,11 @@ def test_non_finite_weights_are_refused_on_load_and_resume(model_folder):
 
 
 @pytest.mark.parametrize(
-    "field, value", [("embedding_size", 1_000_000_000), ("decoder_hidden", 1_000_000), ("attention_size", 9)]
+    "field, value", [("embedding_size", 10_000_000), ("decoder_hidden", 1_000_000), ("attention_size", 9)]
 )
 def test_a_config_that_does_not_fit_the_weights_is_refused_before_allocating(model_folder, field, value):
     """Shapes are compared with the checkpoint's header on a model built on the meta device: a
-    config asking for 336 GB of weights costs nothing and names the first weight that differs."""
+    config asking for gigabytes of weights costs nothing and names the first weight that differs."""
     import resource
 
     config = yaml.safe_load((model_folder / "config.yaml").read_text())
@@ -361,3 +361,64 @@ def test_a_file_of_the_folder_that_is_not_a_regular_file_is_refused_unopened(mod
     with pytest.raises(AttnmtError, match="cannot follow its symbolic links"):
         (model_folder / "loop").symlink_to(model_folder / "loop")
         inside_folder(model_folder, model_folder / "loop")
+
+
+def hostile_config(model_folder: Path, edit) -> Path:
+    """The folder's config.yaml with ``edit(text)`` applied."""
+    config = model_folder / "config.yaml"
+    config.write_text(edit(config.read_text()))
+    return config
+
+
+def with_value(section: str, field: str, value: str):
+    """An edit that sets ``section.field`` to the YAML text ``value``, as written by hand."""
+    return lambda text: re.sub(rf"(?m)^({section}:\n(?:  .*\n)*?  {field}:).*$", rf"\g<1> {value}", text)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda text: text + "evil: " + "[" * 50_000 + "\n", "nested more than 50 levels deep"),
+        (lambda text: text + "evil: " + "{a: " * 20_000 + "\n", "nested more than 50 levels deep"),
+        (with_value("decoding", "max_length_offset", "9" * 5001), "an integer of more than 4,300 digits"),
+        (with_value("model", "decoder_hidden", "1099511627776"), "model.decoder_hidden: Input should be less than"),
+        (with_value("model", "encoder_layers", "1000000000"), "model.encoder_layers: Input should be less than"),
+        (with_value("decoding", "length_penalty", "1.0e+308"), "decoding.length_penalty: Input should be less than"),
+        (with_value("decoding", "length_penalty", ".inf"), "decoding.length_penalty: Input should be a finite number"),
+    ],
+)
+def test_a_hostile_config_is_one_error_naming_its_field_or_line(model_folder, capsys, edit, message):
+    """Each of these was a traceback (RecursionError, ValueError, torch's RuntimeError "Storage size
+    calculation overflowed", OverflowError while decoding) in attnmt.load, translate and serve."""
+    config = hostile_config(model_folder, edit)
+    with pytest.raises(AttnmtError, match=re.escape(message)) as error:
+        load(model_folder)
+    assert str(config) in str(error.value)
+    if "nested" in message or "digits" in message:  # (YAML's own errors say where)
+        assert f'in "{config}", line ' in str(error.value)
+    assert main(["translate", str(model_folder), "-i", str(config)]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["true", "'5'", "5.0", "[5]"])
+def test_a_config_value_of_the_wrong_type_is_refused_not_converted(model_folder, value):
+    """Types are strict: YAML tells 5 from "5", 5.0 and true, and so does the config."""
+    hostile_config(model_folder, with_value("decoding", "beam", value))
+    with pytest.raises(AttnmtError, match=re.escape("decoding.beam: Input should be a valid integer")):
+        load(model_folder)
+
+
+def test_a_config_keeps_its_paths_pairs_and_numbers_as_written(tmp_path):
+    """What strict types still read: paths as strings, pairs as lists, integers for floats, and
+    1e-4 as a number (YAML 1.2; PyYAML's YAML 1.1 reads it as a string)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "experiment_dir: runs/x\n"
+        "data: {train: {src: a.txt, tgt: b.txt}}\n"
+        "training: {max_steps: 10, learning_rate: 1e-4, min_learning_rate: 0, adam_betas: [0.9, 0.98]}\n"
+        "decoding: {attention_window: [2, 8], length_penalty: 1}\n"
+    )
+    loaded = load_config(config)
+    assert loaded.experiment_dir == tmp_path / "runs" / "x" and loaded.data.train.src == tmp_path / "a.txt"
+    assert loaded.training.learning_rate == 1e-4 and loaded.training.adam_betas == (0.9, 0.98)
+    assert loaded.decoding.attention_window == (2, 8) and loaded.decoding.length_penalty == 1.0

@@ -9,7 +9,7 @@ import torch
 
 from attnmt.api import load
 from attnmt.cli import main
-from attnmt.core.config import Sampling
+from attnmt.core.config import MIN_SHAPING, Sampling
 from attnmt.seq2seq.decoding import sampler
 from attnmt.training import train
 from conftest import random_strings, toy_config
@@ -127,3 +127,35 @@ def test_bad_sampling_values_are_refused(model, capsys):
     with pytest.raises(ValueError, match="top_p"):
         model.translate(TEXTS, sampling={"top_p": 1.5})
     assert math.isclose(Sampling().top_p, 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--sample", "--temperature", "1e-300"], "--temperature 1e-300: Input should be greater than or equal to"),
+        (["--sample", "--temperature", "inf"], "--temperature inf: Input should be a finite number"),
+        (["--sample", "--top-p", "1e-300"], "--top-p 1e-300: Input should be greater than or equal to"),
+        (["--sample", "--seed", "9" * 23], "--seed 99999999999999999999999: Input should be less than or equal to"),
+        (["--length-penalty", "1e308"], "decoding.length_penalty: Input should be less than or equal to 10"),
+        (["--length-penalty", "nan"], "decoding.length_penalty: Input should be a finite number"),
+    ],
+)
+def test_out_of_range_sampling_and_penalty_options_are_one_line_errors(model, tmp_path, capsys, options, message):
+    """Each was a traceback: NaN in the draw, torch's seed overflow, an OverflowError of the penalty."""
+    (tmp_path / "in").write_text("abc\n")
+    assert main(["translate", str(model.folder), "-i", str(tmp_path / "in"), *options]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_at_the_smallest_temperature_and_top_p_sampling_is_greedy_and_finite():
+    """MIN_SHAPING is within the float32 arithmetic of the draw (1e-45 and 1e-46 were not): every row,
+    even one of very low log-probabilities or with impossible tokens, draws its most probable token."""
+    rows = torch.tensor([[-0.01, -5.0, -math.inf], [-80.0, -80.5, -math.inf], [-3000.0, -2999.9, -4000.0]])
+    for sampling in (Sampling(temperature=MIN_SHAPING), Sampling(top_p=MIN_SHAPING)):
+        assert sampler(sampling, torch.Generator().manual_seed(0))(rows).tolist() == [0, 0, 1]
+    with pytest.raises(ValueError, match="temperature"):
+        Sampling(temperature=MIN_SHAPING / 10)
+    with pytest.raises(ValueError, match="seed"):
+        Sampling(seed=2**63)

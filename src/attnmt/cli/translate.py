@@ -131,6 +131,8 @@ def run(args):
 
 def sampling_of(args, model):
     """The Sampling of --sample and its options, or None; AttnmtError for options that do not go together."""
+    from pydantic import ValidationError
+
     from attnmt.core.config import Sampling
 
     shaping = [
@@ -151,7 +153,11 @@ def sampling_of(args, model):
         raise AttnmtError("--sample draws one translation per line: it takes no --beam or --n-best")
     if model.inputs != "text":
         raise AttnmtError(f"{args.model_dir}: --sample is for translation models")
-    return Sampling(top_k=args.top_k, top_p=args.top_p, temperature=args.temperature, seed=args.seed)
+    try:  # (the ranges are Sampling's: the server's are the same)
+        return Sampling(top_k=args.top_k, top_p=args.top_p, temperature=args.temperature, seed=args.seed)
+    except ValidationError as error:
+        field = error.errors()[0]["loc"][0]
+        raise AttnmtError(f"--{field.replace('_', '-')} {getattr(args, field)}: {error.errors()[0]['msg']}") from None
 
 
 def prefixes_of(args, model, count: int) -> list[str] | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from attnmt.core.config import Config, config_from_dict, load_config
+from attnmt.core.config import Config, config_from_dict, load_config, parse_yaml
 from attnmt.core.errors import AttnmtError
 
 FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -89,7 +89,7 @@ def assignment(text: str, where: str) -> dict:
 
 def _yaml_value(text: str, where: str):
     try:
-        return yaml.safe_load(text) if text.strip() else ""
+        return parse_yaml(text, where) if text.strip() else ""
     except yaml.YAMLError as e:
         raise AttnmtError(f"{where}: {text!r} is not a value ({e})") from None
 
@@ -142,7 +142,7 @@ def read_overrides_file(path: Path) -> dict:
     """A YAML file of config sections as written (a partial config: a variant's overrides, or the
     base config that they merge over)."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = parse_yaml(path.read_text(encoding="utf-8"), str(path))
     except OSError as e:
         raise AttnmtError(f"{path}: cannot read the variant's overrides: {e.strerror or e}") from None
     except yaml.YAMLError as e:

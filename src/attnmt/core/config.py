@@ -1,12 +1,15 @@
 """Experiment configuration: one YAML file, validated field by field.
 
 Every section is a pydantic model that forbids unknown keys, so a typo such as
-``atention: bahdanau`` is an error naming the field instead of a silent default.
+``atention: bahdanau`` is an error naming the field instead of a silent default, and whose types
+are strict (attnmt.core.sections.Section): ``beam: "5"`` is an error too.
 Relative paths in the file are resolved against the folder of the config file.
 """
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
@@ -20,9 +23,13 @@ from attnmt.core.sections import (  # noqa: F401 (re-exported)
     NORMALIZERS,
     RNN_NORMALIZERS,
     SET_NAME,
+    AsTuple,
+    ConfigPath,
+    Layers,
     Section,
     SetName,
     SubwordConfig,
+    Width,
     named_sets,
 )
 from attnmt.core.task import TASKS
@@ -56,20 +63,20 @@ class ModelConfig(Section):
     type: Literal["rnn", "transformer"] = "rnn"
     # RNN encoder-decoder (type: rnn)
     rnn_type: Literal["gru", "lstm"] = "gru"
-    embedding_size: int = Field(256, gt=0)
-    encoder_hidden: int = Field(256, gt=0)  # per direction
-    encoder_layers: int = Field(1, gt=0)
+    embedding_size: Width = 256
+    encoder_hidden: Width = 256  # per direction
+    encoder_layers: Layers = 1
     bidirectional: bool = True
-    decoder_hidden: int = Field(512, gt=0)
-    decoder_layers: int = Field(1, gt=0)
+    decoder_hidden: Width = 512
+    decoder_layers: Layers = 1
     attention: Literal[ATTENTIONS] = "bahdanau"
-    attention_size: int = Field(512, gt=0)  # hidden size of the additive/concat scorers
+    attention_size: Width = 512  # hidden size of the additive/concat scorers
     input_feeding: bool = True  # Luong: feed the previous attentional vector to the RNN
     # The decoder's first state: tanh(W h_final), a summary of the source (Bahdanau et al.), or
     # zeros (as in listen-attend-spell), so that all it learns of the source comes through attention.
     decoder_init: Literal["bridge", "zeros"] = "bridge"
-    location_channels: int = Field(10, gt=0)  # location attention: conv filters ...
-    location_kernel: int = Field(31, gt=0)  # ... and their width (odd)
+    location_channels: Width = 10  # location attention: conv filters ...
+    location_kernel: Width = 31  # ... and their width (odd)
     # coverage attention (Tu et al. 2016): N of each source word's fertility Phi_j = N sigmoid(u_f h_j),
     # by which its coverage is divided; 0: the plain sum of its past weights (See et al. 2017)
     coverage_fertility: int = Field(0, ge=0, le=100)
@@ -89,9 +96,9 @@ class ModelConfig(Section):
     fertility_bound: float = Field(FERTILITY_BOUND, gt=0, le=100)
     init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
     # Transformer (type: transformer); encoder_layers and decoder_layers count its layers too
-    d_model: int = Field(256, gt=0)
-    heads: int = Field(4, gt=0)
-    feed_forward: int = Field(1024, gt=0)  # inner size of the position-wise feed-forward layers
+    d_model: Width = 256
+    heads: Width = 4
+    feed_forward: Width = 1024  # inner size of the position-wise feed-forward layers
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     # longest sequence with learned positions (Transformer), or that luong-location attention scores (RNN)
     max_positions: int = Field(1024, gt=0, le=100_000)
@@ -172,7 +179,8 @@ class ModelConfig(Section):
         return self
 
 
-Window = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]  # (left, right) source positions
+# (left, right) source positions
+Window = Annotated[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]], AsTuple]
 
 
 class TrainingConfig(Section):
@@ -196,7 +204,7 @@ class TrainingConfig(Section):
     keep_checkpoints: int = Field(0, ge=0)
     log_every: int = Field(50, gt=0)
     dev_beam: int = Field(1, gt=0)  # beam for dev BLEU (1 = greedy, fast)
-    adam_betas: tuple[float, float] = (0.9, 0.999)  # (0.9, 0.98) in Vaswani et al. (2017)
+    adam_betas: Annotated[tuple[float, float], AsTuple] = (0.9, 0.999)  # (0.9, 0.98) in Vaswani et al. (2017)
     # plateau: * lr_decay_factor when validation stops improving; noam: warm-up to learning_rate, then 1/sqrt(step)
     schedule: Literal["plateau", "noam"] = "plateau"
     warmup_steps: int = Field(4000, gt=0)
@@ -213,7 +221,7 @@ class TrainingConfig(Section):
     # min(a_t(j), sum_{t'<t} a_{t'}(j)), against attending again to what was attended to; 0: none
     coverage_loss: float = Field(0.0, ge=0)
     # Fine-tuning: start from the weights (init_checkpoint) and subwords of this trained translation model
-    init_from: Path | None = None  # (its model section must be this config's; optimizer and steps start afresh)
+    init_from: ConfigPath | None = None  # (its model section must be this config's; optimizer and steps start afresh)
     init_checkpoint: Literal["best", "last", "averaged"] = "best"
 
     @model_validator(mode="after")
@@ -226,16 +234,30 @@ class TrainingConfig(Section):
 MAX_BEAM = 100  # larger beams cost time and memory for nothing (and a model folder sets its default)
 
 
+# Sampling's ranges, which the command line and the server check as well. The scores are divided by
+# the temperature and the probabilities compared with top_p in float32: a temperature of 1e-45 (a
+# subnormal float32) or 1e-46 (0 in float32) made every score infinite, and a top_p of 1e-46 (0)
+# dropped every token, and the draw failed on NaN. From 1e-6 on both are safe by 30 orders of
+# magnitude, and below it sampling is already greedy search: a temperature of 1e-6 multiplies a
+# difference of 1e-4 between two log-probabilities into e^100, and a top_p under 1e-5 keeps only the
+# most probable token of any vocabulary of up to 100,000 pieces (its probability is at least 1e-5).
+MIN_SHAPING = 1e-6
+MAX_TEMPERATURE = 100.0
+MAX_TOP_K = 100_000
+MAX_SEED = 2**63 - 1  # torch's generators take a 64-bit seed
+
+
 class Sampling(Section):
     """Each output token drawn from the model's distribution instead of searched for (as for
     back-translation, Edunov et al. 2018): p(y_t | ...)^(1 / temperature), renormalized over the
     top_k most probable tokens (0: all) and then over the smallest set whose probability reaches
     top_p (nucleus sampling, Holtzman et al. 2020; 1: all)."""
 
-    top_k: int = Field(0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    temperature: float = Field(1.0, gt=0)
-    seed: int | None = None  # the same seed, inputs and batches give the same outputs; None: a new draw each time
+    top_k: int = Field(0, ge=0, le=MAX_TOP_K)
+    top_p: float = Field(1.0, ge=MIN_SHAPING, le=1)
+    temperature: float = Field(1.0, ge=MIN_SHAPING, le=MAX_TEMPERATURE)
+    # the same seed, inputs and batches give the same outputs; None: a new draw each time
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
 
 
 # (Sampling is asked for by a call, `translate(sampling=...)` or `attnmt translate --sample`, never by a
@@ -245,7 +267,9 @@ class Sampling(Section):
 
 class DecodingConfig(Section):
     beam: int = Field(5, gt=0, le=MAX_BEAM)
-    length_penalty: float = Field(1.0, ge=0)  # alpha of Wu et al. (2016); 0 = none
+    # alpha of Wu et al. (2016); 0 = none. At most 10: ((5 + length) / 6)^alpha overflowed a float at
+    # 1e308 (Wu et al. tune it within [0, 1]; 10 keeps every output length of the limits far from it)
+    length_penalty: float = Field(1.0, ge=0, le=10)
     # beta of Wu et al. (2016): + beta * sum_i log(min(attention received by source word i, 1)) in the
     # scores of finished hypotheses, against outputs that leave source words out; 0 = none
     coverage_penalty: float = Field(0.0, ge=0, le=10)
@@ -265,7 +289,7 @@ TASK_SECTIONS = {"pairs": {"data": PairDataConfig, "model": PairModelConfig}}
 
 
 class Config(Section):
-    experiment_dir: Path
+    experiment_dir: ConfigPath
     # pairs: sentence-pair classification (the data and model sections below are PairDataConfig,
     # PairModelConfig); speech: speech recognition (the speech section)
     task: Literal[tuple(TASKS)] = "translation"  # the registry's names (attnmt.core.task)
@@ -490,10 +514,61 @@ def read_yaml_file(path: Path):
     except (OSError, UnicodeDecodeError) as e:
         raise AttnmtError(f"{path}: cannot read config: {e}") from None
     try:
-        raw = yaml.safe_load(text)
+        return parse_yaml(text, str(path))
     except yaml.YAMLError as e:
         raise AttnmtError(f"{path}: not valid YAML: {e}") from None
-    return raw
+
+
+def parse_yaml(text: str, name: str):
+    """What the YAML ``text`` of a config (or of part of one) holds, read by ConfigLoader;
+    yaml.YAMLError, its line and column in ``name``, otherwise."""
+    loader = ConfigLoader(text)
+    loader.name = name  # (for the errors' "in NAME, line L, column C")
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+MAX_CONFIG_DEPTH = 50  # levels of nesting: a config has four or five
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader (plain mappings, lists, strings and numbers: never a Python object),
+    with three changes for configs, each an error naming the line and column instead of a traceback:
+    nesting deeper than MAX_CONFIG_DEPTH (50,000 ``[`` took the recursive composer past Python's
+    recursion limit), integers of more digits than Python converts (4,300: a ValueError), and
+    numbers such as ``1e-4`` read as floats, as YAML 1.2 reads them (PyYAML's YAML 1.1 wants a dot,
+    and strict sections would refuse the string it made)."""
+
+    depth = 0
+
+    def compose_node(self, parent, index):
+        if self.depth >= MAX_CONFIG_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested more than {MAX_CONFIG_DEPTH} levels deep", self.peek_event().start_mark
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_yaml_int(self, node):
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of more than {sys.get_int_max_str_digits():,} digits", node.start_mark
+            ) from None
+
+
+ConfigLoader.add_constructor("tag:yaml.org,2002:int", ConfigLoader.construct_yaml_int)
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def config_to_yaml(config: Config) -> str:

@@ -4,11 +4,10 @@ Config (attnmt.core.config) uses it, and every name here is importable from ther
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
-from attnmt.core.sections import Section, SetName, SubwordConfig, named_sets
+from attnmt.core.sections import ConfigPath, Section, SetName, SubwordConfig, named_sets
 
 # A tag of data.extra_train: a word in angle brackets, no spaces (sentencepiece keeps it one piece)
 TAG_PATTERN = r"^<[^\s<>]{1,30}>$"
@@ -18,9 +17,9 @@ class CorpusFiles(Section):
     """Two line-aligned files (``src``, ``tgt``), one TSV file (``tsv``), or, for a dev or test
     set, ``split: N``: N pairs held out of the training corpus (see attnmt.data.splits)."""
 
-    src: Path | None = None
-    tgt: Path | None = None
-    tsv: Path | None = None
+    src: ConfigPath | None = None
+    tgt: ConfigPath | None = None
+    tsv: ConfigPath | None = None
     src_column: int = Field(0, ge=0)
     tgt_column: int = Field(1, ge=0)
     split: int | None = Field(None, gt=0)

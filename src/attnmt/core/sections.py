@@ -4,18 +4,40 @@ the ``Section`` base, which forbids unknown keys, the subword settings, and test
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: a value of the wrong type is an error naming its field, never converted (a beam of
+    # true, "5" or 5.0 is not a beam of 5), and a number that is infinite or NaN is no setting.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+# YAML has no paths and no tuples: a path is written as a string, a pair as a list. These are the
+# only two conversions a section makes.
+ConfigPath = Annotated[Path, Strict(False)]
+
+
+def _list_as_tuple(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+AsTuple = BeforeValidator(_list_as_tuple)  # Annotated[tuple[...], AsTuple]: a YAML list as a tuple, its items strict
+
+# The sizes of a model (widths, layers), bounded far above any trained model (GPT-3: width 12,288,
+# 96 layers) and low enough that no weight's element count overflows torch's storage size: a config
+# asking for decoder_hidden 2**40 raised that RuntimeError before the weights' shapes were compared.
+MAX_WIDTH = 1 << 24
+Width = Annotated[int, Field(gt=0, le=MAX_WIDTH)]
+Layers = Annotated[int, Field(gt=0, le=1000)]
 
 
 class SubwordConfig(Section):
     type: Literal["bpe", "unigram", "char", "word"] = "bpe"
-    vocab_size: int = Field(8000, gt=4)
+    vocab_size: int = Field(8000, gt=4, le=MAX_WIDTH)
     joint: bool = True
     character_coverage: float = Field(1.0, gt=0, le=1)
     max_sentences: int = Field(1_000_000, gt=0)  # sentences sampled to train sentencepiece

@@ -6,12 +6,11 @@ training.guided_alignment (task: translation). Config
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from attnmt.core.sections import NORMALIZERS, Section, SetName, SubwordConfig, named_sets
+from attnmt.core.sections import NORMALIZERS, ConfigPath, Section, SetName, SubwordConfig, Width, named_sets
 
 # ------------------------------------------------------------------------------ task: speech
 
@@ -36,7 +35,7 @@ class SpeechConfig(Section):
     max_seconds: float = Field(30.0, gt=0, le=600)  # longer files are skipped (training) or refused
     normalize: Literal["utterance", "global"] = "utterance"  # mean and variance of each bin
     subsample: Literal[4, 8] = 4  # frames per encoder state: 2 or 3 convolutions of stride 2
-    conv_channels: int = Field(32, gt=0)
+    conv_channels: Width = 32
     spec_augment: SpecAugment | None = None
     # Weight w of a CTC loss on the encoder states beside the decoder's (Kim et al. 2017): the
     # loss is (1 - w) cross-entropy + w CTC. CTC makes each state carry its own stretch of speech,
@@ -60,7 +59,7 @@ class PairFiles(Section):
     """A TSV file of labelled sentence pairs: premise, hypothesis and label columns, each by index
     (from 0) or by its name in the header line."""
 
-    tsv: Path
+    tsv: ConfigPath
     premise_column: Column = 0
     hypothesis_column: Column = 1
     label_column: Column = 2
@@ -122,9 +121,9 @@ class EmbeddingsConfig(Section):
     """Where the word embeddings of a pair model start: a trained attnmt translation model's (its
     subwords become the pair model's), or word2vec vectors trained (gensim) on a text corpus."""
 
-    model: Path | None = None  # a trained attnmt translation model folder
+    model: ConfigPath | None = None  # a trained attnmt translation model folder
     side: Literal["src", "tgt"] = "tgt"  # of ``model``: the embeddings of the side in the pairs' language
-    word2vec: Path | None = None  # a text file (plain or gzip), one sentence a line
+    word2vec: ConfigPath | None = None  # a text file (plain or gzip), one sentence a line
     epochs: int = Field(5, gt=0)  # word2vec
     window: int = Field(5, gt=0)  # word2vec
     freeze: bool = False  # keep them fixed during training (Parikh et al. fix theirs)
@@ -140,8 +139,8 @@ class PairModelConfig(Section):
     """The decomposable attention model (Parikh et al. 2016): attend, compare, aggregate."""
 
     type: Literal["decomposable"] = "decomposable"
-    embedding_size: int = Field(100, gt=0)
-    hidden_size: int = Field(200, gt=0)  # of F, G, H; the embeddings are projected to it
+    embedding_size: Width = 100
+    hidden_size: Width = 200  # of F, G, H; the embeddings are projected to it
     intra_attention: bool = False  # each sentence attends to itself first (with a distance bias)
     max_distance: int = Field(10, gt=0)  # intra-sentence attention: longer distances share one bias
     dropout: float = Field(0.2, ge=0, lt=1)
@@ -182,14 +181,14 @@ class GuidedAlignment(Section):
     # links: self: the folder of a trained translation model of the same direction (source -> target),
     # trained on the same data.train without guidance (the first round); its forced attention aligns
     # every training pair (attnmt.translation.align.align)
-    first_round: Path | None = None
+    first_round: ConfigPath | None = None
     # links: self, optional: a model of the reverse direction (target -> source) trained on the same pairs;
     # its links, turned around, and first_round's are symmetrized (grow-diag-final)
-    first_round_backward: Path | None = None
+    first_round_backward: ConfigPath | None = None
     # links: self, optional: alignment layers of the first rounds (attnmt train-aligner), read
     # instead of their attention
-    first_round_aligner: Path | None = None
-    first_round_backward_aligner: Path | None = None
+    first_round_aligner: ConfigPath | None = None
+    first_round_backward_aligner: ConfigPath | None = None
     # links: self with both directions: how they are combined (attnmt align --symmetrize); default
     # mean with the two aligners, grow-diag-final otherwise (the best of each on E4)
     symmetrize: Literal["intersection", "union", "grow-diag-final", "mean"] | None = None

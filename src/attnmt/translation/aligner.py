@@ -24,7 +24,15 @@ from torch import Tensor
 
 from attnmt.core import threads
 from attnmt.core.checkpoint import load_weights, save_model, tensor_shapes
-from attnmt.core.config import CorpusFiles, Section, config_to_yaml, read_yaml_file, resolve_paths, validated
+from attnmt.core.config import (
+    ConfigPath,
+    CorpusFiles,
+    Section,
+    config_to_yaml,
+    read_yaml_file,
+    resolve_paths,
+    validated,
+)
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text, file_sha256
 from attnmt.core.folders import inference_device, inside_folder, model_config, weights_path
@@ -44,9 +52,9 @@ LOG_EVERY = 100  # steps between two lines of the log
 
 
 class AlignerConfig(Section):
-    model: Path  # the folder of a trained translation model; it stays frozen
+    model: ConfigPath  # the folder of a trained translation model; it stays frozen
     checkpoint: Literal["best", "last"] = "best"  # which of its weights
-    out: Path | None = None  # where the aligner is written; default MODEL/aligner
+    out: ConfigPath | None = None  # where the aligner is written; default MODEL/aligner
     # the pairs it learns from; default the model's own training pairs (data.train less held-out sets)
     train: CorpusFiles | None = None
     size: int = Field(256, gt=0)  # d: the prior's query and key size, the lexicon's embedding size
@@ -66,8 +74,8 @@ class AlignerConfig(Section):
     # of the opposite direction (fr->en for an en->fr model) trained at the same time, on the same
     # pairs, each rewarded with weight ``agreement`` for the links the other finds; written to
     # backward_out (default BACKWARD_MODEL/aligner); 4 measured best of 1, 4, 8 and 16 on E4 (docs/alignment.md)
-    backward_model: Path | None = None
-    backward_out: Path | None = None
+    backward_model: ConfigPath | None = None
+    backward_out: ConfigPath | None = None
     agreement: float = Field(4.0, ge=0)
     # reference word links the layer is also trained towards, as guided alignment trains the
     # attention: a Pharaoh file of one line per line of the training text (train, or the model's
