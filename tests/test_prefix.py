@@ -14,7 +14,7 @@ from attnmt.data.subwords import BOS, EOS
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.decoding import length_penalty
 from attnmt.seq2seq.ensemble import Ensemble
-from attnmt.seq2seq.prefix import Prefixes, Spelling, split_last_word
+from attnmt.seq2seq.prefix import FITS_CACHED, Prefixes, Spelling, split_last_word
 from attnmt.seq2seq.search import columns_of, decode, with_prefix_tokens
 from attnmt.seq2seq.shortlist import Shortlist
 from attnmt.serve import ServerLimits, create_app
@@ -149,6 +149,17 @@ def test_a_piece_fits_a_word_if_it_starts_it_or_goes_beyond_it():
     assert fits == [4, 5, 6, 9]  # "▁d", "▁do", "▁dog", "▁"; not "o", "d", "▁cat", nor EOS
     assert spelling.after("▁do", 4) == "o" and spelling.after("▁do", 6) == "" and spelling.after("o", 7) == ""
     assert spelling.after("▁do", 9) == "do"
+
+
+def test_the_spelling_cache_keeps_a_bounded_number_of_words():
+    """Every request may bring new words to spell: the answers kept are at most FITS_CACHED, however
+    many words were asked for, and an answer asked for again after it was dropped is the same."""
+    spelling = Spelling(PIECES)
+    first = spelling.fits("▁do").clone()
+    for n in range(10 * FITS_CACHED):
+        spelling.fits("▁" + "d" * n + "o")
+    assert spelling.fits.cache_info().currsize == FITS_CACHED
+    assert torch.equal(spelling.fits("▁do"), first)
 
 
 @pytest.mark.parametrize("config", [{"attention": "bahdanau"}, TRANSFORMER], ids=["rnn", "transformer"])
