@@ -140,9 +140,13 @@ def decode_test(
     device: str = "cpu",
     shortlist: bool = False,
 ) -> dict:
+    """Loads the model and translates test_2016_flickr, in a process set up as `attnmt translate`'s:
+    attnmt imported before torch, so that OpenMP's threads wait as attnmt sets them to
+    (attnmt.core.threads.configure_waiting, read once when torch loads OpenMP). Imported the other
+    way round, the threads spun as OpenMP's default has them, and this figure and the whole
+    command's (benchmarks/peers.py) measured two different programs."""
+    import attnmt  # (first: see above)
     import torch
-
-    import attnmt
     from attnmt.data.corpus import read_lines
     from attnmt.translation.evaluation import corpus_scores
 

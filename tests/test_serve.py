@@ -235,18 +235,19 @@ def test_translate_with_sampling_draws_as_the_python_api_does(served):
 
     first = drawn()
     assert first == drawn() == [t.text for t in translator.translate(texts, sampling=sampling)]
-    # The seed is used: at temperature 1000 the draws are all but uniform over the 5 pieces top_k
-    # keeps, so two seeds draw the same first piece for 8 texts with probability about 5 ** -8 on
-    # any model (a model's confidence cannot make them agree, as it can at temperature 1.5).
-    flat = {"top_k": 5, "temperature": 1000.0, "seed": 7}
-    flat_texts = dev[:8]
-    seven = client.post("/translate", json={"text": flat_texts, "sampling": flat, "attention": False}).json()
-    seven = [t["candidates"][0]["text"] for t in seven["translations"]]
-    assert seven == [t.text for t in translator.translate(flat_texts, sampling=flat)]
-    assert seven != [t.text for t in translator.translate(flat_texts, sampling={**flat, "seed": 8})]
+    # The seed is used: at temperature 100 the draws are all but uniform over the 5 pieces top_k
+    # keeps, so two seeds draw the same first pieces for 12 texts with probability about 5 ** -12
+    # on any model (a model's confidence cannot make them agree, as it can at temperature 1.5).
+    flat = {"top_k": 5, "temperature": 100.0, "seed": 7}
+    served = client.post("/translate", json={"text": texts, "sampling": flat, "attention": False})
+    assert served.status_code == 200, served.text
+    expected = [t.text for t in translator.translate(texts, sampling=flat)]
+    assert [t["candidates"][0]["text"] for t in served.json()["translations"]] == expected
+    seven, eight = ([t.text for t in translator.translate(dev[:12], sampling={**flat, "seed": s})] for s in (7, 8))
+    assert seven != eight
     for wrong, message in (
         ({"beam": 3}, "no beam or n_best above 1"),
-        ({"sampling": {"top_p": 0}}, "greater than 0"),
+        ({"sampling": {"top_p": 0}}, "greater than or equal to 0.000001"),
         ({"sampling": {"top_k": -1}}, "greater than or equal to 0"),
         ({"sampling": {"temp": 2}}, "Extra inputs"),
     ):
