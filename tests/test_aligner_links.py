@@ -142,9 +142,18 @@ def test_links_eflomal_trains_each_direction_towards_its_own(both_ways, tmp_path
     forward, backward = train_towards(both_ways, tmp_path, "eflomal", 10.0, messages, steps=150, agreement=0.0)
     assert calls == [len(training_pairs(both_ways[0]).sources)]
     assert any("with eflomal" in m for m in messages), messages
-    # measured: 0.89 and 0.92; 0 against the true links
-    assert agreement_with(both_ways[0], forward, lambda s, t: shifted(true_links(s, t), 1)) > 0.8
-    assert agreement_with(both_ways[1], backward, lambda s, t: shifted(true_links(s, t), 2), backward=True) > 0.8
+    # Each layer agrees with its own direction's links far more than with the other's (which share
+    # no link with them): measured 0.89-0.98 against its own on AMD EPYCs, 0.69 on an Intel
+    # Xeon, 0 against the other's. The comparison, not a level, is what this test is about.
+    for folder, aligner, own, other, turned in (
+        (both_ways[0], forward, 1, 2, False),
+        (both_ways[1], backward, 2, 1, True),
+    ):
+        mine, theirs = (
+            agreement_with(folder, aligner, lambda s, t, by=by: shifted(true_links(s, t), by), backward=turned)
+            for by in (own, other)
+        )
+        assert mine > 0.5 and mine > theirs + 0.4, (own, mine, theirs)
 
 
 def test_a_links_file_must_have_a_line_per_training_line(both_ways, tmp_path):  # noqa: F811
