@@ -236,13 +236,15 @@ def test_translate_continues_a_prefix(reverse_model):
         translator.translate(texts, prefix=starts[:2])
 
 
-def test_a_prefix_ending_inside_a_word_is_spelled_and_an_unspellable_one_kept_whole(reverse_model):
-    """Character pieces spell any word of the toy alphabet; "zz" has none (unknown): taken whole."""
+def test_a_prefix_ending_inside_a_word_is_spelled_and_an_unwritable_one_refused(reverse_model):
+    """Character pieces spell any word of the toy alphabet; "zz" has none (unknown): no output can
+    begin with it, and it is an error naming it (it was forced as <unk>, the output beginning " ⁇ ")."""
     translator, dev = reverse_model
     right = reverse(dev[0])
-    [t, u] = translator.translate([dev[0], dev[0]], prefix=[right[:3], "zz"])
+    [t] = translator.translate([dev[0]], prefix=[right[:3]])
     assert t.text == right  # the word's start spelled, the rest the model's
-    assert u.text.startswith(" ⁇ ") and u.tokens[0] == "▁"
+    with pytest.raises(AttnmtError, match="prefix 'a zz' \\(of text 2, counting from 1\\) has a character that"):
+        translator.translate([dev[0], dev[0]], prefix=[right[:3], "a zz"])
     spellings = translator.tgt_subwords.spellings()
     assert spellings[:4] == ["", "", "", ""] and "a" in spellings and "▁" in spellings
 

@@ -232,6 +232,7 @@ class TrainingConfig(Section):
 
 
 MAX_BEAM = 100  # larger beams cost time and memory for nothing (and a model folder sets its default)
+MAX_CONSTRAINTS = 16  # phrases a translation must contain: a request's, a line's (dynamic beam allocation)
 
 
 # Sampling's ranges, which the command line and the server check as well. The scores are divided by

@@ -13,7 +13,7 @@ import torch
 from pydantic import ValidationError
 
 from attnmt.core import speed
-from attnmt.core.config import Config, DecodingConfig, Sampling
+from attnmt.core.config import MAX_CONSTRAINTS, Config, DecodingConfig, Sampling
 from attnmt.core.devices import to_numpy
 from attnmt.core.errors import AttnmtError
 from attnmt.core.folders import inference_device, inside_folder, load_model, model_config, weights_path
@@ -31,6 +31,19 @@ from attnmt.seq2seq.results import Aligner, Candidate, ScoredTranslation, Transl
 from attnmt.seq2seq.search import decode
 from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
 from attnmt.seq2seq.shortlist import Shortlist, load_shortlist
+
+
+def within(phrases: list[tuple[int, ...]], max_tokens: int) -> list[tuple[int, ...]]:
+    """The first of a text's constraint ``phrases`` (their pieces) that fit MAX_CONSTRAINTS phrases and
+    ``max_tokens`` pieces in all: the bounds of the server's requests, which a line of the command line
+    gets too (one line of 2,000 phrases took 218 s)."""
+    kept, pieces = [], 0
+    for phrase in phrases[:MAX_CONSTRAINTS]:
+        if pieces + len(phrase) > max_tokens:
+            break
+        kept.append(phrase)
+        pieces += len(phrase)
+    return kept
 
 
 class Translator:
@@ -235,7 +248,9 @@ class Translator:
 
         Empty (or whitespace-only) inputs give an empty translation without running the model.
         ``max_tokens``: a text of more subword pieces is cut to its first ``max_tokens`` (its
-        Translation says ``truncated``), so that no line can ask for unbounded work.
+        Translation says ``truncated``), so that no line can ask for unbounded work; so is its
+        prefix, and its constraints to the first phrases within MAX_CONSTRAINTS and ``max_tokens``
+        pieces in all (its Translation's ``cut`` says "prefix", "constraints").
         ``progress``: the description of a progress bar over the texts (on stderr, on a terminal only).
         ``shortlist``: the output layer restricted to each batch's likely pieces (attnmt.translation.shortlist):
         True, the folder's shortlist.json; a path, that table; False, none; None, as the config's
@@ -260,8 +275,9 @@ class Translator:
         generator = self._generator(sampling)
         table = self.shortlist_table(self.shortlist if shortlist is None else shortlist)
         texts = [valid_text(text) for text in texts]
-        prefixes = self._prefixes(texts, prefix)
-        phrases = None if constraints is None else phrases_of(self.tgt_subwords, texts, constraints)
+        prefixes = self._prefixes(texts, prefix, max_tokens)
+        phrases, cut_phrases = self._constraints(texts, constraints, max_tokens)
+        cut_prefixes = frozenset() if prefixes is None else prefixes.cut
         src_ids = self.source_ids(texts, tag)
         truncated = {i for i, ids in enumerate(src_ids) if max_tokens is not None and len(ids) > max_tokens}
         for i in truncated:
@@ -295,6 +311,7 @@ class Translator:
                         i in truncated,
                         self.aligner,
                         tagged=self._tagged(src_ids[i]),
+                        cut=("prefix",) * (i in cut_prefixes) + ("constraints",) * (i in cut_phrases),
                     )
                 bar.update(len(indices))
         return self.align_outputs(results) if align else results
@@ -309,13 +326,23 @@ class Translator:
             raise ValueError(f"sampling draws one translation per text: beam must be 1 (got {beam})")
         return beam, sampling
 
-    def _prefixes(self, texts: list[str], prefix: list[str] | None) -> Prefixes | None:
+    def _prefixes(self, texts: list[str], prefix: list[str] | None, max_tokens: int | None = None) -> Prefixes | None:
         """What each text's translations begin with (attnmt.seq2seq.prefix.prefixes_of); None where none has one."""
         if prefix is None:
             return None
         if self._spelling is None:
             self._spelling = Spelling(self.tgt_subwords.spellings())
-        return prefixes_of(self.tgt_subwords, texts, prefix, self._spelling)
+        return prefixes_of(self.tgt_subwords, texts, prefix, self._spelling, max_tokens)
+
+    def _constraints(self, texts: list[str], constraints: list[list[str]] | None, max_tokens: int | None):
+        """Each text's constraint phrases (attnmt.seq2seq.constraints.phrases_of), with ``max_tokens``
+        only the first that fit (``within``); None where no text has one. And the texts whose phrases
+        were cut."""
+        phrases = None if constraints is None else phrases_of(self.tgt_subwords, texts, constraints)
+        if phrases is None or max_tokens is None:
+            return phrases, set()
+        kept = [within(text_phrases, max_tokens) for text_phrases in phrases]
+        return kept if any(kept) else None, {i for i, (a, b) in enumerate(zip(phrases, kept)) if len(a) > len(b)}
 
     def source_ids(self, texts: list[str], tag: str | list[str] | None = None) -> list[list[int]]:
         """The subword ids of each text, after its tag's: ``tag`` one of the model's tags (``tags``)

@@ -63,6 +63,7 @@ class Prefixes:
     tokens: list[list[int]]
     words: list[str] | None = None
     spelling: Spelling | None = None
+    cut: frozenset[int] = frozenset()  # the sentences whose prefix was cut to max_tokens (prefixes_of)
 
     def of(self, sentences: list[int]) -> Prefixes:
         """The prefixes of ``sentences`` (a batch's, in its order)."""
@@ -70,23 +71,40 @@ class Prefixes:
         return Prefixes([self.tokens[i] for i in sentences], words, self.spelling)
 
 
-def prefixes_of(subwords, texts: list[str], prefix: list[str], spelling: Spelling) -> Prefixes | None:
+def prefixes_of(
+    subwords, texts: list[str], prefix: list[str], spelling: Spelling, max_tokens: int | None = None
+) -> Prefixes | None:
     """What each of ``texts``' translations begin with, from ``prefix`` (one string for each; "":
     none) and the target ``subwords``: the pieces of each prefix up to the word it ends inside, then
-    pieces that spell that word's start ("The do": "▁The", then "▁do" or "▁dog" or "▁d", "o"...); a
-    word that the pieces cannot spell is taken as whole pieces. None where no text has a prefix."""
+    pieces that spell that word's start ("The do": "▁The", then "▁do" or "▁dog" or "▁d", "o"...).
+    ``max_tokens``: a prefix of more pieces is cut to its first ``max_tokens``, all forced as whole
+    pieces (``Prefixes.cut`` says which). None where no text has a prefix. AttnmtError for a prefix with
+    a character that the pieces cannot write: its output could not begin with it."""
     if isinstance(prefix, str) or len(prefix) != len(texts):
         raise AttnmtError(f'prefix: give a list with a prefix for each of the {len(texts)} texts ("": none)')
     prefix = [valid_text(p) for p in prefix]
+    if bad := unwritable(subwords, prefix):
+        raise AttnmtError(f"prefix {prefix[bad[0]]!r} (of text {bad[0] + 1}, counting from 1) {UNWRITABLE}")
     heads, words = zip(*map(split_last_word, prefix)) if prefix else ((), ())
     tokens, spelled = subwords.encode(list(heads)), subwords.encode(list(words))
-    spellable = [UNK not in ids for ids in spelled]
-    whole = iter(subwords.encode([p for p, ok in zip(prefix, spellable) if not ok]))
-    tokens = [ids if ok else next(whole) for ids, ok in zip(tokens, spellable)]
-    words = ["".join(subwords.pieces(ids)) if ok else "" for ids, ok in zip(spelled, spellable)]
+    words = ["".join(subwords.pieces(ids)) for ids in spelled]
+    cut = {
+        i for i, (head, word) in enumerate(zip(tokens, spelled)) if max_tokens and len(head) + len(word) > max_tokens
+    }
+    for i in cut:  # (as whole pieces: the word where it is cut may go on after it)
+        tokens[i], words[i] = (tokens[i] + spelled[i])[:max_tokens], ""
     if not any(tokens) and not any(words):
         return None
-    return Prefixes(tokens, words, spelling)
+    return Prefixes(tokens, words, spelling, frozenset(cut))
+
+
+UNWRITABLE = "has a character that the model's target pieces cannot write"
+
+
+def unwritable(subwords, prefix: list[str]) -> list[int]:
+    """The prefixes of ``prefix`` that the target ``subwords`` cannot write (a character outside their
+    pieces: its piece would be <unk>, and no output could begin with the prefix)."""
+    return [i for i, ids in enumerate(subwords.encode(prefix)) if UNK in ids]
 
 
 def split_last_word(text: str) -> tuple[str, str]:

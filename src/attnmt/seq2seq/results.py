@@ -90,6 +90,9 @@ class Translation:
     aligner: Aligner | None = field(default=None, repr=False, compare=False)
     # source_tokens begin with a tag (Translator.source_ids), which is no word of the source
     tagged: bool = False
+    # besides the source (truncated), what max_tokens cut: "prefix" (to its first max_tokens pieces),
+    # "constraints" (to the first phrases within MAX_CONSTRAINTS and max_tokens pieces)
+    cut: tuple[str, ...] = ()
 
     @property
     def best(self) -> Candidate:
