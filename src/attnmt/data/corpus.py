@@ -1,7 +1,10 @@
-"""Reading parallel corpora: two line-aligned files or one TSV file.
+"""Reading parallel corpora: two line-aligned files or one TSV file, line by line.
 
 Files may be plain UTF-8 or gzip-compressed (recognised by content, not
-name). Everything a user can get wrong -- a missing file, misaligned line
+name). They are read one line at a time (`stream_lines`, `CorpusPairs`), so a
+corpus of any size is read in bounded memory; `read_corpus` and `read_lines`
+keep what they read for the small files that need their texts (dev and test
+sets). Everything a user can get wrong -- a missing file, misaligned line
 counts, bad encoding, a broken archive -- raises `AttnmtError` with a message
 that names the file and, where it helps, the line.
 """
@@ -9,11 +12,12 @@ that names the file and, where it helps, the line.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Union
+from itertools import zip_longest
+from typing import BinaryIO, Iterator, Union
 
 from attnmt.core.errors import AttnmtError
 
@@ -39,31 +43,30 @@ class Corpus:
 
 
 def read_lines(path: PathLike) -> list[str]:
-    """Return the lines of a UTF-8 text file (plain or gzip), without line endings.
+    """Return the lines of a UTF-8 text file (plain or gzip), without line endings (see
+    `stream_lines`)."""
+    return list(stream_lines(path))
+
+
+def stream_lines(path: PathLike) -> Iterator[str]:
+    """The lines of a UTF-8 text file (plain or gzip), one at a time, without line endings.
 
     Lines are split on "\\n" only, so line numbers agree with `sed -n Np` even
     when a sentence contains characters such as U+2028 that
     `str.splitlines` would treat as line breaks.
     """
-    return split_lines(_read_bytes(path), path)
+    with _open(path) as raw:
+        yield from _lines_of(raw, path)
 
 
 def split_lines(data: bytes, name: PathLike) -> list[str]:
     """The lines of file contents ``data`` (plain or gzip); ``name`` appears in errors."""
-    if data.startswith(_GZIP_MAGIC):
-        data = _gunzip(data, name)
-    text = _decode(data, name).removeprefix(_BOM)
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start a new one
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return list(_lines_of(io.BytesIO(data), name))
 
 
-def _read_bytes(path: PathLike) -> bytes:
+def _open(path: PathLike) -> BinaryIO:
     try:
-        return Path(path).read_bytes()
+        return open(path, "rb")
     except FileNotFoundError:
         raise AttnmtError(f"cannot read {path}: no such file") from None
     except IsADirectoryError:
@@ -74,24 +77,35 @@ def _read_bytes(path: PathLike) -> bytes:
         raise AttnmtError(f"cannot read {path}: {err.strerror or err}") from None
 
 
-def _gunzip(data: bytes, path: PathLike) -> bytes:
+def _lines_of(raw: BinaryIO, name: PathLike) -> Iterator[str]:
+    """The decoded lines of the open binary file ``raw``, gunzipped if it starts as gzip does.
+    (Splitting the bytes on b"\\n" cuts no character: no byte of a multi-byte UTF-8 character is 0x0a.)"""
+    compressed = raw.read(2) == _GZIP_MAGIC
+    raw.seek(0)
+    stream = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
     try:
-        return gzip.decompress(data)
+        for number, line in enumerate(stream, start=1):
+            text = _decode(line, name, number)
+            if number == 1:
+                text = text.removeprefix(_BOM)
+            if text.endswith("\n"):
+                text = text[:-1]  # the final newline ends the last line; it does not start a new one
+            yield text[:-1] if text.endswith("\r") else text
     except (OSError, EOFError, zlib.error) as err:
+        if not compressed:
+            raise AttnmtError(f"cannot read {name}: {getattr(err, 'strerror', None) or err}") from None
         # EOFError is what a truncated download looks like; zlib.error is bit rot.
-        raise AttnmtError(f"{path}: corrupt or truncated gzip file ({err})") from None
+        raise AttnmtError(f"{name}: corrupt or truncated gzip file ({err})") from None
 
 
-def _decode(data: bytes, path: PathLike) -> str:
+def _decode(line: bytes, name: PathLike, number: int) -> str:
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        # Translate the absolute byte offset into something the user can find in an editor.
-        line_start = data.rfind(b"\n", 0, err.start) + 1
-        line_no = data.count(b"\n", 0, err.start) + 1
-        column = err.start - line_start + 1
-        bad = data[err.start]
-        raise AttnmtError(f"{path}: line {line_no} is not valid UTF-8 (byte 0x{bad:02x} at column {column})") from None
+        return line.decode("utf-8")
+    except UnicodeDecodeError as err:  # where the user can find it in an editor
+        bad = line[err.start]
+        raise AttnmtError(
+            f"{name}: line {number} is not valid UTF-8 (byte 0x{bad:02x} at column {err.start + 1})"
+        ) from None
 
 
 # ---------------------------------------------------------------- corpora
@@ -105,37 +119,77 @@ def _empty_corpus_error(what: str) -> AttnmtError:
     return AttnmtError(f"empty corpus: {what} no sentence pairs")
 
 
-def read_parallel(src_path: PathLike, tgt_path: PathLike) -> Corpus:
-    """Read two line-aligned files; drop pairs where either side is blank."""
-    sources = read_lines(src_path)
-    targets = read_lines(tgt_path)
-    if len(sources) != len(targets):
-        raise AttnmtError(f"line counts differ: {src_path} has {len(sources)} lines, {tgt_path} has {len(targets)}")
-    corpus = _keep_nonblank(zip(sources, targets))
-    if not corpus.sources:
-        raise _empty_corpus_error(f"{src_path} and {tgt_path} contain")
-    return corpus
+_SPEC_FORMS = (
+    'a corpus is given either as {"src": <path>, "tgt": <path>} (two line-aligned files) '
+    'or as {"tsv": <path>} (one tab-separated file, optionally with "src_column" and "tgt_column")'
+)
 
 
-def read_tsv(path: PathLike, src_column: int = 0, tgt_column: int = 1) -> Corpus:
-    """Read source and target from two columns of a tab-separated file."""
-    _check_columns(src_column, tgt_column)
+class CorpusPairs:
+    """The sentence pairs of a corpus described by a config entry (see `_SPEC_FORMS`), read line
+    by line: iterating yields ``(line, source, target)`` for each pair with two non-blank sides,
+    ``line`` counting the files' lines from 0; the others are counted in ``dropped_empty`` as they
+    pass. Each iteration reads the files again."""
+
+    def __init__(self, spec: dict):
+        if not isinstance(spec, dict):
+            raise AttnmtError(f"{_SPEC_FORMS}; got {spec!r}")
+        keys = set(spec)
+        if keys == {"src", "tgt"}:
+            _check_path_values(spec, ("src", "tgt"))
+            self.files = (spec["src"], spec["tgt"])
+            self.empty_message = f"{spec['src']} and {spec['tgt']} contain"
+        elif "tsv" in keys and keys <= {"tsv", "src_column", "tgt_column"}:
+            _check_path_values(spec, ("tsv",))
+            self.columns = (spec.get("src_column", 0), spec.get("tgt_column", 1))
+            _check_columns(*self.columns)
+            self.files = (spec["tsv"],)
+            self.empty_message = f"{spec['tsv']} contains"
+        else:
+            raise AttnmtError(f"{_SPEC_FORMS}; got keys {sorted(map(str, keys))}")
+        self.dropped_empty = 0
+
+    def __iter__(self) -> Iterator[tuple[int, str, str]]:
+        self.dropped_empty = 0
+        for line, (src, tgt) in enumerate(self._sides()):
+            if _is_blank(src) or _is_blank(tgt):
+                self.dropped_empty += 1
+            else:
+                yield line, src, tgt
+
+    def _sides(self) -> Iterator[tuple[str, str]]:
+        if len(self.files) == 2:
+            return _aligned_lines(*self.files)
+        return _tsv_columns(self.files[0], *self.columns)
+
+    def empty_error(self) -> AttnmtError:
+        return _empty_corpus_error(self.empty_message)
+
+
+def _aligned_lines(src_path: PathLike, tgt_path: PathLike) -> Iterator[tuple[str, str]]:
+    """The lines of two files side by side; AttnmtError at the end if one has more lines."""
+    src_lines = tgt_lines = 0
+    for src, tgt in zip_longest(stream_lines(src_path), stream_lines(tgt_path)):
+        src_lines += src is not None
+        tgt_lines += tgt is not None
+        if src_lines == tgt_lines:
+            yield src, tgt
+    if src_lines != tgt_lines:  # (the longer file read to its end, to say how long each is)
+        raise AttnmtError(f"line counts differ: {src_path} has {src_lines} lines, {tgt_path} has {tgt_lines}")
+
+
+def _tsv_columns(path: PathLike, src_column: int, tgt_column: int) -> Iterator[tuple[str, str]]:
     needed = max(src_column, tgt_column) + 1
-    pairs = []
-    for line_no, line in enumerate(read_lines(path), start=1):
+    for line_no, line in enumerate(stream_lines(path), start=1):
         if _is_blank(line):
-            pairs.append(("", ""))  # counted as dropped below, like any blank pair
+            yield "", ""  # counted as dropped, like any blank pair
             continue
         fields = line.split("\t")
         if len(fields) < needed:
             raise AttnmtError(
                 f"{path}: line {line_no} has {len(fields)} tab-separated column(s), expected at least {needed}"
             )
-        pairs.append((fields[src_column], fields[tgt_column]))
-    corpus = _keep_nonblank(pairs)
-    if not corpus.sources:
-        raise _empty_corpus_error(f"{path} contains")
-    return corpus
+        yield fields[src_column], fields[tgt_column]
 
 
 def _check_columns(src_column: object, tgt_column: object) -> None:
@@ -147,39 +201,31 @@ def _check_columns(src_column: object, tgt_column: object) -> None:
         raise AttnmtError(f"src_column and tgt_column are both {src_column}; they must differ")
 
 
-def _keep_nonblank(pairs) -> Corpus:
-    sources, targets, lines, dropped = [], [], [], 0
-    for line, (src, tgt) in enumerate(pairs):
-        if _is_blank(src) or _is_blank(tgt):
-            dropped += 1
-        else:
-            sources.append(src)
-            targets.append(tgt)
-            lines.append(line)
-    return Corpus(sources, targets, dropped_empty=dropped, lines=lines)
-
-
-_SPEC_FORMS = (
-    'a corpus is given either as {"src": <path>, "tgt": <path>} (two line-aligned files) '
-    'or as {"tsv": <path>} (one tab-separated file, optionally with "src_column" and "tgt_column")'
-)
-
-
-def read_corpus(spec: dict) -> Corpus:
-    """Read a corpus described by a config entry (see `_SPEC_FORMS`)."""
-    if not isinstance(spec, dict):
-        raise AttnmtError(f"{_SPEC_FORMS}; got {spec!r}")
-    keys = set(spec)
-    if keys == {"src", "tgt"}:
-        _check_path_values(spec, ("src", "tgt"))
-        return read_parallel(spec["src"], spec["tgt"])
-    if "tsv" in keys and keys <= {"tsv", "src_column", "tgt_column"}:
-        _check_path_values(spec, ("tsv",))
-        return read_tsv(spec["tsv"], spec.get("src_column", 0), spec.get("tgt_column", 1))
-    raise AttnmtError(f"{_SPEC_FORMS}; got keys {sorted(map(str, keys))}")
-
-
 def _check_path_values(spec: dict, keys: tuple[str, ...]) -> None:
     for key in keys:
         if not isinstance(spec[key], (str, os.PathLike)) or not str(spec[key]):
             raise AttnmtError(f"corpus {key!r} must be a file path, got {spec[key]!r}")
+
+
+def read_corpus(spec: dict) -> Corpus:
+    """Read a corpus described by a config entry (see `_SPEC_FORMS`) whole: for the files whose
+    texts are kept (dev and test sets); a training corpus is read as `CorpusPairs`."""
+    pairs = CorpusPairs(spec)
+    lines, sources, targets = [], [], []
+    for line, src, tgt in pairs:
+        lines.append(line)
+        sources.append(src)
+        targets.append(tgt)
+    if not sources:
+        raise pairs.empty_error()
+    return Corpus(sources, targets, dropped_empty=pairs.dropped_empty, lines=lines)
+
+
+def read_parallel(src_path: PathLike, tgt_path: PathLike) -> Corpus:
+    """Read two line-aligned files; drop pairs where either side is blank."""
+    return read_corpus({"src": src_path, "tgt": tgt_path})
+
+
+def read_tsv(path: PathLike, src_column: int = 0, tgt_column: int = 1) -> Corpus:
+    """Read source and target from two columns of a tab-separated file."""
+    return read_corpus({"tsv": path, "src_column": src_column, "tgt_column": tgt_column})
