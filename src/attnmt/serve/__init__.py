@@ -9,8 +9,9 @@ limits (sentences per request, characters per sentence, beam size), so the OpenA
 ``/docs`` shows them; subword tokens per sentence are counted after encoding. Errors are JSON
 objects whose ``detail`` is a readable string: 422 invalid request (a body that is not UTF-8 JSON
 included, and a request asking for too much work or too large an answer), 404 unknown model, 413
-body too large, 400 a Host header that does not name this machine (DNS rebinding), 503 over the
-time limit, counted from the request's arrival. ``/beam`` returns the search tree recorded by
+body too large, 408 a body not sent within the time limit, 400 a Host header that does not name
+this machine (DNS rebinding) or a request HTTP cannot read, 503 over the time limit, counted from
+the request's arrival. ``/beam`` returns the search tree recorded by
 ``attnmt.seq2seq.decoding.BeamRecorder``; ``/attention`` every layer and head of a Transformer's attention
 (``Translator.attention``).
 
@@ -27,7 +28,8 @@ shuts down gracefully: on SIGTERM or SIGINT, requests in flight finish and get t
                    model names (NAME=DIR)
     batching.py    Batcher: concurrent /translate requests decoded together, in chunks
     routes.py      the endpoints; the bounded answer
-    middleware.py  the Host check, the arrival time, the request body limit
+    middleware.py  the Host check, the arrival time, the request body limit (its size and its time)
+    connections.py what uvicorn does before the app: connections, keep-alive, header size, JSON 400s
     app.py         create_app, the JSON errors, the explorer page; run_server
 
 The command ``attnmt serve MODEL_DIR ...`` binds to 127.0.0.1 by default; see docs/http-api.md.

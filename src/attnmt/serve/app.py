@@ -13,6 +13,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
+from attnmt.serve.connections import uvicorn_settings
 from attnmt.serve.limits import ServerLimits
 from attnmt.serve.middleware import (
     LOOPBACK_HOSTS,
@@ -84,7 +85,7 @@ def create_app(
     app.state.models = loaded
     app.state.limits = limits
     speech = any(model.inputs == "audio" for model in loaded.values())
-    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.body_bytes(audio=speech))
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.body_bytes(audio=speech), timeout=limits.timeout)
     app.add_middleware(ArrivalTime)
     app.add_middleware(TrustedHostMiddleware, hosts=hosts)
     app.add_middleware(InternalErrors)  # the outermost: any exception of the others too is a JSON 500
@@ -178,9 +179,10 @@ def url_of(host: str, port: int) -> str:
 
 
 def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"):
-    """Serves ``app`` with uvicorn until SIGTERM or SIGINT (Ctrl-C), then shuts down gracefully:
-    uvicorn stops accepting connections, lets the requests in flight finish and answer (for at
-    most the request time limit), and returns; the process then exits with status 0."""
+    """Serves ``app`` with uvicorn (with the settings of attnmt.serve.connections) until SIGTERM or
+    SIGINT (Ctrl-C), then shuts down gracefully: uvicorn stops accepting connections, lets the
+    requests in flight finish and answer (for at most the request time limit), and returns; the
+    process then exits with status 0."""
     import uvicorn
 
     def exit_cleanly(signum, frame):
@@ -193,7 +195,7 @@ def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_leve
     main_thread = threading.current_thread() is threading.main_thread()  # signals are set there only
     previous = {sig: signal.signal(sig, exit_cleanly) for sig in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=app.state.limits.timeout)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, **uvicorn_settings(app.state.limits))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

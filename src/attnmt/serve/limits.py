@@ -33,7 +33,11 @@ class ServerLimits:
     max_work: int = limit(4_112, "beam x (subword tokens + 1), summed over the texts of a request (and of a batch)")
     # max_answer_values: about 20 MB of JSON
     max_answer_values: int = limit(2_000_000, "numbers in one answer (attention weights, vectors); 422 beyond")
-    timeout: float = limit(30.0, "seconds per request from its arrival; 503 beyond")  # waiting for the model included
+    # waiting for the model included; the body must have arrived by then too (408 beyond)
+    timeout: float = limit(30.0, "seconds per request from its arrival; 503 beyond (408 for a body not sent by then)")
+    # max_connections: uvicorn's limit_concurrency. Each may hold a body of max_body_bytes while it is read, so
+    # the bodies of all take at most this many times as much (100 MB by default)
+    max_connections: int = limit(100, "connections served at once; uvicorn answers 503 beyond")
     max_batch: int = limit(64, "sentences of concurrent /translate requests decoded together (dynamic batching)")
     # 1 = one request at a time (attnmt serve --no-batching)
     batch_wait: float = limit(

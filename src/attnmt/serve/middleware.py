@@ -1,10 +1,12 @@
 """What is checked before anything reads a request: its Host header, the time it arrived, its body
-size; and what becomes of an exception nothing else handled (a 500 with the JSON error body)."""
+size and how long it takes to arrive; and what becomes of an exception nothing else handled (a 500
+with the JSON error body)."""
 
 import ipaddress
 import logging
 import time
 
+import anyio
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 
@@ -117,12 +119,15 @@ class ArrivalTime:
 
 class BodyLimitMiddleware:
     """413 for a request body over ``max_bytes``: by its Content-Length, and by the bytes actually
-    received (a chunked body has no Content-Length, and a client may lie). The body is read here
-    and replayed to the application."""
+    received (a chunked body has no Content-Length, and a client may lie); 408 for a body that has
+    not all arrived ``timeout`` seconds after the request did (a client that declares 100 bytes and
+    sends 22 was never answered, and held its connection and what it had sent for ever). The body
+    is read here and replayed to the application."""
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app, max_bytes: int, timeout: float):
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -131,6 +136,7 @@ class BodyLimitMiddleware:
         too_large = JSONResponse(
             status_code=413, content={"detail": f"request body too large: the limit is {self.max_bytes} bytes"}
         )
+        declared = None
         for key, value in scope["headers"]:
             if key.lower() == b"content-length":
                 try:
@@ -144,18 +150,32 @@ class BodyLimitMiddleware:
                     await too_large(scope, receive, send)
                     return
         chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body = message.get("body", b"")
-            size += len(body)
-            if size > self.max_bytes:
-                await too_large(scope, receive, send)
-                return
-            chunks.append(body)
-            if not message.get("more_body", False):
-                break
+        arrived = scope.get("state", {}).get("arrived", time.monotonic())
+        try:
+            with anyio.fail_after(max(0.0, arrived + self.timeout - time.monotonic())):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body = message.get("body", b"")
+                    size += len(body)
+                    if size > self.max_bytes:
+                        await too_large(scope, receive, send)
+                        return
+                    chunks.append(body)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            of = f" of {declared}" if declared is not None else ""
+            await JSONResponse(
+                status_code=408,
+                content={
+                    "detail": f"the request body did not arrive within the time limit of {self.timeout:g} s "
+                    f"({size}{of} bytes received): send the whole body at once"
+                },
+                headers={"Connection": "close"},  # (the rest of the body may still come: the connection ends)
+            )(scope, receive, send)
+            return
         replayed = False
 
         async def replay():

@@ -19,9 +19,9 @@ from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq.decoding import DecodingStopped
 from attnmt.serve.batching import Batcher
 from attnmt.serve.limits import ServerLimits
-from attnmt.serve.schemas import ModelInfo
+from attnmt.serve.schemas import MODEL_NAME, ModelInfo
 
-NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+NAME = re.compile(MODEL_NAME)
 ModelEntry = Union[str, Path, tuple[str, Union[str, Path]]]  # a folder (named after it), or (name, folder)
 
 

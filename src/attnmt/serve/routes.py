@@ -24,6 +24,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq.constraints import phrases_of
 from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.seq2seq.heads import call_masked, check_heads, parse_heads
+from attnmt.seq2seq.prefix import UNWRITABLE, unwritable
 from attnmt.serve.audio import trace_audio, transcribe
 from attnmt.serve.bodies import StrictJSONRoute
 from attnmt.serve.limits import ServerLimits, work
@@ -91,24 +92,45 @@ def check_tokens(
 ) -> list[int]:
     """The subword token count of each text (``tag``: a source tag before each, counted); 422 for a
     text over the limit (the model's unit of work: its cost grows with them, and a character count
-    says little about it for a BPE model), or for a tag the model does not know."""
+    says little about it for a BPE model), for a tag the model does not know, or for a source of no
+    tokens at all: one the model's normalization empties (zero-width or control characters only),
+    refused on every endpoint as a blank text is (searched, it gave "" on /translate but outputs
+    on /trace and /beam)."""
     if model.inputs == "audio":
         raise HTTPException(422, f"'{model.name}' is a speech model: /translate and /trace take its audio")
     if model.inputs == "pairs":
         subwords = model.translator.subwords
     else:
         subwords = model.translator.src_subwords if side == "src" else model.translator.tgt_subwords
-    if tag:
+
+    def where(i: int) -> str:
+        return field if single else f"{field}[{i}]"
+
+    counts = [len(ids) for ids in subwords.encode(texts)]
+    if side == "src" and 0 in counts:
+        raise HTTPException(
+            422,
+            f"{where(counts.index(0))} has no subword tokens once normalized (only characters that the "
+            "model's normalization removes, such as zero-width or control characters): nothing to translate",
+        )
+    if tag:  # (the tag counts too: one piece more)
         try:
             counts = [len(ids) for ids in model.translator.source_ids(texts, tag)]
         except AttnmtError as error:
             raise HTTPException(422, f"tag: {error}") from None
-    else:
-        counts = [len(ids) for ids in subwords.encode(texts)]
     for i, n in enumerate(counts):
         if n > limits.max_tokens:
-            where = field if single else f"{field}[{i}]"
-            raise HTTPException(422, f"{where} has {n} subword tokens; the limit is {limits.max_tokens}")
+            raise HTTPException(422, f"{where(i)} has {n} subword tokens; the limit is {limits.max_tokens}")
+    return counts
+
+
+def check_prefixes(model: LoadedModel, prefixes: list[str], limits: ServerLimits, single: bool) -> list[int]:
+    """The subword tokens of each prefix (check_tokens), and 422 for a prefix that the model's target
+    pieces cannot write (no output can begin with it: searched, its <unk> was forced, and the
+    answer did not begin with the prefix)."""
+    counts = check_tokens(model, prefixes, limits, single, "prefix", "tgt")
+    for i in unwritable(model.translator.tgt_subwords, prefixes):
+        raise HTTPException(422, f"{'prefix' if single else f'prefix[{i}]'} {prefixes[i]!r} {UNWRITABLE}")
     return counts
 
 
@@ -116,7 +138,7 @@ def with_prefix(model: LoadedModel, body, limits: ServerLimits) -> list[int]:
     """The work of one text of /trace or /beam, [tokens]: its subword tokens, or its prefix's if more
     (a prefix may make the output longer than its source's limit); 422 for either over the limit."""
     [tokens] = check_tokens(model, [body.text], limits, single=True, tag=body.tag)
-    [forced] = check_tokens(model, [body.prefix or ""], limits, True, "prefix", "tgt")
+    [forced] = check_prefixes(model, [body.prefix or ""], limits, single=True)
     return [max(tokens, forced)]
 
 
@@ -282,7 +304,7 @@ async def translate(body, model: LoadedModel, limits: ServerLimits, deadline: fl
     single = isinstance(body.text, str)
     tokens = check_tokens(model, texts, limits, single, tag=body.tag)
     prefixes = None if body.prefix is None else [body.prefix] if single else list(body.prefix)
-    forced = [0] * len(texts) if prefixes is None else check_tokens(model, prefixes, limits, single, "prefix", "tgt")
+    forced = [0] * len(texts) if prefixes is None else check_prefixes(model, prefixes, limits, single)
     phrases, needed = constraints_of(model, body, texts, limits)
     # a prefix or constraints may make an output longer than its source's limit
     steps = [max(n, p, c) for n, p, c in zip(tokens, forced, needed)]

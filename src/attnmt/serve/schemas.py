@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, NamedTuple, Optional, TypeVar, Union
 import numpy as np
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from attnmt.core.config import MAX_CONSTRAINTS, MAX_SEED, MAX_TEMPERATURE, MAX_TOP_K, MIN_SHAPING
 from attnmt.core.data_sections import TAG_PATTERN
 from attnmt.serve.limits import ServerLimits, base64_length
 from attnmt.serve.request_checks import (
@@ -52,6 +53,13 @@ Weights = Annotated[list[list[list[list[float]]]], BeforeValidator(_rounded)]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Request(Strict):
+    """A request body. Strict: a value of the wrong type is a 422, never converted ("0.5" or true for
+    a number, 1 for a boolean), and neither are numbers beyond a float's range (1e999)."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
 
 
 class Answer(Strict):
@@ -332,45 +340,45 @@ class ClassifyResponse(Strict):
 
 
 class RequestModels(NamedTuple):
-    translate: type[Strict]
-    trace: type[Strict]
-    beam: type[Strict]
-    attention: type[Strict]
-    classify: type[Strict]
-    score: type[Strict]
-    saliency: type[Strict]
+    translate: type[Request]
+    trace: type[Request]
+    beam: type[Request]
+    attention: type[Request]
+    classify: type[Request]
+    score: type[Request]
+    saliency: type[Request]
 
 
-class SamplingIn(Strict):
-    """Each translation drawn from the model instead of searched for (attnmt.core.config.Sampling)."""
+class SamplingIn(Request):
+    """Each translation drawn from the model instead of searched for (attnmt.core.config.Sampling, whose
+    ranges these are)."""
 
-    top_k: int = Field(
-        0, ge=0, le=100_000, strict=True, description="draw among the K most probable tokens of each step (0: all)"
+    top_k: int = Field(0, ge=0, le=MAX_TOP_K, description="draw among the K most probable tokens of each step (0: all)")
+    top_p: float = Field(
+        1.0, ge=MIN_SHAPING, le=1, description="... then among the fewest whose probability reaches P (1: all)"
     )
-    top_p: float = Field(1.0, gt=0, le=1, description="... then among the fewest whose probability reaches P (1: all)")
-    temperature: float = Field(1.0, gt=0, le=100, description="divide the log-probabilities by T")
+    temperature: float = Field(1.0, ge=MIN_SHAPING, le=MAX_TEMPERATURE, description="divide the log-probabilities by T")
     seed: Optional[int] = Field(
-        None,
-        ge=0,
-        le=2**63 - 1,
-        strict=True,
-        description="the same seed and request give the same outputs; none: a new draw",
+        None, ge=0, le=MAX_SEED, description="the same seed and request give the same outputs; none: a new draw"
     )
 
 
-ModelName = Optional[str]
+# A model's name as `attnmt serve` gives it (attnmt.serve.models.valid_name): any other string names no
+# model, and is a 422 here rather than a 404 whose message repeats it (a lone surrogate, "\udc80", could
+# not be written in the 404's JSON: a 500)
+MODEL_NAME = r"^[A-Za-z0-9._-]{1,100}$"
+ModelName = Optional[Annotated[str, Field(pattern=MODEL_NAME)]]
 MODEL_FIELD = Field(None, description="model name (see /models); default: the first model")
-HeadList = Annotated[str, Field(max_length=2000, pattern=r"^[a-z0-9., ]*$", strict=True)]
+HeadList = Annotated[str, Field(max_length=2000, pattern=r"^[a-z0-9., ]*$")]
 HEADS_FIELD = Field(
     None,
     description="a Transformer's attention heads to switch off for this request, as "
     "KIND.LAYER.HEAD separated by commas (KIND encoder, decoder or cross; from 0), "
     'e.g. "cross.1.0,encoder.2.3": what the model does without them',
 )
-MAX_CONSTRAINTS = 16  # phrases per text of /translate
 PREFIX_OF_ONE = 'the start of the output ("" or null: none), as the prefix of /translate: the search continues it'
 # One tag of the model's (/models: tags) before every source of a request
-SourceTag = Annotated[str, Field(pattern=TAG_PATTERN, strict=True)]
+SourceTag = Annotated[str, Field(pattern=TAG_PATTERN)]
 TAG_FIELD = Field(
     None,
     description="a tag the model was trained with (/models: tags; data.extra_train's), put "
@@ -395,7 +403,7 @@ TAGS_FIELD = Field(
 
 def request_models(limits: ServerLimits) -> RequestModels:
     """The request bodies, with the limits as Field constraints (so /docs shows them)."""
-    Sentence = Annotated[str, Field(min_length=1, max_length=limits.max_chars, strict=True), AfterValidator(not_blank)]
+    Sentence = Annotated[str, Field(min_length=1, max_length=limits.max_chars), AfterValidator(not_blank)]
     Sentences = Annotated[
         Union[
             Annotated[Sentence, Tag("text")],
@@ -417,14 +425,14 @@ def _sentences(limits: ServerLimits) -> str:
     )
 
 
-def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tuple[type[Strict], type[Strict]]:
+def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tuple[type[Request], type[Request]]:
     """/translate and /trace, which take text or, for a speech model, audio."""
-    Prefix = Annotated[str, Field(max_length=limits.max_chars, strict=True)]  # "" is no prefix
+    Prefix = Annotated[str, Field(max_length=limits.max_chars)]  # "" is no prefix
     Phrases = Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=limits.max_chars, strict=True), AfterValidator(not_blank)]],
+        list[Annotated[str, Field(min_length=1, max_length=limits.max_chars), AfterValidator(not_blank)]],
         Field(max_length=MAX_CONSTRAINTS),
     ]
-    Audio = Annotated[str, Field(min_length=1, max_length=base64_length(limits.max_audio_bytes), strict=True)]
+    Audio = Annotated[str, Field(min_length=1, max_length=base64_length(limits.max_audio_bytes))]
     audio_field = Field(
         None,
         description=f"speech models: a sound file (WAV, FLAC, ...) in base64, at most "
@@ -433,20 +441,18 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
         f"{SAMPLE_RATES[1]:,} Hz; instead of text",
     )
 
-    class TranslateRequest(Strict):
+    class TranslateRequest(Request):
         text: Sentences = Field(None, description=_sentences(limits))
         audio: Optional[Union[Audio, Annotated[list[Audio], Field(min_length=1, max_length=limits.max_sentences)]]] = (
             audio_field
         )
         model: ModelName = MODEL_FIELD
         beam: Optional[int] = Field(
-            None, ge=1, le=limits.max_beam, strict=True, description="beam size (1 = greedy); default: the model's"
+            None, ge=1, le=limits.max_beam, description="beam size (1 = greedy); default: the model's"
         )
-        n_best: int = Field(
-            1, ge=1, le=limits.max_beam, strict=True, description="candidates per sentence, at most beam"
-        )
-        attention: bool = Field(True, strict=True, description="include the attention matrices")
-        align: bool = Field(False, strict=True, description="include each output's word links (text models)")
+        n_best: int = Field(1, ge=1, le=limits.max_beam, description="candidates per sentence, at most beam")
+        attention: bool = Field(True, description="include the attention matrices")
+        align: bool = Field(False, description="include each output's word links (text models)")
         sampling: Optional[SamplingIn] = Field(
             None,
             description="draw each translation from the model (as for "
@@ -476,11 +482,11 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
         constraints_each = model_validator(mode="after")(constraints_for_each_text)
         tag_each = model_validator(mode="after")(tag_for_each_text)
 
-    class TraceRequest(Strict):
+    class TraceRequest(Request):
         text: Optional[Sentence] = Field(None, description=f"one sentence of 1 to {limits.max_chars} characters")
         audio: Optional[Audio] = audio_field
         model: ModelName = MODEL_FIELD
-        top_k: int = Field(5, ge=1, le=limits.max_top_k, strict=True, description="next-token candidates per step")
+        top_k: int = Field(5, ge=1, le=limits.max_top_k, description="next-token candidates per step")
         prefix: Optional[Prefix] = Field(None, description=PREFIX_OF_ONE)
         tag: Optional[SourceTag] = TAG_FIELD
         one_source = model_validator(mode="after")(text_or_audio)
@@ -490,24 +496,18 @@ def _requests_of_text_or_audio(limits: ServerLimits, Sentence, Sentences) -> tup
     return TranslateRequest, TraceRequest
 
 
-def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[Strict], ...]:
+def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[Request], ...]:
     """/beam, /attention, /classify, /score and /saliency, which take text only."""
 
-    class BeamRequest(Strict):
+    class BeamRequest(Request):
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
         model: ModelName = MODEL_FIELD
-        beam: int = Field(5, ge=1, le=limits.max_beam, strict=True, description="beam size")
-        prefix: Optional[Annotated[str, Field(max_length=limits.max_chars, strict=True)]] = Field(
-            None, description=PREFIX_OF_ONE
-        )
+        beam: int = Field(5, ge=1, le=limits.max_beam, description="beam size")
+        prefix: Optional[Annotated[str, Field(max_length=limits.max_chars)]] = Field(None, description=PREFIX_OF_ONE)
         tag: Optional[SourceTag] = TAG_FIELD
         constraints: Optional[
             Annotated[
-                list[
-                    Annotated[
-                        str, Field(min_length=1, max_length=limits.max_chars, strict=True), AfterValidator(not_blank)
-                    ]
-                ],
+                list[Annotated[str, Field(min_length=1, max_length=limits.max_chars), AfterValidator(not_blank)]],
                 Field(max_length=MAX_CONSTRAINTS),
             ]
         ] = Field(
@@ -517,7 +517,7 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
             "bank (met)",
         )
 
-    class AttentionRequest(Strict):
+    class AttentionRequest(Request):
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
         model: ModelName = MODEL_FIELD
         translation: Optional[Sentence] = Field(
@@ -528,12 +528,12 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
         tag: Optional[SourceTag] = TAG_FIELD
         mask_heads: Optional[HeadList] = HEADS_FIELD
 
-    class ClassifyRequest(Strict):
+    class ClassifyRequest(Request):
         premise: Sentence = Field(description=f"1 to {limits.max_chars} characters")
         hypothesis: Sentence = Field(description=f"1 to {limits.max_chars} characters")
         model: ModelName = MODEL_FIELD
 
-    class ScoreRequest(Strict):
+    class ScoreRequest(Request):
         text: Sentences = Field(description=_sentences(limits))
         translation: Sentences = Field(
             description="a translation of each text, as text gives them (a string, or a list as long)"
@@ -543,7 +543,7 @@ def _requests_of_text(limits: ServerLimits, Sentence, Sentences) -> tuple[type[S
         one_each = model_validator(mode="after")(translation_for_each_text)
         tag_each = model_validator(mode="after")(tag_for_each_text)
 
-    class SaliencyRequest(Strict):
+    class SaliencyRequest(Request):
         text: Sentence = Field(description=f"one sentence of 1 to {limits.max_chars} characters")
         model: ModelName = MODEL_FIELD
         translation: Optional[Sentence] = Field(
