@@ -15,6 +15,7 @@ import argparse
 import time
 from collections.abc import Callable
 
+import attnmt  # noqa: F401 (before torch, so that OpenMP's threads wait as in attnmt's commands)
 import torch
 import torch.nn.functional as F
 

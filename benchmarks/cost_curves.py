@@ -28,6 +28,7 @@ import statistics
 import time
 from pathlib import Path
 
+import attnmt  # noqa: F401 (before torch, so that OpenMP's threads wait as in attnmt's commands)
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,7 +121,6 @@ def sources_of_length(subwords, length: int, count: int) -> list[list[int]]:
 
 
 def decoding_curves(name: str, batch: int, repeats: int, threads: int) -> list[dict]:
-    import attnmt
     from attnmt.data.batching import make_batch
     from attnmt.seq2seq.search import decode
 
@@ -188,7 +188,6 @@ def profile_beam(name: str, batch: int, beam: int, threads: int, rounds: int) ->
     """Where the time of one beam search over the first ``batch`` test sentences goes: each part
     of the model timed by wrapping it (CPU time, exclusive of nested parts), then the operators'
     self time from torch.profiler."""
-    import attnmt
     from attnmt.data.batching import make_batch
     from attnmt.data.corpus import read_lines
     from attnmt.seq2seq.search import decode

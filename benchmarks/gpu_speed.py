@@ -25,6 +25,7 @@ import json
 import time
 from pathlib import Path
 
+import attnmt  # noqa: F401 (before torch, so that OpenMP's threads wait as in attnmt's commands)
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,7 +89,6 @@ def train(
 
 
 def decode(model_dir: Path, sources: list[str], beam: int, plain: bool, device: str) -> float:
-    import attnmt
     from attnmt.core import speed
 
     translator = attnmt.load(model_dir, device=device)
@@ -146,7 +146,6 @@ def first_calls(model_dir: Path, sources: list[str], device: str, profile: bool)
     sentence greedily (the GPU's first use: libraries, kernels), then the test set greedily twice and
     with beam 5 twice, each timed. With ``profile``, the process's first call, beam 5 over the test
     set, runs under torch.profiler instead, and its busiest operations print."""
-    import attnmt
 
     started = time.perf_counter()
     translator = attnmt.load(model_dir, device=device)
@@ -181,7 +180,6 @@ def first_calls(model_dir: Path, sources: list[str], device: str, profile: bool)
 def decodings_after_loading(model_dir: Path, sources: list[str], beams: list[int], device: str) -> list[float]:
     """Loads the model, then translates ``sources`` with each beam size in turn (1: greedy): each
     one's sentences/s, timed as benchmarks/run.py times its decoding (after loading, batch 64)."""
-    import attnmt
 
     translator = attnmt.load(model_dir, device=device)
     speeds = []

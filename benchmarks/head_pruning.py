@@ -30,6 +30,8 @@ import argparse
 import time
 from pathlib import Path
 
+import attnmt  # noqa: F401 (before torch, so that OpenMP's threads wait as in attnmt's commands)
+
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 
@@ -199,7 +201,6 @@ def main(argv=None):
     )
     import torch
 
-    import attnmt
     from attnmt.data.corpus import read_lines
     from attnmt.seq2seq.heads import every_head
 

@@ -24,6 +24,7 @@ import time
 import warnings
 from pathlib import Path
 
+import attnmt  # noqa: F401 (before torch, so that OpenMP's threads wait as in attnmt's commands)
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +34,6 @@ DEFAULT_MODEL = REPO / "runs" / "bench-rnn-bahdanau" / "model"
 
 def attnmt_engine(model_dir: Path, quantize: str | None, quantize_rnn: bool = False):
     """translate(texts, beam) -> texts, with attnmt."""
-    import attnmt
 
     translator = attnmt.load(model_dir, quantize=quantize)
     if quantize_rnn:  # the encoder's nn.GRU / nn.LSTM too, to see whether it pays
@@ -55,8 +55,6 @@ def ct2_engine(model_dir: Path, ct2_dir: Path, compute_type: str, threads: int):
     Its length penalty divides by length ** alpha, attnmt's by ((5 + length) / 6) ** alpha: beam
     results, and so BLEU, can differ a little for that reason alone."""
     import ctranslate2
-
-    import attnmt
 
     ours = attnmt.load(model_dir)
     src, tgt, decoding = ours.src_subwords, ours.tgt_subwords, ours.config.decoding

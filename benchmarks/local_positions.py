@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import attnmt  # noqa: F401 (before torch, so that OpenMP's threads wait as in attnmt's commands)
 import torch
 
 
@@ -86,7 +87,6 @@ def summary(rows, window: int | None) -> dict:
 
 
 def main():
-    import attnmt
     from attnmt.data.corpus import read_lines
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -152,6 +152,7 @@ def cuda(why: str = "--device cuda", in_child: bool = True) -> Missing | None:
         except (OSError, subprocess.TimeoutExpired) as e:
             answer = ["False", f"({type(e).__name__})"]
     else:
+        import attnmt  # noqa: F401 (before torch: attnmt.core.threads.configure_waiting)
         import torch
 
         answer = [str(torch.cuda.is_available()), torch.__version__, str(torch.version.cuda)]

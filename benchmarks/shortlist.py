@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import attnmt  # noqa: F401 (before torch, so that OpenMP's threads wait as in attnmt's commands)
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -28,7 +29,6 @@ from int8 import MULTI30K, measure, print_table  # noqa: E402
 
 def engine(model_dir: Path, shortlist: bool):
     """translate(texts, beam) -> texts, with attnmt (float32), with or without the folder's shortlist."""
-    import attnmt
 
     translator = attnmt.load(model_dir)
 

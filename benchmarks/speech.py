@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+import attnmt  # noqa: E402, F401 (before torch, so that OpenMP's threads wait as in attnmt's commands)
 import torch  # noqa: E402
 
 from attnmt.core.config import config_from_dict  # noqa: E402

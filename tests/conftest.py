@@ -19,8 +19,9 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 
+import attnmt  # noqa: F401 (before torch, as a user's program should: attnmt.core.threads.configure_waiting)
+import torch
 from attnmt.core.config import config_from_dict
 from attnmt.pairs.quickstart import make_pairs
 

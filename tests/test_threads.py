@@ -30,6 +30,21 @@ def test_import_attnmt_makes_openmp_threads_sleep_after_a_short_spin():
     assert out.strip() == str(threads.SPIN_ROUNDS)
 
 
+@pytest.mark.parametrize(
+    "code, environment, warned",
+    [
+        ("import torch, attnmt", {}, True),  # too late for OpenMP: said
+        ("import attnmt, torch", {}, False),
+        ("import torch, attnmt", {"GOMP_SPINCOUNT": "1000"}, False),  # the user's own setting
+        ("import torch, attnmt", {"OMP_WAIT_POLICY": "PASSIVE"}, False),
+    ],
+)
+def test_torch_imported_before_attnmt_is_warned_of(code, environment, warned):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")} | environment
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert ("torch was imported before attnmt" in done.stderr) == warned, done.stderr
+
+
 def test_a_wait_policy_of_the_user_is_kept(monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)

@@ -21,7 +21,9 @@ Two defaults, each giving way to the usual setting when there is one:
 from __future__ import annotations
 
 import os
+import sys
 import time
+import warnings
 from typing import Callable
 
 SPIN_ROUNDS = 1000
@@ -33,9 +35,22 @@ _automatic = False  # whether choose() took the fair share (no request, no OMP_N
 
 def configure_waiting():
     """GNU OpenMP's threads spin SPIN_ROUNDS rounds before they sleep, unless the environment says
-    how they wait. Must run before torch is first imported."""
-    if "OMP_WAIT_POLICY" not in os.environ:
-        os.environ.setdefault("GOMP_SPINCOUNT", str(SPIN_ROUNDS))
+    how they wait. Must run before torch is first imported: where torch came first (a script that
+    imports it before attnmt), OpenMP has already read its setting, and a warning says so."""
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return  # the user's choice
+    if "torch" in sys.modules:
+        warnings.warn(TORCH_FIRST, RuntimeWarning, stacklevel=3)
+    os.environ["GOMP_SPINCOUNT"] = str(SPIN_ROUNDS)
+
+
+TORCH_FIRST = (
+    "torch was imported before attnmt, so OpenMP's threads keep spinning up to OpenMP's default "
+    "300,000 rounds between operations instead of sleeping after 1,000: beside other work, or on two "
+    "hyperthreads of one core, decoding and training can be several times slower. Import attnmt "
+    f"before torch, or set GOMP_SPINCOUNT={SPIN_ROUNDS} (or OMP_WAIT_POLICY) in the environment "
+    "(docs/performance.md, 'Beside other work: threads')."
+)
 
 
 def usable_cpus() -> int:
