@@ -288,9 +288,16 @@ def test_translate_command_reads_a_prefix_per_line(reverse_model, tmp_path, caps
     assert main(["translate", str(translator.folder), "-i", str(src), "--prefix", str(prefixes), "--beam", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("jj") and lines[1] == reverse(dev[1]) and lines[2].startswith("ih")
-    prefixes.write_text("zz\n", encoding="utf-8")
+    prefixes.write_text("jj\n", encoding="utf-8")  # (read as streams: the first line is translated, then the error)
     assert main(["translate", str(translator.folder), "-i", str(src), "--prefix", str(prefixes)]) == 2
-    assert "has 3 lines" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert f"line counts differ: {prefixes} has 1 lines, {src} has more" in err
+    assert out.splitlines() == [lines[0]] or out.startswith("jj")
+    prefixes.write_text("jj\nzz\nih\n", encoding="utf-8")  # "z" is no piece of the toy alphabet
+    assert main(["translate", str(translator.folder), "-i", str(src), "--prefix", str(prefixes)]) == 2
+    out, err = capsys.readouterr()
+    assert f"{prefixes}, line 2: 'zz' has a character that the model's target pieces cannot write" in err
+    assert len(out.splitlines()) == 1  # the line before it
 
 
 def test_post_translate_with_a_prefix(reverse_model):

@@ -4,6 +4,7 @@ warning for each line cut to --max-tokens. Imports no command module."""
 from __future__ import annotations
 
 from attnmt.cli.streams import log
+from attnmt.core.config import MAX_CONSTRAINTS
 from attnmt.core.errors import AttnmtError
 
 
@@ -70,32 +71,60 @@ def tags_of(args, model, count: int, name: str) -> str | list[str] | None:
             f"line counts differ: {name} has {count} lines, {args.tag_file} has {len(tags)} "
             "(--tag-file: one line, maybe empty, for each source line)"
         )
-    for number, tag in enumerate(tags, start=1):
-        if tag and tag not in model.tags:
-            known = f"its tags are {', '.join(model.tags)}" if model.tags else "it was trained without tags"
-            raise AttnmtError(f"{args.tag_file}, line {number}: {tag!r} is not a tag of {args.model_dir} ({known})")
-    return tags
+    return [known_tag(args, model, number, tag) for number, tag in enumerate(tags, start=1)]
 
 
-def translate_lines(model, lines: list[str], args, n_best: int = 1, name: str = "input"):
-    """The translations of ``lines``, each cut to --max-tokens subword pieces with a warning."""
+def known_tag(args, model, number: int, tag: str) -> str:
+    """``tag``, line ``number`` of --tag-file, if it is "" (none) or one of the model's tags."""
+    if tag and tag not in model.tags:
+        known = f"its tags are {', '.join(model.tags)}" if model.tags else "it was trained without tags"
+        raise AttnmtError(f"{args.tag_file}, line {number}: {tag!r} is not a tag of {args.model_dir} ({known})")
+    return tag
+
+
+def translate_lines(
+    model,
+    lines: list[str],
+    args,
+    n_best: int = 1,
+    name: str = "input",
+    first: int = 1,
+    tag: str | list[str] | None = None,
+    prefix: list[str] | None = None,
+    constraints: list[list[str]] | None = None,
+    progress: str | None = "translating",
+):
+    """The translations of ``lines`` (line ``first`` of ``name`` and those after it), with ``tag``
+    (default --tag), each line's ``prefix`` and ``constraints``; every line, prefix and constraint
+    list cut to --max-tokens subword pieces (Translator.translate), with a warning naming the line."""
     translations = model.translate(
         lines,
         beam=args.beam,
         n_best=n_best,
         batch_size=args.batch_size,
         max_tokens=args.max_tokens,
-        progress="translating",
+        progress=progress,
         sampling=getattr(args, "sampling", None),
-        prefix=getattr(args, "prefixes", None),
-        constraints=getattr(args, "phrases", None),
-        tag=args.tag,
+        prefix=prefix,
+        constraints=constraints,
+        tag=args.tag if tag is None else tag,
     )
-    for number, t in enumerate(translations, start=1):
+    limit = args.max_tokens
+    for number, t in enumerate(translations, start=first):
         if t.truncated:
             log(
-                f"attnmt: warning: {name}, line {number}: more than {args.max_tokens} subword tokens; its first "
-                f"{args.max_tokens} were translated (--max-tokens)"
+                f"attnmt: warning: {name}, line {number}: more than {limit} subword tokens; its first "
+                f"{limit} were translated (--max-tokens)"
+            )
+        if "prefix" in t.cut:
+            log(
+                f"attnmt: warning: {args.prefix}, line {number}: more than {limit} subword tokens; its first "
+                f"{limit} were forced (--max-tokens)"
+            )
+        if "constraints" in t.cut:
+            log(
+                f"attnmt: warning: {args.constraints}, line {number}: more than {MAX_CONSTRAINTS} phrases or "
+                f"{limit} subword tokens in all; only its first phrases within both were kept (--max-tokens)"
             )
     return translations
 

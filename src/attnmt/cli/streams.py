@@ -5,20 +5,39 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 from attnmt.core.errors import AttnmtError
+
+if TYPE_CHECKING:
+    from attnmt.data.corpus import Line
 
 
 def log(message: str):
     print(message, file=sys.stderr, flush=True)
 
 
-def read_input(path: str | None) -> list[str]:
-    from attnmt.data.corpus import read_lines, split_lines
+# The bytes a line of untrusted input may have per subword token it may have (--max-tokens): a line is
+# cut there before it is encoded (a 20 MB line took 1.08 GB to encode before --max-tokens cut it). A
+# piece spells at most 16 characters (sentencepiece's max_piece_length) of at most 4 bytes, and the
+# space before it: so the bytes kept hold at least the first max-tokens pieces of any text without
+# long runs of spaces or of characters that normalization removes.
+LINE_BYTES_PER_TOKEN = 100
+
+
+def input_lines(path: str | None, max_bytes: int | None = None) -> Iterator[Line]:
+    """The lines of --input, a file (plain or gzip) or stdin (None or "-"), read as a stream, each cut
+    to ``max_bytes`` (attnmt.data.corpus.bounded_lines: the reader of corpora too)."""
+    from attnmt.data.corpus import bounded_lines
 
     if path is None or path == "-":
-        return split_lines(sys.stdin.buffer.read(), "<stdin>")
-    return read_lines(path)
+        return bounded_lines(sys.stdin.buffer, "<stdin>", max_bytes)
+    return bounded_lines(path, path, max_bytes)
+
+
+def read_input(path: str | None) -> list[str]:
+    """Every line of --input (input_lines), kept."""
+    return [line.text for line in input_lines(path)]
 
 
 def read_line_pairs(first: str, second: str) -> tuple[list[str], list[str]]:

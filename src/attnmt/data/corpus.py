@@ -11,6 +11,7 @@ that names the file and, where it helps, the line.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import os
@@ -56,12 +57,34 @@ def stream_lines(path: PathLike) -> Iterator[str]:
     `str.splitlines` would treat as line breaks.
     """
     with _open(path) as raw:
-        yield from _lines_of(raw, path)
+        yield from (line.text for line in _lines_of(raw, path))
+
+
+@dataclass(frozen=True)
+class Line:
+    """A line as `bounded_lines` reads it: its text, and whether it was cut (``cut``: it held more
+    than the bound's bytes, and ``text`` is their first whole characters)."""
+
+    text: str
+    cut: bool = False
+
+
+def bounded_lines(source: PathLike | BinaryIO, name: PathLike, max_bytes: int | None) -> Iterator[Line]:
+    """The lines of a file (a path) or of an open binary stream (stdin: it need not be seekable), as
+    `stream_lines` reads them, each cut to its first ``max_bytes`` bytes (None: not cut) before it
+    is decoded: the rest of a longer line is read past, never held, so that a line of any length,
+    or a small gzip file of a huge one, costs at most ``max_bytes`` of memory. ``name`` appears in
+    errors."""
+    if isinstance(source, (str, os.PathLike)):
+        with _open(source) as raw:
+            yield from _lines_of(raw, name, max_bytes)
+    else:
+        yield from _lines_of(source, name, max_bytes)
 
 
 def split_lines(data: bytes, name: PathLike) -> list[str]:
     """The lines of file contents ``data`` (plain or gzip); ``name`` appears in errors."""
-    return list(_lines_of(io.BytesIO(data), name))
+    return [line.text for line in _lines_of(io.BytesIO(data), name)]
 
 
 def _open(path: PathLike) -> BinaryIO:
@@ -77,20 +100,31 @@ def _open(path: PathLike) -> BinaryIO:
         raise AttnmtError(f"cannot read {path}: {err.strerror or err}") from None
 
 
-def _lines_of(raw: BinaryIO, name: PathLike) -> Iterator[str]:
-    """The decoded lines of the open binary file ``raw``, gunzipped if it starts as gzip does.
-    (Splitting the bytes on b"\\n" cuts no character: no byte of a multi-byte UTF-8 character is 0x0a.)"""
-    compressed = raw.read(2) == _GZIP_MAGIC
-    raw.seek(0)
+def _lines_of(raw: BinaryIO, name: PathLike, max_bytes: int | None = None) -> Iterator[Line]:
+    """The decoded lines of the open binary file ``raw``, gunzipped (as a stream) if it starts as gzip
+    does; each cut to ``max_bytes`` if given (`bounded_lines`). (Splitting the bytes on b"\\n" cuts no
+    character: no byte of a multi-byte UTF-8 character is 0x0a.)"""
+    if raw.seekable():
+        compressed = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+    else:  # a pipe: looked at, not read (its first bytes arrive in one piece, as a gzip header is written)
+        compressed = raw.peek(2)[:2] == _GZIP_MAGIC
     stream = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+    limit = None if max_bytes is None else max_bytes + 1  # (+ 1: its newline)
+    lines = stream if limit is None else iter(lambda: stream.readline(limit), b"")
     try:
-        for number, line in enumerate(stream, start=1):
-            text = _decode(line, name, number)
+        for number, line in enumerate(lines, start=1):
+            cut = limit is not None and len(line) == limit and not line.endswith(b"\n")
+            if cut:  # the rest of the line, read past a piece at a time
+                while (rest := stream.readline(limit)) and not rest.endswith(b"\n"):
+                    pass
+                line = line[:max_bytes]
+            text = _decode(line, name, number, cut)
             if number == 1:
                 text = text.removeprefix(_BOM)
             if text.endswith("\n"):
                 text = text[:-1]  # the final newline ends the last line; it does not start a new one
-            yield text[:-1] if text.endswith("\r") else text
+            yield Line(text[:-1] if text.endswith("\r") else text, cut)
     except (OSError, EOFError, zlib.error) as err:
         if not compressed:
             raise AttnmtError(f"cannot read {name}: {getattr(err, 'strerror', None) or err}") from None
@@ -98,9 +132,10 @@ def _lines_of(raw: BinaryIO, name: PathLike) -> Iterator[str]:
         raise AttnmtError(f"{name}: corrupt or truncated gzip file ({err})") from None
 
 
-def _decode(line: bytes, name: PathLike, number: int) -> str:
+def _decode(line: bytes, name: PathLike, number: int, cut: bool = False) -> str:
+    """``line`` as UTF-8; of a line ``cut``, its whole characters (the last may have been cut in two)."""
     try:
-        return line.decode("utf-8")
+        return codecs.getincrementaldecoder("utf-8")().decode(line, final=False) if cut else line.decode("utf-8")
     except UnicodeDecodeError as err:  # where the user can find it in an editor
         bad = line[err.start]
         raise AttnmtError(
