@@ -44,16 +44,16 @@ def run(path, processes: int, resume: bool = False):
     return done
 
 
-# Trains through the Python API, then names the threads left in this process.
-THREADS_AFTER_TRAINING = """
+# `attnmt train` in this process, then the names of the threads left in it, in a file per rank.
+TRAIN_THEN_NAME_THREADS = """
 import os, sys
-from attnmt.core.config import load_config
-from attnmt.training import train
+from attnmt.cli import main
 
-train(load_config(sys.argv[1]), log=lambda message: None, progress=False)
+code = main(["train", sys.argv[1], "--no-progress"])
 names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
 with open(os.path.join(sys.argv[2], "threads-" + os.environ["RANK"]), "w") as f:  # a file each: stdout interleaves
     f.write(",".join(sorted(names)))
+sys.exit(code)
 """
 
 
@@ -72,11 +72,30 @@ def assert_close(a: dict, b: dict):
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
 
 
-def test_two_processes_train_the_model_of_one(tmp_path):
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """12 steps on 2 processes (shared: resume compares against them), torchrun's output, and the
+    names of the threads left in each process after training."""
+    folder = tmp_path_factory.mktemp("double")
+    double, path = write_config(folder, max_steps=12)
+    script = folder / "train_then_name_threads.py"
+    script.write_text(TRAIN_THEN_NAME_THREADS, encoding="utf-8")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    done = subprocess.run(
+        launcher + [str(script), str(path), str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return double, done, [(folder / f"threads-{rank}").read_text() for rank in (0, 1)]
+
+
+def test_two_processes_train_the_model_of_one(tmp_path, two_processes):
     single, single_path = write_config(tmp_path / "single", max_steps=12)
-    double, double_path = write_config(tmp_path / "double", max_steps=12)
+    double, output, _ = two_processes
     run(single_path, 1)
-    output = run(double_path, 2)
 
     assert_close(weights(single.experiment_dir), weights(double.experiment_dir))
     # Each process read its share: together they saw each sentence and target token once.
@@ -94,9 +113,8 @@ def test_two_processes_train_the_model_of_one(tmp_path):
         assert abs(ours["loss"] - theirs["loss"]) < 1e-3
 
 
-def test_two_processes_resume(tmp_path):
-    straight, straight_path = write_config(tmp_path / "straight", max_steps=12)
-    run(straight_path, 2)
+def test_two_processes_resume(tmp_path, two_processes):
+    straight, _, _ = two_processes
     first, first_path = write_config(tmp_path / "resumed", max_steps=6)
     run(first_path, 2)
     _, second_path = write_config(tmp_path / "resumed", max_steps=12)
@@ -105,28 +123,8 @@ def test_two_processes_resume(tmp_path):
     assert_close(weights(straight.experiment_dir), weights(first.experiment_dir))
 
 
-def test_training_frees_the_process_group(tmp_path):
+def test_training_frees_the_process_group(two_processes):
     """At the end, the group's gloo threads are gone: left alive (torch._dynamo imported after the
     group was made kept it), they sometimes aborted a process at exit as they freed their last work."""
-    _, path = write_config(tmp_path, max_steps=3)
-    script = tmp_path / "threads.py"
-    script.write_text(THREADS_AFTER_TRAINING, encoding="utf-8")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-            str(script),
-            str(path),
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    reports = [(tmp_path / f"threads-{rank}").read_text() for rank in (0, 1)]
+    _, _, reports = two_processes
     assert all("python" in report and "gloo" not in report for report in reports), reports
