@@ -3,6 +3,7 @@
 the reverse-string model, a copy of it under another name, and a tiny Transformer (layers and heads)."""
 
 import json
+import re
 import shutil
 import socket
 import threading
@@ -222,6 +223,9 @@ def test_step_through_decoding(page, server):
         return int(page.get_attribute("#step-index", "data-step")), page.text_content("#step-token")
 
     assert shown() == (1, steps[0]["token"])
+    # the whole line, as a reader sees it (it read "writes ▁A p = 0.863null": a null appended as text)
+    line = rf"writes {re.escape(steps[0]['token'])} p = [0-9]\.[0-9]{{3}}"
+    assert re.fullmatch(line, page.text_content("#step-token-line"))
     assert page.is_disabled("#step-back")
     page.click("#step-next")
     page.click("#step-next")
@@ -271,6 +275,7 @@ def test_a_prefix_starts_every_view_and_its_steps_are_marked(page, server):
     assert page.text_content("#step-view table.topk td.tok") == top
     note = page.text_content("#step-constrained")
     assert "set by the prefix" in note and (top in note) == (top != trace["steps"][0]["token"])
+    assert page.text_content("#step-token-line").endswith(note)  # the note, and nothing after it
     for _ in range(3):
         page.click("#step-next")
     assert page.locator("#step-token.constrained").count() == 0  # step 4: the model's own choice

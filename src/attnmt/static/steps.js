@@ -103,9 +103,10 @@ export class StepView {
     index.textContent = `step ${t + 1} / ${n}`;
     const line = $("step-token-line");
     clear(line);
+    // (the note only for a step the prefix chose: Element.append writes a null as the text "null")
     line.append("writes ", el("span", { id: "step-token", class: `tok big${step.constrained ? " constrained" : ""}` },
       step.token), el("span", { class: "muted" }, ` p = ${fmt(step.probability, 3)}`),
-    step.constrained ? el("span", { id: "step-constrained", class: "muted small" }, constrainedNote(step)) : null);
+    ...(step.constrained ? [el("span", { id: "step-constrained", class: "muted small" }, constrainedNote(step))] : []));
     this.updateButtons();
 
     const { output, attention, vectors, topk } = this.parts;
