@@ -48,7 +48,7 @@ def stop_now(stop: Callable[[], bool] | None, steps: int):
 
 @dataclass
 class Hypothesis:
-    tokens: list[int]  # output ids, EOS included when produced
+    tokens: list[int]  # output ids, ending in EOS (written at the length limit if not before)
     score: float  # log_prob / length penalty
     log_prob: float
     attention: Tensor | None  # (len(tokens), source length incl. EOS), None without attention
@@ -398,8 +398,8 @@ class Beams:
     def extend(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> tuple[list[int], Tensor]:
         """Step t's 2k best candidates of each sentence: those among its best k that end in EOS
         finish (at the sentence's length limit, all of its live ones), the best k that do not stay
-        alive (``prev``, ``scores``). Returns the sentence of
-        each group and, for each live row (n*k,), the row of batch t it extends."""
+        alive (``prev``, ``scores``). Returns the sentence of each group and, for each live row
+        (n*k,), the row of batch t it extends."""
         k, device = self.k, self.device
         self.history.weights.append(step.weights)
         n = self.active.numel()
