@@ -1,18 +1,22 @@
-"""attnmt prepare (the subword models of an experiment), attnmt train and attnmt average (of kept checkpoints)."""
+"""attnmt prepare (the subword models and the store of an experiment), attnmt train and attnmt average (of
+kept checkpoints)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from attnmt.cli.options import threads_option
+from attnmt.cli.options import _positive, threads_option
 from attnmt.cli.streams import log
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("prepare", help="train the subword model(s) of an experiment")
+    p = subparsers.add_parser(
+        "prepare", help="train the subword model(s) of an experiment, encode its training corpora into its store"
+    )
     p.add_argument("config", help="experiment YAML file")
-    p.add_argument("--force", action="store_true", help="retrain subwords even if present")
+    p.add_argument("--force", action="store_true", help="retrain subwords and encode again even if present")
+    workers_option(p)
     p.set_defaults(func=run_prepare)
 
     p = subparsers.add_parser("train", help="train a model (prepares subwords first if needed)")
@@ -23,6 +27,7 @@ def add_parser(subparsers):
         "--device", choices=["cpu", "cuda"], help="where to train (default: training.device of the config, cpu)"
     )
     threads_option(p)
+    workers_option(p)
     p.set_defaults(func=run_train)
 
     p = subparsers.add_parser(
@@ -35,11 +40,25 @@ def add_parser(subparsers):
     p.set_defaults(func=run_average)
 
 
+def workers_option(p):
+    p.add_argument(
+        "--workers",
+        type=_positive,
+        help="processes that encode the training corpora into the prepared store (default: data.workers, 1)",
+    )
+
+
+def _with_workers(config, args):
+    if args.workers and hasattr(config.data, "workers"):  # (the corpora of translation: attnmt.data.store)
+        config.data.workers = args.workers
+    return config
+
+
 def run_prepare(args):
     from attnmt.core.config import load_config
     from attnmt.core.task import task_of
 
-    config = load_config(args.config)
+    config = _with_workers(load_config(args.config), args)
     task_of(config.task).prepare(config, log, args.force)
     log(f"prepared {config.experiment_dir}")
 
@@ -48,7 +67,7 @@ def run_train(args):
     from attnmt.core.config import load_config
     from attnmt.training import train
 
-    config = load_config(args.config)
+    config = _with_workers(load_config(args.config), args)
     if args.device:
         config.training.device = args.device
         config.token_batches_on_gpus()  # the GPU's default batches, unless the config sets them

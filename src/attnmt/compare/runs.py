@@ -26,7 +26,7 @@ from attnmt.data import splits
 from attnmt.data.corpus import read_corpus, read_lines
 from attnmt.data.subwords import subword_paths
 from attnmt.translation.evaluation import joined
-from attnmt.translation.prepare import prepare, training_corpus
+from attnmt.translation.prepare import prepare_subwords, training_corpus
 
 LOCK = "compare.lock"
 
@@ -183,7 +183,7 @@ class RunFolders:
                 sources, targets = sources + extra[0], targets + extra[1]
                 log(f"appended the text of {len(extra[0])} pairs of {align_pairs} to the training text")
             atomic_write_text(train_tsv, splits.tsv_rows(sources, targets))
-        prepare(self.base.with_overrides({"experiment_dir": str(self.shared)}, data), log)
+        prepare_subwords(self.base.with_overrides({"experiment_dir": str(self.shared)}, data), log)
 
     @staticmethod
     def _spec(files, name: str, config: Config) -> dict:

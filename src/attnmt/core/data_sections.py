@@ -83,6 +83,9 @@ class DataConfig(Section):
     batch_size: int = Field(64, gt=0)  # sentences per batch ...
     batch_tokens: int | None = Field(None, gt=0)  # ... or a budget of (padded) tokens per batch
     bucket_batches: int = Field(100, gt=0)  # batches per pool sorted by length
+    # processes that encode the training corpora into the prepared store (attnmt.data.store; attnmt prepare
+    # --workers N); 1: the main process alone. Speed only: the store is the same.
+    workers: int = Field(1, ge=1, le=256)
 
     @field_validator("test", mode="before")
     @classmethod

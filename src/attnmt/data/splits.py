@@ -31,7 +31,7 @@ from attnmt.core.config import Config, CorpusFiles
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text, read_checked_json
 from attnmt.core.folders import inside_folder
-from attnmt.data.corpus import Corpus
+from attnmt.data.corpus import Corpus, CorpusPairs
 
 FOLDER = "splits"
 RECORD = "held-out.json"
@@ -46,16 +46,24 @@ def resolved(files: CorpusFiles, name: str, folder: Path) -> CorpusFiles:
     return CorpusFiles(tsv=set_path(folder, name)) if files.split is not None else files
 
 
-def hold_out(config: Config, corpus: Corpus, log=print) -> dict[str, list[int]]:
-    """The pairs of ``corpus`` (the training corpus) held out for each set of config.data.held_out,
-    drawn now or read back from the experiment folder; the sets' TSV files are written on drawing."""
+def hold_out(config: Config, log=print, pairs: int | None = None) -> dict[str, list[int]]:
+    """The pairs of the training corpus (data.train, counting its non-blank pairs from 0) held out
+    for each set of config.data.held_out, drawn now or read back from the experiment folder; the
+    sets' TSV files are written on drawing. The corpus is read line by line: once to count its
+    pairs, unless the caller knows how many there are (``pairs``: a prepared store records it), and
+    once more on drawing, for the texts of the held-out pairs."""
     sizes = config.data.held_out
     if not sizes:
         return {}
     folder = config.experiment_dir
+    corpus = CorpusPairs(config.data.train.as_spec())
+    if pairs is None:
+        pairs = sum(1 for _ in corpus)
+    if pairs == 0:
+        raise corpus.empty_error()
     wanted = {
         "train": str(config.data.train.tsv or config.data.train.src),
-        "pairs": len(corpus.sources),
+        "pairs": pairs,
         "seed": config.training.seed,
         "sizes": sizes,
     }
@@ -69,14 +77,20 @@ def hold_out(config: Config, corpus: Corpus, log=print) -> dict[str, list[int]]:
                 f"settings ({stored}, now {wanted}); use another experiment_dir"
             )
         return record.sets
-    if sum(sizes.values()) >= len(corpus.sources):
+    if sum(sizes.values()) >= pairs:
         raise AttnmtError(
-            f"{wanted['train']}: {len(corpus.sources):,} pairs cannot give "
+            f"{wanted['train']}: {pairs:,} pairs cannot give "
             f"{sum(sizes.values()):,} held-out pairs ({sizes}) and still leave some to train on"
         )
-    sets, files = drawn(len(corpus.sources), config.training.seed, sizes), {}
+    sets, files = drawn(pairs, config.training.seed, sizes), {}
+    set_of = {k: name for name, indices in sets.items() for k in indices}
+    texts = {name: ([], []) for name in sets}
+    for k, (_, source, target) in enumerate(corpus):  # (each set's pairs in the order of their lines)
+        if k in set_of:
+            texts[set_of[k]][0].append(source)
+            texts[set_of[k]][1].append(target)
     for name, indices in sets.items():
-        rows = tsv_rows([corpus.sources[i] for i in indices], [corpus.targets[i] for i in indices])
+        rows = tsv_rows(*texts[name])
         atomic_write_text(set_path(folder, name), rows)
         files[name] = sha256(rows.encode("utf-8"))
         log(f"held out {len(indices):,} pairs of {wanted['train']} as the {name} set: {set_path(folder, name)}")

@@ -36,10 +36,11 @@ def valid_text(text: str) -> str:
 class Subwords:
     """One sentencepiece model: text <-> ids, and the pieces for display."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, threads: int = -1):
+        """``threads``: how many threads encode a list of texts (-1: as many as the machine has cores)."""
         self.path = Path(path)
         try:
-            self.sp = spm.SentencePieceProcessor(model_file=str(path))
+            self.sp = spm.SentencePieceProcessor(model_file=str(path), num_threads=threads)
         except (OSError, RuntimeError) as e:
             raise AttnmtError(f"{path}: not a valid sentencepiece model ({e})") from None
 

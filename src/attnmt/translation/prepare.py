@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import multiprocessing
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator
 
-from attnmt.core.config import Config, CorpusFiles, ExtraCorpus
+import numpy as np
+
+from attnmt.core.config import Config, CorpusFiles, DataConfig, ExtraCorpus
 from attnmt.core.errors import AttnmtError
-from attnmt.data import splits
-from attnmt.data.corpus import Corpus, read_corpus
+from attnmt.core.files import file_sha256
+from attnmt.core.progress import phase_bar
+from attnmt.data import splits, store
+from attnmt.data.corpus import Corpus, CorpusPairs, read_corpus
 from attnmt.data.subwords import UNK, Subwords, load_subwords, prepared_subwords, subword_paths, train_subwords
 from attnmt.training import fine_tuning
 
@@ -31,12 +41,20 @@ class EncodedCorpus:
         return [max(len(s), len(t)) + 1 for s, t in zip(self.src_ids, self.tgt_ids)]
 
 
-def prepare(
+def prepare(config: Config, log: Callable[[str], None] = print, force: bool = False) -> tuple[Subwords, Subwords]:
+    """`attnmt prepare`: the subword models (`prepare_subwords`) and the store of the encoded
+    training pairs (`prepared_store`), each made unless it is there (or with ``force``)."""
+    subwords = prepare_subwords(config, log, force)
+    prepared_store(config, *subwords, log, force)
+    return subwords
+
+
+def prepare_subwords(
     config: Config,
     log: Callable[[str], None] = print,
     force: bool = False,
     sentences: Callable[[], tuple[list[str], list[str]]] | None = None,
-):
+) -> tuple[Subwords, Subwords]:
     """Trains the subword model(s) on the training corpus (unless present) and writes the
     config into the experiment folder, which then holds everything needed to translate.
     ``sentences``: the two sides to learn them from, if not the translation corpus's."""
@@ -79,7 +97,7 @@ def training_corpus(config: Config, log: Callable[[str], None] = print) -> Corpu
     """The pairs to train on: data.train less the dev and test pairs held out of it (drawn on the
     first call: attnmt.data.splits)."""
     corpus = read_corpus(config.data.train.as_spec())
-    return splits.without(corpus, splits.hold_out(config, corpus, log))
+    return splits.without(corpus, splits.hold_out(config, log, pairs=len(corpus.sources)))
 
 
 def extra_corpora(config: Config) -> list[tuple[ExtraCorpus, Corpus]]:
@@ -148,55 +166,247 @@ def encode_corpus(
     """The pairs of ``files`` (or ``corpus``, read from them) encoded, those longer than
     ``max_length`` subwords, whose source has more than ``max_source_words`` words, or whose longer
     side has more than ``max_length_ratio`` times the pieces of the shorter, dropped with a count in
-    the log."""
+    the log (held in memory, with their texts: dev sets, a shortlist's pairs; the training corpora
+    are encoded into the store, `prepared_store`)."""
     corpus = corpus or read_corpus(files.as_spec())
-    data = EncodedCorpus(
-        corpus.sources, corpus.targets, src_sw.encode(corpus.sources), tgt_sw.encode(corpus.targets), corpus.lines
-    )
-    if max_length is None and max_source_words is None and max_length_ratio is None:
-        _report_dropped(files, corpus.dropped_empty, 0, log)
-        return data
-    keep = [
-        i
-        for i in range(len(data))
-        if (max_length is None or max(len(data.src_ids[i]), len(data.tgt_ids[i])) <= max_length)
-    ]
-    _report_dropped(files, corpus.dropped_empty, len(data) - len(keep), log, max_length)
-    name = files.tsv or files.src
-    if max_source_words is not None:
-        short = [i for i in keep if len(data.sources[i].split()) <= max_source_words]
-        if len(short) < len(keep):
-            log(
-                f"{name}: dropped {len(keep) - len(short)} pair(s) whose source has more than "
-                f"{max_source_words} words (data.max_source_words)"
-            )
-        keep = short
-    if max_length_ratio is not None:
-        even = [i for i in keep if _length_ratio(data.src_ids[i], data.tgt_ids[i]) <= max_length_ratio]
-        if len(even) < len(keep):
-            log(
-                f"{name}: dropped {len(keep) - len(even)} pair(s) whose longer side has more than "
-                f"{max_length_ratio:g} times the subwords of the shorter (data.max_length_ratio)"
-            )
-        keep = even
-    if not keep:
-        raise AttnmtError(
-            f"{name}: no sentence pair is left (data.max_length {max_length} subwords, "
-            f"data.max_source_words {max_source_words}, data.max_length_ratio {max_length_ratio})"
-        )
+    limits = Limits(max_length, max_source_words, max_length_ratio)
+    src_ids, tgt_ids = src_sw.encode(corpus.sources), tgt_sw.encode(corpus.targets)
+    keep, counts = within_limits(corpus.sources, src_ids, tgt_ids, limits)
+    report_dropped(files.tsv or files.src, {"empty": corpus.dropped_empty, **counts, "kept": len(keep)}, limits, log)
     return EncodedCorpus(
-        *([column[i] for i in keep] for column in (data.sources, data.targets, data.src_ids, data.tgt_ids)),
-        None if data.lines is None else [data.lines[i] for i in keep],
+        [corpus.sources[i] for i in keep],
+        [corpus.targets[i] for i in keep],
+        [src_ids[i] for i in keep],
+        [tgt_ids[i] for i in keep],
+        None if corpus.lines is None else [corpus.lines[i] for i in keep],
     )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What pairs are dropped for (data.max_length, data.max_source_words, data.max_length_ratio)."""
+
+    max_length: int | None = None
+    max_source_words: int | None = None
+    max_length_ratio: float | None = None
+
+    @classmethod
+    def of(cls, data: DataConfig) -> Limits:
+        return cls(data.max_length, data.max_source_words, data.max_length_ratio)
+
+
+def within_limits(
+    sources: list[str], src_ids: list[list[int]], tgt_ids: list[list[int]], limits: Limits
+) -> tuple[list[int], dict[str, int]]:
+    """The positions of the pairs within ``limits``, and how many each limit dropped: first the
+    pairs longer than max_length subwords ("long"), then of the rest those whose source has more
+    than max_source_words words ("words"), then those whose longer side has more than
+    max_length_ratio times the pieces of the shorter ("uneven")."""
+    keep, counts = range(len(src_ids)), {}
+    if limits.max_length is not None:
+        keep = [i for i in keep if max(len(src_ids[i]), len(tgt_ids[i])) <= limits.max_length]
+        counts["long"] = len(src_ids) - len(keep)
+    if limits.max_source_words is not None:
+        short = [i for i in keep if len(sources[i].split()) <= limits.max_source_words]
+        keep, counts["words"] = short, len(keep) - len(short)
+    if limits.max_length_ratio is not None:
+        even = [i for i in keep if _length_ratio(src_ids[i], tgt_ids[i]) <= limits.max_length_ratio]
+        keep, counts["uneven"] = even, len(keep) - len(even)
+    return list(keep), counts
 
 
 def _length_ratio(src_ids: list[int], tgt_ids: list[int]) -> float:
     return max(len(src_ids), len(tgt_ids)) / max(min(len(src_ids), len(tgt_ids)), 1)
 
 
-def _report_dropped(files: CorpusFiles, empty: int, long: int, log, max_length: int | None = None):
-    name = files.tsv or files.src
-    if empty:
-        log(f"{name}: dropped {empty} pair(s) with an empty side")
-    if long:
-        log(f"{name}: dropped {long} pair(s) longer than {max_length} subwords")
+def report_dropped(name, counts: dict[str, int], limits: Limits, log: Callable[[str], None]):
+    """The log's lines on the pairs of corpus ``name`` dropped (counts as `within_limits` and the
+    reader give them: "empty", "long", "words", "uneven"); AttnmtError if none is left ("kept")."""
+    if counts.get("empty"):
+        log(f"{name}: dropped {counts['empty']} pair(s) with an empty side")
+    if counts.get("long"):
+        log(f"{name}: dropped {counts['long']} pair(s) longer than {limits.max_length} subwords")
+    if counts.get("words"):
+        log(
+            f"{name}: dropped {counts['words']} pair(s) whose source has more than "
+            f"{limits.max_source_words} words (data.max_source_words)"
+        )
+    if counts.get("uneven"):
+        log(
+            f"{name}: dropped {counts['uneven']} pair(s) whose longer side has more than "
+            f"{limits.max_length_ratio:g} times the subwords of the shorter (data.max_length_ratio)"
+        )
+    if counts.get("kept", 1) == 0:
+        raise AttnmtError(
+            f"{name}: no sentence pair is left (data.max_length {limits.max_length} subwords, "
+            f"data.max_source_words {limits.max_source_words}, data.max_length_ratio {limits.max_length_ratio})"
+        )
+
+
+# ---------------------------------------------------------------- the prepared store
+
+CHUNK_PAIRS = 2_000  # pairs encoded at a time (by one worker)
+
+
+def store_parts(config: Config) -> list[tuple[str, CorpusFiles]]:
+    """The store's parts: data.train, then each corpus of data.extra_train."""
+    return [("train", config.data.train)] + [
+        (f"extra-{k}", files) for k, files in enumerate(config.data.extra_train, 1)
+    ]
+
+
+def _files_of(files: CorpusFiles) -> list[Path]:
+    return [Path(files.tsv)] if files.tsv is not None else [Path(files.src), Path(files.tgt)]
+
+
+def store_settings(config: Config, src_sw: Subwords, tgt_sw: Subwords) -> dict:
+    """Everything but the files' contents that decides what the store holds: the subword models,
+    the filters, the pairs held out of data.train, how each corpus is read. (Tags and repeat counts
+    are applied when training reads the store: they are not in it.)"""
+    data = config.data
+    return {
+        "subwords": [file_sha256(src_sw.path), file_sha256(tgt_sw.path)],
+        "limits": asdict(Limits.of(data)),
+        "held_out": {"seed": config.training.seed, "sizes": data.held_out} if data.held_out else None,
+        "parts": [{"name": name, **files.as_spec()} for name, files in store_parts(config)],
+    }
+
+
+def prepared_store(
+    config: Config,
+    src_sw: Subwords,
+    tgt_sw: Subwords,
+    log: Callable[[str], None] = print,
+    force: bool = False,
+    check: bool = True,
+) -> store.PairStore:
+    """The experiment's store of encoded training pairs (EXPERIMENT/store, attnmt.data.store):
+    reused if it was made from the same files, subwords and settings, else (or with ``force``)
+    prepared again; the pairs dropped by the filters reported, as whenever the corpora are read.
+    ``check``: the store's files checked against their SHA-256 (one process of several may leave
+    it to the main one)."""
+    folder = config.experiment_dir / store.FOLDER
+    settings = store_settings(config, src_sw, tgt_sw)
+    reason = "attnmt prepare --force" if force else store.stale_reason(folder, _input_paths(config), settings)
+    if reason is not None:
+        again = "" if reason == "no store" else f"{reason}: "
+        log(f"{again}preparing the store of the training pairs in {folder} ({config.data.workers} process(es))")
+        build_store(config, src_sw, tgt_sw, settings, log)
+    prepared = store.PairStore(folder, check=check and reason is None)
+    train = prepared.parts["train"]
+    if reason is None and config.data.held_out:  # the held-out record checked against the corpus's size
+        splits.hold_out(config, log, pairs=train.counts["encoded"] + train.counts["held_out"])
+    limits = Limits.of(config.data)
+    for name, files in store_parts(config):
+        part = prepared.parts[name]
+        report_dropped(files.tsv or files.src, {**part.counts, "kept": len(part)}, limits, log)
+    return prepared
+
+
+def _input_paths(config: Config) -> list[Path]:
+    return [path for _, files in store_parts(config) for path in _files_of(files)]
+
+
+def build_store(config: Config, src_sw: Subwords, tgt_sw: Subwords, settings: dict, log: Callable[[str], None]):
+    """Reads each training corpus line by line, encodes its pairs (in data.workers processes),
+    filters them (data.max_length, ...) and writes them into the store, data.train without its
+    held-out pairs; nothing is left of the store if anything fails."""
+    held_out = {k for lines in splits.hold_out(config, log).values() for k in lines}
+    limits = Limits.of(config.data)
+    dtype = store.token_dtype(max(len(src_sw), len(tgt_sw)))
+    # (the files' stamps before they are read: one changed while it is read is changed next time)
+    inputs = [store.input_file(path) for path in _input_paths(config)]
+    folder = config.experiment_dir / store.FOLDER
+    with (
+        store.StoreWriter(folder, dtype) as writer,
+        _encoder(config.data.workers, src_sw, tgt_sw) as encode,
+        phase_bar(None, "preparing the store", unit="line") as bar,
+    ):
+        for name, files in store_parts(config):
+            writer.start_part(name)
+            pairs = CorpusPairs(files.as_spec())
+            skip = held_out if name == "train" else set()
+            for chunk in encode(_chunks(pairs, skip), limits, dtype):
+                writer.add(chunk)
+                bar.update(chunk.counts["encoded"])
+            writer.count({"empty": pairs.dropped_empty, "held_out": len(skip)})
+            if writer.parts[-1].counts.get("encoded", 0) + len(skip) == 0:
+                raise pairs.empty_error()
+        writer.finish(inputs, settings)
+
+
+def _chunks(pairs: CorpusPairs, skip: set[int]) -> Iterator[list[tuple[int, str, str]]]:
+    """The pairs (line, source, target) in chunks of CHUNK_PAIRS, less those whose position among
+    the pairs is in ``skip`` (the held-out ones)."""
+    chunk = []
+    for k, pair in enumerate(pairs):
+        if k not in skip:
+            chunk.append(pair)
+            if len(chunk) == CHUNK_PAIRS:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+_worker_subwords: tuple[Subwords, Subwords] | None = None  # in a worker process: the models it encodes with
+
+
+def _load_worker_subwords(src_path: Path, tgt_path: Path):
+    global _worker_subwords
+    _worker_subwords = Subwords(src_path, threads=1), Subwords(tgt_path, threads=1)
+
+
+def encode_chunk(
+    pairs: list[tuple[int, str, str]], limits: Limits, dtype: np.dtype, subwords: tuple[Subwords, Subwords] = None
+) -> store.EncodedChunk:
+    """Pairs (line, source, target) encoded with ``subwords`` (in a worker: its own) and filtered
+    (`within_limits`), with the counts of what was dropped."""
+    src_sw, tgt_sw = subwords or _worker_subwords
+    sources, targets = [p[1] for p in pairs], [p[2] for p in pairs]
+    src_ids, tgt_ids = src_sw.encode(sources), tgt_sw.encode(targets)
+    keep, counts = within_limits(sources, src_ids, tgt_ids, limits)
+    return store.EncodedChunk.of(
+        [pairs[i][0] for i in keep],
+        [src_ids[i] for i in keep],
+        [tgt_ids[i] for i in keep],
+        dtype,
+        {"encoded": len(pairs), **counts},
+    )
+
+
+@contextmanager
+def _encoder(workers: int, src_sw: Subwords, tgt_sw: Subwords):
+    """encode(chunks, limits, dtype): the chunks encoded (`encode_chunk`) in their order, in this
+    process or by ``workers`` processes, each with at most two chunks waiting (memory stays bounded
+    however fast the corpus is read)."""
+    if workers == 1:
+        yield lambda chunks, limits, dtype: (encode_chunk(c, limits, dtype, (src_sw, tgt_sw)) for c in chunks)
+        return
+    # spawned, not forked: a fork copies torch's OpenMP threads' locks in whatever state they are
+    pool = ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_load_worker_subwords,
+        initargs=(src_sw.path, tgt_sw.path),
+    )
+
+    def encode(chunks, limits, dtype):
+        waiting = deque()
+        try:
+            for chunk in chunks:
+                waiting.append(pool.submit(encode_chunk, chunk, limits, dtype))
+                if len(waiting) >= 2 * workers:
+                    yield waiting.popleft().result()
+            while waiting:
+                yield waiting.popleft().result()
+        except BrokenProcessPool:
+            raise AttnmtError(
+                "a worker process encoding the training corpus died (killed, or out of memory?); "
+                "nothing of the store was kept: prepare it again"
+            ) from None
+
+    try:
+        yield encode
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -33,7 +33,7 @@ from attnmt.training.optimization import TrainingSetup, setup_training
 from attnmt.training import fine_tuning
 from attnmt.translation import guided_alignment, reference_links
 from attnmt.translation.evaluation import corpus_scores
-from attnmt.translation.prepare import EncodedCorpus, encode_corpus, prepare, training_pairs
+from attnmt.translation.prepare import EncodedCorpus, encode_corpus, prepare_subwords, training_pairs
 
 
 @dataclass
@@ -50,7 +50,7 @@ def prepare_data(
     """The subwords (trained unless present, by the main process while the others wait) and the
     encoded training and dev corpora of an experiment."""
     with distributed.main_first(processes):  # (it also draws the held-out dev and test sets)
-        src_sw, tgt_sw = prepare(config, log)
+        src_sw, tgt_sw = prepare_subwords(config, log)
     train = training_pairs(config, src_sw, tgt_sw, log)
     dev = None
     if config.data.dev:

@@ -1,0 +1,254 @@
+"""The prepared store (attnmt.data.store, attnmt.translation.prepare.prepared_store): the training
+corpora encoded once into memory-mapped numpy shards, the same pairs, pieces, line numbers and
+counts as the in-memory encoding; reused while its files are unchanged, prepared again when they
+change, an error when it is truncated or edited; nothing left of a prepare that fails."""
+
+import gzip
+import os
+
+import numpy as np
+import pytest
+
+from attnmt.core.errors import AttnmtError
+from attnmt.data import store
+from attnmt.data.store import StoredPairs
+from attnmt.translation import prepare as preparing
+from attnmt.translation.prepare import encode_corpus, prepare, prepared_store, read_corpus, training_corpus
+from conftest import random_strings, reverse, toy_config, write_tsv
+
+PAIRS = [(s, reverse(s)) for s in random_strings(400, 1, 24, seed=1)]
+PAIRS[10] = ("", "no source")  # blank sides are dropped and counted
+PAIRS[20] = ("  ", "x")
+PAIRS[30] = ("a b c d e f g h i", "ihgfedcba")  # more words than max_source_words
+for k in range(40, 45):
+    PAIRS[k] = ("ab", "abcdefghijabcde")  # uneven: 3 pieces against 16
+EXTRA = [(s, reverse(s)) for s in random_strings(50, 2, 8, seed=2)]
+
+
+def quiet(message):
+    pass
+
+
+def config_of(folder, data=None, **sections):
+    data = {
+        "max_length": 20,
+        "max_source_words": 4,
+        "max_length_ratio": 4.0,
+        "dev": {"split": 30},
+        "test": {"split": 20},
+        **(data or {}),
+    }
+    return toy_config(folder, PAIRS, data=data, **sections)
+
+
+def pairs_of(part) -> tuple[list, list, list]:
+    both = StoredPairs([(part, None)])
+    return [both.src_ids[i] for i in range(len(both))], [both.tgt_ids[i] for i in range(len(both))], list(both.lines)
+
+
+def test_the_store_holds_the_in_memory_encoding_and_reports_the_same_counts(tmp_path):
+    extra = write_tsv(tmp_path / "extra.tsv", EXTRA)
+    config = config_of(tmp_path, data={"extra_train": [{"tsv": str(extra), "tag": "<BT>", "repeat": 2}]})
+    src_sw, tgt_sw = preparing.prepare_subwords(config, quiet)
+    logged = []
+    prepared = prepared_store(config, src_sw, tgt_sw, logged.append)
+
+    limits = {"max_length": 20, "max_source_words": 4, "max_length_ratio": 4.0}
+    expected_log = []
+    train = encode_corpus(
+        config.data.train, src_sw, tgt_sw, log=expected_log.append, corpus=training_corpus(config, quiet), **limits
+    )
+    extra_files = config.data.extra_train[0]
+    other = encode_corpus(extra_files, src_sw, tgt_sw, log=expected_log.append, **limits)
+    for part, expected in (("train", train), ("extra-1", other)):
+        src_ids, tgt_ids, lines = pairs_of(prepared.parts[part])
+        assert src_ids == expected.src_ids and tgt_ids == expected.tgt_ids and lines == expected.lines
+    assert [m for m in logged if "dropped" in m] == expected_log
+    assert {"empty", "long", "words", "uneven"} <= {
+        key for key, count in prepared.parts["train"].counts.items() if count
+    }  # (the corpus has pairs of each kind)
+    assert len(train) + 30 + 20 + 2 + prepared.parts["train"].counts["long"] < len(PAIRS)
+    assert prepared.manifest.token_dtype == "uint16"
+
+
+def test_worker_processes_write_the_same_store(tmp_path):
+    config = config_of(tmp_path / "one")
+    prepare(config, quiet)
+    many = config_of(tmp_path / "two", data={"workers": 2})
+    prepare(many, quiet)
+    one, two = (store.read_manifest(c.experiment_dir / store.FOLDER) for c in (config, many))
+    assert one.parts == two.parts  # the same files, by their SHA-256
+
+
+def test_a_corpus_in_several_shards_and_two_gzip_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "SHARD_TOKENS", 500)
+    monkeypatch.setattr(preparing, "CHUNK_PAIRS", 7)
+    sources, targets = tmp_path / "train.src.gz", tmp_path / "train.tgt.gz"
+    sources.write_bytes(gzip.compress("".join(s + "\n" for s, _ in PAIRS).encode()))
+    targets.write_bytes(gzip.compress("".join(t + "\n" for _, t in PAIRS).encode()))
+    config = config_of(tmp_path, data={"train": {"src": str(sources), "tgt": str(targets)}, "test": {}})
+    src_sw, tgt_sw = prepare(config, quiet)
+    prepared = store.PairStore(config.experiment_dir / store.FOLDER)
+    assert len(prepared.manifest.parts[0].shards) > 3
+    expected = encode_corpus(config.data.train, src_sw, tgt_sw, 20, quiet, training_corpus(config, quiet), 4, 4.0)
+    assert pairs_of(prepared.parts["train"]) == (expected.src_ids, expected.tgt_ids, expected.lines)
+
+
+def test_pair_views_index_slice_and_prefix(tmp_path):
+    config = config_of(tmp_path, data={"dev": None, "test": {}})
+    src_sw, tgt_sw = prepare(config, quiet)
+    part = prepared_store(config, src_sw, tgt_sw, quiet).parts["train"]
+    pairs = StoredPairs([(part, None), (part, 99)])
+    n = len(part)
+    assert len(pairs) == 2 * n
+    assert pairs.src_ids[n] == [99] + pairs.src_ids[0] and pairs.tgt_ids[n] == pairs.tgt_ids[0]
+    assert pairs.src_ids[-1] == [99] + part.src_ids(n - 1)
+    assert pairs.src_ids[:3] == [part.src_ids(i) for i in range(3)]
+    sizes = pairs.sizes()
+    assert sizes.dtype == np.uint16
+    assert sizes[n] == max(len(part.src_ids(0)) + 1, len(part.tgt_ids(0))) + 1
+    assert pairs.lines is None  # (lines: of one part)
+    with pytest.raises(IndexError):
+        pairs.src_ids[2 * n]
+
+
+def test_an_unchanged_corpus_is_reused_a_changed_one_prepared_again(tmp_path):
+    config = config_of(tmp_path)
+    src_sw, tgt_sw = prepare(config, quiet)
+    folder = config.experiment_dir / store.FOLDER
+    manifest = (folder / store.MANIFEST).read_text()
+
+    logged = []
+    prepared_store(config, src_sw, tgt_sw, logged.append)
+    assert not any("preparing" in m for m in logged)
+    assert (folder / store.MANIFEST).read_text() == manifest
+
+    corpus = config.data.train.tsv
+    os.utime(corpus, ns=(1, 1))  # touched (copied): the same bytes, read again once for their SHA-256
+    logged.clear()
+    prepared_store(config, src_sw, tgt_sw, logged.append)
+    assert not any("preparing" in m for m in logged)
+    assert store.read_manifest(folder).inputs[0].mtime_ns == 1
+
+    with open(corpus, "a", encoding="utf-8") as f:
+        f.write("abc\tcba\n")
+    logged.clear()
+    with pytest.raises(AttnmtError, match="held-out sets were drawn from another corpus"):
+        prepared_store(config, src_sw, tgt_sw, logged.append)  # (its held-out sets cannot be redrawn)
+    assert any(f"{corpus} changed since" in m and "preparing the store" in m for m in logged)
+
+
+def test_other_settings_or_force_prepare_the_store_again(tmp_path):
+    config = config_of(tmp_path, data={"dev": None, "test": {}})
+    src_sw, tgt_sw = prepare(config, quiet)
+    config.data.max_length = 10
+    logged = []
+    prepared = prepared_store(config, src_sw, tgt_sw, logged.append)
+    assert any("prepared with other limits: preparing" in m for m in logged)
+    assert all(len(ids) <= 10 for ids in pairs_of(prepared.parts["train"])[0])
+    logged.clear()
+    prepare(config, logged.append, force=True)
+    assert any(m.startswith("attnmt prepare --force: preparing the store") for m in logged)
+    assert not (tmp_path / "exp" / "store.partial").exists() and not (tmp_path / "exp" / "store.old").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "edited"])
+def test_a_damaged_store_is_an_error_naming_the_file(tmp_path, damage):
+    config = config_of(tmp_path, data={"dev": None, "test": {}})
+    src_sw, tgt_sw = prepare(config, quiet)
+    shard = config.experiment_dir / store.FOLDER / "train" / "00000.src.npy"
+    data = bytearray(shard.read_bytes())
+    if damage == "truncated":
+        del data[-10:]
+    else:
+        data[-1] ^= 1  # one piece id changed, the size kept
+    shard.write_bytes(bytes(data))
+    message = "truncated or damaged" if damage == "truncated" else "SHA-256 is not the one in the store's manifest"
+    with pytest.raises(AttnmtError, match=message) as error:
+        prepared_store(config, src_sw, tgt_sw, quiet)
+    assert str(shard) in str(error.value)
+
+
+def test_an_edited_manifest_is_an_error_naming_it(tmp_path):
+    config = config_of(tmp_path, data={"dev": None, "test": {}})
+    src_sw, tgt_sw = prepare(config, quiet)
+    manifest = config.experiment_dir / store.FOLDER / store.MANIFEST
+    manifest.write_text(manifest.read_text().replace('"pairs":', '"pairs":"many",', 1))
+    with pytest.raises(AttnmtError, match="manifest") as error:
+        prepared_store(config, src_sw, tgt_sw, quiet)
+    assert str(manifest) in str(error.value)
+
+
+def test_a_prepare_that_fails_while_writing_leaves_no_store_and_the_old_one_as_it_was(tmp_path, monkeypatch):
+    config = config_of(tmp_path, data={"dev": None, "test": {}})
+    src_sw, tgt_sw = prepare(config, quiet)
+    folder = config.experiment_dir / store.FOLDER
+    before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    monkeypatch.setattr(store, "SHARD_TOKENS", 500)
+    monkeypatch.setattr(preparing, "CHUNK_PAIRS", 7)
+    saved = store._save
+    calls = []
+
+    def dies_on_the_fifth_file(path, array):
+        calls.append(path)
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # (Ctrl-C, or any error, half-way through the shards)
+        return saved(path, array)
+
+    monkeypatch.setattr(store, "_save", dies_on_the_fifth_file)
+    with pytest.raises(KeyboardInterrupt):
+        prepared_store(config, src_sw, tgt_sw, quiet, force=True)
+    assert len(calls) == 5
+    assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
+    assert not (config.experiment_dir / "store.partial").exists()
+
+
+def dies(pairs, limits, dtype, subwords=None):
+    """encode_chunk in a worker process that dies (killed, out of memory)."""
+    os._exit(1)
+
+
+def test_a_worker_that_dies_is_an_error_and_leaves_no_store(tmp_path, monkeypatch):
+    config = config_of(tmp_path, data={"dev": None, "test": {}, "workers": 2})
+    src_sw, tgt_sw = preparing.prepare_subwords(config, quiet)
+    monkeypatch.setattr(preparing, "encode_chunk", dies)  # (the workers import it from this module)
+    with pytest.raises(AttnmtError, match="worker process .* died"):
+        prepared_store(config, src_sw, tgt_sw, quiet)
+    assert not (config.experiment_dir / store.FOLDER).exists()
+    assert not (config.experiment_dir / "store.partial").exists()
+
+
+def test_an_empty_corpus_is_an_error_and_leaves_no_store(tmp_path):
+    config = config_of(tmp_path, data={"dev": None, "test": {}})
+    src_sw, tgt_sw = preparing.prepare_subwords(config, quiet)
+    write_tsv(tmp_path / "train.tsv", [(" ", "x")])
+    with pytest.raises(AttnmtError, match="empty corpus"):
+        prepared_store(config, src_sw, tgt_sw, quiet)
+    assert not (config.experiment_dir / store.FOLDER).exists()
+
+
+def test_vocabularies_over_65536_pieces_are_stored_in_32_bits():
+    assert store.token_dtype(65536) == np.uint16 and store.token_dtype(65537) == np.uint32
+
+
+def test_read_corpus_reads_what_the_store_is_made_of(tmp_path):
+    # (the in-memory reader and the store's reader are one: CorpusPairs)
+    config = config_of(tmp_path, data={"dev": None, "test": {}})
+    assert read_corpus(config.data.train.as_spec()).lines == [
+        k for k in range(len(PAIRS)) if k not in (10, 20)
+    ]  # (blank)
+
+
+def test_attnmt_prepare_workers_option(tmp_path, monkeypatch, capsys):
+    from attnmt.cli import main
+    from attnmt.core.config import config_to_yaml
+
+    path = tmp_path / "config.yaml"
+    path.write_text(config_to_yaml(config_of(tmp_path, data={"dev": None, "test": {}})))
+    used = []
+    monkeypatch.setattr(preparing, "prepared_store", lambda config, *args: used.append(config.data.workers))
+    with pytest.raises(SystemExit):
+        main(["prepare", str(path), "--workers", "0"])
+    assert "--workers: must be at least 1" in capsys.readouterr().err
+    assert main(["prepare", str(path), "--workers", "3"]) in (0, None)
+    assert used == [3]
