@@ -111,7 +111,7 @@ def check_tokens(
         raise HTTPException(
             422,
             f"{where(counts.index(0))} has no subword tokens once normalized (only characters that the "
-            "model's normalization removes, such as zero-width or control characters): nothing to translate",
+            "model's normalization removes, such as zero-width or control characters): nothing for the model to read",
         )
     if tag:  # (the tag counts too: one piece more)
         try:
