@@ -108,7 +108,7 @@ def test_connections_beyond_the_limit_are_answered_at_once_not_held():
     """With max_connections held (by clients that send nothing), the next request gets uvicorn's 503
     at once instead of being read: what a server holds is bounded by max_connections bodies."""
     limits = ServerLimits(max_connections=2)
-    with serving(echo, limits) as (port, server):
+    with serving(echo, limits, timeout_keep_alive=WAIT) as (port, server):  # (the idle ones are not closed first)
         idle = [socket.create_connection(("127.0.0.1", port), timeout=WAIT) for _ in range(2)]
         deadline = time.monotonic() + WAIT
         while len(server.server_state.connections) < 2:  # (accepted by the server's loop)
