@@ -2,7 +2,8 @@
 the ``slow`` marker; what the tests need from outside the checkout.
 
 ``pytest -m "not slow"`` runs the fast subset (under a minute): every test that trains a model,
-uses a trained one or drives a browser is marked slow, by the fixtures it uses (SLOW_FIXTURES)
+uses a trained one, drives a browser or starts a process it waits seconds for is marked slow, by
+the fixtures it uses (SLOW_FIXTURES)
 or by hand. ``.ci/run`` runs everything. Tests marked ``gpu`` (tests/test_gpu.py) need a CUDA GPU:
 ``pytest -m gpu`` on a machine with one; elsewhere they are skipped with a message, even under
 ATTNMT_STRICT=1 (CI has no GPU).

@@ -217,6 +217,7 @@ def test_what_other_modules_import_is_public():
     assert not found, "\n".join(found)
 
 
+@pytest.mark.slow  # (starts a process or a server and waits on it)
 def test_translating_from_the_command_line_loads_no_matplotlib_nor_dynamo(tmp_path):
     """`attnmt translate` imports only what translating needs: figures are drawn on request only
     (matplotlib's import: 0.15 s; attnmt.viz reads its names lazily), the model's shapes are

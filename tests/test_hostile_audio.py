@@ -302,6 +302,7 @@ def test_classify_on_a_speech_model_says_it_transcribes(spied):
         )
 
 
+@pytest.mark.slow  # (starts a process or a server and waits on it)
 def test_a_speech_request_past_its_limit_stops_after_the_chunk_under_way(tiny_speech, monkeypatch):
     """Files of a request are decoded and transcribed in chunks; past the time limit, the 503 comes
     and the chunks after the one under way are not decoded (point 9: nothing outlives its request)."""
@@ -327,6 +328,7 @@ def test_a_speech_request_past_its_limit_stops_after_the_chunk_under_way(tiny_sp
     assert transcribed == [2]  # the chunk under way only (chunks of half of max_work: 2 files)
 
 
+@pytest.mark.slow  # (starts a process or a server and waits on it)
 def test_a_speech_trace_past_its_limit_frees_the_model_within_one_decoder_step(tiny_speech, monkeypatch):
     """/trace of audio is one file, not chunks: past the time limit its trace stops between two
     decoder steps (point 9), instead of running to its length limit for nobody."""

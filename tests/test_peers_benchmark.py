@@ -373,6 +373,7 @@ def test_run_py_decodes_each_time_in_a_fresh_process():
     assert "in_fresh_process(decode_test," in (REPO / "benchmarks" / "run.py").read_text()
 
 
+@pytest.mark.slow  # (starts a process or a server and waits on it)
 def test_run_watched_notes_when_the_marker_line_appears_and_fails_with_the_exit_status(tmp_path):
     code = (
         "import time; print('starting'); time.sleep(0.6); "

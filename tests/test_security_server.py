@@ -89,6 +89,7 @@ def test_a_request_http_cannot_read_gets_the_json_error_body(request_bytes):
     assert json.loads(body)["detail"].startswith("invalid HTTP request")
 
 
+@pytest.mark.slow  # (starts a process or a server and waits on it)
 def test_a_body_that_never_finishes_is_answered_at_the_time_limit_and_its_connection_closed():
     """Content-Length 100 and 22 bytes sent: a 408 once the request's time limit has passed (it was
     never answered), and the connection closed, the rest of the body never waited for."""
@@ -139,6 +140,7 @@ def closed_by_the_server(connection: socket.socket, trickle: bytes = b"") -> boo
     return False
 
 
+@pytest.mark.slow  # (starts a process or a server and waits on it)
 def test_a_connection_that_sends_no_whole_request_is_closed():
     """uvicorn's keep-alive timer starts only after an answer and stops at any byte: a connection
     that sent nothing, or its headers a byte at a time, was held for ever, and max_connections of
