@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -100,6 +101,43 @@ def test_batch_order_is_shuffled_not_sorted_by_length():
     batches = epoch_batches(SIZES, 16, None, pool_batches=100, seed=0, epoch=0)  # one pool
     longest = [max(SIZES[i] for i in b) for b in batches]
     assert longest != sorted(longest) and longest != sorted(longest, reverse=True)
+
+
+def epoch_batches_as_they_were(sizes, batch_size, batch_tokens, pool_batches, seed, epoch):
+    """epoch_batches before the prepared store (lists of Python ints): what the numpy one must equal."""
+
+    def split_by_budget(order):
+        batches, current, longest = [], [], 0
+        for i in order:
+            new_longest = max(longest, sizes[i])
+            full = (len(current) + 1) * new_longest > batch_tokens if batch_tokens else len(current) == batch_size
+            if current and full:
+                batches.append(current)
+                current, new_longest = [], sizes[i]
+            current.append(i)
+            longest = new_longest
+        return batches + [current] if current else batches
+
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    order = torch.randperm(len(sizes), generator=generator).tolist()
+    pool = pool_batches * (batch_size if batch_tokens is None else max(1, batch_tokens // max(sizes)))
+    batches = []
+    for start in range(0, len(order), pool):
+        batches += split_by_budget(sorted(order[start : start + pool], key=lambda i: sizes[i]))
+    shuffled = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in shuffled]
+
+
+@pytest.mark.parametrize(
+    "batch_size, batch_tokens, pool_batches", [(32, None, 10), (7, None, 3), (64, 600, 10), (64, 61, 100), (5, 1, 2)]
+)
+def test_the_batches_of_a_seed_are_those_of_the_list_implementation(batch_size, batch_tokens, pool_batches):
+    sizes = SIZES + [200, 1] * 20  # (some over every budget)
+    for seed, epoch in ((1, 0), (42, 3)):
+        expected = epoch_batches_as_they_were(sizes, batch_size, batch_tokens, pool_batches, seed, epoch)
+        batches = epoch_batches(np.array(sizes, np.uint16), batch_size, batch_tokens, pool_batches, seed, epoch)
+        assert len(batches) == len(expected) and list(batches) == expected
+        assert batches[3:5] == expected[3:5] and batches[-1] == expected[-1]
 
 
 # ---------------------------------------------------------------- make_batch

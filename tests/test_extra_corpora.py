@@ -40,9 +40,11 @@ def test_the_extra_pairs_follow_data_train_repeated_their_sources_after_the_tag_
     data, src_sw = trainer.data.train, trainer.data.src_sw
     tag = src_sw.sp.piece_to_id("<BT>")
     assert tag > 3 and src_sw.pieces([tag]) == ["<BT>"]  # a piece of its own, in the vocabulary
-    assert data.sources == [s for s, _ in MAIN] + [s for s, _ in SYNTHETIC] * 2 + [s for s, _ in OTHER]
-    assert data.targets == [t for _, t in MAIN] + [t for _, t in SYNTHETIC] * 2 + [t for _, t in OTHER]
-    encoded = src_sw.encode(data.sources)
+    sources = [s for s, _ in MAIN] + [s for s, _ in SYNTHETIC] * 2 + [s for s, _ in OTHER]
+    targets = [t for _, t in MAIN] + [t for _, t in SYNTHETIC] * 2 + [t for _, t in OTHER]
+    assert [trainer.data.tgt_sw.decode(ids) for ids in data.tgt_ids] == targets
+    encoded = src_sw.encode(sources)
+    assert len(data) == len(sources)
     for i, ids in enumerate(data.src_ids):
         tagged = len(MAIN) <= i < len(MAIN) + 2 * len(SYNTHETIC)
         assert ids == ([tag] if tagged else []) + encoded[i], i
@@ -127,8 +129,9 @@ def test_pairs_too_uneven_are_dropped_from_every_corpus_with_a_count(tmp_path):
     config = toy_config(
         tmp_path, MAIN + uneven, data={"extra_train": extra, "max_length_ratio": 3}, training={"max_steps": 1}
     )
-    data = Trainer(config, log=lines.append, progress=False).data.train
-    assert data.sources == [s for s, _ in MAIN + SYNTHETIC]
+    trainer = Trainer(config, log=lines.append, progress=False)
+    data = trainer.data.train
+    assert [trainer.data.src_sw.decode(ids) for ids in data.src_ids] == [s for s, _ in MAIN + SYNTHETIC]
     assert sum("dropped 2 pair(s) whose longer side has more than 3 times" in line for line in lines) == 2
     config.data.max_length_ratio = 4.5  # (3.5 and 4.33 times: kept)
     assert len(Trainer(config, **QUIET).data.train) == len(MAIN + SYNTHETIC + uneven * 2)

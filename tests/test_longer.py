@@ -84,7 +84,7 @@ def test_max_source_words_drops_long_training_pairs(tmp_path):
     messages = []
     config = toy_config(tmp_path, pairs, data={"max_source_words": 5})
     data = prepare_data(config, log=messages.append)
-    assert sorted(len(s.split()) for s in data.train.sources) == [1, 2, 3, 4, 5]
+    assert sorted(len(data.src_sw.decode(ids).split()) for ids in data.train.src_ids) == [1, 2, 3, 4, 5]
     assert any("15 pair(s) whose source has more than 5 words" in m for m in messages)
     config = toy_config(tmp_path / "all", pairs)
     assert len(prepare_data(config, log=messages.append).train) == 20

@@ -36,7 +36,7 @@ def take(state: TrainerState, count: int, min_size: int = 1) -> list[list[int]]:
 def test_batches_resumed_mid_epoch_continue_where_they_stopped():
     straight = TrainerState()
     expected = take(straight, 17)  # two epochs and 3 batches
-    assert expected == EPOCH(0) + EPOCH(1) + EPOCH(2)[:3]
+    assert expected == list(EPOCH(0)) + list(EPOCH(1)) + EPOCH(2)[:3]
     first = TrainerState()
     before = take(first, 10)
     assert (first.epoch, first.batch_in_epoch) == (1, 3)
@@ -78,9 +78,11 @@ def test_prepare_data_trains_subwords_and_encodes_the_corpora(tmp_path):
     config = toy_config(tmp_path, pairs, dev, data={"max_length": 12})
     data = prepare_data(config, log=lambda m: None)
     assert (config.experiment_dir / "spm" / "joint.model").is_file()
-    assert data.train.sources == [s for s, _ in pairs[:-1]]  # the long pair is dropped from training ...
+    assert list(data.train.lines) == list(range(len(pairs) - 1))  # the long pair is dropped from training ...
     assert data.dev.sources == [s for s, _ in dev]  # ... not from the dev set
+    assert [data.src_sw.decode(ids) for ids in data.train.src_ids] == [s for s, _ in pairs[:-1]]
     assert data.tgt_sw.decode(data.train.tgt_ids[0]) == pairs[0][1]
+    assert (config.experiment_dir / "store" / "manifest.json").is_file()  # (read from the store)
     assert prepare_data(toy_config(tmp_path / "no-dev", pairs), log=lambda m: None).dev is None
 
 

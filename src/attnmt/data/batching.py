@@ -2,14 +2,18 @@
 
 Sorting the whole corpus by length would make every epoch the same; shuffling alone
 would pad a lot. So each epoch shuffles, cuts the corpus into pools of many batches,
-sorts each pool by length, cuts it into batches, and shuffles the batches.
+sorts each pool by length, cuts it into batches, and shuffles the batches. The examples are known
+by their sizes alone (a numpy array: the prepared store's lengths, attnmt.data.store), and an
+epoch's batches are numpy arrays too, so that a corpus of many millions of pairs costs a few bytes
+a pair.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -85,37 +89,70 @@ def target_tensors(tgt: list[list[int]]) -> tuple[Tensor, Tensor]:
     return pad([[BOS] + t for t in tgt])[0], pad([t + [EOS] for t in tgt])[0]
 
 
-def split_by_budget(order: list[int], sizes: list[int], batch_size: int, batch_tokens: int | None) -> list[list[int]]:
-    """Consecutive runs of ``order``: at most batch_size sentences, or, with a token budget,
-    at most batch_tokens padded tokens (longest member times count)."""
-    batches, current, longest = [], [], 0
-    for i in order:
-        new_longest = max(longest, sizes[i])
-        full = (len(current) + 1) * new_longest > batch_tokens if batch_tokens else len(current) == batch_size
-        if current and full:
-            batches.append(current)
-            current, new_longest = [], sizes[i]
-        current.append(i)
-        longest = new_longest
-    if current:
-        batches.append(current)
-    return batches
+def batch_starts(sizes: np.ndarray, batch_size: int, batch_tokens: int | None) -> np.ndarray:
+    """Where each batch starts in a run of examples of ``sizes`` cut in order into consecutive
+    batches: at most batch_size sentences, or, with a token budget, at most batch_tokens padded
+    tokens (longest member times count; an example over the budget goes alone)."""
+    if not batch_tokens:
+        return np.arange(0, len(sizes), batch_size)
+    starts, start = [], 0
+    while start < len(sizes):
+        starts.append(start)
+        # the longest member is at least the first: no more than batch_tokens // sizes[start] fit
+        window = sizes[start : start + max(1, batch_tokens // int(sizes[start]))].astype(np.int64)
+        over = np.arange(1, len(window) + 1) * np.maximum.accumulate(window) > batch_tokens
+        over[0] = False  # (the first member goes in, whatever its size)
+        start += int(over.argmax()) if over.any() else len(window)
+    return np.array(starts, dtype=np.int64)
+
+
+class EpochBatches(Sequence):
+    """The batches of an epoch: ``batches[k]`` the example indices of the k-th (a list). Held as
+    numpy arrays (the examples in pool order, where each run of them starts, the runs' shuffled
+    order), 4 bytes an example, not as lists of lists of Python ints (about 40)."""
+
+    def __init__(self, order: np.ndarray, starts: np.ndarray, shuffled: np.ndarray):
+        self.order, self.starts, self.shuffled = order, starts, shuffled
+
+    def __len__(self) -> int:
+        return len(self.shuffled)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        run = int(self.shuffled[k])
+        return self.order[self.starts[run] : self.starts[run + 1]].tolist()
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
 
 
 def epoch_batches(
-    sizes: list[int], batch_size: int, batch_tokens: int | None, pool_batches: int, seed: int, epoch: int
-) -> list[list[int]]:
+    sizes: Sequence[int] | np.ndarray,
+    batch_size: int,
+    batch_tokens: int | None,
+    pool_batches: int,
+    seed: int,
+    epoch: int,
+) -> EpochBatches:
     """The batches of one epoch, as lists of example indices; a function of (seed, epoch) only,
-    so resuming at batch k of epoch e replays exactly the same order."""
+    so resuming at batch k of epoch e replays exactly the same order. A seeded permutation of the
+    examples is cut into pools of pool_batches batches, each pool sorted by size (stably) and cut
+    into batches, and the batches are shuffled."""
+    sizes = np.asarray(sizes)
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    order = torch.randperm(len(sizes), generator=generator, device="cpu").tolist()
-    pool = pool_batches * (batch_size if batch_tokens is None else max(1, batch_tokens // max(sizes)))
-    batches = []
+    # (int32 draws the same permutation as int64, in half the memory)
+    dtype = torch.int32 if len(sizes) < 1 << 31 else torch.int64
+    order = torch.randperm(len(sizes), generator=generator, dtype=dtype, device="cpu").numpy()
+    pool = pool_batches * (batch_size if batch_tokens is None else max(1, batch_tokens // int(sizes.max())))
+    starts = [np.zeros(0, np.int64)]
     for start in range(0, len(order), pool):
-        chunk = sorted(order[start : start + pool], key=lambda i: sizes[i])
-        batches += split_by_budget(chunk, sizes, batch_size, batch_tokens)
-    shuffled = torch.randperm(len(batches), generator=generator, device="cpu").tolist()
-    return [batches[i] for i in shuffled]
+        chunk = order[start : start + pool]
+        chunk[:] = chunk[np.argsort(sizes[chunk], kind="stable")]
+        starts.append(start + batch_starts(sizes[chunk], batch_size, batch_tokens))
+    starts = np.concatenate(starts + [np.array([len(order)])])
+    shuffled = torch.randperm(len(starts) - 1, generator=generator, device="cpu").numpy()
+    return EpochBatches(order, starts, shuffled)
 
 
 def inference_batches(lengths: list[int], batch_size: int) -> list[list[int]]:

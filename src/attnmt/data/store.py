@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -44,7 +45,7 @@ from attnmt.core.files import atomic_write_text, file_sha256, fsync_dir, read_ch
 FOLDER = "store"
 MANIFEST = "manifest.json"
 FORMAT = 1
-SHARD_TOKENS = 1 << 24  # pieces a side in a shard (32 MB of uint16): what a prepare holds in memory
+SHARD_TOKENS = 1 << 21  # pieces a side in a shard (4 MB of uint16): about what a prepare holds in memory
 # One row a pair of a shard: its line in the corpus files, and where its pieces are in the shard's arrays
 PAIR_ROW = np.dtype(
     [("line", "<i8"), ("src_start", "<i8"), ("tgt_start", "<i8"), ("src_length", "<i4"), ("tgt_length", "<i4")]
@@ -402,15 +403,40 @@ class StoredPairs:
     def sizes(self) -> np.ndarray:
         """Padded length that each pair occupies in a batch (its longer side, +1 for BOS/EOS), in
         the smallest integer type that holds them (2 bytes a pair: the one array that grows with
-        the corpus, beside the epoch's order)."""
-        sizes = [
-            np.maximum(part.column("src_length") + (prefix is not None), part.column("tgt_length")) + 1
-            for part, prefix in self.segments
-        ]
-        sizes = np.concatenate(sizes) if sizes else np.zeros(0, np.int32)
-        return sizes.astype(np.uint16) if len(sizes) and sizes.max() < 1 << 16 else sizes
+        the corpus, beside the epoch's order), computed a shard at a time."""
+        shards = [(rows, int(prefix is not None)) for part, prefix in self.segments for rows in part.rows]
+        largest = max(
+            (max(int(rows["src_length"].max()) + extra, int(rows["tgt_length"].max())) + 1 for rows, extra in shards),
+            default=0,
+        )
+        sizes = np.empty(len(self), np.uint16 if largest < 1 << 16 else np.int32)
+        start = 0
+        for rows, extra in shards:
+            sizes[start : start + len(rows)] = np.maximum(rows["src_length"] + extra, rows["tgt_length"]) + 1
+            start += len(rows)
+        return sizes
 
     @property
     def lines(self) -> np.ndarray | None:
         """Each pair's line in its corpus files, where the pairs are those of one part (data.train)."""
         return self.segments[0][0].column("line") if len(self.segments) == 1 else None
+
+
+class StoredLinks(Sequence):
+    """Links between the pieces of each pair, from a store part whose "src" side holds each link's
+    source position and whose "tgt" side its target position: ``links[i]`` pair i's
+    [(source position, target position), ...] (guided alignment's reference links)."""
+
+    def __init__(self, part: StoredPart):
+        self.part = part
+
+    def __len__(self) -> int:
+        return len(self.part)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return list(zip(self.part.src_ids(i), self.part.tgt_ids(i)))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)

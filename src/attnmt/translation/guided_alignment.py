@@ -31,7 +31,9 @@ from attnmt.core.config import Config, GuidedAlignment
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text, file_sha256
 from attnmt.core.folders import model_config, weights_path
-from attnmt.data.corpus import read_lines
+from attnmt.data import store
+from attnmt.data.corpus import CorpusPairs
+from attnmt.data.store import StoredPairs
 from attnmt.data.subwords import UNK, Subwords
 from attnmt.seq2seq.inference import Translator
 from attnmt.seq2seq.links import without_eos
@@ -44,8 +46,7 @@ from attnmt.translation.align import (
     piece_lists,
 )
 from attnmt.translation.aligner import load_aligner
-from attnmt.translation.prepare import EncodedCorpus
-from attnmt.translation.reference_links import read_link_file
+from attnmt.translation.reference_links import stream_link_file
 from attnmt.viz.words import word_spans
 
 Link = tuple[int, int]  # (source index, target index), 0-based
@@ -260,33 +261,100 @@ def _attention_links(
     return align_both_ways(forward, backward, sources, targets, symmetrization, aligners, batch_size=SELF_BATCH)
 
 
+LINKS = "links"  # EXPERIMENT/store/links: the reference piece links of the stored training pairs
+LINK_CHUNK = 2_000  # pairs whose links are written at a time
+
+
 def attach_links(
-    config: Config, train: EncodedCorpus, src_sw: Subwords, tgt_sw: Subwords, log: Callable[[str], None] = print
+    config: Config,
+    train: StoredPairs,
+    src_sw: Subwords,
+    tgt_sw: Subwords,
+    log: Callable[[str], None] = print,
+    check: bool = True,
 ) -> None:
-    """Sets ``train.alignments``: the reference piece links of every training pair (None where its
-    line has no usable links), from the config's guided_alignment."""
+    """Sets ``train.alignments``: the reference piece links of every training pair (none where its
+    line has no usable links), from the config's guided_alignment, read from a store of their own
+    beside the pairs' (EXPERIMENT/store/links, attnmt.data.store), made unless it was made from
+    the same links file and pairs. ``check``: its files checked against their SHA-256."""
     ga: GuidedAlignment = config.training.guided_alignment
-    if ga.links in ("eflomal", "self"):
-        words = [(s.split(), t.split()) for s, t in zip(train.sources, train.targets)]
+    pairs_store = config.experiment_dir / store.FOLDER
+    if ga.links in ("eflomal", "self"):  # a file of one line per training pair, made from their text
+        sources, targets = _training_texts(config, train.lines)
         links_file = eflomal_file if ga.links == "eflomal" else self_links_file
-        path = links_file(config, [" ".join(s) for s, _ in words], [" ".join(t) for _, t in words], log)
-        by_line = dict(zip(train.lines, read_link_file(path, len(train), one_based=False)))
-    else:
-        files = config.data.train
-        corpus_lines = len(read_lines(files.tsv or files.src))
-        by_line = dict(enumerate(read_link_file(ga.links, corpus_lines, ga.one_based)))
-    train.alignments, unusable = [], 0
-    for src_ids, tgt_ids, line in zip(train.src_ids, train.tgt_ids, train.lines):
-        links = _pair_links(by_line[line], src_sw.pieces(src_ids), tgt_sw.pieces(tgt_ids), ga.units)
-        unusable += links is None
-        train.alignments.append(links or [])
-    if unusable:
+        path, lines, one_based = links_file(config, sources, targets, log), None, False
+    else:  # a file of one line per line of data.train
+        counts = store.read_manifest(pairs_store).parts[0].counts
+        path, lines, one_based = Path(ga.links), counts["empty"] + counts["encoded"] + counts["held_out"], ga.one_based
+    folder = pairs_store / LINKS
+    settings = {"pairs": file_sha256(pairs_store / store.MANIFEST), "units": ga.units, "one_based": one_based}
+    if store.stale_reason(folder, [path], settings) is not None:
+        _write_links(folder, train, path, lines, one_based, src_sw, tgt_sw, ga.units, settings)
+        check = False
+    links = store.PairStore(folder, check).parts["train"]
+    train.alignments = store.StoredLinks(links)
+    if links.counts["unusable"]:
         log(
-            f"guided alignment: {unusable:,} training pair(s) have links beyond their words or pieces; "
-            "they train without the alignment loss"
+            f"guided alignment: {links.counts['unusable']:,} training pair(s) have links beyond their words or "
+            "pieces; they train without the alignment loss"
         )
-    if not any(train.alignments):
+    if not links.counts["linked"]:
         raise AttnmtError(f"training.guided_alignment: no training pair has a usable link in {ga.links}")
+
+
+def _training_texts(config: Config, lines) -> tuple[list[str], list[str]]:
+    """The text of the training pairs at ``lines`` (ascending) of data.train, read line by line, their
+    words separated by single spaces (what eflomal and the first rounds align: whitespace words)."""
+    wanted, sources, targets = set(int(line) for line in lines), [], []
+    for line, source, target in CorpusPairs(config.data.train.as_spec()):
+        if line in wanted:
+            sources.append(" ".join(source.split()))
+            targets.append(" ".join(target.split()))
+    return sources, targets
+
+
+def _write_links(
+    folder: Path,
+    train: StoredPairs,
+    path: Path,
+    lines: int | None,
+    one_based: bool,
+    src_sw: Subwords,
+    tgt_sw: Subwords,
+    units: str,
+    settings: dict,
+):
+    """The piece links of every training pair into the store at ``folder``, from the word (or piece)
+    links of ``path``: a file of one line per line of data.train (``lines`` of them), or, with
+    ``lines`` None, of one line per training pair. Both files and the pairs are read as they go."""
+    by_line = stream_link_file(path, len(train) if lines is None else lines, one_based)
+    position, counts = -1, {"unusable": 0, "linked": 0}
+    pair_lines = train.lines
+    with store.StoreWriter(folder, store.token_dtype(max(len(src_sw), len(tgt_sw)))) as writer:
+        writer.start_part("train")
+        for start in range(0, len(train), LINK_CHUNK):
+            chunk = []
+            for i in range(start, min(start + LINK_CHUNK, len(train))):
+                wanted = i if lines is None else int(pair_lines[i])
+                while position < wanted:  # (the lines of pairs not trained on are read past)
+                    word_links, position = next(by_line), position + 1
+                src_ids, tgt_ids = train.src_ids[i], train.tgt_ids[i]
+                links = _pair_links(word_links, src_sw.pieces(src_ids), tgt_sw.pieces(tgt_ids), units)
+                counts["unusable"] += links is None
+                counts["linked"] += bool(links)
+                chunk.append(links or [])
+            writer.add(
+                store.EncodedChunk.of(
+                    [int(pair_lines[i]) for i in range(start, start + len(chunk))],
+                    [[s for s, _ in links] for links in chunk],
+                    [[t for _, t in links] for links in chunk],
+                    writer.dtype,
+                )
+            )
+        for _ in by_line:  # (to its end: a file of another length is an error)
+            pass
+        writer.count(counts)
+        writer.finish([store.input_file(path)], settings)
 
 
 def _pair_links(links: list[Link], src_pieces: list[str], tgt_pieces: list[str], units: str) -> list[Link] | None:

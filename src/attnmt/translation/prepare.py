@@ -106,38 +106,23 @@ def extra_corpora(config: Config) -> list[tuple[ExtraCorpus, Corpus]]:
 
 
 def training_pairs(
-    config: Config, src_sw: Subwords, tgt_sw: Subwords, log: Callable[[str], None] = print
-) -> EncodedCorpus:
-    """What a translation model trains on: data.train (less its held-out sets), then each corpus of
-    data.extra_train ``repeat`` times, its sources after its tag's piece; pairs too long or too
-    uneven dropped (data.max_length, data.max_source_words, data.max_length_ratio; the tag not counted)."""
-    data = config.data
-    limits = {
-        "max_length": data.max_length,
-        "max_source_words": data.max_source_words,
-        "max_length_ratio": data.max_length_ratio,
-    }
-    train = encode_corpus(data.train, src_sw, tgt_sw, log=log, corpus=training_corpus(config, log), **limits)
-    if not data.extra_train:
-        return train
-    parts = [train]
-    for files, corpus in extra_corpora(config):
-        extra = encode_corpus(files, src_sw, tgt_sw, log=log, corpus=corpus, **limits)
-        if files.tag is not None:  # (its piece, not its text: "<BT> a" would be cut "▁", "<BT>", "▁a")
-            tag = tag_piece(src_sw, files.tag)
-            extra.src_ids = [[tag] + ids for ids in extra.src_ids]
+    config: Config, prepared: store.PairStore, src_sw: Subwords, log: Callable[[str], None] = print
+) -> store.StoredPairs:
+    """What a translation model trains on, read from the store: data.train (less its held-out sets),
+    then each corpus of data.extra_train ``repeat`` times, its sources after its tag's piece (the
+    pairs too long or too uneven were dropped when the store was prepared, the tag not counted)."""
+    segments = [(prepared.parts["train"], None)]
+    for name, files in store_parts(config)[1:]:
+        part = prepared.parts[name]
+        # (its piece, not its text: "<BT> a" would be cut "▁", "<BT>", "▁a")
+        tag = None if files.tag is None else tag_piece(src_sw, files.tag)
         log(
-            f"{files.tsv or files.src}: {len(extra):,} extra training pairs"
+            f"{files.tsv or files.src}: {len(part):,} extra training pairs"
             + (f", tagged {files.tag}" if files.tag else "")
             + (f", {files.repeat} times" if files.repeat > 1 else "")
         )
-        parts += [extra] * files.repeat
-    return EncodedCorpus(
-        *(
-            [item for part in parts for item in getattr(part, column)]
-            for column in ("sources", "targets", "src_ids", "tgt_ids")
-        )
-    )  # (lines: data.train's only)
+        segments += [(part, tag)] * files.repeat
+    return store.StoredPairs(segments)
 
 
 def tag_piece(src_sw: Subwords, tag: str) -> int:

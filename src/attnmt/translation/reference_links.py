@@ -6,11 +6,13 @@ with them (attnmt.translation.guided_alignment), train-aligner its alignment lay
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import torch
 from torch import Tensor
 
 from attnmt.core.errors import AttnmtError
-from attnmt.data.corpus import read_lines
+from attnmt.data.corpus import stream_lines
 from attnmt.seq2seq.links import Link
 from attnmt.translation.align import parse_pharaoh
 
@@ -43,13 +45,19 @@ def read_link_file(
 ) -> list[list[Link]]:
     """The links of every line of a Pharaoh file that must have ``lines`` lines (one per line of
     ``corpus``, which ``field`` names it for)."""
-    text = read_lines(path)
-    if len(text) != lines:
+    return list(stream_link_file(path, lines, one_based, corpus, field))
+
+
+def stream_link_file(
+    path, lines: int, one_based: bool, corpus: str = "data.train", field: str = "training.guided_alignment.links"
+) -> Iterator[list[Link]]:
+    """`read_link_file`'s links one line at a time (the file read as it goes); the error on the
+    number of lines comes when the file ends."""
+    count = 0
+    for count, line in enumerate(stream_lines(path), start=1):
+        yield sorted(parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {count}")[0])
+    if count != lines:
         raise AttnmtError(
-            f"{path}: {len(text)} lines of alignment links, but {corpus} has {lines} lines: "
+            f"{path}: {count} lines of alignment links, but {corpus} has {lines} lines: "
             f"{field} needs one line per line of the training corpus"
         )
-    return [
-        sorted(parse_pharaoh(line, one_based, allow_possible=False, where=f"{path}: line {k}")[0])
-        for k, line in enumerate(text, start=1)
-    ]

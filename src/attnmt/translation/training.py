@@ -16,6 +16,7 @@ from attnmt.core.config import Config, GuidedAlignment
 from attnmt.core.distributed import ONE_PROCESS, Processes
 from attnmt.data import splits
 from attnmt.data.batching import Batch, training_batch
+from attnmt.data.store import PairStore, StoredPairs
 from attnmt.data.subwords import PAD, Subwords
 from attnmt.seq2seq import EncoderDecoder, build_model
 from attnmt.seq2seq.graphs import GraphedLoss, graphed_loss
@@ -33,32 +34,35 @@ from attnmt.training.optimization import TrainingSetup, setup_training
 from attnmt.training import fine_tuning
 from attnmt.translation import guided_alignment, reference_links
 from attnmt.translation.evaluation import corpus_scores
-from attnmt.translation.prepare import EncodedCorpus, encode_corpus, prepare_subwords, training_pairs
+from attnmt.translation.prepare import EncodedCorpus, encode_corpus, prepare_subwords, prepared_store, training_pairs
 
 
 @dataclass
 class TranslationData:
     src_sw: Subwords
     tgt_sw: Subwords
-    train: EncodedCorpus  # without the pairs longer than data.max_length
-    dev: EncodedCorpus | None  # every pair; None without a dev set
+    train: StoredPairs  # read from the store: without the pairs held out or dropped by the filters
+    dev: EncodedCorpus | None  # every pair, with its text (BLEU); None without a dev set
+    store: PairStore | None = None
 
 
 def prepare_data(
     config: Config, processes: Processes = ONE_PROCESS, log: Callable[[str], None] = print
 ) -> TranslationData:
-    """The subwords (trained unless present, by the main process while the others wait) and the
-    encoded training and dev corpora of an experiment."""
+    """The subwords and the store of the encoded training pairs (each made unless present, by the
+    main process while the others wait; every process then maps the same store), the training
+    pairs read from it, and the encoded dev corpus of an experiment."""
     with distributed.main_first(processes):  # (it also draws the held-out dev and test sets)
         src_sw, tgt_sw = prepare_subwords(config, log)
-    train = training_pairs(config, src_sw, tgt_sw, log)
+        prepared = prepared_store(config, src_sw, tgt_sw, log, check=processes.main)
+    train = training_pairs(config, prepared, src_sw, log)
     dev = None
     if config.data.dev:
         dev = encode_corpus(splits.resolved(config.data.dev, "dev", config.experiment_dir), src_sw, tgt_sw, None, log)
     if config.training.guided_alignment is not None:
         with distributed.main_first(processes):  # (eflomal runs once, in the main process)
-            guided_alignment.attach_links(config, train, src_sw, tgt_sw, log)
-    return TranslationData(src_sw, tgt_sw, train, dev)
+            guided_alignment.attach_links(config, train, src_sw, tgt_sw, log, check=processes.main)
+    return TranslationData(src_sw, tgt_sw, train, dev, prepared)
 
 
 def setup_translation(
@@ -91,7 +95,7 @@ def summary(config: Config, model: nn.Module, data: TranslationData) -> str:
     )
 
 
-def translation_batch(data: EncodedCorpus, indices: list[int]) -> Batch:
+def translation_batch(data: EncodedCorpus | StoredPairs, indices: list[int]) -> Batch:
     """The pairs ``indices`` of ``data`` as a batch for the loss (training and dev loss); with the
     reference attention of guided alignment where ``data`` has links."""
     batch = training_batch([data.src_ids[i] for i in indices], [data.tgt_ids[i] for i in indices], indices)
