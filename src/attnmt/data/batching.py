@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from attnmt.core import speed
+from attnmt.core.devices import to_numpy
 from attnmt.data.subwords import BOS, EOS, PAD
 
 
@@ -143,7 +144,7 @@ def epoch_batches(
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
     # (int32 draws the same permutation as int64, in half the memory)
     dtype = torch.int32 if len(sizes) < 1 << 31 else torch.int64
-    order = torch.randperm(len(sizes), generator=generator, dtype=dtype, device="cpu").numpy()
+    order = to_numpy(torch.randperm(len(sizes), generator=generator, dtype=dtype, device="cpu"))
     pool = pool_batches * (batch_size if batch_tokens is None else max(1, batch_tokens // int(sizes.max())))
     starts = [np.zeros(0, np.int64)]
     for start in range(0, len(order), pool):
@@ -151,7 +152,7 @@ def epoch_batches(
         chunk[:] = chunk[np.argsort(sizes[chunk], kind="stable")]
         starts.append(start + batch_starts(sizes[chunk], batch_size, batch_tokens))
     starts = np.concatenate(starts + [np.array([len(order)])])
-    shuffled = torch.randperm(len(starts) - 1, generator=generator, device="cpu").numpy()
+    shuffled = to_numpy(torch.randperm(len(starts) - 1, generator=generator, device="cpu"))
     return EpochBatches(order, starts, shuffled)
 
 
