@@ -123,7 +123,7 @@ def trained(tmp_path_factory):
 def test_prepare_and_train(trained):
     assert_ok(trained.prepared)
     assert_ok(trained.trained)
-    assert "training joint bpe subwords (500) on 2000 pairs" in trained.prepared[2]
+    assert "trained joint bpe subwords (500) on 2000 pairs" in trained.prepared[2]
     assert "subword model(s) already in" in trained.trained[2]  # train reuses what prepare made
     assert "finished at step 30" in trained.trained[2]
     for name in ("config.yaml", "spm/joint.model", "best.safetensors", "last.safetensors", "metrics.jsonl"):

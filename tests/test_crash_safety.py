@@ -268,5 +268,5 @@ def test_prepare_that_died_before_writing_its_settings_is_done_again(tmp_path):
     settings.unlink()
     logged = []
     prepare(config, log=logged.append)
-    assert settings.is_file() and any(m.startswith("training joint char subwords") for m in logged)
+    assert settings.is_file() and any(m.startswith("trained joint char subwords") for m in logged)
     assert not list(config.experiment_dir.rglob("*.tmp"))

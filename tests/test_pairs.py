@@ -102,7 +102,7 @@ def test_a_label_the_model_does_not_know_names_its_line(tmp_path):
     path = write(tmp_path / "p.tsv", "a b\tb a\tE\nc d\td c\tMAYBE\n")
     corpus = read_pairs(PairFiles(tsv=path))
     subwords = train_subwords(
-        corpus.premises, corpus.hypotheses, SubwordConfig(type="word", vocab_size=20), tmp_path, seed=1
+        zip(corpus.premises, corpus.hypotheses), SubwordConfig(type="word", vocab_size=20), tmp_path, seed=1
     )[0]
     with pytest.raises(AttnmtError, match="p.tsv: line 2 has the label 'MAYBE'"):
         encode_pairs(corpus, subwords, ["E", "N"], str(path))
@@ -372,7 +372,7 @@ def test_word2vec_embeddings_replace_the_rows_of_the_corpus_pieces(tmp_path):
 
     sentences = [p for p, _, _ in make_pairs(200, seed=1)]
     subwords = train_subwords(
-        sentences + ["zebra"], sentences, SubwordConfig(type="word", vocab_size=100), tmp_path, seed=1
+        zip(sentences + ["zebra"], sentences + ["zebra"]), SubwordConfig(type="word", vocab_size=100), tmp_path, seed=1
     )[0]
     corpus = write(tmp_path / "captions.txt", "\n".join(sentences) + "\n")
     start = torch.randn(len(subwords), 8)

@@ -197,7 +197,7 @@ def subwords(tmp_path_factory):
         "tabs\tand  spaces",
     ] * 20
     config = SubwordConfig(type="bpe", vocab_size=60, joint=True)
-    src, _ = train_subwords(sentences, sentences, config, tmp_path_factory.mktemp("spm"))
+    src, _ = train_subwords(zip(sentences, sentences), config, tmp_path_factory.mktemp("spm"))
     return src
 
 

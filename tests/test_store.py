@@ -13,6 +13,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.data import store
 from attnmt.data.store import StoredPairs
 from attnmt.translation import prepare as preparing
+from attnmt.translation import training as _training  # noqa: F401 (its names bound before a test patches prepare's)
 from attnmt.translation.prepare import encode_corpus, prepare, prepared_store, read_corpus, training_corpus
 from conftest import random_strings, reverse, toy_config, write_tsv
 
@@ -283,6 +284,7 @@ def short_training(folder, steps, **data):
     )
 
 
+@pytest.mark.slow  # trains (the marker's rule)
 def test_training_reads_the_store_never_the_corpus_and_resumes_at_the_exact_batch(tmp_path, monkeypatch):
     from attnmt.data.batching import epoch_batches
 
@@ -320,9 +322,8 @@ def test_every_process_maps_the_store_the_main_one_checked(tmp_path):
         prepared_store(config, src_sw, tgt_sw, quiet)
 
 
-# A child process prepares the store of a corpus and trains a few steps on it, then prints its peak
-# resident memory (getrusage: in kB on Linux). The subwords are trained beforehand, on a sample, so
-# that the child's memory is the store's and the training's alone.
+# A child process prepares a corpus (subwords, store) and trains a few steps on it, then prints its
+# peak resident memory (getrusage: in kB on Linux).
 PREPARE_AND_TRAIN = """
 import resource, sys
 from attnmt.core.config import load_config
@@ -345,17 +346,13 @@ def peak_kb_of_training_on(folder, pairs: int) -> int:
         for _ in range(pairs):
             sentence = " ".join(rng.choice(words) for _ in range(rng.randint(4, 12)))
             f.write(f"{sentence}\t{reverse(sentence)}\n")
+    subwords = {"type": "bpe", "vocab_size": 200, "max_sentences": 10_000}  # (a sample: the memory of 10,000)
     config = toy_config(
         folder,
         [],
-        data={"train": {"tsv": str(folder / "corpus.tsv")}, "subwords": {"type": "bpe", "vocab_size": 200}},
+        data={"train": {"tsv": str(folder / "corpus.tsv")}, "subwords": subwords},
         training={"max_steps": 5, "validate_every": 5, "log_every": 5},
     )
-    sample = toy_config(
-        folder / "sample", [(w, reverse(w)) for w in words * 3], data={"subwords": config.data.subwords.model_dump()}
-    )
-    sample.experiment_dir = config.experiment_dir
-    preparing.prepare_subwords(sample, quiet)  # (the subwords of a sample, as the config asks for them)
     (folder / "config.yaml").write_text(config_to_yaml(config))
     done = subprocess.run(
         [sys.executable, "-c", PREPARE_AND_TRAIN, str(folder / "config.yaml")], capture_output=True, text=True
@@ -375,3 +372,46 @@ def test_memory_does_not_grow_with_the_corpus(tmp_path):
     small = peak_kb_of_training_on(tmp_path / "small", 2_000)
     large = peak_kb_of_training_on(tmp_path / "large", 200_000)
     assert large - small < 80_000, (small, large)  # kB
+
+
+# ---------------------------------------------------------------- subwords and held-out sets, read line by line
+
+
+def test_a_sample_keeps_every_text_in_order_up_to_its_size_then_a_seeded_sample():
+    from attnmt.data.subwords import Sample
+
+    def sample(n, size, seed):
+        drawn = Sample(size, seed)
+        for i in range(n):
+            drawn.add(i, f"line {i}")
+        return drawn.texts()
+
+    assert sample(5, 10, seed=1) == [f"line {i}" for i in range(5)]
+    kept = sample(1000, 100, seed=1)
+    assert len(set(kept)) == 100 and set(kept) <= {f"line {i}" for i in range(1000)}
+    assert kept == sorted(kept, key=lambda text: int(text.split()[1]))  # in the order of the stream
+    assert any(int(text.split()[1]) >= 500 for text in kept)  # not the first ones (a chance of 2^-100 with any seed)
+    assert sample(1000, 100, seed=1) == kept and sample(1000, 100, seed=2) != kept
+
+
+def test_prepare_reads_every_corpus_line_by_line(tmp_path, monkeypatch):
+    """Subwords (from a sample of data.subwords.max_sentences), held-out sets and the store: no corpus is read whole."""
+    from attnmt.data import corpus, splits
+
+    def whole(*args, **kwargs):
+        raise AssertionError("a corpus read whole")
+
+    for module in (corpus, preparing, splits):
+        for name in ("read_corpus", "read_lines", "read_tsv", "read_parallel"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, whole)
+    config = config_of(tmp_path, data={"subwords": {"type": "char", "vocab_size": 40, "max_sentences": 300}})
+    logged = []
+    prepare(config, logged.append)
+    sampled = "trained joint char subwords (40) on 348 pairs (a sample of 300 sentences)"
+    assert sampled in logged  # (400 less 2 blank and 50 held out, 696 sentences)
+    record = splits.checked_record(config.experiment_dir)
+    nonblank = [pair for pair in PAIRS if pair[0].strip() and pair[1].strip()]
+    for name in ("dev", "test"):
+        rows = splits.set_path(config.experiment_dir, name).read_text(encoding="utf-8").splitlines()
+        assert rows == [f"{nonblank[k][0]}\t{nonblank[k][1]}" for k in record.sets[name]]

@@ -71,7 +71,7 @@ HELD_OUT_TGT = sentences(TGT_WORDS, 20, seed=4)
 
 
 def train(folder, type="bpe", joint=True, vocab_size=60):
-    return train_subwords(SOURCES, TARGETS, SubwordConfig(type=type, vocab_size=vocab_size, joint=joint), folder)
+    return train_subwords(zip(SOURCES, TARGETS), SubwordConfig(type=type, vocab_size=vocab_size, joint=joint), folder)
 
 
 @pytest.mark.parametrize("type", ["bpe", "unigram", "char"])

@@ -13,7 +13,7 @@ import random
 import re
 import tempfile
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Iterable, TypeVar
 
 import sentencepiece as spm
 import yaml
@@ -116,26 +116,61 @@ def prepared_subwords(
 
 
 def train_subwords(
-    sources: list[str], targets: list[str], config: SubwordConfig, folder: Path, seed: int = 0, tags: list[str] = ()
+    pairs: Iterable[tuple[str, str]], config: SubwordConfig, folder: Path, seed: int = 0, tags: list[str] = ()
 ) -> tuple[Subwords, Subwords]:
-    """Trains the sentencepiece model(s) on the training corpus and stores them in ``folder/spm``;
-    ``tags``: pieces of their own in the source vocabulary (always cut as one piece)."""
+    """Trains the sentencepiece model(s) on the training pairs, read once as they come, and stores
+    them in ``folder/spm``: a model learns from at most config.max_sentences of its sentences, a
+    sample drawn while they pass (`Sample`); ``tags``: pieces of their own in the source vocabulary
+    (always cut as one piece)."""
     src_path, tgt_path = subword_paths(folder, config.joint)
     _make_folder(src_path.parent)
-    if config.joint:
-        _train_one(sources + targets, config, src_path, seed, tags)
-    else:
-        _train_one(sources, config, src_path, seed, tags)
-        _train_one(targets, config, tgt_path, seed)
+    if config.joint:  # one sample of the sentences of both sides
+        both = Sample(config.max_sentences, seed)
+        for i, (source, target) in enumerate(pairs):
+            both.add((0, i), source)
+            both.add((1, i), target)
+        _train_one(both.texts(), config, src_path, tags)
+    else:  # (the same seed: the same lines of both sides, as long as they are as many)
+        sources, targets = Sample(config.max_sentences, seed), Sample(config.max_sentences, seed)
+        for i, (source, target) in enumerate(pairs):
+            sources.add(i, source)
+            targets.add(i, target)
+        _train_one(sources.texts(), config, src_path, tags)
+        _train_one(targets.texts(), config, tgt_path)
     return Subwords(src_path), Subwords(tgt_path)
 
 
-def train_target_subwords(targets: list[str], config: SubwordConfig, folder: Path, seed: int = 0) -> Subwords:
+def train_target_subwords(targets: Iterable[str], config: SubwordConfig, folder: Path, seed: int = 0) -> Subwords:
     """The target side alone, ``folder/spm/tgt.model`` (speech: the source is audio)."""
     _, tgt_path = subword_paths(folder, False)
     _make_folder(tgt_path.parent)
-    _train_one(targets, config, tgt_path, seed)
+    sample = Sample(config.max_sentences, seed)
+    for i, target in enumerate(targets):
+        sample.add(i, target)
+    _train_one(sample.texts(), config, tgt_path)
     return Subwords(tgt_path)
+
+
+class Sample:
+    """At most ``size`` texts of a stream, each as likely as any other to be kept, drawn as they
+    pass (reservoir sampling, Vitter's algorithm R) with ``seed``, so that a corpus of any length
+    costs the memory of ``size`` texts and the same corpus gives the same sample. ``texts()``: the
+    kept ones in the order of their keys (a stream of at most ``size`` texts: all of them, in order)."""
+
+    def __init__(self, size: int, seed: int):
+        self.size, self.random, self.seen, self.kept = size, random.Random(seed), 0, []
+
+    def add(self, key, text: str):
+        if self.seen < self.size:
+            self.kept.append((key, text))
+        else:
+            slot = self.random.randrange(self.seen + 1)
+            if slot < self.size:
+                self.kept[slot] = (key, text)
+        self.seen += 1
+
+    def texts(self) -> list[str]:
+        return [text for _, text in sorted(self.kept, key=lambda kept: kept[0])]
 
 
 def _make_folder(folder: Path):
@@ -153,9 +188,7 @@ def load_subwords(folder: Path, joint: bool) -> tuple[Subwords, Subwords]:
     return Subwords(src_path), Subwords(tgt_path)
 
 
-def _train_one(texts: list[str], config: SubwordConfig, path: Path, seed: int, tags: list[str] = ()):
-    if len(texts) > config.max_sentences:  # sample here, with our seed, so the result is reproducible
-        texts = random.Random(seed).sample(texts, config.max_sentences)
+def _train_one(texts: list[str], config: SubwordConfig, path: Path, tags: list[str] = ()):
     try:
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             prefix = os.path.join(tmp, "model")

@@ -192,7 +192,7 @@ def prepare_pairs(config: Config, log: Callable[[str], None] = print, force: boo
         def train() -> Subwords:
             pairs = read_pairs(config.data.train)
             log(f"training joint {sub.type} subwords ({sub.vocab_size}) on {len(pairs.premises)} pairs")
-            return train_subwords(pairs.premises, pairs.hypotheses, sub, folder, config.training.seed)[0]
+            return train_subwords(zip(pairs.premises, pairs.hypotheses), sub, folder, config.training.seed)[0]
 
         return prepared_subwords(config, [path], train, lambda: Subwords(path), log, force)
     return _copy_subwords(config, log, force)

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from attnmt.core.config import Config, CorpusFiles, DataConfig, ExtraCorpus
+from attnmt.core.config import Config, CorpusFiles, DataConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.core.files import file_sha256
 from attnmt.core.progress import phase_bar
@@ -73,24 +73,52 @@ def prepare_subwords(
 
     def train():
         if config.training.init_from is not None:
-            if config.data.held_out:  # drawn now, as where subwords are trained (a later prepare checks it)
-                training_corpus(config, log)
+            splits.hold_out(config, log)  # drawn now, as where subwords are trained (a later prepare checks it)
             fine_tuning.copy_subwords(config, log)
             return load_subwords(folder, sub.joint)
-        if sentences is None:
-            corpora = [training_corpus(config, log), *(corpus for _, corpus in extra_corpora(config))]
-            sources, targets = [s for c in corpora for s in c.sources], [t for c in corpora for t in c.targets]
-        else:
-            sources, targets = sentences()
+        pairs = _counted(training_sentences(config, log) if sentences is None else zip(*sentences()))
+        subwords = train_subwords(pairs, sub, folder, config.training.seed, config.data.tags)
+        sampled = pairs.count * (2 if sub.joint else 1) > sub.max_sentences
         log(
-            f"training {'joint' if sub.joint else 'separate'} {sub.type} subwords ({sub.vocab_size}) on "
-            f"{len(sources)} pairs"
+            f"trained {'joint' if sub.joint else 'separate'} {sub.type} subwords ({sub.vocab_size}) on "
+            f"{pairs.count} pairs" + (f" (a sample of {sub.max_sentences:,} sentences)" if sampled else "")
         )
-        return train_subwords(sources, targets, sub, folder, config.training.seed, config.data.tags)
+        return subwords
 
     return prepared_subwords(
         config, [src_path, tgt_path], train, lambda: load_subwords(folder, sub.joint), log, force, config.data.tags
     )
+
+
+def training_sentences(config: Config, log: Callable[[str], None] = print) -> Iterator[tuple[str, str]]:
+    """The pairs the subwords learn from, read line by line: data.train less the dev and test pairs
+    held out of it (drawn on the first call), then each corpus of data.extra_train."""
+    held_out = {k for lines in splits.hold_out(config, log).values() for k in lines}
+    train = CorpusPairs(config.data.train.as_spec())
+    read = 0
+    for read, (_, source, target) in enumerate(train, start=1):
+        if read - 1 not in held_out:
+            yield source, target
+    if not read:
+        raise train.empty_error()
+    for files in config.data.extra_train:
+        for _, source, target in CorpusPairs(files.as_spec()):
+            yield source, target
+
+
+class _counted:
+    """An iterator that counts what it hands out (``count``)."""
+
+    def __init__(self, items):
+        self.items, self.count = iter(items), 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.items)
+        self.count += 1
+        return item
 
 
 def training_corpus(config: Config, log: Callable[[str], None] = print) -> Corpus:
@@ -98,11 +126,6 @@ def training_corpus(config: Config, log: Callable[[str], None] = print) -> Corpu
     first call: attnmt.data.splits)."""
     corpus = read_corpus(config.data.train.as_spec())
     return splits.without(corpus, splits.hold_out(config, log, pairs=len(corpus.sources)))
-
-
-def extra_corpora(config: Config) -> list[tuple[ExtraCorpus, Corpus]]:
-    """The corpora of data.extra_train, read."""
-    return [(files, read_corpus(files.as_spec())) for files in config.data.extra_train]
 
 
 def training_pairs(
