@@ -1,0 +1,42 @@
+"""benchmarks/scale.py's pieces that run in seconds: the generated corpora, the measured command, the
+table (the benchmark itself takes hours at its large sizes: docs/data.md)."""
+
+import re
+import sys
+
+import pytest
+
+from conftest import REPO, shared_data
+
+
+@pytest.fixture
+def scale(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import scale
+
+    return scale
+
+
+def test_a_generated_corpus_is_two_multi30k_pairs_a_line_the_same_for_a_size(scale, tmp_path):
+    shared_data("multi30k")
+    de, en = scale.corpus(tmp_path, 200)
+    lines = de.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 200 == len(en.read_text(encoding="utf-8").splitlines())
+    again = scale.corpus(tmp_path / "again", 200)[0].read_text(encoding="utf-8").splitlines()
+    assert again == lines and len(lines[0].split()) > 10
+
+
+def test_a_measured_command_has_its_time_memory_and_first_step(scale, tmp_path):
+    code = "import time; print('model: 5 parameters; 1,000 training pairs', flush=True); time.sleep(0.6)"
+    run = scale.measured([sys.executable, "-c", code], tmp_path / "run.log", None, scale.ATTNMT_FIRST_STEP)
+    assert run["wall_s"] >= 0.6 and run["first_step_s"] is not None and run["first_step_s"] <= run["wall_s"]
+    assert run["peak_rss_mb"] > 0 and 0 < run["peak_anon_mb"] <= run["peak_rss_mb"]
+    with pytest.raises(RuntimeError, match="ended with status 3"):
+        scale.measured([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "fails.log", None)
+
+
+def test_the_table_has_a_column_for_each_system_and_size(scale):
+    figures = {"prepare": {"wall_s": 6.5, "lines_per_s": 4587}, "train_1": {"peak_rss_mb": 1352, "peak_anon_mb": 1156}}
+    text = scale.table({"attnmt": {30_000: figures}, "opennmt": {30_000: {}}})
+    assert "| | attnmt 30,000 pairs | opennmt 30,000 pairs |" in text
+    assert re.search(r"\| training, peak RSS / RssAnon, MB \| 1,352 / 1,156 \| — \|", text)
