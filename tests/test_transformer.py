@@ -10,7 +10,7 @@ from attnmt.core.config import ModelConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
 from attnmt.seq2seq import BOS, PAD, build_model
-from attnmt.seq2seq.transformer import MultiHeadAttention, attend
+from attnmt.seq2seq.transformer import Embeddings, FeedForward, MultiHeadAttention, attend, sinusoids
 from attnmt.training import make_scheduler, noam, train
 from attnmt.translation.align import force_attention
 from conftest import assert_beam_of_one_equals_greedy, random_strings, toy_config
@@ -72,9 +72,15 @@ def test_causal_mask_a_later_target_token_changes_no_earlier_output(training):
     assert (after[:, k:] - before[:, k:]).abs().amax(dim=-1).min() > 1e-4  # every later position moves
 
 
-@pytest.mark.parametrize("norm, positions", [("pre", "sinusoidal"), ("post", "learned")])
-def test_cached_incremental_decoding_equals_full_forward(norm, positions):
-    model = untrained(norm=norm, positions=positions)
+MARIAN_LIKE = {"scale_embeddings": False, "activation": "silu"}  # (with post-norm and halves: attnmt import's)
+
+
+@pytest.mark.parametrize(
+    "norm, positions, other",
+    [("pre", "sinusoidal", {}), ("post", "learned", {}), ("post", "sinusoidal-halves", MARIAN_LIKE)],
+)
+def test_cached_incremental_decoding_equals_full_forward(norm, positions, other):
+    model = untrained(norm=norm, positions=positions, **other)
     batch = random_batch()
     with torch.inference_mode():
         full = full_log_probs(model, batch)
@@ -87,6 +93,33 @@ def test_cached_incremental_decoding_equals_full_forward(norm, positions):
             steps.append(step.log_probs)
             assert state.length == t + 1  # one cached key and value per position written
     assert_close_where_finite(torch.stack(steps, dim=1), full)
+
+
+def test_sinusoid_halves_are_the_interleaved_sines_and_cosines_side_by_side():
+    """positions: sinusoidal-halves (Marian's) holds PE(pos, 2i) of the interleaved table in column i and
+    PE(pos, 2i+1) in column h + i (h = ceil(d/2)), for an even and an odd width."""
+    for d_model in (32, 7):
+        interleaved, halves = sinusoids(300, d_model), sinusoids(300, d_model, halves=True)
+        h = (d_model + 1) // 2
+        torch.testing.assert_close(halves[:, :h], interleaved[:, 0::2], atol=1e-4, rtol=0)
+        torch.testing.assert_close(halves[:, h:], interleaved[:, 1::2], atol=1e-4, rtol=0)
+
+
+def test_embeddings_unscaled_and_the_activations_are_their_equations():
+    """scale_embeddings: false adds the token embeddings as they are; activation: silu and gelu are
+    W_2 (z sigmoid(z)) and W_2 (z Phi(z)) of z = W_1 x; the defaults are today's sqrt(d_model) and relu."""
+    tokens = torch.tensor([[5, 6, 7]])
+    for scale in (True, False):
+        embeddings = Embeddings(20, ModelConfig(type="transformer", d_model=16, scale_embeddings=scale, dropout=0.0))
+        expected = embeddings.tokens(tokens) * (4.0 if scale else 1.0) + sinusoids(3, 16)
+        torch.testing.assert_close(embeddings(tokens), expected, atol=0, rtol=0)
+    x = torch.randn(3, 16)
+    for name, act in (("relu", torch.relu), ("silu", lambda z: z * torch.sigmoid(z)), ("gelu", None)):
+        ff = FeedForward(16, 32, name)
+        z = ff.W_1(x)
+        act = act or (lambda z: z * 0.5 * (1 + torch.erf(z / 2**0.5)))
+        torch.testing.assert_close(ff(x), ff.W_2(act(z)), atol=1e-6, rtol=0)
+    assert ModelConfig().activation == "relu" and ModelConfig().scale_embeddings is True
 
 
 def test_beam_reordering_of_the_cache_equals_decoding_the_reordered_batch():
@@ -201,6 +234,8 @@ def test_config_errors_name_the_field(tmp_path):
         toy_config(tmp_path, [("a", "a")], model={"type": "transfomer"})
     with pytest.raises(AttnmtError, match="training.schedule"):
         toy_config(tmp_path, [("a", "a")], training={"schedule": "cosine"})
+    with pytest.raises(AttnmtError, match="model.activation"):  # (Marian's name; attnmt's is silu)
+        toy_config(tmp_path, [("a", "a")], model={"type": "transformer", "activation": "swish"})
 
 
 # ---------------------------------------------------------------- a trained model

@@ -99,12 +99,16 @@ class ModelConfig(Section):
     d_model: Width = 256
     heads: Width = 4
     feed_forward: Width = 1024  # inner size of the position-wise feed-forward layers
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    # sinusoidal: sines and cosines interleaved (Vaswani et al.); sinusoidal-halves: the sines in the first half
+    # of the dimensions, the cosines in the second (Marian's); learned: a trained vector a position
+    positions: Literal["sinusoidal", "sinusoidal-halves", "learned"] = "sinusoidal"
     # longest sequence with learned positions (Transformer), or that luong-location attention scores (RNN)
     max_positions: int = Field(1024, gt=0, le=100_000)
     norm: Literal["pre", "post"] = "pre"  # LayerNorm before each sublayer (pre) or after the residual (post)
     attention_dropout: float = Field(0.1, ge=0, lt=1)  # on the attention weights
     share_embeddings: bool = False  # source = target embeddings = output projection (joint vocabulary)
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) before the positions are added
+    activation: Literal["relu", "silu", "gelu"] = "relu"  # of the feed-forward layers: W_2 act(W_1 x) (silu: swish)
     # Both
     dropout: float = Field(0.3, ge=0, lt=1)
     tie_embeddings: bool = False  # target embeddings = output projection

@@ -101,16 +101,22 @@ def attention_of(config: ModelConfig) -> MultiHeadAttention:
     return MultiHeadAttention(config.d_model, config.heads, config.attention_dropout, config.attention_normalizer)
 
 
-class FeedForward(nn.Module):
-    """FFN(x) = W_2 relu(W_1 x + b_1) + b_2, the same at every position."""
+# The feed-forward layers' nonlinearity (model.activation): relu(z) = max(z, 0), as Vaswani et al.;
+# silu(z) = z sigmoid(z), the swish of Marian's OPUS-MT models; gelu(z) = z Phi(z), Phi the normal CDF.
+ACTIVATIONS = {"relu": torch.relu, "silu": F.silu, "gelu": F.gelu}
 
-    def __init__(self, d_model: int, hidden: int):
+
+class FeedForward(nn.Module):
+    """FFN(x) = W_2 act(W_1 x + b_1) + b_2, the same at every position; act is model.activation."""
+
+    def __init__(self, d_model: int, hidden: int, activation: str = "relu"):
         super().__init__()
         self.W_1 = nn.Linear(d_model, hidden)
         self.W_2 = nn.Linear(hidden, d_model)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.W_2(torch.relu(self.W_1(x)))
+        return self.W_2(self.activation(self.W_1(x)))
 
 
 class Layer(nn.Module):
@@ -134,7 +140,7 @@ class EncoderLayer(Layer):
     def __init__(self, config: ModelConfig):
         super().__init__(config, 2)
         self.self_attention = attention_of(config)
-        self.feed_forward = FeedForward(config.d_model, config.feed_forward)
+        self.feed_forward = FeedForward(config.d_model, config.feed_forward, config.activation)
 
     def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False):
         h = self.pre(0, x)
@@ -149,7 +155,7 @@ class DecoderLayer(Layer):
         super().__init__(config, 3)
         self.self_attention = attention_of(config)
         self.cross_attention = attention_of(config)
-        self.feed_forward = FeedForward(config.d_model, config.feed_forward)
+        self.feed_forward = FeedForward(config.d_model, config.feed_forward, config.activation)
 
     def forward(
         self,
@@ -186,8 +192,13 @@ class DecoderLayer(Layer):
         return x, (k, v), (self_weights, cross_weights), context
 
 
-def sinusoids(length: int, d_model: int, device: torch.device | None = None) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+def sinusoids(length: int, d_model: int, device: torch.device | None = None, halves: bool = False) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model));
+    ``halves`` (positions: sinusoidal-halves, Marian's layout): the same sines in the first half of
+    the dimensions and the cosines in the second, PE(pos, i) = sin(pos / 10000^(2i/d_model)) and
+    PE(pos, h + i) = cos(pos / 10000^(2i/d_model)), h = ceil(d_model / 2)."""
+    if halves:
+        return _sinusoid_halves(length, d_model, device)
     position = torch.arange(length, dtype=torch.float32, device=device).unsqueeze(1)
     frequency = torch.exp(
         torch.arange(0, d_model, 2, dtype=torch.float32, device=device) * (-math.log(10000.0) / d_model)
@@ -198,8 +209,19 @@ def sinusoids(length: int, d_model: int, device: torch.device | None = None) -> 
     return table
 
 
+def _sinusoid_halves(length: int, d_model: int, device: torch.device | None) -> Tensor:
+    """sinusoids(halves=True), computed in float64 as Marian's table is (transformers'
+    MarianSinusoidalPositionalEmbedding), so that an imported model adds the very numbers it was
+    trained with; stored in float32."""
+    position = torch.arange(length, dtype=torch.float64, device=device).unsqueeze(1)
+    frequency = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64, device=device) / d_model)
+    angles = position * frequency
+    return torch.cat([torch.sin(angles), torch.cos(angles[:, : d_model // 2])], dim=1).float()
+
+
 class Embeddings(nn.Module):
-    """Token embeddings times sqrt(d_model), plus position encodings, then dropout.
+    """Token embeddings times sqrt(d_model) (times 1 without model.scale_embeddings), plus position
+    encodings, then dropout.
 
     The scale makes tokens as loud as the positions: embeddings are initialised with
     standard deviation d_model^-0.5 (they double as the output layer when shared)."""
@@ -207,10 +229,15 @@ class Embeddings(nn.Module):
     def __init__(self, vocab_size: int, config: ModelConfig):
         super().__init__()
         self.d_model, self.max_positions = config.d_model, config.max_positions
+        self.scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+        self.halves = config.positions == "sinusoidal-halves"
         self.tokens = nn.Embedding(vocab_size, config.d_model, padding_idx=PAD)
         self.learned = nn.Embedding(config.max_positions, config.d_model) if config.positions == "learned" else None
-        self.register_buffer("table", sinusoids(config.max_positions, config.d_model), persistent=False)
+        self.register_buffer("table", self.sinusoids(config.max_positions), persistent=False)
         self.dropout = Dropout(config.dropout)
+
+    def sinusoids(self, length: int, device: torch.device | None = None) -> Tensor:
+        return sinusoids(length, self.d_model, device, self.halves)
 
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
         """tokens (B,T) at positions start, ..., start + T - 1 -> (B,T,d_model)."""
@@ -223,15 +250,15 @@ class Embeddings(nn.Module):
                 )
             positions = self.learned(torch.arange(start, end, device=tokens.device))
         else:
-            table = self.table if end <= len(self.table) else sinusoids(end, self.d_model, tokens.device)
+            table = self.table if end <= len(self.table) else self.sinusoids(end, tokens.device)
             positions = table[start:end]
-        return self.dropout(self.tokens(tokens) * math.sqrt(self.d_model) + positions)
+        return self.dropout(self.tokens(tokens) * self.scale + positions)
 
     def at(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """tokens (B,) each at its position (B,), a tensor (a captured step reads no number from
         it; within the table: FixedCache's capacity) -> (B,1,d_model)."""
         table = self.table if self.learned is None else self.learned.weight
-        return self.dropout(self.tokens(tokens) * math.sqrt(self.d_model) + table[positions]).unsqueeze(1)
+        return self.dropout(self.tokens(tokens) * self.scale + table[positions]).unsqueeze(1)
 
 
 @dataclass

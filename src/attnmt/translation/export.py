@@ -99,14 +99,18 @@ def transformer_spec(model, src_vocab: list[str], tgt_vocab: list[str]):
     """The TransformerSpec of attnmt's Transformer ``model`` (attnmt.seq2seq.transformer)."""
     from ctranslate2.specs import TransformerDecoderSpec, TransformerEncoderSpec, TransformerSpec
 
+    from ctranslate2.specs.common_spec import Activation
+
     config = model.config
     pre_norm = config.norm == "pre"
-    # Both stacks scale embeddings by sqrt(d_model) (the spec's default, scale_embeddings) and,
-    # with pre-norm, end in a LayerNorm (the spec's layer_norm); post-norm has none.
+    activation = {"relu": Activation.RELU, "silu": Activation.SWISH, "gelu": Activation.GELU}[config.activation]
+    # With pre-norm both stacks end in a LayerNorm (the spec's layer_norm); post-norm has none.
     spec = TransformerSpec(
-        TransformerEncoderSpec(config.encoder_layers, config.heads, pre_norm=pre_norm),
-        TransformerDecoderSpec(config.decoder_layers, config.heads, pre_norm=pre_norm),
+        TransformerEncoderSpec(config.encoder_layers, config.heads, pre_norm=pre_norm, activation=activation),
+        TransformerDecoderSpec(config.decoder_layers, config.heads, pre_norm=pre_norm, activation=activation),
     )
+    # Both stacks scale embeddings by sqrt(d_model), or not (model.scale_embeddings)
+    spec.encoder.scale_embeddings = spec.decoder.scale_embeddings = config.scale_embeddings
     spec.config.add_source_eos = True  # attnmt ends every source with </s>
     spec.config.layer_norm_epsilon = model.encoder_layers[0].norms[0].eps  # torch's 1e-5, not CT2's 1e-6
     _set_stack(spec.encoder, model.src_embed, model.encoder_norm)
@@ -135,7 +139,8 @@ def _set_stack(spec, embeddings, final_norm):
     embedding_spec = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     embedding_spec.weight = _array(embeddings.tokens.weight)
     # The position table attnmt adds (learned or sinusoidal), given explicitly: CTranslate2's
-    # built-in sinusoids are laid out [sin..., cos...], attnmt's interleaved.
+    # built-in sinusoids are laid out [sin..., cos...], attnmt's interleaved (or in halves, but
+    # computed in float64: model.positions sinusoidal-halves).
     table = embeddings.learned.weight if embeddings.learned is not None else embeddings.table
     spec.position_encodings.encodings = _array(table)
     if isinstance(final_norm, torch.nn.LayerNorm):
