@@ -119,6 +119,7 @@ SLOW_FIXTURES = {
     "pair_model",
     "speech_model",
     "scramble",
+    "marian",  # tests/test_hub.py: a small Marian model built, trained a few steps and imported
 }
 
 

@@ -17,6 +17,7 @@ from attnmt.cli import (
     compare,
     evaluate,
     export,
+    hub,
     plots,
     quickstart,
     score,
@@ -32,7 +33,21 @@ from attnmt.core.errors import AttnmtError
 __all__ = ["MAX_TOKENS", "build_parser", "command_line", "main", "window_argument"]
 
 # the command modules, in the order of the commands in `attnmt --help`
-COMMANDS = (train, translate, evaluate, score, shortlist, classify, export, quickstart, align, compare, serve, plots)
+COMMANDS = (
+    train,
+    translate,
+    evaluate,
+    score,
+    shortlist,
+    classify,
+    export,
+    hub,
+    quickstart,
+    align,
+    compare,
+    serve,
+    plots,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
