@@ -1,6 +1,7 @@
 """`attnmt info MODEL_DIR`: what a trained model folder holds, without translating anything:
-its task and model, its size (parameters, vocabularies), the data it was trained on, how far it
-was trained, and its scores (the best validation and the test sets, from metrics.jsonl)."""
+its task and model, its size (parameters, vocabularies), the data it was trained on (or, for a model
+that attnmt import made, where it came from), how far it was trained, and its scores (the best
+validation and the test sets, from metrics.jsonl)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from pathlib import Path
 from attnmt.core.checkpoint import read_info, read_trainer_state
 from attnmt.core.folders import inside_folder, kept_checkpoints, load_folder
 from attnmt.core.task import task_of
+from attnmt.translation.marian import IMPORTED
+
+MAX_IMPORTED_BYTES = 1_000_000  # imported.json: attnmt import's record of a model's origin
 
 # Fields of a metrics record that are bookkeeping, not scores
 NOT_SCORES = {"type", "step", "epoch", "seconds", "lr", "best", "name", "sentences", "beam", "utterances"}
@@ -26,8 +30,12 @@ def model_info(folder: str | Path) -> dict:
         "model": task_of(config.task).architecture(config),
         "parameters": sum(p.numel() for p in model.model.parameters()),
         "vocabularies": _vocabularies(model),
-        "data": _data(config),
     }
+    imported = _imported(folder)
+    if imported is not None:  # never trained here: its config's data section is a placeholder
+        info["imported_from"] = imported
+    else:
+        info["data"] = _data(config)
     last = inside_folder(folder, folder / "last.safetensors")
     if last.is_file():
         state = read_trainer_state(last)
@@ -44,6 +52,19 @@ def model_info(folder: str | Path) -> dict:
     info["checkpoints"] = _checkpoints(folder)
     info["scores"] = _scores(inside_folder(folder, folder / "metrics.jsonl"))
     return info
+
+
+def _imported(folder: Path) -> str | None:
+    """Where an imported model came from (the folder or hub name given to attnmt import), or None."""
+    path = inside_folder(folder, folder / IMPORTED)
+    if not path.is_file() or path.stat().st_size > MAX_IMPORTED_BYTES:
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    source = record.get("source") if isinstance(record, dict) else None
+    return f"{source} (a Marian model, by attnmt import)" if isinstance(source, str) else None
 
 
 def _checkpoints(folder: Path) -> dict:
@@ -122,7 +143,9 @@ def format_info(info: dict) -> str:
     ]
     if "labels" in vocab:
         rows.append(("labels", ", ".join(vocab["labels"])))
-    rows += [(f"data {name}", files) for name, files in info["data"].items()]
+    if "imported_from" in info:
+        rows.append(("imported from", info["imported_from"]))
+    rows += [(f"data {name}", files) for name, files in info.get("data", {}).items()]
     if "training" in info:
         t = info["training"]
         rows.append(
