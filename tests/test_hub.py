@@ -28,7 +28,7 @@ except ImportError:
 
 from marian_helpers import marian_folder, multi30k  # noqa: E402
 
-TESTS = 60  # sentences of test_2016_flickr for the comparisons (a few seconds in all)
+TESTS = 200  # sentences of test_2016_flickr for the comparisons
 LIMIT = 24  # every output's length limit, </s> included: some outputs end there
 
 
