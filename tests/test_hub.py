@@ -249,3 +249,37 @@ def test_an_existing_folder_is_kept_without_force(untrained, tmp_path):
     (tmp_path / "imported" / "mine.txt").write_text("kept", encoding="utf-8")
     assert main(["import", str(untrained), str(tmp_path / "imported")]) != 0
     assert (tmp_path / "imported" / "mine.txt").read_text(encoding="utf-8") == "kept"
+
+
+# ---------------------------------------------------------------- a hub name
+
+
+def test_a_hub_name_is_downloaded_by_transformers_and_imported_as_a_folder(untrained, tmp_path):
+    """What a hub name goes through (here with a local path, which from_pretrained reads as it
+    reads its cache): transformers' from_pretrained and save_pretrained into a folder, then the
+    folder's import, with the same weights as the folder's own import."""
+    from safetensors.torch import load_file
+
+    downloaded = tmp_path / "downloaded"
+    downloaded.mkdir()
+    attnmt.translation.marian._download(str(untrained), downloaded, log=lambda _: None)
+    for name, folder in (("direct", untrained), ("through-transformers", downloaded)):
+        attnmt.translation.marian.import_marian(folder, tmp_path / name, log=lambda _: None)
+    direct, through = (
+        load_file(str(tmp_path / name / "best.safetensors")) for name in ("direct", "through-transformers")
+    )
+    assert direct.keys() == through.keys()
+    for name in direct:
+        assert torch.equal(direct[name], through[name]), name
+
+
+def test_a_hub_name_that_cannot_be_fetched_is_a_clear_error(tmp_path, monkeypatch):
+    require(transformers is not None, "pip install transformers (attnmt[hub] or attnmt[test])")
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # (no network here; read by huggingface_hub when imported)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-cache"))
+    with pytest.raises(AttnmtError, match="Helsinki-NLP/opus-mt-xx-yy: transformers could not load it"):
+        attnmt.translation.marian.import_marian("Helsinki-NLP/opus-mt-xx-yy", tmp_path / "out", log=lambda _: None)
+    assert not (tmp_path / "out").exists()

@@ -425,10 +425,14 @@ def _download(name: str, folder: Path, log: Callable[[str], None]):
         raise AttnmtError(f"importing {name} from the hub needs transformers: pip install 'attnmt[hub]'") from None
     log(f"downloading {name} with transformers")
     try:
-        MarianTokenizer.from_pretrained(name).save_pretrained(folder)
-        MarianMTModel.from_pretrained(name).save_pretrained(folder)
-    except OSError as e:  # transformers' error for a name it cannot find or fetch
+        # the model first: for a name it cannot find or fetch, its from_pretrained raises OSError,
+        # where transformers 5's MarianTokenizer goes on without its files and fails on a None path
+        model = MarianMTModel.from_pretrained(name)
+        tokenizer = MarianTokenizer.from_pretrained(name)
+    except OSError as e:
         raise AttnmtError(f"{name}: transformers could not load it ({e})") from None
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
 
 
 def _import_folder(folder: Path, source: str, out_dir: Path, log: Callable[[str], None]) -> Path:
