@@ -11,7 +11,9 @@ each a field of the model section (docs/config.md): post-norm layers without a f
 Its output layer, ``lm_head`` plus ``final_logits_bias``, is attnmt's generator with its bias; the
 decoder's first input, Marian's ``decoder_start_token_id`` (the pad id), is attnmt's BOS, whose
 embedding becomes that token's. Source and target have embeddings of their own (a decoder vocabulary
-of its own where the config has one, ``share_encoder_decoder_embeddings: false``).
+of its own where the config has one, ``share_encoder_decoder_embeddings: false``). A folder that
+``attnmt export --format huggingface`` wrote (attnmt.translation.marian_export) has a piece <s>, the
+decoder's start: it imports as the model it was exported from.
 
 The vocabulary. Marian cuts a text with its sentencepiece model (source.spm, target.spm) and looks
 each piece up in vocab.json (target_vocab.json for a separate decoder vocabulary): a piece that is
@@ -277,14 +279,18 @@ def _check_vocabularies(marian: Marian):
         for piece in ("<unk>", "<pad>"):
             if piece not in side.vocab:
                 raise AttnmtError(f"{side.vocab_file}: no {piece} piece (MarianTokenizer needs one)")
-        if "<s>" in side.vocab:
-            raise AttnmtError(
-                f"{side.vocab_file}: a piece <s> (id {side.vocab['<s>']}) is attnmt's BOS, which a Marian "
-                "decoder starts from decoder_start_token_id instead: not importable yet"
-            )
     start = marian.number("decoder_start_token_id", marian.config.get("pad_token_id"))
     if not 0 <= start < rows["target"]:
         raise AttnmtError(f"{config_file}: decoder_start_token_id {start} is no id of the target vocabulary")
+    # <s> is attnmt's BOS, which it never writes: a decoder may start from it (a folder that attnmt
+    # export wrote: decoder_start_token_id is its id), and an encoder never reads it (the source's
+    # sentencepiece model cuts no <s> from a text); a target <s> that the decoder could write has no id here
+    target_bos = marian.target.vocab.get("<s>")
+    if target_bos is not None and target_bos != start:
+        raise AttnmtError(
+            f"{marian.target.vocab_file}: a piece <s> (id {target_bos}) that the decoder can write (it starts from "
+            f"decoder_start_token_id {start}): attnmt's <s> is its BOS, which it never writes: not importable"
+        )
 
 
 def _embeddings(marian: Marian, stack: str) -> torch.Tensor:
@@ -439,8 +445,10 @@ def _import_folder(folder: Path, source: str, out_dir: Path, log: Callable[[str]
     marian = read_marian(folder)
     model = model_section(marian)
     start = marian.number("decoder_start_token_id", marian.config.get("pad_token_id"))
-    # (an encoder never reads BOS: its row is the pad's)
-    src_proto, src_ids, _ = vocabulary_layout(marian.source, marian.source.vocab["<pad>"])
+    # (an encoder never reads BOS: its row is the pad's, or that of the source's <s>)
+    src_proto, src_ids, _ = vocabulary_layout(
+        marian.source, marian.source.vocab.get("<s>", marian.source.vocab["<pad>"])
+    )
     tgt_proto, tgt_ids, known = vocabulary_layout(marian.target, start)
     raw = {
         "experiment_dir": ".",
