@@ -12,6 +12,7 @@ Multi30k. No network."""
 from __future__ import annotations
 
 import shutil
+import sys
 
 import pytest
 import torch
@@ -262,6 +263,16 @@ def pre_norm(tmp_path_factory):
     return copy_model(tmp_path_factory.mktemp("pre-norm"), 1, **TRANSFORMER, decoder_layers=1).folder
 
 
+def changed(folder, tmp_path, change: dict):
+    """A copy of the model folder ``folder`` with ``change`` in its config's model section."""
+    copy = tmp_path / "model"
+    shutil.copytree(folder, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text(encoding="utf-8"))
+    config["model"] |= change
+    (copy / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    return copy
+
+
 def refusal(folder, out, capsys) -> str:
     assert main(["export", str(folder), "--format", "huggingface", str(out)]) == 2
     assert not out.exists() and not out.with_name(out.name + ".partial").exists()
@@ -288,12 +299,14 @@ def test_a_pre_norm_model_is_refused_with_the_field_named(pre_norm, tmp_path, ca
 )
 def test_what_marian_cannot_express_is_refused_with_the_field_named(pre_norm, tmp_path, capsys, change, expected):
     """(The config decides, before any weight is read: a copy of the folder with its config changed.)"""
-    folder = tmp_path / "model"
-    shutil.copytree(pre_norm, folder)
-    config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
-    config["model"] |= change
-    (folder / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    folder = changed(pre_norm, tmp_path, change)
     assert f"{folder}: {expected}" in refusal(folder, tmp_path / "hf", capsys)
+
+
+def test_without_transformers_the_export_says_what_to_install(pre_norm, tmp_path, monkeypatch, capsys):
+    folder = changed(pre_norm, tmp_path, {"norm": "post", "positions": "sinusoidal-halves"})
+    monkeypatch.setitem(sys.modules, "transformers", None)  # (import transformers: ImportError)
+    assert "needs transformers (and protobuf): pip install 'attnmt[hub]'" in refusal(folder, tmp_path / "hf", capsys)
 
 
 def test_the_options_of_the_other_format_are_refused(pre_norm, tmp_path, capsys):
