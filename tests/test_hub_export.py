@@ -306,7 +306,7 @@ def test_what_marian_cannot_express_is_refused_with_the_field_named(pre_norm, tm
 def test_without_transformers_the_export_says_what_to_install(pre_norm, tmp_path, monkeypatch, capsys):
     folder = changed(pre_norm, tmp_path, {"norm": "post", "positions": "sinusoidal-halves"})
     monkeypatch.setitem(sys.modules, "transformers", None)  # (import transformers: ImportError)
-    assert "needs transformers (and protobuf): pip install 'attnmt[hub]'" in refusal(folder, tmp_path / "hf", capsys)
+    assert "needs transformers: pip install 'attnmt[hub]'" in refusal(folder, tmp_path / "hf", capsys)
 
 
 def test_the_options_of_the_other_format_are_refused(pre_norm, tmp_path, capsys):

@@ -140,9 +140,7 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise AttnmtError(
-            "attnmt export --format huggingface needs transformers (and protobuf): pip install 'attnmt[hub]'"
-        ) from None
+        raise AttnmtError("attnmt export --format huggingface needs transformers: pip install 'attnmt[hub]'") from None
     return transformers
 
 
