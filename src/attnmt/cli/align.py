@@ -5,10 +5,14 @@ against a gold file)."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+from typing import Iterator
 
 from attnmt.cli.options import _head_list, _positive, checkpoint_option, device_option, threads_option
-from attnmt.cli.streams import log, read_line_pairs, write_lines, write_text
+from attnmt.cli.streams import LazyOutput, lines_together, log, renumbered, write_text
+from attnmt.cli.translate import CHUNK_LINES as TRANSLATED_LINES
+from attnmt.cli.translate import chunks
 from attnmt.core.errors import AttnmtError
 
 
@@ -108,9 +112,10 @@ def add_align_score_parser(subparsers):
 
 def run_align(args):
     from attnmt.api import load
-    from attnmt.translation.align import align, align_both_ways, format_pharaoh
+    from attnmt.core.progress import phase_bar
 
-    sources, targets = read_line_pairs(args.src, args.tgt)
+    pairs = aligned_pairs(args)
+    first = list(itertools.islice(pairs, CHUNK_LINES))  # (an error in these lines: before the model is loaded)
     model = load(args.model_dir, args.checkpoint, device=args.device)
     options = dict(
         batch_size=args.batch_size,
@@ -124,14 +129,51 @@ def run_align(args):
     )
     if args.backward_aligner and not args.backward:
         raise AttnmtError("--backward-aligner is the alignment layer of the --backward model: give --backward too")
-    aligner = _aligner(args.aligner, model)
+    models = [(model, _aligner(args.aligner, model))]
     if args.backward:
         backward = load(args.backward, args.checkpoint, device=args.device)
-        aligners = (aligner, _aligner(args.backward_aligner, backward))
-        links = align_both_ways(model, backward, sources, targets, args.symmetrize, aligners, **options)
-    else:
-        links = align(model, sources, targets, aligner=aligner, **options)
-    write_lines(args.output, (format_pharaoh(pair_links) for pair_links in links))
+        models.append((backward, _aligner(args.backward_aligner, backward)))
+    with LazyOutput(args.output) as out, phase_bar(itertools.chain(first, pairs), "aligning", unit="line") as lines:
+        try:
+            for chunk in itertools.chain(chunks(lines, CHUNK_LINES), [] if first else [[]]):
+                out.write(aligned_chunk(models, chunk, args, options))
+        except AttnmtError as error:
+            if out.lines:
+                raise AttnmtError(f"{error} (the links of the {out.lines} pairs before were written)") from None
+            raise
+
+
+# Pairs read, aligned and written at a time, as translate reads its lines (CHUNK_LINES): files of
+# any length are aligned in the memory of this many pairs, and their links are written in order as
+# each chunk is done (the pairs of a chunk are batched by length). Every option is of each pair
+# alone (--backward and --symmetrize too: both directions of a pair are symmetrized together).
+CHUNK_LINES = TRANSLATED_LINES
+
+
+def aligned_pairs(args) -> Iterator[tuple[int, list[str]]]:
+    """The lines of --src and --tgt read together as streams: line number, [source, target]."""
+    from attnmt.data.corpus import stream_lines
+
+    return lines_together([(args.src, stream_lines(args.src)), (args.tgt, stream_lines(args.tgt))])
+
+
+def aligned_chunk(models, chunk, args, options) -> list[str]:
+    """The links of each pair of ``chunk`` (models: the forward model and its aligner, and the
+    --backward one), as Pharaoh lines in order; an error about one of them names its line."""
+    from attnmt.translation.align import align, align_both_ways, format_pharaoh
+
+    sources, targets = [pair[0] for _, pair in chunk], [pair[1] for _, pair in chunk]
+    (model, aligner), *backward = models
+    try:
+        if backward:
+            aligners = (aligner, backward[0][1])
+            links = align_both_ways(model, backward[0][0], sources, targets, args.symmetrize, aligners, **options)
+        else:
+            links = align(model, sources, targets, aligner=aligner, **options)
+    except AttnmtError as error:  # ("pair N" of the chunk: pair and line N of the files)
+        message, of_a_pair = renumbered(str(error), chunk[0][0] if chunk else 1)
+        raise AttnmtError(f"{args.src}, {args.tgt}: {message}" if of_a_pair else message) from None
+    return [format_pharaoh(pair_links) for pair_links in links]
 
 
 def _aligner(folder, model):

@@ -3,12 +3,17 @@ score per line, as Marian's scorer and fairseq's --score-reference give them."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from dataclasses import dataclass
+from typing import Iterator
 
-from attnmt.cli.models import load_model, tags_of
+from attnmt.cli.models import known_tag, load_model
 from attnmt.cli.options import MAX_TOKENS, model_options, tag_file_option
-from attnmt.cli.streams import close_output, log, open_output, read_input, read_line_pairs
+from attnmt.cli.streams import LazyOutput, input_lines, lines_together, log, renumbered
+from attnmt.cli.translate import CHUNK_LINES as TRANSLATED_LINES
+from attnmt.cli.translate import chunks
 from attnmt.core.errors import AttnmtError
 
 
@@ -59,100 +64,155 @@ def add_parser(subparsers):
 
 
 def run(args):
+    from attnmt.core.progress import phase_bar
+
     if args.backward and args.normalize:
         raise AttnmtError("--backward writes the dual score, which is per token already: leave out --normalize")
-    sources, translations, name = read_pairs(args)
+    if args.tag_file is not None and args.tag:
+        raise AttnmtError("give --tag (one tag for every line) or --tag-file (a tag for each line), not both")
+    pairs, name = read_pairs(args)
+    first = list(itertools.islice(pairs, CHUNK_LINES))  # (an error in these lines: before the model is loaded)
+    if not first and args.src is None:
+        raise AttnmtError(f"{name}: no lines to score")
     model = load_model(args)
     if model.inputs != "text":
         raise AttnmtError(f"{args.model_dir}: attnmt score scores translations of text; this is {model.what}")
-    args.tag = tags_of(args, model, len(sources), name)
-    try:
-        if args.backward:
-            scored = dual(model, sources, translations, args)
-        else:
-            scored = model.score(
-                sources,
-                translations,
-                batch_size=args.batch_size,
-                max_tokens=args.max_tokens,
-                progress="scoring",
-                tag=args.tag,
-            )
-    except AttnmtError as error:
-        raise AttnmtError(f"{name}: {error}") from None
-    write_scores(scored, args)
-    if args.backward:
-        log(summary([s.forward for s in scored], "target"))
-        log(summary([s.backward for s in scored], "source"))
-    else:
-        log(summary(scored, "target"))
+    backward = backward_model(args) if args.backward else None
+    totals = {"target": Totals(), "source": Totals()}
+    with LazyOutput(args.output) as out, phase_bar(itertools.chain(first, pairs), "scoring", unit="line") as lines:
+        try:
+            for chunk in itertools.chain(chunks(lines, CHUNK_LINES), [] if first else [[]]):
+                scored = scored_chunk(model, backward, chunk, args, name)
+                out.write(score_lines(scored, args))
+                totals["target"].add([s.forward for s in scored] if backward else scored)
+                totals["source"].add([s.backward for s in scored] if backward else [])
+        except AttnmtError as error:
+            if out.lines:
+                raise AttnmtError(f"{error} (the scores of the {out.lines} pairs before were written)") from None
+            raise
+    log(summary(totals["target"], "target"))
+    if backward is not None:
+        log(summary(totals["source"], "source"))
 
 
-def dual(model, sources: list[str], translations: list[str], args):
-    from attnmt.api import load
-    from attnmt.cli.models import quantize
+# Pairs read, scored and written at a time, as translate reads its lines (CHUNK_LINES): a file or
+# stream of any length is scored in the memory of this many pairs, and its scores are written in
+# order as each chunk is done (Translator.score sorts each chunk's pairs by length into batches)
+CHUNK_LINES = TRANSLATED_LINES
+
+
+def scored_chunk(model, backward, chunk: list[Pair], args, name: str) -> list:
+    """The ScoredTranslation of each pair of ``chunk`` (with ``backward``, a target->source model:
+    its DualScore), in order; an error about one of them names its line."""
     from attnmt.translation.filtering import dual_scores
 
-    backward = load(args.backward, args.checkpoint, quantize=quantize(args), device=args.device)
-    return dual_scores(
-        model, backward, sources, translations, args.batch_size, args.max_tokens, progress=True, tag=args.tag
-    )
+    sources, translations = [p.source for p in chunk], [p.translation for p in chunk]
+    tag = args.tag if args.tag_file is None else [known_tag(args, model, p.number, p.tag.strip()) for p in chunk]
+    try:
+        if backward is not None:
+            return dual_scores(model, backward, sources, translations, args.batch_size, args.max_tokens, tag=tag)
+        return model.score(sources, translations, batch_size=args.batch_size, max_tokens=args.max_tokens, tag=tag)
+    except AttnmtError as error:  # ("pair N" of the chunk: pair and line N of the files)
+        raise AttnmtError(f"{name}: {renumbered(str(error), chunk[0].number if chunk else 1)[0]}") from None
 
 
-def summary(scored, side: str) -> str:
-    tokens = sum(len(s.tokens) for s in scored)
-    per_token = math.fsum(s.log_prob for s in scored) / max(tokens, 1)
+def backward_model(args):
+    from attnmt.api import load
+    from attnmt.cli.models import quantize
+
+    return load(args.backward, args.checkpoint, quantize=quantize(args), device=args.device)
+
+
+class Totals:
+    """What summary prints of the pairs scored so far, summed as each chunk is scored."""
+
+    def __init__(self):
+        self.count, self.tokens, self.log_prob = 0, 0, 0.0
+
+    def add(self, scored):
+        self.count += len(scored)
+        self.tokens += sum(len(s.tokens) for s in scored)
+        self.log_prob = math.fsum([self.log_prob, *(s.log_prob for s in scored)])
+
+
+def summary(totals: Totals, side: str) -> str:
+    per_token = totals.log_prob / max(totals.tokens, 1)
     return (
-        f"scored {len(scored)} {'translations' if side == 'target' else 'sources (backward)'}, {tokens} {side} "
-        f"tokens: log-probability per token {per_token:.4f}, perplexity {math.exp(-per_token):.2f}"
+        f"scored {totals.count} {'translations' if side == 'target' else 'sources (backward)'}, {totals.tokens} "
+        f"{side} tokens: log-probability per token {per_token:.4f}, perplexity {math.exp(-per_token):.2f}"
     )
 
 
-def read_pairs(args) -> tuple[list[str], list[str], str]:
-    """The sources and translations of --src/--tgt or of --input's columns, and where they come from."""
+@dataclass
+class Pair:
+    """A pair to score, line ``number`` (from 1) of its files."""
+
+    number: int
+    source: str
+    translation: str
+    tag: str | None = None  # the line of --tag-file
+
+
+def read_pairs(args) -> tuple[Iterator[Pair], str]:
+    """The pairs of --src/--tgt or of --input's columns (with their line of --tag-file), read as
+    streams, and where they come from. An error names the file and line: a line without the
+    columns, or files of different line counts (where the first ends)."""
+    from attnmt.data.corpus import stream_lines
+
     if (args.src is None) != (args.tgt is None) or (args.src and args.input):
         raise AttnmtError(
             "give --src and --tgt (two line-aligned files), or tab-separated lines (--input FILE, or stdin)"
         )
     if args.src:
-        return *read_line_pairs(args.src, args.tgt), f"{args.src}, {args.tgt}"
-    name = args.input if args.input not in (None, "-") else "<stdin>"
-    if min(args.src_column, args.tgt_column) < 0 or args.src_column == args.tgt_column:
-        raise AttnmtError(
-            f"--src-column {args.src_column} and --tgt-column {args.tgt_column}: two different columns, counting from 0"
+        name, files = (
+            f"{args.src}, {args.tgt}",
+            [(args.src, stream_lines(args.src)), (args.tgt, stream_lines(args.tgt))],
         )
+    else:
+        name = args.input if args.input not in (None, "-") else "<stdin>"
+        if min(args.src_column, args.tgt_column) < 0 or args.src_column == args.tgt_column:
+            raise AttnmtError(
+                f"--src-column {args.src_column} and --tgt-column {args.tgt_column}: two different columns, "
+                "counting from 0"
+            )
+        files = [(name, (line.text for line in input_lines(args.input)))]
+    note = ""
+    if args.tag_file is not None:
+        files.append((args.tag_file, stream_lines(args.tag_file)))
+        note = " (--tag-file: one line, maybe empty, for each source line)"
+    return pairs_of(args, name, lines_together(files, note)), name
+
+
+def pairs_of(args, name: str, lines: Iterator[tuple[int, list[str]]]) -> Iterator[Pair]:
     needed = max(args.src_column, args.tgt_column) + 1
-    sources, translations = [], []
-    for number, line in enumerate(read_input(args.input), start=1):
-        columns = line.split("\t")
+    for number, texts in lines:
+        tag = texts[-1] if args.tag_file is not None else None
+        if args.src:
+            yield Pair(number, texts[0], texts[1], tag)
+            continue
+        columns = texts[0].split("\t")
         if len(columns) < needed:
             raise AttnmtError(
                 f"{name}, line {number}: {len(columns)} tab-separated column(s), expected at least "
                 f"{needed} (source in column {args.src_column}, translation in {args.tgt_column})"
             )
-        sources.append(columns[args.src_column])
-        translations.append(columns[args.tgt_column])
-    if not sources:
-        raise AttnmtError(f"{name}: no lines to score")
-    return sources, translations, name
+        yield Pair(number, columns[args.src_column], columns[args.tgt_column], tag)
 
 
-def write_scores(scored, args):
+def score_lines(scored, args) -> list[str]:
     """A line per pair: its score (with --backward the dual score), or with --jsonl all of it."""
-    out = open_output(args.output)
-    try:
-        for s in scored:
-            if args.jsonl:
-                fields = (
-                    {"score": s.score, "forward": as_json(s.forward), "backward": as_json(s.backward)}
-                    if args.backward
-                    else as_json(s)
-                )
-                out.write(json.dumps(fields, ensure_ascii=False) + "\n")
-            else:
-                out.write(f"{value_of(s, args):.6f}\n")
-    finally:
-        close_output(out)
+    lines = []
+    for s in scored:
+        if args.jsonl:
+            fields = (
+                {"score": s.score, "forward": as_json(s.forward), "backward": as_json(s.backward)}
+                if args.backward
+                else as_json(s)
+            )
+            lines.append(json.dumps(fields, ensure_ascii=False))
+        else:
+            lines.append(f"{value_of(s, args):.6f}")
+    return lines
 
 
 def value_of(scored, args) -> float:

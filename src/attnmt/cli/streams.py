@@ -3,9 +3,11 @@ command module."""
 
 from __future__ import annotations
 
+import itertools
+import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from attnmt.core.errors import AttnmtError
 
@@ -50,6 +52,39 @@ def read_line_pairs(first: str, second: str) -> tuple[list[str], list[str]]:
     return a, b
 
 
+def lines_together(files: list[tuple[str, Iterable[str]]], note: str = "") -> Iterator[tuple[int, list[str]]]:
+    """The lines of line-aligned files (name, its lines) read together as streams: the number of
+    each line (from 1) and that line of every file. AttnmtError where a file ends before another,
+    naming the one that ends first and its last line, with every file's line count (the rest of a
+    longer file is read past to count it, not kept); ``note`` ends its message."""
+    names, iterators = [name for name, _ in files], [iter(lines) for _, lines in files]
+    for number in itertools.count(1):
+        lines = [next(iterator, None) for iterator in iterators]
+        if all(line is None for line in lines):
+            return
+        if None in lines:
+            counts = [
+                number - 1 if line is None else number + sum(1 for _ in rest) for line, rest in zip(lines, iterators)
+            ]
+            has = ", ".join(
+                f"{name} has {count}{' lines' if i == 0 else ''}" for i, (name, count) in enumerate(zip(names, counts))
+            )
+            ended = names[lines.index(None)]
+            where = f"after line {number - 1}" if number > 1 else "it is empty"
+            raise AttnmtError(f"line counts differ: {has}; {ended} ends first ({where}){note}")
+        yield number, lines
+
+
+_PAIR = re.compile(r"\bpair (\d+)\b")
+
+
+def renumbered(message: str, first: int) -> tuple[str, bool]:
+    """An error message about "pair N" of pairs given together (a chunk of a file's lines, the
+    first of which is line ``first``) with N the line's number, and whether it names a pair."""
+    message, found = _PAIR.subn(lambda match: f"pair {first + int(match[1]) - 1}", message)
+    return message, found > 0
+
+
 def open_output(path: str | None):
     if path is None or path == "-":
         return sys.stdout
@@ -63,6 +98,32 @@ def close_output(stream):
     """Closes what open_output opened (not stdout)."""
     if stream is not None and stream is not sys.stdout:
         stream.close()
+
+
+class LazyOutput:
+    """An output file (or stdout: None or "-") written a chunk of lines at a time, as translate's
+    Written writes its own: opened when the first lines are written, so that an error before them
+    leaves a file of that name as it was, and flushed after each chunk, so that what is done can be
+    read while the rest is computed. A run that ends without lines and without an error leaves an
+    empty file. ``lines``: how many have been written."""
+
+    def __init__(self, path: str | None):
+        self.path, self.stream, self.lines = path, None, 0
+
+    def __enter__(self) -> LazyOutput:
+        return self
+
+    def __exit__(self, error_type, *exc):
+        if self.stream is None and error_type is None:
+            self.stream = open_output(self.path)
+        close_output(self.stream)
+
+    def write(self, lines: list[str]):
+        if self.stream is None:
+            self.stream = open_output(self.path)
+        self.stream.writelines(line + "\n" for line in lines)
+        self.stream.flush()
+        self.lines += len(lines)
 
 
 def write_lines(path: str | None, lines):
