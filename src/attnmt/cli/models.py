@@ -54,26 +54,6 @@ def apply_decoding_options(model, args):
         model.shortlist = True if args.shortlist == "" else args.shortlist
 
 
-def tags_of(args, model, count: int, name: str) -> str | list[str] | None:
-    """The tag of every source line: --tag's, or --tag-file's lines (one per line of ``name``,
-    which has ``count``), each checked against the model's tags."""
-    from attnmt.data.corpus import read_lines
-
-    if args.tag_file is None:
-        return args.tag
-    if args.tag:
-        raise AttnmtError("give --tag (one tag for every line) or --tag-file (a tag for each line), not both")
-    if model.inputs != "text":
-        raise AttnmtError(f"{args.model_dir}: --tag-file is for translation models")
-    tags = [line.strip() for line in read_lines(args.tag_file)]
-    if len(tags) != count:
-        raise AttnmtError(
-            f"line counts differ: {name} has {count} lines, {args.tag_file} has {len(tags)} "
-            "(--tag-file: one line, maybe empty, for each source line)"
-        )
-    return [known_tag(args, model, number, tag) for number, tag in enumerate(tags, start=1)]
-
-
 def known_tag(args, model, number: int, tag: str) -> str:
     """``tag``, line ``number`` of --tag-file, if it is "" (none) or one of the model's tags."""
     if tag and tag not in model.tags:
