@@ -60,7 +60,9 @@ from attnmt.seq2seq.base import EncoderDecoder
 from attnmt.seq2seq.capture import captured, side_stream
 from attnmt.seq2seq.decoding import (
     COVERAGE_FLOOR,
+    NO_COVERAGE,
     Hypothesis,
+    beam_done,
     best_candidates,
     checked_search,
     ended_at_limit,
@@ -83,11 +85,12 @@ def greedy_search(
     src_lengths: Tensor,
     max_lengths: list[int],
     alpha: float = 1.0,
-    graphs: bool | None = None,
     vocabulary: Tensor | None = None,
     window: tuple[int, int] | None = None,
     beta: float = 0.0,
     pick: Callable[[Tensor], Tensor] | None = None,
+    *,
+    graphs: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """decoding.greedy_search's hypotheses, every sentence computed until all have ended (``beta``:
     the coverage penalty of each score). ``pick``: each row's column instead of its most probable
@@ -107,10 +110,11 @@ def beam_search(
     beam: int = 5,
     n_best: int = 1,
     alpha: float = 1.0,
-    graphs: bool | None = None,
     vocabulary: Tensor | None = None,
     window: tuple[int, int] | None = None,
     beta: float = 0.0,
+    *,
+    graphs: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
     sentence keeping its k rows until all are done. ``beta``: the coverage penalty of the finished
@@ -454,10 +458,7 @@ class _Beam:
         if coverage is None:
             return None, None
         if weights is None:
-            raise AttnmtError(
-                "a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
-                "has no attention (attention: none); set coverage_penalty: 0"
-            )
+            raise AttnmtError(NO_COVERAGE)
         coverage = coverage + weights.float()
         logs = coverage.clamp(COVERAGE_FLOOR, 1.0).log().masked_fill(~self.memory.mask, 0.0)
         return coverage, self.beta * logs.sum(1).double()[parent]
@@ -487,20 +488,15 @@ class _Beam:
         return _Finished(count, **{name: values.gather(1, best) for name, values in merged.items()})
 
     def _done(self, finished: _Finished, scores: Tensor, t: Tensor) -> Tensor:
-        """decoding.beam_search's stopping rules (see _cannot_improve there), for every sentence:
-        at its limit; when no live hypothesis can reach its n best; when k have finished and no
-        live one would beat its n best were it to end now."""
-        best_live = scores.max(dim=1).values.double()
-        has_n_best = finished.count >= self.n_best
-        nth_best = finished.score[:, self.n_best - 1]
-
-        def cannot_improve(penalty: Tensor) -> Tensor:
-            return has_n_best & (nth_best >= best_live / penalty)
-
-        return (
-            (self.limits <= t + 1)
-            | cannot_improve(self.limit_penalties)
-            | ((finished.count >= self.beam) & cannot_improve(self.penalties.index_select(0, t)))
+        """decoding.beam_done, the stopping rules of decoding.beam_search, for every sentence at once."""
+        return beam_done(
+            self.limits <= t + 1,
+            finished.count >= self.n_best,
+            finished.score[:, self.n_best - 1],
+            scores.max(dim=1).values.double(),
+            finished.count >= self.beam,
+            self.limit_penalties,
+            self.penalties.index_select(0, t),
         )
 
     def all_done(self, loop: _BeamLoop) -> Tensor:

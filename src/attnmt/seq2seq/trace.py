@@ -17,7 +17,7 @@ import torch
 from attnmt.core.devices import model_device, to_numpy
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import BOS, EOS
-from attnmt.seq2seq.decoding import max_output_lengths, stop_now
+from attnmt.seq2seq.decoding import output_limits, stop_now
 from attnmt.seq2seq.prefix import Prefixes
 
 
@@ -162,9 +162,8 @@ def trace_source(
     dc = translator.config.decoding
     memory = model.encode(src, src_lengths, dc.attention_window)
     state = model.init_state(memory)
-    limit = max_length or max_output_lengths(src_lengths, dc.max_length_ratio, dc.max_length_offset)[0]
+    [limit] = output_limits(src_lengths, dc, prefixes, max_length=max_length or None)
     chooser = _Chooser(prefixes)
-    limit = max(limit, chooser.length + dc.max_length_offset)
     prev = torch.tensor([BOS], device=device)
     steps = []
     for t in range(limit):
@@ -216,7 +215,6 @@ class _Chooser:
         self.tokens = [] if prefixes is None else prefixes.tokens[0]
         self.left = "" if prefixes is None or not prefixes.words else prefixes.words[0]
         self.spelling = None if prefixes is None else prefixes.spelling
-        self.length = len(self.tokens) + len(self.left)  # (a word's characters bound its pieces)
 
     def choose(self, t: int, probs: torch.Tensor) -> tuple[int, bool]:
         if t < len(self.tokens):
