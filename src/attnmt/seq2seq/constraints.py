@@ -30,7 +30,15 @@ from torch import Tensor
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import EOS, PAD, UNK, valid_text
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
-from attnmt.seq2seq.decoding import BeamRecorder, Beams, Hypothesis, TreeCandidate, memory_lengths, search_with
+from attnmt.seq2seq.decoding import (
+    BeamRecorder,
+    Beams,
+    Hypothesis,
+    TreeCandidate,
+    checked_search,
+    memory_lengths,
+    run_eager,
+)
 
 NEG_INF = float("-inf")
 
@@ -123,7 +131,7 @@ def constrained_beam_search(
     beams = _ConstrainedBeams(
         src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta, record, constraints
     )
-    return search_with(beams, model, memory, stop=stop)
+    return checked_search(run_eager(beams, model, memory, stop=stop))
 
 
 class _ConstrainedBeams(Beams):
@@ -236,12 +244,12 @@ class _ConstrainedBeams(Beams):
             + [(row - first_row, token, score, "pruned", p.count(phrases)) for row, token, score, p in left]
         )
 
-    def next_batch(self, keep: Tensor, source_rows: Tensor, state, memory):
+    def next_batch(self, keep: Tensor, state, memory):
         if not bool(keep.all()):
             self.progress = [
                 self.progress[g * self.k + j] for g in keep.nonzero().view(-1).tolist() for j in range(self.k)
             ]
-        return super().next_batch(keep, source_rows, state, memory)
+        return super().next_batch(keep, state, memory)
 
     def results(self) -> list[list[Hypothesis]]:
         """Each sentence's n best, those that met every constraint first."""

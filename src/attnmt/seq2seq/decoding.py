@@ -234,6 +234,8 @@ def greedy_search(
     window: tuple[int, int] | None = None,
     beta: float = 0.0,
     pick: Callable[[Tensor], Tensor] | None = None,
+    *,
+    stop: Callable[[], bool] | None = None,
 ) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
     and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
@@ -241,54 +243,81 @@ def greedy_search(
     the attention window of every step (decoding.attention_window; attnmt.seq2seq.base).
     ``pick``: the column chosen in each row of a step's log-probabilities instead of the most
     probable (sampler: sampling); the score stays the model's log-probability of the tokens.
-    ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no output)."""
-    batch = src.size(0)
+    ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no output).
+    ``stop``: as beam_search's."""
     memory = model.encode(src, src_lengths, window)
-    memory_widths = memory_lengths(memory)
-    state = model.init_state(memory)
-    prev = torch.full((batch,), BOS, dtype=torch.long, device=src.device)
-    limits = torch.tensor(max_lengths, device=src.device)
-    active = torch.arange(batch, device=src.device)  # the sentence of each row
-    log_probs = torch.zeros(batch, device=src.device)
-    # Per step: the sentences of the rows, their tokens and weights; read per sentence at the end.
-    rows, tokens, weights = [], [], []
-    shortest = min(max_lengths)
-    for t in range(max(max_lengths)):
-        step = model.decode_step(prev, state, memory)
+    greedy = Greedy(src.size(0), alpha, max_lengths, memory_lengths(memory), src.device, beta, pick)
+    return checked_search(run_eager(greedy, model, memory, vocabulary, stop))
+
+
+class Greedy:
+    """The strategy of greedy search (and sampling, with ``pick``) in the eager loop (``run_eager``):
+    one row per sentence still going, the sentence of each (``active``), its last token (``prev``);
+    per step the sentences of the rows, their tokens and weights, read per sentence at the end."""
+
+    def __init__(
+        self,
+        batch: int,
+        alpha: float,
+        max_lengths: list[int],
+        memory_widths: list[int],
+        device: torch.device,
+        beta: float = 0.0,
+        pick: Callable[[Tensor], Tensor] | None = None,
+    ):
+        self.batch, self.alpha, self.beta, self.pick = batch, alpha, beta, pick
+        self.max_lengths, self.memory_widths = max_lengths, memory_widths
+        self.limits = torch.tensor(max_lengths, device=device)
+        self.shortest = min(max_lengths)
+        self.prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+        self.active = torch.arange(batch, device=device)  # the sentence of each row
+        self.log_probs = torch.zeros(batch, device=device)
+        self.rows: list[Tensor] = []
+        self.tokens: list[Tensor] = []
+        self.weights: list[Tensor | None] = []
+
+    def advance(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> Tensor:
+        """Step t's token of each row; returns which rows go on (not EOS, not at the length limit:
+        a model may give EOS no probability)."""
         scores = step.log_probs
-        if t + 1 >= shortest:  # some sentence may be at its limit: it writes EOS
-            scores = ended_at_limit(scores, limits[active] <= t + 1)
-        if pick is None:
+        if t + 1 >= self.shortest:  # some sentence may be at its limit: it writes EOS
+            scores = ended_at_limit(scores, self.limits[self.active] <= t + 1)
+        if self.pick is None:
             best, column = scores.max(dim=-1)
         else:
-            column = pick(scores)
+            column = self.pick(scores)
             best = scores.gather(1, column[:, None]).squeeze(1)
-        prev = token_ids(column, vocabulary)
-        log_probs[active] += best
-        rows.append(active)
-        tokens.append(prev)
-        weights.append(step.weights)
-        going = (prev != EOS) & (limits[active] > t + 1)  # (the limit too: a model may give EOS no probability)
-        if not bool(going.all()):  # drop the finished sentences from the batch
-            if not bool(going.any()):
-                break
-            kept = going.nonzero().view(-1)
-            active, prev = active[kept], prev[kept]
-            state, memory = step.state.select(kept), memory.select(kept)
-        else:
-            state = step.state
-    order = torch.cat(rows).argsort(stable=True)  # every row of sentence 0, in step order, then 1, ...
-    tokens = torch.cat(tokens)[order].tolist()
-    attention = None if weights[0] is None else torch.cat(weights)[order].float()
-    lengths = torch.bincount(torch.cat(rows), minlength=batch).tolist()
-    results, start = [], 0
-    for i, length in enumerate(lengths):
-        matrix = None if attention is None else attention[start : start + length]
-        results.append(
-            [hypothesis_of(tokens[start : start + length], float(log_probs[i]), matrix, alpha, memory_widths[i], beta)]
-        )
-        start += length
-    return checked_search(results)
+        self.prev = token_ids(column, vocabulary)
+        self.log_probs[self.active] += best
+        self.rows.append(self.active)
+        self.tokens.append(self.prev)
+        self.weights.append(step.weights)
+        return (self.prev != EOS) & (self.limits[self.active] > t + 1)
+
+    def next_batch(self, going: Tensor, state, memory):
+        """The rows of step t+1: those going (a finished sentence's row leaves the batch)."""
+        if bool(going.all()):
+            return state, memory
+        kept = going.nonzero().view(-1)
+        self.active, self.prev = self.active[kept], self.prev[kept]
+        return state.select(kept), memory.select(kept)
+
+    def results(self) -> list[list[Hypothesis]]:
+        rows = torch.cat(self.rows)
+        order = rows.argsort(stable=True)  # every row of sentence 0, in step order, then 1, ...
+        tokens = torch.cat(self.tokens)[order].tolist()
+        attention = None if self.weights[0] is None else torch.cat(self.weights)[order].float()
+        lengths = torch.bincount(rows, minlength=self.batch).tolist()
+        log_probs = self.log_probs.tolist()
+        results, start = [], 0
+        for i, length in enumerate(lengths):
+            matrix = None if attention is None else attention[start : start + length]
+            hypothesis = hypothesis_of(
+                tokens[start : start + length], log_probs[i], matrix, self.alpha, self.memory_widths[i], self.beta
+            )
+            results.append([hypothesis])
+            start += length
+        return results
 
 
 def sampler(sampling: Sampling, generator: torch.Generator | None = None) -> Callable[[Tensor], Tensor]:
@@ -377,34 +406,43 @@ def beam_search(
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     memory = model.encode(src, src_lengths, window)
     beams = Beams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta, record)
-    return search_with(beams, model, memory, vocabulary, stop)
+    return checked_search(run_eager(beams, model, memory, vocabulary, stop))
 
 
-def search_with(
-    beams: Beams,
+def run_eager(
+    strategy,
     model: EncoderDecoder,
     memory,
     vocabulary: Tensor | None = None,
     stop: Callable[[], bool] | None = None,
+    observers: tuple = (),
 ) -> list[list[Hypothesis]]:
-    """The steps of a beam search, whose choices ``beams`` make, from the encoder's ``memory``."""
+    """The eager executor's search loop, the one of every textbook search: from the encoder's
+    ``memory``, each step runs the model on the rows ``strategy`` keeps (Greedy, Beams,
+    constraints._ConstrainedBeams), which chooses their next tokens (``advance``: which groups go
+    on) and the rows of the next step (``next_batch``: the finished ones leave the batch). Each of
+    ``observers`` sees every step (``observe(t, step, strategy)``, after the choice: the trace).
+    ``stop``: asked after each step that leaves the search unfinished; DecodingStopped when it
+    says True. Returns the strategy's results (unchecked: ``checked_search``)."""
     state = model.init_state(memory)
-    for t in range(max(beams.max_lengths)):
-        step = model.decode_step(beams.prev, state, memory)
-        sentences, source_rows = beams.extend(t, step, vocabulary)
-        going = beams.going(t, sentences)
+    for t in range(max(strategy.max_lengths)):
+        step = model.decode_step(strategy.prev, state, memory)
+        going = strategy.advance(t, step, vocabulary)
+        for observer in observers:
+            observer.observe(t, step, strategy)
         if not bool(going.any()):
             break
         stop_now(stop, t + 1)
-        state, memory = beams.next_batch(going, source_rows, step.state, memory)
-    return checked_search(beams.results())
+        state, memory = strategy.next_batch(going, step.state, memory)
+    return strategy.results()
 
 
 class Beams:
     """The state of a batched beam search between two steps: the sentence of each group of rows
     (``active``), the live hypotheses' scores (n, width) and last tokens (``prev``, n*width), the
-    finished hypotheses of every sentence, and the ``_History`` to read hypotheses back from.
-    Each step: ``extend``, ``going``, then ``next_batch`` (see beam_search)."""
+    finished hypotheses of every sentence, and the ``_History`` to read hypotheses back from: the
+    strategy of beam search in the eager loop (``run_eager``). Each step: ``advance`` (``extend``,
+    ``going``), then ``next_batch`` (see beam_search)."""
 
     def __init__(
         self,
@@ -428,6 +466,11 @@ class Beams:
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
         self.active = torch.arange(batch, device=device)  # sentence id of each group of k rows
         self.history = _History()
+
+    def advance(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> Tensor:
+        """Step t's choice (``extend``): which sentences go on (``going``)."""
+        sentences, self.source_rows = self.extend(t, step, vocabulary)
+        return self.going(t, sentences)
 
     def extend(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> tuple[list[int], Tensor]:
         """Step t's 2k best candidates of each sentence: those among its best k that end in EOS
@@ -493,10 +536,10 @@ class Beams:
             )
         return ~torch.tensor(done, device=self.device)
 
-    def next_batch(self, keep: Tensor, source_rows: Tensor, state, memory):
+    def next_batch(self, keep: Tensor, state, memory):
         """The batch of step t+1: the rows of the sentences in ``keep`` (a finished sentence's rows
         leave it), their decoder state and memory. Records their tokens and parents in the history."""
-        k, device, n = self.k, self.device, keep.numel()
+        k, device, n, source_rows = self.k, self.device, keep.numel(), self.source_rows
         groups = torch.arange(n, device=device)
         if not bool(keep.all()):  # drop finished sentences from the batch
             groups = keep.nonzero().view(-1)

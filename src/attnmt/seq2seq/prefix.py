@@ -172,7 +172,12 @@ class Prefixed(EncoderDecoder):
             left, fits = self._spell(prev_tokens, state)
             if fits is not None:
                 log_probs = log_probs.masked_fill(~fits.to(log_probs.device), float("-inf"))
-        return replace(step, log_probs=log_probs, state=PrefixState(step.state, state.sentences, state.t + 1, left))
+        return replace(
+            step,
+            log_probs=log_probs,
+            state=PrefixState(step.state, state.sentences, state.t + 1, left),
+            model_log_probs=None if log_probs is step.log_probs else step.log_probs,
+        )
 
     def _spell(self, prev_tokens: Tensor, state: PrefixState) -> tuple[list[str], Tensor | None]:
         """What each row has left to spell once its last token is counted, and (rows, columns) the
