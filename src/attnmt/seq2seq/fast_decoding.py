@@ -56,7 +56,7 @@ from torch import Tensor
 
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS
-from attnmt.seq2seq.base import EncoderDecoder
+from attnmt.seq2seq.base import EncoderDecoder, StepOutput
 from attnmt.seq2seq.capture import captured, side_stream
 from attnmt.seq2seq.decoding import (
     COVERAGE_FLOOR,
@@ -246,9 +246,20 @@ class _GreedyLoop:
     ended: Tensor  # (B,) True once the sentence wrote EOS or reached its limit
 
 
-class _Greedy:
-    """Greedy search on one row per sentence: start() the loop, step() it (no value read back),
-    all_done() for the host's check, results() at the end."""
+class _FixedStrategy:
+    """A strategy of the fixed-shape executor (``_run``): start() the loop, step() it (no value
+    read back: the model's step on every row, the one call of decode_step here, then the
+    strategy's choice, ``advance``), all_done() for the host's check, results() at the end."""
+
+    model: EncoderDecoder
+    memory: Any
+
+    def step(self, loop):
+        return self.advance(loop, self.model.decode_step(loop.prev, loop.state, self.memory))
+
+
+class _Greedy(_FixedStrategy):
+    """Greedy search on one row per sentence."""
 
     def __init__(
         self,
@@ -277,9 +288,8 @@ class _Greedy:
             torch.zeros(batch, dtype=torch.bool, device=device),
         )
 
-    def step(self, loop: _GreedyLoop) -> _GreedyLoop:
+    def advance(self, loop: _GreedyLoop, out: StepOutput) -> _GreedyLoop:
         t = loop.step
-        out = self.model.decode_step(loop.prev, loop.state, self.memory)
         log_probs = ended_at_limit(out.log_probs, self.limits <= t + 1)  # (at its limit a sentence writes EOS)
         if self.pick is None:
             best, column = log_probs.max(dim=-1)
@@ -351,9 +361,9 @@ class _BeamLoop:
     coverage: Tensor | None  # (B*k,S) each live row's attention summed over its steps (a coverage penalty only)
 
 
-class _Beam:
+class _Beam(_FixedStrategy):
     """Beam search on k rows per sentence (those of sentence b are rows b*k ... b*k + k-1, its
-    memory repeated k times): the same methods as _Greedy."""
+    memory repeated k times)."""
 
     def __init__(
         self,
@@ -407,9 +417,8 @@ class _Beam:
             torch.zeros(self.memory.mask.shape, device=device) if self.beta else None,
         )
 
-    def step(self, loop: _BeamLoop) -> _BeamLoop:
+    def advance(self, loop: _BeamLoop, out: StepOutput) -> _BeamLoop:
         k, t, still_open = self.beam, loop.step, ~loop.done.unsqueeze(1)
-        out = self.model.decode_step(loop.prev, loop.state, self.memory)
         width = loop.scores.size(1)  # rows extended per sentence: 1 at the first step, then k
         log_probs = out.log_probs.view(self.batch, k, -1)[:, :width].flatten(0, 1)
         # At its length limit a sentence's live hypotheses can only write EOS: they all finish.
