@@ -23,8 +23,11 @@ the device:
   - tokens, back-pointers (the row of step t that each row of step t+1 extends) and attention
     weights go into buffers preallocated for the longest output, written at the step counter,
     itself a tensor on the device.
-The host asks "are all sentences done?" every ``CHECK_EVERY`` steps (one synchronisation each), and
-reads the hypotheses back once, at the end, after following the back-pointers on the device.
+  - a beam search that records its tree (beam_tree) writes each step's 2k candidates of every
+    sentence and their status into buffers too (``_TreeBuffers``), added to the recorder at the end.
+The host asks "are all sentences done?" every ``CHECK_EVERY`` steps (one synchronisation each; there
+too a caller's ``stop``), and reads the hypotheses back once, at the end, after following the
+back-pointers on the device.
 
 CUDA graphs. Where the decoder state keeps its shape from step to step (the RNN models, Seq2Seq and
 SpeechModel), a whole step (model.decode_step and the bookkeeping) is captured once per batch as a
@@ -61,6 +64,7 @@ from attnmt.seq2seq.capture import captured, side_stream
 from attnmt.seq2seq.decoding import (
     COVERAGE_FLOOR,
     NO_COVERAGE,
+    BeamRecorder,
     Hypothesis,
     beam_done,
     best_candidates,
@@ -69,6 +73,7 @@ from attnmt.seq2seq.decoding import (
     hypothesis_of,
     length_penalty,
     memory_lengths,
+    stop_now,
     token_ids,
 )
 
@@ -114,15 +119,24 @@ def beam_search(
     window: tuple[int, int] | None = None,
     beta: float = 0.0,
     *,
+    record: BeamRecorder | None = None,
+    stop: Callable[[], bool] | None = None,
     graphs: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
     sentence keeping its k rows until all are done. ``beta``: the coverage penalty of the finished
-    hypotheses' scores, from each live row's attention summed as it goes (``_Beam._coverage``)."""
+    hypotheses' scores, from each live row's attention summed as it goes (``_Beam._coverage``).
+    ``record``: decoding.beam_search's search tree, the same, from every step's candidates kept in
+    buffers on the device (``_TreeBuffers``, inside a captured step too) and added to the
+    recorder at the end. ``stop``: asked where the loop asks whether all are done (every
+    CHECK_EVERY steps), DecodingStopped when it says True."""
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
-    search = _Beam(model, model.encode(src, src_lengths, window), max_lengths, beam, n_best, alpha, vocabulary, beta)
-    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
+    memory = model.encode(src, src_lengths, window)
+    search = _Beam(model, memory, max_lengths, beam, n_best, alpha, vocabulary, beta, record is not None)
+    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device), stop)
+    if record is not None:
+        search.tree.replay(record, steps)
     return checked_search(search.results(loop, steps))
 
 
@@ -133,18 +147,23 @@ def _graphs_on(graphs: bool | None, device: torch.device) -> bool:
 # ------------------------------------------------------------------------------- the step loop
 
 
-def _run(search, steps: int, graphs: bool):
-    """Runs ``search`` until all its sentences are done (asked every CHECK_EVERY steps) or for
-    ``steps`` steps: eagerly, or with ``graphs`` its first WARMUP_STEPS eagerly and the others as a
-    captured graph. Returns the last loop and the number of steps run."""
+def _run(search, steps: int, graphs: bool, stop: Callable[[], bool] | None = None):
+    """The fixed-shape executor's loop: runs ``search`` until all its sentences are done (asked
+    every CHECK_EVERY steps) or for ``steps`` steps: eagerly, or with ``graphs`` its first
+    WARMUP_STEPS eagerly and the others as a captured graph. ``stop``: asked at each of those
+    checks that leaves the search unfinished (decoding.stop_now). Returns the last loop and the
+    number of steps run."""
     loop, step, t = search.start(), search.step, 0
     if graphs and steps > WARMUP_STEPS:
         loop, step = _warm_up_and_capture(search.step, loop, WARMUP_STEPS)
         t = WARMUP_STEPS  # (fewer than CHECK_EVERY: no check was due)
     while t < steps:
         loop, t = step(loop), t + 1
-        if t % CHECK_EVERY == 0 and bool(search.all_done(loop)):
-            break
+        if t % CHECK_EVERY == 0:
+            if bool(search.all_done(loop)):
+                break
+            if t < steps:
+                stop_now(stop, t)
     return loop, t
 
 
@@ -375,6 +394,7 @@ class _Beam(_FixedStrategy):
         alpha: float,
         vocabulary: Tensor | None = None,
         beta: float = 0.0,
+        record: bool = False,
     ):
         batch, device, steps = _batch_size(memory), memory.states.device, max(max_lengths)
         self.model, self.beam, self.n_best, self.alpha, self.batch = model, beam, n_best, alpha, batch
@@ -391,6 +411,7 @@ class _Beam(_FixedStrategy):
             [length_penalty(n, alpha) for n in max_lengths], dtype=torch.float64, device=device
         )
         self.history = _History(steps, batch * beam, device)
+        self.tree = _TreeBuffers(steps, batch, beam, device) if record else None
 
     def start(self) -> _BeamLoop:
         (batch, k), device = (self.batch, self.beam), self.limits.device
@@ -446,6 +467,8 @@ class _Beam(_FixedStrategy):
             None if penalty is None else penalty[:, :k],
         )
 
+        if self.tree is not None:
+            self.tree.write(t, still_open, origin, token, candidates, ended, alive)
         rows = parent_alive.flatten()
         self.history.write(t, prev.flatten(), rows, out.weights)
         return _BeamLoop(
@@ -551,6 +574,45 @@ class _Beam(_FixedStrategy):
                 tokens[:, :, t - 1] = history.tokens[t - 1][row]
                 row = history.parents[t - 1][row]
         return tokens.scatter_(2, finished.end.unsqueeze(2), finished.token.unsqueeze(2)), attention
+
+
+class _TreeBuffers:
+    """The search tree of a fixed-shape beam search, as an observer that reads nothing back: each
+    step's 2k candidates of every sentence (the row of the sentence each extends, token, score)
+    and their status (``KEPT``, ``FINISHED``, ``PRUNED``; 0 where the sentence was done), written
+    at the step counter; ``replay`` adds them to a decoding.BeamRecorder as decoding's search
+    adds its own."""
+
+    KEPT, FINISHED, PRUNED = 1, 2, 3
+    STATUS = {KEPT: "kept", FINISHED: "finished", PRUNED: "pruned"}
+
+    def __init__(self, steps: int, batch: int, k: int, device: torch.device):
+        self.k = k
+        self.origin = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
+        self.token = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
+        self.score = torch.zeros(steps, batch, 2 * k, device=device)
+        self.status = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
+
+    def write(self, t: Tensor, open_: Tensor, origin, token, score, ended, alive):
+        """Step t's candidates (B,2k): ``ended`` (B,k) those that finish, ``alive`` (B,k) the
+        positions of those that stay; ``open_`` (B,1) the sentences still searched."""
+        kept = torch.zeros_like(token, dtype=torch.bool).scatter(1, alive, True)
+        finished = torch.nn.functional.pad(ended, (0, self.k))
+        status = torch.where(finished, self.FINISHED, torch.where(kept, self.KEPT, torch.full_like(token, self.PRUNED)))
+        status = status.masked_fill(~open_ | (score == NEG_INF), 0)
+        for buffer, value in ((self.origin, origin), (self.token, token), (self.score, score), (self.status, status)):
+            buffer.index_copy_(0, t, value.to(buffer.dtype).unsqueeze(0))
+
+    def replay(self, record: BeamRecorder, steps: int):
+        origin, token, score, status = (
+            x[:steps].cpu().tolist() for x in (self.origin, self.token, self.score, self.status)
+        )
+        for t in range(steps):
+            groups = [
+                (b, [(o, tok, sc, self.STATUS[st], None) for o, tok, sc, st in zip(*row) if st])
+                for b, row in enumerate(zip(origin[t], token[t], score[t], status[t]))
+            ]
+            record.add(t, groups)
 
 
 def _first_true(mask: Tensor, k: int) -> Tensor:

@@ -84,22 +84,15 @@ def decode(
             stop=stop,
         )
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
-        if record is not None or stop is not None:
-            return decoding.beam_search(
-                searched,
-                src,
-                src_lengths,
-                max_lengths,
-                beam,
-                n_best,
-                alpha,
-                vocabulary,
-                window,
-                beta,
-                record=record,
-                stop=stop,
-            )
-        return _search(searched, src, src_lengths, settings, beam, n_best, vocabulary, sampling, generator, max_lengths)
+        greedy, beamed = searches(src.device, searched, beta)
+        if sampling is not None:
+            pick = decoding.sampler(sampling, generator)
+            return greedy(searched, src, src_lengths, max_lengths, alpha, vocabulary, window, pick=pick)
+        if beam == 1 and n_best == 1 and record is None and stop is None:
+            return greedy(searched, src, src_lengths, max_lengths, alpha, vocabulary, window)
+        return beamed(
+            searched, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary, window, record=record, stop=stop
+        )
 
 
 def prefixed(
@@ -133,40 +126,15 @@ def columns_of(vocabulary: Tensor, tokens: list[int]) -> list[int]:
     ).tolist()
 
 
-def _search(
-    model,
-    src,
-    src_lengths,
-    settings: DecodingConfig,
-    beam,
-    n_best,
-    vocabulary,
-    sampling,
-    generator,
-    max_lengths: list[int],
-):
-    alpha, beta, window = settings.length_penalty, settings.coverage_penalty, settings.attention_window
-    greedy, beamed = searches(src.device, model, beta)
-    if sampling is not None:
-        return greedy(
-            model,
-            src,
-            src_lengths,
-            max_lengths,
-            alpha,
-            vocabulary=vocabulary,
-            window=window,
-            pick=decoding.sampler(sampling, generator),
-        )
-    if beam == 1 and n_best == 1:
-        return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary, window=window)
-    return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary=vocabulary, window=window)
-
-
 def searches(device: torch.device, model: EncoderDecoder, beta: float):
     """Greedy and beam search for a model on ``device``, with coverage penalty ``beta``: those of
     fast_decoding on a GPU with the speed tricks on, else the textbook ones; always the textbook
     ones for a model that asks for them (prefixes)."""
-    fast = device.type == "cuda" and speed.enabled() and model.fast_search
-    module = fast_decoding if fast else decoding
+    module = fast_decoding if fast_here(device, model) else decoding
     return partial(module.greedy_search, beta=beta), partial(module.beam_search, beta=beta)
+
+
+def fast_here(device: torch.device, model: EncoderDecoder) -> bool:
+    """Whether a model's searches on ``device`` run in the fixed-shape executor (fast_decoding): on
+    a GPU with the speed tricks on, for a model that allows it (not a prefixed one, yet)."""
+    return device.type == "cuda" and speed.enabled() and model.fast_search
