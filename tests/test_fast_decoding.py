@@ -16,6 +16,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import EOS, build_model, capture, decoding, fast_decoding
 from attnmt.seq2seq import search as searches
 from attnmt.seq2seq.decoding import max_output_lengths
+from attnmt.seq2seq.prefix import Prefixed, Prefixes, Spelling
 from test_decoding import ConfidentModel, random_batch
 
 TRANSFORMER = {
@@ -164,6 +165,71 @@ def test_beam_search_finds_the_reference_n_best(name):
             recorded = fast_decoding.beam_search(*args, window=window_of(name), graphs=graphs, record=trees[1])
             assert_same_hypotheses(recorded, reference)
             assert_same_trees(trees[1], trees[0])
+
+
+# A vocabulary of 20 pieces as text (0-3: PAD, UNK, BOS, EOS, which spell nothing), and the prefixes
+# of six sentences: whole tokens, then a word to spell (attnmt.seq2seq.prefix).
+PIECES = ["", "", "", "", "▁d", "▁do", "▁dog", "o", "g", "▁", "d", "s", "▁cat", "c", "a", "t", "▁c", "at", "og", "do"]
+PREFIXES = Prefixes([[5], [], [7, 8], [], [12], [4, 4, 4]], ["▁dog", "▁ca", "", "", "▁c", "og"], Spelling(PIECES))
+
+
+def prefixed_limits(limits: list[int]) -> list[int]:
+    """Room for each prefix (as decoding.output_limits makes it) and two tokens more."""
+    return [max(limit, len(p) + len(w) + 2) for limit, p, w in zip(limits, PREFIXES.tokens, PREFIXES.words)]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_prefix_runs_in_the_fixed_shape_executor_as_in_the_reference(name):
+    """A prefixed model (forced tokens, then pieces spelling a word) in the fixed-shape executor, on
+    static buffers too: its state of tensors (FixedPrefixState, SpellingTables) restricts each step
+    as the reference's does, greedy and beam."""
+    batch, window = random_batch(6, seed=7), window_of(name)
+    for case, (eos_bias, limits) in enumerate(CASES):
+        model, limits = tiny(name, eos_bias), prefixed_limits(limits_of(batch, limits))
+        prefixed = Prefixed(model, PREFIXES, None, batch.src.device)
+        args = (prefixed, batch.src, batch.src_lengths, limits)
+        reference = decoding.greedy_search(*args, window=window)
+        for graphs in (False, True):
+            assert_same_hypotheses(fast_decoding.greedy_search(*args, window=window, graphs=graphs), reference)
+        reference = decoding.beam_search(*args, 3, 2, window=window)
+        assert_same_hypotheses(fast_decoding.beam_search(*args, 3, 2, window=window, graphs=case % 2 == 0), reference)
+    for (tokens, word), [hypothesis] in zip(zip(PREFIXES.tokens, PREFIXES.words), fast_decoding.greedy_search(*args)):
+        assert hypothesis.tokens[: len(tokens)] == tokens
+        assert "".join(PIECES[t] for t in hypothesis.tokens[len(tokens) :]).startswith(word)
+
+
+def test_a_prefix_under_a_shortlist_in_the_fixed_shape_executor():
+    """The forced tokens are the shortlist's columns, the pieces that spell are masked by column."""
+    from attnmt.seq2seq.search import prefixed
+    from attnmt.seq2seq.shortlist import restricted
+
+    batch, model = random_batch(6, seed=8), tiny("gru-bahdanau")
+    limits = prefixed_limits(limits_of(batch, "usual"))
+    table = torch.tensor([0, 1, 2, 3, 9, 11, 14])  # (ids 0-3: a shortlist always has them)
+    searched, vocabulary = prefixed(model, PREFIXES, table, batch.src.device)
+    args = (searched, batch.src, batch.src_lengths, limits, 1.0, vocabulary)
+    with restricted(model, vocabulary):
+        assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=True), decoding.greedy_search(*args))
+        assert_same_hypotheses(
+            fast_decoding.beam_search(*args[:4], 3, 3, 1.0, vocabulary),
+            decoding.beam_search(*args[:4], 3, 3, 1.0, vocabulary),
+        )
+
+
+def test_a_prefix_no_longer_falls_back_to_the_reference_search(monkeypatch):
+    """Where the fixed-shape executor runs (a GPU, faked here: search.fast_here), decode with
+    prefixes takes it, greedy and beam, with the reference's hypotheses."""
+    batch, model, settings = random_batch(6, seed=7), tiny("lstm-location"), DecodingConfig()
+    expected = [
+        searches.decode(model, batch.src, batch.src_lengths, settings, beam=b, prefixes=PREFIXES) for b in (1, 3)
+    ]
+    monkeypatch.setattr(decoding, "greedy_search", lambda *a, **k: pytest.fail("the reference search ran"))
+    monkeypatch.setattr(decoding, "beam_search", lambda *a, **k: pytest.fail("the reference search ran"))
+    monkeypatch.setattr(searches, "fast_here", lambda device, model: True)
+    for beam, reference in zip((1, 3), expected):
+        assert_same_hypotheses(
+            searches.decode(model, batch.src, batch.src_lengths, settings, beam=beam, prefixes=PREFIXES), reference
+        )
 
 
 WITH_ATTENTION = [name for name in MODELS if name != "gru-none"]
@@ -383,6 +449,12 @@ def test_a_step_reads_no_value_back(name):
         if name != "gru-none":  # (and with a coverage penalty, which sums the attention)
             searches_run.append(fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, beta=0.4))
         searches_run.append(fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, record=True))  # (a tree)
+        four = Prefixes(PREFIXES.tokens[:4], PREFIXES.words[:4], PREFIXES.spelling)  # (a prefix)
+        prefixed = Prefixed(model, four, None, torch.device("meta"))
+        searches_run += [
+            fast_decoding._Greedy(prefixed, memory, [9, 9, 9, 9], 1.0),
+            fast_decoding._Beam(prefixed, memory, [9, 9, 9, 9], 3, 2, 1.0),
+        ]
         for search in searches_run:
             loop = search.start()
             for _ in range(4):
@@ -505,9 +577,9 @@ def strict_steps(monkeypatch):
 )
 def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
     """On CUDA: graphs on, graphs off and the reference give the same hypotheses for greedy and
-    beam 5 (and beam 5 with a coverage penalty, and its search tree); a step never synchronises, sampling's neither;
-    decode() takes the fast searches on a GPU (sampling too), and the reference ones with
-    speed.plain()."""
+    beam 5 (and beam 5 with a coverage penalty, its search tree, prefixes); a step never
+    synchronises, sampling's neither; decode() takes the fast searches on a GPU (sampling too),
+    and the reference ones with speed.plain()."""
     strict_steps(monkeypatch)
     batch = random_batch(16, seed=3).to("cuda")
     for eos_bias, limits in CASES:
@@ -529,6 +601,15 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
             found = fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window, record=tree)
             assert_same_hypotheses(found, reference, atol=1e-4)
             assert_same_trees(tree, trees[0], atol=1e-4)
+        many = Prefixes((PREFIXES.tokens * 3)[:16], (PREFIXES.words * 3)[:16], PREFIXES.spelling)  # prefixes
+        room = [max(n, len(p) + len(w) + 2) for n, p, w in zip(limits, many.tokens, many.words)]
+        prefixed = (Prefixed(model, many, None, batch.src.device), batch.src, batch.src_lengths, room)
+        for search, options in ((decoding.greedy_search, {}), (decoding.beam_search, {"beam": 5, "n_best": 3})):
+            reference = search(*prefixed, window=window, **options)
+            fast = getattr(fast_decoding, search.__name__)
+            for graphs in (False, True):
+                found = fast(*prefixed, window=window, graphs=graphs, **options)
+                assert_same_hypotheses(found, reference, atol=1e-4)
         reference = decoding.beam_search(*args, beam=5, n_best=3, window=window, beta=1.0)  # a coverage penalty
         for graphs in (False, True):
             assert_same_hypotheses(

@@ -45,12 +45,13 @@ def decode(
     drawn instead (beam and n_best 1; the greedy search of the device, on a GPU eagerly, see
     fast_decoding.greedy_search), with ``generator``'s random numbers if given. ``prefixes``: what
     each sentence's outputs begin with (attnmt.seq2seq.prefix: token ids, then the start of a word
-    to spell), on every device through the textbook searches. ``constraints``: phrases of token
+    to spell), in either executor. ``constraints``: phrases of token
     ids each sentence's outputs must contain (attnmt.seq2seq.constraints; beam search by dynamic
     beam allocation, on every device, without a shortlist). ``record``: a BeamRecorder that beam
     search (even of beam 1) adds every candidate it considers to (attnmt.seq2seq.beam_tree);
     ``stop``: asked between two steps of a beam search, DecodingStopped when it says True (the
-    server's time limit); both through the textbook beam search.
+    server's time limit); in either executor (the fixed-shape one asks ``stop`` every
+    fast_decoding.CHECK_EVERY steps).
     (settings.batch_size and settings.shortlist are for the callers that cut the sources into
     batches and choose the table.)"""
     beam = (1 if sampling is not None else settings.beam) if beam is None else beam
@@ -128,13 +129,13 @@ def columns_of(vocabulary: Tensor, tokens: list[int]) -> list[int]:
 
 def searches(device: torch.device, model: EncoderDecoder, beta: float):
     """Greedy and beam search for a model on ``device``, with coverage penalty ``beta``: those of
-    fast_decoding on a GPU with the speed tricks on, else the textbook ones; always the textbook
-    ones for a model that asks for them (prefixes)."""
+    the fixed-shape executor (fast_decoding) where ``fast_here``, else the eager ones (decoding)."""
     module = fast_decoding if fast_here(device, model) else decoding
     return partial(module.greedy_search, beta=beta), partial(module.beam_search, beta=beta)
 
 
 def fast_here(device: torch.device, model: EncoderDecoder) -> bool:
     """Whether a model's searches on ``device`` run in the fixed-shape executor (fast_decoding): on
-    a GPU with the speed tricks on, for a model that allows it (not a prefixed one, yet)."""
+    a GPU with the speed tricks on, for a model that allows it (EncoderDecoder.fast_search; a
+    prefixed one does: prefix.FixedPrefixState)."""
     return device.type == "cuda" and speed.enabled() and model.fast_search
