@@ -230,9 +230,11 @@ class Prefixed(EncoderDecoder):
         )
 
     def decode_step(self, prev_tokens: Tensor, state: PrefixState | FixedPrefixState, memory) -> StepOutput:
-        if isinstance(state, FixedPrefixState):
-            return self._fixed_step(prev_tokens, state, memory)
+        """The model's step, its log-probabilities restricted to the prefix's next token while it
+        lasts, then to the pieces that spell its word (the model's own: ``model_log_probs``)."""
         step = self.model.decode_step(prev_tokens, state.inner, memory)
+        if isinstance(state, FixedPrefixState):
+            return self._fixed_restriction(prev_tokens, state, step)
         log_probs, left = step.log_probs, state.left
         if self.tokens is not None and state.t < self.tokens.size(1):
             forced = self.tokens[state.sentences, state.t].unsqueeze(1)  # (rows, 1); PAD: the tokens are over
@@ -249,9 +251,8 @@ class Prefixed(EncoderDecoder):
             model_log_probs=None if log_probs is step.log_probs else step.log_probs,
         )
 
-    def _fixed_step(self, prev_tokens: Tensor, state: FixedPrefixState, memory) -> StepOutput:
-        """decode_step on a FixedPrefixState: the same restrictions, as tensor operations."""
-        step = self.model.decode_step(prev_tokens, state.inner, memory)
+    def _fixed_restriction(self, prev_tokens: Tensor, state: FixedPrefixState, step: StepOutput) -> StepOutput:
+        """decode_step's restrictions on a FixedPrefixState, as tensor operations."""
         log_probs, position, t = step.log_probs, state.position, state.t
         if self.tokens is not None:  # the prefix's token at step t (PAD: over), then PAD
             longest = self.tokens.size(1)
