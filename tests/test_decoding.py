@@ -265,7 +265,7 @@ def test_beam_search_stops_a_sentence_that_cannot_improve_with_the_same_results(
         finally:
             del translator.model.decode_step
         with monkeypatch.context() as patch:
-            patch.setattr(decoding, "_cannot_improve", lambda *args: False)
+            patch.setattr(decoding, "cannot_improve", lambda *args: False)
             full_counts = count_decoder_rows(translator.model)
             try:
                 full = beam_search(

@@ -1,5 +1,5 @@
 """attnmt.seq2seq.fast_decoding: its fixed-shape searches return attnmt.seq2seq.decoding's hypotheses (tokens,
-scores, attention), run eagerly or on static buffers as a CUDA graph runs them; a search step reads
+scores, attention) and search trees, run eagerly or on static buffers as a CUDA graph runs them; a search step reads
 no value back from the device, and the loop asks whether all sentences are done only every
 CHECK_EVERY steps."""
 
@@ -16,6 +16,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import EOS, build_model, capture, decoding, fast_decoding
 from attnmt.seq2seq import search as searches
 from attnmt.seq2seq.decoding import max_output_lengths
+from attnmt.seq2seq.prefix import Prefixed, Prefixes, Spelling
 from test_decoding import ConfidentModel, random_batch
 
 TRANSFORMER = {
@@ -138,20 +139,97 @@ def test_greedy_search_finds_the_reference_hypotheses(name):
 BEAMS = [(1, 1, 1.0), (3, 1, 0.0), (3, 3, 1.0), (5, 1, 1.0), (5, 3, 0.0)]
 
 
+def assert_same_trees(fast, reference, atol=1e-5):
+    """Two BeamRecorders' trees: the same nodes (parents, tokens, steps, statuses), the same log-probabilities."""
+    for ours, theirs in zip(fast.trees, reference.trees, strict=True):
+        assert [(n.id, n.parent, n.token, n.step, n.status, n.met) for n in ours] == [
+            (n.id, n.parent, n.token, n.step, n.status, n.met) for n in theirs
+        ]
+        assert [n.log_prob for n in ours] == pytest.approx([n.log_prob for n in theirs], abs=atol)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_beam_search_finds_the_reference_n_best(name):
+    """The n best, and the search tree (decoding.BeamRecorder: the fixed-shape executor keeps each
+    step's candidates on the device and adds them at the end)."""
     batch = random_batch(6, seed=2)
     for case, (eos_bias, limits) in enumerate(CASES):
         model, limits = tiny(name, eos_bias), limits_of(batch, limits)
         for beam, n_best, alpha in BEAMS:
-            reference = decoding.beam_search(
-                model, batch.src, batch.src_lengths, limits, beam, n_best, alpha, window=window_of(name)
-            )
+            trees = decoding.BeamRecorder(6, beam), decoding.BeamRecorder(6, beam)
+            args = (model, batch.src, batch.src_lengths, limits, beam, n_best, alpha)
+            reference = decoding.beam_search(*args, window=window_of(name), record=trees[0])
             graphs = (case + beam) % 2 == 0  # half of them on static buffers
-            fast = fast_decoding.beam_search(
-                model, batch.src, batch.src_lengths, limits, beam, n_best, alpha, graphs=graphs, window=window_of(name)
-            )
+            fast = fast_decoding.beam_search(*args, window=window_of(name), graphs=graphs)
             assert_same_hypotheses(fast, reference)
+            recorded = fast_decoding.beam_search(*args, window=window_of(name), graphs=graphs, record=trees[1])
+            assert_same_hypotheses(recorded, reference)
+            assert_same_trees(trees[1], trees[0])
+
+
+# A vocabulary of 20 pieces as text (0-3: PAD, UNK, BOS, EOS, which spell nothing), and the prefixes
+# of six sentences: whole tokens, then a word to spell (attnmt.seq2seq.prefix).
+PIECES = ["", "", "", "", "▁d", "▁do", "▁dog", "o", "g", "▁", "d", "s", "▁cat", "c", "a", "t", "▁c", "at", "og", "do"]
+PREFIXES = Prefixes([[5], [], [7, 8], [], [12], [4, 4, 4]], ["▁dog", "▁ca", "", "", "▁c", "og"], Spelling(PIECES))
+
+
+def prefixed_limits(limits: list[int]) -> list[int]:
+    """Room for each prefix (as decoding.output_limits makes it) and two tokens more."""
+    return [max(limit, len(p) + len(w) + 2) for limit, p, w in zip(limits, PREFIXES.tokens, PREFIXES.words)]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_prefix_runs_in_the_fixed_shape_executor_as_in_the_reference(name):
+    """A prefixed model (forced tokens, then pieces spelling a word) in the fixed-shape executor, on
+    static buffers too: its state of tensors (FixedPrefixState, SpellingTables) restricts each step
+    as the reference's does, greedy and beam."""
+    batch, window = random_batch(6, seed=7), window_of(name)
+    for case, (eos_bias, limits) in enumerate(CASES):
+        model, limits = tiny(name, eos_bias), prefixed_limits(limits_of(batch, limits))
+        prefixed = Prefixed(model, PREFIXES, None, batch.src.device)
+        args = (prefixed, batch.src, batch.src_lengths, limits)
+        reference = decoding.greedy_search(*args, window=window)
+        for graphs in (False, True):
+            assert_same_hypotheses(fast_decoding.greedy_search(*args, window=window, graphs=graphs), reference)
+        reference = decoding.beam_search(*args, 3, 2, window=window)
+        assert_same_hypotheses(fast_decoding.beam_search(*args, 3, 2, window=window, graphs=case % 2 == 0), reference)
+    for (tokens, word), [hypothesis] in zip(zip(PREFIXES.tokens, PREFIXES.words), fast_decoding.greedy_search(*args)):
+        assert hypothesis.tokens[: len(tokens)] == tokens
+        assert "".join(PIECES[t] for t in hypothesis.tokens[len(tokens) :]).startswith(word)
+
+
+def test_a_prefix_under_a_shortlist_in_the_fixed_shape_executor():
+    """The forced tokens are the shortlist's columns, the pieces that spell are masked by column."""
+    from attnmt.seq2seq.search import prefixed
+    from attnmt.seq2seq.shortlist import restricted
+
+    batch, model = random_batch(6, seed=8), tiny("gru-bahdanau")
+    limits = prefixed_limits(limits_of(batch, "usual"))
+    table = torch.tensor([0, 1, 2, 3, 9, 11, 14])  # (ids 0-3: a shortlist always has them)
+    searched, vocabulary = prefixed(model, PREFIXES, table, batch.src.device)
+    args = (searched, batch.src, batch.src_lengths, limits, 1.0, vocabulary)
+    with restricted(model, vocabulary):
+        assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=True), decoding.greedy_search(*args))
+        assert_same_hypotheses(
+            fast_decoding.beam_search(*args[:4], 3, 3, 1.0, vocabulary),
+            decoding.beam_search(*args[:4], 3, 3, 1.0, vocabulary),
+        )
+
+
+def test_a_prefix_no_longer_falls_back_to_the_reference_search(monkeypatch):
+    """Where the fixed-shape executor runs (a GPU, faked here: search.fast_here), decode with
+    prefixes takes it, greedy and beam, with the reference's hypotheses."""
+    batch, model, settings = random_batch(6, seed=7), tiny("lstm-location"), DecodingConfig()
+    expected = [
+        searches.decode(model, batch.src, batch.src_lengths, settings, beam=b, prefixes=PREFIXES) for b in (1, 3)
+    ]
+    monkeypatch.setattr(decoding, "greedy_search", lambda *a, **k: pytest.fail("the reference search ran"))
+    monkeypatch.setattr(decoding, "beam_search", lambda *a, **k: pytest.fail("the reference search ran"))
+    monkeypatch.setattr(searches, "fast_here", lambda device, model: True)
+    for beam, reference in zip((1, 3), expected):
+        assert_same_hypotheses(
+            searches.decode(model, batch.src, batch.src_lengths, settings, beam=beam, prefixes=PREFIXES), reference
+        )
 
 
 WITH_ATTENTION = [name for name in MODELS if name != "gru-none"]
@@ -370,6 +448,13 @@ def test_a_step_reads_no_value_back(name):
         ]
         if name != "gru-none":  # (and with a coverage penalty, which sums the attention)
             searches_run.append(fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, beta=0.4))
+        searches_run.append(fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, record=True))  # (a tree)
+        four = Prefixes(PREFIXES.tokens[:4], PREFIXES.words[:4], PREFIXES.spelling)  # (a prefix)
+        prefixed = Prefixed(model, four, None, torch.device("meta"))
+        searches_run += [
+            fast_decoding._Greedy(prefixed, memory, [9, 9, 9, 9], 1.0),
+            fast_decoding._Beam(prefixed, memory, [9, 9, 9, 9], 3, 2, 1.0),
+        ]
         for search in searches_run:
             loop = search.start()
             for _ in range(4):
@@ -396,10 +481,10 @@ def test_the_loop_asks_whether_all_are_done_only_every_few_steps(monkeypatch, gr
         monkeypatch.setattr(torch.Tensor, name, counted)
     steps_run, run = [], fast_decoding._run
 
-    def loop(search, steps, graphs):
+    def loop(search, steps, graphs, *rest):
         inside[0] = True
         try:
-            result = run(search, steps, graphs)
+            result = run(search, steps, graphs, *rest)
         finally:
             inside[0] = False
         steps_run.append(result[1])
@@ -421,6 +506,34 @@ def test_all_done_ends_the_loop_at_the_next_check():
     with torch.inference_mode():
         loop, steps = fast_decoding._run(search, 40, graphs=False)
     assert steps < 40 and steps % fast_decoding.CHECK_EVERY == 0 and bool(loop.done.all())
+
+
+def test_the_beam_tree_no_longer_falls_back_to_the_reference_search(monkeypatch):
+    """Where the fixed-shape executor runs (a GPU, faked here: search.fast_here), decode's
+    beam search with a recorder (beam_tree) and a stop is its own, with the reference's tree and
+    hypotheses; a stop that says True ends it at a check."""
+    from attnmt.seq2seq.decoding import DecodingStopped
+
+    batch, model = random_batch(), tiny("gru-bahdanau")
+    settings = DecodingConfig()
+    reference = decoding.BeamRecorder(batch.src.size(0), 3)
+    expected = searches.decode(model, batch.src, batch.src_lengths, settings, beam=3, n_best=3, record=reference)
+    calls = []
+    original = fast_decoding.beam_search
+    monkeypatch.setattr(fast_decoding, "beam_search", lambda *a, **k: calls.append(k["record"]) or original(*a, **k))
+    monkeypatch.setattr(decoding, "beam_search", lambda *a, **k: pytest.fail("the reference search ran"))
+    monkeypatch.setattr(searches, "fast_here", lambda device, model: True)
+    tree = decoding.BeamRecorder(batch.src.size(0), 3)
+    found = searches.decode(
+        model, batch.src, batch.src_lengths, settings, beam=3, n_best=3, record=tree, stop=lambda: False
+    )
+    assert calls == [tree]
+    assert_same_hypotheses(found, expected)
+    assert_same_trees(tree, reference)
+    with pytest.raises(DecodingStopped, match=f"after {fast_decoding.CHECK_EVERY} decoder steps"):
+        searches.decode(
+            tiny("gru-bahdanau", NEVER_ENDS), batch.src, batch.src_lengths, settings, beam=3, stop=lambda: True
+        )
 
 
 def test_decode_keeps_the_reference_searches_on_a_cpu(monkeypatch):
@@ -464,9 +577,9 @@ def strict_steps(monkeypatch):
 )
 def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
     """On CUDA: graphs on, graphs off and the reference give the same hypotheses for greedy and
-    beam 5 (and beam 5 with a coverage penalty); a step never synchronises, sampling's neither;
-    decode() takes the fast searches on a GPU (sampling too), and the reference ones with
-    speed.plain()."""
+    beam 5 (and beam 5 with a coverage penalty, its search tree, prefixes); a step never
+    synchronises, sampling's neither; decode() takes the fast searches on a GPU (sampling too),
+    and the reference ones with speed.plain()."""
     strict_steps(monkeypatch)
     batch = random_batch(16, seed=3).to("cuda")
     for eos_bias, limits in CASES:
@@ -482,6 +595,21 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
             assert_same_hypotheses(
                 fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window), reference, atol=1e-4
             )
+        trees = [decoding.BeamRecorder(batch.src.size(0), 5) for _ in range(3)]  # the search tree
+        reference = decoding.beam_search(*args, beam=5, n_best=3, window=window, record=trees[0])
+        for graphs, tree in zip((False, True), trees[1:]):
+            found = fast_decoding.beam_search(*args, beam=5, n_best=3, graphs=graphs, window=window, record=tree)
+            assert_same_hypotheses(found, reference, atol=1e-4)
+            assert_same_trees(tree, trees[0], atol=1e-4)
+        many = Prefixes((PREFIXES.tokens * 3)[:16], (PREFIXES.words * 3)[:16], PREFIXES.spelling)  # prefixes
+        room = [max(n, len(p) + len(w) + 2) for n, p, w in zip(limits, many.tokens, many.words)]
+        prefixed = (Prefixed(model, many, None, batch.src.device), batch.src, batch.src_lengths, room)
+        for search, options in ((decoding.greedy_search, {}), (decoding.beam_search, {"beam": 5, "n_best": 3})):
+            reference = search(*prefixed, window=window, **options)
+            fast = getattr(fast_decoding, search.__name__)
+            for graphs in (False, True):
+                found = fast(*prefixed, window=window, graphs=graphs, **options)
+                assert_same_hypotheses(found, reference, atol=1e-4)
         reference = decoding.beam_search(*args, beam=5, n_best=3, window=window, beta=1.0)  # a coverage penalty
         for graphs in (False, True):
             assert_same_hypotheses(

@@ -263,7 +263,7 @@ def test_cuda_is_the_device_of_training_and_of_every_command(tmp_path, capsys):
     prefixed = zip(
         starts, on_gpu.translate(sources, beam=3, prefix=starts), on_cpu.translate(sources, beam=3, prefix=starts)
     )
-    for start, a, b in prefixed:  # the textbook search on the GPU, with its constraint on the device
+    for start, a, b in prefixed:  # the fixed-shape search on the GPU, its prefix restricted there
         assert a.text.startswith(start) and a.text == b.text
     for translator in (on_gpu, on_cpu):  # the fixed-shape search on the GPU, its coverage summed there
         translator.set_decoding(coverage_penalty=0.4, length_penalty=0.6)

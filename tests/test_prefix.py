@@ -151,6 +151,21 @@ def test_a_piece_fits_a_word_if_it_starts_it_or_goes_beyond_it():
     assert spelling.after("▁do", 9) == "do"
 
 
+def test_the_pieces_that_fit_are_those_of_the_definition():
+    """Spelling.fits finds the pieces by their text's prefixes and a sorted range (not a pass over
+    the vocabulary): the same as "a piece fits if it starts what is left or goes beyond it", on
+    pieces with repeated and nested texts; Spelling.starts, those that ``left`` starts with."""
+    import random
+
+    rng = random.Random(3)
+    pieces = ["", "", "", ""] + ["".join(rng.choice("▁ab") for _ in range(rng.randint(1, 4))) for _ in range(300)]
+    spelling = Spelling(pieces)
+    for left in ["▁", "a", "▁ab", "ba▁a", "bbbbbb", "c", "▁a▁b"]:
+        expected = [bool(p) and (p.startswith(left) or left.startswith(p)) for p in pieces]
+        assert spelling.fits(left).tolist() == expected
+        assert sorted(spelling.starts(left)) == [i for i, p in enumerate(pieces) if p and left.startswith(p)]
+
+
 def test_the_spelling_cache_keeps_a_bounded_number_of_words():
     """Every request may bring new words to spell: the answers kept are at most FITS_CACHED, however
     many words were asked for, and an answer asked for again after it was dropped is the same."""

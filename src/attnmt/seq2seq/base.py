@@ -45,6 +45,9 @@ class StepOutput:
     scores: Tensor | None  # (B,S) the scores e_j whose softmax is ``weights``, where there is one such attention
     context: Tensor  # (B,M) what the step read from the source
     output: Tensor  # (B,H) the decoder's output at this step (an RNN's state s_t)
+    # Where a step's ``log_probs`` were restricted (a prefix, attnmt.seq2seq.prefix): the model's
+    # own, which a trace shows; None where they are the model's
+    model_log_probs: Tensor | None = None
 
 
 class Batched:

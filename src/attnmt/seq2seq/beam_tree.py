@@ -11,11 +11,11 @@ import torch
 
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import EOS
-from attnmt.seq2seq.constraints import Phrases, constrained_beam_search
-from attnmt.seq2seq.decoding import BeamRecorder, beam_search, max_output_lengths
+from attnmt.seq2seq.constraints import Phrases
+from attnmt.seq2seq.decoding import BeamRecorder
 from attnmt.seq2seq.prefix import Prefixes
 from attnmt.seq2seq.results import Translation
-from attnmt.seq2seq.search import prefixed
+from attnmt.seq2seq.search import decode
 
 
 @torch.inference_mode()
@@ -31,45 +31,21 @@ def beam_tree(
     """Beam search on ``text`` by ``translator`` (an attnmt.api.Translator) with its search tree, as
     Translator.beam_tree describes it; ``prefixes``: of a batch of one (attnmt.seq2seq.prefix), or
     None; ``phrases``: the constraints of its outputs (attnmt.seq2seq.constraints), or None."""
-    dc = translator.config.decoding
     src_ids = translator.source_ids([text], tag)[0]
     batch = make_batch([src_ids]).to(translator.device)
     recorder = BeamRecorder(1, beam)
-    limits = max_output_lengths(batch.src_lengths, dc.max_length_ratio, dc.max_length_offset)
-    if phrases:  # (as attnmt.seq2seq.search.decode: room for the constraints)
-        limits = [max(limits[0], sum(map(len, phrases)) + dc.max_length_offset)]
-    model = translator.model
-    if prefixes is not None:
-        model, _, limits = prefixed(model, prefixes, None, limits, dc.max_length_offset, translator.device)
-    if phrases:
-        [hypotheses] = constrained_beam_search(
-            model,
-            batch.src,
-            batch.src_lengths,
-            limits,
-            [phrases],
-            beam,
-            beam,
-            dc.length_penalty,
-            dc.attention_window,
-            stop,
-            dc.coverage_penalty,
-            recorder,
-        )
-    else:
-        [hypotheses] = beam_search(
-            model,
-            batch.src,
-            batch.src_lengths,
-            limits,
-            beam=beam,
-            n_best=beam,
-            alpha=dc.length_penalty,
-            record=recorder,
-            window=dc.attention_window,
-            stop=stop,
-            beta=dc.coverage_penalty,
-        )
+    [hypotheses] = decode(
+        translator.model,
+        batch.src,
+        batch.src_lengths,
+        translator.config.decoding,
+        beam=beam,
+        n_best=beam,
+        prefixes=prefixes,
+        constraints=[phrases] if phrases else None,
+        record=recorder,
+        stop=stop,
+    )
     translation = Translation(
         text,
         translator.src_subwords.pieces(src_ids + [EOS]),

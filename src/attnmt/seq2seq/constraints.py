@@ -30,7 +30,15 @@ from torch import Tensor
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import EOS, PAD, UNK, valid_text
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
-from attnmt.seq2seq.decoding import BeamRecorder, Beams, Candidate, Hypothesis, memory_lengths, search_with
+from attnmt.seq2seq.decoding import (
+    BeamRecorder,
+    Beams,
+    Hypothesis,
+    TreeCandidate,
+    checked_search,
+    memory_lengths,
+    run_eager,
+)
 
 NEG_INF = float("-inf")
 
@@ -106,9 +114,10 @@ def constrained_beam_search(
     n_best: int = 1,
     alpha: float = 1.0,
     window: tuple[int, int] | None = None,
-    stop: Callable[[], bool] | None = None,
     beta: float = 0.0,
+    *,
     record: BeamRecorder | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> list[list[Hypothesis]]:
     """decoding.beam_search whose outputs contain each sentence's ``constraints`` (token phrases;
     [] for none), by dynamic beam allocation (see the module). The full output layer: no shortlist.
@@ -120,9 +129,9 @@ def constrained_beam_search(
         raise ValueError("a constraint is a phrase of one or more tokens, none of them padding or EOS")
     memory = model.encode(src, src_lengths, window)
     beams = _ConstrainedBeams(
-        src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta, constraints, record
+        src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta, record, constraints
     )
-    return search_with(beams, model, memory, stop=stop)
+    return checked_search(run_eager(beams, model, memory, stop=stop))
 
 
 class _ConstrainedBeams(Beams):
@@ -130,8 +139,8 @@ class _ConstrainedBeams(Beams):
     hypotheses that met every constraint in ``finished`` (they alone can stop a sentence), those
     the length limit ended before in ``unmet``."""
 
-    def __init__(self, batch, k, n_best, alpha, max_lengths, memory_widths, device, beta, constraints, record=None):
-        super().__init__(batch, k, n_best, alpha, max_lengths, memory_widths, record, device, beta)
+    def __init__(self, batch, k, n_best, alpha, max_lengths, memory_widths, device, beta, record, constraints):
+        super().__init__(batch, k, n_best, alpha, max_lengths, memory_widths, device, beta, record)
         self.phrases = constraints
         self.progress = [Progress() for _ in range(batch)]  # of each live row
         self.unmet: list[list[Hypothesis]] = [[] for _ in range(batch)]
@@ -217,7 +226,7 @@ class _ConstrainedBeams(Beams):
 
     def _recorded(
         self, live: list, finishing: list, cut: list, considered: list, first_row: int, phrases: Phrases
-    ) -> list[Candidate]:
+    ) -> list[TreeCandidate]:
         """What the search tree shows of a sentence's step (attnmt.seq2seq.decoding.BeamRecorder): its
         live rows, kept; the hypotheses that end, finished (those the length limit ended too, with
         fewer constraint tokens met); the k best candidates left out, pruned; each with the
@@ -235,12 +244,12 @@ class _ConstrainedBeams(Beams):
             + [(row - first_row, token, score, "pruned", p.count(phrases)) for row, token, score, p in left]
         )
 
-    def next_batch(self, keep: Tensor, source_rows: Tensor, state, memory):
+    def next_batch(self, keep: Tensor, state, memory):
         if not bool(keep.all()):
             self.progress = [
                 self.progress[g * self.k + j] for g in keep.nonzero().view(-1).tolist() for j in range(self.k)
             ]
-        return super().next_batch(keep, source_rows, state, memory)
+        return super().next_batch(keep, state, memory)
 
     def results(self) -> list[list[Hypothesis]]:
         """Each sentence's n best, those that met every constraint first."""

@@ -20,15 +20,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnmt.core.config import Sampling
+from attnmt.core.config import DecodingConfig, Sampling
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS, PAD
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
+
+if TYPE_CHECKING:
+    from attnmt.seq2seq.prefix import Prefixes
 
 
 class DecodingStopped(Exception):
@@ -67,7 +71,9 @@ class BeamNode:
     met: int | None = None  # constrained search: the constraint tokens written by then (its bank)
 
 
-Candidate = tuple[int, int, float, str, "int | None"]  # (live row j it extends, token, score, status, met)
+# One candidate of a step as the search tree records it: (live row j it extends, token, score, status, met).
+# (Not attnmt.seq2seq.results.Candidate, a translation's candidate.)
+TreeCandidate = tuple[int, int, float, str, "int | None"]
 
 
 class BeamRecorder:
@@ -106,7 +112,7 @@ class BeamRecorder:
             ],
         )
 
-    def add(self, t: int, groups: list[tuple[int, list[Candidate]]]):
+    def add(self, t: int, groups: list[tuple[int, list[TreeCandidate]]]):
         """Step t's candidates, for each group of live rows (sentence, its candidates): the "kept"
         ones, in order, become the group's live rows of step t+1."""
         k = self.beam
@@ -129,6 +135,10 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 COVERAGE_FLOOR = 1e-6  # a source word's coverage below this counts as this (a word an attention window hid: 0)
+NO_COVERAGE = (
+    "a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
+    "has no attention (attention: none); set coverage_penalty: 0"
+)
 
 
 def coverage_penalty(attention: Tensor, beta: float) -> float:
@@ -145,6 +155,32 @@ def max_output_lengths(src_lengths: Tensor, ratio: float, offset: int) -> list[i
     """Each sentence's length limit: its output has at most ratio * n + offset tokens, the EOS that
     ends it included (``ended_at_limit``)."""
     return [max(1, int(ratio * n + offset)) for n in src_lengths.tolist()]
+
+
+def output_limits(
+    src_lengths: Tensor,
+    settings: DecodingConfig,
+    prefixes: Prefixes | None = None,
+    constraints: list | None = None,
+    max_length: int | None = None,
+) -> list[int]:
+    """The length limit of each sentence of every search (the one place it is computed):
+    ``max_output_lengths`` of the settings' max_length_ratio and max_length_offset (or
+    ``max_length`` for all), and at least room for what the output must hold with
+    max_length_offset more tokens: its prefix's tokens and the characters of the word it spells (a
+    word's characters bound its pieces; attnmt.seq2seq.prefix), and its constraints' tokens
+    (attnmt.seq2seq.constraints: a list of phrases per sentence)."""
+    offset = settings.max_length_offset
+    if max_length is None:
+        limits = max_output_lengths(src_lengths, settings.max_length_ratio, offset)
+    else:
+        limits = [max_length] * src_lengths.numel()
+    if constraints is not None:
+        limits = [max(limit, sum(map(len, phrases)) + offset) for limit, phrases in zip(limits, constraints)]
+    if prefixes is not None:
+        words = prefixes.words or [""] * len(prefixes.tokens)
+        limits = [max(limit, len(p) + len(word) + offset) for limit, p, word in zip(limits, prefixes.tokens, words)]
+    return limits
 
 
 def ended_at_limit(log_probs: Tensor, at_limit: Tensor) -> Tensor:
@@ -176,10 +212,7 @@ def hypothesis_of(
     score = log_prob / length_penalty(len(tokens), alpha)
     if beta:
         if attention is None:
-            raise AttnmtError(
-                "a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
-                "has no attention (attention: none); set coverage_penalty: 0"
-            )
+            raise AttnmtError(NO_COVERAGE)
         score += coverage_penalty(attention, beta)
     return Hypothesis(tokens, score, log_prob, attention)
 
@@ -199,8 +232,10 @@ def greedy_search(
     alpha: float = 1.0,
     vocabulary: Tensor | None = None,
     window: tuple[int, int] | None = None,
-    pick: Callable[[Tensor], Tensor] | None = None,
     beta: float = 0.0,
+    pick: Callable[[Tensor], Tensor] | None = None,
+    *,
+    stop: Callable[[], bool] | None = None,
 ) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
     and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
@@ -208,54 +243,81 @@ def greedy_search(
     the attention window of every step (decoding.attention_window; attnmt.seq2seq.base).
     ``pick``: the column chosen in each row of a step's log-probabilities instead of the most
     probable (sampler: sampling); the score stays the model's log-probability of the tokens.
-    ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no output)."""
-    batch = src.size(0)
+    ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no output).
+    ``stop``: as beam_search's."""
     memory = model.encode(src, src_lengths, window)
-    memory_widths = memory_lengths(memory)
-    state = model.init_state(memory)
-    prev = torch.full((batch,), BOS, dtype=torch.long, device=src.device)
-    limits = torch.tensor(max_lengths, device=src.device)
-    active = torch.arange(batch, device=src.device)  # the sentence of each row
-    log_probs = torch.zeros(batch, device=src.device)
-    # Per step: the sentences of the rows, their tokens and weights; read per sentence at the end.
-    rows, tokens, weights = [], [], []
-    shortest = min(max_lengths)
-    for t in range(max(max_lengths)):
-        step = model.decode_step(prev, state, memory)
+    greedy = Greedy(src.size(0), alpha, max_lengths, memory_lengths(memory), src.device, beta, pick)
+    return checked_search(run_eager(greedy, model, memory, vocabulary, stop))
+
+
+class Greedy:
+    """The strategy of greedy search (and sampling, with ``pick``) in the eager loop (``run_eager``):
+    one row per sentence still going, the sentence of each (``active``), its last token (``prev``);
+    per step the sentences of the rows, their tokens and weights, read per sentence at the end."""
+
+    def __init__(
+        self,
+        batch: int,
+        alpha: float,
+        max_lengths: list[int],
+        memory_widths: list[int],
+        device: torch.device,
+        beta: float = 0.0,
+        pick: Callable[[Tensor], Tensor] | None = None,
+    ):
+        self.batch, self.alpha, self.beta, self.pick = batch, alpha, beta, pick
+        self.max_lengths, self.memory_widths = max_lengths, memory_widths
+        self.limits = torch.tensor(max_lengths, device=device)
+        self.shortest = min(max_lengths)
+        self.prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+        self.active = torch.arange(batch, device=device)  # the sentence of each row
+        self.log_probs = torch.zeros(batch, device=device)
+        self.rows: list[Tensor] = []
+        self.tokens: list[Tensor] = []
+        self.weights: list[Tensor | None] = []
+
+    def advance(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> Tensor:
+        """Step t's token of each row; returns which rows go on (not EOS, not at the length limit:
+        a model may give EOS no probability)."""
         scores = step.log_probs
-        if t + 1 >= shortest:  # some sentence may be at its limit: it writes EOS
-            scores = ended_at_limit(scores, limits[active] <= t + 1)
-        if pick is None:
+        if t + 1 >= self.shortest:  # some sentence may be at its limit: it writes EOS
+            scores = ended_at_limit(scores, self.limits[self.active] <= t + 1)
+        if self.pick is None:
             best, column = scores.max(dim=-1)
         else:
-            column = pick(scores)
+            column = self.pick(scores)
             best = scores.gather(1, column[:, None]).squeeze(1)
-        prev = token_ids(column, vocabulary)
-        log_probs[active] += best
-        rows.append(active)
-        tokens.append(prev)
-        weights.append(step.weights)
-        going = (prev != EOS) & (limits[active] > t + 1)  # (the limit too: a model may give EOS no probability)
-        if not bool(going.all()):  # drop the finished sentences from the batch
-            if not bool(going.any()):
-                break
-            kept = going.nonzero().view(-1)
-            active, prev = active[kept], prev[kept]
-            state, memory = step.state.select(kept), memory.select(kept)
-        else:
-            state = step.state
-    order = torch.cat(rows).argsort(stable=True)  # every row of sentence 0, in step order, then 1, ...
-    tokens = torch.cat(tokens)[order].tolist()
-    attention = None if weights[0] is None else torch.cat(weights)[order].float()
-    lengths = torch.bincount(torch.cat(rows), minlength=batch).tolist()
-    results, start = [], 0
-    for i, length in enumerate(lengths):
-        matrix = None if attention is None else attention[start : start + length]
-        results.append(
-            [hypothesis_of(tokens[start : start + length], float(log_probs[i]), matrix, alpha, memory_widths[i], beta)]
-        )
-        start += length
-    return checked_search(results)
+        self.prev = token_ids(column, vocabulary)
+        self.log_probs[self.active] += best
+        self.rows.append(self.active)
+        self.tokens.append(self.prev)
+        self.weights.append(step.weights)
+        return (self.prev != EOS) & (self.limits[self.active] > t + 1)
+
+    def next_batch(self, going: Tensor, state, memory):
+        """The rows of step t+1: those going (a finished sentence's row leaves the batch)."""
+        if bool(going.all()):
+            return state, memory
+        kept = going.nonzero().view(-1)
+        self.active, self.prev = self.active[kept], self.prev[kept]
+        return state.select(kept), memory.select(kept)
+
+    def results(self) -> list[list[Hypothesis]]:
+        rows = torch.cat(self.rows)
+        order = rows.argsort(stable=True)  # every row of sentence 0, in step order, then 1, ...
+        tokens = torch.cat(self.tokens)[order].tolist()
+        attention = None if self.weights[0] is None else torch.cat(self.weights)[order].float()
+        lengths = torch.bincount(rows, minlength=self.batch).tolist()
+        log_probs = self.log_probs.tolist()
+        results, start = [], 0
+        for i, length in enumerate(lengths):
+            matrix = None if attention is None else attention[start : start + length]
+            hypothesis = hypothesis_of(
+                tokens[start : start + length], log_probs[i], matrix, self.alpha, self.memory_widths[i], self.beta
+            )
+            results.append([hypothesis])
+            start += length
+        return results
 
 
 def sampler(sampling: Sampling, generator: torch.Generator | None = None) -> Callable[[Tensor], Tensor]:
@@ -313,17 +375,18 @@ def beam_search(
     beam: int = 5,
     n_best: int = 1,
     alpha: float = 1.0,
-    record: BeamRecorder | None = None,
     vocabulary: Tensor | None = None,
     window: tuple[int, int] | None = None,
-    stop: Callable[[], bool] | None = None,
     beta: float = 0.0,
+    *,
+    record: BeamRecorder | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
     A hypothesis that ends in EOS leaves the beam for the finished list of its sentence. A
     sentence is done when no live hypothesis can still beat its ``n_best`` best finished ones
-    (their scores only fall as they grow: see ``_cannot_improve``), when it has ``beam`` finished
+    (their scores only fall as they grow: see ``cannot_improve``), when it has ``beam`` finished
     hypotheses and none of the live ones would beat them were it to end now, or at its length
     limit (where its live hypotheses can only write EOS, and finish: ``ended_at_limit``). Its rows
     then leave the batch, so later steps only compute what is still open. (Stopping at ``beam``
@@ -342,35 +405,44 @@ def beam_search(
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     memory = model.encode(src, src_lengths, window)
-    beams = Beams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), record, src.device, beta)
-    return search_with(beams, model, memory, vocabulary, stop)
+    beams = Beams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta, record)
+    return checked_search(run_eager(beams, model, memory, vocabulary, stop))
 
 
-def search_with(
-    beams: Beams,
+def run_eager(
+    strategy,
     model: EncoderDecoder,
     memory,
     vocabulary: Tensor | None = None,
     stop: Callable[[], bool] | None = None,
+    observers: tuple = (),
 ) -> list[list[Hypothesis]]:
-    """The steps of a beam search, whose choices ``beams`` make, from the encoder's ``memory``."""
+    """The eager executor's search loop, the one of every textbook search: from the encoder's
+    ``memory``, each step runs the model on the rows ``strategy`` keeps (Greedy, Beams,
+    constraints._ConstrainedBeams), which chooses their next tokens (``advance``: which groups go
+    on) and the rows of the next step (``next_batch``: the finished ones leave the batch). Each of
+    ``observers`` sees every step (``observe(t, step, strategy)``, after the choice: the trace).
+    ``stop``: asked after each step that leaves the search unfinished; DecodingStopped when it
+    says True. Returns the strategy's results (unchecked: ``checked_search``)."""
     state = model.init_state(memory)
-    for t in range(max(beams.max_lengths)):
-        step = model.decode_step(beams.prev, state, memory)
-        sentences, source_rows = beams.extend(t, step, vocabulary)
-        going = beams.going(t, sentences)
+    for t in range(max(strategy.max_lengths)):
+        step = model.decode_step(strategy.prev, state, memory)
+        going = strategy.advance(t, step, vocabulary)
+        for observer in observers:
+            observer.observe(t, step, strategy)
         if not bool(going.any()):
             break
         stop_now(stop, t + 1)
-        state, memory = beams.next_batch(going, source_rows, step.state, memory)
-    return checked_search(beams.results())
+        state, memory = strategy.next_batch(going, step.state, memory)
+    return strategy.results()
 
 
 class Beams:
     """The state of a batched beam search between two steps: the sentence of each group of rows
     (``active``), the live hypotheses' scores (n, width) and last tokens (``prev``, n*width), the
-    finished hypotheses of every sentence, and the ``_History`` to read hypotheses back from.
-    Each step: ``extend``, ``going``, then ``next_batch`` (see beam_search)."""
+    finished hypotheses of every sentence, and the ``_History`` to read hypotheses back from: the
+    strategy of beam search in the eager loop (``run_eager``). Each step: ``advance`` (``extend``,
+    ``going``), then ``next_batch`` (see beam_search)."""
 
     def __init__(
         self,
@@ -380,9 +452,9 @@ class Beams:
         alpha: float,
         max_lengths: list[int],
         memory_widths: list[int],
-        record: BeamRecorder | None,
         device: torch.device,
         beta: float = 0.0,
+        record: BeamRecorder | None = None,
     ):
         self.k, self.n_best, self.alpha, self.beta, self.max_lengths = k, n_best, alpha, beta, max_lengths
         self.memory_widths, self.record, self.device = memory_widths, record, device
@@ -394,6 +466,11 @@ class Beams:
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
         self.active = torch.arange(batch, device=device)  # sentence id of each group of k rows
         self.history = _History()
+
+    def advance(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> Tensor:
+        """Step t's choice (``extend``): which sentences go on (``going``)."""
+        sentences, self.source_rows = self.extend(t, step, vocabulary)
+        return self.going(t, sentences)
 
     def extend(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> tuple[list[int], Tensor]:
         """Step t's 2k best candidates of each sentence: those among its best k that end in EOS
@@ -440,21 +517,29 @@ class Beams:
         would beat were it to end now."""
         finished, n_best, alpha, max_lengths = self.finished, self.n_best, self.alpha, self.max_lengths
         best_live = self.scores.max(dim=1).values.tolist()
-        done = [
-            t + 1 >= max_lengths[sentence]
-            or _cannot_improve(finished[sentence], n_best, best_live[g], max_lengths[sentence], alpha)
-            or (
-                len(finished[sentence]) >= self.k
-                and _cannot_improve(finished[sentence], n_best, best_live[g], t + 1, alpha)
+        penalty_now = length_penalty(t + 1, alpha)
+        done = []
+        for g, sentence in enumerate(sentences):
+            scores = [h.score for h in finished[sentence]]
+            has_n_best = len(scores) >= n_best
+            nth_best = sorted(scores, reverse=True)[n_best - 1] if has_n_best else -math.inf
+            done.append(
+                beam_done(
+                    t + 1 >= max_lengths[sentence],
+                    has_n_best,
+                    nth_best,
+                    best_live[g],
+                    len(scores) >= self.k,
+                    length_penalty(max_lengths[sentence], alpha),
+                    penalty_now,
+                )
             )
-            for g, sentence in enumerate(sentences)
-        ]
         return ~torch.tensor(done, device=self.device)
 
-    def next_batch(self, keep: Tensor, source_rows: Tensor, state, memory):
+    def next_batch(self, keep: Tensor, state, memory):
         """The batch of step t+1: the rows of the sentences in ``keep`` (a finished sentence's rows
         leave it), their decoder state and memory. Records their tokens and parents in the history."""
-        k, device, n = self.k, self.device, keep.numel()
+        k, device, n, source_rows = self.k, self.device, keep.numel(), self.source_rows
         groups = torch.arange(n, device=device)
         if not bool(keep.all()):  # drop finished sentences from the batch
             groups = keep.nonzero().view(-1)
@@ -495,16 +580,29 @@ class Beams:
             )
 
 
-def _cannot_improve(finished: list[Hypothesis], n_best: int, best_live: float, max_length: int, alpha: float) -> bool:
-    """Whether no live hypothesis can still enter a sentence's n best. A live hypothesis' log-
-    probability only falls as it grows; divided by the length penalty, the best score it can
-    reach is its log-probability over the penalty of the longest output allowed (``max_length``;
-    given the current length instead, whether it would beat them were it to end now). A coverage
-    penalty, never above 0, leaves that bound true."""
-    if len(finished) < n_best:
-        return False
-    nth_best = sorted((h.score for h in finished), reverse=True)[n_best - 1]
-    return nth_best >= best_live / length_penalty(max_length, alpha)
+def cannot_improve(has_n_best, nth_best, best_live, penalty):
+    """Whether no live hypothesis can still enter a sentence's n best (Python values of one
+    sentence, or tensors of every sentence): ``has_n_best``, it has n finished hypotheses, the
+    n-th best scoring ``nth_best``; ``best_live`` the best live log-probability. A live hypothesis'
+    log-probability only falls as it grows; divided by the length penalty, the best score it can
+    reach is its log-probability over the penalty of the longest output allowed (``penalty`` of
+    the length limit; of the current length instead, whether it would beat them were it to end
+    now). A coverage penalty, never above 0, leaves that bound true."""
+    return has_n_best & (nth_best >= best_live / penalty)
+
+
+def beam_done(at_limit, has_n_best, nth_best, best_live, k_finished, limit_penalty, penalty_now):
+    """Beam search's stopping rules, the one place they are written (Python values of one
+    sentence, or tensors of every sentence; see ``cannot_improve``): a sentence is done at its
+    length limit (``at_limit``), when no live hypothesis can reach its n best (``limit_penalty``:
+    the length penalty of its limit), or when k of its hypotheses have finished (``k_finished``)
+    and no live one would beat its n best were it to end now (``penalty_now``). (Stopping at k
+    finished alone can return a worse result than greedy search: see ``beam_search``.)"""
+    return (
+        at_limit
+        | cannot_improve(has_n_best, nth_best, best_live, limit_penalty)
+        | (k_finished & cannot_improve(has_n_best, nth_best, best_live, penalty_now))
+    )
 
 
 def checked_search(results: list[list[Hypothesis]]) -> list[list[Hypothesis]]:

@@ -23,8 +23,11 @@ the device:
   - tokens, back-pointers (the row of step t that each row of step t+1 extends) and attention
     weights go into buffers preallocated for the longest output, written at the step counter,
     itself a tensor on the device.
-The host asks "are all sentences done?" every ``CHECK_EVERY`` steps (one synchronisation each), and
-reads the hypotheses back once, at the end, after following the back-pointers on the device.
+  - a beam search that records its tree (beam_tree) writes each step's 2k candidates of every
+    sentence and their status into buffers too (``_TreeBuffers``), added to the recorder at the end.
+The host asks "are all sentences done?" every ``CHECK_EVERY`` steps (one synchronisation each; there
+too a caller's ``stop``), and reads the hypotheses back once, at the end, after following the
+back-pointers on the device.
 
 CUDA graphs. Where the decoder state keeps its shape from step to step (the RNN models, Seq2Seq and
 SpeechModel), a whole step (model.decode_step and the bookkeeping) is captured once per batch as a
@@ -56,17 +59,21 @@ from torch import Tensor
 
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS
-from attnmt.seq2seq.base import EncoderDecoder
+from attnmt.seq2seq.base import EncoderDecoder, StepOutput
 from attnmt.seq2seq.capture import captured, side_stream
 from attnmt.seq2seq.decoding import (
     COVERAGE_FLOOR,
+    NO_COVERAGE,
+    BeamRecorder,
     Hypothesis,
+    beam_done,
     best_candidates,
     checked_search,
     ended_at_limit,
     hypothesis_of,
     length_penalty,
     memory_lengths,
+    stop_now,
     token_ids,
 )
 
@@ -83,11 +90,12 @@ def greedy_search(
     src_lengths: Tensor,
     max_lengths: list[int],
     alpha: float = 1.0,
-    graphs: bool | None = None,
     vocabulary: Tensor | None = None,
     window: tuple[int, int] | None = None,
     beta: float = 0.0,
     pick: Callable[[Tensor], Tensor] | None = None,
+    *,
+    graphs: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """decoding.greedy_search's hypotheses, every sentence computed until all have ended (``beta``:
     the coverage penalty of each score). ``pick``: each row's column instead of its most probable
@@ -107,18 +115,28 @@ def beam_search(
     beam: int = 5,
     n_best: int = 1,
     alpha: float = 1.0,
-    graphs: bool | None = None,
     vocabulary: Tensor | None = None,
     window: tuple[int, int] | None = None,
     beta: float = 0.0,
+    *,
+    record: BeamRecorder | None = None,
+    stop: Callable[[], bool] | None = None,
+    graphs: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
     sentence keeping its k rows until all are done. ``beta``: the coverage penalty of the finished
-    hypotheses' scores, from each live row's attention summed as it goes (``_Beam._coverage``)."""
+    hypotheses' scores, from each live row's attention summed as it goes (``_Beam._coverage``).
+    ``record``: decoding.beam_search's search tree, the same, from every step's candidates kept in
+    buffers on the device (``_TreeBuffers``, inside a captured step too) and added to the
+    recorder at the end. ``stop``: asked where the loop asks whether all are done (every
+    CHECK_EVERY steps), DecodingStopped when it says True."""
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
-    search = _Beam(model, model.encode(src, src_lengths, window), max_lengths, beam, n_best, alpha, vocabulary, beta)
-    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device))
+    memory = model.encode(src, src_lengths, window)
+    search = _Beam(model, memory, max_lengths, beam, n_best, alpha, vocabulary, beta, record is not None)
+    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device), stop)
+    if record is not None:
+        search.tree.replay(record, steps)
     return checked_search(search.results(loop, steps))
 
 
@@ -129,18 +147,23 @@ def _graphs_on(graphs: bool | None, device: torch.device) -> bool:
 # ------------------------------------------------------------------------------- the step loop
 
 
-def _run(search, steps: int, graphs: bool):
-    """Runs ``search`` until all its sentences are done (asked every CHECK_EVERY steps) or for
-    ``steps`` steps: eagerly, or with ``graphs`` its first WARMUP_STEPS eagerly and the others as a
-    captured graph. Returns the last loop and the number of steps run."""
+def _run(search, steps: int, graphs: bool, stop: Callable[[], bool] | None = None):
+    """The fixed-shape executor's loop: runs ``search`` until all its sentences are done (asked
+    every CHECK_EVERY steps) or for ``steps`` steps: eagerly, or with ``graphs`` its first
+    WARMUP_STEPS eagerly and the others as a captured graph. ``stop``: asked at each of those
+    checks that leaves the search unfinished (decoding.stop_now). Returns the last loop and the
+    number of steps run."""
     loop, step, t = search.start(), search.step, 0
     if graphs and steps > WARMUP_STEPS:
         loop, step = _warm_up_and_capture(search.step, loop, WARMUP_STEPS)
         t = WARMUP_STEPS  # (fewer than CHECK_EVERY: no check was due)
     while t < steps:
         loop, t = step(loop), t + 1
-        if t % CHECK_EVERY == 0 and bool(search.all_done(loop)):
-            break
+        if t % CHECK_EVERY == 0:
+            if bool(search.all_done(loop)):
+                break
+            if t < steps:
+                stop_now(stop, t)
     return loop, t
 
 
@@ -242,9 +265,20 @@ class _GreedyLoop:
     ended: Tensor  # (B,) True once the sentence wrote EOS or reached its limit
 
 
-class _Greedy:
-    """Greedy search on one row per sentence: start() the loop, step() it (no value read back),
-    all_done() for the host's check, results() at the end."""
+class _FixedStrategy:
+    """A strategy of the fixed-shape executor (``_run``): start() the loop, step() it (no value
+    read back: the model's step on every row, the one call of decode_step here, then the
+    strategy's choice, ``advance``), all_done() for the host's check, results() at the end."""
+
+    model: EncoderDecoder
+    memory: Any
+
+    def step(self, loop):
+        return self.advance(loop, self.model.decode_step(loop.prev, loop.state, self.memory))
+
+
+class _Greedy(_FixedStrategy):
+    """Greedy search on one row per sentence."""
 
     def __init__(
         self,
@@ -273,9 +307,8 @@ class _Greedy:
             torch.zeros(batch, dtype=torch.bool, device=device),
         )
 
-    def step(self, loop: _GreedyLoop) -> _GreedyLoop:
+    def advance(self, loop: _GreedyLoop, out: StepOutput) -> _GreedyLoop:
         t = loop.step
-        out = self.model.decode_step(loop.prev, loop.state, self.memory)
         log_probs = ended_at_limit(out.log_probs, self.limits <= t + 1)  # (at its limit a sentence writes EOS)
         if self.pick is None:
             best, column = log_probs.max(dim=-1)
@@ -347,9 +380,9 @@ class _BeamLoop:
     coverage: Tensor | None  # (B*k,S) each live row's attention summed over its steps (a coverage penalty only)
 
 
-class _Beam:
+class _Beam(_FixedStrategy):
     """Beam search on k rows per sentence (those of sentence b are rows b*k ... b*k + k-1, its
-    memory repeated k times): the same methods as _Greedy."""
+    memory repeated k times)."""
 
     def __init__(
         self,
@@ -361,6 +394,7 @@ class _Beam:
         alpha: float,
         vocabulary: Tensor | None = None,
         beta: float = 0.0,
+        record: bool = False,
     ):
         batch, device, steps = _batch_size(memory), memory.states.device, max(max_lengths)
         self.model, self.beam, self.n_best, self.alpha, self.batch = model, beam, n_best, alpha, batch
@@ -377,6 +411,7 @@ class _Beam:
             [length_penalty(n, alpha) for n in max_lengths], dtype=torch.float64, device=device
         )
         self.history = _History(steps, batch * beam, device)
+        self.tree = _TreeBuffers(steps, batch, beam, device) if record else None
 
     def start(self) -> _BeamLoop:
         (batch, k), device = (self.batch, self.beam), self.limits.device
@@ -403,9 +438,8 @@ class _Beam:
             torch.zeros(self.memory.mask.shape, device=device) if self.beta else None,
         )
 
-    def step(self, loop: _BeamLoop) -> _BeamLoop:
+    def advance(self, loop: _BeamLoop, out: StepOutput) -> _BeamLoop:
         k, t, still_open = self.beam, loop.step, ~loop.done.unsqueeze(1)
-        out = self.model.decode_step(loop.prev, loop.state, self.memory)
         width = loop.scores.size(1)  # rows extended per sentence: 1 at the first step, then k
         log_probs = out.log_probs.view(self.batch, k, -1)[:, :width].flatten(0, 1)
         # At its length limit a sentence's live hypotheses can only write EOS: they all finish.
@@ -433,6 +467,8 @@ class _Beam:
             None if penalty is None else penalty[:, :k],
         )
 
+        if self.tree is not None:
+            self.tree.write(t, still_open, origin, token, candidates, ended, alive)
         rows = parent_alive.flatten()
         self.history.write(t, prev.flatten(), rows, out.weights)
         return _BeamLoop(
@@ -454,10 +490,7 @@ class _Beam:
         if coverage is None:
             return None, None
         if weights is None:
-            raise AttnmtError(
-                "a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
-                "has no attention (attention: none); set coverage_penalty: 0"
-            )
+            raise AttnmtError(NO_COVERAGE)
         coverage = coverage + weights.float()
         logs = coverage.clamp(COVERAGE_FLOOR, 1.0).log().masked_fill(~self.memory.mask, 0.0)
         return coverage, self.beta * logs.sum(1).double()[parent]
@@ -487,20 +520,15 @@ class _Beam:
         return _Finished(count, **{name: values.gather(1, best) for name, values in merged.items()})
 
     def _done(self, finished: _Finished, scores: Tensor, t: Tensor) -> Tensor:
-        """decoding.beam_search's stopping rules (see _cannot_improve there), for every sentence:
-        at its limit; when no live hypothesis can reach its n best; when k have finished and no
-        live one would beat its n best were it to end now."""
-        best_live = scores.max(dim=1).values.double()
-        has_n_best = finished.count >= self.n_best
-        nth_best = finished.score[:, self.n_best - 1]
-
-        def cannot_improve(penalty: Tensor) -> Tensor:
-            return has_n_best & (nth_best >= best_live / penalty)
-
-        return (
-            (self.limits <= t + 1)
-            | cannot_improve(self.limit_penalties)
-            | ((finished.count >= self.beam) & cannot_improve(self.penalties.index_select(0, t)))
+        """decoding.beam_done, the stopping rules of decoding.beam_search, for every sentence at once."""
+        return beam_done(
+            self.limits <= t + 1,
+            finished.count >= self.n_best,
+            finished.score[:, self.n_best - 1],
+            scores.max(dim=1).values.double(),
+            finished.count >= self.beam,
+            self.limit_penalties,
+            self.penalties.index_select(0, t),
         )
 
     def all_done(self, loop: _BeamLoop) -> Tensor:
@@ -546,6 +574,45 @@ class _Beam:
                 tokens[:, :, t - 1] = history.tokens[t - 1][row]
                 row = history.parents[t - 1][row]
         return tokens.scatter_(2, finished.end.unsqueeze(2), finished.token.unsqueeze(2)), attention
+
+
+class _TreeBuffers:
+    """The search tree of a fixed-shape beam search, as an observer that reads nothing back: each
+    step's 2k candidates of every sentence (the row of the sentence each extends, token, score)
+    and their status (``KEPT``, ``FINISHED``, ``PRUNED``; 0 where the sentence was done), written
+    at the step counter; ``replay`` adds them to a decoding.BeamRecorder as decoding's search
+    adds its own."""
+
+    KEPT, FINISHED, PRUNED = 1, 2, 3
+    STATUS = {KEPT: "kept", FINISHED: "finished", PRUNED: "pruned"}
+
+    def __init__(self, steps: int, batch: int, k: int, device: torch.device):
+        self.k = k
+        self.origin = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
+        self.token = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
+        self.score = torch.zeros(steps, batch, 2 * k, device=device)
+        self.status = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
+
+    def write(self, t: Tensor, open_: Tensor, origin, token, score, ended, alive):
+        """Step t's candidates (B,2k): ``ended`` (B,k) those that finish, ``alive`` (B,k) the
+        positions of those that stay; ``open_`` (B,1) the sentences still searched."""
+        kept = torch.zeros_like(token, dtype=torch.bool).scatter(1, alive, True)
+        finished = torch.nn.functional.pad(ended, (0, self.k))
+        status = torch.where(finished, self.FINISHED, torch.where(kept, self.KEPT, torch.full_like(token, self.PRUNED)))
+        status = status.masked_fill(~open_ | (score == NEG_INF), 0)
+        for buffer, value in ((self.origin, origin), (self.token, token), (self.score, score), (self.status, status)):
+            buffer.index_copy_(0, t, value.to(buffer.dtype).unsqueeze(0))
+
+    def replay(self, record: BeamRecorder, steps: int):
+        origin, token, score, status = (
+            x[:steps].cpu().tolist() for x in (self.origin, self.token, self.score, self.status)
+        )
+        for t in range(steps):
+            groups = [
+                (b, [(o, tok, sc, self.STATUS[st], None) for o, tok, sc, st in zip(*row) if st])
+                for b, row in enumerate(zip(origin[t], token[t], score[t], status[t]))
+            ]
+            record.add(t, groups)
 
 
 def _first_true(mask: Tensor, k: int) -> Tensor:

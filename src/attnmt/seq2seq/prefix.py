@@ -14,6 +14,7 @@ prefix forced, which Translator.score checks).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from dataclasses import dataclass, replace
@@ -43,10 +44,26 @@ class Spelling:
         # Bounded (least recently used out): every request brings new words, and each answer is a
         # vector of the vocabulary; kept whole, 40 long prefixes took a server from 417 to 527 MB.
         self.fits = functools.lru_cache(maxsize=FITS_CACHED)(self._fits)
+        self._ids: dict[str, list[int]] = {}  # the ids of each piece's text
+        for i, piece in enumerate(pieces):
+            if piece:
+                self._ids.setdefault(piece, []).append(i)
+        self._sorted = sorted(self._ids)  # (for the pieces that begin with a text: a range of them)
 
     def _fits(self, left: str) -> Tensor:
-        """(V,) bool: which pieces fit ``left``."""
-        return torch.tensor([bool(p) and (p.startswith(left) or left.startswith(p)) for p in self.pieces], device="cpu")
+        """(V,) bool: which pieces fit ``left``: those it starts with and those that start with it."""
+        fits = torch.zeros(len(self.pieces), dtype=torch.bool, device="cpu")
+        ids = self.starts(left)
+        for text in self._sorted[bisect.bisect_left(self._sorted, left) :]:
+            if not text.startswith(left):
+                break
+            ids += self._ids[text]
+        fits[ids] = True
+        return fits
+
+    def starts(self, left: str) -> list[int]:
+        """The pieces that ``left`` starts with (each one that, written, leaves the rest of it to spell)."""
+        return [i for end in range(1, len(left) + 1) for i in self._ids.get(left[:end], [])]
 
     def after(self, left: str, token: int) -> str:
         """What is left to spell once ``token`` is written: "" when it went to the end or beyond."""
@@ -128,11 +145,47 @@ class PrefixState:
         return PrefixState(self.inner.select(index), self.sentences[index], self.t, left)
 
 
+@dataclass
+class FixedPrefixState:
+    """PrefixState for the fixed-shape executor (attnmt.seq2seq.fast_decoding): tensors only, none
+    read back, so that a captured step restricts its log-probabilities too. What is left of a
+    row's word to spell is a position in it (``SpellingTables``)."""
+
+    inner: Any
+    sentences: Tensor  # (rows,) the sentence of each row
+    t: Tensor  # (1,) the steps taken
+    position: Tensor  # (rows,) the characters of its sentence's word spelled (its length: none left)
+
+    def select(self, index: Tensor) -> FixedPrefixState:
+        return FixedPrefixState(self.inner.select(index), self.sentences[index], self.t, self.position[index])
+
+
+class SpellingTables:
+    """Spelling.fits and Spelling.after of each sentence's word, as tensors: for every position p of
+    the word (what is left: word[p:]), which pieces fit it (``fits`` (B, W, V), all at p = its
+    length: nothing left) and which it starts with (``starts`` (B, W, V)); a piece that it starts
+    with moves p by the piece's length (``lengths`` (V,)), one that fits otherwise ends the word."""
+
+    def __init__(self, words: list[str], spelling: Spelling, device: torch.device):
+        width, vocabulary = max(map(len, words)) + 1, len(spelling.pieces)
+        self.fits = torch.ones(len(words), width, vocabulary, dtype=torch.bool, device="cpu")
+        self.starts = torch.zeros(len(words), width, vocabulary, dtype=torch.bool, device="cpu")
+        for b, word in enumerate(words):
+            for p in range(len(word)):
+                left = word[p:]
+                self.fits[b, p] = spelling.fits(left)
+                self.starts[b, p, spelling.starts(left)] = True
+        self.fits, self.starts = self.fits.to(device), self.starts.to(device)
+        self.lengths = torch.tensor([len(x) for x in spelling.pieces], device=device)
+        self.word_lengths = torch.tensor([len(w) for w in words], device=device)
+
+
 class Prefixed(EncoderDecoder):
     """``model`` whose outputs for the sentences of a batch begin with ``prefixes``; ``vocabulary``:
-    the ids of the shortlist its log-probabilities are over, if any."""
-
-    fast_search = False  # the textbook searches: the GPU's captured step has no constraint
+    the ids of the shortlist its log-probabilities are over, if any. Its steps restrict the log-
+    probabilities in both executors: on a PrefixState (``init_state``: the eager one), with the
+    host's help; on a FixedPrefixState (``init_fixed_state``: the fixed-shape one, a GPU's captured
+    step), with tensors only."""
 
     def __init__(self, model: EncoderDecoder, prefixes: Prefixes, vocabulary: Tensor | None, device: torch.device):
         super().__init__()
@@ -144,6 +197,8 @@ class Prefixed(EncoderDecoder):
         self.tokens = pad(tokens)[0].to(device) if any(tokens) else None  # (B, longest), PAD after each
         self.forced = [len(t) for t in tokens]  # tokens forced before a sentence's word is spelled
         self.words = prefixes.words if prefixes.words and any(prefixes.words) else None
+        self.forced_counts = torch.tensor(self.forced, device=device)
+        self.tables: SpellingTables | None = None  # (made for the first fixed-shape search)
 
     @property
     def has_attention(self) -> bool:
@@ -161,8 +216,25 @@ class Prefixed(EncoderDecoder):
             None if self.words is None else list(self.words),
         )
 
-    def decode_step(self, prev_tokens: Tensor, state: PrefixState, memory) -> StepOutput:
+    def init_fixed_state(self, memory, steps: int) -> FixedPrefixState:
+        """The fixed-shape executor's state: its rows are those of each sentence in turn (k of
+        them for a beam of k), all from the first step."""
+        rows, device = memory.states.size(0), memory.states.device
+        if self.words is not None and self.tables is None:
+            self.tables = SpellingTables(self.words, self.prefixes.spelling, device)
+        return FixedPrefixState(
+            self.model.init_fixed_state(memory, steps),
+            torch.arange(rows, device=device) // (rows // len(self.forced)),
+            torch.zeros(1, dtype=torch.long, device=device),
+            torch.zeros(rows, dtype=torch.long, device=device),
+        )
+
+    def decode_step(self, prev_tokens: Tensor, state: PrefixState | FixedPrefixState, memory) -> StepOutput:
+        """The model's step, its log-probabilities restricted to the prefix's next token while it
+        lasts, then to the pieces that spell its word (the model's own: ``model_log_probs``)."""
         step = self.model.decode_step(prev_tokens, state.inner, memory)
+        if isinstance(state, FixedPrefixState):
+            return self._fixed_restriction(prev_tokens, state, step)
         log_probs, left = step.log_probs, state.left
         if self.tokens is not None and state.t < self.tokens.size(1):
             forced = self.tokens[state.sentences, state.t].unsqueeze(1)  # (rows, 1); PAD: the tokens are over
@@ -172,7 +244,41 @@ class Prefixed(EncoderDecoder):
             left, fits = self._spell(prev_tokens, state)
             if fits is not None:
                 log_probs = log_probs.masked_fill(~fits.to(log_probs.device), float("-inf"))
-        return replace(step, log_probs=log_probs, state=PrefixState(step.state, state.sentences, state.t + 1, left))
+        return replace(
+            step,
+            log_probs=log_probs,
+            state=PrefixState(step.state, state.sentences, state.t + 1, left),
+            model_log_probs=None if log_probs is step.log_probs else step.log_probs,
+        )
+
+    def _fixed_restriction(self, prev_tokens: Tensor, state: FixedPrefixState, step: StepOutput) -> StepOutput:
+        """decode_step's restrictions on a FixedPrefixState, as tensor operations."""
+        log_probs, position, t = step.log_probs, state.position, state.t
+        if self.tokens is not None:  # the prefix's token at step t (PAD: over), then PAD
+            longest = self.tokens.size(1)
+            forced = torch.where(t < longest, self.tokens[state.sentences, t.clamp(max=longest - 1)], PAD)
+            forced = forced.unsqueeze(1)
+            only = torch.full_like(log_probs, float("-inf")).scatter(1, forced, log_probs.gather(1, forced))
+            log_probs = torch.where(forced != PAD, only, log_probs)
+        if self.words is not None:
+            tables, forced = self.tables, self.forced_counts.to(position.device)[state.sentences]
+            ends = tables.word_lengths[state.sentences]
+            # the token written last, if it was one spelling the word: what is left after it
+            spelled = (t - 1 >= forced) & (position < ends)
+            starts = tables.starts[state.sentences, position, prev_tokens]
+            moved = torch.where(starts, position + tables.lengths[prev_tokens], ends)
+            position = torch.where(spelled, moved, position)
+            fits = tables.fits[state.sentences, position]  # (rows, V); everything once the word is done
+            if self.vocabulary is not None:
+                fits = fits[:, self.vocabulary]
+            now = (t >= forced).unsqueeze(1)
+            log_probs = log_probs.masked_fill(now & ~fits, float("-inf"))
+        return replace(
+            step,
+            log_probs=log_probs,
+            state=FixedPrefixState(step.state, state.sentences, t + 1, position),
+            model_log_probs=step.log_probs,
+        )
 
     def _spell(self, prev_tokens: Tensor, state: PrefixState) -> tuple[list[str], Tensor | None]:
         """What each row has left to spell once its last token is counted, and (rows, columns) the

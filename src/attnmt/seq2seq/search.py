@@ -4,6 +4,7 @@ attnmt.seq2seq.fast_decoding (the same hypotheses, without waiting for the GPU a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -15,7 +16,7 @@ from attnmt.core.config import DecodingConfig, Sampling
 from attnmt.seq2seq import decoding, fast_decoding
 from attnmt.seq2seq.base import EncoderDecoder
 from attnmt.seq2seq.constraints import Phrases, constrained_beam_search
-from attnmt.seq2seq.decoding import max_output_lengths
+from attnmt.seq2seq.decoding import BeamRecorder, output_limits
 from attnmt.seq2seq.prefix import Prefixed, Prefixes
 from attnmt.seq2seq.shortlist import Shortlist, restricted
 
@@ -33,20 +34,24 @@ def decode(
     generator: torch.Generator | None = None,
     prefixes: Prefixes | None = None,
     constraints: list[Phrases] | None = None,
+    record: BeamRecorder | None = None,
+    stop: Callable[[], bool] | None = None,
 ):
     """Greedy search (beam 1) or beam search, as ``settings`` say: its beam (unless ``beam`` is
-    given), length penalty, output length limits (max_length_ratio, max_length_offset) and
-    attention window. On a GPU with the speed tricks on, those of attnmt.seq2seq.fast_decoding:
-    the same hypotheses, without waiting for the GPU at every step. ``shortlist``: the output
-    layer restricted to the batch's candidates (attnmt.seq2seq.shortlist). ``sampling``: each output
+    given), length penalty, output length limits (decoding.output_limits) and attention window.
+    On a GPU with the speed tricks on, those of attnmt.seq2seq.fast_decoding: the same
+    hypotheses, without waiting for the GPU at every step. ``shortlist``: the output layer
+    restricted to the batch's candidates (attnmt.seq2seq.shortlist). ``sampling``: each output
     drawn instead (beam and n_best 1; the greedy search of the device, on a GPU eagerly, see
     fast_decoding.greedy_search), with ``generator``'s random numbers if given. ``prefixes``: what
     each sentence's outputs begin with (attnmt.seq2seq.prefix: token ids, then the start of a word
-    to spell), on every device through the textbook searches; a sentence's length limit is then at
-    least its prefix and max_length_offset more tokens. ``constraints``: phrases of token ids each
-    sentence's outputs must contain (attnmt.seq2seq.constraints; beam search by dynamic beam
-    allocation, on every device, without a shortlist); a sentence's length limit is then at least
-    their tokens and max_length_offset more.
+    to spell), in either executor. ``constraints``: phrases of token
+    ids each sentence's outputs must contain (attnmt.seq2seq.constraints; beam search by dynamic
+    beam allocation, on every device, without a shortlist). ``record``: a BeamRecorder that beam
+    search (even of beam 1) adds every candidate it considers to (attnmt.seq2seq.beam_tree);
+    ``stop``: asked between two steps of a beam search, DecodingStopped when it says True (the
+    server's time limit); in either executor (the fixed-shape one asks ``stop`` every
+    fast_decoding.CHECK_EVERY steps).
     (settings.batch_size and settings.shortlist are for the callers that cut the sources into
     batches and choose the table.)"""
     beam = (1 if sampling is not None else settings.beam) if beam is None else beam
@@ -54,20 +59,16 @@ def decode(
         raise ValueError(f"sampling draws one output per sentence: beam and n_best must be 1 (got {beam}, {n_best})")
     if constraints is not None and sampling is not None:
         raise ValueError("sampling draws outputs as the model writes them: it takes no constraints")
+    if sampling is not None and (record is not None or stop is not None):
+        raise ValueError("record and stop are for beam search: sampling takes neither")
     if constraints is not None and not any(constraints):
         constraints = None
     vocabulary = None if shortlist is None or constraints is not None else shortlist.vocabulary(src)
-    max_lengths = max_output_lengths(src_lengths, settings.max_length_ratio, settings.max_length_offset)
-    if constraints is not None:
-        max_lengths = [
-            max(limit, sum(map(len, phrases)) + settings.max_length_offset)
-            for limit, phrases in zip(max_lengths, constraints)
-        ]
+    max_lengths = output_limits(src_lengths, settings, prefixes, constraints)
     searched = model
     if prefixes is not None:
-        searched, vocabulary, max_lengths = prefixed(
-            model, prefixes, vocabulary, max_lengths, settings.max_length_offset, src.device
-        )
+        searched, vocabulary = prefixed(model, prefixes, vocabulary, src.device)
+    alpha, beta, window = settings.length_penalty, settings.coverage_penalty, settings.attention_window
     if constraints is not None:
         return constrained_beam_search(
             searched,
@@ -77,32 +78,33 @@ def decode(
             constraints,
             beam,
             n_best,
-            settings.length_penalty,
-            settings.attention_window,
-            beta=settings.coverage_penalty,
+            alpha,
+            window,
+            beta,
+            record=record,
+            stop=stop,
         )
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
-        return _search(searched, src, src_lengths, settings, beam, n_best, vocabulary, sampling, generator, max_lengths)
+        greedy, beamed = searches(src.device, searched, beta)
+        if sampling is not None:
+            pick = decoding.sampler(sampling, generator)
+            return greedy(searched, src, src_lengths, max_lengths, alpha, vocabulary, window, pick=pick)
+        if beam == 1 and n_best == 1 and record is None and stop is None:
+            return greedy(searched, src, src_lengths, max_lengths, alpha, vocabulary, window)
+        return beamed(
+            searched, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary, window, record=record, stop=stop
+        )
 
 
 def prefixed(
-    model: EncoderDecoder,
-    prefixes: Prefixes,
-    vocabulary: Tensor | None,
-    max_lengths: list[int],
-    offset: int,
-    device: torch.device,
-) -> tuple[Prefixed, Tensor | None, list[int]]:
-    """The model whose outputs begin with ``prefixes``, the shortlist's ids with the prefixes' (None:
-    no shortlist), and the length limits: at least each prefix and ``offset`` more tokens."""
+    model: EncoderDecoder, prefixes: Prefixes, vocabulary: Tensor | None, device: torch.device
+) -> tuple[Prefixed, Tensor | None]:
+    """The model whose outputs begin with ``prefixes``, and the shortlist's ids with the prefixes'
+    (None: no shortlist)."""
     vocabulary = with_prefix_tokens(vocabulary, prefixes)
     if vocabulary is not None:
         prefixes = replace(prefixes, tokens=[columns_of(vocabulary, p) for p in prefixes.tokens])
-    words = prefixes.words or [""] * len(prefixes.tokens)  # (a word's characters bound its pieces)
-    max_lengths = [
-        max(limit, len(p) + len(word) + offset) for limit, p, word in zip(max_lengths, prefixes.tokens, words)
-    ]
-    return Prefixed(model, prefixes, vocabulary, device), vocabulary, max_lengths
+    return Prefixed(model, prefixes, vocabulary, device), vocabulary
 
 
 def with_prefix_tokens(vocabulary: Tensor | None, prefixes: Prefixes) -> Tensor | None:
@@ -125,40 +127,15 @@ def columns_of(vocabulary: Tensor, tokens: list[int]) -> list[int]:
     ).tolist()
 
 
-def _search(
-    model,
-    src,
-    src_lengths,
-    settings: DecodingConfig,
-    beam,
-    n_best,
-    vocabulary,
-    sampling,
-    generator,
-    max_lengths: list[int],
-):
-    alpha, beta, window = settings.length_penalty, settings.coverage_penalty, settings.attention_window
-    greedy, beamed = searches(src.device, model, beta)
-    if sampling is not None:
-        return greedy(
-            model,
-            src,
-            src_lengths,
-            max_lengths,
-            alpha,
-            vocabulary=vocabulary,
-            window=window,
-            pick=decoding.sampler(sampling, generator),
-        )
-    if beam == 1 and n_best == 1:
-        return greedy(model, src, src_lengths, max_lengths, alpha, vocabulary=vocabulary, window=window)
-    return beamed(model, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary=vocabulary, window=window)
-
-
 def searches(device: torch.device, model: EncoderDecoder, beta: float):
     """Greedy and beam search for a model on ``device``, with coverage penalty ``beta``: those of
-    fast_decoding on a GPU with the speed tricks on, else the textbook ones; always the textbook
-    ones for a model that asks for them (prefixes)."""
-    fast = device.type == "cuda" and speed.enabled() and model.fast_search
-    module = fast_decoding if fast else decoding
+    the fixed-shape executor (fast_decoding) where ``fast_here``, else the eager ones (decoding)."""
+    module = fast_decoding if fast_here(device, model) else decoding
     return partial(module.greedy_search, beta=beta), partial(module.beam_search, beta=beta)
+
+
+def fast_here(device: torch.device, model: EncoderDecoder) -> bool:
+    """Whether a model's searches on ``device`` run in the fixed-shape executor (fast_decoding): on
+    a GPU with the speed tricks on, for a model that allows it (EncoderDecoder.fast_search; a
+    prefixed one does: prefix.FixedPrefixState)."""
+    return device.type == "cuda" and speed.enabled() and model.fast_search

@@ -16,9 +16,9 @@ import torch
 
 from attnmt.core.devices import model_device, to_numpy
 from attnmt.data.batching import make_batch
-from attnmt.data.subwords import BOS, EOS
-from attnmt.seq2seq.decoding import max_output_lengths, stop_now
-from attnmt.seq2seq.prefix import Prefixes
+from attnmt.data.subwords import EOS
+from attnmt.seq2seq.decoding import Greedy, memory_lengths, output_limits, run_eager
+from attnmt.seq2seq.prefix import Prefixed, Prefixes
 
 
 @dataclass
@@ -161,72 +161,53 @@ def trace_source(
     src, src_lengths = src.to(device), src_lengths.to(device)
     dc = translator.config.decoding
     memory = model.encode(src, src_lengths, dc.attention_window)
-    state = model.init_state(memory)
-    limit = max_length or max_output_lengths(src_lengths, dc.max_length_ratio, dc.max_length_offset)[0]
-    chooser = _Chooser(prefixes)
-    limit = max(limit, chooser.length + dc.max_length_offset)
-    prev = torch.tensor([BOS], device=device)
-    steps = []
-    for t in range(limit):
-        if t:  # another step follows the one done
-            stop_now(stop, t)
-        step = model.decode_step(prev, state, memory)
-        state = step.state
-        probs = step.log_probs.exp()[0]
-        best, constrained = (EOS, True) if t + 1 >= limit else chooser.choose(t, probs)  # (ended_at_limit)
-        top = probs.topk(min(top_k, probs.numel()))
-        steps.append(
-            StepTrace(
-                token=translator.tgt_subwords.pieces([best])[0],
-                token_id=best,
-                probability=float(probs[best]),
-                scores=_row(step.scores),
-                weights=_row(step.weights),
-                context=_row(step.context),
-                state=_row(step.output),
-                top_k=[
-                    (translator.tgt_subwords.pieces([i])[0], p)
-                    for p, i in zip(top.values.tolist(), top.indices.tolist())
-                ],
-                constrained=constrained,
-            )
-        )
-        if best == EOS:
-            break
-        prev = torch.tensor([best], device=device)
-    ids = [s.token_id for s in steps]
+    [limit] = output_limits(src_lengths, dc, prefixes, max_length=max_length or None)
+    searched = model if prefixes is None else Prefixed(model, prefixes, None, device)
+    greedy = Greedy(1, dc.length_penalty, [limit], memory_lengths(memory), device)
+    recorder = _StepRecorder(translator, top_k, limit)
+    [[hypothesis]] = run_eager(greedy, searched, memory, stop=stop, observers=(recorder,))
     mc = translator.config.model
     normalizer = mc.attention_normalizer if mc.type == "rnn" and mc.attention != "none" else None
     return DecodingTrace(
         source,
         source_tokens,
         to_numpy(memory.states[0].float(), copy=True),
-        steps,
-        translator.tgt_subwords.decode(ids),
+        recorder.steps,
+        translator.tgt_subwords.decode(hypothesis.tokens),
         normalizer=normalizer,
         coverage=coverage_use(mc),
     )
 
 
-class _Chooser:
-    """The token of each step of a trace: the prefix's while it lasts, then pieces spelling its last
-    word (the most probable that fits), then the most probable; and whether the prefix chose it."""
+class _StepRecorder:
+    """The trace as an observer of greedy search's loop (decoding.run_eager): each step's
+    quantities, the token the search chose, with the model's own probabilities (not a prefix's
+    restriction of them, StepOutput.model_log_probs); ``constrained`` where the prefix or the
+    length limit (EOS, the only token there) restricted the choice."""
 
-    def __init__(self, prefixes: Prefixes | None):
-        self.tokens = [] if prefixes is None else prefixes.tokens[0]
-        self.left = "" if prefixes is None or not prefixes.words else prefixes.words[0]
-        self.spelling = None if prefixes is None else prefixes.spelling
-        self.length = len(self.tokens) + len(self.left)  # (a word's characters bound its pieces)
+    def __init__(self, translator, top_k: int, limit: int):
+        self.pieces, self.top_k, self.limit = translator.tgt_subwords.pieces, top_k, limit
+        self.steps: list[StepTrace] = []
 
-    def choose(self, t: int, probs: torch.Tensor) -> tuple[int, bool]:
-        if t < len(self.tokens):
-            return self.tokens[t], True
-        if not self.left:
-            return int(probs.argmax()), False
-        fits = self.spelling.fits(self.left).to(probs.device)
-        best = int(probs.masked_fill(~fits, -1.0).argmax())
-        self.left = self.spelling.after(self.left, best)
-        return best, True
+    def observe(self, t: int, step, greedy):
+        own = step.log_probs if step.model_log_probs is None else step.model_log_probs
+        probs = own[0].exp()
+        best = int(greedy.prev[0])
+        restricted = step.model_log_probs is not None and bool((step.log_probs[0] != own[0]).any())
+        top = probs.topk(min(self.top_k, probs.numel()))
+        self.steps.append(
+            StepTrace(
+                token=self.pieces([best])[0],
+                token_id=best,
+                probability=float(probs[best]),
+                scores=_row(step.scores),
+                weights=_row(step.weights),
+                context=_row(step.context),
+                state=_row(step.output),
+                top_k=[(self.pieces([i])[0], p) for p, i in zip(top.values.tolist(), top.indices.tolist())],
+                constrained=restricted or t + 1 >= self.limit,
+            )
+        )
 
 
 def _row(batch_of_one: torch.Tensor | None) -> np.ndarray | None:
