@@ -53,6 +53,7 @@ from typing import Callable
 import torch
 
 from attnmt.core.errors import AttnmtError
+from attnmt.core.task import task_of
 from attnmt.core.files import write_error
 from attnmt.core.folders import model_config
 from attnmt.data.subwords import BOS, EOS, PAD, UNK
@@ -65,7 +66,7 @@ MARIAN_ACTIVATIONS = {"relu": "relu", "silu": "swish", "gelu": "gelu"}
 def marian_refusal(config) -> str | None:
     """Why the model of ``config`` (a model folder's) is no Marian model, naming the config field;
     None where a MarianMTModel computes what it computes."""
-    if config.task != "translation":
+    if task_of(config.task).inputs != "text":
         return f"task is {config.task}; a Marian model translates text (task: translation)"
     model = config.model
     if model.type != "transformer":
