@@ -139,3 +139,44 @@ def train_marian(model, tokenizer, steps: int, seed: int, batch: int = 32):
         optimizer.step()
         optimizer.zero_grad()
     model.eval()
+
+
+class EndAtLimit:
+    """A logits processor for generate: at the last step that max_length allows, every token but
+    </s> at -inf, its own log-probability kept, as attnmt ends an output at its length limit
+    (decoding.ended_at_limit). transformers' forced_eos_token_id gives </s> a log-probability of 0
+    there instead, which ranks the beams that reach the limit otherwise."""
+
+    def __init__(self, max_length: int, eos: int):
+        self.max_length, self.eos = max_length, eos
+
+    def __call__(self, input_ids, scores):
+        if input_ids.shape[-1] < self.max_length - 1:
+            return scores
+        ended = torch.full_like(scores, float("-inf"))
+        ended[:, self.eos] = scores[:, self.eos]
+        return ended
+
+
+def generate_to_limit(model, tokenizer, texts: list[str], beam: int, n_best: int, limit: int, forbid=None):
+    """transformers' n-best ids of each text, </s> included, the decoder's start left out: ``limit``
+    tokens at most (max_length limit + 1 with the start) ended as attnmt ends them, no length
+    penalty; ``forbid``: an id generate must never write (bad_words_ids)."""
+    from transformers import LogitsProcessorList
+
+    eos = model.config.eos_token_id
+    out = model.generate(
+        **tokenizer(texts, return_tensors="pt", padding=True),
+        num_beams=beam,
+        num_return_sequences=n_best,
+        do_sample=False,
+        max_length=limit + 1,
+        length_penalty=0.0,
+        early_stopping=False,
+        forced_eos_token_id=None,
+        bad_words_ids=None if forbid is None else [[forbid]],
+        logits_processor=LogitsProcessorList([EndAtLimit(limit + 1, eos)]),
+    )
+    assert (out[:, 0] == model.config.decoder_start_token_id).all()  # (an exported model's: attnmt's BOS)
+    rows = [ids[1 : ids.index(eos) + 1] if eos in ids else ids[1:] for ids in out.tolist()]
+    return [rows[i : i + n_best] for i in range(0, len(rows), n_best)]

@@ -26,7 +26,7 @@ try:  # an optional dependency (attnmt[hub], attnmt[test]): its absence must not
 except ImportError:
     transformers = None
 
-from marian_helpers import marian_folder, multi30k  # noqa: E402
+from marian_helpers import generate_to_limit, marian_folder, multi30k  # noqa: E402
 
 TESTS = 200  # sentences of test_2016_flickr for the comparisons
 LIMIT = 24  # every output's length limit, </s> included: some outputs end there
@@ -93,46 +93,12 @@ def test_logits_equal_transformers_within_1e_4(marian):
         torch.testing.assert_close(ours_row, theirs_row, atol=1e-4, rtol=0)
 
 
-class EndAtLimit:
-    """A logits processor for generate: at the last step that max_length allows, every token but
-    </s> at -inf, its own log-probability kept, as attnmt ends an output at its length limit
-    (decoding.ended_at_limit). transformers' forced_eos_token_id gives </s> a log-probability of 0
-    there instead, which ranks the beams that reach the limit otherwise."""
-
-    def __init__(self, max_length: int, eos: int):
-        self.max_length, self.eos = max_length, eos
-
-    def __call__(self, input_ids, scores):
-        if input_ids.shape[-1] == self.max_length - 1:
-            ended = torch.full_like(scores, float("-inf"))
-            ended[:, self.eos] = scores[:, self.eos]
-            return ended
-        return scores
-
-
 def generated(model, tokenizer, texts: list[str], beam: int, n_best: int = 1) -> list[list[list[str]]]:
-    """transformers' outputs (pieces, </s> included) of each text: LIMIT tokens at most after the
-    decoder's start (max_length LIMIT + 1), <pad> forbidden, no length penalty."""
-    from transformers import LogitsProcessorList
-
-    inputs = tokenizer(texts, return_tensors="pt", padding=True)
-    out = model.generate(
-        **inputs,
-        num_beams=beam,
-        num_return_sequences=n_best,
-        do_sample=False,
-        max_length=LIMIT + 1,
-        length_penalty=0.0,
-        early_stopping=False,
-        forced_eos_token_id=None,
-        bad_words_ids=[[model.config.decoder_start_token_id]],  # (the target's <pad>)
-        logits_processor=LogitsProcessorList([EndAtLimit(LIMIT + 1, model.config.eos_token_id)]),
-    )
-    outputs = []
-    for ids in out[:, 1:].tolist():  # (after decoder_start_token_id)
-        ids = ids[: ids.index(model.config.eos_token_id) + 1]
-        outputs.append(tokenizer.convert_ids_to_tokens(ids))
-    return [outputs[i : i + n_best] for i in range(0, len(outputs), n_best)]
+    """transformers' outputs (pieces, </s> included) of each text: LIMIT tokens at most, the
+    target's <pad> (the decoder's start) forbidden, no length penalty."""
+    forbid = model.config.decoder_start_token_id  # (the target's <pad>)
+    n_bests = generate_to_limit(model, tokenizer, texts, beam, n_best, LIMIT, forbid)
+    return [[tokenizer.convert_ids_to_tokens(ids) for ids in outputs] for outputs in n_bests]
 
 
 @pytest.mark.parametrize("beam", [1, 4])

@@ -34,7 +34,7 @@ try:
 except ImportError:
     ctranslate2 = None
 
-from marian_helpers import marian_folder, multi30k  # noqa: E402
+from marian_helpers import generate_to_limit, marian_folder, multi30k  # noqa: E402
 
 TESTS = 40  # sentences of test_2016_flickr.de for the comparisons
 LIMIT = 24  # every output's length limit, </s> included: some outputs end there
@@ -90,41 +90,10 @@ def post_norm(tmp_path_factory):
     return model, folder / "hf", *load_exported(folder / "hf")
 
 
-class EndsAtLimit:
-    """For generate: at the last step max_length allows, only </s> may come, with its own
-    log-probability, which is how attnmt ends an output at its limit (transformers'
-    forced_eos_token_id would give it 0)."""
-
-    def __init__(self, max_length: int):
-        self.max_length = max_length
-
-    def __call__(self, input_ids, scores):
-        if input_ids.shape[-1] < self.max_length - 1:
-            return scores
-        ended = torch.full_like(scores, float("-inf"))
-        ended[:, EOS] = scores[:, EOS]
-        return ended
-
-
 def generated(model, tokenizer, texts: list[str], beam: int, n_best: int) -> list[list[list[int]]]:
     """transformers' n-best ids of each text (</s> included, the decoder's start left out): LIMIT
     tokens at most, no length penalty, with nothing forbidden here (the exported bias does it)."""
-    from transformers import LogitsProcessorList
-
-    out = model.generate(
-        **tokenizer(texts, return_tensors="pt", padding=True),
-        num_beams=beam,
-        num_return_sequences=n_best,
-        do_sample=False,
-        max_length=LIMIT + 1,
-        length_penalty=0.0,
-        early_stopping=False,
-        forced_eos_token_id=None,
-        logits_processor=LogitsProcessorList([EndsAtLimit(LIMIT + 1)]),
-    )
-    assert (out[:, 0] == BOS).all()  # (the decoder's start: attnmt's BOS)
-    rows = [ids[1 : ids.index(EOS) + 1] if EOS in ids else ids[1:] for ids in out.tolist()]
-    return [rows[i : i + n_best] for i in range(0, len(rows), n_best)]
+    return generate_to_limit(model, tokenizer, texts, beam, n_best, LIMIT)
 
 
 def assert_logits_equal(ours, model, tokenizer, texts: list[str], references: list[str]):
