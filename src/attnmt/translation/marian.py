@@ -53,9 +53,8 @@ from attnmt.core.files import atomic_write_text
 from attnmt.core.folders import inside_folder
 from attnmt.data.subwords import BOS, EOS, PAD, UNK, subword_paths
 from attnmt.seq2seq import build_model
+from attnmt.translation.export import NEVER  # the bias of an output never written (BOS, pieces only the spm has)
 
-# An output the model never writes: attnmt's BOS, and pieces that only Marian's sentencepiece model has
-NEVER = -1e9
 ACTIVATIONS = {"relu": "relu", "swish": "silu", "silu": "silu", "gelu": "gelu"}  # Marian's -> model.activation
 SPECIALS = {PAD: "<pad>", UNK: "<unk>", BOS: "<s>", EOS: "</s>"}
 MAX_JSON_BYTES = 100_000_000  # a vocabulary of a million pieces is some 30 MB
