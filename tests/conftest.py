@@ -303,3 +303,27 @@ def pair_model(tmp_path_factory):
     config = config_from_dict(raw, folder)
     train(config, log=lambda message: None, progress=False)
     return config.experiment_dir
+
+
+@pytest.fixture(scope="session")
+def marian_imports(tmp_path_factory):
+    """The small Marian models of tests/test_hub*.py, each built (trained 150 steps) and imported once
+    a session, whichever of those files asks first: ``marian_imports("shared")`` (one vocabulary for
+    both sides, tied embeddings) or ``("separate")`` (a decoder vocabulary of its own, a few source
+    pieces left out of vocab.json, untied) -> (the folder save_pretrained wrote, its attnmt import's
+    folder). The tests read both and write elsewhere."""
+    from attnmt.cli import main
+    from marian_helpers import marian_folder
+
+    built = {}
+
+    def build(layout: str) -> tuple[Path, Path]:
+        if layout not in built:
+            folder = tmp_path_factory.mktemp(f"marian-{layout}")
+            separate = layout == "separate"
+            source = marian_folder(folder, separate_vocabs=separate, leave_out=5 if separate else 0, tie=not separate)
+            assert main(["import", str(source), str(folder / "imported")]) == 0
+            built[layout] = source, folder / "imported"
+        return built[layout]
+
+    return build

@@ -38,18 +38,15 @@ def _needs_transformers():
 
 
 @pytest.fixture(scope="module", params=["shared", "separate"])
-def marian(request, tmp_path_factory):
+def marian(request, marian_imports):
     """A Marian folder (one vocabulary for both sides, or a decoder vocabulary of its own with a
     few source pieces left out of vocab.json), transformers' model and tokenizer of it, and its import."""
     from transformers import MarianMTModel, MarianTokenizer
 
     require(transformers is not None, "pip install transformers (attnmt[hub] or attnmt[test])")
-    folder = tmp_path_factory.mktemp(f"marian-{request.param}")
-    separate = request.param == "separate"
-    source = marian_folder(folder, separate_vocabs=separate, leave_out=5 if separate else 0, tie=not separate)
-    assert main(["import", str(source), str(folder / "imported")]) == 0
+    source, imported = marian_imports(request.param)
     model = MarianMTModel.from_pretrained(source).eval()
-    return source, model, MarianTokenizer.from_pretrained(source), attnmt.load(folder / "imported")
+    return source, model, MarianTokenizer.from_pretrained(source), attnmt.load(imported)
 
 
 def marian_ids(vocab: dict[str, int], pieces: list[str]) -> list[int]:

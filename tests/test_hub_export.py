@@ -34,7 +34,7 @@ try:
 except ImportError:
     ctranslate2 = None
 
-from marian_helpers import generate_to_limit, marian_folder, multi30k  # noqa: E402
+from marian_helpers import generate_to_limit, multi30k  # noqa: E402
 
 TESTS = 40  # sentences of test_2016_flickr.de for the comparisons
 LIMIT = 24  # every output's length limit, </s> included: some outputs end there
@@ -54,18 +54,16 @@ def load_exported(folder):
 
 
 @pytest.fixture(scope="module", params=["shared", "separate"])
-def marian(request, tmp_path_factory):
+def marian(request, marian_imports, tmp_path_factory):
     """A Marian model imported by attnmt import (one vocabulary for both sides, tied; or a decoder
     vocabulary of its own with a few source pieces left out of vocab.json, untied), exported with
     --format huggingface: (the imported folder, attnmt's model, the exported folder, transformers'
     model and tokenizer of it)."""
     needs_transformers()
-    folder = tmp_path_factory.mktemp(f"marian-export-{request.param}")
-    separate = request.param == "separate"
-    source = marian_folder(folder, separate_vocabs=separate, leave_out=5 if separate else 0, tie=not separate)
-    assert main(["import", str(source), str(folder / "imported")]) == 0
-    assert main(["export", str(folder / "imported"), "--format", "huggingface", str(folder / "hf")]) == 0
-    return (folder / "imported", attnmt.load(folder / "imported"), folder / "hf", *load_exported(folder / "hf"))
+    _, imported = marian_imports(request.param)
+    exported = tmp_path_factory.mktemp(f"marian-export-{request.param}") / "hf"
+    assert main(["export", str(imported), "--format", "huggingface", str(exported)]) == 0
+    return (imported, attnmt.load(imported), exported, *load_exported(exported))
 
 
 @pytest.fixture(scope="module")

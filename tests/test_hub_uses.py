@@ -32,22 +32,20 @@ try:  # an optional dependency (attnmt[hub], attnmt[test])
 except ImportError:
     transformers = None
 
-from marian_helpers import marian_folder, multi30k  # noqa: E402
+from marian_helpers import multi30k  # noqa: E402
 
 QUIET = {"log": lambda message: None, "progress": False}
 
 
 @pytest.fixture(scope="module")
-def marian(tmp_path_factory):
+def marian(marian_imports):
     """(the Marian folder, transformers' model and tokenizer of it, its attnmt import's folder)."""
     require(transformers is not None, "pip install transformers (attnmt[hub] or attnmt[test])")
     from transformers import MarianMTModel, MarianTokenizer
 
-    folder = tmp_path_factory.mktemp("marian-uses")
-    source = marian_folder(folder)
-    assert main(["import", str(source), str(folder / "imported")]) == 0
+    source, imported = marian_imports("shared")
     model = MarianMTModel.from_pretrained(source, attn_implementation="eager").eval()
-    return source, model, MarianTokenizer.from_pretrained(source), folder / "imported"
+    return source, model, MarianTokenizer.from_pretrained(source), imported
 
 
 @pytest.fixture(scope="module")
