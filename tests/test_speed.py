@@ -1,5 +1,6 @@
 """Every speed trick of attnmt.core.speed computes what the textbook path (speed.plain()) computes."""
 
+import gc
 import os
 
 import pytest
@@ -168,3 +169,57 @@ def test_a_decoding_step_computes_the_textbook_log_probabilities(name):
         plain = log_probs()
     torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
     assert "_looked_up" in model.decoder.W_y.__dict__  # the lookup was used
+
+
+def test_inference_products_are_linears_on_packed_weights_that_follow_the_weights():
+    """speed.linear: F.linear's values (to float rounding) from a weight reordered once, kept beside
+    it and made again when it changes; only outside autograd, on float32, with the tricks on."""
+    torch.manual_seed(0)
+    layer = speed.Linear(12, 40)
+    x = torch.randn(5, 3, 12)
+    expected = F.linear(x, layer.weight, layer.bias)
+    assert layer(x).requires_grad  # not for_inference: F.linear, training's product
+    with torch.no_grad():
+        assert id(layer.weight) not in speed._PACKED
+        speed.for_inference(layer)
+        torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+        packed = speed._PACKED[id(layer.weight)][1]
+        assert layer(x) is not None and speed._PACKED[id(layer.weight)][1] is packed  # kept
+        layer.weight.add_(0.5)  # an optimizer step, in place: a new version
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        assert speed._PACKED[id(layer.weight)][1] is not packed
+        torch.testing.assert_close(speed.linear(x[0], layer.weight), F.linear(x[0], layer.weight))  # no bias
+        half = x.to(torch.bfloat16)
+        assert torch.equal(speed.linear(half, layer.weight.bfloat16()), F.linear(half, layer.weight.bfloat16()))
+    out = layer(x)  # autograd on: the plain product, with its gradient
+    out.sum().backward()
+    assert layer.weight.grad is not None
+    weight = id(layer.weight)
+    del layer, out, expected  # (expected's graph holds the weight too)
+    gc.collect()
+    assert weight not in speed._PACKED  # gone with the weight
+
+
+def test_a_loaded_transformer_decodes_on_packed_products_as_the_plain_one(tiny_transformer):
+    """A loaded model's Transformer layers and output layer take the packed products (every weight
+    packed once it has decoded), and its steps compute the textbook log-probabilities."""
+    model = tiny_transformer.model
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert layers and all(m.packed for m in layers)
+    batch = make_batch([[5, 6, 7, 8, 9], [10, 11]], [[5], [6]])
+
+    def steps():
+        with torch.inference_mode():
+            memory = model.encode(batch.src, batch.src_lengths)
+            state, tokens, out = model.init_state(memory), torch.tensor([1, 1]), []
+            for token in (5, 9, 7):
+                step = model.decode_step(tokens, state, memory)
+                state, tokens = step.state, torch.full((2,), token)
+                out.append(step.log_probs)
+            return torch.stack(out)
+
+    fast = steps()
+    assert all(id(m.weight) in speed._PACKED for m in layers)
+    with speed.plain():
+        plain = steps()
+    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)

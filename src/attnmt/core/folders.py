@@ -12,6 +12,7 @@ from torch.overrides import TorchFunctionMode
 
 from attnmt.core.checkpoint import average_weights, check_shapes, load_weights, save_weights
 from attnmt.core.config import Config, load_config
+from attnmt.core import speed
 from attnmt.core.errors import AttnmtError
 from attnmt.core.task import task_of
 
@@ -142,13 +143,14 @@ class _NoRandomInit(TorchFunctionMode):
 
 
 def load_model(build: Callable[[], torch.nn.Module], weights: Path, device: torch.device) -> torch.nn.Module:
-    """The model ``build()`` makes, with the weights of the file, on ``device``, in eval mode."""
+    """The model ``build()`` makes, with the weights of the file, on ``device``, in eval mode, its
+    products those of inference (attnmt.core.speed.for_inference)."""
     with torch.device("meta"), _NoRandomInit():  # the shapes the config asks for, checked before allocating
         check_shapes(build(), weights)
     with _NoRandomInit():  # every weight is loaded below (check_shapes)
         model = build()
     load_weights(model, weights)
-    return model.to(device).eval()
+    return speed.for_inference(model.to(device).eval())
 
 
 def inference_device(name: str | torch.device) -> torch.device:

@@ -20,19 +20,18 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     (docs/performance.md); the encoder runs once per sentence, the decoder once per word. The
     output layer, an nn.Linear subclass with a fused training loss, is first made a plain
     nn.Linear (on the same parameters), because quantize_dynamic maps modules by exact type and
-    would leave it in float32, and it is the largest product of a decoder step.
+    would leave it in float32, and it is the largest product of a decoder step; so is every other
+    subclass (attnmt.core.speed.Linear, the Transformer's).
 
     Layers with a single output (additive attention's v in e_j = v^T tanh(...)) stay float32: a
     product with one output gains nothing from int8, quantizing its input would cost a pass over
     every energy of the step, and attnmt.core.speed.v_tanh computes the score from v's weights."""
     from torch.ao.quantization import quantize_dynamic
 
-    from attnmt.seq2seq.output import OutputLayer
-
     model = copy.deepcopy(model)  # the caller's float model stays as it was (deepcopy keeps ties)
     for parent in list(model.modules()):
         for name, child in parent.named_children():
-            if isinstance(child, OutputLayer):
+            if isinstance(child, torch.nn.Linear) and type(child) is not torch.nn.Linear:
                 plain = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
                 plain.weight, plain.bias = child.weight, child.bias  # shares tied weights, copies nothing
                 setattr(parent, name, plain)

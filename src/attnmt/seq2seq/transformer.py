@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from attnmt.core.config import ModelConfig
 from attnmt.core.errors import AttnmtError
-from attnmt.core.speed import Dropout
+from attnmt.core.speed import Dropout, Linear
 from attnmt.data.subwords import PAD
 from attnmt.seq2seq.attention import normalize
 from attnmt.seq2seq.base import Batched, EncoderDecoder, StepOutput, source_mask
@@ -61,10 +61,10 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, heads: int, dropout: float, normalizer: str = "softmax"):
         super().__init__()
         self.heads, self.normalizer = heads, normalizer
-        self.W_q = nn.Linear(d_model, d_model)
-        self.W_k = nn.Linear(d_model, d_model)
-        self.W_v = nn.Linear(d_model, d_model)
-        self.W_o = nn.Linear(d_model, d_model)
+        self.W_q = Linear(d_model, d_model)
+        self.W_k = Linear(d_model, d_model)
+        self.W_v = Linear(d_model, d_model)
+        self.W_o = Linear(d_model, d_model)
         self.dropout = Dropout(dropout)
         # (H,) 1 for a head that counts, 0 for one switched off (attnmt.seq2seq.heads); None: all count
         self.register_buffer("head_mask", None, persistent=False)
@@ -111,8 +111,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, hidden: int, activation: str = "relu"):
         super().__init__()
-        self.W_1 = nn.Linear(d_model, hidden)
-        self.W_2 = nn.Linear(hidden, d_model)
+        self.W_1 = Linear(d_model, hidden)
+        self.W_2 = Linear(hidden, d_model)
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -378,7 +378,7 @@ class Transformer(EncoderDecoder):
         positions = torch.arange(state.keys[0].size(2), device=x.device)
         write_at = positions == state.length[:, None]  # (B,capacity)
         visible = (positions <= state.length[:, None])[:, None, None, :]  # (B,1,1,capacity)
-        keys, values = [], []
+        keys, values, last = [], [], len(self.decoder_layers) - 1
         for i, layer in enumerate(self.decoder_layers):
             x, (k, v), (_, cross), context = layer(
                 x,
@@ -386,7 +386,7 @@ class Transformer(EncoderDecoder):
                 (memory.keys[i], memory.values[i]),
                 visible,
                 memory.mask[:, None, None, :],
-                True,
+                need_cross_weights=i == last,  # (the step's weights: the others take the fused kernel)
                 write_at=write_at,
             )
             keys.append(k)
@@ -420,6 +420,8 @@ class Transformer(EncoderDecoder):
         x = self.tgt_embed(tgt_in, start)
         if full_context:
             causal = (tgt_in != PAD)[:, None, None, :]  # (B,1,1,T): no causal mask, only the padding's
+        elif length == 1:
+            causal = None  # (one new position, a decoding step: it may look at every position)
         else:  # the query at position start + i may look at keys 0 .. start + i: the causal mask
             causal = torch.ones(length, start + length, dtype=torch.bool, device=x.device).tril(diagonal=start)
         src_mask = memory.mask[:, None, None, :]
@@ -445,7 +447,8 @@ class Transformer(EncoderDecoder):
         what that attention read, the output the top layer's."""
         if isinstance(state, FixedCache):
             return self._fixed_step(prev_tokens, state, memory)
-        x, state, _, cross, context = self._decode(prev_tokens.unsqueeze(1), state, memory, need_weights=True)
+        last = len(self.decoder_layers) - 1  # (its weights only: the other attentions take the fused kernel)
+        x, state, _, cross, context = self._decode(prev_tokens.unsqueeze(1), state, memory, False, last)
         return StepOutput(
             self.next_token_log_probs(x[:, 0]), state, cross[-1][:, :, 0].mean(dim=1), None, context[:, 0], x[:, 0]
         )
