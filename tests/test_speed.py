@@ -153,9 +153,10 @@ def test_looked_up_product_is_the_product_and_follows_the_weights(monkeypatch):
 
 @pytest.mark.parametrize("name", [n for n in MODELS if n != "transformer"])
 def test_a_decoding_step_computes_the_textbook_log_probabilities(name):
-    """decode_step with the tricks (the looked-up W_y y, the sigmoid scores) against the plain one."""
+    """decode_step with the tricks (the looked-up W_y y, the sigmoid scores, the packed products of a
+    loaded model) against the plain one."""
     torch.manual_seed(0)
-    model = build_model(ModelConfig(**MODELS[name]), 30, 30).eval()
+    model = speed.for_inference(build_model(ModelConfig(**MODELS[name]), 30, 30).eval())
     batch = make_batch(SOURCES, TARGETS)
     tokens = torch.tensor([1, 5, 9])
 
@@ -169,6 +170,8 @@ def test_a_decoding_step_computes_the_textbook_log_probabilities(name):
         plain = log_probs()
     torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
     assert "_looked_up" in model.decoder.W_y.__dict__  # the lookup was used
+    products = (model.decoder.W_c, model.decoder.rnn.W_hh[0], model.generator)
+    assert all(id(layer.weight) in speed._PACKED for layer in products)  # and the packed products
 
 
 def test_inference_products_are_linears_on_packed_weights_that_follow_the_weights():

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from attnmt.core import speed
 from attnmt.core.errors import AttnmtError
+from attnmt.core.speed import Linear
 from attnmt.core.sections import FERTILITY_BOUND, RNN_NORMALIZERS
 from attnmt.seq2seq.constrained import csparsemax, fertility_bounds
 
@@ -145,8 +146,8 @@ class BahdanauAttention(Attention):
 
     def __init__(self, query_size: int, memory_size: int, hidden_size: int):
         super().__init__()
-        self.W_s = nn.Linear(query_size, hidden_size, bias=False)
-        self.W_h = nn.Linear(memory_size, hidden_size, bias=True)
+        self.W_s = Linear(query_size, hidden_size, bias=False)
+        self.W_h = Linear(memory_size, hidden_size, bias=True)
         self.v = nn.Linear(hidden_size, 1, bias=False)
 
     def project_keys(self, memory):
@@ -168,7 +169,7 @@ class LuongGeneralAttention(Attention):
 
     def __init__(self, query_size: int, memory_size: int):
         super().__init__()
-        self.W = nn.Linear(memory_size, query_size, bias=False)
+        self.W = Linear(memory_size, query_size, bias=False)
 
     def project_keys(self, memory):
         return self.W(memory)
@@ -184,7 +185,7 @@ class LuongLocationAttention(Attention):
 
     def __init__(self, query_size: int, max_positions: int):
         super().__init__()
-        self.W_a = nn.Linear(query_size, max_positions, bias=False)
+        self.W_a = Linear(query_size, max_positions, bias=False)
 
     def score(self, query, keys, prev_weights):
         S = keys.size(1)
@@ -220,9 +221,9 @@ class LocationAttention(Attention):
         if kernel % 2 == 0:
             raise ValueError("location_kernel must be odd so the convolution keeps the source length")
         self.F = nn.Conv1d(1, channels, kernel, padding=kernel // 2, bias=False)
-        self.W = nn.Linear(query_size, hidden_size, bias=False)
-        self.V = nn.Linear(memory_size, hidden_size, bias=True)  # carries the bias b
-        self.U = nn.Linear(channels, hidden_size, bias=False)
+        self.W = Linear(query_size, hidden_size, bias=False)
+        self.V = Linear(memory_size, hidden_size, bias=True)  # carries the bias b
+        self.U = Linear(channels, hidden_size, bias=False)
         self.w = nn.Linear(hidden_size, 1, bias=False)
 
     def project_keys(self, memory):
@@ -268,17 +269,17 @@ class CoverageAttention(Attention):
                 "Tu et al.'s fertility divides linguistic coverage (the sum of the weights); "
                 "NN-based coverage (dim > 0) has none"
             )
-        self.W_s = nn.Linear(query_size, hidden_size, bias=False)
-        self.W_h = nn.Linear(memory_size, hidden_size, bias=True)
-        self.w_c = nn.Linear(max(dim, 1), hidden_size, bias=False)
+        self.W_s = Linear(query_size, hidden_size, bias=False)
+        self.W_h = Linear(memory_size, hidden_size, bias=True)
+        self.w_c = Linear(max(dim, 1), hidden_size, bias=False)
         self.v = nn.Linear(hidden_size, 1, bias=False)
         self.fertility, self.coverage_dim, self.hidden_size = fertility, dim, hidden_size
         self.u_f = nn.Linear(memory_size, 1) if fertility else None
         if dim:  # the GRU's weights on its inputs a_t(j), h_j, s_{t-1} and on C_j, each for its 3 gates (r, z, n)
-            self.gru_a = nn.Linear(1, 3 * dim, bias=True)
-            self.gru_h = nn.Linear(memory_size, 3 * dim, bias=False)
-            self.gru_s = nn.Linear(query_size, 3 * dim, bias=False)
-            self.gru_c = nn.Linear(dim, 3 * dim, bias=True)
+            self.gru_a = Linear(1, 3 * dim, bias=True)
+            self.gru_h = Linear(memory_size, 3 * dim, bias=False)
+            self.gru_s = Linear(query_size, 3 * dim, bias=False)
+            self.gru_c = Linear(dim, 3 * dim, bias=True)
 
     def project_keys(self, memory):
         """W_h h_j, and as more last features: with fertility 1 / Phi_j (B,S,H+1); with NN-based
@@ -341,7 +342,7 @@ class LocalAttention(Attention):
         self.query_is_previous_state = scorer.query_is_previous_state
         self.reads_step = kind == "local-m"
         if kind == "local-p":
-            self.W_p = nn.Linear(query_size, hidden_size, bias=False)
+            self.W_p = Linear(query_size, hidden_size, bias=False)
             self.v_p = nn.Linear(hidden_size, 1, bias=False)
 
     def project_keys(self, memory):

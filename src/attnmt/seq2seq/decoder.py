@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmt.core import speed
-from attnmt.core.speed import Dropout
+from attnmt.core.speed import Dropout, Linear
 from attnmt.seq2seq.attention import Attention, window_mask
 from attnmt.seq2seq.base import Batched
 
@@ -101,8 +101,8 @@ class RNNStack(nn.Module):
         super().__init__()
         self.lstm = rnn_type == "lstm"
         gates = (4 if self.lstm else 3) * hidden_size
-        self.W_hh = nn.ModuleList(nn.Linear(hidden_size, gates) for _ in range(num_layers))
-        self.W_ih = nn.ModuleList(nn.Linear(hidden_size, gates) for _ in range(num_layers - 1))
+        self.W_hh = nn.ModuleList(Linear(hidden_size, gates) for _ in range(num_layers))
+        self.W_ih = nn.ModuleList(Linear(hidden_size, gates) for _ in range(num_layers - 1))
         self.dropout = Dropout(dropout)
         self.gate_size = gates
 
@@ -157,11 +157,11 @@ class RNNDecoder(nn.Module):
             self.path = FEED_BACK if input_feeding else ATTEND_AFTER
         self.rnn = RNNStack(rnn_type, hidden_size, num_layers, dropout)
         gates = self.rnn.gate_size
-        self.W_y = nn.Linear(embedding_size, gates)  # previous token -> RNN gates
-        self.W_ctx = nn.Linear(memory_size, gates, bias=False) if self.path == ATTEND_FIRST else None
-        self.W_feed = nn.Linear(hidden_size, gates, bias=False) if self.path == FEED_BACK else None
-        self.bridge = nn.Linear(memory_size, num_layers * hidden_size) if bridge else None
-        self.W_c = nn.Linear(memory_size + hidden_size, hidden_size, bias=False)
+        self.W_y = Linear(embedding_size, gates)  # previous token -> RNN gates
+        self.W_ctx = Linear(memory_size, gates, bias=False) if self.path == ATTEND_FIRST else None
+        self.W_feed = Linear(hidden_size, gates, bias=False) if self.path == FEED_BACK else None
+        self.bridge = Linear(memory_size, num_layers * hidden_size) if bridge else None
+        self.W_c = Linear(memory_size + hidden_size, hidden_size, bias=False)
         self.hidden_size, self.num_layers = hidden_size, num_layers
 
     def init_state(self, memory: Memory) -> DecoderState:
