@@ -152,9 +152,11 @@ def test_looked_up_product_is_the_product_and_follows_the_weights(monkeypatch):
 
 
 @pytest.mark.parametrize("name", [n for n in MODELS if n != "transformer"])
-def test_a_decoding_step_computes_the_textbook_log_probabilities(name):
+def test_a_decoding_step_computes_the_textbook_log_probabilities(name, monkeypatch):
     """decode_step with the tricks (the looked-up W_y y, the sigmoid scores, the packed products of a
     loaded model) against the plain one."""
+    monkeypatch.setattr(speed, "PACKED_MIN_ROWS", 1)  # (three sentences and small weights)
+    monkeypatch.setattr(speed, "PACKED_MIN_WEIGHT", 1)
     torch.manual_seed(0)
     model = speed.for_inference(build_model(ModelConfig(**MODELS[name]), 30, 30).eval())
     batch = make_batch(SOURCES, TARGETS)
@@ -174,9 +176,10 @@ def test_a_decoding_step_computes_the_textbook_log_probabilities(name):
     assert all(id(layer.weight) in speed._PACKED for layer in products)  # and the packed products
 
 
-def test_inference_products_are_linears_on_packed_weights_that_follow_the_weights():
+def test_inference_products_are_linears_on_packed_weights_that_follow_the_weights(monkeypatch):
     """speed.linear: F.linear's values (to float rounding) from a weight reordered once, kept beside
     it and made again when it changes; only outside autograd, on float32, with the tricks on."""
+    monkeypatch.setattr(speed, "PACKED_MIN_WEIGHT", 1)  # (a small weight)
     torch.manual_seed(0)
     layer = speed.Linear(12, 40)
     x = torch.randn(5, 3, 12)
@@ -203,9 +206,35 @@ def test_inference_products_are_linears_on_packed_weights_that_follow_the_weight
     assert weight not in speed._PACKED  # gone with the weight
 
 
-def test_a_loaded_transformer_decodes_on_packed_products_as_the_plain_one(tiny_transformer):
+def test_the_packed_product_is_taken_only_where_it_pays():
+    """F.linear for a small weight (MKL's product of a weight in the cache is as fast), and below
+    PACKED_MIN_ROWS rows (oneDNN's call costs more) but for an output layer's weight; the packed
+    product for the others. The same values either way."""
+    torch.manual_seed(0)
+    small = torch.randn(speed.PACKED_MIN_WEIGHT // 16 - 1, 16)
+    medium = torch.randn(speed.PACKED_MIN_WEIGHT // 16, 16)
+    large = torch.randn(speed.PACKED_ALWAYS_WEIGHT // 16, 16)
+    few, enough = torch.randn(speed.PACKED_MIN_ROWS - 1, 16), torch.randn(2, speed.PACKED_MIN_ROWS // 2, 16)
+    with torch.no_grad():
+        for weight, x, packs in (
+            (small, enough, False),
+            (medium, few, False),
+            (medium, enough, True),
+            (large, few, True),
+        ):
+            torch.testing.assert_close(speed.linear(x, weight), F.linear(x, weight), rtol=1e-5, atol=1e-4)
+            assert (id(weight) in speed._PACKED) == packs, (weight.shape, x.shape)
+        fresh = large.clone()
+        with speed.plain():
+            speed.linear(few, fresh)
+        assert id(fresh) not in speed._PACKED  # the textbook product a switch away
+
+
+def test_a_loaded_transformer_decodes_on_packed_products_as_the_plain_one(tiny_transformer, monkeypatch):
     """A loaded model's Transformer layers and output layer take the packed products (every weight
     packed once it has decoded), and its steps compute the textbook log-probabilities."""
+    monkeypatch.setattr(speed, "PACKED_MIN_ROWS", 1)  # (two sentences and small weights)
+    monkeypatch.setattr(speed, "PACKED_MIN_WEIGHT", 1)
     model = tiny_transformer.model
     layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert layers and all(m.packed for m in layers)

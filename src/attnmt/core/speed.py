@@ -77,6 +77,15 @@ FOLDED_TABLE_BYTES = 64 << 20
 # AMD EPYC with 2 threads, a weight reordered for 64 rows multiplied 8 to 2,112 rows as fast as one
 # reordered for each count, or faster.
 PACKED_ROWS = 64
+# Where the packed product pays (benchmarks/products.py, on an AMD EPYC with AVX512, 2 threads):
+# for weights of PACKED_MIN_WEIGHT entries or more (512 x 1,024 and up: 1.1-3x F.linear's speed) at
+# PACKED_MIN_ROWS rows or more; not for smaller ones (512 x 512: 0.8-1.0x, its weight stays in the
+# cache and MKL's product is as fast), nor below 8 rows (a single sentence's greedy step: oneDNN's
+# call costs more than MKL's product), except for an output layer's weight (PACKED_ALWAYS_WEIGHT
+# entries or more, 8,000 x 512 and up: 2.1-2.6x F.linear's speed with 1 row).
+PACKED_MIN_ROWS = 8
+PACKED_MIN_WEIGHT = 1 << 19
+PACKED_ALWAYS_WEIGHT = 1 << 21
 
 _plain = os.environ.get("ATTNMT_PLAIN") == "1"
 
@@ -229,8 +238,8 @@ def for_inference(model: nn.Module) -> nn.Module:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """F.linear(x, weight, bias) = x W^T + b. Outside autograd (no_grad, inference_mode), on a CPU,
-    in float32 and outside autocast: oneDNN's product on ``weight`` reordered once (``_packed``)
-    and kept until it changes."""
+    in float32, outside autocast, for the weights and row counts where it pays (PACKED_MIN_WEIGHT):
+    oneDNN's product on ``weight`` reordered once (``_packed``) and kept until it changes."""
     if not _packs(x, weight):
         return F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, _packed(weight), bias, "none", [], "")
@@ -253,6 +262,10 @@ def _packs(x: Tensor, weight: Tensor) -> bool:
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and not torch.is_autocast_enabled("cpu")
+        and (
+            weight.numel() >= PACKED_ALWAYS_WEIGHT
+            or (weight.numel() >= PACKED_MIN_WEIGHT and x.numel() >= PACKED_MIN_ROWS * x.size(-1))
+        )
         and _has_packed_product()
     )
 
