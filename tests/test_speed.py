@@ -133,7 +133,7 @@ def test_looked_up_product_is_the_product_and_follows_the_weights(monkeypatch):
     """W_y E[y] looked up in a kept table: the product's values, recomputed when a weight changes,
     and only where it may be: no gradient, the speed tricks on, a table within its bound."""
     torch.manual_seed(0)
-    embedding, linear = torch.nn.Embedding(30, 6), torch.nn.Linear(6, 9)
+    embedding, linear = torch.nn.Embedding(30, 6), speed.for_inference(speed.Linear(6, 9))
     tokens = torch.tensor([[3, 7], [29, 0]])
     with torch.no_grad():
         torch.testing.assert_close(speed.looked_up_product(linear, embedding, tokens), linear(embedding(tokens)))
@@ -141,7 +141,7 @@ def test_looked_up_product_is_the_product_and_follows_the_weights(monkeypatch):
         for weight in (linear.weight, linear.bias, embedding.weight):  # an optimizer step, in place
             weight.add_(0.5)
             torch.testing.assert_close(speed.looked_up_product(linear, embedding, tokens), linear(embedding(tokens)))
-    fresh = torch.nn.Linear(6, 9)
+    fresh = speed.for_inference(speed.Linear(6, 9))
     assert speed.looked_up_product(fresh, embedding, tokens).requires_grad  # training: the product
     with torch.no_grad():
         with speed.plain():
@@ -149,6 +149,22 @@ def test_looked_up_product_is_the_product_and_follows_the_weights(monkeypatch):
         monkeypatch.setattr(speed, "FOLDED_TABLE_BYTES", 30 * 9 * 4 - 1)
         speed.looked_up_product(fresh, embedding, tokens)
     assert "_looked_up" not in fresh.__dict__
+
+
+def test_a_model_in_training_never_looks_up_a_table_its_optimizer_would_leave_stale():
+    """The fused Adam updates weights without bumping their version counters: validation during
+    training must compute W_y E[y] itself (a table kept from the last validation would be stale)."""
+    torch.manual_seed(0)
+    embedding, linear = torch.nn.Embedding(30, 6), speed.Linear(6, 9)  # (a model built to train)
+    optimizer = torch.optim.Adam([*embedding.parameters(), *linear.parameters()], lr=0.1, fused=True)
+    tokens = torch.tensor([3, 7])
+    with torch.no_grad():
+        speed.looked_up_product(linear, embedding, tokens)  # a validation
+    linear(embedding(tokens)).sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        torch.testing.assert_close(speed.looked_up_product(linear, embedding, tokens), linear(embedding(tokens)))
+    assert "_looked_up" not in linear.__dict__
 
 
 @pytest.mark.parametrize("name", [n for n in MODELS if n != "transformer"])

@@ -207,12 +207,21 @@ def _v_sigmoid(v2: Tensor, a: Tensor, b: Tensor) -> Tensor:
 def looked_up_product(linear: nn.Module, embedding: nn.Embedding, tokens: Tensor) -> Tensor:
     """linear(embedding(tokens)), for a decoding step (no dropout, no gradient): on a CPU, the rows
     of the table linear(embedding.weight), computed once and kept on ``linear`` until a weight
-    changes (their version counters, which optimizer steps and load_state_dict bump) or the
-    autocast type does. The RNN decoder's W_y y_{t-1} is then a lookup instead of a product (8 % of
-    a beam-5 step with a shortlist). Kept only up to FOLDED_TABLE_BYTES: the table has a row per
-    token (8,000 pieces x 1,536 GRU gates: 49 MB). On a GPU the product is cheap: it runs there."""
+    changes (their version counters, which load_state_dict bumps) or the autocast type does. The
+    RNN decoder's W_y y_{t-1} is then a lookup instead of a product (8 % of a beam-5 step with a
+    shortlist). Only in a model loaded for inference (``for_inference``) or quantized to int8 (no
+    parameters): in training, the fused Adam's steps leave the version counters as they were, and
+    validation would read a stale table. Kept only up to FOLDED_TABLE_BYTES: the table has a row
+    per token (8,000 pieces x 1,536 GRU gates: 49 MB). On a GPU the product is cheap: it runs there."""
     table_bytes = embedding.num_embeddings * linear.out_features * 4
-    if not enabled() or tokens.device.type != "cpu" or torch.is_grad_enabled() or table_bytes > FOLDED_TABLE_BYTES:
+    frozen = getattr(linear, "packed", False) or next(linear.parameters(), None) is None
+    if (
+        not enabled()
+        or not frozen
+        or tokens.device.type != "cpu"
+        or torch.is_grad_enabled()
+        or table_bytes > FOLDED_TABLE_BYTES
+    ):
         return linear(embedding(tokens))
     weights = [embedding.weight, *linear.parameters()]  # an int8 layer has none: it cannot change
     key = (autocast_dtype("cpu", torch.float32), *[(w.data_ptr(), w._version) for w in weights])
