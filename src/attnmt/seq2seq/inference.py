@@ -1,6 +1,9 @@
-"""A trained sequence-to-sequence model ready to use: its vocabularies, its decoding settings, and what it
-gives (translations with their attention, the beam search tree, the trace of every decoder step, a Transformer's
-layers and heads). Translation models load as this Translator; speech models as attnmt.speech.recognizer.Recognizer."""
+"""A trained translation model ready to use: the Translator, which attnmt.load gives for a
+translation model's folder. On what it shares with a speech model (its folder, vocabularies,
+weights and decoding settings: attnmt.seq2seq.loaded.LoadedSeq2Seq), it reads text and gives
+translations with their attention, the scores of given translations, the beam search tree, the
+trace of every decoder step and a Transformer's layers and heads. Speech models load as
+attnmt.speech.recognizer.Recognizer."""
 
 from __future__ import annotations
 
@@ -10,13 +13,11 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from pydantic import ValidationError
 
-from attnmt.core import speed
-from attnmt.core.config import MAX_CONSTRAINTS, Config, DecodingConfig, Sampling
+from attnmt.core.config import MAX_CONSTRAINTS, Sampling
 from attnmt.core.devices import to_numpy
 from attnmt.core.errors import AttnmtError
-from attnmt.core.folders import inference_device, inside_folder, load_model, model_config, weights_path
+from attnmt.core.folders import inside_folder
 from attnmt.core.progress import phase_bar
 from attnmt.data import splits
 from attnmt.data.batching import forced_batches, inference_batches, make_batch
@@ -24,9 +25,8 @@ from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_t
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.constraints import phrases_of
 from attnmt.seq2seq.ensemble import Ensemble
-from attnmt.seq2seq.heads import mask_heads, parse_heads
+from attnmt.seq2seq.loaded import LoadedSeq2Seq
 from attnmt.seq2seq.prefix import Prefixes, Spelling, prefixes_of
-from attnmt.seq2seq.quantize import QUANTIZE, quantize_int8
 from attnmt.seq2seq.results import Aligner, Candidate, ScoredTranslation, Translation, links_of
 from attnmt.seq2seq.search import decode
 from attnmt.seq2seq.shortlist import FILE_NAME as SHORTLIST_FILE
@@ -46,8 +46,9 @@ def within(phrases: list[tuple[int, ...]], max_tokens: int) -> list[tuple[int, .
     return kept
 
 
-class Translator:
-    """A trained model with its vocabularies and decoding settings."""
+class Translator(LoadedSeq2Seq):
+    """A trained translation model with its vocabularies and decoding settings: text in,
+    translations out."""
 
     inputs = "text"  # what its requests carry (the server and the CLI check it before any work)
     what = "a translation model"  # in messages
@@ -59,28 +60,7 @@ class Translator:
         quantize: str | None = None,
         device: str | torch.device = "cpu",
     ):
-        if quantize not in QUANTIZE:
-            raise AttnmtError(f"quantize must be one of {', '.join(map(repr, QUANTIZE))}, got {quantize!r}")
-        self.device = inference_device(device)
-        if quantize == "int8" and self.device.type != "cpu":
-            raise AttnmtError(f"quantize='int8' is for CPUs; on {self.device} use quantize=None or 'bf16'")
-        self.folder = Path(folder)
-        self.config: Config = model_config(self.folder)
-        self.src_subwords, self.tgt_subwords = self._vocabularies()
-        self.weights = weights_path(self.folder, checkpoint)  # the file the model's weights come from
-        self.model = load_model(self._build, self.weights, self.device)
-        self.quantize = quantize
-        if quantize == "int8":
-            self.model = quantize_int8(self.model)
-        if quantize == "bf16":  # the output layer's product (the largest of a decoder step) in bfloat16
-            self.model.generator.compute_dtype = torch.bfloat16
-            if self.device.type == "cpu" and not speed.cpu_has_bf16():
-                warnings.warn(
-                    "quantize='bf16' (--bf16) on a CPU without bf16 units (AVX512-BF16 or AMX): the "
-                    "product is emulated and slower than float32 here",
-                    stacklevel=3,
-                )
-        self.attention_window = self.config.decoding.attention_window
+        super().__init__(folder, checkpoint, quantize, device)
         # Where word links come from (align_outputs, Translation.alignment): None, the attention;
         # an aligner of its own (attnmt.translation.aligner.OutputAligner: attnmt.load sets the
         # alignment layer of MODEL/aligner when it was trained on these weights; else, for a
@@ -91,68 +71,6 @@ class Translator:
         self._shortlists: dict[Path, Shortlist] = {}  # the tables read so far, by file
         self._spelling: Spelling | None = None  # the target pieces' texts, for prefixes that end inside a word
         self.ensembled: list[Path] = []  # the folders of the models it decodes with (ensemble)
-
-    @property
-    def attention_window(self) -> tuple[int, int] | None:
-        """(left, right): each decoder step attends only within that many source positions of the
-        median of the previous step's weights (as in Chorowski et al. 2014); None: over the whole source.
-        The config's decoding.attention_window unless set here; RNN attention only. Setting it
-        changes the decoding settings (config.decoding), which every decoding call passes on:
-        never the model."""
-        return self.config.decoding.attention_window
-
-    @attention_window.setter
-    def attention_window(self, window: tuple[int, int] | None):
-        decoder = getattr(self.model, "decoder", None)  # (read only: an RNN decoder and its attention)
-        if window is not None and getattr(decoder, "attention", None) is None:
-            raise AttnmtError(
-                f"{self.folder}: an attention window is for RNN decoders with attention; this model "
-                f"is a {self.config.model.type} with attention {self.config.model.attention}"
-            )
-        try:
-            decoding = DecodingConfig.model_validate({**self.config.decoding.model_dump(), "attention_window": window})
-        except ValidationError as error:
-            raise AttnmtError(
-                f"attention window {window!r}: give two whole numbers >= 0 (left, right), "
-                f"or None ({error.errors()[0]['msg']})"
-            ) from None
-        self.config = self.config.model_copy(update={"decoding": decoding})
-
-    def set_decoding(self, **settings):
-        """Changes decoding settings for every later call: fields of config.decoding (beam,
-        length_penalty, coverage_penalty, max_length_ratio, ...), validated as in a config; an unknown
-        field or a wrong value is an AttnmtError naming it. The model is never changed."""
-        if "attention_window" in settings:
-            self.attention_window = settings.pop("attention_window")
-        if settings.get("coverage_penalty") and getattr(getattr(self.model, "decoder", None), "attention", 1) is None:
-            raise AttnmtError(
-                f"{self.folder}: a coverage penalty sums the attention weights; this model has attention: none"
-            )
-        try:
-            decoding = DecodingConfig.model_validate({**self.config.decoding.model_dump(), **settings})
-        except ValidationError as error:
-            field = ".".join(map(str, error.errors()[0]["loc"])) or "decoding"
-            raise AttnmtError(f"decoding.{field}: {error.errors()[0]['msg']}") from None
-        self.config = self.config.model_copy(update={"decoding": decoding})
-
-    def mask_heads(self, heads: str | list[tuple[str, int, int]]):
-        """Switches these attention heads of a Transformer off for every later call, the others on
-        (attnmt.seq2seq.heads): "cross.2.0,encoder.0.3" or (kind, layer, head) tuples; "": all on."""
-        mask_heads(self.model, parse_heads(heads) if isinstance(heads, str) else heads)
-
-    def __repr__(self) -> str:
-        model = self.config.model
-        kind = (
-            model.transformer_name
-            if model.type == "transformer"
-            else f"{model.rnn_type} {model.attention_name} attention"
-        )
-        parameters = sum(p.numel() for p in self.model.parameters())
-        sizes = "/".join("-" if v is None else f"{len(v):,}" for v in (self.src_subwords, self.tgt_subwords))
-        return (
-            f"<{type(self).__name__} {self.folder}: {kind}, {parameters:,} parameters, vocabularies {sizes}, "
-            f"beam {self.config.decoding.beam}, {self.device}{', ' + self.quantize if self.quantize else ''}>"
-        )
 
     def _vocabularies(self):
         if self.config.task != "translation":
@@ -177,53 +95,6 @@ class Translator:
             if files.split is not None:
                 inside_folder(self.folder, sets[name].tsv)
         return sets
-
-    def describe(self) -> dict:
-        """What the model is, as the server's /models says it: the fields of its type, the others None."""
-        m, dc = self.config.model, self.config.decoding
-        none = dict.fromkeys(
-            "rnn_type input_feeding local_attention local_window attention_normalizer"
-            " coverage_fertility coverage_dim fertility_bound decoder_hidden d_model heads"
-            " feed_forward norm".split()
-        )
-        common = dict(
-            type=m.type,
-            encoder_layers=m.encoder_layers,
-            decoder_layers=m.decoder_layers,
-            beam=dc.beam,
-            length_penalty=dc.length_penalty,
-            coverage_penalty=dc.coverage_penalty,
-        )
-        if m.type == "transformer":
-            return {
-                **common,
-                **none,
-                "attention": "multi-head",
-                "d_model": m.d_model,
-                "heads": m.heads,
-                "feed_forward": m.feed_forward,
-                "norm": m.norm,
-                "attention_normalizer": m.attention_normalizer,
-            }
-        local = {
-            "local_attention": m.local_attention,
-            "local_window": None if m.local_attention == "none" else m.local_window,
-            "attention_normalizer": None if m.attention == "none" else m.attention_normalizer,
-            **{
-                key: getattr(m, key) if m.attention == "coverage" else None
-                for key in ("coverage_fertility", "coverage_dim")
-            },
-            "fertility_bound": m.fertility_bound if m.attention_normalizer == "csparsemax" else None,
-        }
-        return {
-            **common,
-            **none,
-            "attention": m.attention,
-            "rnn_type": m.rnn_type,
-            "input_feeding": m.input_feeding,
-            **local,
-            "decoder_hidden": m.decoder_hidden,
-        }
 
     def files_of_test_set(self, files) -> list[Path]:
         """Every file a test set of the config reads (attnmt.data.test_sets keeps them inside the folder)."""
@@ -390,8 +261,6 @@ class Translator:
         """
         if isinstance(sources, str) or isinstance(translations, str):
             raise TypeError("score() takes two lists of strings: the sources and their translations")
-        if self.inputs != "text":
-            raise AttnmtError(f"{self.folder}: score() scores translations of text; this is {self.what}")
         if len(sources) != len(translations):
             raise AttnmtError(f"numbers of sentences differ: {len(sources)} sources, {len(translations)} translations")
         sources, translations = [valid_text(t) for t in sources], [valid_text(t) for t in translations]
@@ -595,13 +464,3 @@ class Translator:
             "tokens": tokens,
             "decoder_tokens": self.tgt_subwords.pieces(tgt_in[0].tolist()),
         }
-
-    def candidate(self, hypothesis) -> Candidate:
-        """A hypothesis of a search (attnmt.seq2seq.decoding) as a Candidate: its text, pieces, score, attention."""
-        attention = None if hypothesis.attention is None else to_numpy(hypothesis.attention)
-        return Candidate(
-            self.tgt_subwords.decode(hypothesis.tokens),
-            self.tgt_subwords.pieces(hypothesis.tokens),
-            hypothesis.score,
-            attention,
-        )
