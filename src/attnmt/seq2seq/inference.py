@@ -8,7 +8,7 @@ attnmt.speech.recognizer.Recognizer."""
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +24,7 @@ from attnmt.data.batching import forced_batches, inference_batches, make_batch
 from attnmt.data.subwords import BOS, EOS, load_subwords, subword_paths, valid_text
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.constraints import phrases_of
+from attnmt.seq2seq.decoding import BeamRecorder
 from attnmt.seq2seq.ensemble import Ensemble
 from attnmt.seq2seq.loaded import LoadedSeq2Seq
 from attnmt.seq2seq.prefix import Prefixes, Spelling, prefixes_of
@@ -394,19 +395,33 @@ class Translator(LoadedSeq2Seq):
         ``prefix``, ``tag``: the start of its outputs and a tag before its source, as in translate();
         ``constraints``: words or phrases its outputs must contain, as one text's in translate() (dynamic
         beam allocation; each node then says in ``met`` how many constraint tokens it has written)."""
-        from attnmt.seq2seq.beam_tree import beam_tree
-
         text = valid_text(text)
+        beam = self.config.decoding.beam if beam is None else beam
         phrases = None if not constraints else phrases_of(self.tgt_subwords, [text], [constraints])[0]
-        return beam_tree(
-            self,
+        src_ids = self.source_ids([text], tag)[0]
+        batch = make_batch([src_ids]).to(self.device)
+        recorder = BeamRecorder(1, beam)
+        with torch.inference_mode():
+            [hypotheses] = decode(
+                self.model,
+                batch.src,
+                batch.src_lengths,
+                self.config.decoding,
+                beam=beam,
+                n_best=beam,
+                prefixes=self._prefixes([text], [prefix]),
+                constraints=[phrases] if phrases else None,
+                record=recorder,
+                stop=stop,
+            )
+        translation = Translation(
             text,
-            self.config.decoding.beam if beam is None else beam,
-            stop,
-            self._prefixes([text], [prefix]),
-            tag,
-            phrases,
+            self.src_subwords.pieces(src_ids + [EOS]),
+            [self.candidate(h) for h in hypotheses],
+            tagged=bool(tag),
         )
+        nodes = [{**asdict(node), "token": self.tgt_subwords.pieces([node.token])[0]} for node in recorder.trees[0]]
+        return translation, nodes
 
     def trace(self, text: str, top_k: int = 5, stop: Callable[[], bool] | None = None, prefix: str = "", tag: str = ""):
         """Greedy translation of one sentence with every quantity of every decoder step
