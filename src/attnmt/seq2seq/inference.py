@@ -35,9 +35,9 @@ from attnmt.seq2seq.shortlist import Shortlist, load_shortlist
 
 
 def within(phrases: list[tuple[int, ...]], max_tokens: int) -> list[tuple[int, ...]]:
-    """The first of a text's constraint ``phrases`` (their pieces) that fit MAX_CONSTRAINTS phrases and
-    ``max_tokens`` pieces in all: the bounds of the server's requests, which a line of the command line
-    gets too (one line of 2,000 phrases took 218 s)."""
+    """The first of a text's constraint ``phrases`` (their pieces) that fit MAX_CONSTRAINTS
+    phrases and ``max_tokens`` pieces in all: the bounds of the server's requests, which a line of
+    the command line gets too (one line of 2,000 phrases took 218 s)."""
     kept, pieces = [], 0
     for phrase in phrases[:MAX_CONSTRAINTS]:
         if pieces + len(phrase) > max_tokens:
@@ -70,7 +70,8 @@ class Translator(LoadedSeq2Seq):
         # translate()'s shortlist when it is given none (None: the config's decoding.shortlist)
         self.shortlist: bool | str | Path | None = None
         self._shortlists: dict[Path, Shortlist] = {}  # the tables read so far, by file
-        self._spelling: Spelling | None = None  # the target pieces' texts, for prefixes that end inside a word
+        # the target pieces' texts, for prefixes that end inside a word
+        self._spelling: Spelling | None = None
         self.ensembled: list[Path] = []  # the folders of the models it decodes with (ensemble)
 
     def _vocabularies(self):
@@ -98,7 +99,8 @@ class Translator(LoadedSeq2Seq):
         return sets
 
     def files_of_test_set(self, files) -> list[Path]:
-        """Every file a test set of the config reads (attnmt.data.test_sets keeps them inside the folder)."""
+        """Every file a test set of the config reads (attnmt.data.test_sets keeps them inside the
+        folder)."""
         return [path for path in (files.src, files.tgt, files.tsv) if path is not None]
 
     def translate(
@@ -123,10 +125,12 @@ class Translator(LoadedSeq2Seq):
         Translation says ``truncated``), so that no line can ask for unbounded work; so is its
         prefix, and its constraints to the first phrases within MAX_CONSTRAINTS and ``max_tokens``
         pieces in all (its Translation's ``cut`` says "prefix", "constraints").
-        ``progress``: the description of a progress bar over the texts (on stderr, on a terminal only).
-        ``shortlist``: the output layer restricted to each batch's likely pieces (attnmt.translation.shortlist):
-        True, the folder's shortlist.json; a path, that table; False, none; None, as the config's
-        decoding.shortlist says (unless ``Translator.shortlist`` is set).
+        ``progress``: the description of a progress bar over the texts (on stderr, on a terminal
+        only).
+        ``shortlist``: the output layer restricted to each batch's likely pieces
+        (attnmt.translation.shortlist): True, the folder's shortlist.json; a path, that table;
+        False, none; None, as the config's decoding.shortlist says (unless ``Translator.shortlist``
+        is set).
         ``align``: every candidate's word links filled in (align_outputs); without it,
         ``Translation.alignment`` finds the best candidate's when asked.
         ``sampling``: each translation drawn from the model instead of searched for
@@ -134,9 +138,10 @@ class Translator(LoadedSeq2Seq):
         candidate each, beam 1.
         ``prefix``: for each text, the start its translations must have ("": none); the search
         continues it, and completes a last word left unfinished (attnmt.seq2seq.prefix).
-        ``constraints``: for each text, words or phrases its translations must contain ([]: none), by
-        beam search with dynamic beam allocation (attnmt.seq2seq.constraints: no sampling nor shortlist;
-        outputs that could not fit them all within the length limit come after those that did).
+        ``constraints``: for each text, words or phrases its translations must contain ([]: none),
+        by beam search with dynamic beam allocation (attnmt.seq2seq.constraints: no sampling nor
+        shortlist; outputs that could not fit them all within the length limit come after those
+        that did).
         ``tag``: a tag of the model's data.extra_train put before every source, or one per text (""
         or None: none); see source_ids. The Translation's source_tokens begin with it.
         """
@@ -155,7 +160,8 @@ class Translator(LoadedSeq2Seq):
         for i in truncated:
             src_ids[i] = src_ids[i][:max_tokens]
         results = [Translation(text, [], [Candidate("", [], 0.0, None)]) for text in texts]
-        # Whitespace-only as Python sees it: sentencepiece keeps some Unicode spaces (U+0085) as pieces.
+        # Whitespace-only as Python sees it: sentencepiece keeps some Unicode spaces (U+0085) as
+        # pieces.
         todo = [i for i, ids in enumerate(src_ids) if ids and texts[i].strip()]
         with phase_bar(len(todo), progress or "", enabled=progress is not None) as bar:
             for batch_indices in inference_batches([len(src_ids[i]) for i in todo], batch_size or dc.batch_size):
@@ -199,7 +205,8 @@ class Translator(LoadedSeq2Seq):
         return beam, sampling
 
     def _prefixes(self, texts: list[str], prefix: list[str] | None, max_tokens: int | None = None) -> Prefixes | None:
-        """What each text's translations begin with (attnmt.seq2seq.prefix.prefixes_of); None where none has one."""
+        """What each text's translations begin with (attnmt.seq2seq.prefix.prefixes_of); None where
+        none has one."""
         if prefix is None:
             return None
         if self._spelling is None:
@@ -207,9 +214,9 @@ class Translator(LoadedSeq2Seq):
         return prefixes_of(self.tgt_subwords, texts, prefix, self._spelling, max_tokens)
 
     def _constraints(self, texts: list[str], constraints: list[list[str]] | None, max_tokens: int | None):
-        """Each text's constraint phrases (attnmt.seq2seq.constraints.phrases_of), with ``max_tokens``
-        only the first that fit (``within``); None where no text has one. And the texts whose phrases
-        were cut."""
+        """Each text's constraint phrases (attnmt.seq2seq.constraints.phrases_of), with
+        ``max_tokens`` only the first that fit (``within``); None where no text has one. And the
+        texts whose phrases were cut."""
         phrases = None if constraints is None else phrases_of(self.tgt_subwords, texts, constraints)
         if phrases is None or max_tokens is None:
             return phrases, set()
@@ -217,10 +224,11 @@ class Translator(LoadedSeq2Seq):
         return kept if any(kept) else None, {i for i, (a, b) in enumerate(zip(phrases, kept)) if len(a) > len(b)}
 
     def source_ids(self, texts: list[str], tag: str | list[str] | None = None) -> list[list[int]]:
-        """The subword ids of each text, after its tag's: ``tag`` one of the model's tags (``tags``)
-        for every text, or one per text ("" or None: none). A tag is a piece of its own, which
-        training put before the sources of its data.extra_train corpus (attnmt.translation.prepare):
-        the text "<BT> ..." would be cut into other pieces, so it is given here, never in the text."""
+        """The subword ids of each text, after its tag's: ``tag`` one of the model's tags
+        (``tags``) for every text, or one per text ("" or None: none). A tag is a piece of its own,
+        which training put before the sources of its data.extra_train corpus
+        (attnmt.translation.prepare): the text "<BT> ..." would be cut into other pieces, so it is
+        given here, never in the text."""
         tags = [tag] * len(texts) if tag is None or isinstance(tag, str) else list(tag)
         if len(tags) != len(texts):
             raise AttnmtError(f"{len(tags)} tags for {len(texts)} texts: give one tag, or one per text")
@@ -233,11 +241,13 @@ class Translator(LoadedSeq2Seq):
 
     @property
     def tags(self) -> list[str]:
-        """The tags the model was trained with (data.extra_train's), which source_ids can put before a text."""
+        """The tags the model was trained with (data.extra_train's), which source_ids can put
+        before a text."""
         return getattr(self.config.data, "tags", [])
 
     def _tagged(self, ids: list[int]) -> bool:
-        """Whether these source ids begin with a tag (their first piece is one of the model's tags)."""
+        """Whether these source ids begin with a tag (their first piece is one of the model's
+        tags)."""
         return bool(ids and self.tags) and self.src_subwords.pieces(ids[:1])[0] in self.tags
 
     def score(
@@ -295,10 +305,10 @@ class Translator(LoadedSeq2Seq):
         return results
 
     def ensemble(self, others: list[Translator]):
-        """From now on this model searches together with ``others`` (attnmt.seq2seq.ensemble: at every
-        step the mean of their next-token distributions), in translate() and what calls it. They
-        must read and write the same subword pieces (the same sentencepiece models) and run on the
-        same device; this model's decoding settings, vocabularies and aligner stay."""
+        """From now on this model searches together with ``others`` (attnmt.seq2seq.ensemble: at
+        every step the mean of their next-token distributions), in translate() and what calls it.
+        They must read and write the same subword pieces (the same sentencepiece models) and run on
+        the same device; this model's decoding settings, vocabularies and aligner stay."""
         for other in others:
             if other.inputs != "text" or not isinstance(other, Translator):
                 raise AttnmtError(f"{other.folder}: an ensemble is of translation models; this is {other.what}")
@@ -321,7 +331,8 @@ class Translator(LoadedSeq2Seq):
         members = self.model.members if isinstance(self.model, Ensemble) else [self.model]
         self.model = Ensemble([*members, *(other.model for other in others)])
         self.ensembled = [*self.ensembled, *(other.folder for other in others)]
-        if self.aligner is not None:  # (an alignment layer, or guided heads, reads one model's states)
+        # (an alignment layer, or guided heads, reads one model's states)
+        if self.aligner is not None:
             warnings.warn(
                 f"the word links of an ensemble come from its attention, not from {self.aligner!r}, "
                 f"which reads the model of {self.folder} alone",
@@ -337,12 +348,13 @@ class Translator(LoadedSeq2Seq):
         return torch.Generator(self.device).manual_seed(sampling.seed)
 
     def align_outputs(self, translations: list[Translation], n_best: int | None = None, **options) -> list[Translation]:
-        """``translations`` with the word links of each of their first ``n_best`` candidates (default:
-        all) filled in: from ``self.aligner`` if set (the pairs aligned in batches), else from each
-        candidate's attention. ``options``: method ("argmax" or "threshold"; by default argmax for
-        the attention, threshold for an aligner) and threshold.
+        """``translations`` with the word links of each of their first ``n_best`` candidates
+        (default: all) filled in: from ``self.aligner`` if set (the pairs aligned in batches), else
+        from each candidate's attention. ``options``: method ("argmax" or "threshold"; by default
+        argmax for the attention, threshold for an aligner) and threshold.
         Candidates whose source or output is empty get no links."""
-        options = {name: value for name, value in options.items() if value is not None}  # None: the default
+        # (an option given as None: its default)
+        options = {name: value for name, value in options.items() if value is not None}
 
         def chosen(t: Translation) -> list[Candidate]:
             return t.candidates[:n_best]
@@ -391,10 +403,11 @@ class Translator(LoadedSeq2Seq):
         """Beam search on one sentence, with its search tree: every candidate looked at, as
         {"id", "parent", "token", "log_prob", "step", "status"}; status is "root", "kept",
         "finished" (ended in EOS) or "pruned" (fell out of the beam). ``stop``: asked between two
-        decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped (the server's time limit).
-        ``prefix``, ``tag``: the start of its outputs and a tag before its source, as in translate();
-        ``constraints``: words or phrases its outputs must contain, as one text's in translate() (dynamic
-        beam allocation; each node then says in ``met`` how many constraint tokens it has written)."""
+        decoder steps; when it says True, attnmt.seq2seq.decoding.DecodingStopped (the server's
+        time limit). ``prefix``, ``tag``: the start of its outputs and a tag before its source, as
+        in translate(); ``constraints``: words or phrases its outputs must contain, as one text's
+        in translate() (dynamic beam allocation; each node then says in ``met`` how many constraint
+        tokens it has written)."""
         text = valid_text(text)
         beam = self.config.decoding.beam if beam is None else beam
         phrases = None if not constraints else phrases_of(self.tgt_subwords, [text], [constraints])[0]
