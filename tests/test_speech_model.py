@@ -16,8 +16,10 @@ import torch
 import uvicorn
 
 from attnmt.api import load
+from attnmt.core.errors import AttnmtError
 from attnmt.cli import main
 from attnmt.serve import ServerLimits, create_app
+from attnmt.speech.recognizer import Recognizer
 from attnmt.training import train
 from conftest import WAIT, local_client, require
 from speech_helpers import RATE, random_texts, speech_config, tone, write_tone_corpus
@@ -63,6 +65,31 @@ def test_recognizer_transcribes_traces_and_aligns_to_the_audio(speech_model):
     assert trace.features.shape == t.features.shape and len(trace.steps) == len(t.tokens)
     with pytest.raises(TypeError):
         model.transcribe(wavs[0])
+
+
+def test_a_recognizer_loads_as_a_translator_does_and_has_no_translate(speech_model, tiny_transformer):
+    """Both come from the folder through attnmt.seq2seq.loaded.LoadedSeq2Seq (config, weights,
+    decoding settings, repr, /models' description); a Recognizer has no translate() to refuse."""
+    from attnmt.seq2seq.inference import Translator
+    from attnmt.seq2seq.loaded import LoadedSeq2Seq
+
+    folder, _, wavs, _ = speech_model
+    model = load(folder)
+    assert isinstance(model, LoadedSeq2Seq) and isinstance(tiny_transformer, LoadedSeq2Seq)
+    assert not isinstance(model, Translator) and not hasattr(model, "translate")
+    assert repr(model).startswith(f"<Recognizer {folder}:") and model.weights.parent == folder
+    assert model.describe()["type"] == "rnn" and tiny_transformer.describe()["attention"] == "multi-head"
+    model.set_decoding(beam=2, length_penalty=0.5)
+    assert model.config.decoding.beam == 2 and "beam 2" in repr(model)
+    model.attention_window = (2, 2)
+    [t] = model.transcribe([wavs[0]], beam=1)
+    assert t.text == model.trace(wavs[0]).text  # both under the window of the decoding settings
+    with pytest.raises(AttnmtError, match="decoding.beam"):
+        model.set_decoding(beam=0)
+    with pytest.raises(AttnmtError, match="not a speech model"):
+        Recognizer(tiny_transformer.folder)
+    with pytest.raises(AttnmtError, match="not a translation model"):
+        Translator(folder)
 
 
 def test_cli_evaluate_translate_and_plot(speech_model, tmp_path, capsys):

@@ -29,12 +29,12 @@ def load_model(args):
 def apply_decoding_options(model, args):
     """--attention-window, --length-penalty, --coverage-penalty, --tag, --mask-heads and --shortlist,
     given, on the models they are for."""
-    from attnmt.api import Translator
+    from attnmt.seq2seq.loaded import LoadedSeq2Seq
 
     settings = {name: getattr(args, name, None) for name in ("attention_window", "length_penalty", "coverage_penalty")}
     settings = {name: value for name, value in settings.items() if value is not None}
     if settings:
-        if not isinstance(model, Translator):
+        if not isinstance(model, LoadedSeq2Seq):  # (a translation or a speech model)
             option = "--" + next(iter(settings)).replace("_", "-")
             raise AttnmtError(
                 f"{args.model_dir}: {option} is for models that decode; this is a sentence-pair classifier"

@@ -10,9 +10,9 @@ cp(X; Y) = beta * sum_i log(min(sum_t a_t,i, 1)) punishes source words that the 
 has covered less than once (see ``coverage_penalty``). Beam search ranks its finished hypotheses
 by that score; which ones stay alive is still decided by their log-probabilities.
 
-With a vocabulary shortlist (attnmt.translation.shortlist) the output layer scores the ids of ``vocabulary``
-only: a step's log-probabilities then have one column per id of it, and the searches map the
-columns they choose back to token ids (``vocabulary[column]``).
+With a vocabulary shortlist (attnmt.translation.shortlist) the output layer scores the ids of
+``vocabulary`` only: a step's log-probabilities then have one column per id of it, and the
+searches map the columns they choose back to token ids (``vocabulary[column]``).
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ class BeamNode:
     met: int | None = None  # constrained search: the constraint tokens written by then (its bank)
 
 
-# One candidate of a step as the search tree records it: (live row j it extends, token, score, status, met).
-# (Not attnmt.seq2seq.results.Candidate, a translation's candidate.)
+# One candidate of a step as the search tree records it: (live row j it extends, token, score,
+# status, met). (Not attnmt.seq2seq.results.Candidate, a translation's candidate.)
 TreeCandidate = tuple[int, int, float, str, "int | None"]
 
 
@@ -81,36 +81,31 @@ class BeamRecorder:
 
     def __init__(self, batch: int, beam: int):
         self.trees = [[BeamNode(0, None, BOS, 0.0, 0, "root")] for _ in range(batch)]
-        self.row_node = torch.zeros(batch * beam, dtype=torch.long, device="cpu")  # tree node of each live row
+        # the tree node of each live row
+        self.row_node = torch.zeros(batch * beam, dtype=torch.long, device="cpu")
         self.beam = beam
 
     def step(
         self, t: int, active: Tensor, origin: Tensor, token: Tensor, score: Tensor, finished: Tensor, alive: Tensor
     ):
         """Step t's 2k candidates of each sentence of the batch, from beam_search's tensors."""
-        active, origin, token, score, finished, alive = (
-            x.cpu() for x in (active, origin, token, score, finished, alive)
-        )
-        self.add(
-            t,
-            [
-                (
-                    sentence,
-                    [
-                        (
-                            int(origin[g, j]),
-                            int(token[g, j]),
-                            float(score[g, j]),
-                            "finished" if finished[g, j] else "kept" if alive[g, j] else "pruned",
-                            None,
-                        )
-                        for j in range(origin.size(1))
-                        if score[g, j] != float("-inf")
-                    ],
-                )
-                for g, sentence in enumerate(active.tolist())
-            ],
-        )
+        origin, token, score = origin.cpu(), token.cpu(), score.cpu()
+        finished, alive = finished.cpu(), alive.cpu()
+        groups = []
+        for g, sentence in enumerate(active.tolist()):
+            candidates = []
+            for j in range(origin.size(1)):
+                if score[g, j] == float("-inf"):
+                    continue
+                if finished[g, j]:
+                    status = "finished"
+                elif alive[g, j]:
+                    status = "kept"
+                else:
+                    status = "pruned"
+                candidates.append((int(origin[g, j]), int(token[g, j]), float(score[g, j]), status, None))
+            groups.append((sentence, candidates))
+        self.add(t, groups)
 
     def add(self, t: int, groups: list[tuple[int, list[TreeCandidate]]]):
         """Step t's candidates, for each group of live rows (sentence, its candidates): the "kept"
@@ -134,7 +129,8 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-COVERAGE_FLOOR = 1e-6  # a source word's coverage below this counts as this (a word an attention window hid: 0)
+# A source word's coverage below this counts as this (a word an attention window hid: 0).
+COVERAGE_FLOOR = 1e-6
 NO_COVERAGE = (
     "a coverage penalty (decoding.coverage_penalty) sums the attention weights: this model "
     "has no attention (attention: none); set coverage_penalty: 0"
@@ -204,7 +200,8 @@ def hypothesis_of(
     tokens: list[int], log_prob: float, attention: Tensor | None, alpha: float, src_length: int, beta: float = 0.0
 ) -> Hypothesis:
     """A hypothesis of ``tokens``, cut after its first EOS, with its attention rows over the real
-    positions of the encoder's output, scored with length penalty ``alpha`` and coverage penalty ``beta``."""
+    positions of the encoder's output, scored with length penalty ``alpha`` and coverage penalty
+    ``beta``."""
     if EOS in tokens:
         tokens = tokens[: tokens.index(EOS) + 1]
     if attention is not None:
@@ -243,17 +240,18 @@ def greedy_search(
     the attention window of every step (decoding.attention_window; attnmt.seq2seq.base).
     ``pick``: the column chosen in each row of a step's log-probabilities instead of the most
     probable (sampler: sampling); the score stays the model's log-probability of the tokens.
-    ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no output).
-    ``stop``: as beam_search's."""
+    ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no
+    output). ``stop``: as beam_search's."""
     memory = model.encode(src, src_lengths, window)
     greedy = Greedy(src.size(0), alpha, max_lengths, memory_lengths(memory), src.device, beta, pick)
     return checked_search(run_eager(greedy, model, memory, vocabulary, stop))
 
 
 class Greedy:
-    """The strategy of greedy search (and sampling, with ``pick``) in the eager loop (``run_eager``):
-    one row per sentence still going, the sentence of each (``active``), its last token (``prev``);
-    per step the sentences of the rows, their tokens and weights, read per sentence at the end."""
+    """The strategy of greedy search (and sampling, with ``pick``) in the eager loop
+    (``run_eager``): one row per sentence still going, the sentence of each (``active``), its last
+    token (``prev``); per step the sentences of the rows, their tokens and weights, read per
+    sentence at the end."""
 
     def __init__(
         self,
@@ -265,8 +263,12 @@ class Greedy:
         beta: float = 0.0,
         pick: Callable[[Tensor], Tensor] | None = None,
     ):
-        self.batch, self.alpha, self.beta, self.pick = batch, alpha, beta, pick
-        self.max_lengths, self.memory_widths = max_lengths, memory_widths
+        self.batch = batch
+        self.alpha = alpha
+        self.beta = beta
+        self.pick = pick
+        self.max_lengths = max_lengths
+        self.memory_widths = memory_widths
         self.limits = torch.tensor(max_lengths, device=device)
         self.shortest = min(max_lengths)
         self.prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
@@ -324,7 +326,8 @@ def sampler(sampling: Sampling, generator: torch.Generator | None = None) -> Cal
     """greedy_search's ``pick`` that draws each row's token as ``sampling`` says: from the model's
     distribution sharpened or flattened by the temperature, cut to the top_k most probable tokens,
     then to the smallest set of them whose probability reaches top_p (the most probable token
-    always stays), renormalized. ``generator``: the random numbers (a seeded one on the rows' device)."""
+    always stays), renormalized. ``generator``: the random numbers (a seeded one on the rows'
+    device)."""
 
     def draw(log_probs: Tensor) -> Tensor:
         scores = log_probs.float() / sampling.temperature
@@ -334,7 +337,8 @@ def sampler(sampling: Sampling, generator: torch.Generator | None = None) -> Cal
         if sampling.top_p < 1:
             ordered, order = scores.sort(dim=-1, descending=True)
             probs = ordered.softmax(dim=-1)
-            before = probs.cumsum(dim=-1) - probs  # the probability of the tokens more probable than each
+            # the probability of the tokens more probable than each
+            before = probs.cumsum(dim=-1) - probs
             scores = scores.scatter(-1, order, ordered.masked_fill(before >= sampling.top_p, -math.inf))
         return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator).squeeze(1)
 
@@ -350,7 +354,8 @@ class _History:
     def __init__(self):
         self.weights: list[Tensor | None] = []  # step t: (rows of batch t, S)
         self.tokens: list[Tensor] = []  # step t: the token of each row of batch t+1
-        self.parents: list[Tensor] = []  # step t: the row of batch t that each row of batch t+1 extends
+        # step t: the row of batch t that each row of batch t+1 extends
+        self.parents: list[Tensor] = []
 
     def read(self, t: int, rows: Tensor, tokens: Tensor) -> tuple[list[list[int]], Tensor | None]:
         """The hypotheses of ``rows`` of batch t, each extended by its token of ``tokens`` at step
@@ -456,8 +461,14 @@ class Beams:
         beta: float = 0.0,
         record: BeamRecorder | None = None,
     ):
-        self.k, self.n_best, self.alpha, self.beta, self.max_lengths = k, n_best, alpha, beta, max_lengths
-        self.memory_widths, self.record, self.device = memory_widths, record, device
+        self.k = k
+        self.n_best = n_best
+        self.alpha = alpha
+        self.beta = beta
+        self.max_lengths = max_lengths
+        self.memory_widths = memory_widths
+        self.record = record
+        self.device = device
         # The k hypotheses of a sentence would start identical: the first step runs on one row per
         # sentence (width 1), and its best extensions then fill the sentence's k rows.
         self.width = 1
@@ -483,7 +494,8 @@ class Beams:
         sentences = self.active.tolist()
         top_scores, origin, next_column = best_candidates(self.scores, self.log_probs_at(t, step, sentences), k)
         next_token = token_ids(next_column, vocabulary)
-        source_rows = torch.arange(n, device=device).unsqueeze(1) * self.width + origin  # (n, 2k): row of batch t
+        # (n, 2k): the row of batch t that each candidate extends
+        source_rows = torch.arange(n, device=device).unsqueeze(1) * self.width + origin
         is_eos = next_token == EOS
 
         # EOS among the best k candidates: finished hypotheses.
@@ -538,7 +550,8 @@ class Beams:
 
     def next_batch(self, keep: Tensor, state, memory):
         """The batch of step t+1: the rows of the sentences in ``keep`` (a finished sentence's rows
-        leave it), their decoder state and memory. Records their tokens and parents in the history."""
+        leave it), their decoder state and memory. Records their tokens and parents in the
+        history."""
         k, device, n, source_rows = self.k, self.device, keep.numel(), self.source_rows
         groups = torch.arange(n, device=device)
         if not bool(keep.all()):  # drop finished sentences from the batch
@@ -551,7 +564,8 @@ class Beams:
         self.history.tokens.append(self.prev)
         self.history.parents.append(source_rows)
         state = state.select(source_rows)
-        if self.width < k or groups.numel() < n:  # the memory of each sentence, for its k rows from now on
+        if self.width < k or groups.numel() < n:
+            # the memory of each sentence, for its k rows from now on
             memory = memory.for_beams(groups, self.width, k)
         self.width = k
         return state, memory

@@ -42,11 +42,11 @@ step: here it is preallocated for the longest output (``init_fixed_state``: tran
 each step writing its position in place of a zero and attending over the positions written), so
 its steps are captured too.
 
-The switch. attnmt.seq2seq.search.decode uses these searches when the source is on a CUDA device and the
-speed tricks are on (``attnmt.core.speed.plain()`` or ``ATTNMT_PLAIN=1``: the reference searches).
-``graphs=None`` captures graphs on CUDA only; ``False`` runs every step eagerly; ``True`` on a CPU
-runs the static-buffer path without a graph. tests/test_fast_decoding.py checks that all of them
-return decoding's hypotheses, and that a step reads no value back.
+The switch. attnmt.seq2seq.search.decode uses these searches when the source is on a CUDA device
+and the speed tricks are on (``attnmt.core.speed.plain()`` or ``ATTNMT_PLAIN=1``: the reference
+searches). ``graphs=None`` captures graphs on CUDA only; ``False`` runs every step eagerly;
+``True`` on a CPU runs the static-buffer path without a graph. tests/test_fast_decoding.py checks
+that all of them return decoding's hypotheses, and that a step reads no value back.
 """
 
 from __future__ import annotations
@@ -169,7 +169,8 @@ def _run(search, steps: int, graphs: bool, stop: Callable[[], bool] | None = Non
 
 def _warm_up_and_capture(step: Callable, loop, steps: int):
     """Runs ``steps`` steps eagerly on a side stream, then captures ``step`` if the loop kept its
-    layout over the last one. Returns the loop and what runs the next steps (the graph or ``step``)."""
+    layout over the last one. Returns the loop and what runs the next steps (the graph or
+    ``step``)."""
     with side_stream(loop.prev.device):
         for _ in range(steps):
             before, loop = loop, step(loop)
@@ -183,7 +184,8 @@ class _StepGraph:
     the buffers, in place, and returns them. (On a CPU it runs the same step eagerly.)"""
 
     def __init__(self, step: Callable, loop):
-        self.loop = _map(torch.clone, loop)  # the static buffers: the step's inputs, then its outputs
+        # the static buffers: the step's inputs, then its outputs
+        self.loop = _map(torch.clone, loop)
         self.replay = captured(lambda: _copy_into(self.loop, step(self.loop)), loop.prev.device)
 
     def __call__(self, loop):
@@ -290,7 +292,11 @@ class _Greedy(_FixedStrategy):
         beta: float = 0.0,
         pick: Callable[[Tensor], Tensor] | None = None,
     ):
-        self.model, self.memory, self.alpha, self.vocabulary, self.beta = model, memory, alpha, vocabulary, beta
+        self.model = model
+        self.memory = memory
+        self.alpha = alpha
+        self.vocabulary = vocabulary
+        self.beta = beta
         self.pick = pick
         device = memory.states.device
         self.limits = torch.tensor(max_lengths, device=device)
@@ -309,7 +315,8 @@ class _Greedy(_FixedStrategy):
 
     def advance(self, loop: _GreedyLoop, out: StepOutput) -> _GreedyLoop:
         t = loop.step
-        log_probs = ended_at_limit(out.log_probs, self.limits <= t + 1)  # (at its limit a sentence writes EOS)
+        # (at its length limit a sentence writes EOS)
+        log_probs = ended_at_limit(out.log_probs, self.limits <= t + 1)
         if self.pick is None:
             best, column = log_probs.max(dim=-1)
         else:
@@ -377,7 +384,8 @@ class _BeamLoop:
     scores: Tensor  # (B,k) the live hypotheses' log-probabilities ((B,1) before the first step)
     done: Tensor  # (B,) the sentence's search is over
     finished: _Finished
-    coverage: Tensor | None  # (B*k,S) each live row's attention summed over its steps (a coverage penalty only)
+    # (B*k,S) each live row's attention summed over its steps (with a coverage penalty only)
+    coverage: Tensor | None
 
 
 class _Beam(_FixedStrategy):
@@ -397,9 +405,15 @@ class _Beam(_FixedStrategy):
         record: bool = False,
     ):
         batch, device, steps = _batch_size(memory), memory.states.device, max(max_lengths)
-        self.model, self.beam, self.n_best, self.alpha, self.batch = model, beam, n_best, alpha, batch
-        self.vocabulary, self.beta = vocabulary, beta
-        self.memory = memory.select(torch.arange(batch, device=device).repeat_interleave(beam))  # k rows each
+        self.model = model
+        self.beam = beam
+        self.n_best = n_best
+        self.alpha = alpha
+        self.batch = batch
+        self.vocabulary = vocabulary
+        self.beta = beta
+        # each sentence's memory repeated for its k rows
+        self.memory = memory.select(torch.arange(batch, device=device).repeat_interleave(beam))
         self.first_row = torch.arange(batch, device=device).unsqueeze(1) * beam  # (B,1)
         self.limits = torch.tensor(max_lengths, device=device)
         # The length penalties as decoding computes them (in Python, in float64): of t + 1 tokens
@@ -444,7 +458,8 @@ class _Beam(_FixedStrategy):
         log_probs = out.log_probs.view(self.batch, k, -1)[:, :width].flatten(0, 1)
         # At its length limit a sentence's live hypotheses can only write EOS: they all finish.
         log_probs = ended_at_limit(log_probs, (self.limits <= t + 1).repeat_interleave(width))
-        candidates, origin, column = best_candidates(loop.scores, log_probs, k)  # (B,2k), best first
+        # the 2k best candidates of each sentence (B,2k), best first
+        candidates, origin, column = best_candidates(loop.scores, log_probs, k)
         token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         parent = self.first_row + origin  # the row of this step each candidate extends
         is_eos = token == EOS
@@ -513,14 +528,20 @@ class _Beam(_FixedStrategy):
         penalty = self.penalties.index_select(0, t)  # they have t + 1 tokens
         log_prob = log_prob.double()
         score = log_prob / penalty if coverage_penalty is None else log_prob / penalty + coverage_penalty
-        new = {"score": torch.where(finishes, score, NEG_INF), "log_prob": log_prob, "end": t.expand_as(row),
-               "row": row, "token": token}  # fmt: skip
+        new = {
+            "score": torch.where(finishes, score, NEG_INF),
+            "log_prob": log_prob,
+            "end": t.expand_as(row),
+            "row": row,
+            "token": token,
+        }
         merged = {name: torch.cat([getattr(finished, name), new[name]], dim=1) for name in _Finished.SLOTS}
         best = merged["score"].sort(dim=1, descending=True, stable=True).indices[:, : self.n_best]
         return _Finished(count, **{name: values.gather(1, best) for name, values in merged.items()})
 
     def _done(self, finished: _Finished, scores: Tensor, t: Tensor) -> Tensor:
-        """decoding.beam_done, the stopping rules of decoding.beam_search, for every sentence at once."""
+        """decoding.beam_done, the stopping rules of decoding.beam_search, for every sentence at
+        once."""
         return beam_done(
             self.limits <= t + 1,
             finished.count >= self.n_best,
@@ -567,7 +588,8 @@ class _Beam(_FixedStrategy):
             attention = history.weights.new_zeros(*finished.row.shape, steps, history.weights.size(-1))
         row = finished.row
         for t in range(steps - 1, -1, -1):
-            row = torch.where(finished.end == t, finished.row, row)  # the row of step t each one extends
+            # the row of step t that each one extends
+            row = torch.where(finished.end == t, finished.row, row)
             if attention is not None:
                 attention[:, :, t] = history.weights[t][row]
             if t > 0:
@@ -598,20 +620,33 @@ class _TreeBuffers:
         positions of those that stay; ``open_`` (B,1) the sentences still searched."""
         kept = torch.zeros_like(token, dtype=torch.bool).scatter(1, alive, True)
         finished = torch.nn.functional.pad(ended, (0, self.k))
-        status = torch.where(finished, self.FINISHED, torch.where(kept, self.KEPT, torch.full_like(token, self.PRUNED)))
+        status = torch.full_like(token, self.PRUNED)
+        status = torch.where(kept, self.KEPT, status)
+        status = torch.where(finished, self.FINISHED, status)
         status = status.masked_fill(~open_ | (score == NEG_INF), 0)
-        for buffer, value in ((self.origin, origin), (self.token, token), (self.score, score), (self.status, status)):
+        for buffer, value in (
+            (self.origin, origin),
+            (self.token, token),
+            (self.score, score),
+            (self.status, status),
+        ):
             buffer.index_copy_(0, t, value.to(buffer.dtype).unsqueeze(0))
 
     def replay(self, record: BeamRecorder, steps: int):
-        origin, token, score, status = (
-            x[:steps].cpu().tolist() for x in (self.origin, self.token, self.score, self.status)
-        )
+        """Adds the candidates of the first ``steps`` steps to ``record``, step by step."""
+        origin = self.origin[:steps].cpu().tolist()
+        token = self.token[:steps].cpu().tolist()
+        score = self.score[:steps].cpu().tolist()
+        status = self.status[:steps].cpu().tolist()
         for t in range(steps):
-            groups = [
-                (b, [(o, tok, sc, self.STATUS[st], None) for o, tok, sc, st in zip(*row) if st])
-                for b, row in enumerate(zip(origin[t], token[t], score[t], status[t]))
-            ]
+            groups = []
+            for b in range(len(status[t])):
+                candidates = []
+                for j, candidate_status in enumerate(status[t][b]):
+                    if candidate_status:  # (0: the sentence was done, or no candidate)
+                        status_name = self.STATUS[candidate_status]
+                        candidates.append((origin[t][b][j], token[t][b][j], score[t][b][j], status_name, None))
+                groups.append((b, candidates))
             record.add(t, groups)
 
 

@@ -48,7 +48,7 @@ def decode(
     to spell), in either executor. ``constraints``: phrases of token
     ids each sentence's outputs must contain (attnmt.seq2seq.constraints; beam search by dynamic
     beam allocation, on every device, without a shortlist). ``record``: a BeamRecorder that beam
-    search (even of beam 1) adds every candidate it considers to (attnmt.seq2seq.beam_tree);
+    search (even of beam 1) adds every candidate it considers to (Translator.beam_tree);
     ``stop``: asked between two steps of a beam search, DecodingStopped when it says True (the
     server's time limit); in either executor (the fixed-shape one asks ``stop`` every
     fast_decoding.CHECK_EVERY steps).

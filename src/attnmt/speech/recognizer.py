@@ -25,7 +25,7 @@ from attnmt.core.folders import inside_folder
 from attnmt.core.progress import phase_bar
 from attnmt.data.batching import inference_batches, target_tensors
 from attnmt.data.subwords import Subwords, subword_paths
-from attnmt.seq2seq.inference import Translator
+from attnmt.seq2seq.loaded import LoadedSeq2Seq
 from attnmt.seq2seq.results import Candidate, Translation
 from attnmt.seq2seq.search import decode
 from attnmt.speech.audio import SpeechCorpus, audio_features, load_speech_corpus, read_speech_tsv
@@ -45,8 +45,10 @@ class Transcription(Translation):
     hop_ms: float = 10.0
 
 
-class Recognizer(Translator):
-    """A trained speech model with its character vocabulary and decoding settings."""
+class Recognizer(LoadedSeq2Seq):
+    """A trained speech model with its character vocabulary and decoding settings: audio in,
+    transcripts out. It shares its loading and decoding settings with the Translator
+    (attnmt.seq2seq.loaded.LoadedSeq2Seq); it reads no text, so it has no translate()."""
 
     inputs = "audio"
     what = "a speech model (it transcribes audio)"
@@ -158,7 +160,8 @@ class Recognizer(Translator):
         self, features: list[torch.Tensor], texts: list[str], batch_size: int | None = None
     ) -> list[np.ndarray]:
         """The attention of the model forced to write each transcript: per utterance an array
-        (target pieces + EOS, encoder states) whose rows sum to 1 (see attnmt.translation.align.force_attention)."""
+        (target pieces + EOS, encoder states) whose rows sum to 1 (see
+        attnmt.translation.align.force_attention)."""
         if not self.model.has_attention:
             raise AttnmtError(f"the model in {self.folder} has attention 'none': it has no attention weights")
         ids = self.tgt_subwords.encode(list(texts))
@@ -190,9 +193,6 @@ class Recognizer(Translator):
         step = self.frames_per_state * self.config.speech.hop_ms / 1000
         [states] = self.encoder_states([frames])
         return [f"{i * step:.2f}s" for i in range(states)]
-
-    def translate(self, texts, *args, **kwargs):
-        raise AttnmtError(f"{self.folder} is a speech model: it transcribes audio (transcribe([...wav files]))")
 
     def trace(self, audio: Audio, top_k: int = 5, name: str | None = None, stop: Callable[[], bool] | None = None):
         """Greedy transcription of one sound file with every quantity of every decoder step
