@@ -253,7 +253,7 @@ def test_a_loaded_transformer_decodes_on_packed_products_as_the_plain_one(tiny_t
     monkeypatch.setattr(speed, "PACKED_MIN_WEIGHT", 1)
     model = tiny_transformer.model
     layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    assert layers and all(m.packed for m in layers)
+    assert layers and all(m.frozen for m in layers)
     batch = make_batch([[5, 6, 7, 8, 9], [10, 11]], [[5], [6]])
 
     def steps():

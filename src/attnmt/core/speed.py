@@ -214,7 +214,7 @@ def looked_up_product(linear: nn.Module, embedding: nn.Embedding, tokens: Tensor
     validation would read a stale table. Kept only up to FOLDED_TABLE_BYTES: the table has a row
     per token (8,000 pieces x 1,536 GRU gates: 49 MB). On a GPU the product is cheap: it runs there."""
     table_bytes = embedding.num_embeddings * linear.out_features * 4
-    frozen = getattr(linear, "packed", False) or next(linear.parameters(), None) is None
+    frozen = getattr(linear, "frozen", False) or next(linear.parameters(), None) is None
     if (
         not enabled()
         or not frozen
@@ -235,13 +235,15 @@ def looked_up_product(linear: nn.Module, embedding: nn.Embedding, tokens: Tensor
 
 
 def for_inference(model: nn.Module) -> nn.Module:
-    """Switches ``linear``'s products on in the layers of ``model`` that have them (``Linear``, the
-    output layer): a model loaded to translate, score or align (attnmt.core.folders.load_model).
-    Never a model in training: the fused Adam updates weights without bumping their versions, which
-    is how ``_packed`` sees a weight change, and validation would read stale copies."""
+    """Marks the layers of ``model`` that keep copies of their weights (``Linear``, the output layer)
+    as ``frozen``: a model loaded to translate, score or align (attnmt.core.folders.load_model),
+    whose weights stay as they are. Then ``linear``'s products and the looked-up table are theirs.
+    Never a model in training: the fused Adam updates weights without bumping their version
+    counters, which is how a kept copy sees its weight change, and validation would read stale
+    copies."""
     for module in model.modules():
-        if hasattr(module, "packed"):
-            module.packed = True
+        if hasattr(module, "frozen"):
+            module.frozen = True
     return model
 
 
@@ -256,12 +258,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 class Linear(nn.Linear):
     """nn.Linear (same parameters, same state dict) whose product, once ``for_inference`` has
-    switched it on, is ``linear``'s."""
+    frozen it, is ``linear``'s."""
 
-    packed = False
+    frozen = False
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias) if self.packed else F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias) if self.frozen else F.linear(x, self.weight, self.bias)
 
 
 def _packs(x: Tensor, weight: Tensor) -> bool:
@@ -284,8 +286,8 @@ _PACKING = threading.Lock()  # (the server decodes in threads)
 
 
 def _packed(weight: Tensor) -> Tensor:
-    """``weight`` in oneDNN's layout, made again when the weight changes: an optimizer's step or
-    load_state_dict bumps its version, .to() moves its data. Kept beside the weight, not on the
+    """``weight`` in oneDNN's layout, made again when the weight changes: load_state_dict bumps its
+    version, .to() moves its data. Kept beside the weight, not on the
     module, so a module's copies and state dict are as nn.Linear's; gone with the weight."""
     key = (weight.data_ptr(), weight._version, weight.shape)
     with _PACKING:

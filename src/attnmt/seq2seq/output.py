@@ -20,8 +20,8 @@ class OutputLayer(nn.Linear):
     #: the type of the product outside training: None (float32) or torch.bfloat16
     compute_dtype: torch.dtype | None = None
 
-    #: the float32 product through attnmt.core.speed.linear (speed.for_inference: a loaded model)
-    packed = False
+    #: a loaded model's (speed.for_inference): the float32 product through attnmt.core.speed.linear
+    frozen = False
 
     #: decoding with a shortlist: (its weight rows, in compute_dtype, and bias entries), else None
     _restricted: tuple[Tensor, Tensor | None] | None = None
@@ -32,7 +32,7 @@ class OutputLayer(nn.Linear):
         weight, bias = self._restricted or (self.weight, self.bias)
         dtype = self.compute_dtype
         if dtype is None:
-            return speed.linear(x, weight, bias) if self.packed else F.linear(x, weight, bias)
+            return speed.linear(x, weight, bias) if self.frozen else F.linear(x, weight, bias)
         if self._restricted is None:
             weight = self.weight_as(dtype)
         logits = F.linear(x.to(dtype), weight).float()
