@@ -289,7 +289,9 @@ def _packed(weight: Tensor) -> Tensor:
     """``weight`` in oneDNN's layout, made again when the weight changes: load_state_dict bumps its
     version, .to() moves its data. Kept beside the weight, not on the
     module, so a module's copies and state dict are as nn.Linear's; gone with the weight."""
-    key = (weight.data_ptr(), weight._version, weight.shape)
+    # (a tensor made in inference mode, a shortlist's rows, has no version counter: it is made anew)
+    version = None if weight.is_inference() else weight._version
+    key = (weight.data_ptr(), version, weight.shape)
     with _PACKING:
         cached = _PACKED.get(id(weight))
         if cached is None:  # (by identity: a weak dictionary would compare tensors with ==)
