@@ -140,6 +140,36 @@ def test_beam_reordering_of_the_cache_equals_decoding_the_reordered_batch():
     torch.testing.assert_close(weights, full_weights[order, 3], atol=1e-6, rtol=0)
 
 
+def test_steps_write_the_cache_in_place_and_copy_it_when_two_steps_extend_one_state():
+    """A decoding step writes its keys and values into the buffers of the state it extends (no copy
+    of the cache), until they are full; a second step from the same state (which another step has
+    extended already) gets buffers of its own, and neither step's state sees the other's position."""
+    from attnmt.seq2seq.transformer import CACHE_CHUNK
+
+    model = untrained()
+    batch = random_batch()
+    tokens = batch.tgt_in[:, :3]
+    with torch.inference_mode():
+        full = full_log_probs(model, batch)
+        memory = model.encode(batch.src, batch.src_lengths)
+        first = model.decode_step(tokens[:, 0], model.init_state(memory), memory).state
+        second = model.decode_step(tokens[:, 1], first, memory).state
+        assert second.keys[0].data_ptr() == first.keys[0].data_ptr()  # written in place
+        other = model.decode_step(torch.full_like(tokens[:, 1], 7), first, memory).state  # first again
+        assert other.keys[0].data_ptr() != first.keys[0].data_ptr()  # its own buffers
+        after_second = model.decode_step(tokens[:, 2], second, memory).log_probs
+        after_other = model.decode_step(tokens[:, 2], other, memory).log_probs
+        state = model.init_state(memory)
+        for t in range(CACHE_CHUNK + 2):  # past the first buffers' room: they grow
+            state = model.decode_step(batch.tgt_in[:, min(t, batch.tgt_in.size(1) - 1)], state, memory).state
+        assert state.keys[0].size(2) == 2 * CACHE_CHUNK and state.length == CACHE_CHUNK + 2
+        again = model.decode_step(tokens[:, 0], model.init_state(memory), memory).state
+        again = model.decode_step(torch.full_like(tokens[:, 1], 7), again, memory).state  # on its own
+        expected_other = model.decode_step(tokens[:, 2], again, memory).log_probs
+    assert_close_where_finite(after_second, full[:, 2])  # the second step's cache is intact
+    torch.testing.assert_close(after_other, expected_other, atol=1e-6, rtol=0)
+
+
 def test_per_head_weights_have_their_shapes_and_sum_to_one_over_real_positions():
     model = untrained(encoder_layers=3, decoder_layers=2, heads=4)
     batch = random_batch(n=3)

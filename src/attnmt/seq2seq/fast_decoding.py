@@ -220,8 +220,19 @@ def _map(function: Callable[[Tensor], Tensor], value):
     return value
 
 
-def _layout(value) -> list[tuple[torch.Size, torch.dtype]]:
-    return [(t.shape, t.dtype) for t in _tensors(value)]
+def _layout(value) -> list:
+    """The shapes and types of the tensors of a loop or state, and its numbers kept on the host: a
+    state that counts its positions there (TransformerState's length) changes at every step, and a
+    graph would replay its first."""
+    return [(t.shape, t.dtype) for t in _tensors(value)] + _host_numbers(value)
+
+
+def _host_numbers(value) -> list[int | float]:
+    if isinstance(value, list):
+        return [n for v in value for n in _host_numbers(v)]
+    if is_dataclass(value):
+        return [n for f in fields(value) for n in _host_numbers(getattr(value, f.name))]
+    return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
 
 
 def _copy_into(static, new):
