@@ -73,6 +73,9 @@ def copy_model(folder: Path, steps: int, training: dict | None = None, log=None,
     return load(config.experiment_dir)
 
 
+TOY_RNN = {"embedding_size": 32, "encoder_hidden": 32, "decoder_hidden": 64, "attention_size": 32}
+
+
 def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=None, data=None, decoding=None):
     """A config for a character-level toy task, with small sizes unless overridden."""
     raw = {
@@ -84,11 +87,8 @@ def toy_config(folder: Path, train_pairs, dev_pairs=None, model=None, training=N
             "max_length": 100,
             **(data or {}),
         },
-        "model": {
-            "embedding_size": 32,
-            "encoder_hidden": 32,
-            "decoder_hidden": 64,
-            "attention_size": 32,
+        "model": {  # (an RNN's sizes unless it is a Transformer)
+            **({} if (model or {}).get("type") == "transformer" else TOY_RNN),
             "dropout": 0.0,
             **(model or {}),
         },

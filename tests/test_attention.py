@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnmt.core.config import ATTENTIONS, ModelConfig
+from attnmt.core.config import ATTENTIONS, RNNConfig, TransformerConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import BOS, EOS, PAD, build_model
 from attnmt.seq2seq.attention import BahdanauAttention, LocationAttention, LuongDotAttention, build_attention
@@ -13,7 +13,7 @@ SRC_VOCAB, TGT_VOCAB = 30, 25
 
 
 def make_model(attention, rnn_type="gru", input_feeding=True, layers=1):
-    config = ModelConfig(
+    config = RNNConfig(
         attention=attention,
         rnn_type=rnn_type,
         input_feeding=input_feeding,
@@ -171,15 +171,15 @@ def test_luong_dot_needs_equal_sizes():
     with pytest.raises(ValueError, match="luong-dot"):
         build_attention("luong-dot", 8, 6, 4)
     with pytest.raises(AttnmtError, match="luong-dot"):
-        build_model(ModelConfig(attention="luong-dot", decoder_hidden=8, encoder_hidden=3), 10, 10)
+        build_model(RNNConfig(attention="luong-dot", decoder_hidden=8, encoder_hidden=3), 10, 10)
 
 
 def test_tied_embeddings_share_the_output_matrix():
-    config = ModelConfig(embedding_size=16, decoder_hidden=16, tie_embeddings=True)
+    config = RNNConfig(embedding_size=16, decoder_hidden=16, tie_embeddings=True)
     model = build_model(config, 20, 20)
     assert model.generator.weight is model.tgt_embed.weight
     with pytest.raises(AttnmtError, match="tie_embeddings"):
-        build_model(ModelConfig(embedding_size=16, decoder_hidden=32, tie_embeddings=True), 20, 20)
+        build_model(RNNConfig(embedding_size=16, decoder_hidden=32, tie_embeddings=True), 20, 20)
 
 
 @pytest.mark.parametrize("kind", ["rnn", "transformer"])
@@ -188,7 +188,7 @@ def test_training_loss_is_the_cross_entropy_of_the_real_target_tokens(kind):
     from attnmt.data.batching import make_batch
     from attnmt.seq2seq.training import sequence_loss
 
-    config = ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32) if kind == "transformer" else None
+    config = TransformerConfig(d_model=16, heads=2, feed_forward=32) if kind == "transformer" else None
     model = build_model(config, SRC_VOCAB, TGT_VOCAB).eval() if config else make_model("bahdanau")
     batch = make_batch([[5, 6, 7], [8]], [[9, 10], [11, 12, 13, 14]])
     logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
@@ -200,7 +200,7 @@ def test_training_loss_is_the_cross_entropy_of_the_real_target_tokens(kind):
 
 @pytest.mark.parametrize("attention", ["bahdanau", "location"])
 def test_zeros_decoder_init_starts_from_zero_without_a_bridge_and_steps_equal_forward(attention):
-    config = ModelConfig(
+    config = RNNConfig(
         attention=attention,
         decoder_init="zeros",
         embedding_size=16,

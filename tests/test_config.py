@@ -121,6 +121,51 @@ def test_misspelled_field_is_an_unknown_field_with_its_path(tmp_path):
     assert "model.atention: unknown field" in message
 
 
+@pytest.mark.parametrize(
+    "model, expected",
+    [
+        ({"type": "lstm"}, "model.type: Input should be 'rnn' or 'transformer'"),
+        ({"type": ["rnn"]}, "model.type: Input should be 'rnn' or 'transformer'"),
+        (
+            {"type": "transformer", "attention": "luong-dot"},
+            "model.attention: a field of model.type: rnn (this model's type is transformer)",
+        ),
+        ({"d_model": 512}, "model.d_model: a field of model.type: transformer (this model's type is rnn)"),
+        (
+            {"share_embeddings": True},
+            "model.share_embeddings: a field of model.type: transformer (this model's type is rnn)",
+        ),
+        ({"type": "transformer", "atention": "x"}, "model.atention: unknown field"),
+        ({"type": "transformer", "heads": "4"}, "model.heads: Input should be a valid integer"),
+        (
+            {"type": "transformer", "attention_normalizer": "csparsemax"},
+            "model.attention_normalizer: Value error, csparsemax",
+        ),
+        (
+            {"local_attention": "local-m"},
+            "model: Value error, local_attention: local-m is Luong et al.'s local attention",
+        ),
+    ],
+)
+def test_a_field_of_the_other_model_type_is_named(tmp_path, model, expected):
+    """model: is RNNConfig or TransformerConfig by its type; an error names the field, never the class."""
+    message = config_error(tmp_path, with_changes(MINIMAL, model=model))
+    assert expected in message
+    assert "RNNConfig" not in message and "TransformerConfig" not in message
+
+
+def test_a_field_of_the_other_model_type_at_its_default_is_left_out(tmp_path):
+    """(as a config.yaml of an older attnmt has them: one class held both types' fields)"""
+    config = load_config(
+        write_config(tmp_path, with_changes(MINIMAL, model={"d_model": 256, "heads": 4, "attention": "bahdanau"}))
+    )
+    assert type(config.model).__name__ == "RNNConfig" and "d_model" not in config.model.model_dump()
+    config = load_config(
+        write_config(tmp_path, with_changes(MINIMAL, model={"type": "transformer", "attention": "bahdanau"}))
+    )
+    assert type(config.model).__name__ == "TransformerConfig" and "attention" not in config.model.model_dump()
+
+
 def test_unknown_nested_field_has_its_dotted_path(tmp_path):
     data = {"train": {"src": "a", "tgt": "b"}, "subwords": {"vocab": 500}}
     message = config_error(tmp_path, with_changes(MINIMAL, data=data))

@@ -6,7 +6,7 @@ import entmax
 import pytest
 import torch
 
-from attnmt.core.config import ModelConfig
+from attnmt.core.config import RNNConfig, model_config_of
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import build_model, decoding, fast_decoding
 from attnmt.seq2seq.constrained import SINK_BOUND, ConstrainedSparsemax, csparsemax, fertility_bounds
@@ -17,7 +17,7 @@ SRC_VOCAB, TGT_VOCAB = 30, 25
 
 
 def make_constrained_model(attention="bahdanau", fertility=1.5, input_feeding=True, rnn_type="gru", layers=1):
-    config = ModelConfig(
+    config = RNNConfig(
         attention=attention,
         attention_normalizer="csparsemax",
         fertility_bound=fertility,
@@ -201,7 +201,7 @@ def test_a_speech_model_attends_with_coverage_and_within_bounds(options):
 
     torch.manual_seed(0)
     model = build_speech_model(
-        ModelConfig(
+        model_config_of(
             embedding_size=16,
             encoder_hidden=16,
             decoder_hidden=32,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnmt.cli import main
-from attnmt.core.config import DecodingConfig, ModelConfig
+from attnmt.core.config import DecodingConfig, RNNConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import EOS, PAD
@@ -53,7 +53,7 @@ def test_the_banks_share_the_beam_most_progress_first_and_lend_what_they_cannot_
 
 def untrained(attention="bahdanau", seed=0):
     torch.manual_seed(seed)
-    config = ModelConfig(
+    config = RNNConfig(
         attention=attention, embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0
     )
     return build_model(config, 20, 20).eval()

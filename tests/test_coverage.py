@@ -10,7 +10,7 @@ import torch
 
 from attnmt.cli import main
 from attnmt.core import speed
-from attnmt.core.config import DecodingConfig, ModelConfig
+from attnmt.core.config import DecodingConfig, RNNConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import BOS, EOS
@@ -98,7 +98,7 @@ def test_every_score_is_the_log_probability_over_the_length_penalty_plus_the_cov
 
 
 def test_a_penalty_on_a_model_without_attention_is_a_clear_error():
-    config = ModelConfig(attention="none", embedding_size=16, encoder_hidden=8, decoder_hidden=16, dropout=0.0)
+    config = RNNConfig(attention="none", embedding_size=16, encoder_hidden=8, decoder_hidden=16, dropout=0.0)
     model = build_model(config, 20, 20).eval()
     batch = make_batch([[5, 6, 7]])
     settings = DecodingConfig(coverage_penalty=0.2)

@@ -5,7 +5,7 @@ errors, a trained model through the usual commands."""
 import pytest
 import torch
 
-from attnmt.core.config import ModelConfig
+from attnmt.core.config import RNNConfig, model_config_of
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import training_batch
 from attnmt.seq2seq import build_model, decoding, fast_decoding
@@ -21,7 +21,7 @@ def make_coverage_model(fertility=0, rnn_type="gru", layers=1, **options):
     """fertility "nn": Tu et al.'s NN-based coverage (coverage_dim 3) instead of a fertility."""
     if fertility == "nn":
         fertility, options = 0, {"coverage_dim": 3, **options}
-    config = ModelConfig(
+    config = model_config_of(
         attention="coverage",
         coverage_fertility=fertility,
         rnn_type=rnn_type,
@@ -117,7 +117,7 @@ def test_nn_based_coverage_is_its_gru_and_steps_equal_teacher_forcing():
 
 
 def test_other_attentions_keep_no_coverage():
-    config = ModelConfig(
+    config = RNNConfig(
         attention="bahdanau", embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, dropout=0.0
     )
     model = build_model(config, SRC_VOCAB, TGT_VOCAB)
@@ -162,7 +162,7 @@ def test_the_coverage_loss_is_zero_while_no_position_is_attended_twice():
 @pytest.mark.parametrize("attention", ["bahdanau", "coverage", "location"])
 def test_sequence_loss_adds_lambda_times_the_coverage_loss_of_the_forced_attention(attention):
     torch.manual_seed(0)
-    config = ModelConfig(
+    config = RNNConfig(
         attention=attention,
         embedding_size=16,
         encoder_hidden=12,
@@ -194,7 +194,10 @@ DIM_ERROR = "coverage_dim .Tu et al.'s NN-based coverage. is for model.attention
     "fields, message",
     [
         ({"model": {"attention": "bahdanau", "coverage_fertility": 2}}, FERTILITY_ERROR),
-        ({"model": {"type": "transformer", "coverage_fertility": 2}}, FERTILITY_ERROR),
+        (
+            {"model": {"type": "transformer", "coverage_fertility": 2}},
+            "model.coverage_fertility: a field of model.type: rnn",
+        ),
         ({"model": {"attention": "bahdanau", "coverage_dim": 10}}, DIM_ERROR + ".*here attention bahdanau"),
         ({"model": {"attention": "coverage", "coverage_dim": 10, "coverage_fertility": 2}}, "coverage_fertility\\)$"),
         (

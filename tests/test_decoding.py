@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnmt.core.config import DecodingConfig, ModelConfig
+from attnmt.core.config import DecodingConfig, RNNConfig, TransformerConfig
 from attnmt.data.batching import make_batch
 from attnmt.seq2seq import EOS, build_model
 from attnmt.seq2seq.decoding import (
@@ -20,7 +20,7 @@ from conftest import assert_beam_of_one_equals_greedy, reverse
 
 
 def untrained(attention):
-    config = ModelConfig(
+    config = RNNConfig(
         attention=attention,
         embedding_size=16,
         encoder_hidden=8,
@@ -467,7 +467,7 @@ def test_the_attention_window_travels_with_the_call_and_nothing_sets_it_on_the_m
     assert sets == [] and not hasattr(model.decoder, "window")
     monkeypatch.undo()
     transformer = build_model(
-        ModelConfig(type="transformer", d_model=16, heads=2, feed_forward=32, encoder_layers=1, decoder_layers=1),
+        TransformerConfig(d_model=16, heads=2, feed_forward=32, encoder_layers=1, decoder_layers=1),
         20,
         20,
     ).eval()
@@ -596,7 +596,7 @@ def test_beam_search_shares_each_sentences_memory_among_its_hypotheses(attention
     from attnmt.seq2seq.base import Batched
     from attnmt.seq2seq.decoder import Memory
 
-    config = ModelConfig(
+    config = RNNConfig(
         attention=attention, embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0
     )
     model, batch = build_model(config, 20, 20).eval(), random_batch(n=7, seed=3)

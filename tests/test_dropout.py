@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnmt.core.config import ModelConfig
+from attnmt.core.config import RNNConfig, model_config_of
 from attnmt.core.speed import Dropout, dropout
 from attnmt.seq2seq import build_model
 
@@ -46,7 +46,7 @@ def test_masks_differ_between_calls_and_follow_the_seed():
 
 @pytest.mark.parametrize("kind", ["rnn", "transformer"])
 def test_the_models_use_it(kind):
-    config = ModelConfig(type=kind, dropout=0.3) if kind == "transformer" else ModelConfig(dropout=0.3)
+    config = model_config_of(type=kind, dropout=0.3) if kind == "transformer" else RNNConfig(dropout=0.3)
     model = build_model(config, 20, 20)
     dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     assert dropouts and all(isinstance(m, Dropout) for m in dropouts)

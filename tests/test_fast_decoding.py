@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnmt.core import speed
-from attnmt.core.config import DecodingConfig, ModelConfig, Sampling
+from attnmt.core.config import DecodingConfig, RNNConfig, model_config_of, Sampling
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import EOS, build_model, capture, decoding, fast_decoding
 from attnmt.seq2seq import search as searches
@@ -77,15 +77,8 @@ def tiny(name: str, eos_bias: float = 0.0):
     (Its attention window, if it has one, is for the searches: ``window_of(name)``.)"""
     options = dict(MODELS[name])
     options.pop("window", None)
-    config = ModelConfig(
-        embedding_size=16,
-        encoder_hidden=8,
-        decoder_hidden=16,
-        attention_size=8,
-        dropout=0.0,
-        location_kernel=3,
-        **options,
-    )
+    rnn = dict(embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, location_kernel=3)
+    config = model_config_of(**({} if options.get("type") == "transformer" else rnn), dropout=0.0, **options)
     model = build_model(config, 20, 20).eval()
     with torch.no_grad():
         model.generator.bias[EOS] += eos_bias
@@ -362,7 +355,7 @@ def test_a_speech_model_whose_encoder_shortens_its_input():
     from attnmt.core.config import SpeechConfig
     from attnmt.speech.model import build_speech_model
 
-    config = ModelConfig(embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0)
+    config = RNNConfig(embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0)
     model = build_speech_model(config, SpeechConfig(n_mels=8, conv_channels=4), 20).eval()
     g = torch.Generator().manual_seed(0)
     frames, lengths = torch.randn(4, 40, 8, generator=g), torch.tensor([40, 33, 17, 9])

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnmt.api import load
-from attnmt.core.config import ModelConfig
+from attnmt.core.config import RNNConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.heads import every_head, mask_heads, parse_heads
@@ -54,7 +54,7 @@ def test_heads_are_named_kind_layer_head_and_a_wrong_one_is_an_error():
             parse_heads(bad)
     with pytest.raises(AttnmtError, match="no head cross.2.0 in this model: it has 2 encoder and 2 decoder layers"):
         mask_heads(untrained(), [("cross", 2, 0)])
-    rnn = build_model(ModelConfig(embedding_size=8, encoder_hidden=8, decoder_hidden=8, attention_size=8), 20, 20)
+    rnn = build_model(RNNConfig(embedding_size=8, encoder_hidden=8, decoder_hidden=8, attention_size=8), 20, 20)
     with pytest.raises(AttnmtError, match="in a Transformer .*one attention of one head"):
         mask_heads(rnn, [("cross", 0, 0)])
     from attnmt.seq2seq.ensemble import Ensemble

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnmt.core.config import ModelConfig, load_config
+from attnmt.core.config import RNNConfig, TransformerConfig, load_config
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import PAD, build_model, decoding, fast_decoding
 from attnmt.seq2seq.attention import LocalAttention, LuongGeneralAttention, build_attention
@@ -23,7 +23,7 @@ LOCAL = ["local-m", "local-p"]
 
 
 def make_local_model(local, attention="luong-general", input_feeding=True, layers=1, window=2, rnn_type="gru"):
-    config = ModelConfig(
+    config = RNNConfig(
         attention=attention,
         local_attention=local,
         local_window=window,
@@ -166,13 +166,13 @@ def test_searches_of_local_attention_match_teacher_forcing_and_each_other(local,
 
 def test_config_refuses_local_attention_without_a_luong_score(tmp_path):
     with pytest.raises(ValueError, match="luong-dot, luong-general, luong-concat or luong-location"):
-        ModelConfig(attention="bahdanau", local_attention="local-p")
+        RNNConfig(attention="bahdanau", local_attention="local-p")
     with pytest.raises(ValueError, match="local_attention"):
-        ModelConfig(type="transformer", attention="luong-general", local_attention="local-m")
+        TransformerConfig(attention="luong-general", local_attention="local-m")
     with pytest.raises(ValueError, match="Luong score"):
         build_attention("location", 4, 4, 4, local="local-m")
     with pytest.raises(ValueError, match="local_window"):
-        ModelConfig(attention="luong-dot", local_attention="local-m", local_window=0)
+        RNNConfig(attention="luong-dot", local_attention="local-m", local_window=0)
     path = tmp_path / "c.yaml"
     path.write_text(
         "experiment_dir: x\ndata: {train: {src: a, tgt: b}}\ntraining: {max_steps: 1, "

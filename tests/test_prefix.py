@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnmt.cli import main
-from attnmt.core.config import DecodingConfig, ModelConfig, Sampling
+from attnmt.core.config import DecodingConfig, model_config_of, Sampling
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import BOS, EOS
@@ -34,17 +34,14 @@ TRANSFORMER = {
 SETTINGS = DecodingConfig(beam=3, length_penalty=0.0, max_length_ratio=1.0, max_length_offset=4)
 
 
+RNN_SIZES = {"embedding_size": 16, "encoder_hidden": 8, "decoder_hidden": 16, "attention_size": 8}
+
+
 def untrained(**config):
     return build_model(
-        ModelConfig(
-            **{
-                "embedding_size": 16,
-                "encoder_hidden": 8,
-                "decoder_hidden": 16,
-                "attention_size": 8,
-                "dropout": 0.0,
-                **config,
-            }
+        model_config_of(
+            **({} if config.get("type") == "transformer" else RNN_SIZES),
+            **{"dropout": 0.0, **config},
         ),
         20,
         20,

@@ -7,7 +7,7 @@ from torch.ao.nn.quantized.dynamic import Linear as QuantizedLinear
 import attnmt
 from attnmt.api import quantize_int8
 from attnmt.cli import main
-from attnmt.core.config import ModelConfig
+from attnmt.core.config import model_config_of
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
 from attnmt.seq2seq import build_model
@@ -39,18 +39,16 @@ def test_int8_model_is_quantized_and_still_reverses(reverse_model):
 @pytest.mark.parametrize(
     "changes",
     [
-        {"type": "rnn", "embedding_size": 32, "decoder_hidden": 32, "tie_embeddings": True},
+        {"type": "rnn", "embedding_size": 32, "decoder_hidden": 32, "tie_embeddings": True, "encoder_hidden": 16},
         {"type": "transformer", "d_model": 32, "heads": 4, "feed_forward": 64, "share_embeddings": True},
     ],
     ids=["rnn-tied", "transformer-shared"],
 )
 def test_tied_output_layer_is_quantized_and_embeddings_stay_float(changes):
-    config = ModelConfig(
+    config = model_config_of(
         **{
-            "encoder_hidden": 16,
-            "attention_size": 16,
+            **({"attention_size": 16} if changes["type"] == "rnn" else {"attention_dropout": 0.0}),
             "dropout": 0.0,
-            "attention_dropout": 0.0,
             "encoder_layers": 1,
             "decoder_layers": 1,
             **changes,

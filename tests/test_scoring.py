@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnmt.cli import main
-from attnmt.core.config import ModelConfig
+from attnmt.core.config import model_config_of
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import BOS, PAD
@@ -38,18 +38,14 @@ TRANSFORMER = {
 }
 
 
+RNN_SIZES = {"embedding_size": 16, "encoder_hidden": 8, "decoder_hidden": 16, "attention_size": 8, "location_kernel": 3}
+
+
 def untrained(**config):
     return build_model(
-        ModelConfig(
-            **{
-                "embedding_size": 16,
-                "encoder_hidden": 8,
-                "decoder_hidden": 16,
-                "attention_size": 8,
-                "dropout": 0.0,
-                "location_kernel": 3,
-                **config,
-            }
+        model_config_of(
+            **({} if config.get("type") == "transformer" else RNN_SIZES),
+            **{"dropout": 0.0, **config},
         ),
         20,
         20,

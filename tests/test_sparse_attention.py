@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnmt.core.config import ModelConfig, load_config
+from attnmt.core.config import RNNConfig, model_config_of, load_config
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import build_model, decoding, fast_decoding
 from attnmt.seq2seq.attention import BahdanauAttention, LuongGeneralAttention, build_attention, normalize
@@ -27,7 +27,7 @@ SPARSE = ["sparsemax", "entmax15"]
 
 
 def make_sparse_model(normalizer, attention="bahdanau", input_feeding=True, layers=1, rnn_type="gru", **options):
-    config = ModelConfig(
+    config = model_config_of(
         attention=attention,
         attention_normalizer=normalizer,
         rnn_type=rnn_type,
@@ -159,9 +159,9 @@ def test_searches_of_sparse_attention_match_teacher_forcing_and_each_other(norma
 
 def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ValueError, match="attention_normalizer: entmax15 .* model.attention none"):
-        ModelConfig(attention="none", attention_normalizer="entmax15")
+        RNNConfig(attention="none", attention_normalizer="entmax15")
     with pytest.raises(ValueError, match="attention_normalizer"):
-        ModelConfig(attention_normalizer="sparsemax15")
+        RNNConfig(attention_normalizer="sparsemax15")
     with pytest.raises(ValueError, match="unknown attention normalizer 'softermax'"):
         build_attention("bahdanau", 4, 4, 4, normalizer="softermax")
     with pytest.raises(ValueError, match="unknown attention normalizer"):
@@ -329,7 +329,7 @@ def test_every_head_of_a_sparse_transformer_uses_the_map_and_never_the_fused_ker
     from attnmt.seq2seq.transformer import MultiHeadAttention
 
     torch.manual_seed(0)
-    model = build_model(ModelConfig(**TRANSFORMER, attention_normalizer=normalizer), SRC_VOCAB, TGT_VOCAB)
+    model = build_model(model_config_of(**TRANSFORMER, attention_normalizer=normalizer), SRC_VOCAB, TGT_VOCAB)
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, MultiHeadAttention):

@@ -9,7 +9,7 @@ import pytest
 import soundfile
 import torch
 
-from attnmt.core.config import ModelConfig, SpeechConfig, config_from_dict
+from attnmt.core.config import RNNConfig, SpeechConfig, config_from_dict
 from attnmt.core.errors import AttnmtError
 from attnmt.speech.audio import AudioError, audio_features, load_speech_corpus, log_mel, read_audio, read_speech_tsv
 from attnmt.speech.error_rates import (
@@ -124,7 +124,7 @@ def test_bad_audio_files_are_reported_and_skipped(tmp_path):
 @pytest.mark.parametrize("subsample", [4, 8])
 def test_speech_encoder_lengths_and_masks_of_a_padded_batch(subsample):
     model = build_speech_model(
-        ModelConfig(
+        RNNConfig(
             embedding_size=16,
             encoder_hidden=16,
             decoder_hidden=32,
@@ -156,7 +156,7 @@ def test_ctc_loss_is_over_the_characters_of_each_utterance_and_joins_the_decoder
 
     speech = SpeechConfig(n_mels=20, conv_channels=4, subsample=4, ctc_weight=0.3)
     model = build_speech_model(
-        ModelConfig(
+        RNNConfig(
             embedding_size=16,
             encoder_hidden=16,
             decoder_hidden=32,
@@ -168,7 +168,7 @@ def test_ctc_loss_is_over_the_characters_of_each_utterance_and_joins_the_decoder
         speech,
         12,
     ).eval()
-    assert build_speech_model(ModelConfig(), SpeechConfig(), 12).ctc is None  # no CTC layer unless asked
+    assert build_speech_model(RNNConfig(), SpeechConfig(), 12).ctc is None  # no CTC layer unless asked
     lengths, targets = torch.tensor([80, 37]), [[4, 5, 5, 6], [7]]
     features = torch.randn(2, 80, 20)
     tgt_in, tgt_out = target_tensors(targets)  # tgt_out: the characters, EOS, padding
@@ -201,7 +201,7 @@ def test_utterances_too_short_for_ctc_are_counted_with_a_warning(tmp_path):
 
     assert ctc_states_needed([4, 5, 6]) == 3 and ctc_states_needed([4, 4, 5, 5, 5]) == 8  # blanks between repeats
     model = build_speech_model(
-        ModelConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32),
+        RNNConfig(embedding_size=16, encoder_hidden=16, decoder_hidden=32),
         SpeechConfig(n_mels=20, conv_channels=4, subsample=8, ctc_weight=0.3),
         12,
     )
@@ -235,7 +235,7 @@ def test_spec_augment_masks_bands_of_real_frames_and_only_in_training():
         assert not zero[n:].all(1).any()  # no frame of the padding is masked
     assert (masked == 0).any()
     model = build_speech_model(
-        ModelConfig(
+        RNNConfig(
             embedding_size=8,
             encoder_hidden=8,
             decoder_hidden=16,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import attnmt
-from attnmt.core.config import ModelConfig
+from attnmt.core.config import TransformerConfig, model_config_of
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
 from attnmt.seq2seq import BOS, PAD, build_model
@@ -17,7 +17,7 @@ from conftest import assert_beam_of_one_equals_greedy, random_strings, toy_confi
 
 
 def untrained(**changes):
-    config = ModelConfig(
+    config = model_config_of(
         **{
             "type": "transformer",
             "d_model": 32,
@@ -110,7 +110,7 @@ def test_embeddings_unscaled_and_the_activations_are_their_equations():
     W_2 (z sigmoid(z)) and W_2 (z Phi(z)) of z = W_1 x; the defaults are today's sqrt(d_model) and relu."""
     tokens = torch.tensor([[5, 6, 7]])
     for scale in (True, False):
-        embeddings = Embeddings(20, ModelConfig(type="transformer", d_model=16, scale_embeddings=scale, dropout=0.0))
+        embeddings = Embeddings(20, TransformerConfig(d_model=16, scale_embeddings=scale, dropout=0.0))
         expected = embeddings.tokens(tokens) * (4.0 if scale else 1.0) + sinusoids(3, 16)
         torch.testing.assert_close(embeddings(tokens), expected, atol=0, rtol=0)
     x = torch.randn(3, 16)
@@ -119,7 +119,7 @@ def test_embeddings_unscaled_and_the_activations_are_their_equations():
         z = ff.W_1(x)
         act = act or (lambda z: z * 0.5 * (1 + torch.erf(z / 2**0.5)))
         torch.testing.assert_close(ff(x), ff.W_2(act(z)), atol=1e-6, rtol=0)
-    assert ModelConfig().activation == "relu" and ModelConfig().scale_embeddings is True
+    assert TransformerConfig().activation == "relu" and TransformerConfig().scale_embeddings is True
 
 
 def test_beam_reordering_of_the_cache_equals_decoding_the_reordered_batch():
@@ -228,7 +228,7 @@ def test_shared_embeddings_are_one_matrix():
     model = untrained(share_embeddings=True)
     assert model.src_embed.tokens.weight is model.tgt_embed.tokens.weight is model.generator.weight
     with pytest.raises(AttnmtError, match="share_embeddings"):
-        build_model(ModelConfig(type="transformer", share_embeddings=True), 20, 30)
+        build_model(TransformerConfig(share_embeddings=True), 20, 30)
 
 
 # ---------------------------------------------------------------- schedule and config

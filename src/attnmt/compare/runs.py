@@ -246,7 +246,7 @@ class RunFolders:
         train(run.config, resume=(run.folder / "last.safetensors").exists(), log=log, progress=self.settings.progress)
 
     def _check_same_config(self, run: Run):
-        stored = load_config(run.folder / "config.yaml").model_dump(mode="json")
+        stored = load_config(run.folder / "config.yaml", saved=True).model_dump(mode="json")
         changed = differences(stored, run.config.model_dump(mode="json"))
         if changed:
             raise AttnmtError(

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from attnmt.core.config import Config, config_from_dict, load_config, parse_yaml
+from attnmt.core.config import MODEL_TYPES, Config, config_from_dict, load_config, parse_yaml
 from attnmt.core.errors import AttnmtError
 
 FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -177,6 +177,11 @@ class BaseConfig:
     def with_overrides(self, overrides: dict, data: dict | None = None) -> Config:
         """The base config with ``overrides`` merged in and the corpora of ``data`` (train, dev, test) put in."""
         raw = merged(self.raw, overrides)
+        model, changes = self.raw.get("model"), overrides.get("model")
+        kind = changes.get("type") if isinstance(changes, dict) else None
+        if isinstance(model, dict) and kind in MODEL_TYPES and kind != model.get("type", "rnn"):
+            # a variant of another architecture: of the base's model section, the fields of its type
+            raw["model"] = {**{k: v for k, v in model.items() if k in MODEL_TYPES[kind].model_fields}, **changes}
         if data is not None:
             raw["data"] = {**raw["data"], **data}
         return config_from_dict(raw, self.path.resolve().parent, str(self.path))

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
 import yaml
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from attnmt.core.errors import AttnmtError
 from attnmt.core.data_sections import GPU_BATCH_TOKENS, CorpusFiles, DataConfig, ExtraCorpus  # noqa: F401 (re-exported)
@@ -60,15 +69,55 @@ LOCAL_ATTENTIONS = ("none", "local-m", "local-p")  # Luong et al. (2015): global
 
 
 class ModelConfig(Section):
+    """What the model section of every architecture has; ``type`` chooses the architecture, and
+    with it the class of the section (ModelSection): RNNConfig or TransformerConfig, each with its
+    own fields and checks. A field of the other type is an error naming it, but where it has that
+    type's default: the model section of a config.yaml that an older attnmt wrote holds the fields
+    of both types (one flat class), and a config read as a model folder's (saved) drops the other
+    type's fields whatever their values, which that class left unused."""
+
     type: Literal["rnn", "transformer"] = "rnn"
-    # RNN encoder-decoder (type: rnn)
+    encoder_layers: Layers = 1
+    decoder_layers: Layers = 1
+    # longest sequence with learned positions (Transformer), or that luong-location attention scores (RNN)
+    max_positions: int = Field(1024, gt=0, le=100_000)
+    dropout: float = Field(0.3, ge=0, lt=1)
+    tie_embeddings: bool = False  # target embeddings = output projection
+
+    @model_validator(mode="before")
+    @classmethod
+    def fields_of_the_other_type(cls, data, info: ValidationInfo):
+        if not isinstance(data, dict) or cls is ModelConfig:
+            return data
+        saved = bool(info.context and info.context.get("saved"))
+        return {
+            name: value
+            for name, value in data.items()
+            if name in cls.model_fields
+            or name not in OTHER_TYPES_DEFAULTS
+            or not (saved or _same(value, OTHER_TYPES_DEFAULTS[name]))
+        }
+
+    @model_validator(mode="after")
+    def of_a_type(self):
+        if type(self) is ModelConfig:
+            raise ValueError("ModelConfig is what the types share: use RNNConfig or TransformerConfig")
+        return self
+
+
+def _same(value, default) -> bool:
+    return type(value) is type(default) and value == default
+
+
+class RNNConfig(ModelConfig):
+    """An RNN encoder-decoder (type: rnn) with one of the attention variants."""
+
+    type: Literal["rnn"] = "rnn"
     rnn_type: Literal["gru", "lstm"] = "gru"
     embedding_size: Width = 256
     encoder_hidden: Width = 256  # per direction
-    encoder_layers: Layers = 1
     bidirectional: bool = True
     decoder_hidden: Width = 512
-    decoder_layers: Layers = 1
     attention: Literal[ATTENTIONS] = "bahdanau"
     attention_size: Width = 512  # hidden size of the additive/concat scorers
     input_feeding: bool = True  # Luong: feed the previous attentional vector to the RNN
@@ -88,30 +137,13 @@ class ModelConfig(Section):
     # Gaussian around p_t); none: global attention over the whole source
     local_attention: Literal[LOCAL_ATTENTIONS] = "none"
     local_window: int = Field(10, gt=0, le=1000)  # D: the window is [p_t - D, p_t + D]
-    # What turns attention scores into weights (an RNN's attention; every head of a Transformer):
-    # softmax (every weight above 0), or sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et
-    # al. 2019), which give most positions exactly 0; for an RNN also csparsemax, constrained sparsemax
-    # (Malaviya et al. 2018): no source word gets more than fertility_bound attention over the output
+    # What turns attention scores into weights: softmax (every weight above 0), or sparsemax (Martins
+    # & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give most positions exactly 0, or
+    # csparsemax, constrained sparsemax (Malaviya et al. 2018): no source word gets more than
+    # fertility_bound attention over the output
     attention_normalizer: Literal[RNN_NORMALIZERS] = "softmax"
     fertility_bound: float = Field(FERTILITY_BOUND, gt=0, le=100)
     init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
-    # Transformer (type: transformer); encoder_layers and decoder_layers count its layers too
-    d_model: Width = 256
-    heads: Width = 4
-    feed_forward: Width = 1024  # inner size of the position-wise feed-forward layers
-    # sinusoidal: sines and cosines interleaved (Vaswani et al.); sinusoidal-halves: the sines in the first half
-    # of the dimensions, the cosines in the second (Marian's); learned: a trained vector a position
-    positions: Literal["sinusoidal", "sinusoidal-halves", "learned"] = "sinusoidal"
-    # longest sequence with learned positions (Transformer), or that luong-location attention scores (RNN)
-    max_positions: int = Field(1024, gt=0, le=100_000)
-    norm: Literal["pre", "post"] = "pre"  # LayerNorm before each sublayer (pre) or after the residual (post)
-    attention_dropout: float = Field(0.1, ge=0, lt=1)  # on the attention weights
-    share_embeddings: bool = False  # source = target embeddings = output projection (joint vocabulary)
-    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) before the positions are added
-    activation: Literal["relu", "silu", "gelu"] = "relu"  # of the feed-forward layers: W_2 act(W_1 x) (silu: swish)
-    # Both
-    dropout: float = Field(0.3, ge=0, lt=1)
-    tie_embeddings: bool = False  # target embeddings = output projection
 
     @property
     def attention_name(self) -> str:
@@ -129,45 +161,29 @@ class ModelConfig(Section):
             name += f" (fertility {self.fertility_bound:g})"
         return name
 
-    @property
-    def transformer_name(self) -> str:
-        """A Transformer in words: "transformer", "transformer with entmax15 attention"."""
-        sparse = "" if self.attention_normalizer == "softmax" else f" with {self.attention_normalizer} attention"
-        return f"transformer{sparse}"
-
     @model_validator(mode="after")
-    def transformer_sizes(self):
-        if self.type == "transformer" and self.d_model % self.heads:
-            raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
-        if self.type == "rnn" and self.share_embeddings:
-            raise ValueError("share_embeddings is for type: transformer (RNN models have tie_embeddings)")
-        if self.local_attention != "none" and (self.type != "rnn" or not self.attention.startswith("luong-")):
-            here = self.type if self.type != "rnn" else self.attention
+    def options_of_the_attention(self):
+        if self.local_attention != "none" and not self.attention.startswith("luong-"):
             raise ValueError(
                 f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an "
                 "RNN decoder whose query is its current state: model.attention luong-dot, luong-general, "
-                f"luong-concat or luong-location (here {here})"
+                f"luong-concat or luong-location (here {self.attention})"
             )
-        if self.coverage_fertility and (self.type != "rnn" or self.attention != "coverage"):
-            here = self.type if self.type != "rnn" else f"attention {self.attention}"
-            raise ValueError(f"coverage_fertility is for model.attention: coverage (here {here})")
+        if self.coverage_fertility and self.attention != "coverage":
+            raise ValueError(f"coverage_fertility is for model.attention: coverage (here attention {self.attention})")
         if self.coverage_dim and (
-            self.type != "rnn"
-            or self.attention != "coverage"
-            or self.coverage_fertility
-            or self.attention_normalizer == "csparsemax"
+            self.attention != "coverage" or self.coverage_fertility or self.attention_normalizer == "csparsemax"
         ):
-            here = self.type if self.type != "rnn" else f"attention {self.attention}, {self.attention_normalizer}"
+            here = f"attention {self.attention}, {self.attention_normalizer}"
             raise ValueError(
                 "coverage_dim (Tu et al.'s NN-based coverage) is for model.attention: coverage, without "
                 f"coverage_fertility (linguistic coverage's) nor csparsemax (whose bounds need the sum "
                 f"of the weights) (here {here}{', coverage_fertility' * bool(self.coverage_fertility)})"
             )
-        if self.attention_normalizer == "csparsemax" and (self.type != "rnn" or self.local_attention != "none"):
-            here = "a Transformer" if self.type != "rnn" else f"local_attention: {self.local_attention}"
+        if self.attention_normalizer == "csparsemax" and self.local_attention != "none":
             raise ValueError(
                 "attention_normalizer: csparsemax bounds each source word's attention over the whole "
-                f"output: it is for an RNN's global attention (here {here})"
+                f"output: it is for an RNN's global attention (here local_attention: {self.local_attention})"
             )
         # (the default is allowed with any normalizer: a saved config writes it whatever the normalizer)
         if self.fertility_bound != FERTILITY_BOUND and self.attention_normalizer != "csparsemax":
@@ -175,12 +191,83 @@ class ModelConfig(Section):
                 f"fertility_bound bounds csparsemax attention (attention_normalizer: csparsemax; here "
                 f"{self.attention_normalizer})"
             )
-        if self.attention_normalizer != "softmax" and self.type == "rnn" and self.attention == "none":
+        if self.attention_normalizer != "softmax" and self.attention == "none":
             raise ValueError(
                 f"attention_normalizer: {self.attention_normalizer} normalizes attention scores, and "
                 "model.attention none has none"
             )
         return self
+
+
+class TransformerConfig(ModelConfig):
+    """A Transformer (type: transformer); encoder_layers and decoder_layers count its layers."""
+
+    type: Literal["transformer"] = "transformer"
+    d_model: Width = 256
+    heads: Width = 4
+    feed_forward: Width = 1024  # inner size of the position-wise feed-forward layers
+    # sinusoidal: sines and cosines interleaved (Vaswani et al.); sinusoidal-halves: the sines in the first half
+    # of the dimensions, the cosines in the second (Marian's); learned: a trained vector a position
+    positions: Literal["sinusoidal", "sinusoidal-halves", "learned"] = "sinusoidal"
+    norm: Literal["pre", "post"] = "pre"  # LayerNorm before each sublayer (pre) or after the residual (post)
+    attention_dropout: float = Field(0.1, ge=0, lt=1)  # on the attention weights
+    share_embeddings: bool = False  # source = target embeddings = output projection (joint vocabulary)
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) before the positions are added
+    activation: Literal["relu", "silu", "gelu"] = "relu"  # of the feed-forward layers: W_2 act(W_1 x) (silu: swish)
+    # What turns every head's scores into weights: softmax, or sparsemax or 1.5-entmax (most exactly 0)
+    attention_normalizer: Literal[NORMALIZERS] = "softmax"
+
+    @property
+    def transformer_name(self) -> str:
+        """A Transformer in words: "transformer", "transformer with entmax15 attention"."""
+        sparse = "" if self.attention_normalizer == "softmax" else f" with {self.attention_normalizer} attention"
+        return f"transformer{sparse}"
+
+    @field_validator("attention_normalizer", mode="before")
+    @classmethod
+    def not_constrained(cls, value):
+        if value == "csparsemax":
+            raise ValueError(
+                "csparsemax bounds each source word's attention over the whole output: it is for an "
+                "RNN's global attention (here a Transformer)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def heads_divide_the_width(self):
+        if self.d_model % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
+        return self
+
+
+MODEL_TYPES = {"rnn": RNNConfig, "transformer": TransformerConfig}
+# The fields of each type that the other lacks, with their defaults (ModelConfig.fields_of_the_other_type)
+OTHER_TYPES_DEFAULTS = {
+    name: field.default
+    for section in MODEL_TYPES.values()
+    for name, field in section.model_fields.items()
+    if not all(name in other.model_fields for other in MODEL_TYPES.values())
+}
+
+
+def _model_type(value):
+    """The model section's type, the tag of ModelSection: rnn unless it says otherwise."""
+    kind = value.get("type", "rnn") if isinstance(value, dict) else getattr(value, "type", "rnn")
+    return kind if isinstance(kind, str) else None
+
+
+# The model section of task translation or speech: RNNConfig or TransformerConfig, by its type
+ModelSection = Annotated[
+    Annotated[RNNConfig, Tag("rnn")] | Annotated[TransformerConfig, Tag("transformer")],
+    Discriminator(_model_type),
+]
+_MODEL_SECTION = TypeAdapter(ModelSection)
+
+
+def model_config_of(**fields) -> RNNConfig | TransformerConfig:
+    """The model section of these fields, as a config's is read: RNNConfig or TransformerConfig, by
+    ``type`` (rnn unless given); a pydantic ValidationError otherwise."""
+    return _MODEL_SECTION.validate_python(fields)
 
 
 # (left, right) source positions
@@ -289,7 +376,7 @@ class DecodingConfig(Section):
     shortlist: str | None = None
 
 
-# task: pairs replaces the data and model sections (attnmt.core.task_sections); other tasks: DataConfig, ModelConfig
+# task: pairs replaces the data and model sections (attnmt.core.task_sections); other tasks: DataConfig, ModelSection
 TASK_SECTIONS = {"pairs": {"data": PairDataConfig, "model": PairModelConfig}}
 
 
@@ -299,7 +386,7 @@ class Config(Section):
     # PairModelConfig); speech: speech recognition (the speech section)
     task: Literal[tuple(TASKS)] = "translation"  # the registry's names (attnmt.core.task)
     data: DataConfig | PairDataConfig
-    model: ModelConfig | PairModelConfig = Field(default_factory=dict, validate_default=True)
+    model: ModelSection | PairModelConfig = Field(default_factory=dict, validate_default=True)
     training: TrainingConfig
     decoding: DecodingConfig = DecodingConfig()
     speech: SpeechConfig | None = None  # task: speech
@@ -350,13 +437,22 @@ class Config(Section):
     @classmethod
     def sections_of_the_task(cls, value, handler, info: ValidationInfo):
         section = TASK_SECTIONS.get(info.data.get("task"), {}).get(info.field_name)
-        if section is None:
-            section = {"data": DataConfig, "model": ModelConfig}[info.field_name]
-        return value if isinstance(value, section) else section.model_validate(value)
+        if section is None and info.field_name == "model":  # RNNConfig or TransformerConfig, by its type
+            return (
+                value if isinstance(value, ModelConfig) else _MODEL_SECTION.validate_python(value, context=info.context)
+            )
+        section = section or DataConfig
+        return value if isinstance(value, section) else section.model_validate(value, context=info.context)
 
     @model_validator(mode="after")
     def shared_embeddings_need_joint_vocabulary(self):
-        if self.task == "translation" and self.model.share_embeddings and not self.data.subwords.joint:
+        model = self.model
+        if (
+            self.task == "translation"
+            and model.type == "transformer"
+            and model.share_embeddings
+            and not self.data.subwords.joint
+        ):
             raise ValueError("model.share_embeddings needs one joint vocabulary: set data.subwords.joint: true")
         return self
 
@@ -479,32 +575,46 @@ def _resolve_paths(config: Config, base: Path) -> Config:
 def _describe(error: ValidationError) -> str:
     lines = []
     for e in error.errors():
-        where = ".".join(str(part) for part in e["loc"]) or "(top level)"
-        message = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
+        loc, message, kind = list(e["loc"]), e["msg"], None
+        if loc[:1] == ["model"] and loc[1:2] and loc[1] in MODEL_TYPES:  # the tag of ModelSection: its type
+            kind = loc.pop(1)
+        if e["type"] in ("union_tag_invalid", "union_tag_not_found") and loc == ["model"]:
+            loc, message = ["model", "type"], f"Input should be {' or '.join(map(repr, MODEL_TYPES))}"
+        elif e["type"] == "extra_forbidden":
+            owners = [
+                other
+                for other, section in MODEL_TYPES.items()
+                if kind and loc[2:] == [] and loc[-1] in section.model_fields
+            ]
+            message = f"a field of model.type: {owners[0]} (this model's type is {kind})" if owners else "unknown field"
+        where = ".".join(str(part) for part in loc) or "(top level)"
         lines.append(f"  {where}: {message}")
     return "\n".join(lines)
 
 
-def validated(section: type[S], raw, source: str = "config") -> S:
-    """``raw`` (a mapping read from YAML) as ``section``, or AttnmtError naming every field at fault."""
+def validated(section: type[S], raw, source: str = "config", saved: bool = False) -> S:
+    """``raw`` (a mapping read from YAML) as ``section``, or AttnmtError naming every field at fault.
+    ``saved``: a config that attnmt wrote into a model folder, perhaps an older attnmt
+    (ModelConfig.fields_of_the_other_type)."""
     if not isinstance(raw, dict):
         raise AttnmtError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
     try:
-        return section.model_validate(raw)
+        return section.model_validate(raw, context={"saved": saved})
     except ValidationError as e:
         raise AttnmtError(f"{source}: invalid configuration\n{_describe(e)}") from None
 
 
-def config_from_dict(raw: dict, base: Path, source: str = "config") -> Config:
-    return _resolve_paths(validated(Config, raw, source), base)
+def config_from_dict(raw: dict, base: Path, source: str = "config", saved: bool = False) -> Config:
+    return _resolve_paths(validated(Config, raw, source, saved), base)
 
 
 MAX_CONFIG_BYTES = 1_000_000  # a config is a page of settings; a huge one is a mistake or an attack
 
 
-def load_config(path: str | Path) -> Config:
+def load_config(path: str | Path, saved: bool = False) -> Config:
+    """The config of a YAML file; ``saved``: the config.yaml of a model folder, which attnmt wrote."""
     path = Path(path)
-    return config_from_dict(read_yaml_file(path), path.resolve().parent, source=str(path))
+    return config_from_dict(read_yaml_file(path), path.resolve().parent, source=str(path), saved=saved)
 
 
 def read_yaml_file(path: Path):

@@ -48,7 +48,7 @@ def model_config(folder: Path) -> Config:
         raise AttnmtError(f"{folder}: not a model folder (no weights); did you mean {names}?")
     if not config_path.is_file():
         raise AttnmtError(f"{folder}: not a model folder (no config.yaml)")
-    config = load_config(config_path)
+    config = load_config(config_path, saved=True)
     config.experiment_dir = folder
     return config
 

@@ -203,7 +203,7 @@ def _copy_subwords(config: Config, log, force: bool) -> Subwords:
     from attnmt.core.config import load_config
 
     source, folder = config.model.embeddings, config.experiment_dir
-    translation = load_config(source.model / "config.yaml")
+    translation = load_config(source.model / "config.yaml", saved=True)
     if translation.task != "translation":
         raise AttnmtError(
             f"model.embeddings.model: {source.model} is not a translation model (task: {translation.task})"

@@ -54,7 +54,7 @@ def initial_embeddings(
 
 def translation_embeddings(folder: Path, side: str) -> Tensor:
     """The embeddings of one side of a trained attnmt translation model (best checkpoint)."""
-    config = load_config(folder / "config.yaml")
+    config = load_config(folder / "config.yaml", saved=True)
     if config.task != "translation":
         raise AttnmtError(f"model.embeddings.model: {folder} is not a translation model (task: {config.task})")
     path = folder / "best.safetensors"

@@ -102,7 +102,7 @@ class LoadedSeq2Seq(ABC):
         if window is not None and getattr(decoder, "attention", None) is None:
             raise AttnmtError(
                 f"{self.folder}: an attention window is for RNN decoders with attention; this model "
-                f"is a {self.config.model.type} with attention {self.config.model.attention}"
+                f"is a {self.config.model.type} with attention {getattr(self.config.model, 'attention', 'multi-head')}"
             )
         try:
             decoding = DecodingConfig.model_validate({**self.config.decoding.model_dump(), "attention_window": window})

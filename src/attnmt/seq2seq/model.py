@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmt.core import speed
-from attnmt.core.config import ModelConfig
+from attnmt.core.config import ModelConfig, RNNConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.core.speed import Dropout
 from attnmt.data.subwords import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
@@ -19,7 +19,7 @@ from attnmt.seq2seq.transformer import Transformer
 
 
 class Seq2Seq(EncoderDecoder):
-    def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
+    def __init__(self, config: RNNConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
         self.config = config
         self.encoder = self.build_encoder(config, src_vocab_size)
@@ -62,7 +62,7 @@ class Seq2Seq(EncoderDecoder):
                 )
             self.generator.weight = self.tgt_embed.weight
 
-    def build_encoder(self, config: ModelConfig, src_vocab_size: int) -> nn.Module:
+    def build_encoder(self, config: RNNConfig, src_vocab_size: int) -> nn.Module:
         """The encoder: anything with ``output_size`` that maps (src, lengths) to (states, final)
         or, when it shortens the source, (states, final, new lengths)."""
         return RNNEncoder(

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmt.core import speed
-from attnmt.core.config import ModelConfig, SpecAugment, SpeechConfig
+from attnmt.core.config import RNNConfig, SpecAugment, SpeechConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import EOS, PAD
 from attnmt.seq2seq.base import source_mask
@@ -65,7 +65,7 @@ def _zero_band(features: Tensor, dim: int, size: int, max_width: int):
 class SpeechEncoder(nn.Module):
     """Log-mels (B,T,n_mels) and their lengths -> states (B,S,output_size), S = T/4 or T/8."""
 
-    def __init__(self, model: ModelConfig, speech: SpeechConfig):
+    def __init__(self, model: RNNConfig, speech: SpeechConfig):
         super().__init__()
         self.settings = speech
         self.convolutions = {4: 2, 8: 3}[speech.subsample]
@@ -116,7 +116,7 @@ class SpeechModel(Seq2Seq):
     """Seq2Seq with the speech encoder: same decoder, attention variants, output layer, decoding;
     with speech.ctc_weight > 0, also a CTC output layer on the encoder states (training only)."""
 
-    def __init__(self, config: ModelConfig, speech: SpeechConfig, tgt_vocab_size: int):
+    def __init__(self, config: RNNConfig, speech: SpeechConfig, tgt_vocab_size: int):
         self.speech_config = speech  # (read by build_encoder, which Seq2Seq.__init__ calls)
         super().__init__(config, 0, tgt_vocab_size)
         self.ctc = nn.Linear(self.encoder.output_size, tgt_vocab_size) if speech.ctc_weight > 0 else None
@@ -130,14 +130,14 @@ class SpeechModel(Seq2Seq):
             log_probs, tgt_out[chars], memory.mask.sum(1), chars.sum(1), blank=PAD, reduction="sum", zero_infinity=True
         )
 
-    def build_encoder(self, config: ModelConfig, src_vocab_size: int) -> nn.Module:
+    def build_encoder(self, config: RNNConfig, src_vocab_size: int) -> nn.Module:
         return SpeechEncoder(config, self.speech_config)
 
     def encoder_lengths(self, frames: Tensor) -> Tensor:
         return subsampled_lengths(frames, self.encoder.convolutions)
 
 
-def build_speech_model(config: ModelConfig, speech: SpeechConfig, tgt_vocab_size: int) -> SpeechModel:
+def build_speech_model(config: RNNConfig, speech: SpeechConfig, tgt_vocab_size: int) -> SpeechModel:
     """The speech model of the config: the speech encoder, the attention and the RNN decoder."""
     speed.configure()  # before the model's first computation
     try:
