@@ -425,7 +425,7 @@ class _Beam(_FixedStrategy):
             [length_penalty(n, alpha) for n in max_lengths], dtype=torch.float64, device=device
         )
         self.history = _History(steps, batch * beam, device)
-        self.tree = _TreeBuffers(steps, batch, beam, device) if record else None
+        self.tree = _TreeBuffers(steps, batch, 2 * beam, device) if record else None
 
     def start(self) -> _BeamLoop:
         (batch, k), device = (self.batch, self.beam), self.limits.device
@@ -556,7 +556,10 @@ class _Beam(_FixedStrategy):
         return loop.done.all()
 
     def results(self, loop: _BeamLoop, steps: int) -> list[list[Hypothesis]]:
-        finished = loop.finished
+        return self.hypotheses(loop.finished, steps)
+
+    def hypotheses(self, finished: _Finished, steps: int) -> list[list[Hypothesis]]:
+        """The hypotheses of a table of finished ones, each sentence's best first."""
         tokens, attention = self._read_back(finished, steps)
         tokens, ends, log_probs = tokens.tolist(), finished.end.tolist(), finished.log_prob.tolist()
         counts = finished.count.tolist()
@@ -608,28 +611,41 @@ class _TreeBuffers:
     KEPT, FINISHED, PRUNED = 1, 2, 3
     STATUS = {KEPT: "kept", FINISHED: "finished", PRUNED: "pruned"}
 
-    def __init__(self, steps: int, batch: int, k: int, device: torch.device):
-        self.k = k
-        self.origin = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
-        self.token = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
-        self.score = torch.zeros(steps, batch, 2 * k, device=device)
-        self.status = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
+    def __init__(
+        self,
+        steps: int,
+        batch: int,
+        slots: int,
+        device: torch.device,
+        score_dtype: torch.dtype = torch.float32,
+        met: bool = False,
+    ):
+        shape = (steps, batch, slots)
+        self.origin = torch.zeros(shape, dtype=torch.long, device=device)
+        self.token = torch.zeros(shape, dtype=torch.long, device=device)
+        self.score = torch.zeros(shape, dtype=score_dtype, device=device)
+        self.status = torch.zeros(shape, dtype=torch.long, device=device)
+        # the constraint tokens each candidate has met (constrained search; None: no such count)
+        self.met = torch.zeros(shape, dtype=torch.long, device=device) if met else None
 
     def write(self, t: Tensor, open_: Tensor, origin, token, score, ended, alive):
-        """Step t's candidates (B,2k): ``ended`` (B,k) those that finish, ``alive`` (B,k) the
-        positions of those that stay; ``open_`` (B,1) the sentences still searched."""
+        """Beam search's step t's candidates (B,2k): ``ended`` (B,k) those that finish, ``alive``
+        (B,k) the positions of those that stay; ``open_`` (B,1) the sentences still searched."""
         kept = torch.zeros_like(token, dtype=torch.bool).scatter(1, alive, True)
-        finished = torch.nn.functional.pad(ended, (0, self.k))
+        finished = torch.nn.functional.pad(ended, (0, token.size(1) - ended.size(1)))
         status = torch.full_like(token, self.PRUNED)
         status = torch.where(kept, self.KEPT, status)
         status = torch.where(finished, self.FINISHED, status)
         status = status.masked_fill(~open_ | (score == NEG_INF), 0)
-        for buffer, value in (
-            (self.origin, origin),
-            (self.token, token),
-            (self.score, score),
-            (self.status, status),
-        ):
+        self.write_slots(t, origin, token, score, status)
+
+    def write_slots(self, t: Tensor, origin, token, score, status, met=None):
+        """Step t's candidates (B,slots) in the order the recorder adds them, with their status
+        (0: none) and, with ``met``, the constraint tokens each has met."""
+        values = [(self.origin, origin), (self.token, token), (self.score, score), (self.status, status)]
+        if self.met is not None:
+            values.append((self.met, met))
+        for buffer, value in values:
             buffer.index_copy_(0, t, value.to(buffer.dtype).unsqueeze(0))
 
     def replay(self, record: BeamRecorder, steps: int):
@@ -638,6 +654,7 @@ class _TreeBuffers:
         token = self.token[:steps].cpu().tolist()
         score = self.score[:steps].cpu().tolist()
         status = self.status[:steps].cpu().tolist()
+        met = None if self.met is None else self.met[:steps].cpu().tolist()
         for t in range(steps):
             groups = []
             for b in range(len(status[t])):
@@ -645,7 +662,8 @@ class _TreeBuffers:
                 for j, candidate_status in enumerate(status[t][b]):
                     if candidate_status:  # (0: the sentence was done, or no candidate)
                         status_name = self.STATUS[candidate_status]
-                        candidates.append((origin[t][b][j], token[t][b][j], score[t][b][j], status_name, None))
+                        count = None if met is None else met[t][b][j]
+                        candidates.append((origin[t][b][j], token[t][b][j], score[t][b][j], status_name, count))
                 groups.append((b, candidates))
             record.add(t, groups)
 

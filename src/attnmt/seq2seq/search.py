@@ -13,9 +13,10 @@ from torch import Tensor
 
 from attnmt.core import speed
 from attnmt.core.config import DecodingConfig, Sampling
-from attnmt.seq2seq import decoding, fast_decoding
+from attnmt.seq2seq import constraints as eager_constraints
+from attnmt.seq2seq import decoding, fast_constraints, fast_decoding
 from attnmt.seq2seq.base import EncoderDecoder
-from attnmt.seq2seq.constraints import Phrases, constrained_beam_search
+from attnmt.seq2seq.constraints import Phrases
 from attnmt.seq2seq.decoding import BeamRecorder, output_limits
 from attnmt.seq2seq.prefix import Prefixed, Prefixes
 from attnmt.seq2seq.shortlist import Shortlist, restricted
@@ -47,7 +48,7 @@ def decode(
     each sentence's outputs begin with (attnmt.seq2seq.prefix: token ids, then the start of a word
     to spell), in either executor. ``constraints``: phrases of token
     ids each sentence's outputs must contain (attnmt.seq2seq.constraints; beam search by dynamic
-    beam allocation, on every device, without a shortlist). ``record``: a BeamRecorder that beam
+    beam allocation, in either executor: attnmt.seq2seq.fast_constraints; without a shortlist). ``record``: a BeamRecorder that beam
     search (even of beam 1) adds every candidate it considers to (Translator.beam_tree);
     ``stop``: asked between two steps of a beam search, DecodingStopped when it says True (the
     server's time limit); in either executor (the fixed-shape one asks ``stop`` every
@@ -70,7 +71,8 @@ def decode(
         searched, vocabulary = prefixed(model, prefixes, vocabulary, src.device)
     alpha, beta, window = settings.length_penalty, settings.coverage_penalty, settings.attention_window
     if constraints is not None:
-        return constrained_beam_search(
+        executor = fast_constraints if fast_here(src.device, searched) else eager_constraints
+        return executor.constrained_beam_search(
             searched,
             src,
             src_lengths,
