@@ -38,7 +38,8 @@ from attnmt.data.subwords import EOS, PAD
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
 from attnmt.seq2seq.constraints import Phrases, check_constraints
 from attnmt.seq2seq.decoding import BeamRecorder, Hypothesis, checked_search, ended_at_limit
-from attnmt.seq2seq.fast_decoding import _Beam, _BeamLoop, _Finished, _graphs_on, _map, _run, _TreeBuffers
+from attnmt.seq2seq import fast_decoding
+from attnmt.seq2seq.fast_decoding import BeamLoop, Finished, FixedBeam, TreeBuffers, graphs_on
 
 NEG_INF = float("-inf")
 
@@ -62,27 +63,46 @@ def constrained_beam_search(
 ) -> list[list[Hypothesis]]:
     """constraints.constrained_beam_search's n best (the same arguments, the same checks), every
     sentence keeping its k rows until all are done. ``record``: its search tree, from each step's
-    candidates kept on the device (``_TreeBuffers``) and added at the end; ``stop`` and ``graphs``:
+    candidates kept on the device (``TreeBuffers``) and added at the end; ``stop`` and ``graphs``:
     as fast_decoding.beam_search's."""
     check_constraints(constraints, beam, n_best)
     memory = model.encode(src, src_lengths, window)
     search = _ConstrainedBeam(model, memory, max_lengths, constraints, beam, n_best, alpha, beta, record is not None)
-    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device), stop)
+    loop, steps = fast_decoding.run_fixed(search, max(max_lengths), graphs_on(graphs, src.device), stop)
     if record is not None:
         search.tree.replay(record, steps)
     return checked_search(search.results(loop, steps))
 
 
 @dataclass
-class _ConstrainedLoop(_BeamLoop):
-    unmet: _Finished  # the n best that the length limit ended before they met every constraint
+class _ConstrainedLoop(BeamLoop):
+    unmet: Finished  # the n best that the length limit ended before they met every constraint
     phrases_done: Tensor  # (B*k, P) bool: the phrases each live row has written whole
     inside: Tensor  # (B*k,) the phrase it is writing (-1: none)
     written: Tensor  # (B*k,) how many of that phrase's tokens it has written
 
 
-class _ConstrainedBeam(_Beam):
-    """Beam search by banks on k rows per sentence (fast_decoding._Beam's rows, memory, tables,
+@dataclass
+class _Candidates:
+    """A step's candidates of each sentence: N = w * C of its banks (each row's slots but EOS, in the
+    eager search's order: row, then slot) and its w rows' EOS."""
+
+    score: Tensor  # (B, N) float64: the hypothesis' log-probability with the token's
+    member: Tensor  # (B, N) a candidate of a bank: a token in the slot, a score above -inf
+    bank: Tensor  # (B, N) the constraint tokens it would have met
+    token: Tensor  # (B, N)
+    eos: Tensor  # (B, w) each row's score with EOS
+    ending: Tensor  # (B, w) an EOS of a row that met every constraint (the bank of those)
+    cut: Tensor  # (B, w) an EOS that the length limit writes before the row met them all
+    row_met: Tensor  # (B, w) the constraint tokens each row has met
+
+    def same_bank(self) -> Tensor:
+        """[b, i, j]: j is a candidate of i's bank."""
+        return self.member.unsqueeze(1) & (self.bank.unsqueeze(2) == self.bank.unsqueeze(1))
+
+
+class _ConstrainedBeam(FixedBeam):
+    """Beam search by banks on k rows per sentence (fast_decoding.FixedBeam's rows, memory, tables,
     stopping rules and read-back), each live row with its progress through its sentence's phrases."""
 
     def __init__(
@@ -115,7 +135,7 @@ class _ConstrainedBeam(_Beam):
         self.slots = beam + 1 + most + 1
         # in the tree, a step's slots of a sentence: kept (k), finished (k), ended unmet (k), pruned (k)
         self.tree = (
-            _TreeBuffers(len(self.penalties), self.batch, 4 * beam, device, torch.float64, True) if record else None
+            TreeBuffers(len(self.penalties), self.batch, 4 * beam, device, torch.float64, True) if record else None
         )
 
     def start(self) -> _ConstrainedLoop:
@@ -123,7 +143,7 @@ class _ConstrainedBeam(_Beam):
         rows, device = self.batch * self.beam, self.limits.device
         return _ConstrainedLoop(
             *(getattr(base, f.name) for f in fields(base)),
-            _map(torch.clone, base.finished),
+            self.no_finished(),
             (self.phrase_lengths == 0).repeat_interleave(self.beam, dim=0),
             torch.full((rows,), -1, dtype=torch.long, device=device),
             torch.zeros(rows, dtype=torch.long, device=device),
@@ -136,41 +156,21 @@ class _ConstrainedBeam(_Beam):
         log_probs = out.log_probs.view(batch, k, -1)[:, :width].flatten(0, 1)
         log_probs = ended_at_limit(log_probs, at_limit.repeat_interleave(width)).float().view(batch, width, -1)
         rows = self.first_row + torch.arange(width, device=device)  # (B, w): the rows extended
-        done = loop.phrases_done.view(batch, k, -1)[:, :width]
-        inside, written = (x.view(batch, k)[:, :width] for x in (loop.inside, loop.written))
-        scores = loop.scores.double()
+        step, after = self._candidates(loop, log_probs, at_limit & still_open)
 
-        # Each row's candidates but EOS (B, w, C) and its EOS (B, w), scored as Python adds them.
-        next_in = self._next_inside(inside, written)
-        token, slot_ok = self._candidates(log_probs, done, next_in)
-        score = scores.unsqueeze(2) + log_probs.gather(2, token).double()
-        member = slot_ok & (score != NEG_INF)
-        after_done, after_inside, after_written, met = self._after(token, done, inside, written, next_in)
-        eos = scores + log_probs[..., EOS].double()
-        complete = done.all(2)
-        ending = (eos != NEG_INF) & complete  # (its EOS in the bank of those that met every constraint)
-        cut = (eos != NEG_INF) & ~complete & at_limit.unsqueeze(1) & still_open.unsqueeze(1)
-        row_met = (done * self.phrase_lengths.unsqueeze(1)).sum(2) + torch.where(inside >= 0, written, 0)
-
-        # By banks: each sentence's candidates, in the eager search's order (row, slot).
-        n = width * self.slots
-        score, member, bank, token = (x.reshape(batch, n) for x in (score, member, met, token))
-        before = _before(score)  # [b, i, j]: j comes before i in a stable sort by score
-        same_bank = member.unsqueeze(1) & (bank.unsqueeze(2) == bank.unsqueeze(1))
-        rank = (before & same_bank).sum(2)
-        key = torch.where(member, rank * self.banks + (self.banks - 1 - bank), n * self.banks)
+        # By banks: the best left of each bank in turn (rank in its bank, then most progress first).
+        n = step.score.size(1)
+        rank = (_before(step.score) & step.same_bank()).sum(2)
+        key = torch.where(step.member, rank * self.banks + (self.banks - 1 - step.bank), n * self.banks)
         chosen = key.sort(dim=1, stable=True).indices[:, :k]  # (B, k)
-        valid = torch.arange(k, device=device) < member.sum(1, keepdim=True)
+        valid = torch.arange(k, device=device) < step.member.sum(1, keepdim=True)
         some = valid[:, :1]
-        # (fewer than k: copies of the first, impossible; none: a PAD on the first row, as _by_banks pads)
+        # (fewer than k: copies of the first, impossible; none: a PAD on the first row, as _by_banks)
         pick = torch.where(valid, chosen, chosen[:, :1])
-        live_score = torch.where(valid, score.gather(1, pick), NEG_INF)
-        live_token = torch.where(some, token.gather(1, pick), PAD)
+        live_score = torch.where(valid, step.score.gather(1, pick), NEG_INF)
+        live_token = torch.where(some, step.token.gather(1, pick), PAD)
         live_row = torch.where(some, pick // self.slots, 0)
-        progress = [
-            x.reshape(batch, n, -1).gather(1, pick.unsqueeze(2).expand(-1, -1, x.size(-1)))
-            for x in (after_done, after_inside.unsqueeze(-1), after_written.unsqueeze(-1))
-        ]
+        progress = [x.reshape(batch, n, -1).gather(1, pick.unsqueeze(2).expand(-1, -1, x.size(-1))) for x in after]
         initial = [
             (self.phrase_lengths == 0).unsqueeze(1),
             torch.full_like(progress[1], -1),
@@ -178,22 +178,20 @@ class _ConstrainedBeam(_Beam):
         ]
         progress = [torch.where(some.unsqueeze(2), p, empty) for p, empty in zip(progress, initial)]
 
-        # The EOS that finish: among the k best of the full bank and the ending ones (full bank first).
-        full_bank = member & (bank == self.full.unsqueeze(1))
-        ahead = (full_bank.unsqueeze(1) & (score.unsqueeze(1) >= eos.unsqueeze(2))).sum(2)
-        ahead = ahead + (_before(eos) & ending.unsqueeze(1)).sum(2)
-        finishing = ending & (ahead < k) & still_open.unsqueeze(1)
+        # The EOS that finish: among the k best of the full bank and the ending ones (the bank first).
+        full_bank = step.member & (step.bank == self.full.unsqueeze(1))
+        ahead = (full_bank.unsqueeze(1) & (step.score.unsqueeze(1) >= step.eos.unsqueeze(2))).sum(2)
+        ahead = ahead + (_before(step.eos) & step.ending.unsqueeze(1)).sum(2)
+        finishing = step.ending & (ahead < k) & still_open.unsqueeze(1)
         coverage, penalty = self._coverage(loop.coverage, out.weights, rows)
         eos_tokens = torch.full_like(rows, EOS)
         finished, unmet = (
-            self._with_finished(table, t, table.count + ends.sum(1), ends, eos, rows, eos_tokens, penalty)
-            for table, ends in ((loop.finished, finishing), (loop.unmet, cut))
+            self._with_finished(table, t, table.count + ends.sum(1), ends, step.eos, rows, eos_tokens, penalty)
+            for table, ends in ((loop.finished, finishing), (loop.unmet, step.cut))
         )
 
         if self.tree is not None:
-            self._record(
-                t, still_open, score, member, bank, token, met, chosen, valid, eos, ending, finishing, cut, row_met
-            )
+            self._record(t, still_open, step, chosen, valid, finishing)
         parents = (self.first_row + live_row).flatten()
         live_token = live_token.flatten()
         live_score = live_score.float()
@@ -212,6 +210,33 @@ class _ConstrainedBeam(_Beam):
             progress[2].flatten(),
         )
 
+    def _candidates(self, loop: _ConstrainedLoop, log_probs: Tensor, cut_now: Tensor):
+        """Step t's candidates of each sentence (``_Candidates``), and the progress (done, inside,
+        written) each would have, (B, N, P) and (B, N, 1). ``log_probs`` (B, w, V) those of the
+        rows extended; ``cut_now`` (B,) the sentences still searched at their length limit."""
+        (batch, width, _), k = log_probs.shape, self.beam
+        done = loop.phrases_done.view(batch, k, -1)[:, :width]
+        inside, written = (x.view(batch, k)[:, :width] for x in (loop.inside, loop.written))
+        scores = loop.scores.double()
+        next_in = self._next_inside(inside, written)
+        token, slot_ok = self._slots(log_probs, done, next_in)
+        score = scores.unsqueeze(2) + log_probs.gather(2, token).double()  # (as Python adds them)
+        after_done, after_inside, after_written, met = self._after(token, done, inside, written, next_in)
+        eos = scores + log_probs[..., EOS].double()
+        complete = done.all(2)
+        n = width * self.slots
+        step = _Candidates(
+            score.reshape(batch, n),
+            (slot_ok & (score != NEG_INF)).reshape(batch, n),
+            met.reshape(batch, n),
+            token.reshape(batch, n),
+            eos,
+            (eos != NEG_INF) & complete,
+            (eos != NEG_INF) & ~complete & cut_now.unsqueeze(1),
+            (done * self.phrase_lengths.unsqueeze(1)).sum(2) + torch.where(inside >= 0, written, 0),
+        )
+        return step, (after_done, after_inside.unsqueeze(-1), after_written.unsqueeze(-1))
+
     def _next_inside(self, inside: Tensor, written: Tensor) -> Tensor:
         """The next token of the phrase each row is inside (B, w), -1 where it is inside none."""
         width, longest = inside.size(1), self.phrase_tokens.size(2)
@@ -220,7 +245,7 @@ class _ConstrainedBeam(_Beam):
         following = phrase.gather(2, written.clamp(max=longest - 1).unsqueeze(2)).squeeze(2)
         return torch.where(inside >= 0, following, -1)
 
-    def _candidates(self, log_probs: Tensor, done: Tensor, next_in: Tensor) -> tuple[Tensor, Tensor]:
+    def _slots(self, log_probs: Tensor, done: Tensor, next_in: Tensor) -> tuple[Tensor, Tensor]:
         """Each row's candidate tokens but EOS (B, w, C) in the order of the eager search's
         dictionary, and which slots hold one: its k + 1 best, then the tokens that advance it."""
         k = self.beam
@@ -257,12 +282,12 @@ class _ConstrainedBeam(_Beam):
         met = (after_done * lengths.unsqueeze(2)).sum(3) + after_written
         return after_done, after_inside, after_written, met
 
-    def _record(
-        self, t, still_open, score, member, bank, token, met, chosen, valid, eos, ending, finishing, cut, row_met
-    ):
+    def _record(self, t: Tensor, still_open: Tensor, step: _Candidates, chosen: Tensor, valid: Tensor, finishing):
         """Step t's slots of the search tree, in constraints._ConstrainedBeams._recorded's order:
         the live rows (kept), the EOS that finish (finished, every constraint met), those the length
         limit ends (finished, fewer met), and the k best candidates left (pruned)."""
+        score, member, token, met, eos = step.score, step.member, step.token, step.bank, step.eos  # (met: its bank)
+        ending, cut, row_met = step.ending, step.cut, step.row_met
         (batch, n), k, width = score.shape, self.beam, eos.size(1)
         device, rows = score.device, torch.arange(width, device=score.device).expand(batch, -1)
         open_ = still_open.unsqueeze(1)
@@ -272,7 +297,7 @@ class _ConstrainedBeam(_Beam):
             token.gather(1, chosen),
             score.gather(1, chosen),
             valid,
-            met.reshape(batch, n).gather(1, chosen),
+            met.gather(1, chosen),
         ]
         order = torch.where(finishing, eos, NEG_INF).sort(dim=1, descending=True, stable=True).indices
         ended = [x.gather(1, order) for x in (rows, torch.full_like(rows, EOS), eos, finishing, full)]
@@ -280,8 +305,7 @@ class _ConstrainedBeam(_Beam):
         # what is left: the bank candidates (banks in the order they first appear) and the ending EOS
         taken = torch.zeros_like(member).scatter(1, chosen, valid)
         index = torch.arange(n, device=device)
-        same_bank = member.unsqueeze(1) & member.unsqueeze(2) & (bank.unsqueeze(2) == bank.unsqueeze(1))
-        first = torch.where(same_bank, index, n).min(2).values
+        first = torch.where(step.same_bank() & member.unsqueeze(2), index, n).min(2).values
         seen = torch.cat([first * n + index, n * n + rows], dim=1)
         considered = torch.cat([member & ~taken, ending & ~finishing], dim=1)
         all_scores = torch.cat([score, eos], dim=1)
@@ -296,14 +320,14 @@ class _ConstrainedBeam(_Beam):
         left = left.clamp(max=n + width - 1)
         origin = torch.cat([torch.div(index, self.slots, rounding_mode="floor").expand(batch, -1), rows], dim=1)
         tokens = torch.cat([token, torch.full_like(rows, EOS)], dim=1)
-        counts = torch.cat([met.reshape(batch, n), full], dim=1)
+        counts = torch.cat([met, full], dim=1)
         pruned = [x.gather(1, left) for x in (origin, tokens, all_scores)] + [has, counts.gather(1, left)]
         slots = [_padded(part, k) for part in (kept, ended, unmet)] + [pruned]
         origin, token, score, status, met = (torch.cat(column, dim=1) for column in zip(*slots))
         status = torch.cat(
-            [torch.full_like(kept[0], _TreeBuffers.KEPT)]
-            + [torch.full((batch, 2 * k), _TreeBuffers.FINISHED, dtype=torch.long, device=device)]
-            + [torch.full_like(kept[0], _TreeBuffers.PRUNED)],
+            [torch.full_like(kept[0], TreeBuffers.KEPT)]
+            + [torch.full((batch, 2 * k), TreeBuffers.FINISHED, dtype=torch.long, device=device)]
+            + [torch.full_like(kept[0], TreeBuffers.PRUNED)],
             dim=1,
         ).masked_fill(~(status & open_), 0)
         self.tree.write_slots(t, origin, token, score, status, met)

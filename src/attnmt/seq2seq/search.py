@@ -46,10 +46,10 @@ def decode(
     drawn instead (beam and n_best 1; the greedy search of the device, on a GPU eagerly, see
     fast_decoding.greedy_search), with ``generator``'s random numbers if given. ``prefixes``: what
     each sentence's outputs begin with (attnmt.seq2seq.prefix: token ids, then the start of a word
-    to spell), in either executor. ``constraints``: phrases of token
-    ids each sentence's outputs must contain (attnmt.seq2seq.constraints; beam search by dynamic
-    beam allocation, in either executor: attnmt.seq2seq.fast_constraints; without a shortlist). ``record``: a BeamRecorder that beam
-    search (even of beam 1) adds every candidate it considers to (Translator.beam_tree);
+    to spell), in either executor. ``constraints``: phrases of token ids each sentence's outputs
+    must contain (attnmt.seq2seq.constraints; beam search by dynamic beam allocation, in either
+    executor: attnmt.seq2seq.fast_constraints; without a shortlist). ``record``: a BeamRecorder
+    that beam search (even of beam 1) adds every candidate it considers to (Translator.beam_tree);
     ``stop``: asked between two steps of a beam search, DecodingStopped when it says True (the
     server's time limit); in either executor (the fixed-shape one asks ``stop`` every
     fast_decoding.CHECK_EVERY steps).
