@@ -694,6 +694,35 @@ def test_a_constrained_search_asks_whether_all_are_done_only_every_few_steps(mon
     assert reads == ["__bool__"] * (30 // fast_decoding.CHECK_EVERY)
 
 
+def test_one_history_reads_the_same_hypotheses_from_lists_and_from_buffers():
+    """decoding.History in both layouts: the eager lists (add_weights, add_rows) and the fixed
+    buffers (write at the step counter) give the same tokens and attention back, for hypotheses that
+    end at one step (read) or at several (read_back)."""
+    g = torch.Generator().manual_seed(0)
+    steps, rows, width = 5, 4, 3
+    tokens = torch.randint(4, 20, (steps, rows), generator=g)
+    parents = torch.randint(0, rows, (steps, rows), generator=g)
+    weights = torch.rand(steps, rows, width, generator=g)
+    eager, fixed = decoding.History(), decoding.History(steps, rows, torch.device("cpu"))
+    for t in range(steps):
+        eager.add_weights(weights[t])
+        eager.add_rows(tokens[t], parents[t])
+        fixed.write(torch.tensor([t]), tokens[t], parents[t], weights[t])
+    ends, ended, last = torch.tensor([[4, 2], [0, 3]]), torch.tensor([[1, 3], [2, 0]]), torch.tensor([[7, 8], [9, 10]])
+    read, attention = fixed.read_back(ends, ended, last, steps)
+    for i in range(2):
+        for j in range(2):
+            t = int(ends[i, j])
+            one, matrix = eager.read(t, ended[i, j : j + 1], last[i, j : j + 1])
+            assert one[0] == read[i, j, : t + 1].tolist()
+            torch.testing.assert_close(matrix[0], attention[i, j, : t + 1])
+            row, expected = int(ended[i, j]), [int(last[i, j])]  # (followed by hand)
+            for s in range(t - 1, -1, -1):
+                expected.insert(0, int(tokens[s, row]))
+                row = int(parents[s, row])
+            assert one[0] == expected
+
+
 def test_all_done_ends_the_loop_at_the_next_check():
     batch = random_batch()
     model = tiny("gru-bahdanau", ENDS_EARLY)

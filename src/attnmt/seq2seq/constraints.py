@@ -154,7 +154,7 @@ class _ConstrainedBeams(Beams):
     def extend(self, t: int, step: StepOutput, vocabulary: None) -> tuple[list[int], Tensor]:
         """Each sentence's k live rows chosen by banks, and its finished hypotheses (see the module).
         Returns the sentence of each group and, for each live row (n*k,), the row of batch t it extends."""
-        self.history.weights.append(step.weights)
+        self.history.add_weights(step.weights)
         sentences, width = self.active.tolist(), self.width
         log_probs = self.log_probs_at(t, step, sentences).float()
         candidates = self._candidates(log_probs, [s for s in sentences for _ in range(width)])

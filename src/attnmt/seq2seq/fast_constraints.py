@@ -13,16 +13,18 @@ From Python's lists to tensors:
     the next of the one it is inside: sorted, each once, those already among the best left out), and
     apart, its EOS. The progress after each slot's token, and its bank (the constraint tokens met),
     are computed for all slots at once;
-  - Python's stable sorts become ranks: a candidate's rank in its bank is the number of candidates
-    of the bank before it (a higher score, or the same and earlier in the eager search's order), and
-    the k live rows are the candidates ordered by (rank, most progress first), the first k: the round
-    of each bank in turn of constraints._by_banks. An EOS finishes when fewer than k candidates of
-    the bank of those that met every constraint come before it; at the length limit one that did not
-    meet them all joins the table of those (``unmet``). Both tables are fast_decoding's (the n best of
-    each sentence, in the eager lists' order), and so are the stopping rules (decoding.beam_done, the
-    met table's), the coverage penalty and the history the hypotheses are read back from.
-The pairwise comparisons cost (B, N, N) for N = k (k + P + 2) candidates a sentence: small next to a
-decoder step for the beams and constraints of translation.
+  - Python's stable sorts become ranks: a candidate's rank in its bank is the number of
+    candidates of the bank before it (a higher score, or the same and earlier in the eager search's
+    order), and the k live rows are the candidates ordered by (rank, most progress first), the
+    first k: the round of each bank in turn of constraints._by_banks. An EOS finishes when fewer
+    than k candidates of the bank of those that met every constraint come before it; at the length
+    limit one that did not meet them all joins the table of those (``unmet``). Both tables are
+    fast_decoding's (the n best of each sentence, in the eager lists' order), and so are the
+    stopping rules (decoding.beam_done, on the met table), the coverage penalty and the history the
+    hypotheses are read back from.
+The pairwise comparisons take (B, N, N) booleans for N = k (k + P + 2) candidates a sentence:
+small next to a decoder step for the beams and constraints of translation (beam 16 and the
+server's 16 phrases: N = 544, 0.3 M a sentence).
 """
 
 from __future__ import annotations
@@ -102,8 +104,8 @@ class _Candidates:
 
 
 class _ConstrainedBeam(FixedBeam):
-    """Beam search by banks on k rows per sentence (fast_decoding.FixedBeam's rows, memory, tables,
-    stopping rules and read-back), each live row with its progress through its sentence's phrases."""
+    """Beam search by banks on k rows per sentence (fast_decoding.FixedBeam's rows, memory,
+    tables, stopping rules and read-back), each live row with its progress through its phrases."""
 
     def __init__(
         self,

@@ -25,6 +25,8 @@ the device:
     itself a tensor on the device.
   - a beam search that records its tree (beam_tree) writes each step's 2k candidates of every
     sentence and their status into buffers too (``TreeBuffers``), added to the recorder at the end.
+  - constrained beam search (the banks of attnmt.seq2seq.constraints) is a FixedBeam too, in
+    attnmt.seq2seq.fast_constraints.
 The host asks "are all sentences done?" every ``CHECK_EVERY`` steps (one synchronisation each; there
 too a caller's ``stop``), and reads the hypotheses back once, at the end, after following the
 back-pointers on the device.
@@ -65,6 +67,7 @@ from attnmt.seq2seq.decoding import (
     COVERAGE_FLOOR,
     NO_COVERAGE,
     BeamRecorder,
+    History,
     Hypothesis,
     beam_done,
     best_candidates,
@@ -229,27 +232,6 @@ def _copy_into(static, new):
         buffer.copy_(tensor)
 
 
-class _History:
-    """What each step t wrote, in buffers made for the longest output (fixed shapes: a graph
-    writes at the step counter): the last token of each row after step t, the row of step t that
-    it extends (beam search), and the attention weights of step t's rows, whose buffer is made at
-    the first step (its weights give their type and width; None without attention)."""
-
-    def __init__(self, steps: int, rows: int, device: torch.device):
-        self.tokens = torch.zeros(steps, rows, dtype=torch.long, device=device)
-        self.parents = torch.zeros(steps, rows, dtype=torch.long, device=device)
-        self.weights: Tensor | None = None  # (steps, rows, S)
-
-    def write(self, t: Tensor, tokens: Tensor, parents: Tensor | None, weights: Tensor | None):
-        self.tokens.index_copy_(0, t, tokens.unsqueeze(0))
-        if parents is not None:
-            self.parents.index_copy_(0, t, parents.unsqueeze(0))
-        if weights is not None:
-            if self.weights is None:
-                self.weights = weights.new_zeros(self.tokens.size(0), *weights.shape)
-            self.weights.index_copy_(0, t, weights.unsqueeze(0))
-
-
 def _batch_size(memory) -> int:
     return memory.states.size(0)
 
@@ -300,7 +282,7 @@ class _Greedy(_FixedStrategy):
         self.pick = pick
         device = memory.states.device
         self.limits = torch.tensor(max_lengths, device=device)
-        self.history = _History(max(max_lengths), _batch_size(memory), device)
+        self.history = History(max(max_lengths), _batch_size(memory), device)
 
     def start(self) -> _GreedyLoop:
         batch, device = _batch_size(self.memory), self.limits.device
@@ -424,7 +406,7 @@ class FixedBeam(_FixedStrategy):
         self.limit_penalties = torch.tensor(
             [length_penalty(n, alpha) for n in max_lengths], dtype=torch.float64, device=device
         )
-        self.history = _History(steps, batch * beam, device)
+        self.history = History(steps, batch * beam, device)
         self.tree = TreeBuffers(steps, batch, 2 * beam, device) if record else None
 
     def start(self) -> BeamLoop:
@@ -564,7 +546,8 @@ class FixedBeam(_FixedStrategy):
 
     def hypotheses(self, finished: Finished, steps: int) -> list[list[Hypothesis]]:
         """The hypotheses of a table of finished ones, each sentence's best first."""
-        tokens, attention = self._read_back(finished, steps)
+        # (read back along the parents: decoding.History.read_back)
+        tokens, attention = self.history.read_back(finished.end, finished.row, finished.token, steps)
         tokens, ends, log_probs = tokens.tolist(), finished.end.tolist(), finished.log_prob.tolist()
         counts = finished.count.tolist()
         attention = None if attention is None else attention.float().cpu()
@@ -583,26 +566,6 @@ class FixedBeam(_FixedStrategy):
             ]
             for b in range(self.batch)
         ]
-
-    def _read_back(self, finished: Finished, steps: int) -> tuple[Tensor, Tensor | None]:
-        """The tokens (B,n,steps) and attention (B,n,steps,S) of the finished table's hypotheses,
-        from each one's last step back to the first along the back-pointers. Positions after a
-        hypothesis' end hold what it does not use."""
-        history = self.history
-        tokens = torch.zeros(*finished.row.shape, steps, dtype=torch.long, device=finished.row.device)
-        attention = None
-        if history.weights is not None:
-            attention = history.weights.new_zeros(*finished.row.shape, steps, history.weights.size(-1))
-        row = finished.row
-        for t in range(steps - 1, -1, -1):
-            # the row of step t that each one extends
-            row = torch.where(finished.end == t, finished.row, row)
-            if attention is not None:
-                attention[:, :, t] = history.weights[t][row]
-            if t > 0:
-                tokens[:, :, t - 1] = history.tokens[t - 1][row]
-                row = history.parents[t - 1][row]
-        return tokens.scatter_(2, finished.end.unsqueeze(2), finished.token.unsqueeze(2)), attention
 
 
 class TreeBuffers:
