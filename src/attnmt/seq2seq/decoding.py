@@ -233,6 +233,7 @@ def greedy_search(
     pick: Callable[[Tensor], Tensor] | None = None,
     *,
     stop: Callable[[], bool] | None = None,
+    observers: tuple = (),
 ) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
     and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
@@ -241,10 +242,10 @@ def greedy_search(
     ``pick``: the column chosen in each row of a step's log-probabilities instead of the most
     probable (sampler: sampling); the score stays the model's log-probability of the tokens.
     ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no
-    output). ``stop``: as beam_search's."""
+    output). ``stop``: as beam_search's. ``observers``: see ``run_eager`` (the trace)."""
     memory = model.encode(src, src_lengths, window)
     greedy = Greedy(src.size(0), alpha, max_lengths, memory_lengths(memory), src.device, beta, pick)
-    return checked_search(run_eager(greedy, model, memory, vocabulary, stop))
+    return checked_search(run_eager(greedy, model, memory, vocabulary, stop, observers))
 
 
 class Greedy:
@@ -474,10 +475,13 @@ def run_eager(
     ``memory``, each step runs the model on the rows ``strategy`` keeps (Greedy, Beams,
     constraints._ConstrainedBeams), which chooses their next tokens (``advance``: which groups go
     on) and the rows of the next step (``next_batch``: the finished ones leave the batch). Each of
-    ``observers`` sees every step (``observe(t, step, strategy)``, after the choice: the trace).
+    ``observers`` sees the memory (``begin(memory)``) and every step (``observe(t, step,
+    strategy)``, after the choice): the trace.
     ``stop``: asked after each step that leaves the search unfinished; DecodingStopped when it
     says True. Returns the strategy's results (unchecked: ``checked_search``)."""
     state = model.init_state(memory)
+    for observer in observers:
+        observer.begin(memory)
     for t in range(max(strategy.max_lengths)):
         step = model.decode_step(strategy.prev, state, memory)
         going = strategy.advance(t, step, vocabulary)

@@ -37,6 +37,8 @@ def decode(
     constraints: list[Phrases] | None = None,
     record: BeamRecorder | None = None,
     stop: Callable[[], bool] | None = None,
+    observers: tuple = (),
+    max_length: int | None = None,
 ):
     """Greedy search (beam 1) or beam search, as ``settings`` say: its beam (unless ``beam`` is
     given), length penalty, output length limits (decoding.output_limits) and attention window.
@@ -52,7 +54,10 @@ def decode(
     that beam search (even of beam 1) adds every candidate it considers to (Translator.beam_tree);
     ``stop``: asked between two steps of a beam search, DecodingStopped when it says True (the
     server's time limit); in either executor (the fixed-shape one asks ``stop`` every
-    fast_decoding.CHECK_EVERY steps).
+    fast_decoding.CHECK_EVERY steps). ``observers``: what sees the memory and every step of a
+    greedy search (decoding.run_eager: the trace, attnmt.seq2seq.trace), in the eager executor on
+    every device (they read each step's values). ``max_length``: every output's length limit
+    instead of the settings' ratio and offset (decoding.output_limits).
     (settings.batch_size and settings.shortlist are for the callers that cut the sources into
     batches and choose the table.)"""
     beam = (1 if sampling is not None else settings.beam) if beam is None else beam
@@ -62,10 +67,12 @@ def decode(
         raise ValueError("sampling draws outputs as the model writes them: it takes no constraints")
     if sampling is not None and (record is not None or stop is not None):
         raise ValueError("record and stop are for beam search: sampling takes neither")
+    if observers and (beam, n_best, sampling, constraints, record) != (1, 1, None, None, None):
+        raise ValueError("observers watch a greedy search: beam and n_best 1, no sampling, constraints nor record")
     if constraints is not None and not any(constraints):
         constraints = None
     vocabulary = None if shortlist is None or constraints is not None else shortlist.vocabulary(src)
-    max_lengths = output_limits(src_lengths, settings, prefixes, constraints)
+    max_lengths = output_limits(src_lengths, settings, prefixes, constraints, max_length)
     searched = model
     if prefixes is not None:
         searched, vocabulary = prefixed(model, prefixes, vocabulary, src.device)
@@ -88,6 +95,10 @@ def decode(
         )
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
         greedy, beamed = searches(src.device, searched, beta)
+        if observers:  # (they read each step: the eager executor's greedy search)
+            return decoding.greedy_search(
+                searched, src, src_lengths, max_lengths, alpha, vocabulary, window, beta, stop=stop, observers=observers
+            )
         if sampling is not None:
             pick = decoding.sampler(sampling, generator)
             return greedy(searched, src, src_lengths, max_lengths, alpha, vocabulary, window, pick=pick)
