@@ -331,6 +331,19 @@ def test_constraints_with_a_coverage_penalty_a_prefix_and_an_ensemble_as_the_ref
         )
 
 
+def test_a_constrained_beam_wider_than_the_vocabulary():
+    """Fewer tokens than a row's k + 1 best slots (the empty ones stay empty), and fewer candidates
+    than k (the live rows padded with impossible ones, as constraints._by_banks pads them)."""
+    from attnmt.seq2seq import constraints, fast_constraints
+
+    batch, model = random_batch(6, seed=9), tiny("gru-bahdanau")
+    args = (model, batch.src, batch.src_lengths, constrained_limits([6] * 6), CONSTRAINTS, 20, 4)
+    trees = decoding.BeamRecorder(6, 20), decoding.BeamRecorder(6, 20)
+    reference = constraints.constrained_beam_search(*args, record=trees[0])
+    assert_same_hypotheses(fast_constraints.constrained_beam_search(*args, record=trees[1], graphs=True), reference)
+    assert_same_trees(trees[1], trees[0])
+
+
 def test_constraints_no_longer_fall_back_to_the_reference_search(monkeypatch):
     """Where the fixed-shape executor runs (a GPU, faked here: search.fast_here), decode with
     constraints takes it (fast_constraints), with a prefix, a recorder (beam_tree) and a stop too,

@@ -251,9 +251,9 @@ class _ConstrainedBeam(FixedBeam):
         """Each row's candidate tokens but EOS (B, w, C) in the order of the eager search's
         dictionary, and which slots hold one: its k + 1 best, then the tokens that advance it."""
         k = self.beam
-        rows, width, vocabulary = log_probs.shape
+        batch, width, vocabulary = log_probs.shape
         # (as the eager search takes them: a row's ties in the order topk gives a batch of rows)
-        best = log_probs.flatten(0, 1).topk(min(k + 1, vocabulary), dim=1).indices.view(rows, width, -1)
+        best = log_probs.flatten(0, 1).topk(min(k + 1, vocabulary), dim=1).indices.view(batch, width, -1)
         best_ok = best != EOS
         if best.size(2) < k + 1:  # (a vocabulary under k + 1: empty slots)
             missing = k + 1 - best.size(2)
