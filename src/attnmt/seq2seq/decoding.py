@@ -405,19 +405,20 @@ class History:
         weights = self.weights
         if isinstance(weights, list):
             weights = None if not weights or weights[0] is None else weights
-        written = torch.zeros(*rows.shape, steps, dtype=torch.long, device=rows.device)
-        attention = None if weights is None else weights[0].new_zeros(*rows.shape, steps, weights[0].size(-1))
-        row = rows
+        row, token_columns, weight_columns = rows, [], []  # (from the last step back)
         for t in range(steps - 1, -1, -1):
             if ends is not None:  # (where one ends at t, it is read from there on)
                 row = torch.where(ends == t, rows, row)
-            if attention is not None:
-                attention[..., t, :] = weights[t][row]
+            if weights is not None:
+                weight_columns.append(weights[t][row])
             if t > 0:
-                written[..., t - 1] = self.tokens[t - 1][row]
+                token_columns.append(self.tokens[t - 1][row])
                 row = self.parents[t - 1][row]
-        last = torch.full_like(rows, steps - 1) if ends is None else ends
-        return written.scatter_(-1, last.unsqueeze(-1), tokens.unsqueeze(-1)), attention
+        attention = None if weights is None else torch.stack(weight_columns[::-1], dim=-2)
+        if ends is None:
+            return torch.stack(token_columns[::-1] + [tokens], dim=-1), attention
+        written = torch.stack(token_columns[::-1] + [torch.zeros_like(rows)], dim=-1)
+        return written.scatter_(-1, ends.unsqueeze(-1), tokens.unsqueeze(-1)), attention
 
 
 @torch.inference_mode()
