@@ -237,6 +237,160 @@ def test_a_prefix_no_longer_falls_back_to_the_reference_search(monkeypatch):
         )
 
 
+# The constraints of six sentences (attnmt.seq2seq.constraints): one token, a phrase, none, two,
+# a phrase of one token twice, phrases that share their tokens (13 starts two, 14 is one).
+CONSTRAINTS = [[(7,)], [(9, 10, 11)], [], [(12,), (5, 6)], [(4, 4)], [(13, 14), (14,), (13, 15)]]
+
+
+def constrained_limits(limits: list[int]) -> list[int]:
+    """Room for each sentence's constraint tokens (as decoding.output_limits makes it) and two more."""
+    return [max(limit, sum(map(len, phrases)) + 2) for limit, phrases in zip(limits, CONSTRAINTS)]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_constrained_beam_search_finds_the_reference_hypotheses_and_tree(name):
+    """The banks in the fixed-shape executor (fast_constraints), on static buffers too: the eager
+    constrained search's n best (those that met every constraint first, then those the length limit
+    ended), and its search tree, each node with its bank."""
+    from attnmt.seq2seq import constraints, fast_constraints
+
+    batch, window = random_batch(6, seed=9), window_of(name)
+    for case, (eos_bias, limits) in enumerate(CASES):
+        model, limits = tiny(name, eos_bias), constrained_limits(limits_of(batch, limits))
+        for beam, n_best, alpha in BEAMS:
+            trees = decoding.BeamRecorder(6, beam), decoding.BeamRecorder(6, beam)
+            args = (model, batch.src, batch.src_lengths, limits, CONSTRAINTS, beam, n_best, alpha)
+            reference = constraints.constrained_beam_search(*args, window=window, record=trees[0])
+            graphs = (case + beam) % 2 == 0  # half of them on static buffers
+            assert_same_hypotheses(
+                fast_constraints.constrained_beam_search(*args, window=window, graphs=graphs), reference
+            )
+            recorded = fast_constraints.constrained_beam_search(*args, window=window, graphs=graphs, record=trees[1])
+            assert_same_hypotheses(recorded, reference)
+            assert_same_trees(trees[1], trees[0])
+
+
+def test_the_constrained_cases_meet_and_miss_constraints():
+    """The differential test's cases: outputs that met every constraint, and outputs that the
+    length limit ended before (ranked after them)."""
+    from attnmt.seq2seq import fast_constraints
+    from attnmt.seq2seq.constraints import Progress
+
+    def met_all(tokens, phrases):  # (as the search counts: a token counts for one phrase)
+        progress = Progress()
+        for token in tokens:
+            progress = progress.after(token, phrases)
+        return progress.complete(phrases)
+
+    batch = random_batch(6, seed=9)
+    met = []
+    for eos_bias, limits in CASES:
+        model, limits = tiny("gru-bahdanau", eos_bias), constrained_limits(limits_of(batch, limits))
+        found = fast_constraints.constrained_beam_search(model, batch.src, batch.src_lengths, limits, CONSTRAINTS, 3, 3)
+        for phrases, hypotheses in zip(CONSTRAINTS, found):
+            holds = [met_all(h.tokens, phrases) for h in hypotheses]
+            assert holds == sorted(holds, reverse=True)
+            met += holds
+    assert any(met) and not all(met)
+
+
+@pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "transformer", "gru-coverage-fertility"])
+def test_constraints_with_a_coverage_penalty_a_prefix_and_an_ensemble_as_the_reference(name):
+    """The constrained banks with what a search may carry besides: a coverage penalty (each row's
+    attention summed as it goes), a prefixed model (FixedPrefixState), an ensemble's members."""
+    from attnmt.seq2seq import constraints, fast_constraints
+    from attnmt.seq2seq.ensemble import Ensemble
+
+    batch = random_batch(6, seed=9)
+    for case, (eos_bias, limits) in enumerate(CASES):
+        model, limits = tiny(name, eos_bias), constrained_limits(limits_of(batch, limits))
+        for beam, n_best in ((3, 2), (5, 5)):
+            args = (model, batch.src, batch.src_lengths, limits, CONSTRAINTS, beam, n_best)
+            reference = constraints.constrained_beam_search(*args, beta=0.7)
+            fast = fast_constraints.constrained_beam_search(*args, beta=0.7, graphs=case % 2 == 0)
+            assert_same_hypotheses(fast, reference)
+        room = [max(n, len(p) + len(w) + 2) for n, p, w in zip(limits, PREFIXES.tokens, PREFIXES.words)]
+        prefixed = Prefixed(model, PREFIXES, None, batch.src.device)
+        trees = decoding.BeamRecorder(6, 3), decoding.BeamRecorder(6, 3)
+        args = (prefixed, batch.src, batch.src_lengths, room, CONSTRAINTS, 3, 2)
+        reference = constraints.constrained_beam_search(*args, record=trees[0])
+        assert_same_hypotheses(fast_constraints.constrained_beam_search(*args, graphs=True, record=trees[1]), reference)
+        assert_same_trees(trees[1], trees[0])
+    ensemble = Ensemble([tiny(name), tiny("gru-luong-general")]).eval()
+    args = (ensemble, batch.src, batch.src_lengths, constrained_limits(limits_of(batch, "usual")), CONSTRAINTS, 4, 2)
+    for graphs in (False, True):
+        assert_same_hypotheses(
+            fast_constraints.constrained_beam_search(*args, graphs=graphs), constraints.constrained_beam_search(*args)
+        )
+
+
+def test_a_constrained_beam_wider_than_the_vocabulary():
+    """Fewer tokens than a row's k + 1 best slots (the empty ones stay empty), and fewer candidates
+    than k (the live rows padded with impossible ones, as constraints._by_banks pads them)."""
+    from attnmt.seq2seq import constraints, fast_constraints
+
+    batch, model = random_batch(6, seed=9), tiny("gru-bahdanau")
+    args = (model, batch.src, batch.src_lengths, constrained_limits([6] * 6), CONSTRAINTS, 20, 4)
+    trees = decoding.BeamRecorder(6, 20), decoding.BeamRecorder(6, 20)
+    reference = constraints.constrained_beam_search(*args, record=trees[0])
+    assert_same_hypotheses(fast_constraints.constrained_beam_search(*args, record=trees[1], graphs=True), reference)
+    assert_same_trees(trees[1], trees[0])
+
+
+def test_constraints_no_longer_fall_back_to_the_reference_search(monkeypatch):
+    """Where the fixed-shape executor runs (a GPU, faked here: search.fast_here), decode with
+    constraints takes it (fast_constraints), with a prefix, a recorder (beam_tree) and a stop too,
+    with the reference's hypotheses and tree; a stop that says True ends it at a check."""
+    from attnmt.seq2seq import constraints, fast_constraints
+    from attnmt.seq2seq.decoding import DecodingStopped
+
+    batch, model, settings = random_batch(6, seed=9), tiny("lstm-location"), DecodingConfig(beam=3)
+    reference = decoding.BeamRecorder(6, 3)
+    expected = [
+        searches.decode(model, batch.src, batch.src_lengths, settings, n_best=2, constraints=CONSTRAINTS),
+        searches.decode(model, batch.src, batch.src_lengths, settings, constraints=CONSTRAINTS, prefixes=PREFIXES),
+        searches.decode(model, batch.src, batch.src_lengths, settings, constraints=CONSTRAINTS, record=reference),
+    ]
+    calls, original = [], fast_constraints.constrained_beam_search
+    monkeypatch.setattr(
+        fast_constraints, "constrained_beam_search", lambda *a, **k: calls.append(1) or original(*a, **k)
+    )
+    monkeypatch.setattr(constraints, "constrained_beam_search", lambda *a, **k: pytest.fail("the reference ran"))
+    monkeypatch.setattr(searches, "fast_here", lambda device, model: True)
+    tree = decoding.BeamRecorder(6, 3)
+    found = [
+        searches.decode(model, batch.src, batch.src_lengths, settings, n_best=2, constraints=CONSTRAINTS),
+        searches.decode(model, batch.src, batch.src_lengths, settings, constraints=CONSTRAINTS, prefixes=PREFIXES),
+        searches.decode(
+            model, batch.src, batch.src_lengths, settings, constraints=CONSTRAINTS, record=tree, stop=lambda: False
+        ),
+    ]
+    assert calls == [1, 1, 1]
+    for ours, theirs in zip(found, expected):
+        assert_same_hypotheses(ours, theirs)
+    assert_same_trees(tree, reference)
+    with pytest.raises(DecodingStopped, match=f"after {fast_decoding.CHECK_EVERY} decoder steps"):
+        never = tiny("lstm-location", NEVER_ENDS)
+        searches.decode(never, batch.src, batch.src_lengths, settings, constraints=CONSTRAINTS, stop=lambda: True)
+
+
+def test_a_constrained_step_is_captured_where_the_state_keeps_its_shape(monkeypatch):
+    from attnmt.seq2seq import fast_constraints
+
+    captured = []
+    original = fast_decoding._StepGraph.__init__
+    monkeypatch.setattr(
+        fast_decoding._StepGraph, "__init__", lambda self, step, loop: captured.append(1) or original(self, step, loop)
+    )
+    batch = random_batch(6, seed=9)
+    for name in ("lstm-location", "transformer"):
+        model = tiny(name, NEVER_ENDS)
+        fast_constraints.constrained_beam_search(
+            model, batch.src, batch.src_lengths, [12] * 6, CONSTRAINTS, beam=3, graphs=True
+        )
+    assert captured == [1, 1]
+
+
 WITH_ATTENTION = [name for name in MODELS if name != "gru-none"]
 
 
@@ -449,17 +603,26 @@ def test_a_step_reads_no_value_back(name):
         model = copy.deepcopy(model).to("meta")
         searches_run = [
             fast_decoding._Greedy(model, memory, [6, 6, 6, 6], 1.0),
-            fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0),
+            fast_decoding.FixedBeam(model, memory, [3, 4, 5, 6], 3, 2, 1.0),
         ]
         if name != "gru-none":  # (and with a coverage penalty, which sums the attention)
-            searches_run.append(fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, beta=0.4))
-        searches_run.append(fast_decoding._Beam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, record=True))  # (a tree)
+            searches_run.append(fast_decoding.FixedBeam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, beta=0.4))
+        searches_run.append(fast_decoding.FixedBeam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, record=True))  # (a tree)
         four = Prefixes(PREFIXES.tokens[:4], PREFIXES.words[:4], PREFIXES.spelling)  # (a prefix)
         prefixed = Prefixed(model, four, None, torch.device("meta"))
         searches_run += [
             fast_decoding._Greedy(prefixed, memory, [9, 9, 9, 9], 1.0),
-            fast_decoding._Beam(prefixed, memory, [9, 9, 9, 9], 3, 2, 1.0),
+            fast_decoding.FixedBeam(prefixed, memory, [9, 9, 9, 9], 3, 2, 1.0),
         ]
+        from attnmt.seq2seq.fast_constraints import _ConstrainedBeam  # (constraints, with a tree, a prefix)
+
+        searches_run += [
+            _ConstrainedBeam(model, memory, [6, 7, 8, 9], CONSTRAINTS[:4], 3, 2, 1.0),
+            _ConstrainedBeam(model, memory, [6, 7, 8, 9], CONSTRAINTS[2:], 3, 2, 1.0, record=True),
+            _ConstrainedBeam(prefixed, memory, [9, 9, 9, 9], CONSTRAINTS[:4], 3, 2, 1.0),
+        ]
+        if name != "gru-none":
+            searches_run.append(_ConstrainedBeam(model, memory, [6, 7, 8, 9], CONSTRAINTS[:4], 3, 2, 1.0, beta=0.4))
         for search in searches_run:
             loop = search.start()
             for _ in range(4):
@@ -484,7 +647,7 @@ def test_the_loop_asks_whether_all_are_done_only_every_few_steps(monkeypatch, gr
             return _method(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    steps_run, run = [], fast_decoding._run
+    steps_run, run = [], fast_decoding.run_fixed
 
     def loop(search, steps, graphs, *rest):
         inside[0] = True
@@ -495,7 +658,7 @@ def test_the_loop_asks_whether_all_are_done_only_every_few_steps(monkeypatch, gr
         steps_run.append(result[1])
         return result
 
-    monkeypatch.setattr(fast_decoding, "_run", loop)
+    monkeypatch.setattr(fast_decoding, "run_fixed", loop)
     batch = random_batch()
     model = tiny("gru-bahdanau", NEVER_ENDS)  # every sentence runs to its limit, 30 steps
     fast_decoding.greedy_search(model, batch.src, batch.src_lengths, [30] * 5, graphs=graphs)
@@ -504,12 +667,74 @@ def test_the_loop_asks_whether_all_are_done_only_every_few_steps(monkeypatch, gr
     assert reads == ["__bool__"] * 2 * (30 // fast_decoding.CHECK_EVERY)
 
 
+@pytest.mark.parametrize("graphs", [False, True])
+def test_a_constrained_search_asks_whether_all_are_done_only_every_few_steps(monkeypatch, graphs):
+    """The constrained banks' steps read nothing back either (with a tree, too): one read per
+    CHECK_EVERY steps."""
+    from attnmt.seq2seq import fast_constraints
+
+    reads, inside = [], [False]
+    for name in READS:
+        method = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _method=method, _name=name, **kwargs):
+            if inside[0]:
+                reads.append(_name)
+            return _method(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    run = fast_decoding.run_fixed
+
+    def loop(*args):
+        inside[0] = True
+        try:
+            return run(*args)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(fast_decoding, "run_fixed", loop)
+    batch, model = random_batch(6, seed=9), tiny("gru-bahdanau", NEVER_ENDS)
+    tree = decoding.BeamRecorder(6, 3)
+    args = (model, batch.src, batch.src_lengths, [30] * 6, CONSTRAINTS, 3)
+    fast_constraints.constrained_beam_search(*args, graphs=graphs, record=tree)
+    assert reads == ["__bool__"] * (30 // fast_decoding.CHECK_EVERY)
+
+
+def test_one_history_reads_the_same_hypotheses_from_lists_and_from_buffers():
+    """decoding.History in both layouts: the eager lists (add_weights, add_rows) and the fixed
+    buffers (write at the step counter) give the same tokens and attention back, for hypotheses that
+    end at one step (read) or at several (read_back)."""
+    g = torch.Generator().manual_seed(0)
+    steps, rows, width = 5, 4, 3
+    tokens = torch.randint(4, 20, (steps, rows), generator=g)
+    parents = torch.randint(0, rows, (steps, rows), generator=g)
+    weights = torch.rand(steps, rows, width, generator=g)
+    eager, fixed = decoding.History(), decoding.History(steps, rows, torch.device("cpu"))
+    for t in range(steps):
+        eager.add_weights(weights[t])
+        eager.add_rows(tokens[t], parents[t])
+        fixed.write(torch.tensor([t]), tokens[t], parents[t], weights[t])
+    ends, ended, last = torch.tensor([[4, 2], [0, 3]]), torch.tensor([[1, 3], [2, 0]]), torch.tensor([[7, 8], [9, 10]])
+    read, attention = fixed.read_back(ends, ended, last, steps)
+    for i in range(2):
+        for j in range(2):
+            t = int(ends[i, j])
+            one, matrix = eager.read(t, ended[i, j : j + 1], last[i, j : j + 1])
+            assert one[0] == read[i, j, : t + 1].tolist()
+            torch.testing.assert_close(matrix[0], attention[i, j, : t + 1])
+            row, expected = int(ended[i, j]), [int(last[i, j])]  # (followed by hand)
+            for s in range(t - 1, -1, -1):
+                expected.insert(0, int(tokens[s, row]))
+                row = int(parents[s, row])
+            assert one[0] == expected
+
+
 def test_all_done_ends_the_loop_at_the_next_check():
     batch = random_batch()
     model = tiny("gru-bahdanau", ENDS_EARLY)
-    search = fast_decoding._Beam(model, model.encode(batch.src, batch.src_lengths), [40] * 5, 3, 1, 1.0)
+    search = fast_decoding.FixedBeam(model, model.encode(batch.src, batch.src_lengths), [40] * 5, 3, 1, 1.0)
     with torch.inference_mode():
-        loop, steps = fast_decoding._run(search, 40, graphs=False)
+        loop, steps = fast_decoding.run_fixed(search, 40, graphs=False)
     assert steps < 40 and steps % fast_decoding.CHECK_EVERY == 0 and bool(loop.done.all())
 
 
@@ -555,7 +780,7 @@ def test_decode_keeps_the_reference_searches_on_a_cpu(monkeypatch):
 def strict_steps(monkeypatch):
     """Makes every eager search step run in CUDA's sync debug mode "error": a step that waits for
     the GPU raises (and a capture would fail)."""
-    for search in (fast_decoding._Greedy, fast_decoding._Beam):
+    for search in (fast_decoding._Greedy, fast_decoding.FixedBeam):
 
         def strict(self, loop, _step=search.step):
             torch.cuda.set_sync_debug_mode("error")
@@ -582,7 +807,7 @@ def strict_steps(monkeypatch):
 )
 def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
     """On CUDA: graphs on, graphs off and the reference give the same hypotheses for greedy and
-    beam 5 (and beam 5 with a coverage penalty, its search tree, prefixes); a step never
+    beam 5 (and beam 5 with a coverage penalty, its search tree, prefixes, constraints); a step never
     synchronises, sampling's neither; decode() takes the fast searches on a GPU (sampling too),
     and the reference ones with speed.plain()."""
     strict_steps(monkeypatch)
@@ -615,6 +840,17 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
             for graphs in (False, True):
                 found = fast(*prefixed, window=window, graphs=graphs, **options)
                 assert_same_hypotheses(found, reference, atol=1e-4)
+        from attnmt.seq2seq import constraints, fast_constraints  # constraints, with their search tree
+
+        phrases = (CONSTRAINTS * 3)[:16]
+        room = [max(n, sum(map(len, p)) + 2) for n, p in zip(limits, phrases)]
+        constrained = (model, batch.src, batch.src_lengths, room, phrases, 5, 3)
+        trees = [decoding.BeamRecorder(batch.src.size(0), 5) for _ in range(3)]
+        reference = constraints.constrained_beam_search(*constrained, window=window, record=trees[0])
+        for graphs, tree in zip((False, True), trees[1:]):
+            found = fast_constraints.constrained_beam_search(*constrained, window=window, graphs=graphs, record=tree)
+            assert_same_hypotheses(found, reference, atol=1e-4)
+            assert_same_trees(tree, trees[0], atol=1e-4)
         reference = decoding.beam_search(*args, beam=5, n_best=3, window=window, beta=1.0)  # a coverage penalty
         for graphs in (False, True):
             assert_same_hypotheses(

@@ -1,6 +1,7 @@
 """The step-by-step trace agrees with translate and with the attention equations."""
 
 import numpy as np
+import torch
 import pytest
 
 
@@ -60,3 +61,21 @@ def test_reprs_show_shapes_not_numbers():
     trace = DecodingTrace("a.wav", ["s"] * 200, np.ones((200, 512)), steps, "x" * 60, features=np.ones((800, 80)))
     assert repr(trace).endswith("60 steps, encoder states 200x512, 800 audio frames)") and len(repr(trace)) < 200
     assert repr(steps[0]) == "StepTrace('x', p 0.900, 200 weights, context 512, state 1024, top 1)"
+
+
+def test_the_trace_is_an_observer_of_decodes_loop(reverse_model, monkeypatch):
+    """trace goes through search.decode, the one entry, as an observer of its greedy search (on
+    every device the eager executor: an observer reads each step); decode refuses observers for
+    any other search."""
+    from attnmt.seq2seq import search
+
+    model, _ = reverse_model
+    calls, decode = [], search.decode
+    monkeypatch.setattr(search, "decode", lambda *a, **k: calls.append(k["observers"]) or decode(*a, **k))
+    traced = model.trace("abcdef", top_k=3)
+    [[observer]] = calls
+    assert observer.steps is traced.steps
+    src = torch.tensor([[5, 6, 7, 3]])
+    for options in ({"beam": 2}, {"beam": 1, "n_best": 1, "constraints": [[(5,)]]}):
+        with pytest.raises(ValueError, match="observers watch a greedy search"):
+            decode(model.model, src, torch.tensor([4]), model.config.decoding, observers=(observer,), **options)

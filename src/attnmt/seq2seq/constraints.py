@@ -123,15 +123,21 @@ def constrained_beam_search(
     [] for none), by dynamic beam allocation (see the module). The full output layer: no shortlist.
     ``record``: each step's live rows, ends and the k best candidates left out join the search tree,
     each with the constraint tokens it has met (its bank)."""
-    if n_best > beam:
-        raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
-    if any(not phrase or PAD in phrase or EOS in phrase for phrases in constraints for phrase in phrases):
-        raise ValueError("a constraint is a phrase of one or more tokens, none of them padding or EOS")
+    check_constraints(constraints, beam, n_best)
     memory = model.encode(src, src_lengths, window)
     beams = _ConstrainedBeams(
         src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta, record, constraints
     )
     return checked_search(run_eager(beams, model, memory, stop=stop))
+
+
+def check_constraints(constraints: list[Phrases], beam: int, n_best: int):
+    """ValueError for an n_best above the beam, or a phrase that is empty or holds PAD or EOS
+    (the checks of both executors' constrained searches)."""
+    if n_best > beam:
+        raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
+    if any(not phrase or PAD in phrase or EOS in phrase for phrases in constraints for phrase in phrases):
+        raise ValueError("a constraint is a phrase of one or more tokens, none of them padding or EOS")
 
 
 class _ConstrainedBeams(Beams):
@@ -148,7 +154,7 @@ class _ConstrainedBeams(Beams):
     def extend(self, t: int, step: StepOutput, vocabulary: None) -> tuple[list[int], Tensor]:
         """Each sentence's k live rows chosen by banks, and its finished hypotheses (see the module).
         Returns the sentence of each group and, for each live row (n*k,), the row of batch t it extends."""
-        self.history.weights.append(step.weights)
+        self.history.add_weights(step.weights)
         sentences, width = self.active.tolist(), self.width
         log_probs = self.log_probs_at(t, step, sentences).float()
         candidates = self._candidates(log_probs, [s for s in sentences for _ in range(width)])

@@ -233,6 +233,7 @@ def greedy_search(
     pick: Callable[[Tensor], Tensor] | None = None,
     *,
     stop: Callable[[], bool] | None = None,
+    observers: tuple = (),
 ) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
     and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
@@ -241,10 +242,10 @@ def greedy_search(
     ``pick``: the column chosen in each row of a step's log-probabilities instead of the most
     probable (sampler: sampling); the score stays the model's log-probability of the tokens.
     ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no
-    output). ``stop``: as beam_search's."""
+    output). ``stop``: as beam_search's. ``observers``: see ``run_eager`` (the trace)."""
     memory = model.encode(src, src_lengths, window)
     greedy = Greedy(src.size(0), alpha, max_lengths, memory_lengths(memory), src.device, beta, pick)
-    return checked_search(run_eager(greedy, model, memory, vocabulary, stop))
+    return checked_search(run_eager(greedy, model, memory, vocabulary, stop, observers))
 
 
 class Greedy:
@@ -345,30 +346,79 @@ def sampler(sampling: Sampling, generator: torch.Generator | None = None) -> Cal
     return draw
 
 
-class _History:
-    """What beam search needs to read its hypotheses back: per step t, the attention weights of
-    the rows of its batch, and for each row of the next batch its token and the row of step t it
-    extends. Hypotheses are read back when they finish, those of one step together: copying every
-    live hypothesis' tokens and weights forward at every step would cost O(length^2)."""
+class History:
+    """What a search's steps wrote, to read its hypotheses back from (the one history of both
+    executors): for each step t, the attention weights of its rows, and for each row of step t+1
+    its token and the row of step t it extends (its parent; beam search). Hypotheses are read back
+    when they finish (``read``; at the end, the fixed-shape executor's tables: ``read_back``),
+    following the parents: copying every live hypothesis' tokens and weights forward at every step
+    would cost O(length^2).
 
-    def __init__(self):
-        self.weights: list[Tensor | None] = []  # step t: (rows of batch t, S)
-        self.tokens: list[Tensor] = []  # step t: the token of each row of batch t+1
-        # step t: the row of batch t that each row of batch t+1 extends
-        self.parents: list[Tensor] = []
+    Two layouts, one an executor. The eager loop's batch shrinks as sentences finish: it adds each
+    step's tensors to lists (``add_weights``, then ``add_rows``). The fixed-shape executor's rows
+    stay: ``History(steps, rows, device)`` makes buffers for the longest output, which ``write``
+    fills at the step counter, a tensor (a captured graph writes there); the buffer of weights is
+    made at the first step (its weights give their type and width; None without attention)."""
+
+    def __init__(self, steps: int | None = None, rows: int = 0, device: torch.device | None = None):
+        self.weights: list[Tensor | None] | Tensor | None  # step t: (rows of step t, S)
+        self.tokens: list[Tensor] | Tensor  # step t: the token of each row of step t+1
+        self.parents: list[Tensor] | Tensor  # step t: the row of step t that each row of step t+1 extends
+        if steps is None:
+            self.weights, self.tokens, self.parents = [], [], []
+        else:
+            self.tokens = torch.zeros(steps, rows, dtype=torch.long, device=device)
+            self.parents = torch.zeros(steps, rows, dtype=torch.long, device=device)
+            self.weights = None
+
+    def add_weights(self, weights: Tensor | None):
+        """Eager: step t's attention weights (rows of step t, S), or None."""
+        self.weights.append(weights)
+
+    def add_rows(self, tokens: Tensor, parents: Tensor):
+        """Eager: the rows of step t+1, their tokens and parents (rows of step t+1,)."""
+        self.tokens.append(tokens)
+        self.parents.append(parents)
+
+    def write(self, t: Tensor, tokens: Tensor, parents: Tensor | None, weights: Tensor | None):
+        """Fixed shapes: step t's tokens and parents of the rows of step t+1 (rows,; no parents:
+        greedy search) and its weights (rows, S), at ``t`` (1,), a tensor on the device."""
+        self.tokens.index_copy_(0, t, tokens.unsqueeze(0))
+        if parents is not None:
+            self.parents.index_copy_(0, t, parents.unsqueeze(0))
+        if weights is not None:
+            if self.weights is None:
+                self.weights = weights.new_zeros(self.tokens.size(0), *weights.shape)
+            self.weights.index_copy_(0, t, weights.unsqueeze(0))
 
     def read(self, t: int, rows: Tensor, tokens: Tensor) -> tuple[list[list[int]], Tensor | None]:
-        """The hypotheses of ``rows`` of batch t, each extended by its token of ``tokens`` at step
+        """The hypotheses of ``rows`` of step t, each extended by its token of ``tokens`` at step
         t: their tokens, and their attention (n, t+1, S) or None."""
-        token_columns, weight_columns = [tokens], []
-        for step in range(t, -1, -1):
-            if self.weights[step] is not None:
-                weight_columns.append(self.weights[step][rows])
-            if step:
-                token_columns.append(self.tokens[step - 1][rows])
-                rows = self.parents[step - 1][rows]
-        token_lists = torch.stack(token_columns[::-1], dim=1).tolist()
-        return token_lists, torch.stack(weight_columns[::-1], dim=1).float() if weight_columns else None
+        token_ids, attention = self.read_back(None, rows, tokens, t + 1)
+        return token_ids.tolist(), None if attention is None else attention.float()
+
+    def read_back(self, ends: Tensor | None, rows: Tensor, tokens: Tensor, steps: int) -> tuple[Tensor, Tensor | None]:
+        """The tokens (..., steps) and attention (..., steps, S) of hypotheses (any shape ...) that
+        wrote their last token ``tokens`` at step ``ends`` (None: all at the last of ``steps``),
+        extending ``rows`` of that step, from each one's end back to the first step along the
+        parents. Positions after a hypothesis' end hold what it does not use."""
+        weights = self.weights
+        if isinstance(weights, list):
+            weights = None if not weights or weights[0] is None else weights
+        row, token_columns, weight_columns = rows, [], []  # (from the last step back)
+        for t in range(steps - 1, -1, -1):
+            if ends is not None:  # (where one ends at t, it is read from there on)
+                row = torch.where(ends == t, rows, row)
+            if weights is not None:
+                weight_columns.append(weights[t][row])
+            if t > 0:
+                token_columns.append(self.tokens[t - 1][row])
+                row = self.parents[t - 1][row]
+        attention = None if weights is None else torch.stack(weight_columns[::-1], dim=-2)
+        if ends is None:
+            return torch.stack(token_columns[::-1] + [tokens], dim=-1), attention
+        written = torch.stack(token_columns[::-1] + [torch.zeros_like(rows)], dim=-1)
+        return written.scatter_(-1, ends.unsqueeze(-1), tokens.unsqueeze(-1)), attention
 
 
 @torch.inference_mode()
@@ -426,10 +476,13 @@ def run_eager(
     ``memory``, each step runs the model on the rows ``strategy`` keeps (Greedy, Beams,
     constraints._ConstrainedBeams), which chooses their next tokens (``advance``: which groups go
     on) and the rows of the next step (``next_batch``: the finished ones leave the batch). Each of
-    ``observers`` sees every step (``observe(t, step, strategy)``, after the choice: the trace).
+    ``observers`` sees the memory (``begin(memory)``) and every step (``observe(t, step,
+    strategy)``, after the choice): the trace.
     ``stop``: asked after each step that leaves the search unfinished; DecodingStopped when it
     says True. Returns the strategy's results (unchecked: ``checked_search``)."""
     state = model.init_state(memory)
+    for observer in observers:
+        observer.begin(memory)
     for t in range(max(strategy.max_lengths)):
         step = model.decode_step(strategy.prev, state, memory)
         going = strategy.advance(t, step, vocabulary)
@@ -445,7 +498,7 @@ def run_eager(
 class Beams:
     """The state of a batched beam search between two steps: the sentence of each group of rows
     (``active``), the live hypotheses' scores (n, width) and last tokens (``prev``, n*width), the
-    finished hypotheses of every sentence, and the ``_History`` to read hypotheses back from: the
+    finished hypotheses of every sentence, and the ``History`` to read hypotheses back from: the
     strategy of beam search in the eager loop (``run_eager``). Each step: ``advance`` (``extend``,
     ``going``), then ``next_batch`` (see beam_search)."""
 
@@ -476,7 +529,7 @@ class Beams:
         self.prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
         self.active = torch.arange(batch, device=device)  # sentence id of each group of k rows
-        self.history = _History()
+        self.history = History()
 
     def advance(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> Tensor:
         """Step t's choice (``extend``): which sentences go on (``going``)."""
@@ -489,7 +542,7 @@ class Beams:
         alive (``prev``, ``scores``). Returns the sentence of each group and, for each live row
         (n*k,), the row of batch t it extends."""
         k, device = self.k, self.device
-        self.history.weights.append(step.weights)
+        self.history.add_weights(step.weights)
         n = self.active.numel()
         sentences = self.active.tolist()
         top_scores, origin, next_column = best_candidates(self.scores, self.log_probs_at(t, step, sentences), k)
@@ -561,8 +614,7 @@ class Beams:
             source_rows = source_rows[rows]
             if self.record is not None:
                 self.record.keep_rows(rows)
-        self.history.tokens.append(self.prev)
-        self.history.parents.append(source_rows)
+        self.history.add_rows(self.prev, source_rows)
         state = state.select(source_rows)
         if self.width < k or groups.numel() < n:
             # the memory of each sentence, for its k rows from now on

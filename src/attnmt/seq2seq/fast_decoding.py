@@ -24,7 +24,9 @@ the device:
     weights go into buffers preallocated for the longest output, written at the step counter,
     itself a tensor on the device.
   - a beam search that records its tree (beam_tree) writes each step's 2k candidates of every
-    sentence and their status into buffers too (``_TreeBuffers``), added to the recorder at the end.
+    sentence and their status into buffers too (``TreeBuffers``), added to the recorder at the end.
+  - constrained beam search (the banks of attnmt.seq2seq.constraints) is a FixedBeam too, in
+    attnmt.seq2seq.fast_constraints.
 The host asks "are all sentences done?" every ``CHECK_EVERY`` steps (one synchronisation each; there
 too a caller's ``stop``), and reads the hypotheses back once, at the end, after following the
 back-pointers on the device.
@@ -65,6 +67,7 @@ from attnmt.seq2seq.decoding import (
     COVERAGE_FLOOR,
     NO_COVERAGE,
     BeamRecorder,
+    History,
     Hypothesis,
     beam_done,
     best_candidates,
@@ -102,7 +105,7 @@ def greedy_search(
     (decoding.sampler), drawn for every row at every step (so unlike the reference's draws, for the
     sentences going), in eager steps: a graph would not know the generator."""
     search = _Greedy(model, model.encode(src, src_lengths, window), max_lengths, alpha, vocabulary, beta, pick)
-    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device) and pick is None)
+    loop, steps = run_fixed(search, max(max_lengths), graphs_on(graphs, src.device) and pick is None)
     return checked_search(search.results(loop, steps))
 
 
@@ -125,29 +128,29 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
     sentence keeping its k rows until all are done. ``beta``: the coverage penalty of the finished
-    hypotheses' scores, from each live row's attention summed as it goes (``_Beam._coverage``).
+    hypotheses' scores, from each live row's attention summed as it goes (``FixedBeam._coverage``).
     ``record``: decoding.beam_search's search tree, the same, from every step's candidates kept in
-    buffers on the device (``_TreeBuffers``, inside a captured step too) and added to the
+    buffers on the device (``TreeBuffers``, inside a captured step too) and added to the
     recorder at the end. ``stop``: asked where the loop asks whether all are done (every
     CHECK_EVERY steps), DecodingStopped when it says True."""
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     memory = model.encode(src, src_lengths, window)
-    search = _Beam(model, memory, max_lengths, beam, n_best, alpha, vocabulary, beta, record is not None)
-    loop, steps = _run(search, max(max_lengths), _graphs_on(graphs, src.device), stop)
+    search = FixedBeam(model, memory, max_lengths, beam, n_best, alpha, vocabulary, beta, record is not None)
+    loop, steps = run_fixed(search, max(max_lengths), graphs_on(graphs, src.device), stop)
     if record is not None:
         search.tree.replay(record, steps)
     return checked_search(search.results(loop, steps))
 
 
-def _graphs_on(graphs: bool | None, device: torch.device) -> bool:
+def graphs_on(graphs: bool | None, device: torch.device) -> bool:
     return device.type == "cuda" if graphs is None else graphs
 
 
 # ------------------------------------------------------------------------------- the step loop
 
 
-def _run(search, steps: int, graphs: bool, stop: Callable[[], bool] | None = None):
+def run_fixed(search, steps: int, graphs: bool, stop: Callable[[], bool] | None = None):
     """The fixed-shape executor's loop: runs ``search`` until all its sentences are done (asked
     every CHECK_EVERY steps) or for ``steps`` steps: eagerly, or with ``graphs`` its first
     WARMUP_STEPS eagerly and the others as a captured graph. ``stop``: asked at each of those
@@ -240,27 +243,6 @@ def _copy_into(static, new):
         buffer.copy_(tensor)
 
 
-class _History:
-    """What each step t wrote, in buffers made for the longest output (fixed shapes: a graph
-    writes at the step counter): the last token of each row after step t, the row of step t that
-    it extends (beam search), and the attention weights of step t's rows, whose buffer is made at
-    the first step (its weights give their type and width; None without attention)."""
-
-    def __init__(self, steps: int, rows: int, device: torch.device):
-        self.tokens = torch.zeros(steps, rows, dtype=torch.long, device=device)
-        self.parents = torch.zeros(steps, rows, dtype=torch.long, device=device)
-        self.weights: Tensor | None = None  # (steps, rows, S)
-
-    def write(self, t: Tensor, tokens: Tensor, parents: Tensor | None, weights: Tensor | None):
-        self.tokens.index_copy_(0, t, tokens.unsqueeze(0))
-        if parents is not None:
-            self.parents.index_copy_(0, t, parents.unsqueeze(0))
-        if weights is not None:
-            if self.weights is None:
-                self.weights = weights.new_zeros(self.tokens.size(0), *weights.shape)
-            self.weights.index_copy_(0, t, weights.unsqueeze(0))
-
-
 def _batch_size(memory) -> int:
     return memory.states.size(0)
 
@@ -279,7 +261,7 @@ class _GreedyLoop:
 
 
 class _FixedStrategy:
-    """A strategy of the fixed-shape executor (``_run``): start() the loop, step() it (no value
+    """A strategy of the fixed-shape executor (``run_fixed``): start() the loop, step() it (no value
     read back: the model's step on every row, the one call of decode_step here, then the
     strategy's choice, ``advance``), all_done() for the host's check, results() at the end."""
 
@@ -311,7 +293,7 @@ class _Greedy(_FixedStrategy):
         self.pick = pick
         device = memory.states.device
         self.limits = torch.tensor(max_lengths, device=device)
-        self.history = _History(max(max_lengths), _batch_size(memory), device)
+        self.history = History(max(max_lengths), _batch_size(memory), device)
 
     def start(self) -> _GreedyLoop:
         batch, device = _batch_size(self.memory), self.limits.device
@@ -373,7 +355,7 @@ class _Greedy(_FixedStrategy):
 
 
 @dataclass
-class _Finished:
+class Finished:
     """The n best finished hypotheses of each sentence so far, best first (equal scores: the
     first to finish first), and how many have finished in all. Empty slots score -inf."""
 
@@ -388,18 +370,18 @@ class _Finished:
 
 
 @dataclass
-class _BeamLoop:
+class BeamLoop:
     step: Tensor  # (1,) the step t about to run
     prev: Tensor  # (B*k,) the last token of each live hypothesis (BOS at first)
     state: Any  # the model's decoder state, (B*k) rows
     scores: Tensor  # (B,k) the live hypotheses' log-probabilities ((B,1) before the first step)
     done: Tensor  # (B,) the sentence's search is over
-    finished: _Finished
+    finished: Finished
     # (B*k,S) each live row's attention summed over its steps (with a coverage penalty only)
     coverage: Tensor | None
 
 
-class _Beam(_FixedStrategy):
+class FixedBeam(_FixedStrategy):
     """Beam search on k rows per sentence (those of sentence b are rows b*k ... b*k + k-1, its
     memory repeated k times)."""
 
@@ -435,17 +417,30 @@ class _Beam(_FixedStrategy):
         self.limit_penalties = torch.tensor(
             [length_penalty(n, alpha) for n in max_lengths], dtype=torch.float64, device=device
         )
-        self.history = _History(steps, batch * beam, device)
-        self.tree = _TreeBuffers(steps, batch, beam, device) if record else None
+        self.history = History(steps, batch * beam, device)
+        self.tree = TreeBuffers(steps, batch, 2 * beam, device) if record else None
 
-    def start(self) -> _BeamLoop:
+    def start(self) -> BeamLoop:
         (batch, k), device = (self.batch, self.beam), self.limits.device
         # The k hypotheses of a sentence would start identical: the first step extends its first
         # row only (scores of width 1, as in decoding), and its best extensions fill the k rows.
         scores = torch.zeros(batch, 1, device=device)
+        return BeamLoop(
+            torch.zeros(1, dtype=torch.long, device=device),
+            torch.full((batch * k,), BOS, dtype=torch.long, device=device),
+            self.model.init_fixed_state(self.memory, self.history.tokens.size(0)),
+            scores,
+            torch.zeros(batch, dtype=torch.bool, device=device),
+            self.no_finished(),
+            torch.zeros(self.memory.mask.shape, device=device) if self.beta else None,
+        )
+
+    def no_finished(self) -> Finished:
+        """An empty table of finished hypotheses."""
+        batch, device = self.batch, self.limits.device
         empty = torch.zeros(batch, self.n_best, dtype=torch.long, device=device)
         no_scores = torch.full((batch, self.n_best), NEG_INF, dtype=torch.float64, device=device)
-        finished = _Finished(
+        return Finished(
             torch.zeros(batch, dtype=torch.long, device=device),
             no_scores,
             no_scores.clone(),
@@ -453,17 +448,8 @@ class _Beam(_FixedStrategy):
             empty.clone(),
             empty.clone(),
         )
-        return _BeamLoop(
-            torch.zeros(1, dtype=torch.long, device=device),
-            torch.full((batch * k,), BOS, dtype=torch.long, device=device),
-            self.model.init_fixed_state(self.memory, self.history.tokens.size(0)),
-            scores,
-            torch.zeros(batch, dtype=torch.bool, device=device),
-            finished,
-            torch.zeros(self.memory.mask.shape, device=device) if self.beta else None,
-        )
 
-    def advance(self, loop: _BeamLoop, out: StepOutput) -> _BeamLoop:
+    def advance(self, loop: BeamLoop, out: StepOutput) -> BeamLoop:
         k, t, still_open = self.beam, loop.step, ~loop.done.unsqueeze(1)
         width = loop.scores.size(1)  # rows extended per sentence: 1 at the first step, then k
         log_probs = out.log_probs.view(self.batch, k, -1)[:, :width].flatten(0, 1)
@@ -497,7 +483,7 @@ class _Beam(_FixedStrategy):
             self.tree.write(t, still_open, origin, token, candidates, ended, alive)
         rows = parent_alive.flatten()
         self.history.write(t, prev.flatten(), rows, out.weights)
-        return _BeamLoop(
+        return BeamLoop(
             t + 1,
             prev.flatten(),
             out.state.select(rows),
@@ -523,7 +509,7 @@ class _Beam(_FixedStrategy):
 
     def _with_finished(
         self,
-        finished: _Finished,
+        finished: Finished,
         t: Tensor,
         count: Tensor,
         finishes: Tensor,
@@ -531,7 +517,7 @@ class _Beam(_FixedStrategy):
         row: Tensor,
         token: Tensor,
         coverage_penalty: Tensor | None,
-    ) -> _Finished:
+    ) -> Finished:
         """``finished`` and the hypotheses that finish at step t (each argument (B,k): which
         finish, their log-probabilities, rows, last tokens and coverage penalties): the n best,
         ordered as decoding's stable sort of its lists orders them (older ones first among equal
@@ -546,11 +532,11 @@ class _Beam(_FixedStrategy):
             "row": row,
             "token": token,
         }
-        merged = {name: torch.cat([getattr(finished, name), new[name]], dim=1) for name in _Finished.SLOTS}
+        merged = {name: torch.cat([getattr(finished, name), new[name]], dim=1) for name in Finished.SLOTS}
         best = merged["score"].sort(dim=1, descending=True, stable=True).indices[:, : self.n_best]
-        return _Finished(count, **{name: values.gather(1, best) for name, values in merged.items()})
+        return Finished(count, **{name: values.gather(1, best) for name, values in merged.items()})
 
-    def _done(self, finished: _Finished, scores: Tensor, t: Tensor) -> Tensor:
+    def _done(self, finished: Finished, scores: Tensor, t: Tensor) -> Tensor:
         """decoding.beam_done, the stopping rules of decoding.beam_search, for every sentence at
         once."""
         return beam_done(
@@ -563,12 +549,16 @@ class _Beam(_FixedStrategy):
             self.penalties.index_select(0, t),
         )
 
-    def all_done(self, loop: _BeamLoop) -> Tensor:
+    def all_done(self, loop: BeamLoop) -> Tensor:
         return loop.done.all()
 
-    def results(self, loop: _BeamLoop, steps: int) -> list[list[Hypothesis]]:
-        finished = loop.finished
-        tokens, attention = self._read_back(finished, steps)
+    def results(self, loop: BeamLoop, steps: int) -> list[list[Hypothesis]]:
+        return self.hypotheses(loop.finished, steps)
+
+    def hypotheses(self, finished: Finished, steps: int) -> list[list[Hypothesis]]:
+        """The hypotheses of a table of finished ones, each sentence's best first."""
+        # (read back along the parents: decoding.History.read_back)
+        tokens, attention = self.history.read_back(finished.end, finished.row, finished.token, steps)
         tokens, ends, log_probs = tokens.tolist(), finished.end.tolist(), finished.log_prob.tolist()
         counts = finished.count.tolist()
         attention = None if attention is None else attention.float().cpu()
@@ -588,28 +578,8 @@ class _Beam(_FixedStrategy):
             for b in range(self.batch)
         ]
 
-    def _read_back(self, finished: _Finished, steps: int) -> tuple[Tensor, Tensor | None]:
-        """The tokens (B,n,steps) and attention (B,n,steps,S) of the finished table's hypotheses,
-        from each one's last step back to the first along the back-pointers. Positions after a
-        hypothesis' end hold what it does not use."""
-        history = self.history
-        tokens = torch.zeros(*finished.row.shape, steps, dtype=torch.long, device=finished.row.device)
-        attention = None
-        if history.weights is not None:
-            attention = history.weights.new_zeros(*finished.row.shape, steps, history.weights.size(-1))
-        row = finished.row
-        for t in range(steps - 1, -1, -1):
-            # the row of step t that each one extends
-            row = torch.where(finished.end == t, finished.row, row)
-            if attention is not None:
-                attention[:, :, t] = history.weights[t][row]
-            if t > 0:
-                tokens[:, :, t - 1] = history.tokens[t - 1][row]
-                row = history.parents[t - 1][row]
-        return tokens.scatter_(2, finished.end.unsqueeze(2), finished.token.unsqueeze(2)), attention
 
-
-class _TreeBuffers:
+class TreeBuffers:
     """The search tree of a fixed-shape beam search, as an observer that reads nothing back: each
     step's 2k candidates of every sentence (the row of the sentence each extends, token, score)
     and their status (``KEPT``, ``FINISHED``, ``PRUNED``; 0 where the sentence was done), written
@@ -619,28 +589,41 @@ class _TreeBuffers:
     KEPT, FINISHED, PRUNED = 1, 2, 3
     STATUS = {KEPT: "kept", FINISHED: "finished", PRUNED: "pruned"}
 
-    def __init__(self, steps: int, batch: int, k: int, device: torch.device):
-        self.k = k
-        self.origin = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
-        self.token = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
-        self.score = torch.zeros(steps, batch, 2 * k, device=device)
-        self.status = torch.zeros(steps, batch, 2 * k, dtype=torch.long, device=device)
+    def __init__(
+        self,
+        steps: int,
+        batch: int,
+        slots: int,
+        device: torch.device,
+        score_dtype: torch.dtype = torch.float32,
+        met: bool = False,
+    ):
+        shape = (steps, batch, slots)
+        self.origin = torch.zeros(shape, dtype=torch.long, device=device)
+        self.token = torch.zeros(shape, dtype=torch.long, device=device)
+        self.score = torch.zeros(shape, dtype=score_dtype, device=device)
+        self.status = torch.zeros(shape, dtype=torch.long, device=device)
+        # the constraint tokens each candidate has met (constrained search; None: no such count)
+        self.met = torch.zeros(shape, dtype=torch.long, device=device) if met else None
 
     def write(self, t: Tensor, open_: Tensor, origin, token, score, ended, alive):
-        """Step t's candidates (B,2k): ``ended`` (B,k) those that finish, ``alive`` (B,k) the
-        positions of those that stay; ``open_`` (B,1) the sentences still searched."""
+        """Beam search's step t's candidates (B,2k): ``ended`` (B,k) those that finish, ``alive``
+        (B,k) the positions of those that stay; ``open_`` (B,1) the sentences still searched."""
         kept = torch.zeros_like(token, dtype=torch.bool).scatter(1, alive, True)
-        finished = torch.nn.functional.pad(ended, (0, self.k))
+        finished = torch.nn.functional.pad(ended, (0, token.size(1) - ended.size(1)))
         status = torch.full_like(token, self.PRUNED)
         status = torch.where(kept, self.KEPT, status)
         status = torch.where(finished, self.FINISHED, status)
         status = status.masked_fill(~open_ | (score == NEG_INF), 0)
-        for buffer, value in (
-            (self.origin, origin),
-            (self.token, token),
-            (self.score, score),
-            (self.status, status),
-        ):
+        self.write_slots(t, origin, token, score, status)
+
+    def write_slots(self, t: Tensor, origin, token, score, status, met=None):
+        """Step t's candidates (B,slots) in the order the recorder adds them, with their status
+        (0: none) and, with ``met``, the constraint tokens each has met."""
+        values = [(self.origin, origin), (self.token, token), (self.score, score), (self.status, status)]
+        if self.met is not None:
+            values.append((self.met, met))
+        for buffer, value in values:
             buffer.index_copy_(0, t, value.to(buffer.dtype).unsqueeze(0))
 
     def replay(self, record: BeamRecorder, steps: int):
@@ -649,6 +632,7 @@ class _TreeBuffers:
         token = self.token[:steps].cpu().tolist()
         score = self.score[:steps].cpu().tolist()
         status = self.status[:steps].cpu().tolist()
+        met = None if self.met is None else self.met[:steps].cpu().tolist()
         for t in range(steps):
             groups = []
             for b in range(len(status[t])):
@@ -656,7 +640,8 @@ class _TreeBuffers:
                 for j, candidate_status in enumerate(status[t][b]):
                     if candidate_status:  # (0: the sentence was done, or no candidate)
                         status_name = self.STATUS[candidate_status]
-                        candidates.append((origin[t][b][j], token[t][b][j], score[t][b][j], status_name, None))
+                        count = None if met is None else met[t][b][j]
+                        candidates.append((origin[t][b][j], token[t][b][j], score[t][b][j], status_name, count))
                 groups.append((b, candidates))
             record.add(t, groups)
 
@@ -667,4 +652,13 @@ def _first_true(mask: Tensor, k: int) -> Tensor:
     return mask.int().sort(dim=1, descending=True, stable=True).indices[:, :k]
 
 
-__all__ = ["greedy_search", "beam_search", "CHECK_EVERY"]
+__all__ = [
+    "greedy_search",
+    "beam_search",
+    "run_fixed",
+    "FixedBeam",
+    "BeamLoop",
+    "Finished",
+    "TreeBuffers",
+    "CHECK_EVERY",
+]

@@ -13,9 +13,10 @@ from torch import Tensor
 
 from attnmt.core import speed
 from attnmt.core.config import DecodingConfig, Sampling
-from attnmt.seq2seq import decoding, fast_decoding
+from attnmt.seq2seq import constraints as eager_constraints
+from attnmt.seq2seq import decoding, fast_constraints, fast_decoding
 from attnmt.seq2seq.base import EncoderDecoder
-from attnmt.seq2seq.constraints import Phrases, constrained_beam_search
+from attnmt.seq2seq.constraints import Phrases
 from attnmt.seq2seq.decoding import BeamRecorder, output_limits
 from attnmt.seq2seq.prefix import Prefixed, Prefixes
 from attnmt.seq2seq.shortlist import Shortlist, restricted
@@ -36,6 +37,8 @@ def decode(
     constraints: list[Phrases] | None = None,
     record: BeamRecorder | None = None,
     stop: Callable[[], bool] | None = None,
+    observers: tuple = (),
+    max_length: int | None = None,
 ):
     """Greedy search (beam 1) or beam search, as ``settings`` say: its beam (unless ``beam`` is
     given), length penalty, output length limits (decoding.output_limits) and attention window.
@@ -45,13 +48,16 @@ def decode(
     drawn instead (beam and n_best 1; the greedy search of the device, on a GPU eagerly, see
     fast_decoding.greedy_search), with ``generator``'s random numbers if given. ``prefixes``: what
     each sentence's outputs begin with (attnmt.seq2seq.prefix: token ids, then the start of a word
-    to spell), in either executor. ``constraints``: phrases of token
-    ids each sentence's outputs must contain (attnmt.seq2seq.constraints; beam search by dynamic
-    beam allocation, on every device, without a shortlist). ``record``: a BeamRecorder that beam
-    search (even of beam 1) adds every candidate it considers to (Translator.beam_tree);
+    to spell), in either executor. ``constraints``: phrases of token ids each sentence's outputs
+    must contain (attnmt.seq2seq.constraints; beam search by dynamic beam allocation, in either
+    executor: attnmt.seq2seq.fast_constraints; without a shortlist). ``record``: a BeamRecorder
+    that beam search (even of beam 1) adds every candidate it considers to (Translator.beam_tree);
     ``stop``: asked between two steps of a beam search, DecodingStopped when it says True (the
     server's time limit); in either executor (the fixed-shape one asks ``stop`` every
-    fast_decoding.CHECK_EVERY steps).
+    fast_decoding.CHECK_EVERY steps). ``observers``: what sees the memory and every step of a
+    greedy search (decoding.run_eager: the trace, attnmt.seq2seq.trace), in the eager executor on
+    every device (they read each step's values). ``max_length``: every output's length limit
+    instead of the settings' ratio and offset (decoding.output_limits).
     (settings.batch_size and settings.shortlist are for the callers that cut the sources into
     batches and choose the table.)"""
     beam = (1 if sampling is not None else settings.beam) if beam is None else beam
@@ -61,16 +67,19 @@ def decode(
         raise ValueError("sampling draws outputs as the model writes them: it takes no constraints")
     if sampling is not None and (record is not None or stop is not None):
         raise ValueError("record and stop are for beam search: sampling takes neither")
+    if observers and (beam, n_best, sampling, constraints, record) != (1, 1, None, None, None):
+        raise ValueError("observers watch a greedy search: beam and n_best 1, no sampling, constraints nor record")
     if constraints is not None and not any(constraints):
         constraints = None
     vocabulary = None if shortlist is None or constraints is not None else shortlist.vocabulary(src)
-    max_lengths = output_limits(src_lengths, settings, prefixes, constraints)
+    max_lengths = output_limits(src_lengths, settings, prefixes, constraints, max_length)
     searched = model
     if prefixes is not None:
         searched, vocabulary = prefixed(model, prefixes, vocabulary, src.device)
     alpha, beta, window = settings.length_penalty, settings.coverage_penalty, settings.attention_window
     if constraints is not None:
-        return constrained_beam_search(
+        executor = fast_constraints if fast_here(src.device, searched) else eager_constraints
+        return executor.constrained_beam_search(
             searched,
             src,
             src_lengths,
@@ -86,6 +95,10 @@ def decode(
         )
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
         greedy, beamed = searches(src.device, searched, beta)
+        if observers:  # (they read each step: the eager executor's greedy search)
+            return decoding.greedy_search(
+                searched, src, src_lengths, max_lengths, alpha, vocabulary, window, beta, stop=stop, observers=observers
+            )
         if sampling is not None:
             pick = decoding.sampler(sampling, generator)
             return greedy(searched, src, src_lengths, max_lengths, alpha, vocabulary, window, pick=pick)

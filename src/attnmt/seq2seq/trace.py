@@ -17,8 +17,8 @@ import torch
 from attnmt.core.devices import model_device, to_numpy
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import EOS
-from attnmt.seq2seq.decoding import Greedy, memory_lengths, output_limits, run_eager
-from attnmt.seq2seq.prefix import Prefixed, Prefixes
+from attnmt.seq2seq import search
+from attnmt.seq2seq.prefix import Prefixes
 
 
 @dataclass
@@ -159,13 +159,22 @@ def trace_source(
     model.eval()
     device = model_device(model)
     src, src_lengths = src.to(device), src_lengths.to(device)
-    dc = translator.config.decoding
-    memory = model.encode(src, src_lengths, dc.attention_window)
-    [limit] = output_limits(src_lengths, dc, prefixes, max_length=max_length or None)
-    searched = model if prefixes is None else Prefixed(model, prefixes, None, device)
-    greedy = Greedy(1, dc.length_penalty, [limit], memory_lengths(memory), device)
-    recorder = _StepRecorder(translator, top_k, limit)
-    [[hypothesis]] = run_eager(greedy, searched, memory, stop=stop, observers=(recorder,))
+    # (greedy search's one output is the same with or without a coverage penalty: none here, for
+    # a model without attention too)
+    settings = translator.config.decoding.model_copy(update={"coverage_penalty": 0.0})
+    recorder = _StepRecorder(translator, top_k)
+    [[hypothesis]] = search.decode(
+        model,
+        src,
+        src_lengths,
+        settings,
+        beam=1,
+        prefixes=prefixes,
+        stop=stop,
+        observers=(recorder,),
+        max_length=max_length or None,
+    )
+    memory = recorder.memory
     mc = translator.config.model
     normalizer = mc.attention_normalizer if mc.type == "rnn" and mc.attention != "none" else None
     return DecodingTrace(
@@ -180,14 +189,19 @@ def trace_source(
 
 
 class _StepRecorder:
-    """The trace as an observer of greedy search's loop (decoding.run_eager): each step's
-    quantities, the token the search chose, with the model's own probabilities (not a prefix's
-    restriction of them, StepOutput.model_log_probs); ``constrained`` where the prefix or the
-    length limit (EOS, the only token there) restricted the choice."""
+    """The trace as an observer of greedy search's loop (search.decode, decoding.run_eager): the
+    encoder's memory, and each step's quantities, the token the search chose, with the model's own
+    probabilities (not a prefix's restriction of them, StepOutput.model_log_probs);
+    ``constrained`` where the prefix or the length limit (EOS, the only token there) restricted
+    the choice."""
 
-    def __init__(self, translator, top_k: int, limit: int):
-        self.pieces, self.top_k, self.limit = translator.tgt_subwords.pieces, top_k, limit
+    def __init__(self, translator, top_k: int):
+        self.pieces, self.top_k = translator.tgt_subwords.pieces, top_k
         self.steps: list[StepTrace] = []
+        self.memory = None
+
+    def begin(self, memory):
+        self.memory = memory
 
     def observe(self, t: int, step, greedy):
         own = step.log_probs if step.model_log_probs is None else step.model_log_probs
@@ -205,7 +219,7 @@ class _StepRecorder:
                 context=_row(step.context),
                 state=_row(step.output),
                 top_k=[(self.pieces([i])[0], p) for p, i in zip(top.values.tolist(), top.indices.tolist())],
-                constrained=restricted or t + 1 >= self.limit,
+                constrained=restricted or t + 1 >= greedy.max_lengths[0],
             )
         )
 
