@@ -77,14 +77,15 @@ FOLDED_TABLE_BYTES = 64 << 20
 # AMD EPYC with 2 threads, a weight reordered for 64 rows multiplied 8 to 2,112 rows as fast as one
 # reordered for each count, or faster.
 PACKED_ROWS = 64
-# Where the packed product pays (benchmarks/products.py, on an AMD EPYC with AVX512, 2 threads):
-# for weights of PACKED_MIN_WEIGHT entries or more (512 x 1,024 and up: 1.1-3x F.linear's speed) at
-# PACKED_MIN_ROWS rows or more; not for smaller ones (512 x 512: 0.8-1.0x, its weight stays in the
-# cache and MKL's product is as fast), nor below 8 rows (a single sentence's greedy step: oneDNN's
-# call costs more than MKL's product), except for an output layer's weight (PACKED_ALWAYS_WEIGHT
-# entries or more, 8,000 x 512 and up: 2.1-2.6x F.linear's speed with 1 row).
+# Where the packed product pays (benchmarks/products.py, and whole greedy searches of an OPUS-MT-shaped
+# model, on an AMD EPYC with AVX512, 2 threads): weights of PACKED_MIN_WEIGHT entries or more (512 x
+# 512 and up) at PACKED_MIN_ROWS rows or more: 1.1-3x F.linear's speed; 512 x 512 alone, its weight
+# hot in the cache, measured 0.9-1.0x, but within a decoding step, where the other weights push it
+# out, packing it too made greedy search 5-10 % faster. Not below 8 rows (a single sentence's
+# greedy step: oneDNN's call costs more than MKL's product), except for an output layer's weight
+# (PACKED_ALWAYS_WEIGHT entries or more, 8,000 x 512 and up: 2-3x F.linear's speed with 1 row).
 PACKED_MIN_ROWS = 8
-PACKED_MIN_WEIGHT = 1 << 19
+PACKED_MIN_WEIGHT = 1 << 18
 PACKED_ALWAYS_WEIGHT = 1 << 21
 
 _plain = os.environ.get("ATTNMT_PLAIN") == "1"
