@@ -91,3 +91,43 @@ def test_the_filters_are_sampler_s_draw():
     probs = SamplingFilters(sampling)(rows).softmax(-1)
     again = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(5)).squeeze(1)
     assert torch.equal(drawn, again)
+
+
+def test_a_prefix_forces_its_tokens_through_the_same_processors_in_both_executors(monkeypatch):
+    """Prefixed's restrictions are processors.Forced (the prefix's tokens) and processors.Allowed (the pieces
+    spelling its word), the same two in either executor, each seeing every step's rows while it restricts them;
+    both executors find the same hypotheses, each beginning with its prefix."""
+    from attnmt.seq2seq.prefix import Prefixed
+    from test_fast_decoding import PREFIXES, prefixed_limits
+
+    seen = []
+    for processor in (processors.Forced, processors.Allowed):
+        call = processor.__call__
+        monkeypatch.setattr(
+            processor, "__call__", lambda self, log_probs, call=call: seen.append(type(self)) or call(self, log_probs)
+        )
+    batch, model = random_batch(6, seed=7), tiny("gru-bahdanau")
+    args = (Prefixed(model, PREFIXES, None, batch.src.device), batch.src, batch.src_lengths)
+    args += (prefixed_limits(limits_of(batch, "usual")),)
+    found = {}
+    for executor in (decoding, fast_decoding):
+        seen.clear()
+        found[executor] = executor.beam_search(*args, 3, 2)
+        assert {processors.Forced, processors.Allowed} <= set(seen)
+    assert_same_hypotheses(found[fast_decoding], found[decoding])
+    for tokens, hypotheses in zip(PREFIXES.tokens, found[fast_decoding]):
+        assert all(h.tokens[: len(tokens)] == tokens for h in hypotheses)
+
+
+def test_forced_and_allowed_restrict_as_the_prefix_did():
+    """Forced: a row's forced token keeps its log-probability, every other column -inf (PAD: the row as it is);
+    Allowed: the columns not allowed at -inf."""
+    log_probs = torch.randn(3, 6).log_softmax(-1)
+    forced = processors.Forced(torch.tensor([[4], [0], [2]]), 0)(log_probs)
+    assert torch.equal(forced[1], log_probs[1])
+    for row, token in ((0, 4), (2, 2)):
+        assert forced[row, token] == log_probs[row, token]
+        assert torch.isinf(forced[row]).sum() == 5
+    allowed = torch.tensor([[True] * 6, [False, True, False, True, False, False], [False] * 5 + [True]])
+    kept = processors.Allowed(allowed)(log_probs)
+    assert torch.equal(kept[allowed], log_probs[allowed]) and bool((kept[~allowed] == float("-inf")).all())

@@ -11,10 +11,11 @@ Sampling's filters are processors: ``SamplingFilters`` (temperature, top-k, top-
 distribution a token is drawn from; the hypothesis' score stays the model's log-probability of
 the tokens drawn (``choose``). The shortlist is not a processor: it restricts the output layer
 (attnmt.seq2seq.output.OutputLayer.restrict), so that the other columns are never computed (a
-processor would mask columns already paid for). A prefix's forcing is still the model wrapper of
-attnmt.seq2seq.prefix (``Prefixed``): its restriction follows each row's own progress, a state
-that moves with the rows (beam search's reordering, the eager loop's finished rows leaving), which
-the decoder state carries for it.
+processor would mask columns already paid for). A prefix's forcing is processors too (``Forced``:
+the prefix's next token, ``Allowed``: the pieces that may spell its word), which the model wrapper
+of attnmt.seq2seq.prefix (``Prefixed``) makes at each step from each row's own progress, in both
+executors: that progress is a state that moves with the rows (beam search's reordering, the eager
+loop's finished rows leaving), which the decoder state carries for it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,31 @@ class SamplingFilters:
             before = probs.cumsum(dim=-1) - probs
             scores = scores.scatter(-1, order, ordered.masked_fill(before >= sampling.top_p, -math.inf))
         return scores
+
+
+class Forced:
+    """A processor that forces a token in each row: every column but the row's of ``tokens``
+    (rows, 1) at -inf, that one keeping its log-probability; a row whose token is ``free`` (PAD:
+    none forced) left as it is."""
+
+    def __init__(self, tokens: Tensor, free: int):
+        self.tokens, self.free = tokens, free
+
+    def __call__(self, log_probs: Tensor) -> Tensor:
+        forced = self.tokens
+        only = torch.full_like(log_probs, -math.inf).scatter(1, forced, log_probs.gather(1, forced))
+        return torch.where(forced != self.free, only, log_probs)
+
+
+class Allowed:
+    """A processor that keeps each row to the columns ``allowed`` (rows, columns) bool: the others
+    at -inf."""
+
+    def __init__(self, allowed: Tensor):
+        self.allowed = allowed
+
+    def __call__(self, log_probs: Tensor) -> Tensor:
+        return log_probs.masked_fill(~self.allowed.to(log_probs.device), -math.inf)
 
 
 def processed(log_probs: Tensor, processors: Sequence[Processor]) -> Tensor:
