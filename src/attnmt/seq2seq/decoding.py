@@ -26,10 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnmt.core.config import DecodingConfig, Sampling
+from attnmt.core.config import DecodingConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS, PAD
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
+from attnmt.seq2seq import processors
+from attnmt.seq2seq.processors import sampler as sampler  # (where sampling's callers found it)
 
 if TYPE_CHECKING:
     from attnmt.seq2seq.prefix import Prefixes
@@ -240,7 +242,8 @@ def greedy_search(
     the ids of a shortlist that the output layer is restricted to (see ``decode``); ``window``:
     the attention window of every step (decoding.attention_window; attnmt.seq2seq.base).
     ``pick``: the column chosen in each row of a step's log-probabilities instead of the most
-    probable (sampler: sampling); the score stays the model's log-probability of the tokens.
+    probable (processors.sampler: sampling's filters as processors, then a draw; ``choose``);
+    the score stays the model's log-probability of the tokens.
     ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no
     output). ``stop``: as beam_search's. ``observers``: see ``run_eager`` (the trace)."""
     memory = model.encode(src, src_lengths, window)
@@ -285,11 +288,7 @@ class Greedy:
         scores = step.log_probs
         if t + 1 >= self.shortest:  # some sentence may be at its limit: it writes EOS
             scores = ended_at_limit(scores, self.limits[self.active] <= t + 1)
-        if self.pick is None:
-            best, column = scores.max(dim=-1)
-        else:
-            column = self.pick(scores)
-            best = scores.gather(1, column[:, None]).squeeze(1)
+        column, best = processors.choose(scores, self.pick)  # (the one code path of both executors)
         self.prev = token_ids(column, vocabulary)
         self.log_probs[self.active] += best
         self.rows.append(self.active)
@@ -321,29 +320,6 @@ class Greedy:
             results.append([hypothesis])
             start += length
         return results
-
-
-def sampler(sampling: Sampling, generator: torch.Generator | None = None) -> Callable[[Tensor], Tensor]:
-    """greedy_search's ``pick`` that draws each row's token as ``sampling`` says: from the model's
-    distribution sharpened or flattened by the temperature, cut to the top_k most probable tokens,
-    then to the smallest set of them whose probability reaches top_p (the most probable token
-    always stays), renormalized. ``generator``: the random numbers (a seeded one on the rows'
-    device)."""
-
-    def draw(log_probs: Tensor) -> Tensor:
-        scores = log_probs.float() / sampling.temperature
-        if 0 < sampling.top_k < scores.size(-1):
-            kth = scores.topk(sampling.top_k, dim=-1).values[:, -1:]
-            scores = scores.masked_fill(scores < kth, -math.inf)
-        if sampling.top_p < 1:
-            ordered, order = scores.sort(dim=-1, descending=True)
-            probs = ordered.softmax(dim=-1)
-            # the probability of the tokens more probable than each
-            before = probs.cumsum(dim=-1) - probs
-            scores = scores.scatter(-1, order, ordered.masked_fill(before >= sampling.top_p, -math.inf))
-        return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator).squeeze(1)
-
-    return draw
 
 
 class History:

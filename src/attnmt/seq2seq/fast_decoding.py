@@ -62,6 +62,7 @@ from torch import Tensor
 from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
+from attnmt.seq2seq import processors
 from attnmt.seq2seq.capture import captured, side_stream
 from attnmt.seq2seq.decoding import (
     COVERAGE_FLOOR,
@@ -102,7 +103,7 @@ def greedy_search(
 ) -> list[list[Hypothesis]]:
     """decoding.greedy_search's hypotheses, every sentence computed until all have ended (``beta``:
     the coverage penalty of each score). ``pick``: each row's column instead of its most probable
-    (decoding.sampler), drawn for every row at every step (so unlike the reference's draws, for the
+    (processors.sampler), drawn for every row at every step (so unlike the reference's draws, for the
     sentences going), in eager steps: a graph would not know the generator."""
     search = _Greedy(model, model.encode(src, src_lengths, window), max_lengths, alpha, vocabulary, beta, pick)
     loop, steps = run_fixed(search, max(max_lengths), graphs_on(graphs, src.device) and pick is None)
@@ -310,11 +311,7 @@ class _Greedy(_FixedStrategy):
         t = loop.step
         # (at its length limit a sentence writes EOS)
         log_probs = ended_at_limit(out.log_probs, self.limits <= t + 1)
-        if self.pick is None:
-            best, column = log_probs.max(dim=-1)
-        else:
-            column = self.pick(log_probs)
-            best = log_probs.gather(1, column[:, None]).squeeze(1)
+        column, best = processors.choose(log_probs, self.pick)  # (decoding.Greedy's own code path)
         token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         going = ~loop.ended
         self.history.write(t, token, None, out.weights)

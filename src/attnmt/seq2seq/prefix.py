@@ -27,6 +27,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import pad
 from attnmt.data.subwords import PAD, UNK, valid_text
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
+from attnmt.seq2seq.processors import Allowed, Forced, processed
 
 
 FITS_CACHED = 256  # Spelling.fits answers kept: 2 MB for a vocabulary of 8,000 pieces, 8 MB for 32,000
@@ -185,7 +186,8 @@ class Prefixed(EncoderDecoder):
     the ids of the shortlist its log-probabilities are over, if any. Its steps restrict the log-
     probabilities in both executors: on a PrefixState (``init_state``: the eager one), with the
     host's help; on a FixedPrefixState (``init_fixed_state``: the fixed-shape one, a GPU's captured
-    step), with tensors only."""
+    step), with tensors only. The restrictions are log-probability processors (``Forced``, then
+    ``Allowed``: attnmt.seq2seq.processors), made at each step from the rows' state."""
 
     def __init__(self, model: EncoderDecoder, prefixes: Prefixes, vocabulary: Tensor | None, device: torch.device):
         super().__init__()
@@ -236,14 +238,15 @@ class Prefixed(EncoderDecoder):
         if isinstance(state, FixedPrefixState):
             return self._fixed_restriction(prev_tokens, state, step)
         log_probs, left = step.log_probs, state.left
+        restrictions = []  # (processors: attnmt.seq2seq.processors)
         if self.tokens is not None and state.t < self.tokens.size(1):
-            forced = self.tokens[state.sentences, state.t].unsqueeze(1)  # (rows, 1); PAD: the tokens are over
-            only = torch.full_like(log_probs, float("-inf")).scatter(1, forced, log_probs.gather(1, forced))
-            log_probs = torch.where(forced != PAD, only, log_probs)
+            # (rows, 1); PAD: the tokens are over
+            restrictions.append(Forced(self.tokens[state.sentences, state.t].unsqueeze(1), PAD))
         if left is not None:
             left, fits = self._spell(prev_tokens, state)
             if fits is not None:
-                log_probs = log_probs.masked_fill(~fits.to(log_probs.device), float("-inf"))
+                restrictions.append(Allowed(fits))
+        log_probs = processed(log_probs, restrictions)
         return replace(
             step,
             log_probs=log_probs,
@@ -253,13 +256,11 @@ class Prefixed(EncoderDecoder):
 
     def _fixed_restriction(self, prev_tokens: Tensor, state: FixedPrefixState, step: StepOutput) -> StepOutput:
         """decode_step's restrictions on a FixedPrefixState, as tensor operations."""
-        log_probs, position, t = step.log_probs, state.position, state.t
+        position, t, restrictions = state.position, state.t, []  # (processors: attnmt.seq2seq.processors)
         if self.tokens is not None:  # the prefix's token at step t (PAD: over), then PAD
             longest = self.tokens.size(1)
             forced = torch.where(t < longest, self.tokens[state.sentences, t.clamp(max=longest - 1)], PAD)
-            forced = forced.unsqueeze(1)
-            only = torch.full_like(log_probs, float("-inf")).scatter(1, forced, log_probs.gather(1, forced))
-            log_probs = torch.where(forced != PAD, only, log_probs)
+            restrictions.append(Forced(forced.unsqueeze(1), PAD))
         if self.words is not None:
             tables, forced = self.tables, self.forced_counts.to(position.device)[state.sentences]
             ends = tables.word_lengths[state.sentences]
@@ -272,10 +273,10 @@ class Prefixed(EncoderDecoder):
             if self.vocabulary is not None:
                 fits = fits[:, self.vocabulary]
             now = (t >= forced).unsqueeze(1)
-            log_probs = log_probs.masked_fill(now & ~fits, float("-inf"))
+            restrictions.append(Allowed(~now | fits))
         return replace(
             step,
-            log_probs=log_probs,
+            log_probs=processed(step.log_probs, restrictions),
             state=FixedPrefixState(step.state, state.sentences, t + 1, position),
             model_log_probs=step.log_probs,
         )

@@ -14,7 +14,7 @@ from torch import Tensor
 from attnmt.core import speed
 from attnmt.core.config import DecodingConfig, Sampling
 from attnmt.seq2seq import constraints as eager_constraints
-from attnmt.seq2seq import decoding, fast_constraints, fast_decoding
+from attnmt.seq2seq import decoding, fast_constraints, fast_decoding, processors
 from attnmt.seq2seq.base import EncoderDecoder
 from attnmt.seq2seq.constraints import Phrases
 from attnmt.seq2seq.decoding import BeamRecorder, output_limits
@@ -100,7 +100,7 @@ def decode(
                 searched, src, src_lengths, max_lengths, alpha, vocabulary, window, beta, stop=stop, observers=observers
             )
         if sampling is not None:
-            pick = decoding.sampler(sampling, generator)
+            pick = processors.sampler(sampling, generator)  # (its filters: processors)
             return greedy(searched, src, src_lengths, max_lengths, alpha, vocabulary, window, pick=pick)
         if beam == 1 and n_best == 1 and record is None and stop is None:
             return greedy(searched, src, src_lengths, max_lengths, alpha, vocabulary, window)

@@ -1,0 +1,133 @@
+"""attnmt.seq2seq.processors: sampling's filters are a log-probability processor, and both executors (the eager
+one, decoding.Greedy, and the fixed-shape one, fast_decoding._Greedy) apply a pick's processors through one code
+path, processors.choose, reached from search.decode in either."""
+
+import pytest
+import torch
+
+from attnmt.core.config import MIN_SHAPING, DecodingConfig, Sampling
+from attnmt.seq2seq import EOS, decoding, fast_decoding, processors
+from attnmt.seq2seq import search as searches
+from attnmt.seq2seq.processors import Sampler, SamplingFilters
+from test_decoding import random_batch
+from test_fast_decoding import assert_same_hypotheses, limits_of, tiny
+
+
+class Banned:
+    """A processor of our own: the columns of ``ids`` at -inf (a token the outputs may not hold)."""
+
+    def __init__(self, ids: list[int]):
+        self.ids = ids
+        self.rows_seen: list[int] = []
+
+    def __call__(self, log_probs: torch.Tensor) -> torch.Tensor:
+        self.rows_seen.append(log_probs.size(0))
+        return log_probs.index_fill(1, torch.tensor(self.ids, device=log_probs.device), float("-inf"))
+
+
+@pytest.fixture
+def chosen(monkeypatch):
+    """Every call of processors.choose, the one code path: (the pick, the rows of its log-probabilities)."""
+    calls, choose = [], processors.choose
+    monkeypatch.setattr(
+        processors, "choose", lambda log_probs, pick: calls.append((pick, len(log_probs))) or choose(log_probs, pick)
+    )
+    return calls
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_a_processor_is_applied_by_both_executors_through_one_code_path(chosen, graphs):
+    """The same Sampler (a processor of ours, then sampling's filters at the smallest temperature: the most probable
+    token left) in either executor: each step's choice goes through processors.choose, the processor sees every
+    step's rows (the eager loop's shrink as sentences end, the fixed-shape loop's stay), no output holds a banned
+    token, and both executors find the same hypotheses, scored by the model's own log-probabilities."""
+    batch, model = random_batch(6, seed=6), tiny("gru-bahdanau")
+    args = (model, batch.src, batch.src_lengths, limits_of(batch, "usual"))
+    plain = decoding.greedy_search(*args)
+    ids = sorted({t for [h] in plain for t in h.tokens if t != EOS})[:3]  # (tokens the plain search writes)
+    found = {}
+    for executor in (decoding, fast_decoding):
+        banned = Banned(ids)
+        pick = Sampler((banned, SamplingFilters(Sampling(temperature=MIN_SHAPING))), torch.Generator().manual_seed(0))
+        chosen.clear()
+        options = {"graphs": graphs} if executor is fast_decoding else {}
+        found[executor] = executor.greedy_search(*args, pick=pick, **options)
+        assert chosen and all(p is pick for p, _ in chosen)
+        assert banned.rows_seen == [rows for _, rows in chosen]
+        assert ids and not {t for [h] in found[executor] for t in h.tokens} & set(ids)
+    assert_same_hypotheses(found[fast_decoding], found[decoding])
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_decode_samples_through_the_filters_as_a_processor_in_either_executor(chosen, monkeypatch, fast):
+    """search.decode's sampling: a Sampler whose processors are sampling's filters, chosen through
+    processors.choose in the executor fast_here chooses; the same seed draws the same outputs."""
+    monkeypatch.setattr(searches, "fast_here", lambda device, model: fast)
+    batch, model = random_batch(5, seed=3), tiny("gru-luong-general")
+    sampling = Sampling(top_k=5, top_p=0.9, temperature=0.8)
+
+    def drawn():
+        generator = torch.Generator().manual_seed(11)
+        settings = DecodingConfig()
+        return searches.decode(model, batch.src, batch.src_lengths, settings, sampling=sampling, generator=generator)
+
+    first = drawn()
+    picks = {id(p): p for p, _ in chosen}
+    assert len(picks) == 1
+    [pick] = picks.values()
+    assert isinstance(pick, Sampler) and [type(p) for p in pick.processors] == [SamplingFilters]
+    assert pick.processors[0].sampling == sampling
+    rows = [rows for _, rows in chosen]
+    assert rows == ([batch.src.size(0)] * len(rows) if fast else sorted(rows, reverse=True))
+    assert [h[0].tokens for h in drawn()] == [h[0].tokens for h in first]
+
+
+def test_the_filters_are_sampler_s_draw():
+    """decoding.sampler (where its callers found it) is processors.sampler: the filters' softmax, drawn."""
+    rows = torch.tensor([[-0.1, -2.0, -3.0, -9.0], [-1.5, -0.5, -4.0, -2.0]]).expand(500, 2, 4).reshape(1000, 4)
+    sampling = Sampling(top_k=3, top_p=0.95, temperature=1.3)
+    assert decoding.sampler is processors.sampler
+    drawn = processors.sampler(sampling, torch.Generator().manual_seed(5))(rows)
+    probs = SamplingFilters(sampling)(rows).softmax(-1)
+    again = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(5)).squeeze(1)
+    assert torch.equal(drawn, again)
+
+
+def test_a_prefix_forces_its_tokens_through_the_same_processors_in_both_executors(monkeypatch):
+    """Prefixed's restrictions are processors.Forced (the prefix's tokens) and processors.Allowed (the pieces
+    spelling its word), the same two in either executor, each seeing every step's rows while it restricts them;
+    both executors find the same hypotheses, each beginning with its prefix."""
+    from attnmt.seq2seq.prefix import Prefixed
+    from test_fast_decoding import PREFIXES, prefixed_limits
+
+    seen = []
+    for processor in (processors.Forced, processors.Allowed):
+        call = processor.__call__
+        monkeypatch.setattr(
+            processor, "__call__", lambda self, log_probs, call=call: seen.append(type(self)) or call(self, log_probs)
+        )
+    batch, model = random_batch(6, seed=7), tiny("gru-bahdanau")
+    args = (Prefixed(model, PREFIXES, None, batch.src.device), batch.src, batch.src_lengths)
+    args += (prefixed_limits(limits_of(batch, "usual")),)
+    found = {}
+    for executor in (decoding, fast_decoding):
+        seen.clear()
+        found[executor] = executor.beam_search(*args, 3, 2)
+        assert {processors.Forced, processors.Allowed} <= set(seen)
+    assert_same_hypotheses(found[fast_decoding], found[decoding])
+    for tokens, hypotheses in zip(PREFIXES.tokens, found[fast_decoding]):
+        assert all(h.tokens[: len(tokens)] == tokens for h in hypotheses)
+
+
+def test_forced_and_allowed_restrict_as_the_prefix_did():
+    """Forced: a row's forced token keeps its log-probability, every other column -inf (PAD: the row as it is);
+    Allowed: the columns not allowed at -inf."""
+    log_probs = torch.randn(3, 6).log_softmax(-1)
+    forced = processors.Forced(torch.tensor([[4], [0], [2]]), 0)(log_probs)
+    assert torch.equal(forced[1], log_probs[1])
+    for row, token in ((0, 4), (2, 2)):
+        assert forced[row, token] == log_probs[row, token]
+        assert torch.isinf(forced[row]).sum() == 5
+    allowed = torch.tensor([[True] * 6, [False, True, False, True, False, False], [False] * 5 + [True]])
+    kept = processors.Allowed(allowed)(log_probs)
+    assert torch.equal(kept[allowed], log_probs[allowed]) and bool((kept[~allowed] == float("-inf")).all())
