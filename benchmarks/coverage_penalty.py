@@ -80,7 +80,7 @@ def run_model(folder: str, args, dev, test) -> None:
     started = time.perf_counter()
     for alpha, beta in itertools.product(args.alphas, args.betas):
         grid[alpha, beta] = measures(decoded(model, dev[0], args.beam, alpha, beta), dev[1])["bleu"]
-    kind = model.config.model.attention if model.config.model.type == "rnn" else "multi-head"
+    kind = model.config.model.attention.type if model.config.model.type == "rnn" else "multi-head"
     print(
         f"\n{folder} ({model.config.model.type}, {kind} attention): dev BLEU, beam {args.beam} "
         f"({time.perf_counter() - started:.0f} s)"

@@ -110,7 +110,8 @@ def main():
     for folder in args.models:
         translator = attnmt.load(folder)
         mc = translator.config.model
-        window = None if mc.local_attention == "none" else mc.local_window
+        local = mc.attention.local if mc.attention.type.startswith("luong-") else "none"
+        window = None if local == "none" else mc.attention.window
         s = summary(positions(translator, sources, targets), window)
         inside = "-" if s["inside"] is None else f"{100 * s['inside']:.1f} %"
         print(

@@ -57,7 +57,7 @@ def run_model(folder: str, pairs: tuple[list[str], list[str]], gold, samples: in
         rows.append((name, scores, time.perf_counter() - started))
     print(
         f"\n{folder} ({model.config.model.type}"
-        f"{'' if layers else ', ' + model.config.model.attention + ' attention'}): the 447 Hansards gold pairs"
+        f"{'' if layers else ', ' + model.config.model.attention.type + ' attention'}): the 447 Hansards gold pairs"
     )
     print(f"   {'links from':<42} {'AER':>6} {'precision':>9} {'recall':>7} {'seconds':>8}")
     for name, scores, seconds in rows:

@@ -10,6 +10,7 @@ import numpy as np
 import soundfile
 
 from attnmt.core.config import config_from_dict
+from attention_helpers import attention_of
 
 RATE = 16000
 LETTERS = "abcd"
@@ -68,10 +69,8 @@ def speech_config(
             "encoder_hidden": 32,
             "decoder_hidden": 64,
             "attention_size": 32,
-            "location_kernel": 5,
-            "location_channels": 4,
             "dropout": 0.0,
-            "attention": attention,
+            "attention": attention_of(attention, kernel=5, channels=4),
         },
         "training": {
             "max_steps": steps,

@@ -7,6 +7,7 @@ from attnmt.core.config import ATTENTIONS, RNNConfig, TransformerConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import BOS, EOS, PAD, build_model
 from attnmt.seq2seq.attention import BahdanauAttention, LocationAttention, LuongDotAttention, build_attention
+from attention_helpers import rnn_fields
 
 WITH_WEIGHTS = [a for a in ATTENTIONS if a != "none"]
 SRC_VOCAB, TGT_VOCAB = 30, 25
@@ -14,17 +15,19 @@ SRC_VOCAB, TGT_VOCAB = 30, 25
 
 def make_model(attention, rnn_type="gru", input_feeding=True, layers=1):
     config = RNNConfig(
-        attention=attention,
-        rnn_type=rnn_type,
-        input_feeding=input_feeding,
-        embedding_size=16,
-        encoder_hidden=12,
-        decoder_hidden=24,
-        attention_size=10,
-        encoder_layers=layers,
-        decoder_layers=layers,
-        dropout=0.0,
-        location_kernel=5,
+        **rnn_fields(
+            attention=attention,
+            rnn_type=rnn_type,
+            input_feeding=input_feeding,
+            embedding_size=16,
+            encoder_hidden=12,
+            decoder_hidden=24,
+            attention_size=10,
+            encoder_layers=layers,
+            decoder_layers=layers,
+            dropout=0.0,
+            location_kernel=5,
+        )
     )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
@@ -171,15 +174,15 @@ def test_luong_dot_needs_equal_sizes():
     with pytest.raises(ValueError, match="luong-dot"):
         build_attention("luong-dot", 8, 6, 4)
     with pytest.raises(AttnmtError, match="luong-dot"):
-        build_model(RNNConfig(attention="luong-dot", decoder_hidden=8, encoder_hidden=3), 10, 10)
+        build_model(RNNConfig(**rnn_fields(attention="luong-dot", decoder_hidden=8, encoder_hidden=3)), 10, 10)
 
 
 def test_tied_embeddings_share_the_output_matrix():
-    config = RNNConfig(embedding_size=16, decoder_hidden=16, tie_embeddings=True)
+    config = RNNConfig(**rnn_fields(embedding_size=16, decoder_hidden=16, tie_embeddings=True))
     model = build_model(config, 20, 20)
     assert model.generator.weight is model.tgt_embed.weight
     with pytest.raises(AttnmtError, match="tie_embeddings"):
-        build_model(RNNConfig(embedding_size=16, decoder_hidden=32, tie_embeddings=True), 20, 20)
+        build_model(RNNConfig(**rnn_fields(embedding_size=16, decoder_hidden=32, tie_embeddings=True)), 20, 20)
 
 
 @pytest.mark.parametrize("kind", ["rnn", "transformer"])
@@ -201,15 +204,17 @@ def test_training_loss_is_the_cross_entropy_of_the_real_target_tokens(kind):
 @pytest.mark.parametrize("attention", ["bahdanau", "location"])
 def test_zeros_decoder_init_starts_from_zero_without_a_bridge_and_steps_equal_forward(attention):
     config = RNNConfig(
-        attention=attention,
-        decoder_init="zeros",
-        embedding_size=16,
-        encoder_hidden=12,
-        decoder_hidden=24,
-        attention_size=10,
-        decoder_layers=2,
-        dropout=0.0,
-        location_kernel=5,
+        **rnn_fields(
+            attention=attention,
+            decoder_init="zeros",
+            embedding_size=16,
+            encoder_hidden=12,
+            decoder_hidden=24,
+            attention_size=10,
+            decoder_layers=2,
+            dropout=0.0,
+            location_kernel=5,
+        )
     )
     model = build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
     assert not any("bridge" in name for name, _ in model.named_parameters())

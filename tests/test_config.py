@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from attnmt.cli import main
-from attnmt.core.config import load_config
+from attnmt.core.config import ATTENTION_TYPES, BahdanauConfig, load_config
 from attnmt.core.errors import AttnmtError
 
 MINIMAL = {
@@ -46,7 +46,7 @@ def config_error(tmp_path, raw) -> str:
 def test_minimal_config_loads_with_defaults(tmp_path):
     config = load_config(write_config(tmp_path, MINIMAL))
     assert config.training.max_steps == 10
-    assert config.model.attention == "bahdanau"
+    assert config.model.attention == BahdanauConfig()
     assert config.data.subwords.type == "bpe" and config.data.subwords.joint is True
     assert config.data.dev is None
     assert config.decoding.beam == 5
@@ -83,7 +83,8 @@ def test_absolute_paths_are_kept(tmp_path):
 @pytest.mark.parametrize("attention", ["none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "location"])
 def test_every_attention_name_is_accepted(tmp_path, attention):
     config = load_config(write_config(tmp_path, with_changes(MINIMAL, model={"attention": attention})))
-    assert config.model.attention == attention
+    assert config.model.attention.type == attention
+    assert config.model.attention == ATTENTION_TYPES[attention](type=attention)  # its options at their defaults
 
 
 @pytest.mark.parametrize("limit", [{"max_steps": 5}, {"max_epochs": 1}, {"max_minutes": 0.5}])
@@ -142,8 +143,14 @@ def test_misspelled_field_is_an_unknown_field_with_its_path(tmp_path):
             "model.attention_normalizer: Value error, csparsemax",
         ),
         (
+            {"attention": {"type": "bahdanau", "local": "local-m"}},
+            "model.attention.local: an option of attention types luong-dot, luong-general, luong-concat or "
+            "luong-location only (this attention is bahdanau)",
+        ),
+        (
             {"local_attention": "local-m"},
-            "model: Value error, local_attention: local-m is Luong et al.'s local attention",
+            "model.local_attention: an option of attention types luong-dot, luong-general, luong-concat or "
+            "luong-location only (model.attention.local)",
         ),
     ],
 )

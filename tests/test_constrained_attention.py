@@ -10,6 +10,7 @@ from attnmt.core.config import RNNConfig, model_config_of
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import build_model, decoding, fast_decoding
 from attnmt.seq2seq.constrained import SINK_BOUND, ConstrainedSparsemax, csparsemax, fertility_bounds
+from attention_helpers import rnn_fields
 from conftest import toy_config
 from test_attention import padded_batch, searches_matching_teacher_forcing, steps_matching_forward
 
@@ -18,19 +19,21 @@ SRC_VOCAB, TGT_VOCAB = 30, 25
 
 def make_constrained_model(attention="bahdanau", fertility=1.5, input_feeding=True, rnn_type="gru", layers=1):
     config = RNNConfig(
-        attention=attention,
-        attention_normalizer="csparsemax",
-        fertility_bound=fertility,
-        input_feeding=input_feeding,
-        rnn_type=rnn_type,
-        embedding_size=16,
-        encoder_hidden=12,
-        decoder_hidden=24,
-        attention_size=10,
-        encoder_layers=layers,
-        decoder_layers=layers,
-        dropout=0.0,
-        location_kernel=5,
+        **rnn_fields(
+            attention=attention,
+            attention_normalizer="csparsemax",
+            fertility_bound=fertility,
+            input_feeding=input_feeding,
+            rnn_type=rnn_type,
+            embedding_size=16,
+            encoder_hidden=12,
+            decoder_hidden=24,
+            attention_size=10,
+            encoder_layers=layers,
+            decoder_layers=layers,
+            dropout=0.0,
+            location_kernel=5,
+        )
     )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
@@ -126,12 +129,20 @@ def test_searches_of_constrained_attention_match_teacher_forcing_and_each_other(
     [
         ({"type": "transformer", "attention_normalizer": "csparsemax"}, "for an RNN's global attention"),
         (
-            {"attention": "luong-dot", "local_attention": "local-m", "attention_normalizer": "csparsemax"},
-            "here local_attention: local-m",
+            {"attention": {"type": "luong-dot", "local": "local-m", "normalizer": "csparsemax"}},
+            "model.attention.local: Value error, local-m: normalizer csparsemax .* for global attention",
         ),
-        ({"fertility_bound": 3.0}, "fertility_bound bounds csparsemax attention"),
-        ({"attention": "none", "attention_normalizer": "csparsemax"}, "model.attention none has none"),
-        ({"attention_normalizer": "csparsemax", "fertility_bound": 0}, "model.fertility_bound"),
+        (
+            {"attention": {"fertility_bound": 3.0}},
+            "model.attention.fertility_bound: .*only with normalizer: csparsemax",
+        ),
+        (
+            {"attention": {"type": "none", "normalizer": "csparsemax"}},
+            "model.attention.normalizer: an option of every attention type but none .this attention is none.",
+        ),
+        ({"attention": {"normalizer": "csparsemax", "fertility_bound": 0}}, "model.attention.fertility_bound"),
+        # spelt flat, as before model.attention was a section
+        ({"attention": "none", "attention_normalizer": "csparsemax"}, "model.attention_normalizer: an option of"),
     ],
 )
 def test_config_errors_name_the_field(tmp_path, fields, message):
@@ -202,13 +213,15 @@ def test_a_speech_model_attends_with_coverage_and_within_bounds(options):
     torch.manual_seed(0)
     model = build_speech_model(
         model_config_of(
-            embedding_size=16,
-            encoder_hidden=16,
-            decoder_hidden=32,
-            attention_size=16,
-            location_kernel=5,
-            dropout=0.0,
-            **options,
+            **rnn_fields(
+                embedding_size=16,
+                encoder_hidden=16,
+                decoder_hidden=32,
+                attention_size=16,
+                location_kernel=5,
+                dropout=0.0,
+                **options,
+            )
         ),
         SpeechConfig(n_mels=20, conv_channels=4, subsample=4),
         TGT_VOCAB,

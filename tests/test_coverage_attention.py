@@ -11,6 +11,7 @@ from attnmt.data.batching import training_batch
 from attnmt.seq2seq import build_model, decoding, fast_decoding
 from attnmt.seq2seq.attention import CoverageAttention, build_attention
 from attnmt.seq2seq.training import coverage_loss, sequence_loss
+from attention_helpers import rnn_fields
 from conftest import toy_config
 from test_attention import padded_batch, searches_matching_teacher_forcing, steps_matching_forward
 
@@ -22,17 +23,19 @@ def make_coverage_model(fertility=0, rnn_type="gru", layers=1, **options):
     if fertility == "nn":
         fertility, options = 0, {"coverage_dim": 3, **options}
     config = model_config_of(
-        attention="coverage",
-        coverage_fertility=fertility,
-        rnn_type=rnn_type,
-        embedding_size=16,
-        encoder_hidden=12,
-        decoder_hidden=24,
-        attention_size=10,
-        encoder_layers=layers,
-        decoder_layers=layers,
-        dropout=0.0,
-        **options,
+        **rnn_fields(
+            attention="coverage",
+            coverage_fertility=fertility,
+            rnn_type=rnn_type,
+            embedding_size=16,
+            encoder_hidden=12,
+            decoder_hidden=24,
+            attention_size=10,
+            encoder_layers=layers,
+            decoder_layers=layers,
+            dropout=0.0,
+            **options,
+        )
     )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
@@ -118,7 +121,14 @@ def test_nn_based_coverage_is_its_gru_and_steps_equal_teacher_forcing():
 
 def test_other_attentions_keep_no_coverage():
     config = RNNConfig(
-        attention="bahdanau", embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, dropout=0.0
+        **rnn_fields(
+            attention="bahdanau",
+            embedding_size=16,
+            encoder_hidden=12,
+            decoder_hidden=24,
+            attention_size=10,
+            dropout=0.0,
+        )
     )
     model = build_model(config, SRC_VOCAB, TGT_VOCAB)
     src, lengths, _ = padded_batch()
@@ -163,13 +173,15 @@ def test_the_coverage_loss_is_zero_while_no_position_is_attended_twice():
 def test_sequence_loss_adds_lambda_times_the_coverage_loss_of_the_forced_attention(attention):
     torch.manual_seed(0)
     config = RNNConfig(
-        attention=attention,
-        embedding_size=16,
-        encoder_hidden=12,
-        decoder_hidden=24,
-        attention_size=10,
-        dropout=0.0,
-        location_kernel=5,
+        **rnn_fields(
+            attention=attention,
+            embedding_size=16,
+            encoder_hidden=12,
+            decoder_hidden=24,
+            attention_size=10,
+            dropout=0.0,
+            location_kernel=5,
+        )
     )
     model = build_model(config, SRC_VOCAB, TGT_VOCAB)
     batch = training_batch([[5, 6, 7, 8, 2], [9, 10, 2]], [[4, 5, 6, 2], [7, 2]])
@@ -186,23 +198,30 @@ def test_sequence_loss_adds_lambda_times_the_coverage_loss_of_the_forced_attenti
     )
 
 
-FERTILITY_ERROR = "coverage_fertility is for model.attention: coverage"
-DIM_ERROR = "coverage_dim .Tu et al.'s NN-based coverage. is for model.attention: coverage"
+FERTILITY_ERROR = "model.attention.fertility: an option of attention type coverage only .this attention is bahdanau."
+DIM_ERROR = "model.attention.dim: an option of attention type coverage only .this attention is bahdanau."
 
 
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ({"model": {"attention": "bahdanau", "coverage_fertility": 2}}, FERTILITY_ERROR),
+        ({"model": {"attention": {"type": "bahdanau", "fertility": 2}}}, FERTILITY_ERROR),
+        (
+            {"model": {"attention": "bahdanau", "coverage_fertility": 2}},
+            "model.coverage_fertility: an option of attention type coverage only .model.attention.fertility.",
+        ),
         (
             {"model": {"type": "transformer", "coverage_fertility": 2}},
             "model.coverage_fertility: a field of model.type: rnn",
         ),
-        ({"model": {"attention": "bahdanau", "coverage_dim": 10}}, DIM_ERROR + ".*here attention bahdanau"),
-        ({"model": {"attention": "coverage", "coverage_dim": 10, "coverage_fertility": 2}}, "coverage_fertility\\)$"),
+        ({"model": {"attention": {"type": "bahdanau", "dim": 10}}}, DIM_ERROR),
         (
-            {"model": {"attention": "coverage", "coverage_dim": 10, "attention_normalizer": "csparsemax"}},
-            DIM_ERROR + ".*csparsemax\\)",
+            {"model": {"attention": {"type": "coverage", "dim": 10, "fertility": 2}}},
+            "model.attention.dim: .*NN-based coverage has no fertility.*here 2.$",
+        ),
+        (
+            {"model": {"attention": {"type": "coverage", "dim": 10, "normalizer": "csparsemax"}}},
+            "model.attention.dim: .*NN-based coverage: not with normalizer csparsemax",
         ),
         ({"model": {"attention": "none"}, "training": {"coverage_loss": 1.0}}, "here model.attention: none"),
         ({"model": {"type": "transformer"}, "training": {"coverage_loss": 1.0}}, "here model.type: transformer"),

@@ -16,18 +16,21 @@ from attnmt.seq2seq.decoding import (
     max_output_lengths,
 )
 from attnmt.seq2seq.search import decode
+from attention_helpers import rnn_fields
 from conftest import assert_beam_of_one_equals_greedy, reverse
 
 
 def untrained(attention):
     config = RNNConfig(
-        attention=attention,
-        embedding_size=16,
-        encoder_hidden=8,
-        decoder_hidden=16,
-        attention_size=8,
-        dropout=0.0,
-        location_kernel=3,
+        **rnn_fields(
+            attention=attention,
+            embedding_size=16,
+            encoder_hidden=8,
+            decoder_hidden=16,
+            attention_size=8,
+            dropout=0.0,
+            location_kernel=3,
+        )
     )
     return build_model(config, 20, 20).eval()
 
@@ -597,7 +600,9 @@ def test_beam_search_shares_each_sentences_memory_among_its_hypotheses(attention
     from attnmt.seq2seq.decoder import Memory
 
     config = RNNConfig(
-        attention=attention, embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0
+        **rnn_fields(
+            attention=attention, embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, dropout=0.0
+        )
     )
     model, batch = build_model(config, 20, 20).eval(), random_batch(n=7, seed=3)
     rows = []

@@ -17,6 +17,7 @@ from attnmt.seq2seq import EOS, build_model, capture, decoding, fast_decoding
 from attnmt.seq2seq import search as searches
 from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.seq2seq.prefix import Prefixed, Prefixes, Spelling
+from attention_helpers import rnn_fields
 from test_decoding import ConfidentModel, random_batch
 
 TRANSFORMER = {
@@ -78,7 +79,9 @@ def tiny(name: str, eos_bias: float = 0.0):
     options = dict(MODELS[name])
     options.pop("window", None)
     rnn = dict(embedding_size=16, encoder_hidden=8, decoder_hidden=16, attention_size=8, location_kernel=3)
-    config = model_config_of(**({} if options.get("type") == "transformer" else rnn), dropout=0.0, **options)
+    config = model_config_of(
+        **rnn_fields(**({} if options.get("type") == "transformer" else rnn), dropout=0.0, **options)
+    )
     model = build_model(config, 20, 20).eval()
     with torch.no_grad():
         model.generator.bias[EOS] += eos_bias

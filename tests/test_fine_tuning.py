@@ -80,7 +80,11 @@ def test_a_path_is_read_from_the_configs_folder(tmp_path, base):
     "change, message",
     [
         ({"model": {"decoder_hidden": 48}}, "model.decoder_hidden: 48 here, 32 there"),
-        ({"model": {"attention": "luong-dot"}}, "model.attention: 'luong-dot' here, 'bahdanau' there"),
+        ({"model": {"attention": "luong-dot"}}, "model.attention.type: 'luong-dot' here, 'bahdanau' there"),
+        (
+            {"model": {"attention": {"type": "bahdanau", "normalizer": "sparsemax"}}},
+            "model.attention.normalizer: 'sparsemax' here, 'softmax' there",
+        ),
         ({"data": {"subwords": {"type": "char", "vocab_size": 41, "joint": True}}}, "data.subwords.vocab_size: 41"),
     ],
 )

@@ -12,6 +12,7 @@ from attnmt.data.batching import training_batch
 from attnmt.seq2seq import build_model, graphs
 from attnmt.seq2seq.graphs import BatchLoss, GraphedLoss, graphed_loss, padded_targets
 from attnmt.seq2seq.training import TrainingLoss, sequence_loss
+from attention_helpers import rnn_fields
 
 RNN = dict(embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, location_kernel=5, dropout=0.0)
 SOURCES = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
@@ -86,7 +87,9 @@ def test_the_captured_loss_is_the_usual_loss(attention, rnn_type):
     target) against sequence_loss on the textbook path (packed encoder, padding selected away):
     same loss and gradients."""
     torch.manual_seed(0)
-    model = build_model(model_config_of(**attention_options(attention), rnn_type=rnn_type, **RNN), 30, 30).train()
+    model = build_model(
+        model_config_of(**rnn_fields(**attention_options(attention), rnn_type=rnn_type, **RNN)), 30, 30
+    ).train()
     batch = training_batch(SOURCES, TARGETS)
     tgt_in, tgt_out = padded_targets(batch)
     assert tgt_in.size(1) % graphs.TIME_MULTIPLE == 0 and tgt_in.size(1) > batch.tgt_in.size(1)
@@ -123,7 +126,7 @@ def test_the_captured_loss_of_a_transformer_is_the_usual_loss(options):
     """A Transformer's BatchLoss (targets padded in time, padding ignored by target) against
     sequence_loss with the padding selected away: same loss and gradients."""
     torch.manual_seed(0)
-    model = build_model(model_config_of(**TRANSFORMER, **options), 30, 30).train()
+    model = build_model(model_config_of(**rnn_fields(**TRANSFORMER, **options)), 30, 30).train()
     batch = training_batch(SOURCES, TARGETS)
     usual = sequence_loss(model, batch, label_smoothing=0.1)
     usual_grads = gradients(model, usual)
@@ -152,7 +155,7 @@ def test_ignored_targets_add_nothing_and_get_no_gradient():
 def test_each_shape_is_captured_once_and_the_random_state_put_back(monkeypatch):
     cuda = FakeCuda(monkeypatch)
     torch.manual_seed(0)
-    model = build_model(model_config_of(attention="bahdanau", **{**RNN, "dropout": 0.3}), 30, 30).train()
+    model = build_model(model_config_of(**rnn_fields(attention="bahdanau", **{**RNN, "dropout": 0.3})), 30, 30).train()
     loss = GraphedLoss(model, 0.1)
     batch = training_batch(SOURCES, TARGETS)
     before = torch.get_rng_state()
@@ -172,7 +175,7 @@ def test_each_shape_is_captured_once_and_the_random_state_put_back(monkeypatch):
 def test_shapes_past_the_limit_run_without_a_graph(monkeypatch):
     cuda = FakeCuda(monkeypatch)
     monkeypatch.setattr(graphs, "MAX_GRAPHS", 1)
-    model = build_model(model_config_of(attention="bahdanau", **RNN), 30, 30).train()
+    model = build_model(model_config_of(**rnn_fields(attention="bahdanau", **RNN)), 30, 30).train()
     loss = GraphedLoss(model, 0.0)
     loss(training_batch(SOURCES, TARGETS))
     value = loss(training_batch(SOURCES, [t + [9] * 8 for t in TARGETS]))
@@ -180,12 +183,12 @@ def test_shapes_past_the_limit_run_without_a_graph(monkeypatch):
 
 
 def test_the_graphed_path_is_taken_only_where_it_applies(monkeypatch):
-    rnn = build_model(model_config_of(attention="bahdanau", **RNN), 30, 30)
+    rnn = build_model(model_config_of(**rnn_fields(attention="bahdanau", **RNN)), 30, 30)
     from attnmt.core.config import SpeechConfig
     from attnmt.speech.model import build_speech_model
 
     transformer = build_model(TransformerConfig(d_model=16, heads=2, feed_forward=32), 30, 30)
-    speech = build_speech_model(model_config_of(**RNN), SpeechConfig(n_mels=8, conv_channels=4), 20)
+    speech = build_speech_model(model_config_of(**rnn_fields(**RNN)), SpeechConfig(n_mels=8, conv_channels=4), 20)
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert isinstance(graphed_loss(rnn, 0.1, cuda, enabled=True), GraphedLoss)
     assert graphed_loss(rnn, 0.1, cpu, enabled=True) is None
@@ -199,7 +202,7 @@ def test_the_graphed_path_is_taken_only_where_it_applies(monkeypatch):
 
 def test_the_training_loss_leaves_the_graphs_under_plain(monkeypatch):
     FakeCuda(monkeypatch)
-    model = build_model(model_config_of(attention="bahdanau", **RNN), 30, 30).train()
+    model = build_model(model_config_of(**rnn_fields(attention="bahdanau", **RNN)), 30, 30).train()
     calls = []
     graphed = GraphedLoss(model, 0.0)
     monkeypatch.setattr(graphed, "batch_loss", lambda inputs: calls.append(1) or BatchLoss(model, 0.0))
@@ -221,7 +224,7 @@ def test_a_capture_that_fails_leaves_training_going_without_graphs(monkeypatch):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(torch.cuda, "make_graphed_callables", refuse)
-    model = build_model(model_config_of(attention="bahdanau", **RNN), 30, 30).train()
+    model = build_model(model_config_of(**rnn_fields(attention="bahdanau", **RNN)), 30, 30).train()
     loss = GraphedLoss(model, 0.0)
     before = torch.get_rng_state()
     with pytest.warns(UserWarning, match="could not be captured"):
@@ -274,9 +277,11 @@ def test_on_a_gpu_the_graphs_compute_the_loss_and_gradients_of_the_usual_path(at
     device = torch.device("cuda")
     torch.manual_seed(0)
     if attention.startswith("transformer"):
-        config = model_config_of(**TRANSFORMER, attention_normalizer=attention.partition("-")[2] or "softmax")
+        config = model_config_of(
+            **rnn_fields(**TRANSFORMER, attention_normalizer=attention.partition("-")[2] or "softmax")
+        )
     else:
-        config = model_config_of(**attention_options(attention), **RNN)
+        config = model_config_of(**rnn_fields(**attention_options(attention), **RNN))
     model = build_model(config, 30, 30).to(device).train()
     loss = GraphedLoss(model, 0.1)
     loss(training_batch(SOURCES, TARGETS).to(device))  # the capture
@@ -299,9 +304,9 @@ def test_on_a_gpu_a_capture_leaves_the_random_state_as_it_found_it(model_type):
     device = torch.device("cuda")
     torch.manual_seed(0)
     config = (
-        model_config_of(attention="bahdanau", **{**RNN, "dropout": 0.3})
+        model_config_of(**rnn_fields(attention="bahdanau", **{**RNN, "dropout": 0.3}))
         if model_type == "rnn"
-        else model_config_of(**{**TRANSFORMER, "dropout": 0.3, "attention_dropout": 0.3})
+        else model_config_of(**rnn_fields(**{**TRANSFORMER, "dropout": 0.3, "attention_dropout": 0.3}))
     )
     model = build_model(config, 30, 30).to(device).train()
     loss = GraphedLoss(model, 0.1)
@@ -323,7 +328,7 @@ def test_the_loss_without_selecting_rows_is_the_loss_with(monkeypatch, model_typ
 
     torch.manual_seed(0)
     config = (
-        model_config_of(**RNN)
+        model_config_of(**rnn_fields(**RNN))
         if model_type == "rnn"
         else TransformerConfig(
             d_model=16,

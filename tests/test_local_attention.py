@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-from attnmt.core.config import RNNConfig, TransformerConfig, load_config
+from attnmt.core.config import RNNConfig, TransformerConfig, config_from_dict, load_config
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import PAD, build_model, decoding, fast_decoding
 from attnmt.seq2seq.attention import LocalAttention, LuongGeneralAttention, build_attention
+from attention_helpers import rnn_fields
 from test_attention import (
     SRC_VOCAB,
     TGT_VOCAB,
@@ -24,17 +25,19 @@ LOCAL = ["local-m", "local-p"]
 
 def make_local_model(local, attention="luong-general", input_feeding=True, layers=1, window=2, rnn_type="gru"):
     config = RNNConfig(
-        attention=attention,
-        local_attention=local,
-        local_window=window,
-        rnn_type=rnn_type,
-        input_feeding=input_feeding,
-        embedding_size=16,
-        encoder_hidden=12,
-        decoder_hidden=24,
-        attention_size=10,
-        decoder_layers=layers,
-        dropout=0.0,
+        **rnn_fields(
+            attention=attention,
+            local_attention=local,
+            local_window=window,
+            rnn_type=rnn_type,
+            input_feeding=input_feeding,
+            embedding_size=16,
+            encoder_hidden=12,
+            decoder_hidden=24,
+            attention_size=10,
+            decoder_layers=layers,
+            dropout=0.0,
+        )
     )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
@@ -146,7 +149,8 @@ def test_sentence_alone_equals_sentence_in_padded_batch(local):
 
 def test_a_window_wider_than_any_source_is_global_attention_for_local_m():
     local = make_local_model("local-m", window=50)
-    plain = build_model(local.config.model_copy(update={"local_attention": "none"}), SRC_VOCAB, TGT_VOCAB).eval()
+    attention = local.config.attention.model_copy(update={"local": "none"})
+    plain = build_model(local.config.model_copy(update={"attention": attention}), SRC_VOCAB, TGT_VOCAB).eval()
     plain.load_state_dict({k.replace("attention.scorer.", "attention."): v for k, v in local.state_dict().items()})
     src, lengths, tgt = padded_batch()
     torch.testing.assert_close(local(src, lengths, tgt), plain(src, lengths, tgt))
@@ -165,21 +169,30 @@ def test_searches_of_local_attention_match_teacher_forcing_and_each_other(local,
 
 
 def test_config_refuses_local_attention_without_a_luong_score(tmp_path):
-    with pytest.raises(ValueError, match="luong-dot, luong-general, luong-concat or luong-location"):
-        RNNConfig(attention="bahdanau", local_attention="local-p")
+    with pytest.raises(AttnmtError, match="model.attention.local: an option of attention types luong-dot, "):
+        config_from_dict(
+            {
+                "experiment_dir": "x",
+                "data": {"train": {"src": "a", "tgt": "b"}},
+                "training": {"max_steps": 1},
+                "model": {"attention": {"type": "bahdanau", "local": "local-p"}},
+            },
+            tmp_path,
+            source="c",
+        )
     with pytest.raises(ValueError, match="local_attention"):
         TransformerConfig(attention="luong-general", local_attention="local-m")
     with pytest.raises(ValueError, match="Luong score"):
         build_attention("location", 4, 4, 4, local="local-m")
-    with pytest.raises(ValueError, match="local_window"):
-        RNNConfig(attention="luong-dot", local_attention="local-m", local_window=0)
+    with pytest.raises(ValueError, match="attention.luong-dot.window"):
+        RNNConfig(attention={"type": "luong-dot", "local": "local-m", "window": 0})
     path = tmp_path / "c.yaml"
     path.write_text(
         "experiment_dir: x\ndata: {train: {src: a, tgt: b}}\ntraining: {max_steps: 1, "
-        "attention_window: [1, 1]}\nmodel: {attention: luong-dot, decoder_hidden: 512, "
-        "local_attention: local-p}\n"
+        "attention_window: [1, 1]}\nmodel: {attention: {type: luong-dot, local: local-p}, "
+        "decoder_hidden: 512}\n"
     )
-    with pytest.raises(AttnmtError, match="training.attention_window.*local_window"):
+    with pytest.raises(AttnmtError, match="training.attention_window.*model.attention.window"):
         load_config(path)
 
 
@@ -219,7 +232,7 @@ def test_a_trained_local_model_translates_traces_and_describes_itself(local_mode
     from attnmt.info import model_info
 
     translator = local_model
-    assert translator.config.model.local_attention == "local-m"
+    assert translator.config.model.attention.local == "local-m"
     for t in translator.translate(["abcdefg", "hij"], beam=3):
         for row, weights in enumerate(t.attention):
             attended = weights.nonzero()[0]

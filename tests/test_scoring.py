@@ -24,6 +24,7 @@ from attnmt.seq2seq.results import ScoredTranslation
 from attnmt.serve import ServerLimits, create_app
 from attnmt.serve.schemas import request_models
 from attnmt.translation.filtering import DualScore, dual_scores
+from attention_helpers import rnn_fields
 from conftest import local_client, reverse
 
 TRANSFORMER = {
@@ -44,8 +45,10 @@ RNN_SIZES = {"embedding_size": 16, "encoder_hidden": 8, "decoder_hidden": 16, "a
 def untrained(**config):
     return build_model(
         model_config_of(
-            **({} if config.get("type") == "transformer" else RNN_SIZES),
-            **{"dropout": 0.0, **config},
+            **rnn_fields(
+                **({} if config.get("type") == "transformer" else RNN_SIZES),
+                **{"dropout": 0.0, **config},
+            )
         ),
         20,
         20,

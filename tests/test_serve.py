@@ -67,9 +67,9 @@ def test_models_describe_the_config(served):
         "name": name,
         "task": "translation",
         "type": "rnn",
-        "attention": config.model.attention,
+        "attention": config.model.attention.type,
         "rnn_type": config.model.rnn_type,
-        "input_feeding": config.model.input_feeding,
+        "input_feeding": True,  # (of a Luong score; a Bahdanau model's is the default)
         "local_attention": "none",
         "local_window": None,
         "attention_normalizer": "softmax",

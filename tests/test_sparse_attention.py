@@ -15,6 +15,7 @@ from attnmt.core.config import RNNConfig, model_config_of, load_config
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import build_model, decoding, fast_decoding
 from attnmt.seq2seq.attention import BahdanauAttention, LuongGeneralAttention, build_attention, normalize
+from attention_helpers import rnn_fields
 from test_attention import (
     SRC_VOCAB,
     TGT_VOCAB,
@@ -28,18 +29,20 @@ SPARSE = ["sparsemax", "entmax15"]
 
 def make_sparse_model(normalizer, attention="bahdanau", input_feeding=True, layers=1, rnn_type="gru", **options):
     config = model_config_of(
-        attention=attention,
-        attention_normalizer=normalizer,
-        rnn_type=rnn_type,
-        input_feeding=input_feeding,
-        embedding_size=16,
-        encoder_hidden=12,
-        decoder_hidden=24,
-        attention_size=10,
-        decoder_layers=layers,
-        dropout=0.0,
-        location_kernel=5,
-        **options,
+        **rnn_fields(
+            attention=attention,
+            attention_normalizer=normalizer,
+            rnn_type=rnn_type,
+            input_feeding=input_feeding,
+            embedding_size=16,
+            encoder_hidden=12,
+            decoder_hidden=24,
+            attention_size=10,
+            decoder_layers=layers,
+            dropout=0.0,
+            location_kernel=5,
+            **options,
+        )
     )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
@@ -158,10 +161,10 @@ def test_searches_of_sparse_attention_match_teacher_forcing_and_each_other(norma
 
 
 def test_config_errors_name_the_field(tmp_path):
-    with pytest.raises(ValueError, match="attention_normalizer: entmax15 .* model.attention none"):
-        RNNConfig(attention="none", attention_normalizer="entmax15")
-    with pytest.raises(ValueError, match="attention_normalizer"):
-        RNNConfig(attention_normalizer="sparsemax15")
+    with pytest.raises(ValueError, match="attention.none.normalizer"):
+        RNNConfig(attention={"type": "none", "normalizer": "entmax15"})
+    with pytest.raises(ValueError, match="attention.bahdanau.normalizer"):
+        RNNConfig(attention={"normalizer": "sparsemax15"})
     with pytest.raises(ValueError, match="unknown attention normalizer 'softermax'"):
         build_attention("bahdanau", 4, 4, 4, normalizer="softermax")
     with pytest.raises(ValueError, match="unknown attention normalizer"):
@@ -169,9 +172,9 @@ def test_config_errors_name_the_field(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(
         "experiment_dir: x\ndata: {train: {src: a, tgt: b}}\ntraining: {max_steps: 1, "
-        "guided_alignment: {links: c}}\nmodel: {attention_normalizer: sparsemax}\n"
+        "guided_alignment: {links: c}}\nmodel: {attention: {normalizer: sparsemax}}\n"
     )
-    with pytest.raises(AttnmtError, match="guided_alignment.*attention_normalizer: sparsemax.*exactly 0"):
+    with pytest.raises(AttnmtError, match="guided_alignment.*model.attention.normalizer: sparsemax.*exactly 0"):
         load_config(path)
 
 
@@ -329,7 +332,9 @@ def test_every_head_of_a_sparse_transformer_uses_the_map_and_never_the_fused_ker
     from attnmt.seq2seq.transformer import MultiHeadAttention
 
     torch.manual_seed(0)
-    model = build_model(model_config_of(**TRANSFORMER, attention_normalizer=normalizer), SRC_VOCAB, TGT_VOCAB)
+    model = build_model(
+        model_config_of(**rnn_fields(**TRANSFORMER, attention_normalizer=normalizer)), SRC_VOCAB, TGT_VOCAB
+    )
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, MultiHeadAttention):

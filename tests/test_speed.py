@@ -12,6 +12,7 @@ from attnmt.core.config import model_config_of
 from attnmt.data.batching import make_batch, training_batch
 from attnmt.seq2seq import build_model
 from attnmt.seq2seq.training import sequence_loss
+from attention_helpers import rnn_fields
 
 RNN = dict(embedding_size=16, encoder_hidden=12, decoder_hidden=24, attention_size=10, location_kernel=5)
 TRANSFORMER = dict(
@@ -49,7 +50,7 @@ def test_a_training_step_computes_the_textbook_loss_and_gradients(name, bf16):
     """The tricks together: the fast path (padded shapes, unpacked encoder, fused loss, cast
     encoder states) against the plain one, on the same batch and weights (dropout off)."""
     torch.manual_seed(0)
-    model = build_model(model_config_of(dropout=0.0, **MODELS[name]), 30, 30)
+    model = build_model(model_config_of(**rnn_fields(dropout=0.0, **MODELS[name])), 30, 30)
     model.train()
     fast_loss, fast_grads = loss_and_gradients(model, training_batch(SOURCES, TARGETS), bf16)
     with speed.plain():
@@ -174,7 +175,7 @@ def test_a_decoding_step_computes_the_textbook_log_probabilities(name, monkeypat
     monkeypatch.setattr(speed, "PACKED_MIN_ROWS", 1)  # (three sentences and small weights)
     monkeypatch.setattr(speed, "PACKED_MIN_WEIGHT", 1)
     torch.manual_seed(0)
-    model = speed.for_inference(build_model(model_config_of(**MODELS[name]), 30, 30).eval())
+    model = speed.for_inference(build_model(model_config_of(**rnn_fields(**MODELS[name])), 30, 30).eval())
     batch = make_batch(SOURCES, TARGETS)
     tokens = torch.tensor([1, 5, 9])
 

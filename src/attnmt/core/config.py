@@ -25,6 +25,25 @@ from pydantic import (
     model_validator,
 )
 
+from attnmt.core.attention_sections import (  # noqa: F401 (re-exported)
+    ATTENTION_TYPES,
+    ATTENTIONS,
+    FLAT_OPTIONS,
+    LOCAL_ATTENTIONS,
+    LUONG_SCORES,
+    AttentionConfig,
+    AttentionSection,
+    BahdanauConfig,
+    CoverageConfig,
+    LocationConfig,
+    LuongConfig,
+    NoAttentionConfig,
+    ScoredAttentionConfig,
+    nested,
+    of_types,
+    option_default,
+    types_with,
+)
 from attnmt.core.errors import AttnmtError
 from attnmt.core.data_sections import GPU_BATCH_TOKENS, CorpusFiles, DataConfig, ExtraCorpus  # noqa: F401 (re-exported)
 from attnmt.core.sections import (  # noqa: F401 (re-exported)
@@ -55,18 +74,6 @@ from attnmt.core.task_sections import (  # noqa: F401 (re-exported: they are imp
 
 S = TypeVar("S", bound=Section)
 
-ATTENTIONS = (
-    "none",
-    "bahdanau",
-    "luong-dot",
-    "luong-general",
-    "luong-concat",
-    "luong-location",
-    "location",
-    "coverage",
-)
-LOCAL_ATTENTIONS = ("none", "local-m", "local-p")  # Luong et al. (2015): global, local-m, local-p
-
 
 class ModelConfig(Section):
     """What the model section of every architecture has; ``type`` chooses the architecture, and
@@ -90,13 +97,25 @@ class ModelConfig(Section):
         if not isinstance(data, dict) or cls is ModelConfig:
             return data
         saved = bool(info.context and info.context.get("saved"))
-        return {
+        own = cls.field_names()
+        data = {
             name: value
             for name, value in data.items()
-            if name in cls.model_fields
+            if name in own
             or name not in OTHER_TYPES_DEFAULTS
             or not (saved or _same(value, OTHER_TYPES_DEFAULTS[name]))
         }
+        return cls.spelled_out(data, saved)
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        """The names this type reads in a model section: its fields (and, RNNConfig, older spellings)."""
+        return set(cls.model_fields)
+
+    @classmethod
+    def spelled_out(cls, data: dict, saved: bool) -> dict:
+        """``data`` in this version's spelling (RNNConfig: the attention's options in model.attention)."""
+        return data
 
     @model_validator(mode="after")
     def of_a_type(self):
@@ -118,85 +137,34 @@ class RNNConfig(ModelConfig):
     encoder_hidden: Width = 256  # per direction
     bidirectional: bool = True
     decoder_hidden: Width = 512
-    attention: Literal[ATTENTIONS] = "bahdanau"
-    attention_size: Width = 512  # hidden size of the additive/concat scorers
-    input_feeding: bool = True  # Luong: feed the previous attentional vector to the RNN
+    # The attention: a variant by name (bahdanau), or with its options ({type: location, kernel: 15}),
+    # each variant a class of its own (attnmt.core.attention_sections)
+    attention: AttentionSection = Field("bahdanau", validate_default=True)
+    # the hidden size of the scorers that have one: additive (bahdanau, location, coverage), concat,
+    # and local-p's predictor of p_t (a size of the model, as the others: one config can vary the variant)
+    attention_size: Width = 512
     # The decoder's first state: tanh(W h_final), a summary of the source (Bahdanau et al.), or
     # zeros (as in listen-attend-spell), so that all it learns of the source comes through attention.
     decoder_init: Literal["bridge", "zeros"] = "bridge"
-    location_channels: Width = 10  # location attention: conv filters ...
-    location_kernel: Width = 31  # ... and their width (odd)
-    # coverage attention (Tu et al. 2016): N of each source word's fertility Phi_j = N sigmoid(u_f h_j),
-    # by which its coverage is divided; 0: the plain sum of its past weights (See et al. 2017)
-    coverage_fertility: int = Field(0, ge=0, le=100)
-    # coverage attention: 0 keeps the sum of the past weights (linguistic coverage); d > 0 Tu et al.'s
-    # NN-based coverage instead, a d-dimensional vector per source word updated by a GRU at each step
-    coverage_dim: int = Field(0, ge=0, le=256)
-    # Luong et al.'s local attention, with a luong-* score: each step attends within local_window (D)
-    # source positions of p_t, which is t (local-m, monotonic) or predicted from s_t (local-p, with a
-    # Gaussian around p_t); none: global attention over the whole source
-    local_attention: Literal[LOCAL_ATTENTIONS] = "none"
-    local_window: int = Field(10, gt=0, le=1000)  # D: the window is [p_t - D, p_t + D]
-    # What turns attention scores into weights: softmax (every weight above 0), or sparsemax (Martins
-    # & Astudillo 2016) or 1.5-entmax (Peters et al. 2019), which give most positions exactly 0, or
-    # csparsemax, constrained sparsemax (Malaviya et al. 2018): no source word gets more than
-    # fertility_bound attention over the output
-    attention_normalizer: Literal[RNN_NORMALIZERS] = "softmax"
-    fertility_bound: float = Field(FERTILITY_BOUND, gt=0, le=100)
     init_range: float = Field(0.1, ge=0)  # uniform(-r, r) init; 0 keeps PyTorch's defaults
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        """The fields of the section, and the attention's options as older configs spelt them."""
+        return set(cls.model_fields) | set(FLAT_OPTIONS)
+
+    @classmethod
+    def spelled_out(cls, data: dict, saved: bool) -> dict:
+        # Where the older flat spelling of the attention's options (location_kernel: 15 beside
+        # attention: location, as every config.yaml of a model folder written up to 2c61382 has
+        # them) becomes model.attention's ({type: location, kernel: 15}), before any check:
+        # attention_sections.nested; tests/test_old_folders.py loads folders written then.
+        return nested(data, saved)
 
     @property
     def attention_name(self) -> str:
         """An RNN's attention in words: "bahdanau", "luong-general local-p (D=10)", "bahdanau sparsemax"."""
-        name = self.attention
-        if self.coverage_fertility:
-            name += f" (fertility N={self.coverage_fertility})"
-        if self.coverage_dim:
-            name += f" (NN-based, d={self.coverage_dim})"
-        if self.local_attention != "none":
-            name += f" {self.local_attention} (D={self.local_window})"
-        if self.attention_normalizer != "softmax":
-            name += f" {self.attention_normalizer}"
-        if self.attention_normalizer == "csparsemax":
-            name += f" (fertility {self.fertility_bound:g})"
-        return name
-
-    @model_validator(mode="after")
-    def options_of_the_attention(self):
-        if self.local_attention != "none" and not self.attention.startswith("luong-"):
-            raise ValueError(
-                f"local_attention: {self.local_attention} is Luong et al.'s local attention, for an "
-                "RNN decoder whose query is its current state: model.attention luong-dot, luong-general, "
-                f"luong-concat or luong-location (here {self.attention})"
-            )
-        if self.coverage_fertility and self.attention != "coverage":
-            raise ValueError(f"coverage_fertility is for model.attention: coverage (here attention {self.attention})")
-        if self.coverage_dim and (
-            self.attention != "coverage" or self.coverage_fertility or self.attention_normalizer == "csparsemax"
-        ):
-            here = f"attention {self.attention}, {self.attention_normalizer}"
-            raise ValueError(
-                "coverage_dim (Tu et al.'s NN-based coverage) is for model.attention: coverage, without "
-                f"coverage_fertility (linguistic coverage's) nor csparsemax (whose bounds need the sum "
-                f"of the weights) (here {here}{', coverage_fertility' * bool(self.coverage_fertility)})"
-            )
-        if self.attention_normalizer == "csparsemax" and self.local_attention != "none":
-            raise ValueError(
-                "attention_normalizer: csparsemax bounds each source word's attention over the whole "
-                f"output: it is for an RNN's global attention (here local_attention: {self.local_attention})"
-            )
-        # (the default is allowed with any normalizer: a saved config writes it whatever the normalizer)
-        if self.fertility_bound != FERTILITY_BOUND and self.attention_normalizer != "csparsemax":
-            raise ValueError(
-                f"fertility_bound bounds csparsemax attention (attention_normalizer: csparsemax; here "
-                f"{self.attention_normalizer})"
-            )
-        if self.attention_normalizer != "softmax" and self.attention == "none":
-            raise ValueError(
-                f"attention_normalizer: {self.attention_normalizer} normalizes attention scores, and "
-                "model.attention none has none"
-            )
-        return self
+        return self.attention.name
 
 
 class TransformerConfig(ModelConfig):
@@ -241,12 +209,24 @@ class TransformerConfig(ModelConfig):
 
 
 MODEL_TYPES = {"rnn": RNNConfig, "transformer": TransformerConfig}
-# The fields of each type that the other lacks, with their defaults (ModelConfig.fields_of_the_other_type)
+# The names each type reads in a model section (ModelConfig.field_names)
+MODEL_TYPE_FIELDS = {kind: frozenset(section.field_names()) for kind, section in MODEL_TYPES.items()}
+
+
+def _field_default(name: str):
+    """The default of a name that a type reads: a field's, or that of an attention option spelt flat."""
+    for section in MODEL_TYPES.values():
+        if name in section.model_fields:
+            return section.model_fields[name].default
+    return option_default(FLAT_OPTIONS[name])
+
+
+# The names of each type that another lacks, with their defaults (ModelConfig.fields_of_the_other_type)
 OTHER_TYPES_DEFAULTS = {
-    name: field.default
-    for section in MODEL_TYPES.values()
-    for name, field in section.model_fields.items()
-    if not all(name in other.model_fields for other in MODEL_TYPES.values())
+    name: _field_default(name)
+    for names in MODEL_TYPE_FIELDS.values()
+    for name in sorted(names)
+    if not all(name in other for other in MODEL_TYPE_FIELDS.values())
 }
 
 
@@ -468,13 +448,17 @@ class Config(Section):
                 "training.guided_alignment learns from the links of data.train's pairs: "
                 "it cannot train with data.extra_train"
             )
-        if model.type == "rnn" and model.attention == "none":
+        if model.type == "rnn" and model.attention.type == "none":
             raise ValueError("training.guided_alignment trains attention: model.attention none has none")
-        if model.attention_normalizer != "softmax":
+        normalizer, field = (
+            (model.attention.normalizer, "model.attention.normalizer")
+            if model.type == "rnn"
+            else (model.attention_normalizer, "model.attention_normalizer")
+        )
+        if normalizer != "softmax":
             raise ValueError(
-                f"training.guided_alignment's cross-entropy cannot train model.attention_normalizer: "
-                f"{model.attention_normalizer}: a reference link whose weight it set to exactly 0 "
-                "gets no gradient (use softmax)"
+                f"training.guided_alignment's cross-entropy cannot train {field}: {normalizer}: a "
+                "reference link whose weight it set to exactly 0 gets no gradient (use softmax)"
             )
         if model.type != "transformer" and guided.full_context:
             raise ValueError(
@@ -499,7 +483,7 @@ class Config(Section):
     @model_validator(mode="after")
     def coverage_loss_needs_rnn_attention(self):
         if self.training.coverage_loss and (
-            self.task == "pairs" or self.model.type != "rnn" or self.model.attention == "none"
+            self.task == "pairs" or self.model.type != "rnn" or self.model.attention.type == "none"
         ):
             here = (
                 "task: pairs"
@@ -516,16 +500,17 @@ class Config(Section):
     def window_needs_rnn_attention(self):
         for section in ("training", "decoding"):
             if getattr(self, section).attention_window is not None and (
-                self.task == "pairs" or self.model.type != "rnn" or self.model.attention == "none"
+                self.task == "pairs" or self.model.type != "rnn" or self.model.attention.type == "none"
             ):
                 raise ValueError(
                     f"{section}.attention_window is for RNN decoders with attention (model.type: rnn, "
                     "model.attention not none)"
                 )
-            if getattr(self, section).attention_window is not None and self.model.local_attention != "none":
+            local = getattr(self.model.attention, "local", "none") if self.model.type == "rnn" else "none"
+            if getattr(self, section).attention_window is not None and local != "none":
                 raise ValueError(
-                    f"{section}.attention_window: model.local_attention {self.model.local_attention} "
-                    "already keeps each step to its own window (model.local_window)"
+                    f"{section}.attention_window: model.attention.local {local} already keeps each step "
+                    "to its own window (model.attention.window)"
                 )
         if "attention_window" not in self.decoding.model_fields_set:  # decode as trained
             self.decoding.attention_window = self.training.attention_window
@@ -575,21 +560,38 @@ def _resolve_paths(config: Config, base: Path) -> Config:
 def _describe(error: ValidationError) -> str:
     lines = []
     for e in error.errors():
-        loc, message, kind = list(e["loc"]), e["msg"], None
+        loc, message, kind, attention = list(e["loc"]), e["msg"], None, None
         if loc[:1] == ["model"] and loc[1:2] and loc[1] in MODEL_TYPES:  # the tag of ModelSection: its type
             kind = loc.pop(1)
-        if e["type"] in ("union_tag_invalid", "union_tag_not_found") and loc == ["model"]:
+        if loc[:2] == ["model", "attention"] and loc[2:3] and loc[2] in ATTENTION_TYPES:  # AttentionSection's
+            attention = loc.pop(2)
+        tags = e["type"] in ("union_tag_invalid", "union_tag_not_found")
+        if tags and loc == ["model"]:
             loc, message = ["model", "type"], f"Input should be {' or '.join(map(repr, MODEL_TYPES))}"
+        elif tags and loc == ["model", "attention"]:
+            loc = ["model", "attention", "type"]
+            message = f"Input should be {', '.join(map(repr, ATTENTIONS))} (a name, or {{type: NAME, its options}})"
         elif e["type"] == "extra_forbidden":
-            owners = [
-                other
-                for other, section in MODEL_TYPES.items()
-                if kind and loc[2:] == [] and loc[-1] in section.model_fields
-            ]
-            message = f"a field of model.type: {owners[0]} (this model's type is {kind})" if owners else "unknown field"
+            message = _not_a_field(loc, kind, attention)
         where = ".".join(str(part) for part in loc) or "(top level)"
         lines.append(f"  {where}: {message}")
     return "\n".join(lines)
+
+
+def _not_a_field(loc: list, kind: str | None, attention: str | None) -> str:
+    """Why ``loc`` is not a field where it was given: a field of another model type, an option of
+    another attention variant (or its flat spelling, given for a variant without it), or unknown."""
+    name = loc[-1]
+    if kind == "rnn" and len(loc) == 2 and name in FLAT_OPTIONS:
+        option = FLAT_OPTIONS[name]
+        return f"an option of {of_types(types_with(option))} (model.attention.{option})"
+    if kind and len(loc) == 2:
+        owners = [other for other in MODEL_TYPES if other != kind and name in MODEL_TYPE_FIELDS[other]]
+        if owners:
+            return f"a field of model.type: {owners[0]} (this model's type is {kind})"
+    if attention and len(loc) == 3 and types_with(name):
+        return f"an option of {of_types(types_with(name))} (this attention is {attention})"
+    return "unknown field"
 
 
 def validated(section: type[S], raw, source: str = "config", saved: bool = False) -> S:

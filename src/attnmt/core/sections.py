@@ -49,7 +49,7 @@ SET_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 NORMALIZERS = ("softmax", "sparsemax", "entmax15")
 # ... and for an RNN's attention, which can keep the attention each source word has had: constrained sparsemax
 RNN_NORMALIZERS = (*NORMALIZERS, "csparsemax")
-FERTILITY_BOUND = 2.0  # csparsemax's default bound (model.fertility_bound)
+FERTILITY_BOUND = 2.0  # csparsemax's default bound (model.attention.fertility_bound)
 SetName = Annotated[str, StringConstraints(pattern=SET_NAME, max_length=64)]
 
 

@@ -19,7 +19,7 @@ import torch
 from pydantic import ValidationError
 
 from attnmt.core import speed
-from attnmt.core.config import Config, DecodingConfig
+from attnmt.core.config import Config, CoverageConfig, DecodingConfig, LuongConfig, ScoredAttentionConfig
 from attnmt.core.devices import to_numpy
 from attnmt.core.errors import AttnmtError
 from attnmt.core.folders import inference_device, load_model, model_config, weights_path
@@ -190,18 +190,21 @@ class LoadedSeq2Seq(ABC):
                 "norm": m.norm,
                 "attention_normalizer": m.attention_normalizer,
             }
+        a = m.attention  # (the API names its options as the model section did before it was a section)
+        luong, scored = isinstance(a, LuongConfig), isinstance(a, ScoredAttentionConfig)
+        coverage = isinstance(a, CoverageConfig)
         return {
             **common,
             **none,
-            "attention": m.attention,
+            "attention": a.type,
             "rnn_type": m.rnn_type,
-            "input_feeding": m.input_feeding,
-            "local_attention": m.local_attention,
-            "local_window": None if m.local_attention == "none" else m.local_window,
-            "attention_normalizer": None if m.attention == "none" else m.attention_normalizer,
-            "coverage_fertility": m.coverage_fertility if m.attention == "coverage" else None,
-            "coverage_dim": m.coverage_dim if m.attention == "coverage" else None,
-            "fertility_bound": m.fertility_bound if m.attention_normalizer == "csparsemax" else None,
+            "input_feeding": a.input_feeding if luong else True,
+            "local_attention": a.local if luong else "none",
+            "local_window": a.window if luong and a.local != "none" else None,
+            "attention_normalizer": a.normalizer if scored else None,
+            "coverage_fertility": a.fertility if coverage else None,
+            "coverage_dim": a.dim if coverage else None,
+            "fertility_bound": a.fertility_bound if scored and a.normalizer == "csparsemax" else None,
             "decoder_hidden": m.decoder_hidden,
         }
 

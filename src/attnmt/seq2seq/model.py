@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmt.core import speed
-from attnmt.core.config import ModelConfig, RNNConfig
+from attnmt.core.config import AttentionConfig, LuongConfig, ModelConfig, RNNConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.core.speed import Dropout
 from attnmt.data.subwords import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
@@ -25,19 +25,12 @@ class Seq2Seq(EncoderDecoder):
         self.encoder = self.build_encoder(config, src_vocab_size)
         memory_size = self.encoder.output_size
         attention = build_attention(
-            config.attention,
+            config.attention.type,
             config.decoder_hidden,
             memory_size,
             config.attention_size,
-            config.location_channels,
-            config.location_kernel,
-            config.local_attention,
-            config.local_window,
-            config.max_positions,
-            config.attention_normalizer,
-            config.coverage_fertility,
-            config.fertility_bound,
-            config.coverage_dim,
+            max_positions=config.max_positions,
+            **attention_options(config.attention),
         )
         self.tgt_embed = nn.Embedding(tgt_vocab_size, config.embedding_size, padding_idx=PAD)
         self.decoder = RNNDecoder(
@@ -47,7 +40,8 @@ class Seq2Seq(EncoderDecoder):
             config.decoder_layers,
             config.rnn_type,
             attention,
-            config.input_feeding,
+            # (Luong's scores only: the others attend before the RNN, and the flag is not read)
+            config.attention.input_feeding if isinstance(config.attention, LuongConfig) else True,
             config.dropout,
             bridge=config.decoder_init == "bridge",
         )
@@ -102,7 +96,7 @@ class Seq2Seq(EncoderDecoder):
         if window is not None and isinstance(attention, LocalAttention):
             raise AttnmtError(
                 f"an attention window ({window}) and local attention ({attention.kind}) together: local "
-                "attention keeps each step to its own window (model.local_window)"
+                "attention keeps each step to its own window (model.attention.window)"
             )
         keys = None if attention is None else attention.project_keys(states)
         shareable = attention is not None and not attention.reads_own_past and window is None
@@ -128,6 +122,25 @@ class Seq2Seq(EncoderDecoder):
         embedded = self.output_dropout(self.tgt_embed(tgt_in))
         attentional, weights = self.decoder(embedded, self.init_state(memory), memory)
         return self.output_dropout(attentional), weights
+
+
+def attention_options(attention: AttentionConfig) -> dict:
+    """The options of build_attention that an attention section (model.attention) sets: its own."""
+    fields = {
+        "local": "local",
+        "window": "local_window",
+        "channels": "location_channels",
+        "kernel": "location_kernel",
+        "fertility": "coverage_fertility",
+        "dim": "coverage_dim",
+        "normalizer": "normalizer",
+        "fertility_bound": "fertility_bound",
+    }
+    return {
+        argument: getattr(attention, option)
+        for option, argument in fields.items()
+        if option in type(attention).model_fields
+    }
 
 
 def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq | Transformer:

@@ -61,12 +61,13 @@ class CoverageUse:
 
 def coverage_use(model_config) -> CoverageUse | None:
     """What a model (its config's model section) reads of the coverage; None where nothing."""
-    mc = model_config
-    in_score = mc.type == "rnn" and mc.attention == "coverage"
-    bound = mc.fertility_bound if mc.type == "rnn" and mc.attention_normalizer == "csparsemax" else None
+    attention = model_config.attention if model_config.type == "rnn" else None
+    in_score = attention is not None and attention.type == "coverage"
+    csparsemax = attention is not None and attention.type != "none" and attention.normalizer == "csparsemax"
+    bound = attention.fertility_bound if csparsemax else None
     if not in_score and bound is None:
         return None
-    return CoverageUse(in_score, mc.coverage_fertility if in_score else 0, mc.coverage_dim if in_score else 0, bound)
+    return CoverageUse(in_score, attention.fertility if in_score else 0, attention.dim if in_score else 0, bound)
 
 
 @dataclass
@@ -176,7 +177,7 @@ def trace_source(
     )
     memory = recorder.memory
     mc = translator.config.model
-    normalizer = mc.attention_normalizer if mc.type == "rnn" and mc.attention != "none" else None
+    normalizer = mc.attention.normalizer if mc.type == "rnn" and mc.attention.type != "none" else None
     return DecodingTrace(
         source,
         source_tokens,

@@ -42,9 +42,8 @@ def speech_config(folder: Path, data: dict[str, Path], steps: int, attention: st
             "encoder_layers": 2,
             "decoder_hidden": 256,
             "attention_size": 128,
-            "location_kernel": 15,
             "dropout": 0.1,
-            "attention": attention,
+            "attention": {"type": "location", "kernel": 15} if attention == "location" else attention,
             "decoder_init": "zeros",
         },
         "training": {

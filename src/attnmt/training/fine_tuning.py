@@ -58,12 +58,29 @@ def initial_config(config: Config) -> Config:
 
 
 def _differences(section: str, ours, theirs, free: tuple[str, ...]) -> list[str]:
-    """'section.field: ours here, theirs there' for each field of two config sections that differs."""
+    """'section.field: ours here, theirs there' for each field of two config sections that differs
+    (of a field that is a section, such as model.attention: its type if that differs, else each of
+    its fields that does)."""
     ours, theirs = ({} if s is None else s.model_dump(mode="json") for s in (ours, theirs))
+    found = []
+    for name in sorted(set(ours) | set(theirs)):
+        here, there = ours.get(name), theirs.get(name)
+        if name in free or here == there:
+            continue
+        if isinstance(here, dict) and isinstance(there, dict):
+            if here.get("type") == there.get("type"):
+                found += [f"{section}.{name}.{line}" for line in _differences_of(here, there)]
+                continue
+            here, there, name = here.get("type"), there.get("type"), f"{name}.type"
+        found.append(f"{section}.{name}: {here!r} here, {there!r} there")
+    return found
+
+
+def _differences_of(ours: dict, theirs: dict) -> list[str]:
     return [
-        f"{section}.{name}: {ours.get(name)!r} here, {theirs.get(name)!r} there"
+        f"{name}: {ours.get(name)!r} here, {theirs.get(name)!r} there"
         for name in sorted(set(ours) | set(theirs))
-        if name not in free and ours.get(name) != theirs.get(name)
+        if ours.get(name) != theirs.get(name)
     ]
 
 
