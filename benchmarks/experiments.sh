@@ -8,32 +8,32 @@ cd "$(dirname "$0")/.."
 OUT=runs/experiments
 LOCK=/tmp/attnmt-bench.lock
 GOLD=(--align-pairs runs/e4-data/hansards.pairs --align-gold runs/e4-data/hansards.gold --one-based)
-LUONG=(--vary model.attention=luong-dot,luong-general,luong-concat --vary model.input_feeding=true,false
+LUONG=(--vary model.attention.type=luong-dot,luong-general,luong-concat --vary model.attention.input_feeding=true,false
        --variant bahdanau:model.attention=bahdanau --variant location:model.attention=location)
 # E5: Luong et al.'s Table 4 (global: location, dot, general; local-m, local-p: dot, general) with the paper's D = 10, and a
 # narrower D = 3; without input feeding, which E2 found better at this budget
-NO_FEED=model.input_feeding=false
-LOCAL=(--variant "global-location:model.attention=luong-location,$NO_FEED"
-       --variant "global-dot:model.attention=luong-dot,$NO_FEED"
-       --variant "global-general:model.attention=luong-general,$NO_FEED"
-       --variant "local-m-dot:model.attention=luong-dot,model.local_attention=local-m,$NO_FEED"
-       --variant "local-m-general:model.attention=luong-general,model.local_attention=local-m,$NO_FEED"
-       --variant "local-p-dot:model.attention=luong-dot,model.local_attention=local-p,$NO_FEED"
-       --variant "local-p-general:model.attention=luong-general,model.local_attention=local-p,$NO_FEED"
-       --variant "local-m-general-D3:model.attention=luong-general,model.local_attention=local-m,model.local_window=3,$NO_FEED"
-       --variant "local-p-general-D3:model.attention=luong-general,model.local_attention=local-p,model.local_window=3,$NO_FEED")
+NO_FEED=model.attention.input_feeding=false
+LOCAL=(--variant "global-location:model.attention.type=luong-location,$NO_FEED"
+       --variant "global-dot:model.attention.type=luong-dot,$NO_FEED"
+       --variant "global-general:model.attention.type=luong-general,$NO_FEED"
+       --variant "local-m-dot:model.attention.type=luong-dot,model.attention.local=local-m,$NO_FEED"
+       --variant "local-m-general:model.attention.type=luong-general,model.attention.local=local-m,$NO_FEED"
+       --variant "local-p-dot:model.attention.type=luong-dot,model.attention.local=local-p,$NO_FEED"
+       --variant "local-p-general:model.attention.type=luong-general,model.attention.local=local-p,$NO_FEED"
+       --variant "local-m-general-D3:model.attention.type=luong-general,model.attention.local=local-m,model.attention.window=3,$NO_FEED"
+       --variant "local-p-general-D3:model.attention.type=luong-general,model.attention.local=local-p,model.attention.window=3,$NO_FEED")
 # E5 at four times the steps (about 9 epochs of Multi30k, Luong et al. trained 10-12 of WMT): the four that matter
 LOCAL_LONG=("${LOCAL[@]:2:4}"
-            --variant "local-m-general:model.attention=luong-general,model.local_attention=local-m,$NO_FEED"
-            --variant "local-p-general:model.attention=luong-general,model.local_attention=local-p,$NO_FEED")
+            --variant "local-m-general:model.attention.type=luong-general,model.attention.local=local-m,$NO_FEED"
+            --variant "local-p-general:model.attention.type=luong-general,model.attention.local=local-p,$NO_FEED")
 
 # E6: the softmax of two scores (Bahdanau's, and Luong's general without input feeding) against sparsemax and
-# 1.5-entmax (model.attention_normalizer)
+# 1.5-entmax (model.attention.normalizer)
 SPARSE=()
 for score in bahdanau luong-general; do
   feeding=$([ $score = bahdanau ] && echo "" || echo ",$NO_FEED")
   for normalizer in softmax sparsemax entmax15; do
-    SPARSE+=(--variant "$score-$normalizer:model.attention=$score,model.attention_normalizer=$normalizer$feeding")
+    SPARSE+=(--variant "$score-$normalizer:model.attention.type=$score,model.attention.normalizer=$normalizer$feeding")
   done
 done
 
@@ -47,11 +47,11 @@ done
 # (plain, and divided by Tu et al.'s fertility with N = 2), and See et al.'s coverage loss (lambda 1) with and without it
 COVERAGE=(--variant bahdanau:model.attention=bahdanau
           --variant coverage:model.attention=coverage
-          --variant coverage-fertility:model.attention=coverage,model.coverage_fertility=2
+          --variant coverage-fertility:model.attention.type=coverage,model.attention.fertility=2
           --variant bahdanau-loss:model.attention=bahdanau,training.coverage_loss=1
           --variant coverage-loss:model.attention=coverage,training.coverage_loss=1)
 # E7: Tu et al.'s NN-based coverage (a GRU's vector per source word, d = 10 as in their experiments) beside the three above
-NN_COVERAGE=("${COVERAGE[@]:0:6}" --variant coverage-nn:model.attention=coverage,model.coverage_dim=10)
+NN_COVERAGE=("${COVERAGE[@]:0:6}" --variant coverage-nn:model.attention.type=coverage,model.attention.dim=10)
 # E7: the coverage loss with smaller lambdas from the start, and as See et al. trained it: in a short last phase,
 # from the Bahdanau model of e7 (its subwords and weights), against the same steps without it
 LOSS=(--variant bahdanau-loss-0.1:model.attention=bahdanau,training.coverage_loss=0.1
@@ -59,9 +59,9 @@ LOSS=(--variant bahdanau-loss-0.1:model.attention=bahdanau,training.coverage_los
 FROM=training.init_from=$PWD/runs/experiments/e7-de-en/bahdanau/seed42  # (relative: to the config's folder)
 PHASE=(--variant "bahdanau-more:$FROM" --variant "bahdanau-then-loss:$FROM,training.coverage_loss=1")
 # E7: constrained sparsemax (Malaviya et al. 2018) with constant fertilities 1, 2 and 3, against plain sparsemax
-CONSTRAINED=(--variant bahdanau-sparsemax:model.attention=bahdanau,model.attention_normalizer=sparsemax)
+CONSTRAINED=(--variant bahdanau-sparsemax:model.attention.type=bahdanau,model.attention.normalizer=sparsemax)
 for f in 1 2 3; do
-  CONSTRAINED+=(--variant "bahdanau-csparsemax-$f:model.attention=bahdanau,model.attention_normalizer=csparsemax,model.fertility_bound=$f")
+  CONSTRAINED+=(--variant "bahdanau-csparsemax-$f:model.attention.type=bahdanau,model.attention.normalizer=csparsemax,model.attention.fertility_bound=$f")
 done
 
 run() {  # NAME ARGS...: one experiment, its date, commit and command logged beside its results

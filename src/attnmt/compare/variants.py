@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from attnmt.core.config import MODEL_TYPES, Config, config_from_dict, load_config, parse_yaml
+from attnmt.core.config import ATTENTION_TYPES, MODEL_TYPES, Config, config_from_dict, load_config, parse_yaml
 from attnmt.core.errors import AttnmtError
 
 FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -69,9 +69,13 @@ def check_shared_fields(variants: list[Variant]):
 
 
 def merged(base: dict, overrides: dict) -> dict:
-    """``base`` with ``overrides`` merged in, section by section (a value that is not a mapping replaces)."""
+    """``base`` with ``overrides`` merged in, section by section (a value that is not a mapping
+    replaces); an attention given by name (``attention: luong-dot``) is the section of that type
+    (``{type: luong-dot}``) that options merge into (``model.attention.input_feeding=false``)."""
     out = dict(base)
     for key, value in overrides.items():
+        if key == "attention" and isinstance(out.get(key), str) and isinstance(value, dict):
+            out[key] = {"type": out[key]}
         out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
@@ -87,6 +91,20 @@ def assignment(text: str, where: str) -> dict:
     return result
 
 
+def attention_over(base, changes: dict):
+    """model.attention of a variant whose overrides give some of its fields (``changes``, a
+    mapping) over the base config's (``base``: a variant's name, or a section): of the base's
+    options, those of the variant's type (that of ``changes``, or else the base's), with
+    ``changes`` on top; as a variant of another model type keeps the fields of its type."""
+    base = {"type": base} if isinstance(base, str) else base
+    if not isinstance(base, dict):
+        return changes
+    kind = changes.get("type", base.get("type", "bahdanau"))
+    section = ATTENTION_TYPES.get(kind) if isinstance(kind, str) else None
+    kept = {k: v for k, v in base.items() if k != "type" and (section is None or k in section.model_fields)}
+    return {"type": kind, **kept, **changes}
+
+
 def _yaml_value(text: str, where: str):
     try:
         return parse_yaml(text, where) if text.strip() else ""
@@ -95,6 +113,9 @@ def _yaml_value(text: str, where: str):
 
 
 def _label(field_name: str, value) -> str:
+    """``attention=none`` of ``model.attention=none``; ``attention=none`` of ``model.attention.type=none`` too."""
+    if field_name.strip() == "model.attention.type":
+        field_name = "model.attention"
     return f"{field_name.rsplit('.', 1)[-1]}={json.dumps(value) if not isinstance(value, str) else value}"
 
 
@@ -182,6 +203,9 @@ class BaseConfig:
         if isinstance(model, dict) and kind in MODEL_TYPES and kind != model.get("type", "rnn"):
             # a variant of another architecture: of the base's model section, the fields of its type
             raw["model"] = {**{k: v for k, v in model.items() if k in MODEL_TYPES[kind].model_fields}, **changes}
+        attention = changes.get("attention") if isinstance(changes, dict) else None
+        if isinstance(model, dict) and isinstance(attention, dict) and "attention" in model:
+            raw["model"]["attention"] = attention_over(model["attention"], attention)
         if data is not None:
             raw["data"] = {**raw["data"], **data}
         return config_from_dict(raw, self.path.resolve().parent, str(self.path))
