@@ -132,7 +132,8 @@ def test_a_config_naming_an_unknown_class_is_refused(model_folder, field, value)
     raw = yaml.safe_load(config.read_text())
     raw["model"][field] = value
     config.write_text(yaml.safe_dump(raw))
-    message = f"{config}: invalid configuration\n  model.{field}: Input should be"
+    named = "attention.type" if field == "attention" else field  # (the attention's type: a section's tag)
+    message = f"{config}: invalid configuration\n  model.{named}: Input should be"
     with pytest.raises(AttnmtError, match=re.escape(message)):
         load(model_folder)
 
