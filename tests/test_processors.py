@@ -94,10 +94,10 @@ def test_the_filters_are_sampler_s_draw():
 
 
 def test_a_prefix_forces_its_tokens_through_the_same_processors_in_both_executors(monkeypatch):
-    """Prefixed's restrictions are processors.Forced (the prefix's tokens) and processors.Allowed (the pieces
-    spelling its word), the same two in either executor, each seeing every step's rows while it restricts them;
-    both executors find the same hypotheses, each beginning with its prefix."""
-    from attnmt.seq2seq.prefix import Prefixed
+    """A prefix's restrictions (the loop processor prefix.Prefix) are processors.Forced (the prefix's tokens) and
+    processors.Allowed (the pieces spelling its word), the same two in either executor, each seeing every step's rows
+    while it restricts them; both executors find the same hypotheses, each beginning with its prefix."""
+    from attnmt.seq2seq.prefix import Prefix
     from test_fast_decoding import PREFIXES, prefixed_limits
 
     seen = []
@@ -107,12 +107,11 @@ def test_a_prefix_forces_its_tokens_through_the_same_processors_in_both_executor
             processor, "__call__", lambda self, log_probs, call=call: seen.append(type(self)) or call(self, log_probs)
         )
     batch, model = random_batch(6, seed=7), tiny("gru-bahdanau")
-    args = (Prefixed(model, PREFIXES, None, batch.src.device), batch.src, batch.src_lengths)
-    args += (prefixed_limits(limits_of(batch, "usual")),)
+    args = (model, batch.src, batch.src_lengths, prefixed_limits(limits_of(batch, "usual")))
     found = {}
     for executor in (decoding, fast_decoding):
         seen.clear()
-        found[executor] = executor.beam_search(*args, 3, 2)
+        found[executor] = executor.beam_search(*args, 3, 2, processors=(Prefix(PREFIXES, None, batch.src.device),))
         assert {processors.Forced, processors.Allowed} <= set(seen)
     assert_same_hypotheses(found[fast_decoding], found[decoding])
     for tokens, hypotheses in zip(PREFIXES.tokens, found[fast_decoding]):

@@ -3,25 +3,34 @@ from them, in the shape of fairseq's and transformers' logits processors (our ow
 
 A processor is a callable ``(log_probs (rows, columns)) -> (rows, columns)``, tensor operations
 only (no value read back), so that both executors apply it the same way: the eager one
-(attnmt.seq2seq.decoding.Greedy) and the fixed-shape one (attnmt.seq2seq.fast_decoding._Greedy,
-a GPU's step). Both choose a step's tokens through ``choose``, the one code path where a pick
-(``Sampler``: the processors, then a draw) meets the log-probabilities.
+(attnmt.seq2seq.decoding) and the fixed-shape one (attnmt.seq2seq.fast_decoding, a GPU's step).
 
-Sampling's filters are processors: ``SamplingFilters`` (temperature, top-k, top-p) shapes the
-distribution a token is drawn from; the hypothesis' score stays the model's log-probability of
-the tokens drawn (``choose``). The shortlist is not a processor: it restricts the output layer
-(attnmt.seq2seq.output.OutputLayer.restrict), so that the other columns are never computed (a
-processor would mask columns already paid for). A prefix's forcing is processors too (``Forced``:
-the prefix's next token, ``Allowed``: the pieces that may spell its word), which the model wrapper
-of attnmt.seq2seq.prefix (``Prefixed``) makes at each step from each row's own progress, in both
-executors: that progress is a state that moves with the rows (beam search's reordering, the eager
-loop's finished rows leaving), which the decoder state carries for it.
+The search loop applies a list of *loop processors* to every step (``processed_step``, in both
+executors), before the strategy chooses: a loop processor has a state of the rows it restricts
+(``start(memory, fixed)``: the eager executor's, or tensors only for the fixed-shape one), which
+the loop carries beside the decoder state (``Processed``), so that a strategy that reorders or
+drops rows moves both; each step ``processor(t, prev_tokens, log_probs, state)`` gives the
+restricted log-probabilities and the rows' next state. A prefix is one (attnmt.seq2seq.prefix.Prefix:
+``Forced``, its next token, then ``Allowed``, the pieces that may spell its word). A restriction
+keeps the values it lets through, so a hypothesis' score stays the model's log-probability; the
+step keeps the model's own in ``model_log_probs`` (what the trace shows).
+
+Sampling's filters are processors too, ``SamplingFilters`` (temperature, top-k, top-p), but of the
+draw: a ``Sampler`` runs them and draws from their softmax, and ``choose`` (the one code path where
+both executors' greedy strategies take a step's tokens) scores what it drew by the step's
+log-probabilities, after the length limit's EOS (decoding.ended_at_limit). They change values, not
+only which columns may come, so the loop does not apply them to the scores. The shortlist is not
+a processor: it restricts the output layer (attnmt.seq2seq.output.OutputLayer.restrict), so that
+the other columns are never computed (a processor would mask columns already paid for); its
+columns stand for token ids (decoding.token_ids), which a strategy maps back once it has chosen.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -85,6 +94,44 @@ def processed(log_probs: Tensor, processors: Sequence[Processor]) -> Tensor:
     for processor in processors:
         log_probs = processor(log_probs)
     return log_probs
+
+
+@dataclass
+class Processed:
+    """The search loop's state of its rows with loop processors: the model's decoder state (``inner``)
+    and each processor's state of the same rows (None: it keeps none), selected together."""
+
+    inner: Any
+    states: list
+
+    def select(self, index: Tensor) -> Processed:
+        return Processed(self.inner.select(index), [None if s is None else s.select(index) for s in self.states])
+
+
+def started(state, loop_processors: Sequence, memory, fixed: bool):
+    """The loop's state before the first step: the model's ``state``, with each loop processor's
+    (``start(memory, fixed)``; ``fixed``: for the fixed-shape executor) where there are any."""
+    if not loop_processors:
+        return state
+    return Processed(state, [processor.start(memory, fixed) for processor in loop_processors])
+
+
+def processed_step(model, loop_processors: Sequence, t, prev_tokens: Tensor, state: Processed, memory):
+    """A step of the search loop with loop processors, in both executors: the model's step on
+    ``state.inner``, its log-probabilities through each processor in turn (each with its state of
+    the rows, at step ``t``: an int, or a tensor (1,) in the fixed-shape executor), the model's own
+    kept in ``model_log_probs`` where they changed."""
+    step = model.decode_step(prev_tokens, state.inner, memory)
+    log_probs, states = step.log_probs, []
+    for processor, own in zip(loop_processors, state.states):
+        log_probs, own = processor(t, prev_tokens, log_probs, own)
+        states.append(own)
+    return replace(
+        step,
+        log_probs=log_probs,
+        state=Processed(step.state, states),
+        model_log_probs=None if log_probs is step.log_probs else step.log_probs,
+    )
 
 
 class Sampler:
