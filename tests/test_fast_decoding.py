@@ -775,6 +775,50 @@ def test_the_beam_tree_no_longer_falls_back_to_the_reference_search(monkeypatch)
         )
 
 
+class StepsSeen:
+    """An observer of the eager loop that counts its steps."""
+
+    def __init__(self):
+        self.steps = []
+
+    def begin(self, memory):
+        self.steps.clear()
+
+    def observe(self, t, step, strategy):
+        self.steps.append(t)
+
+
+def test_the_beam_tree_is_an_observer_of_the_eager_loop():
+    """decoding.BeamRecorder watches run_eager's steps (``observe``: the strategy's ``tree_step``), handed to decode
+    as an observer or as ``record``, the eager strategies taking no recorder: the tree of the fixed-shape executor's
+    TreeBuffers (which the differential tests hold equal to what the strategies recorded themselves before),
+    beam search and constrained, a node's step that of the step observed."""
+    import inspect
+
+    from attnmt.seq2seq import constraints, fast_constraints
+
+    for strategy in (decoding.Beams, constraints._ConstrainedBeams):
+        assert "record" not in inspect.signature(strategy).parameters
+    batch, model, settings = random_batch(6, seed=2), tiny("gru-bahdanau"), DecodingConfig(beam=3)
+    args = (model, batch.src, batch.src_lengths)
+    for options in ({}, {"constraints": CONSTRAINTS}):
+        observed, recorded, fixed = (decoding.BeamRecorder(6, 3) for _ in range(3))
+        steps = StepsSeen()
+        found = searches.decode(*args, settings, n_best=3, observers=(observed, steps), **options)
+        assert_same_hypotheses(searches.decode(*args, settings, n_best=3, record=recorded, **options), found)
+        assert_same_trees(observed, recorded)
+        limits = decoding.output_limits(batch.src_lengths, settings, None, options.get("constraints"))
+        if options:
+            fast = fast_constraints.constrained_beam_search(
+                *args, limits, CONSTRAINTS, 3, 3, settings.length_penalty, record=fixed
+            )
+        else:
+            fast = fast_decoding.beam_search(*args, limits, 3, 3, settings.length_penalty, record=fixed)
+        assert_same_hypotheses(fast, found)
+        assert_same_trees(fixed, observed)
+        assert steps.steps == list(range(max(node.step for tree in observed.trees for node in tree)))
+
+
 def test_decode_keeps_the_reference_searches_on_a_cpu(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the fast searches are for GPUs")

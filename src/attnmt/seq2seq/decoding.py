@@ -450,7 +450,7 @@ def run_eager(
     for observer in observers:
         observer.begin(memory)
     for t in range(max(strategy.max_lengths)):
-        if processors:
+        if processors:  # (none: no call more than the model's, on the CPU's default path)
             step = processed_step(model, processors, t, strategy.prev, state, memory)
         else:
             step = model.decode_step(strategy.prev, state, memory)

@@ -280,11 +280,9 @@ class _FixedStrategy:
     processors: tuple = ()
 
     def step(self, loop):
-        if self.processors:  # (their states beside the decoder state: processors.Processed)
-            out = processed_step(self.model, self.processors, loop.step, loop.prev, loop.state, self.memory)
-        else:
-            out = self.model.decode_step(loop.prev, loop.state, self.memory)
-        return self.advance(loop, out)
+        return self.advance(
+            loop, processed_step(self.model, self.processors, loop.step, loop.prev, loop.state, self.memory)
+        )
 
     def first_state(self):
         """The decoder state of the first step, of a shape its steps keep, with the processors'."""

@@ -1,28 +1,18 @@
 """Log-probability processors: what changes a step's log-probabilities before a strategy chooses
-from them, in the shape of fairseq's and transformers' logits processors (our own code).
+from them, in the shape of fairseq's and transformers' logits processors (our own code). A
+processor is a callable ``(log_probs (rows, columns)) -> (rows, columns)``, tensor operations only
+(no value read back), so that both executors apply it the same way.
 
-A processor is a callable ``(log_probs (rows, columns)) -> (rows, columns)``, tensor operations
-only (no value read back), so that both executors apply it the same way: the eager one
-(attnmt.seq2seq.decoding) and the fixed-shape one (attnmt.seq2seq.fast_decoding, a GPU's step).
-
-The search loop applies a list of *loop processors* to every step (``processed_step``, in both
-executors), before the strategy chooses: a loop processor has a state of the rows it restricts
-(``start(memory, fixed)``: the eager executor's, or tensors only for the fixed-shape one), which
-the loop carries beside the decoder state (``Processed``), so that a strategy that reorders or
-drops rows moves both; each step ``processor(t, prev_tokens, log_probs, state)`` gives the
-restricted log-probabilities and the rows' next state. A prefix is one (attnmt.seq2seq.prefix.Prefix:
-``Forced``, its next token, then ``Allowed``, the pieces that may spell its word). A restriction
-keeps the values it lets through, so a hypothesis' score stays the model's log-probability; the
-step keeps the model's own in ``model_log_probs`` (what the trace shows).
-
-Sampling's filters are processors too, ``SamplingFilters`` (temperature, top-k, top-p), but of the
-draw: a ``Sampler`` runs them and draws from their softmax, and ``choose`` (the one code path where
-both executors' greedy strategies take a step's tokens) scores what it drew by the step's
-log-probabilities, after the length limit's EOS (decoding.ended_at_limit). They change values, not
-only which columns may come, so the loop does not apply them to the scores. The shortlist is not
-a processor: it restricts the output layer (attnmt.seq2seq.output.OutputLayer.restrict), so that
-the other columns are never computed (a processor would mask columns already paid for); its
-columns stand for token ids (decoding.token_ids), which a strategy maps back once it has chosen.
+The search loop of both executors applies *loop processors* to every step (``processed_step``): a
+loop processor keeps a state of the rows (``start(memory, fixed)``; tensors only for the
+fixed-shape executor), carried beside the decoder state (``Processed``) so that the strategies
+move both when they reorder or drop rows, and ``processor(t, prev_tokens, log_probs, state)``
+gives the step's restricted log-probabilities and the rows' next state: a prefix
+(attnmt.seq2seq.prefix.Prefix, of ``Forced`` and ``Allowed``). A restriction keeps the values it
+lets through: scores stay the model's log-probabilities (its own kept in ``model_log_probs``).
+Sampling's filters (``SamplingFilters``) are processors of the draw, not of the scores: a
+``Sampler`` runs them and draws, ``choose`` scores the draw. The shortlist is not a processor: it
+restricts the output layer (OutputLayer.restrict), whose other columns are then never computed.
 """
 
 from __future__ import annotations
@@ -116,11 +106,13 @@ def started(state, loop_processors: Sequence, memory, fixed: bool):
     return Processed(state, [processor.start(memory, fixed) for processor in loop_processors])
 
 
-def processed_step(model, loop_processors: Sequence, t, prev_tokens: Tensor, state: Processed, memory):
-    """A step of the search loop with loop processors, in both executors: the model's step on
-    ``state.inner``, its log-probabilities through each processor in turn (each with its state of
-    the rows, at step ``t``: an int, or a tensor (1,) in the fixed-shape executor), the model's own
-    kept in ``model_log_probs`` where they changed."""
+def processed_step(model, loop_processors: Sequence, t, prev_tokens: Tensor, state, memory):
+    """A step of the search loop, in both executors: the model's step, its log-probabilities through
+    each loop processor in turn (each with its state of the rows, ``state``: Processed, at step
+    ``t``: an int, or a tensor (1,) in the fixed-shape executor), the model's own kept in
+    ``model_log_probs`` where they changed."""
+    if not loop_processors:
+        return model.decode_step(prev_tokens, state, memory)
     step = model.decode_step(prev_tokens, state.inner, memory)
     log_probs, states = step.log_probs, []
     for processor, own in zip(loop_processors, state.states):

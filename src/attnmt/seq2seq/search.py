@@ -81,48 +81,21 @@ def decode(
     alpha, beta, window = settings.length_penalty, settings.coverage_penalty, settings.attention_window
     fast = fast_here(src.device, model) and not observers  # (observers read each step: the eager executor)
     options = {"processors": tuple(processors)} | ({"observers": observers} if observers else {})
+    args = (model, src, src_lengths, max_lengths)
     if constraints is not None:
         executor = fast_constraints if fast else eager_constraints
         return executor.constrained_beam_search(
-            model,
-            src,
-            src_lengths,
-            max_lengths,
-            constraints,
-            beam,
-            n_best,
-            alpha,
-            window,
-            beta,
-            record=record,
-            stop=stop,
-            **options,
+            *args, constraints, beam, n_best, alpha, window, beta, record=record, stop=stop, **options
         )
     module = fast_decoding if fast else decoding
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
         if sampling is not None:  # (its filters: processors of the draw)
             pick = sampler(sampling, generator)
-            return module.greedy_search(
-                model, src, src_lengths, max_lengths, alpha, vocabulary, window, beta, pick, **options
-            )
+            return module.greedy_search(*args, alpha, vocabulary, window, beta, pick, **options)
         if beam == 1 and n_best == 1 and record is None and (stop is None or observers):  # (the trace's takes stop)
-            return module.greedy_search(
-                model, src, src_lengths, max_lengths, alpha, vocabulary, window, beta, stop=stop, **options
-            )
+            return module.greedy_search(*args, alpha, vocabulary, window, beta, stop=stop, **options)
         return module.beam_search(
-            model,
-            src,
-            src_lengths,
-            max_lengths,
-            beam,
-            n_best,
-            alpha,
-            vocabulary,
-            window,
-            beta,
-            record=record,
-            stop=stop,
-            **options,
+            *args, beam, n_best, alpha, vocabulary, window, beta, record=record, stop=stop, **options
         )
 
 
