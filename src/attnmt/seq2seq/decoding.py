@@ -437,13 +437,12 @@ def run_eager(
 ) -> list[list[Hypothesis]]:
     """The eager executor's search loop, the one of every textbook search: from the encoder's
     ``memory``, each step runs the model on the rows ``strategy`` keeps (Greedy, Beams,
-    constraints._ConstrainedBeams), whose log-probabilities each of ``processors`` restricts in
-    turn (processors.processed_step: a prefix), whose attention the strategy's history captures,
-    and from which the strategy chooses their next tokens (``advance``: which groups go on) and the
-    rows of the next step (``next_batch``: the finished ones leave the batch; the processors'
-    states move with the decoder state's rows, processors.Processed). Each of ``observers`` sees
-    the memory (``begin(memory)``) and every step (``observe(t, step, strategy)``, after the
-    choice): the trace, the beam tree (BeamRecorder).
+    constraints._ConstrainedBeams), ``processors`` restrict its log-probabilities (a prefix:
+    processors.processed_step), the strategy's history captures its attention, and the strategy
+    chooses the rows' next tokens (``advance``: which groups go on) and the rows of the next step
+    (``next_batch``: the finished ones leave the batch, the processors' states with them). Each of
+    ``observers`` sees the memory (``begin(memory)``) and every step (``observe(t, step,
+    strategy)``, after the choice): the trace, the beam tree (BeamRecorder).
     ``stop``: asked after each step that leaves the search unfinished; DecodingStopped when it
     says True. Returns the strategy's results (unchecked: ``checked_search``)."""
     state = started(model.init_state(memory), processors, memory, fixed=False)

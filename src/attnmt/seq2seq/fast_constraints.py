@@ -70,9 +70,7 @@ def constrained_beam_search(
     ``processors``: as fast_decoding.beam_search's."""
     check_constraints(constraints, beam, n_best)
     memory = model.encode(src, src_lengths, window)
-    search = _ConstrainedBeam(
-        model, memory, max_lengths, constraints, beam, n_best, alpha, beta, record is not None, processors
-    )
+    search = _ConstrainedBeam(model, memory, max_lengths, constraints, beam, n_best, alpha, beta, record, processors)
     loop, steps = fast_decoding.run_fixed(search, max(max_lengths), graphs_on(graphs, src.device), stop)
     if record is not None:
         search.tree.replay(record, steps)
@@ -120,7 +118,7 @@ class _ConstrainedBeam(FixedBeam):
         n_best: int,
         alpha: float,
         beta: float = 0.0,
-        record: bool = False,
+        record: BeamRecorder | bool | None = None,  # (a recorder, or True: the tree kept in TreeBuffers)
         processors: tuple = (),
     ):
         super().__init__(model, memory, max_lengths, beam, n_best, alpha, None, beta, processors=processors)

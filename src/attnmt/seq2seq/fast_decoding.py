@@ -143,9 +143,7 @@ def beam_search(
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     memory = model.encode(src, src_lengths, window)
-    search = FixedBeam(
-        model, memory, max_lengths, beam, n_best, alpha, vocabulary, beta, record is not None, processors
-    )
+    search = FixedBeam(model, memory, max_lengths, beam, n_best, alpha, vocabulary, beta, record, processors)
     loop, steps = run_fixed(search, max(max_lengths), graphs_on(graphs, src.device), stop)
     if record is not None:
         search.tree.replay(record, steps)
@@ -280,9 +278,8 @@ class _FixedStrategy:
     processors: tuple = ()
 
     def step(self, loop):
-        return self.advance(
-            loop, processed_step(self.model, self.processors, loop.step, loop.prev, loop.state, self.memory)
-        )
+        out = processed_step(self.model, self.processors, loop.step, loop.prev, loop.state, self.memory)
+        return self.advance(loop, out)
 
     def first_state(self):
         """The decoder state of the first step, of a shape its steps keep, with the processors'."""
@@ -411,7 +408,7 @@ class FixedBeam(_FixedStrategy):
         alpha: float,
         vocabulary: Tensor | None = None,
         beta: float = 0.0,
-        record: bool = False,
+        record: BeamRecorder | bool | None = None,  # (a recorder, or True: the tree kept in TreeBuffers)
         processors: tuple = (),
     ):
         batch, device, steps = _batch_size(memory), memory.states.device, max(max_lengths)
