@@ -220,3 +220,42 @@ def test_a_prefix_is_a_processor_of_the_loop_not_a_model_wrapper(monkeypatch, fa
         assert_same_hypotheses(search(model, batch.src, batch.src_lengths, limits), expected)
         for tokens, hypotheses in zip(PREFIXES.tokens, expected):
             assert all(h.tokens[: len(tokens)] == tokens for h in hypotheses)
+
+
+def test_one_call_of_decode_step_drives_both_executors(monkeypatch):
+    """issue 51: the model's decode_step is called at one place of the searches' code, processors.processed_step,
+    which both executors' loops (decoding.run_eager, fast_decoding.run_fixed) call at every step, with loop
+    processors or without: no other loop of attnmt.seq2seq calls the model's step (an ensemble's step calls its
+    members')."""
+    import ast
+    from pathlib import Path
+
+    import attnmt
+    from test_fast_decoding import CONSTRAINTS
+
+    callers = []
+    for path in sorted(Path(attnmt.__file__).parent.rglob("*.py")):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                calls = [
+                    node
+                    for node in ast.walk(function)
+                    if isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "decode_step"
+                ]
+                if calls and function.name != "decode_step":  # (an ensemble's step: its members')
+                    callers.append((path.name, function.name, len(calls)))
+    assert callers == [("processors.py", "processed_step", 1)]
+    batch, model, settings = random_batch(4, seed=3), tiny("gru-bahdanau"), DecodingConfig(beam=2)
+    looped, stepped, decode_step = [], [], model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda *a: stepped.append(1) or decode_step(*a))
+    for module in (decoding, fast_decoding):  # (where each executor's loop found it)
+        monkeypatch.setattr(module, "processed_step", lambda *a: looped.append(1) or processors.processed_step(*a))
+    for fast in (False, True):
+        monkeypatch.setattr(searches, "fast_here", lambda device, model, fast=fast: fast)
+        for options in ({"beam": 1}, {"beam": 2}, {"beam": 2, "constraints": CONSTRAINTS[:4]}):
+            looped.clear()
+            stepped.clear()
+            searches.decode(model, batch.src, batch.src_lengths, settings, **options)
+            assert stepped and len(looped) == len(stepped)

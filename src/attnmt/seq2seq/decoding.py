@@ -449,10 +449,7 @@ def run_eager(
     for observer in observers:
         observer.begin(memory)
     for t in range(max(strategy.max_lengths)):
-        if processors:  # (none: no call more than the model's, on the CPU's default path)
-            step = processed_step(model, processors, t, strategy.prev, state, memory)
-        else:
-            step = model.decode_step(strategy.prev, state, memory)
+        step = processed_step(model, processors, t, strategy.prev, state, memory)
         strategy.history.add_weights(step.weights)  # (before the choice: the hypotheses that end read it)
         going = strategy.advance(t, step, vocabulary)
         for observer in observers:

@@ -27,6 +27,9 @@ the device:
     sentence and their status into buffers too (``TreeBuffers``), added to the recorder at the end.
   - constrained beam search (the banks of attnmt.seq2seq.constraints) is a FixedBeam too, in
     attnmt.seq2seq.fast_constraints.
+  - a prefix (prefix.Prefix), like any loop processor, restricts every step's log-probabilities in
+    processors.processed_step, as in the eager loop, its state of the rows tensors beside the
+    decoder state (prefix.FixedPrefixState), reordered with the rows.
 The host asks "are all sentences done?" every ``CHECK_EVERY`` steps (one synchronisation each; there
 too a caller's ``stop``), and reads the hypotheses back once, at the end, after following the
 back-pointers on the device.
@@ -269,9 +272,9 @@ class _GreedyLoop:
 
 class _FixedStrategy:
     """A strategy of the fixed-shape executor (``run_fixed``): start() the loop, step() it (no value
-    read back: the model's step on every row, the one call of decode_step here, its
-    log-probabilities through the loop ``processors``, then the strategy's choice, ``advance``),
-    all_done() for the host's check, results() at the end."""
+    read back: the model's step on every row, its log-probabilities through the loop
+    ``processors``, processors.processed_step as in the eager loop; then the strategy's choice,
+    ``advance``), all_done() for the host's check, results() at the end."""
 
     model: EncoderDecoder
     memory: Any

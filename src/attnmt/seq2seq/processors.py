@@ -107,13 +107,14 @@ def started(state, loop_processors: Sequence, memory, fixed: bool):
 
 
 def processed_step(model, loop_processors: Sequence, t, prev_tokens: Tensor, state, memory):
-    """A step of the search loop, in both executors: the model's step, its log-probabilities through
+    """A step of the search loop, in both executors (decoding.run_eager, fast_decoding.run_fixed; the
+    one call of the model's decode_step in either): the model's step, its log-probabilities through
     each loop processor in turn (each with its state of the rows, ``state``: Processed, at step
     ``t``: an int, or a tensor (1,) in the fixed-shape executor), the model's own kept in
     ``model_log_probs`` where they changed."""
+    step = model.decode_step(prev_tokens, state.inner if loop_processors else state, memory)  # (the one call)
     if not loop_processors:
-        return model.decode_step(prev_tokens, state, memory)
-    step = model.decode_step(prev_tokens, state.inner, memory)
+        return step
     log_probs, states = step.log_probs, []
     for processor, own in zip(loop_processors, state.states):
         log_probs, own = processor(t, prev_tokens, log_probs, own)
