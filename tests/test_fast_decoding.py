@@ -775,6 +775,58 @@ def test_the_beam_tree_no_longer_falls_back_to_the_reference_search(monkeypatch)
         )
 
 
+def test_only_observers_take_a_search_to_the_eager_loop(monkeypatch):
+    """Where the fixed-shape executor runs (a GPU, faked here: search.fast_here), no option of decode sends a
+    search to the eager loop (decoding.run_eager): greedy, sampling, beam, constraints, a prefix, a coverage
+    penalty, a shortlist, a beam tree and a stop, each and together, run in fast_decoding.run_fixed; the
+    hypotheses are the eager loop's. Only observers (the trace's: they read each step on the host) run eagerly."""
+    from attnmt.seq2seq import constraints
+    from attnmt.seq2seq.shortlist import Shortlist
+
+    batch, model = random_batch(6, seed=7), tiny("gru-bahdanau")
+    table = Shortlist([[5, 7, 8, 9, 10, 12] for _ in range(20)], [4, 5])
+    sampling = Sampling(top_k=5, seed=3)
+    cases = [
+        {"beam": 1},
+        {"beam": 1, "sampling": sampling},
+        {"beam": 3, "n_best": 2},
+        {"beam": 3, "constraints": CONSTRAINTS},
+        {"beam": 1, "prefixes": PREFIXES},
+        {"beam": 3, "prefixes": PREFIXES, "constraints": CONSTRAINTS, "coverage_penalty": 0.4},
+        {"beam": 3, "n_best": 3, "coverage_penalty": 0.4, "shortlist": table},
+        {"beam": 3, "prefixes": PREFIXES, "shortlist": table, "record": True, "stop": True},
+    ]
+
+    def decoded(case):
+        options = dict(case)
+        settings = DecodingConfig(coverage_penalty=options.pop("coverage_penalty", 0.0))
+        if options.pop("record", False):
+            options["record"] = decoding.BeamRecorder(6, options["beam"])
+        if options.pop("stop", False):
+            options["stop"] = lambda: False
+        if "sampling" in options:
+            options["generator"] = torch.Generator().manual_seed(3)
+        return searches.decode(model, batch.src, batch.src_lengths, settings, **options), options.get("record")
+
+    expected = [decoded(case) for case in cases]
+    loops, run_fixed, run_eager = [], fast_decoding.run_fixed, decoding.run_eager
+    monkeypatch.setattr(fast_decoding, "run_fixed", lambda *a, **k: loops.append("fixed") or run_fixed(*a, **k))
+    for module in (decoding, constraints):  # (where the eager searches find it)
+        monkeypatch.setattr(module, "run_eager", lambda *a, **k: loops.append("eager") or run_eager(*a, **k))
+    monkeypatch.setattr(searches, "fast_here", lambda device, model: True)
+    for case, (hypotheses, tree) in zip(cases, expected):
+        loops.clear()
+        found, recorded = decoded(case)
+        assert loops == ["fixed"], case
+        if "sampling" not in case:  # (the fixed-shape executor draws for every row: other draws)
+            assert_same_hypotheses(found, hypotheses)
+        if tree is not None:
+            assert_same_trees(recorded, tree)
+    loops.clear()
+    searches.decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=3, observers=(StepsSeen(),))
+    assert loops == ["eager"]
+
+
 class StepsSeen:
     """An observer of the eager loop that counts its steps."""
 
