@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 from torch import Tensor
 
 from attnmt.core.config import Config, GuidedAlignment
 from attnmt.core.errors import AttnmtError
-from attnmt.core.files import atomic_write_text, file_sha256
+from attnmt.core.files import atomic_write_text, atomic_writer, file_sha256
 from attnmt.core.folders import model_config, weights_path
 from attnmt.data import store
 from attnmt.data.corpus import CorpusPairs
@@ -76,22 +76,44 @@ def piece_links(word_links: list[Link], src_pieces: list[str], tgt_pieces: list[
     return sorted({(s, t) for i, j in word_links for s in range(*src_words[i]) for t in range(*tgt_words[j])})
 
 
-def eflomal_file(config: Config, sources: list[str], targets: list[str], log: Callable[[str], None]):
+def eflomal_file(config: Config, pairs: Iterable[tuple[str, str]], log: Callable[[str], None]) -> Path:
     """EXPERIMENT/alignment/train.eflomal.links: eflomal's grow-diag-final links of every training
-    pair (whitespace words), computed once; a file made from other text is computed again."""
-    from attnmt.translation.statistical_align import eflomal_links
+    pair of ``pairs`` (source and target texts, their whitespace words separated by single spaces),
+    computed once; a file made from other text is computed again. The pairs are read as they pass:
+    their words written to eflomal's input files (in EXPERIMENT/alignment) and their SHA-256
+    taken on the way, the links read back and written a line at a time."""
+    from attnmt.translation.statistical_align import EflomalInput
 
-    digest = _text_digest(sources, targets)
     folder = config.experiment_dir / "alignment"
     path, stamp = folder / "train.eflomal.links", folder / "train.eflomal.sha256"
-    if path.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
-        return path
-    log(f"word links: aligning {len(sources):,} training pairs with eflomal")
-    forward, backward = eflomal_links(sources, targets)
-    links = [grow_diag_final(f, b) for f, b in zip(forward, backward)]
-    atomic_write_text(path, "".join(format_pharaoh(pair) + "\n" for pair in links))
-    atomic_write_text(stamp, digest + "\n")
+    folder.mkdir(parents=True, exist_ok=True)
+    with EflomalInput(folder) as words:
+        digest = _TextDigest()
+        for source, target in pairs:
+            digest.add(source, target)
+            words.add(source, target)
+        if path.is_file() and stamp.is_file() and stamp.read_text().strip() == digest.hexdigest():
+            return path
+        log(f"word links: aligning {words.pairs:,} training pairs with eflomal")
+        with atomic_writer(path) as out:
+            for forward, backward in words.links():
+                out.write(format_pharaoh(grow_diag_final(forward, backward)) + "\n")
+    atomic_write_text(stamp, digest.hexdigest() + "\n")
     return path
+
+
+class _TextDigest:
+    """The SHA-256 of pairs' texts as `_text_digest` takes it, added a pair at a time."""
+
+    def __init__(self):
+        self.sha, self.first = hashlib.sha256(), True
+
+    def add(self, source: str, target: str):
+        self.sha.update(("" if self.first else "\n").encode() + (source + "\t" + target).encode())
+        self.first = False
+
+    def hexdigest(self) -> str:
+        return self.sha.hexdigest()
 
 
 def _text_digest(sources: list[str], targets: list[str]) -> str:
@@ -280,9 +302,16 @@ def attach_links(
     ga: GuidedAlignment = config.training.guided_alignment
     pairs_store = config.experiment_dir / store.FOLDER
     if ga.links in ("eflomal", "self"):  # a file of one line per training pair, made from their text
-        sources, targets = _training_texts(config, train.lines)
-        links_file = eflomal_file if ga.links == "eflomal" else self_links_file
-        path, lines, one_based = links_file(config, sources, targets, log), None, False
+        texts = training_texts(config, train.lines)
+        if ga.links == "eflomal":  # (streamed through eflomal's files)
+            path = eflomal_file(config, texts, log)
+        else:  # (the first rounds align them in chunks, the texts held)
+            sources, targets = [], []
+            for source, target in texts:
+                sources.append(source)
+                targets.append(target)
+            path = self_links_file(config, sources, targets, log)
+        lines, one_based = None, False
     else:  # a file of one line per line of data.train
         counts = store.read_manifest(pairs_store).parts[0].counts
         path, lines, one_based = Path(ga.links), counts["empty"] + counts["encoded"] + counts["held_out"], ga.one_based
@@ -302,15 +331,23 @@ def attach_links(
         raise AttnmtError(f"training.guided_alignment: no training pair has a usable link in {ga.links}")
 
 
-def _training_texts(config: Config, lines) -> tuple[list[str], list[str]]:
-    """The text of the training pairs at ``lines`` (ascending) of data.train, read line by line, their
-    words separated by single spaces (what eflomal and the first rounds align: whitespace words)."""
-    wanted, sources, targets = set(int(line) for line in lines), [], []
-    for line, source, target in CorpusPairs(config.data.train.as_spec()):
-        if line in wanted:
-            sources.append(" ".join(source.split()))
-            targets.append(" ".join(target.split()))
-    return sources, targets
+def training_texts(config: Config, lines: Iterable[int]) -> Iterator[tuple[str, str]]:
+    """The text of the training pairs at ``lines`` (ascending: a store's) of data.train, read line by
+    line as they pass, their words separated by single spaces (what eflomal and the first rounds
+    align: whitespace words). AttnmtError if a line is not one of the corpus's pairs (a corpus
+    changed since the store was prepared)."""
+    wanted = (int(line) for line in lines)
+    line_wanted = next(wanted, None)
+    pairs = CorpusPairs(config.data.train.as_spec())
+    for line, source, target in pairs:
+        if line == line_wanted:
+            yield " ".join(source.split()), " ".join(target.split())
+            line_wanted = next(wanted, None)
+    if line_wanted is not None:
+        raise AttnmtError(
+            f"{config.data.train.tsv or config.data.train.src}: line {line_wanted + 1} is not a sentence pair of "
+            "the training corpus that the store was prepared from: the corpus changed while it was read"
+        )
 
 
 def _write_links(
