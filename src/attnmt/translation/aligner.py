@@ -232,14 +232,12 @@ class _Direction:
         return -log_output[batch.tgt_out != PAD].sum(), alignment
 
 
-def _directions(config: AlignerConfig, log: Callable[[str], None], folder: Path) -> list[_Direction]:
+def _directions(config: AlignerConfig) -> list[_Direction]:
     """The forward direction, and with backward_model the backward one on the same pairs (its
-    source the forward target), their pairs prepared in ``folder`` (`_prepare_pairs`)."""
-    translator = _translation_model(config)
-    directions = [_Direction(config, translator)]
+    source the forward target); their pairs are `_prepare_pairs`'s."""
+    directions = [_Direction(config, _translation_model(config))]
     if config.backward_model is not None:
         directions.append(_Direction(config, _translation_model(config.backward(), "backward_model")))
-    _prepare_pairs(config, directions, log, folder)
     return directions
 
 
@@ -438,6 +436,7 @@ def train_aligner(config: AlignerConfig, log: Callable[[str], None] = print) -> 
     inference_device(config.device)
     threads.choose(config.threads, log)
     torch.manual_seed(config.seed)
+    directions = _directions(config)
     beside = config.folder.parent
     try:
         beside.mkdir(parents=True, exist_ok=True)
@@ -445,7 +444,8 @@ def train_aligner(config: AlignerConfig, log: Callable[[str], None] = print) -> 
     except OSError as e:
         raise AttnmtError(f"cannot write the aligner's training pairs in {beside}: {e.strerror or e}") from None
     with pairs_folder as folder:
-        return _train(config, _directions(config, log, Path(folder)), log)
+        _prepare_pairs(config, directions, log, Path(folder))
+        return _train(config, directions, log)
 
 
 def _train(config: AlignerConfig, directions: list[_Direction], log: Callable[[str], None]) -> Path:
