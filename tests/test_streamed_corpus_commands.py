@@ -400,8 +400,10 @@ def test_compares_statistical_aligner_scores_the_corpus_as_held_in_memory(tmp_pa
 
 
 def test_the_eflomal_links_file_takes_its_pairs_as_a_stream_and_stamps_them_as_before(tmp_path, fake_eflomal):
-    """guided_alignment.eflomal_file given a generator: the links and the SHA-256 stamp of the texts
-    held in memory; the same texts again: the file reused (eflomal not run); other texts: made again."""
+    """guided_alignment.eflomal_file given its pairs as a stream (a generator at each pass): the
+    links and the SHA-256 stamp of the texts held in memory; the same texts again: one pass, for
+    the stamp, and the file reused (eflomal not run, its input not written); other texts: made
+    again."""
     from attnmt.translation.guided_alignment import eflomal_file
 
     config = types.SimpleNamespace(experiment_dir=tmp_path)
@@ -415,14 +417,15 @@ def test_the_eflomal_links_file_takes_its_pairs_as_a_stream_and_stamps_them_as_b
             passed.append(pair)
             yield pair
 
-    path = eflomal_file(config, stream(zip(sources, targets)), lambda m: None)
+    path = eflomal_file(config, lambda: stream(zip(sources, targets)), lambda m: None)
     assert path.read_text() == "".join(format_pharaoh(grow_diag_final(f, b)) + "\n" for f, b in zip(forward, backward))
     assert (path.parent / "train.eflomal.sha256").read_text() == old_digest(sources, targets) + "\n"
     assert len(passed) == 100 and fake_eflomal == [(3, "TextIOWrapper")]
-    eflomal_file(config, stream(zip(sources, targets)), lambda m: None)
-    assert len(fake_eflomal) == 1  # (reused)
-    eflomal_file(config, stream(zip(sources, targets[::-1])), lambda m: None)
-    assert len(fake_eflomal) == 2
+    made = path.stat().st_mtime_ns
+    eflomal_file(config, lambda: stream(zip(sources, targets)), lambda m: None)
+    assert len(fake_eflomal) == 1 and len(passed) == 200 and path.stat().st_mtime_ns == made  # (reused)
+    eflomal_file(config, lambda: stream(zip(sources, targets[::-1])), lambda m: None)
+    assert len(fake_eflomal) == 2 and len(passed) == 400  # (a pass for the stamp, one into eflomal's files)
     assert sorted(p.name for p in path.parent.iterdir()) == ["train.eflomal.links", "train.eflomal.sha256"]
 
 
@@ -439,7 +442,7 @@ def test_an_eflomal_run_that_fails_half_way_leaves_no_links_file(tmp_path, monke
     monkeypatch.setattr(statistical_align, "align_files", failing)
     config = types.SimpleNamespace(experiment_dir=tmp_path)
     with pytest.raises(AttnmtError, match="eflomal wrote the links of 3 pairs, not of 10"):
-        eflomal_file(config, ((f"a{k} b", f"B A{k}") for k in range(10)), lambda m: None)
+        eflomal_file(config, lambda: ((f"a{k} b", f"B A{k}") for k in range(10)), lambda m: None)
     assert list((tmp_path / "alignment").iterdir()) == []
 
 
@@ -471,7 +474,7 @@ MEMORY_SCRIPT = textwrap.dedent(
     open("/proc/self/clear_refs", "w").write("5")  # (the peak, VmHWM, set to what is resident now)
     before = status("VmRSS")
     config = types.SimpleNamespace(experiment_dir=folder, data=types.SimpleNamespace(train=CorpusFiles(tsv=corpus)))
-    eflomal_file(config, training_texts(config, range(pairs + 1)), print)
+    eflomal_file(config, lambda: training_texts(config, range(pairs + 1)), print)
     settings = ComparisonSettings(align_gold=folder / "gold.links", one_based=True, log=print)
     (folder / "scores").mkdir()
     score_statistical(corpus, folder / "scores" / "statistical.json", settings)

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from attnmt.core.config import Config, GuidedAlignment
 from attnmt.core.errors import AttnmtError
-from attnmt.core.files import atomic_write_text, atomic_writer, file_sha256
+from attnmt.core.files import atomic_write_text, atomic_writer, file_sha256, write_error
 from attnmt.core.folders import model_config, weights_path
 from attnmt.data import store
 from attnmt.data.corpus import CorpusPairs
@@ -76,24 +76,33 @@ def piece_links(word_links: list[Link], src_pieces: list[str], tgt_pieces: list[
     return sorted({(s, t) for i, j in word_links for s in range(*src_words[i]) for t in range(*tgt_words[j])})
 
 
-def eflomal_file(config: Config, pairs: Iterable[tuple[str, str]], log: Callable[[str], None]) -> Path:
+def eflomal_file(config: Config, pairs: Callable[[], Iterable[tuple[str, str]]], log: Callable[[str], None]) -> Path:
     """EXPERIMENT/alignment/train.eflomal.links: eflomal's grow-diag-final links of every training
-    pair of ``pairs`` (source and target texts, their whitespace words separated by single spaces),
-    computed once; a file made from other text is computed again. The pairs are read as they pass:
-    their words written to eflomal's input files (in EXPERIMENT/alignment) and their SHA-256
-    taken on the way, the links read back and written a line at a time."""
+    pair of ``pairs()`` (a new pass over the source and target texts at each call, their
+    whitespace words separated by single spaces), computed once; a file made from other text is
+    computed again. The pairs are read as they pass: once for their SHA-256 (the file's stamp: an
+    unchanged text costs a read, nothing written), and where the links are made once more, their
+    words written to eflomal's input files (in EXPERIMENT/alignment, removed after) and the links
+    read back and written a line at a time."""
     from attnmt.translation.statistical_align import EflomalInput
 
     folder = config.experiment_dir / "alignment"
     path, stamp = folder / "train.eflomal.links", folder / "train.eflomal.sha256"
-    folder.mkdir(parents=True, exist_ok=True)
+    if path.is_file() and stamp.is_file():
+        digest = _TextDigest()
+        for source, target in pairs():
+            digest.add(source, target)
+        if stamp.read_text().strip() == digest.hexdigest():
+            return path
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(path, e) from None
     with EflomalInput(folder) as words:
         digest = _TextDigest()
-        for source, target in pairs:
+        for source, target in pairs():
             digest.add(source, target)
             words.add(source, target)
-        if path.is_file() and stamp.is_file() and stamp.read_text().strip() == digest.hexdigest():
-            return path
         log(f"word links: aligning {words.pairs:,} training pairs with eflomal")
         with atomic_writer(path) as out:
             for forward, backward in words.links():
@@ -302,12 +311,12 @@ def attach_links(
     ga: GuidedAlignment = config.training.guided_alignment
     pairs_store = config.experiment_dir / store.FOLDER
     if ga.links in ("eflomal", "self"):  # a file of one line per training pair, made from their text
-        texts = training_texts(config, train.lines)
+        stored = train.lines  # (each pair's line in data.train)
         if ga.links == "eflomal":  # (streamed through eflomal's files)
-            path = eflomal_file(config, texts, log)
+            path = eflomal_file(config, lambda: training_texts(config, stored), log)
         else:  # (the first rounds align them in chunks, the texts held)
             sources, targets = [], []
-            for source, target in texts:
+            for source, target in training_texts(config, stored):
                 sources.append(source)
                 targets.append(target)
             path = self_links_file(config, sources, targets, log)

@@ -78,7 +78,7 @@ def build_shortlist(folder: str | Path, top: int = 50, frequent: int = 100, log:
         raise AttnmtError(f"{folder}: a shortlist is for translation models; this is a {config.task} model")
     src_sw, tgt_sw = load_subwords(folder, config.data.subwords.joint)
     train = prepared_store(config, src_sw, tgt_sw, log).parts["train"]  # (the pairs it trained on)
-    path = eflomal_file(config, training_texts(config, (line for line, _, _ in train.pairs())), log)
+    path = eflomal_file(config, lambda: training_texts(config, (line for line, _, _ in train.pairs())), log)
     word_links = stream_link_file(path, len(train), one_based=False)
 
     def pairs():
