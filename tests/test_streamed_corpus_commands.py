@@ -26,6 +26,7 @@ import torch
 from attnmt.core.errors import AttnmtError
 from attnmt.translation.align import format_pharaoh, grow_diag_final, parse_pharaoh
 from conftest import random_strings, toy_config
+from test_guided_alignment import first_rounds  # noqa: F401 (the fixture: two first rounds, each way)
 
 # ------------------------------------------------------------------------------------- helpers
 
@@ -503,3 +504,50 @@ def test_the_eflomal_links_and_the_statistical_aligner_take_no_more_memory_for_a
         assert done.returncode == 0, done.stderr[-3000:]
         growth[pairs] = int(done.stdout.split("GROWTH")[-1])
     assert growth[20_000] - growth[2_000] < 10_000, growth
+
+
+# ------------------------------------------------------------------- guided alignment's self links
+
+
+@pytest.mark.slow  # (trains two first rounds: seconds)
+def test_self_links_are_aligned_a_chunk_at_a_time_as_the_texts_held_in_memory_were(
+    tmp_path,
+    first_rounds,  # noqa: F811
+    monkeypatch,
+):
+    """links: self streams the texts (read three times, never whole): the file is the first round's
+    links of every usable pair, in order, an empty line for each pair that is not (here one in
+    four, mixed in), with the chunks of pairs aligned (SELF_CHUNK) and read (SELF_READ) made
+    small; its stamp is the SHA-256 of the texts held in memory."""
+    from attnmt.api import load
+    from attnmt.translation import guided_alignment
+    from attnmt.translation.align import align
+    from attnmt.translation.training import prepare_data
+    from test_guided_alignment import second_round
+
+    pairs, _, forward, _ = first_rounds
+    config = second_round(tmp_path, pairs, first_round=str(forward))
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    left_out = {k for k, s in enumerate(sources) if zlib.crc32(s.encode()) % 4 == 0}
+    expected = [
+        "" if k in left_out else format_pharaoh(links) for k, links in enumerate(align(load(forward), sources, targets))
+    ]
+    with_their_words = guided_alignment._with_their_words
+
+    def some_left_out(models, chunk):
+        return [
+            fits and zlib.crc32(s.encode()) % 4 != 0 for (s, _), fits in zip(chunk, with_their_words(models, chunk))
+        ]
+
+    monkeypatch.setattr(guided_alignment, "_with_their_words", some_left_out)
+    monkeypatch.setattr(guided_alignment, "SELF_CHUNK", 7)
+    monkeypatch.setattr(guided_alignment, "SELF_READ", 5)
+    whole_reads_refused(monkeypatch, config.data.train.tsv)
+    messages = []
+    prepare_data(config, log=messages.append)
+    monkeypatch.undo()
+    folder = config.experiment_dir / "alignment"
+    assert (folder / "train.self.links").read_text().split("\n")[:-1] == expected
+    assert (folder / "train.self.sha256").read_text().split("\n")[0] == "text " + old_digest(sources, targets)
+    assert f"word links: {len(left_out)} training pair(s) whose pieces" in " ".join(messages)
+    assert 0 < len(left_out) < len(pairs)

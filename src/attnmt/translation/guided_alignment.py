@@ -112,7 +112,8 @@ def eflomal_file(config: Config, pairs: Callable[[], Iterable[tuple[str, str]]],
 
 
 class _TextDigest:
-    """The SHA-256 of pairs' texts as `_text_digest` takes it, added a pair at a time."""
+    """The SHA-256 of pairs' texts, added a pair at a time: of "SOURCE\tTARGET" lines joined by
+    "\n" (no newline after the last), the stamp of the links files made of them."""
 
     def __init__(self):
         self.sha, self.first = hashlib.sha256(), True
@@ -125,23 +126,23 @@ class _TextDigest:
         return self.sha.hexdigest()
 
 
-def _text_digest(sources: list[str], targets: list[str]) -> str:
-    return hashlib.sha256("\n".join(s + "\t" + t for s, t in zip(sources, targets)).encode()).hexdigest()
-
-
 SELF_BATCH = 32  # pairs per batch of forced decoding (attnmt align's default; the links do not depend on it)
 SELF_CHUNK = 10_000  # pairs aligned at a time (their attention matrices are held in memory)
+SELF_READ = 2_000  # pairs read and encoded at a time, to check the vocabularies and find the usable pairs
 UNKNOWN_LIMIT = 0.1  # a first round that does not know more of the training text's pieces has another vocabulary
 
 
-def self_links_file(config: Config, sources: list[str], targets: list[str], log: Callable[[str], None]) -> Path:
-    """EXPERIMENT/alignment/train.self.links: the word links of every training pair (whitespace
-    words) read from the forced attention of training.guided_alignment.first_round, as `attnmt
-    align` reads them by default (argmax, no shift; a Transformer's last layer, heads averaged), or
-    from their alignment layers (first_round_aligner, first_round_backward_aligner); with
-    first_round_backward, both directions symmetrized (`attnmt align --backward --symmetrize`).
-    Computed once; its stamp holds the SHA-256 of the text and of each first round's (and aligner's)
-    weights and how they are read, so a changed text, model or reading is aligned again."""
+def self_links_file(config: Config, pairs: Callable[[], Iterable[tuple[str, str]]], log: Callable[[str], None]) -> Path:
+    """EXPERIMENT/alignment/train.self.links: the word links of every training pair of ``pairs()``
+    (whitespace words; a new pass over the texts at each call) read from the forced attention of
+    training.guided_alignment.first_round, as `attnmt align` reads them by default (argmax, no
+    shift; a Transformer's last layer, heads averaged), or from their alignment layers
+    (first_round_aligner, first_round_backward_aligner); with first_round_backward, both directions
+    symmetrized (`attnmt align --backward --symmetrize`). Computed once; its stamp holds the SHA-256
+    of the text and of each first round's (and aligner's) weights and how they are read, so a
+    changed text, model or reading is aligned again. The texts are streamed: a pass for the stamp,
+    one for the first rounds' vocabularies, and one that aligns SELF_CHUNK usable pairs at a time
+    and writes their links as they come (what is held is a chunk, whatever the corpus)."""
     ga: GuidedAlignment = config.training.guided_alignment
     rounds = {"first_round": ga.first_round, "first_round_backward": ga.first_round_backward}
     rounds = {name: folder for name, folder in rounds.items() if folder is not None}
@@ -149,8 +150,12 @@ def self_links_file(config: Config, sources: list[str], targets: list[str], log:
     aligners = {name: getattr(ga, f"{name}_aligner") for name in rounds if getattr(ga, f"{name}_aligner")}
     for name, folder in aligners.items():
         weights[f"{name}_aligner"] = _aligner_weights(name, folder)
+    digest, count = _TextDigest(), 0
+    for source, target in pairs():
+        digest.add(source, target)
+        count += 1
     stamp_text = (
-        f"text {_text_digest(sources, targets)}\n"
+        f"text {digest.hexdigest()}\n"
         + "".join(f"{name} {file_sha256(path)}\n" for name, path in weights.items())
         + f"symmetrize {ga.symmetrization}\n"
     )
@@ -162,30 +167,51 @@ def self_links_file(config: Config, sources: list[str], targets: list[str], log:
         return path
     both = f" and {ga.first_round_backward} ({ga.symmetrization})" if ga.first_round_backward else ""
     what = "the alignment layers" if aligners else "the attention"
-    log(f"word links: aligning {len(sources):,} training pairs with {what} of {ga.first_round}{both}")
+    log(f"word links: aligning {count:,} training pairs with {what} of {ga.first_round}{both}")
     models = {name: _first_round(name, rounds[name], config.training.device, name in aligners) for name in rounds}
-    for name, model in models.items():
-        _check_vocabulary(name, model, sources, targets, backward=name == "first_round_backward")
+    _check_vocabularies(models, pairs)
     layers = {name: _first_round_aligner(name, folder, models[name]) for name, folder in aligners.items()}
-    links = [[] for _ in sources]
-    usable = _pairs_with_their_words(models, sources, targets)
-    if len(usable) < len(sources):
+    unusable = 0
+    with atomic_writer(path) as out:
+        usable: list[tuple[str, str]] = []  # the texts of the usable pairs waiting to be aligned
+        waiting: list[bool] = []  # of each pair since the last alignment: whether it is one of them
+
+        def write_chunk():
+            links = iter(
+                _attention_links(models, layers, ga.symmetrization, *map(list, zip(*usable))) if usable else ()
+            )
+            for is_usable in waiting:
+                out.write((format_pharaoh(next(links)) if is_usable else "") + "\n")
+            usable.clear()
+            waiting.clear()
+
+        for chunk in _chunks(pairs(), SELF_READ):
+            for pair, fits in zip(chunk, _with_their_words(models, chunk)):
+                unusable += not fits
+                if fits:
+                    usable.append(pair)
+                waiting.append(fits)
+                if len(usable) == SELF_CHUNK:
+                    write_chunk()
+        write_chunk()
+    if unusable:
         log(
-            f"word links: {len(sources) - len(usable):,} training pair(s) whose pieces under a first round's "
+            f"word links: {unusable:,} training pair(s) whose pieces under a first round's "
             "subwords do not make their words get no links"
         )
-    for start in range(0, len(usable), SELF_CHUNK):
-        chunk = usable[start : start + SELF_CHUNK]
-        for k, pair_links in zip(
-            chunk,
-            _attention_links(
-                models, layers, ga.symmetrization, [sources[k] for k in chunk], [targets[k] for k in chunk]
-            ),
-        ):
-            links[k] = pair_links
-    atomic_write_text(path, "".join(format_pharaoh(pair) + "\n" for pair in links))
     atomic_write_text(stamp, stamp_text)
     return path
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _first_round_weights(config: Config, name: str, folder: Path) -> Path:
@@ -232,36 +258,44 @@ def _first_round(name: str, folder: Path, device: str, has_aligner: bool):
     return model
 
 
-def _check_vocabulary(name: str, model, sources: list[str], targets: list[str], backward: bool):
-    """An error if the model does not know more than UNKNOWN_LIMIT of either side's pieces."""
-    sides = (
-        (("sources", model.tgt_subwords, sources), ("targets", model.src_subwords, targets))
-        if backward
-        else (("sources", model.src_subwords, sources), ("targets", model.tgt_subwords, targets))
-    )
-    for side, subwords, texts in sides:
-        ids = [i for line in subwords.encode(texts) for i in line]
-        unknown = sum(i == UNK for i in ids) / max(len(ids), 1)
-        if unknown > UNKNOWN_LIMIT:
-            raise AttnmtError(
-                f"training.guided_alignment.{name}: {model.folder} does not know {unknown:.0%} of the "
-                f"pieces of the training {side}: its vocabulary is not of this text or this direction"
-            )
+def _check_vocabularies(models: dict, pairs: Callable[[], Iterable[tuple[str, str]]]):
+    """An error if a first round does not know more than UNKNOWN_LIMIT of either side's pieces of
+    the whole text (read a chunk at a time, the unknown pieces counted)."""
+    counts = {name: [[0, 0], [0, 0]] for name in models}  # per side (sources, targets): [unknown, pieces]
+    for chunk in _chunks(pairs(), SELF_READ):
+        sources, targets = [s for s, _ in chunk], [t for _, t in chunk]
+        for name, model in models.items():
+            backward = name == "first_round_backward"
+            sides = (model.tgt_subwords, model.src_subwords) if backward else (model.src_subwords, model.tgt_subwords)
+            for side, subwords, texts in zip(counts[name], sides, (sources, targets)):
+                ids = [i for line in subwords.encode(texts) for i in line]
+                side[0] += sum(i == UNK for i in ids)
+                side[1] += len(ids)
+    for name, model in models.items():
+        for side, (unknown, pieces) in zip(("sources", "targets"), counts[name]):
+            share = unknown / max(pieces, 1)
+            if share > UNKNOWN_LIMIT:
+                raise AttnmtError(
+                    f"training.guided_alignment.{name}: {model.folder} does not know {share:.0%} of the "
+                    f"pieces of the training {side}: its vocabulary is not of this text or this direction"
+                )
 
 
-def _pairs_with_their_words(models: dict, sources: list[str], targets: list[str]) -> list[int]:
-    """The pairs whose texts every first round cuts into pieces that make their whitespace words."""
-    usable = set(range(len(sources)))
+def _with_their_words(models: dict, pairs: list[tuple[str, str]]) -> list[bool]:
+    """Of each pair, whether every first round cuts its texts into pieces that make their
+    whitespace words."""
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    usable = [True] * len(pairs)
     for name, model in models.items():
         src, tgt = (targets, sources) if name == "first_round_backward" else (sources, targets)
         src_pieces, tgt_pieces = piece_lists(model, src, tgt)
-        usable &= {
-            k
-            for k, (sp, tp) in enumerate(zip(src_pieces, tgt_pieces))
-            if len(word_spans(without_eos(sp))) == len(src[k].split())
-            and len(word_spans(without_eos(tp))) == len(tgt[k].split())
-        }
-    return sorted(usable)
+        for k, (sp, tp) in enumerate(zip(src_pieces, tgt_pieces)):
+            usable[k] = (
+                usable[k]
+                and len(word_spans(without_eos(sp))) == len(src[k].split())
+                and len(word_spans(without_eos(tp))) == len(tgt[k].split())
+            )
+    return usable
 
 
 def _aligner_weights(name: str, folder: Path) -> Path:
@@ -314,12 +348,8 @@ def attach_links(
         stored = train.lines  # (each pair's line in data.train)
         if ga.links == "eflomal":  # (streamed through eflomal's files)
             path = eflomal_file(config, lambda: training_texts(config, stored), log)
-        else:  # (the first rounds align them in chunks, the texts held)
-            sources, targets = [], []
-            for source, target in training_texts(config, stored):
-                sources.append(source)
-                targets.append(target)
-            path = self_links_file(config, sources, targets, log)
+        else:  # (the first rounds align them a chunk at a time)
+            path = self_links_file(config, lambda: training_texts(config, stored), log)
         lines, one_based = None, False
     else:  # a file of one line per line of data.train
         counts = store.read_manifest(pairs_store).parts[0].counts
