@@ -551,3 +551,47 @@ def test_self_links_are_aligned_a_chunk_at_a_time_as_the_texts_held_in_memory_we
     assert (folder / "train.self.sha256").read_text().split("\n")[0] == "text " + old_digest(sources, targets)
     assert f"word links: {len(left_out)} training pair(s) whose pieces" in " ".join(messages)
     assert 0 < len(left_out) < len(pairs)
+
+
+# ------------------------------------------------------------------------------ the pieces
+
+
+def test_an_atomic_writer_leaves_the_old_file_or_the_whole_new_one(tmp_path):
+    """core.files.atomic_writer: the file appears whole when the block ends; an error in the block
+    leaves the old file and no temporary one; a folder that cannot be written is an error naming it."""
+    from attnmt.core.files import atomic_writer
+
+    path = tmp_path / "sub" / "links.txt"
+    with atomic_writer(path) as out:
+        out.write("0-0\n")
+        assert not path.exists()  # (nothing there until the block ends)
+        out.write("1-1\n")
+    assert path.read_bytes() == b"0-0\n1-1\n"
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_writer(path) as out:
+            out.write("2-2\n")
+            raise KeyboardInterrupt
+    assert path.read_text() == "0-0\n1-1\n" and sorted(p.name for p in path.parent.iterdir()) == ["links.txt"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(AttnmtError, match="file"):
+        with atomic_writer(tmp_path / "file" / "x.txt") as out:
+            out.write("never")
+
+
+def test_the_texts_at_a_stores_lines_are_read_as_they_pass_and_a_missing_line_names_the_file(tmp_path):
+    """guided_alignment.training_texts: the pairs at the given (ascending) lines of data.train, their
+    words single-spaced, read line by line (a generator of lines is enough); a line that is no
+    pair of the corpus (a corpus changed since its store was made) is an error naming file and line."""
+    from attnmt.core.config import CorpusFiles
+    from attnmt.translation.guided_alignment import training_texts
+
+    corpus = tmp_path / "train.tsv"
+    corpus.write_text("a  b\tB A\n\t\nc\u00a0d\tD C\ne\tE\n")  # (line 2: an empty pair, no pair of the corpus)
+    config = types.SimpleNamespace(data=types.SimpleNamespace(train=CorpusFiles(tsv=corpus)))
+    texts = training_texts(config, (line for line in (0, 2, 3)))
+    assert next(texts) == ("a b", "B A")
+    assert list(texts) == [("c d", "D C"), ("e", "E")]
+    with pytest.raises(AttnmtError, match=r"train.tsv: line 2 is not a sentence pair of the training corpus"):
+        list(training_texts(config, [0, 1, 2]))
+    with pytest.raises(AttnmtError, match=r"train.tsv: line 9 is not a sentence pair"):
+        list(training_texts(config, [3, 8]))
