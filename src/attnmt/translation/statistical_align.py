@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from attnmt.core.errors import AttnmtError
 from attnmt.data.corpus import stream_lines
@@ -110,9 +110,3 @@ def _read_links(path: Path, pairs: int) -> Iterator[list[Link]]:
         yield sorted(parse_pharaoh(line, allow_possible=False, where=f"eflomal, pair {count}")[0])
     if count < pairs:
         raise AttnmtError(f"{path}: eflomal wrote the links of {count} pairs, not of {pairs}")
-
-
-def words_of(pairs: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]]:
-    """Each pair's words separated by single spaces (what eflomal and the first rounds align)."""
-    for source, target in pairs:
-        yield " ".join(source.split()), " ".join(target.split())
