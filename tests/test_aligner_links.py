@@ -131,14 +131,15 @@ def test_links_eflomal_trains_each_direction_towards_its_own(both_ways, tmp_path
     or two, places after its own) stand in for eflomal's two directions."""
     calls = []
 
-    def fake_eflomal(sources, targets):
+    def fake_eflomal(source, target, forward, backward, model=3):  # (eflomal's files in, its links files out)
+        sources, targets = source.read_text().splitlines(), target.read_text().splitlines()
         calls.append(len(sources))
-        return (
-            [shifted(true_links(s, t), 1) for s, t in zip(sources, targets)],
-            [shifted(true_links(s, t), 2) for s, t in zip(sources, targets)],
-        )
+        for path, by in ((forward, 1), (backward, 2)):
+            path.write_text(
+                "".join(format_pharaoh(shifted(true_links(s, t), by)) + "\n" for s, t in zip(sources, targets))
+            )
 
-    monkeypatch.setattr("attnmt.translation.statistical_align.eflomal_links", fake_eflomal)
+    monkeypatch.setattr("attnmt.translation.statistical_align.align_files", fake_eflomal)
     messages = []
     forward, backward = train_towards(both_ways, tmp_path, "eflomal", 10.0, messages, steps=150, agreement=0.0)
     assert calls == [len(training_pairs(both_ways[0]).sources)]

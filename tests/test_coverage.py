@@ -1,6 +1,7 @@
 """The coverage penalty of Wu et al. (2016): s(Y, X) = log p(Y|X) / lp(Y) + beta * sum_i log(min(sum_t a_t,i, 1)),
 in every search, the Python API and the command line."""
 
+import inspect
 import json
 import math
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from attnmt.seq2seq import build_model, decoding, fast_decoding
 from attnmt.seq2seq.base import Batched, StepOutput
 from attnmt.seq2seq.decoder import Memory
 from attnmt.seq2seq.decoding import beam_search, coverage_penalty, greedy_search, length_penalty
-from attnmt.seq2seq.search import decode, searches
+from attnmt.seq2seq.search import decode
 
 
 def test_the_penalty_is_beta_times_the_log_of_each_source_words_coverage_capped_at_one():
@@ -107,17 +108,29 @@ def test_a_penalty_on_a_model_without_attention_is_a_clear_error():
     assert decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=3)  # none: fine
 
 
-def test_on_a_gpu_a_coverage_penalty_keeps_the_fixed_shape_searches():
-    """(tests/test_fast_decoding.py checks that they rank with it as the textbook searches do.)"""
-    model = LeavesAWordOut()
-    cuda = torch.device("cuda")
-    for beta in (0.0, 0.3):
-        greedy, beamed = searches(cuda, model, beta)
-        assert (greedy.func, beamed.func) == (fast_decoding.greedy_search, fast_decoding.beam_search)
-        assert greedy.keywords == beamed.keywords == {"beta": beta}
+def test_on_a_gpu_a_coverage_penalty_keeps_the_fixed_shape_searches(monkeypatch):
+    """decode hands the penalty to the fixed-shape searches where they run (a GPU with the speed tricks on:
+    search.fast_here, faked here), greedy and beam. (tests/test_fast_decoding.py checks that they rank with it as
+    the textbook searches do.)"""
+    from attnmt.seq2seq import search
+
+    model, cuda = LeavesAWordOut(), torch.device("cuda")
+    assert search.fast_here(cuda, model) and not search.fast_here(torch.device("cpu"), model)
     with speed.plain():
-        assert searches(cuda, model, 0.3)[1].func is decoding.beam_search
-    assert searches(torch.device("cpu"), model, 0.3)[1].func is decoding.beam_search
+        assert not search.fast_here(cuda, model)
+    calls = []
+    for name in ("greedy_search", "beam_search"):
+        signature = inspect.signature(getattr(fast_decoding, name))
+        monkeypatch.setattr(
+            fast_decoding, name, lambda *a, _s=signature, **k: calls.append(_s.bind(*a, **k).arguments["beta"])
+        )
+    monkeypatch.setattr(decoding, "beam_search", lambda *a, **k: pytest.fail("the reference search ran"))
+    monkeypatch.setattr(search, "fast_here", lambda device, model: True)
+    src, lengths = torch.ones(1, 2, dtype=torch.long), torch.full((1,), 2)
+    for beta in (0.0, 0.3):
+        for beam in (1, 3):
+            decode(model, src, lengths, DecodingConfig(coverage_penalty=beta), beam=beam)
+    assert calls == [0.0, 0.0, 0.3, 0.3]
 
 
 def test_set_decoding_changes_the_settings_of_later_calls_and_names_a_wrong_field(reverse_model):

@@ -16,7 +16,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import EOS, build_model, capture, decoding, fast_decoding
 from attnmt.seq2seq import search as searches
 from attnmt.seq2seq.decoding import max_output_lengths
-from attnmt.seq2seq.prefix import Prefixed, Prefixes, Spelling
+from attnmt.seq2seq.prefix import Prefix, Prefixes, Spelling
 from attention_helpers import rnn_fields
 from test_decoding import ConfidentModel, random_batch
 
@@ -188,20 +188,25 @@ def prefixed_limits(limits: list[int]) -> list[int]:
 
 @pytest.mark.parametrize("name", MODELS)
 def test_a_prefix_runs_in_the_fixed_shape_executor_as_in_the_reference(name):
-    """A prefixed model (forced tokens, then pieces spelling a word) in the fixed-shape executor, on
-    static buffers too: its state of tensors (FixedPrefixState, SpellingTables) restricts each step
-    as the reference's does, greedy and beam."""
+    """A prefix (forced tokens, then pieces spelling a word: the loop processor prefix.Prefix) in the
+    fixed-shape executor, on static buffers too: its state of tensors (FixedPrefixState,
+    SpellingTables) restricts each step as the reference's does, greedy and beam."""
     batch, window = random_batch(6, seed=7), window_of(name)
     for case, (eos_bias, limits) in enumerate(CASES):
         model, limits = tiny(name, eos_bias), prefixed_limits(limits_of(batch, limits))
-        prefixed = Prefixed(model, PREFIXES, None, batch.src.device)
-        args = (prefixed, batch.src, batch.src_lengths, limits)
-        reference = decoding.greedy_search(*args, window=window)
+        prefix = (Prefix(PREFIXES, None, batch.src.device),)
+        args = (model, batch.src, batch.src_lengths, limits)
+        reference = decoding.greedy_search(*args, window=window, processors=prefix)
         for graphs in (False, True):
-            assert_same_hypotheses(fast_decoding.greedy_search(*args, window=window, graphs=graphs), reference)
-        reference = decoding.beam_search(*args, 3, 2, window=window)
-        assert_same_hypotheses(fast_decoding.beam_search(*args, 3, 2, window=window, graphs=case % 2 == 0), reference)
-    for (tokens, word), [hypothesis] in zip(zip(PREFIXES.tokens, PREFIXES.words), fast_decoding.greedy_search(*args)):
+            assert_same_hypotheses(
+                fast_decoding.greedy_search(*args, window=window, graphs=graphs, processors=prefix), reference
+            )
+        reference = decoding.beam_search(*args, 3, 2, window=window, processors=prefix)
+        assert_same_hypotheses(
+            fast_decoding.beam_search(*args, 3, 2, window=window, graphs=case % 2 == 0, processors=prefix), reference
+        )
+    found = fast_decoding.greedy_search(*args, processors=prefix)
+    for (tokens, word), [hypothesis] in zip(zip(PREFIXES.tokens, PREFIXES.words), found):
         assert hypothesis.tokens[: len(tokens)] == tokens
         assert "".join(PIECES[t] for t in hypothesis.tokens[len(tokens) :]).startswith(word)
 
@@ -214,13 +219,16 @@ def test_a_prefix_under_a_shortlist_in_the_fixed_shape_executor():
     batch, model = random_batch(6, seed=8), tiny("gru-bahdanau")
     limits = prefixed_limits(limits_of(batch, "usual"))
     table = torch.tensor([0, 1, 2, 3, 9, 11, 14])  # (ids 0-3: a shortlist always has them)
-    searched, vocabulary = prefixed(model, PREFIXES, table, batch.src.device)
-    args = (searched, batch.src, batch.src_lengths, limits, 1.0, vocabulary)
+    prefix, vocabulary = prefixed(PREFIXES, table, batch.src.device)
+    args, prefix = (model, batch.src, batch.src_lengths, limits, 1.0, vocabulary), (prefix,)
     with restricted(model, vocabulary):
-        assert_same_hypotheses(fast_decoding.greedy_search(*args, graphs=True), decoding.greedy_search(*args))
         assert_same_hypotheses(
-            fast_decoding.beam_search(*args[:4], 3, 3, 1.0, vocabulary),
-            decoding.beam_search(*args[:4], 3, 3, 1.0, vocabulary),
+            fast_decoding.greedy_search(*args, graphs=True, processors=prefix),
+            decoding.greedy_search(*args, processors=prefix),
+        )
+        assert_same_hypotheses(
+            fast_decoding.beam_search(*args[:4], 3, 3, 1.0, vocabulary, processors=prefix),
+            decoding.beam_search(*args[:4], 3, 3, 1.0, vocabulary, processors=prefix),
         )
 
 
@@ -300,7 +308,7 @@ def test_the_constrained_cases_meet_and_miss_constraints():
 @pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "transformer", "gru-coverage-fertility"])
 def test_constraints_with_a_coverage_penalty_a_prefix_and_an_ensemble_as_the_reference(name):
     """The constrained banks with what a search may carry besides: a coverage penalty (each row's
-    attention summed as it goes), a prefixed model (FixedPrefixState), an ensemble's members."""
+    attention summed as it goes), a prefix (the loop processor, on a FixedPrefixState), an ensemble's members."""
     from attnmt.seq2seq import constraints, fast_constraints
     from attnmt.seq2seq.ensemble import Ensemble
 
@@ -313,11 +321,12 @@ def test_constraints_with_a_coverage_penalty_a_prefix_and_an_ensemble_as_the_ref
             fast = fast_constraints.constrained_beam_search(*args, beta=0.7, graphs=case % 2 == 0)
             assert_same_hypotheses(fast, reference)
         room = [max(n, len(p) + len(w) + 2) for n, p, w in zip(limits, PREFIXES.tokens, PREFIXES.words)]
-        prefixed = Prefixed(model, PREFIXES, None, batch.src.device)
+        prefix = (Prefix(PREFIXES, None, batch.src.device),)
         trees = decoding.BeamRecorder(6, 3), decoding.BeamRecorder(6, 3)
-        args = (prefixed, batch.src, batch.src_lengths, room, CONSTRAINTS, 3, 2)
-        reference = constraints.constrained_beam_search(*args, record=trees[0])
-        assert_same_hypotheses(fast_constraints.constrained_beam_search(*args, graphs=True, record=trees[1]), reference)
+        args = (model, batch.src, batch.src_lengths, room, CONSTRAINTS, 3, 2)
+        reference = constraints.constrained_beam_search(*args, record=trees[0], processors=prefix)
+        found = fast_constraints.constrained_beam_search(*args, graphs=True, record=trees[1], processors=prefix)
+        assert_same_hypotheses(found, reference)
         assert_same_trees(trees[1], trees[0])
     ensemble = Ensemble([tiny(name), tiny("gru-luong-general")]).eval()
     args = (ensemble, batch.src, batch.src_lengths, constrained_limits(limits_of(batch, "usual")), CONSTRAINTS, 4, 2)
@@ -612,17 +621,17 @@ def test_a_step_reads_no_value_back(name):
             searches_run.append(fast_decoding.FixedBeam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, beta=0.4))
         searches_run.append(fast_decoding.FixedBeam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, record=True))  # (a tree)
         four = Prefixes(PREFIXES.tokens[:4], PREFIXES.words[:4], PREFIXES.spelling)  # (a prefix)
-        prefixed = Prefixed(model, four, None, torch.device("meta"))
+        prefix = (Prefix(four, None, torch.device("meta")),)
         searches_run += [
-            fast_decoding._Greedy(prefixed, memory, [9, 9, 9, 9], 1.0),
-            fast_decoding.FixedBeam(prefixed, memory, [9, 9, 9, 9], 3, 2, 1.0),
+            fast_decoding._Greedy(model, memory, [9, 9, 9, 9], 1.0, processors=prefix),
+            fast_decoding.FixedBeam(model, memory, [9, 9, 9, 9], 3, 2, 1.0, processors=prefix),
         ]
         from attnmt.seq2seq.fast_constraints import _ConstrainedBeam  # (constraints, with a tree, a prefix)
 
         searches_run += [
             _ConstrainedBeam(model, memory, [6, 7, 8, 9], CONSTRAINTS[:4], 3, 2, 1.0),
             _ConstrainedBeam(model, memory, [6, 7, 8, 9], CONSTRAINTS[2:], 3, 2, 1.0, record=True),
-            _ConstrainedBeam(prefixed, memory, [9, 9, 9, 9], CONSTRAINTS[:4], 3, 2, 1.0),
+            _ConstrainedBeam(model, memory, [9, 9, 9, 9], CONSTRAINTS[:4], 3, 2, 1.0, processors=prefix),
         ]
         if name != "gru-none":
             searches_run.append(_ConstrainedBeam(model, memory, [6, 7, 8, 9], CONSTRAINTS[:4], 3, 2, 1.0, beta=0.4))
@@ -769,6 +778,102 @@ def test_the_beam_tree_no_longer_falls_back_to_the_reference_search(monkeypatch)
         )
 
 
+def test_only_observers_take_a_search_to_the_eager_loop(monkeypatch):
+    """Where the fixed-shape executor runs (a GPU, faked here: search.fast_here), no option of decode sends a
+    search to the eager loop (decoding.run_eager): greedy, sampling, beam, constraints, a prefix, a coverage
+    penalty, a shortlist, a beam tree and a stop, each and together, run in fast_decoding.run_fixed; the
+    hypotheses are the eager loop's. Only observers (the trace's: they read each step on the host) run eagerly."""
+    from attnmt.seq2seq import constraints
+    from attnmt.seq2seq.shortlist import Shortlist
+
+    batch, model = random_batch(6, seed=7), tiny("gru-bahdanau")
+    table = Shortlist([[5, 7, 8, 9, 10, 12] for _ in range(20)], [4, 5])
+    sampling = Sampling(top_k=5, seed=3)
+    cases = [
+        {"beam": 1},
+        {"beam": 1, "sampling": sampling},
+        {"beam": 3, "n_best": 2},
+        {"beam": 3, "constraints": CONSTRAINTS},
+        {"beam": 1, "prefixes": PREFIXES},
+        {"beam": 3, "prefixes": PREFIXES, "constraints": CONSTRAINTS, "coverage_penalty": 0.4},
+        {"beam": 3, "n_best": 3, "coverage_penalty": 0.4, "shortlist": table},
+        {"beam": 3, "prefixes": PREFIXES, "shortlist": table, "record": True, "stop": True},
+    ]
+
+    def decoded(case):
+        options = dict(case)
+        settings = DecodingConfig(coverage_penalty=options.pop("coverage_penalty", 0.0))
+        if options.pop("record", False):
+            options["record"] = decoding.BeamRecorder(6, options["beam"])
+        if options.pop("stop", False):
+            options["stop"] = lambda: False
+        if "sampling" in options:
+            options["generator"] = torch.Generator().manual_seed(3)
+        return searches.decode(model, batch.src, batch.src_lengths, settings, **options), options.get("record")
+
+    expected = [decoded(case) for case in cases]
+    loops, run_fixed, run_eager = [], fast_decoding.run_fixed, decoding.run_eager
+    monkeypatch.setattr(fast_decoding, "run_fixed", lambda *a, **k: loops.append("fixed") or run_fixed(*a, **k))
+    for module in (decoding, constraints):  # (where the eager searches find it)
+        monkeypatch.setattr(module, "run_eager", lambda *a, **k: loops.append("eager") or run_eager(*a, **k))
+    monkeypatch.setattr(searches, "fast_here", lambda device, model: True)
+    for case, (hypotheses, tree) in zip(cases, expected):
+        loops.clear()
+        found, recorded = decoded(case)
+        assert loops == ["fixed"], case
+        if "sampling" not in case:  # (the fixed-shape executor draws for every row: other draws)
+            assert_same_hypotheses(found, hypotheses)
+        if tree is not None:
+            assert_same_trees(recorded, tree)
+    loops.clear()
+    searches.decode(model, batch.src, batch.src_lengths, DecodingConfig(), beam=3, observers=(StepsSeen(),))
+    assert loops == ["eager"]
+
+
+class StepsSeen:
+    """An observer of the eager loop that counts its steps."""
+
+    def __init__(self):
+        self.steps = []
+
+    def begin(self, memory):
+        self.steps.clear()
+
+    def observe(self, t, step, strategy):
+        self.steps.append(t)
+
+
+def test_the_beam_tree_is_an_observer_of_the_eager_loop():
+    """decoding.BeamRecorder watches run_eager's steps (``observe``: the strategy's ``tree_step``), handed to decode
+    as an observer or as ``record``, the eager strategies taking no recorder: the tree of the fixed-shape executor's
+    TreeBuffers (which the differential tests hold equal to what the strategies recorded themselves before),
+    beam search and constrained, a node's step that of the step observed."""
+    import inspect
+
+    from attnmt.seq2seq import constraints, fast_constraints
+
+    for strategy in (decoding.Beams, constraints._ConstrainedBeams):
+        assert "record" not in inspect.signature(strategy).parameters
+    batch, model, settings = random_batch(6, seed=2), tiny("gru-bahdanau"), DecodingConfig(beam=3)
+    args = (model, batch.src, batch.src_lengths)
+    for options in ({}, {"constraints": CONSTRAINTS}):
+        observed, recorded, fixed = (decoding.BeamRecorder(6, 3) for _ in range(3))
+        steps = StepsSeen()
+        found = searches.decode(*args, settings, n_best=3, observers=(observed, steps), **options)
+        assert_same_hypotheses(searches.decode(*args, settings, n_best=3, record=recorded, **options), found)
+        assert_same_trees(observed, recorded)
+        limits = decoding.output_limits(batch.src_lengths, settings, None, options.get("constraints"))
+        if options:
+            fast = fast_constraints.constrained_beam_search(
+                *args, limits, CONSTRAINTS, 3, 3, settings.length_penalty, record=fixed
+            )
+        else:
+            fast = fast_decoding.beam_search(*args, limits, 3, 3, settings.length_penalty, record=fixed)
+        assert_same_hypotheses(fast, found)
+        assert_same_trees(fixed, observed)
+        assert steps.steps == list(range(max(node.step for tree in observed.trees for node in tree)))
+
+
 def test_decode_keeps_the_reference_searches_on_a_cpu(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the fast searches are for GPUs")
@@ -836,8 +941,12 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
             assert_same_trees(tree, trees[0], atol=1e-4)
         many = Prefixes((PREFIXES.tokens * 3)[:16], (PREFIXES.words * 3)[:16], PREFIXES.spelling)  # prefixes
         room = [max(n, len(p) + len(w) + 2) for n, p, w in zip(limits, many.tokens, many.words)]
-        prefixed = (Prefixed(model, many, None, batch.src.device), batch.src, batch.src_lengths, room)
-        for search, options in ((decoding.greedy_search, {}), (decoding.beam_search, {"beam": 5, "n_best": 3})):
+        prefixed = (model, batch.src, batch.src_lengths, room)
+        prefix = {"processors": (Prefix(many, None, batch.src.device),)}
+        for search, options in (
+            (decoding.greedy_search, prefix),
+            (decoding.beam_search, {"beam": 5, "n_best": 3} | prefix),
+        ):
             reference = search(*prefixed, window=window, **options)
             fast = getattr(fast_decoding, search.__name__)
             for graphs in (False, True):

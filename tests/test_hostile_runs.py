@@ -18,7 +18,7 @@ from attnmt.compare import ALIGNMENT_ROWS, STATISTICAL_SCORES, Comparison, Varia
 from attnmt.core.config import CorpusFiles, load_config
 from attnmt.core.errors import AttnmtError
 from attnmt.data.test_sets import config_test_sets
-from attnmt.translation.prepare import training_corpus
+from attnmt.translation.prepare import training_lines
 from conftest import random_strings, reverse, write_tsv
 from test_compare import toy_experiment
 
@@ -132,7 +132,7 @@ BENT_FILES = [
 def drawn_experiment(tmp_path):
     """The config of a fresh experiment whose held-out sets have just been drawn."""
     config = load_config(split_config(tmp_path))
-    training_corpus(config, quiet)
+    list(training_lines(config, quiet))
     return config, config.experiment_dir / "splits" / "held-out.json"
 
 
@@ -143,7 +143,7 @@ def test_a_bent_held_out_record_is_refused(tmp_path, bend, message):
     bend(record)
     path.write_text(json.dumps(record))
     with pytest.raises(AttnmtError, match=message) as error:
-        training_corpus(config, quiet)
+        list(training_lines(config, quiet))
     assert str(path) in str(error.value) and "\n" not in str(error.value)
 
 
@@ -152,7 +152,7 @@ def test_a_held_out_record_that_is_not_one_is_refused(tmp_path, text, message):
     config, path = drawn_experiment(tmp_path)
     path.write_text(text)
     with pytest.raises(AttnmtError, match=message) as error:
-        training_corpus(config, quiet)
+        list(training_lines(config, quiet))
     assert str(path) in str(error.value) and "\n" not in str(error.value)
 
 
@@ -161,7 +161,7 @@ def test_an_edited_held_out_set_file_is_refused(tmp_path):
     tsv = config.experiment_dir / "splits" / "test.tsv"
     tsv.write_text(tsv.read_text().replace("a", "b"))
     with pytest.raises(AttnmtError, match="the held-out set was changed after it was drawn") as error:
-        training_corpus(config, quiet)
+        list(training_lines(config, quiet))
     assert str(tsv) in str(error.value)
 
 
@@ -170,11 +170,11 @@ def test_a_record_written_before_the_checksums_is_checked_by_its_line_numbers(tm
     record = json.loads(path.read_text())
     del record["files"]  # as written before issue 27
     path.write_text(json.dumps(record))
-    assert len(training_corpus(config, quiet).sources) == len(PAIRS) - 50
+    assert len(list(training_lines(config, quiet))) == len(PAIRS) - 50
     training_pairs_as_test(record)
     path.write_text(json.dumps(record))
     with pytest.raises(AttnmtError, match="not those seed 42 draws"):
-        training_corpus(config, quiet)
+        list(training_lines(config, quiet))
 
 
 @pytest.fixture(scope="module")

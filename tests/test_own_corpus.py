@@ -12,7 +12,7 @@ from attnmt.cli import main
 from attnmt.core.config import load_config
 from attnmt.core.errors import AttnmtError
 from attnmt.data.corpus import read_tsv
-from attnmt.translation.prepare import training_corpus
+from attnmt.translation.prepare import training_lines
 from conftest import random_strings, reverse, write_tsv
 
 PAIRS = [(s, reverse(s)) for s in random_strings(600, 3, 8, seed=11)]
@@ -73,12 +73,12 @@ def test_held_out_sets_are_drawn_once_disjoint_and_never_trained_on(run_dir):
         held = read_tsv(exp / "splits" / f"{name}.tsv")
         assert list(zip(held.sources, held.targets)) == [PAIRS[i] for i in lines]
     config = load_config(path)
-    train = training_corpus(config, log=lambda m: None)  # read back, not drawn again
-    assert len(train.sources) == len(PAIRS) - 130
-    assert not {p for i in sets["dev"] + sets["held-out"] for p in [PAIRS[i]]} & set(zip(train.sources, train.targets))
+    train = [(s, t) for _, s, t in training_lines(config, log=lambda m: None)]  # read back, not drawn again
+    assert len(train) == len(PAIRS) - 130
+    assert not {p for i in sets["dev"] + sets["held-out"] for p in [PAIRS[i]]} & set(train)
     config.training.seed = 7  # another seed, same folder: refused, not a silent new split
     with pytest.raises(AttnmtError, match="held-out sets were drawn from another corpus or with other settings"):
-        training_corpus(config, log=lambda m: None)
+        list(training_lines(config, log=lambda m: None))
 
 
 @pytest.mark.slow

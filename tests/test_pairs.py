@@ -386,6 +386,53 @@ def test_word2vec_embeddings_replace_the_rows_of_the_corpus_pieces(tmp_path):
     assert torch.equal(weights, again)  # the same vectors at every run
 
 
+def test_word2vec_streams_its_corpus_and_learns_the_vectors_of_the_lines_held_in_memory(tmp_path, monkeypatch):
+    """The corpus read and encoded a few lines at a time at each of gensim's passes (ENCODE_LINES
+    made small), never read whole: the vectors are those of gensim given the list of every
+    non-blank line's pieces, as before it streamed."""
+    import torch
+
+    require(find_spec("gensim") is not None, "pip install gensim (attnmt[vectors])")
+    from gensim.models import Word2Vec
+
+    from attnmt.core.config import SubwordConfig
+    from attnmt.data.subwords import train_subwords
+    from attnmt.pairs import embeddings
+    from test_streamed_corpus_commands import whole_reads_refused
+
+    sentences = [p for p, _, _ in make_pairs(200, seed=1)]
+    subwords = train_subwords(zip(sentences, sentences), SubwordConfig(type="word", vocab_size=100), tmp_path, seed=1)[
+        0
+    ]
+    corpus = write(tmp_path / "captions.txt", "\n".join(s if k % 9 else " " for k, s in enumerate(sentences)) + "\n")
+    kept = [s for k, s in enumerate(sentences) if k % 9]
+    start = torch.randn(len(subwords), 8)
+    vectors = Word2Vec(
+        subwords.sp.encode(kept, out_type=str),
+        vector_size=8,
+        window=2,
+        min_count=1,
+        sg=1,
+        workers=1,
+        epochs=2,
+        seed=1,
+        hashfxn=embeddings._stable_hash,
+    ).wv
+    known = [(i, piece) for i, piece in enumerate(subwords.pieces(range(len(subwords)))) if piece in vectors]
+    trained = torch.tensor(vectors[[piece for _, piece in known]])
+    expected = start.clone()
+    expected[[i for i, _ in known]] = trained * (start.std() / trained.std())
+    monkeypatch.setattr(embeddings, "ENCODE_LINES", 7)
+    whole_reads_refused(monkeypatch, corpus)
+    messages = []
+    weights = embeddings.word2vec_embeddings(corpus, subwords, start, epochs=2, window=2, seed=1, log=messages.append)
+    assert torch.equal(weights, expected)
+    assert messages[-1].startswith(f"word2vec on {len(kept):,} sentences of {corpus}")
+    blank = write(tmp_path / "blank.txt", "\n \n")
+    with pytest.raises(AttnmtError, match="blank.txt: no sentences to train word2vec on"):
+        embeddings.word2vec_embeddings(blank, subwords, start, epochs=1, window=2, seed=1)
+
+
 def test_embeddings_from_a_translation_model(reverse_model, tmp_path):
     """model.embeddings.model: the pair model starts from the translation model's embeddings, in
     its subwords; a size that does not match is an error naming model.embedding_size."""

@@ -2,6 +2,8 @@
 one, decoding.Greedy, and the fixed-shape one, fast_decoding._Greedy) apply a pick's processors through one code
 path, processors.choose, reached from search.decode in either."""
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 
@@ -94,10 +96,10 @@ def test_the_filters_are_sampler_s_draw():
 
 
 def test_a_prefix_forces_its_tokens_through_the_same_processors_in_both_executors(monkeypatch):
-    """Prefixed's restrictions are processors.Forced (the prefix's tokens) and processors.Allowed (the pieces
-    spelling its word), the same two in either executor, each seeing every step's rows while it restricts them;
-    both executors find the same hypotheses, each beginning with its prefix."""
-    from attnmt.seq2seq.prefix import Prefixed
+    """A prefix's restrictions (the loop processor prefix.Prefix) are processors.Forced (the prefix's tokens) and
+    processors.Allowed (the pieces spelling its word), the same two in either executor, each seeing every step's rows
+    while it restricts them; both executors find the same hypotheses, each beginning with its prefix."""
+    from attnmt.seq2seq.prefix import Prefix
     from test_fast_decoding import PREFIXES, prefixed_limits
 
     seen = []
@@ -107,12 +109,11 @@ def test_a_prefix_forces_its_tokens_through_the_same_processors_in_both_executor
             processor, "__call__", lambda self, log_probs, call=call: seen.append(type(self)) or call(self, log_probs)
         )
     batch, model = random_batch(6, seed=7), tiny("gru-bahdanau")
-    args = (Prefixed(model, PREFIXES, None, batch.src.device), batch.src, batch.src_lengths)
-    args += (prefixed_limits(limits_of(batch, "usual")),)
+    args = (model, batch.src, batch.src_lengths, prefixed_limits(limits_of(batch, "usual")))
     found = {}
     for executor in (decoding, fast_decoding):
         seen.clear()
-        found[executor] = executor.beam_search(*args, 3, 2)
+        found[executor] = executor.beam_search(*args, 3, 2, processors=(Prefix(PREFIXES, None, batch.src.device),))
         assert {processors.Forced, processors.Allowed} <= set(seen)
     assert_same_hypotheses(found[fast_decoding], found[decoding])
     for tokens, hypotheses in zip(PREFIXES.tokens, found[fast_decoding]):
@@ -131,3 +132,130 @@ def test_forced_and_allowed_restrict_as_the_prefix_did():
     allowed = torch.tensor([[True] * 6, [False, True, False, True, False, False], [False] * 5 + [True]])
     kept = processors.Allowed(allowed)(log_probs)
     assert torch.equal(kept[allowed], log_probs[allowed]) and bool((kept[~allowed] == float("-inf")).all())
+
+
+class NoRepeats:
+    """A loop processor of our own (decoding.run_eager and fast_decoding's step apply it): a row may not write a
+    token it has written (EOS always may). Its state, the tokens each row has written (rows, V), is tensors only, so
+    the fixed-shape executor carries it too, and moves with the rows: beam search's reordering, the eager loop's
+    finished rows leaving (processors.Processed)."""
+
+    def __init__(self, vocabulary: int):
+        self.vocabulary, self.steps_seen = vocabulary, 0
+
+    def start(self, memory, fixed: bool):
+        return Written(torch.zeros(memory.states.size(0), self.vocabulary, dtype=torch.bool))
+
+    def __call__(self, t, prev_tokens, log_probs, state):
+        self.steps_seen += 1
+        written = state.tokens | torch.nn.functional.one_hot(prev_tokens, self.vocabulary).bool()
+        written[:, EOS] = False
+        return log_probs.masked_fill(written, float("-inf")), Written(written)
+
+
+@dataclass
+class Written:
+    tokens: torch.Tensor  # (rows, V)
+
+    def select(self, index):
+        return Written(self.tokens[index])
+
+
+def repeats(hypotheses) -> bool:
+    return any(len(set(h.tokens)) < len(h.tokens) for found in hypotheses for h in found)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_loop_processor_handed_to_decode_restricts_every_step_in_either_executor(monkeypatch, beam):
+    """search.decode(processors=...) on a plain model: the loop applies the processor at every step (without it
+    the outputs repeat tokens, with it none does), its state selected with the rows, in either executor (the
+    fixed-shape one faked: search.fast_here) with the same hypotheses; with a prefix (of no repeated token), after
+    the prefix."""
+    from attnmt.seq2seq.prefix import Prefixes
+
+    prefixes = Prefixes([[5], [], [7, 8], [], [12], [9, 10, 11]])
+    batch, model, settings = random_batch(6, seed=7), tiny("gru-bahdanau"), DecodingConfig(beam=beam)
+    args = (model, batch.src, batch.src_lengths, settings)
+    assert repeats(searches.decode(*args, n_best=beam))
+    found = {}
+    for fast in (False, True):
+        monkeypatch.setattr(searches, "fast_here", lambda device, model, fast=fast: fast)
+        processor = NoRepeats(20)
+        found[fast] = searches.decode(*args, n_best=beam, processors=(processor,))
+        assert processor.steps_seen > 0 and not repeats(found[fast])
+        prefixed = searches.decode(*args, prefixes=prefixes, processors=(NoRepeats(20),))
+        assert not repeats(prefixed)
+        for tokens, [h, *_] in zip(prefixes.tokens, prefixed):
+            assert h.tokens[: len(tokens)] == tokens
+    assert_same_hypotheses(found[True], found[False])
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_prefix_is_a_processor_of_the_loop_not_a_model_wrapper(monkeypatch, fast):
+    """decode(prefixes=...) is each search with the loop processor prefix.Prefix on the plain model, whose own
+    decode_step the loop calls: greedy, beam and constrained, in either executor (the fixed-shape one faked)."""
+    from attnmt.seq2seq import constraints, fast_constraints
+    from attnmt.seq2seq.prefix import Prefix
+    from test_fast_decoding import CONSTRAINTS, PREFIXES
+
+    monkeypatch.setattr(searches, "fast_here", lambda device, model: fast)
+    batch, model, settings = random_batch(6, seed=7), tiny("lstm-location"), DecodingConfig()
+    steps, decode_step = [], model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda *a: steps.append(1) or decode_step(*a))
+    module, constrained = (fast_decoding, fast_constraints) if fast else (decoding, constraints)
+    alpha, prefix = settings.length_penalty, (Prefix(PREFIXES, None, batch.src.device),)
+    assert not isinstance(prefix[0], torch.nn.Module)
+    for options, search in (
+        ({"beam": 1}, lambda *a: module.greedy_search(*a, alpha, processors=prefix)),
+        ({"beam": 3, "n_best": 2}, lambda *a: module.beam_search(*a, 3, 2, alpha, processors=prefix)),
+        (
+            {"beam": 3, "constraints": CONSTRAINTS},
+            lambda *a: constrained.constrained_beam_search(*a, CONSTRAINTS, 3, 1, alpha, processors=prefix),
+        ),
+    ):
+        steps.clear()
+        expected = searches.decode(model, batch.src, batch.src_lengths, settings, prefixes=PREFIXES, **options)
+        assert steps  # (the model's own steps)
+        limits = decoding.output_limits(batch.src_lengths, settings, PREFIXES, options.get("constraints"))
+        assert_same_hypotheses(search(model, batch.src, batch.src_lengths, limits), expected)
+        for tokens, hypotheses in zip(PREFIXES.tokens, expected):
+            assert all(h.tokens[: len(tokens)] == tokens for h in hypotheses)
+
+
+def test_one_call_of_decode_step_drives_both_executors(monkeypatch):
+    """issue 51: the model's decode_step is called at one place of the searches' code, processors.processed_step,
+    which both executors' loops (decoding.run_eager, fast_decoding.run_fixed) call at every step, with loop
+    processors or without: no other loop of attnmt.seq2seq calls the model's step (an ensemble's step calls its
+    members')."""
+    import ast
+    from pathlib import Path
+
+    import attnmt
+    from test_fast_decoding import CONSTRAINTS
+
+    callers = []
+    for path in sorted(Path(attnmt.__file__).parent.rglob("*.py")):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                calls = [
+                    node
+                    for node in ast.walk(function)
+                    if isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "decode_step"
+                ]
+                if calls and function.name != "decode_step":  # (an ensemble's step: its members')
+                    callers.append((path.name, function.name, len(calls)))
+    assert callers == [("processors.py", "processed_step", 1)]
+    batch, model, settings = random_batch(4, seed=3), tiny("gru-bahdanau"), DecodingConfig(beam=2)
+    looped, stepped, decode_step = [], [], model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda *a: stepped.append(1) or decode_step(*a))
+    for module in (decoding, fast_decoding):  # (where each executor's loop found it)
+        monkeypatch.setattr(module, "processed_step", lambda *a: looped.append(1) or processors.processed_step(*a))
+    for fast in (False, True):
+        monkeypatch.setattr(searches, "fast_here", lambda device, model, fast=fast: fast)
+        for options in ({"beam": 1}, {"beam": 2}, {"beam": 2, "constraints": CONSTRAINTS[:4]}):
+            looped.clear()
+            stepped.clear()
+            searches.decode(model, batch.src, batch.src_lengths, settings, **options)
+            assert stepped and len(looped) == len(stepped)

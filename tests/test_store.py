@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from attnmt.core.errors import AttnmtError
-from attnmt.data import store
+from attnmt.data import splits, store
 from attnmt.data.store import StoredPairs
 from attnmt.translation import prepare as preparing
 from attnmt.translation import training as _training  # noqa: F401 (its names bound before a test patches prepare's)
-from attnmt.translation.prepare import encode_corpus, prepare, prepared_store, read_corpus, training_corpus
+from attnmt.translation.prepare import encode_corpus, prepare, prepared_store, read_corpus
 from conftest import random_strings, reverse, toy_config, write_tsv
 
 PAIRS = [(s, reverse(s)) for s in random_strings(400, 1, 24, seed=1)]
@@ -40,6 +40,11 @@ def config_of(folder, data=None, **sections):
         **(data or {}),
     }
     return toy_config(folder, PAIRS, data=data, **sections)
+
+
+def training_corpus(config, log):
+    """data.train held in memory less its held-out pairs, as attnmt read it before the store."""
+    return splits.without(read_corpus(config.data.train.as_spec()), splits.hold_out(config, log))
 
 
 def pairs_of(part) -> tuple[list, list, list]:

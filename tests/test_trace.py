@@ -1,7 +1,6 @@
 """The step-by-step trace agrees with translate and with the attention equations."""
 
 import numpy as np
-import torch
 import pytest
 
 
@@ -65,8 +64,8 @@ def test_reprs_show_shapes_not_numbers():
 
 def test_the_trace_is_an_observer_of_decodes_loop(reverse_model, monkeypatch):
     """trace goes through search.decode, the one entry, as an observer of its greedy search (on
-    every device the eager executor: an observer reads each step); decode refuses observers for
-    any other search."""
+    every device the eager executor: an observer reads each step). (The beam tree is an observer of
+    beam search's loop: tests/test_decoding.py.)"""
     from attnmt.seq2seq import search
 
     model, _ = reverse_model
@@ -75,7 +74,3 @@ def test_the_trace_is_an_observer_of_decodes_loop(reverse_model, monkeypatch):
     traced = model.trace("abcdef", top_k=3)
     [[observer]] = calls
     assert observer.steps is traced.steps
-    src = torch.tensor([[5, 6, 7, 3]])
-    for options in ({"beam": 2}, {"beam": 1, "n_best": 1, "constraints": [[(5,)]]}):
-        with pytest.raises(ValueError, match="observers watch a greedy search"):
-            decode(model.model, src, torch.tensor([4]), model.config.decoding, observers=(observer,), **options)

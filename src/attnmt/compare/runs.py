@@ -21,12 +21,12 @@ from typing import Callable
 from attnmt.compare.variants import BaseConfig, Variant, merged
 from attnmt.core.config import Config, load_config
 from attnmt.core.errors import AttnmtError
-from attnmt.core.files import atomic_write_text
+from attnmt.core.files import atomic_writer
 from attnmt.data import splits
 from attnmt.data.corpus import read_corpus, read_lines
 from attnmt.data.subwords import subword_paths
 from attnmt.translation.evaluation import joined
-from attnmt.translation.prepare import prepare_subwords, training_corpus
+from attnmt.translation.prepare import prepare_subwords, training_lines
 
 LOCK = "compare.lock"
 
@@ -175,14 +175,16 @@ class RunFolders:
         """Held-out sets, train.tsv and subwords in OUT/shared, once."""
         log, align_pairs = self.settings.log, self.settings.align_pairs
         train_tsv = self.shared / "train.tsv"
-        if not train_tsv.is_file():
-            corpus = training_corpus(self.base.with_overrides({"experiment_dir": str(self.shared)}), log)
-            sources, targets = corpus.sources, corpus.targets
-            if align_pairs is not None:
-                extra = read_align_pairs(align_pairs)
-                sources, targets = sources + extra[0], targets + extra[1]
-                log(f"appended the text of {len(extra[0])} pairs of {align_pairs} to the training text")
-            atomic_write_text(train_tsv, splits.tsv_rows(sources, targets))
+        if not train_tsv.is_file():  # (data.train streamed into it, pair by pair)
+            extra = None if align_pairs is None else read_align_pairs(align_pairs)  # (the gold set: small)
+            with atomic_writer(train_tsv) as out:
+                for _, source, target in training_lines(
+                    self.base.with_overrides({"experiment_dir": str(self.shared)}), log
+                ):
+                    out.write(splits.tsv_rows((source,), (target,)))
+                if extra is not None:
+                    out.write(splits.tsv_rows(*extra))
+                    log(f"appended the text of {len(extra[0])} pairs of {align_pairs} to the training text")
         prepare_subwords(self.base.with_overrides({"experiment_dir": str(self.shared)}, data), log)
 
     @staticmethod

@@ -16,7 +16,7 @@ from pathlib import Path
 from attnmt.compare.runs import ComparisonSettings, Run, read_align_pairs
 from attnmt.compare.tables import ALIGNMENT_ROWS, STATISTICAL_SCORES, checked_run_record, read_results
 from attnmt.core.files import atomic_write_text
-from attnmt.data.corpus import read_corpus
+from attnmt.data.corpus import CorpusPairs
 from attnmt.translation.evaluation import attention_failures, score_translations
 from attnmt.translation.prepare import EncodedCorpus
 
@@ -110,20 +110,30 @@ def gold_links(settings: ComparisonSettings):
 def score_statistical(training_text: Path, path: Path, settings: ComparisonSettings) -> dict:
     """The statistical aligner (eflomal models 1-3) on exactly the training text of the runs
     (``training_text``, the gold pairs appended last): scores of its links of the gold pairs,
-    written to ``path``."""
+    written to ``path``. The text is streamed into eflomal's files (beside ``path``) and the links
+    of the gold pairs alone are kept as they are read back."""
     from attnmt.translation.align import symmetrized_scores
-    from attnmt.translation.statistical_align import eflomal_links
+    from attnmt.translation.statistical_align import EflomalInput
 
     if path.is_file():
         return read_results(path, STATISTICAL_SCORES)
-    corpus = read_corpus({"tsv": training_text})
+    pairs = CorpusPairs({"tsv": training_text})
     sure, possible = gold_links(settings)
-    start = len(corpus.sources) - len(sure)
     scores = {}
-    for model, name in ((1, "eflomal IBM1"), (2, "eflomal HMM"), (3, "eflomal HMM+fertility")):
-        settings.log(f"statistical aligner: {name} on {len(corpus.sources):,} pairs")
-        forward, backward = eflomal_links(corpus.sources, corpus.targets, model)
-        scores[name] = symmetrized_scores(forward[start:], backward[start:], sure, possible)
+    with EflomalInput(path.parent) as words:
+        for _, source, target in pairs:
+            words.add(source, target)
+        if not words.pairs:
+            raise pairs.empty_error()
+        start = words.pairs - len(sure)
+        for model, name in ((1, "eflomal IBM1"), (2, "eflomal HMM"), (3, "eflomal HMM+fertility")):
+            settings.log(f"statistical aligner: {name} on {words.pairs:,} pairs")
+            forward, backward = [], []
+            for k, (f, b) in enumerate(words.links(model)):
+                if k >= start:
+                    forward.append(f)
+                    backward.append(b)
+            scores[name] = symmetrized_scores(forward, backward, sure, possible)
     atomic_write_text(path, json.dumps(scores, indent=1) + "\n")
     return scores
 

@@ -3,15 +3,18 @@
 ``atomic_write`` writes a temporary file beside the target, flushes it to disk and renames it over
 the target: readers (and a resumed run) see the old file or the new one, never a mix. The
 temporary file has a fixed name, so a write killed half-way leaves at most one stale ``.tmp`` per
-target, which the next write replaces; nothing ever reads it.
+target, which the next write replaces; nothing ever reads it. ``atomic_writer`` does the same for
+a file written piece by piece (the links of a corpus streamed through eflomal, a TSV file written
+pair by pair).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TextIO, TypeVar
 
 from pydantic import ValidationError
 
@@ -40,6 +43,35 @@ def atomic_write(path: Path, data: bytes):
 
 def atomic_write_text(path: Path, text: str):
     atomic_write(path, text.encode("utf-8"))
+
+
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[TextIO]:
+    """A text file (UTF-8, "\\n" line ends) to write ``path`` with piece by piece, as `atomic_write`
+    writes it whole: the pieces go to a temporary file beside it, renamed over ``path`` when the
+    block ends without an error, so that a file written as a stream is there whole or not at all.
+    On any error the temporary file is removed and ``path`` left as it was (an OSError becomes
+    AttnmtError naming the folder)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(tmp, "w", encoding="utf-8", newline="\n")
+    except OSError as e:
+        raise write_error(path, e) from None
+    try:
+        with f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise write_error(path, e) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def append_text(path: Path, text: str):

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -51,6 +51,7 @@ PAIR_ROW = np.dtype(
     [("line", "<i8"), ("src_start", "<i8"), ("tgt_start", "<i8"), ("src_length", "<i4"), ("tgt_length", "<i4")]
 )
 KINDS = ("src", "tgt", "pairs")
+PASS_ROWS = 4096  # rows of a shard read at a time by StoredPart.pairs
 
 REBUILD = "delete the folder to prepare it again ('attnmt prepare')"
 
@@ -314,6 +315,18 @@ class StoredPart:
     def tgt_ids(self, i: int) -> list[int]:
         shard, row = self._row(i)
         return self.tgt[shard][row["tgt_start"] : row["tgt_start"] + row["tgt_length"]].tolist()
+
+    def pairs(self) -> Iterator[tuple[int, list[int], list[int]]]:
+        """Every pair of the part in order, (line, source ids, target ids), read from the maps a
+        few thousand rows at a time (what a pass over a part holds)."""
+        for src, tgt, rows in zip(self.src, self.tgt, self.rows):
+            for start in range(0, len(rows), PASS_ROWS):
+                for line, src_start, tgt_start, src_length, tgt_length in rows[start : start + PASS_ROWS].tolist():
+                    yield (
+                        line,
+                        src[src_start : src_start + src_length].tolist(),
+                        tgt[tgt_start : tgt_start + tgt_length].tolist(),
+                    )
 
     def column(self, name: str) -> np.ndarray:
         """A column of PAIR_ROW ("line", "src_length", ...) for every pair of the part (in memory)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -20,7 +20,7 @@ from torch import Tensor
 from attnmt.core.checkpoint import read_checkpoint
 from attnmt.core.config import EmbeddingsConfig, load_config
 from attnmt.core.errors import AttnmtError
-from attnmt.data.corpus import read_lines
+from attnmt.data.corpus import stream_lines
 from attnmt.data.subwords import Subwords
 
 # The embedding weights of each side of each kind of translation model (model.type, side).
@@ -77,10 +77,9 @@ def word2vec_embeddings(
         from gensim.models import Word2Vec
     except ImportError:
         raise AttnmtError("model.embeddings.word2vec needs gensim: pip install 'attnmt[vectors]'") from None
-    lines = [line for line in read_lines(corpus) if line.strip()]
-    if not lines:
+    sentences = _EncodedLines(corpus, subwords)
+    if next(iter(sentences), None) is None:
         raise AttnmtError(f"{corpus}: no sentences to train word2vec on")
-    sentences = subwords.sp.encode(lines, out_type=str)
     # One worker and a fixed hash: the same vectors at every run (gensim's default hash is Python's, salted).
     vectors = Word2Vec(
         sentences,
@@ -99,10 +98,34 @@ def word2vec_embeddings(
         trained = torch.tensor(vectors[[piece for _, piece in known]], device=random_start.device)
         weights[[i for i, _ in known]] = trained * (random_start.std() / trained.std())
     log(
-        f"word2vec on {len(lines):,} sentences of {corpus}: vectors for {len(known):,} of the {len(subwords):,} "
+        f"word2vec on {sentences.count:,} sentences of {corpus}: vectors for {len(known):,} of the {len(subwords):,} "
         "subwords"
     )
     return weights
+
+
+ENCODE_LINES = 2_000  # lines read and encoded at a time for word2vec
+
+
+class _EncodedLines:
+    """The non-blank lines of a text file as lists of pieces, read and encoded ENCODE_LINES at a
+    time at each pass over them (gensim makes one for the vocabulary and one per epoch): the
+    corpus streamed, never held. ``count``: the sentences of the last whole pass."""
+
+    def __init__(self, path: Path, subwords: Subwords):
+        self.path, self.subwords, self.count = path, subwords, 0
+
+    def __iter__(self) -> Iterator[list[str]]:
+        chunk, count = [], 0
+        for line in stream_lines(self.path):
+            if line.strip():
+                chunk.append(line)
+            if len(chunk) == ENCODE_LINES:
+                yield from self.subwords.sp.encode(chunk, out_type=str)
+                count, chunk = count + len(chunk), []
+        if chunk:
+            yield from self.subwords.sp.encode(chunk, out_type=str)
+        self.count = count + len(chunk)
 
 
 def _stable_hash(text: str) -> int:

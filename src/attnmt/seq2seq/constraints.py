@@ -118,17 +118,21 @@ def constrained_beam_search(
     *,
     record: BeamRecorder | None = None,
     stop: Callable[[], bool] | None = None,
+    observers: tuple = (),
+    processors: tuple = (),
 ) -> list[list[Hypothesis]]:
     """decoding.beam_search whose outputs contain each sentence's ``constraints`` (token phrases;
     [] for none), by dynamic beam allocation (see the module). The full output layer: no shortlist.
     ``record``: each step's live rows, ends and the k best candidates left out join the search tree,
-    each with the constraint tokens it has met (its bank)."""
+    each with the constraint tokens it has met (its bank); ``observers``, ``processors``: see
+    decoding.run_eager."""
     check_constraints(constraints, beam, n_best)
     memory = model.encode(src, src_lengths, window)
     beams = _ConstrainedBeams(
-        src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta, record, constraints
+        src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta, constraints
     )
-    return checked_search(run_eager(beams, model, memory, stop=stop))
+    observers = observers if record is None else (*observers, record)
+    return checked_search(run_eager(beams, model, memory, None, stop, observers, processors))
 
 
 def check_constraints(constraints: list[Phrases], beam: int, n_best: int):
@@ -145,8 +149,8 @@ class _ConstrainedBeams(Beams):
     hypotheses that met every constraint in ``finished`` (they alone can stop a sentence), those
     the length limit ended before in ``unmet``."""
 
-    def __init__(self, batch, k, n_best, alpha, max_lengths, memory_widths, device, beta, record, constraints):
-        super().__init__(batch, k, n_best, alpha, max_lengths, memory_widths, device, beta, record)
+    def __init__(self, batch, k, n_best, alpha, max_lengths, memory_widths, device, beta, constraints):
+        super().__init__(batch, k, n_best, alpha, max_lengths, memory_widths, device, beta)
         self.phrases = constraints
         self.progress = [Progress() for _ in range(batch)]  # of each live row
         self.unmet: list[list[Hypothesis]] = [[] for _ in range(batch)]
@@ -154,11 +158,10 @@ class _ConstrainedBeams(Beams):
     def extend(self, t: int, step: StepOutput, vocabulary: None) -> tuple[list[int], Tensor]:
         """Each sentence's k live rows chosen by banks, and its finished hypotheses (see the module).
         Returns the sentence of each group and, for each live row (n*k,), the row of batch t it extends."""
-        self.history.add_weights(step.weights)
         sentences, width = self.active.tolist(), self.width
         log_probs = self.log_probs_at(t, step, sentences).float()
         candidates = self._candidates(log_probs, [s for s in sentences for _ in range(width)])
-        chosen, ends, unmet, recorded = [], [], [], []
+        chosen, ends, unmet, self.last_step = [], [], [], []
         for g, sentence in enumerate(sentences):
             phrases, at_limit = self.phrases[sentence], self.max_lengths[sentence] <= t + 1
             live, finishing, cut, considered = self._choose(
@@ -167,10 +170,7 @@ class _ConstrainedBeams(Beams):
             chosen.append(live)
             ends += [(sentence, row, score) for row, score in finishing]
             unmet += [(sentence, row, score) for row, score, _ in cut]
-            if self.record is not None:
-                recorded.append((sentence, self._recorded(live, finishing, cut, considered, g * width, phrases)))
-        if self.record is not None:
-            self.record.add(t, recorded)
+            self.last_step.append((sentence, live, finishing, cut, considered, g * width))  # (tree_step)
         for ending, into in ((ends, None), (unmet, self.unmet)):
             if ending:
                 rows = torch.tensor([row for _, row, _ in ending], device=self.device)
@@ -229,6 +229,10 @@ class _ConstrainedBeams(Beams):
         finishing = [(row, score) for row, token, score, _ in best_full if token == EOS]
         considered = [c for bank in banks.values() for c in bank] + ending
         return _by_banks(banks, self.k, first_row), finishing, cut, considered
+
+    def tree_step(self) -> list[tuple[int, list[TreeCandidate]]]:
+        """The last step's candidates of each sentence, as the search tree adds them (``_recorded``)."""
+        return [(sentence, self._recorded(*chosen, self.phrases[sentence])) for sentence, *chosen in self.last_step]
 
     def _recorded(
         self, live: list, finishing: list, cut: list, considered: list, first_row: int, phrases: Phrases

@@ -31,6 +31,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS, PAD
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
 from attnmt.seq2seq import processors
+from attnmt.seq2seq.processors import processed_step, started
 from attnmt.seq2seq.processors import sampler as sampler  # (where sampling's callers found it)
 
 if TYPE_CHECKING:
@@ -79,52 +80,31 @@ TreeCandidate = tuple[int, int, float, str, "int | None"]
 
 
 class BeamRecorder:
-    """Records the search tree of each sentence; pass one to ``beam_search(record=...)``."""
+    """Records the search tree of each sentence: an observer of the eager loop (``run_eager``: each
+    step's candidates, as the strategy gives them, ``tree_step``), or of the fixed-shape one
+    (fast_decoding.TreeBuffers, replayed into it at the end); pass one to ``beam_search(record=...)``."""
 
     def __init__(self, batch: int, beam: int):
         self.trees = [[BeamNode(0, None, BOS, 0.0, 0, "root")] for _ in range(batch)]
-        # the tree node of each live row
-        self.row_node = torch.zeros(batch * beam, dtype=torch.long, device="cpu")
+        self.row_nodes = [[0] * beam for _ in range(batch)]  # the tree node of each live row of each sentence
         self.beam = beam
 
-    def step(
-        self, t: int, active: Tensor, origin: Tensor, token: Tensor, score: Tensor, finished: Tensor, alive: Tensor
-    ):
-        """Step t's 2k candidates of each sentence of the batch, from beam_search's tensors."""
-        origin, token, score = origin.cpu(), token.cpu(), score.cpu()
-        finished, alive = finished.cpu(), alive.cpu()
-        groups = []
-        for g, sentence in enumerate(active.tolist()):
-            candidates = []
-            for j in range(origin.size(1)):
-                if score[g, j] == float("-inf"):
-                    continue
-                if finished[g, j]:
-                    status = "finished"
-                elif alive[g, j]:
-                    status = "kept"
-                else:
-                    status = "pruned"
-                candidates.append((int(origin[g, j]), int(token[g, j]), float(score[g, j]), status, None))
-            groups.append((sentence, candidates))
-        self.add(t, groups)
+    def begin(self, memory):
+        pass
+
+    def observe(self, t: int, step: StepOutput, strategy):
+        self.add(t, strategy.tree_step())
 
     def add(self, t: int, groups: list[tuple[int, list[TreeCandidate]]]):
-        """Step t's candidates, for each group of live rows (sentence, its candidates): the "kept"
-        ones, in order, become the group's live rows of step t+1."""
-        k = self.beam
-        row_node = torch.zeros(len(groups) * k, dtype=torch.long, device="cpu")
-        for g, (sentence, candidates) in enumerate(groups):
-            tree, rank = self.trees[sentence], 0
+        """Step t's candidates of each sentence (sentence, its candidates; j: its live row they
+        extend): the "kept" ones, in order, become the sentence's live rows of step t+1."""
+        for sentence, candidates in groups:
+            tree, nodes, kept = self.trees[sentence], self.row_nodes[sentence], []
             for j, token, score, status, met in candidates:
-                tree.append(BeamNode(len(tree), int(self.row_node[g * k + j]), token, score, t + 1, status, met))
+                tree.append(BeamNode(len(tree), nodes[j], token, score, t + 1, status, met))
                 if status == "kept":
-                    row_node[g * k + rank] = len(tree) - 1
-                    rank += 1
-        self.row_node = row_node
-
-    def keep_rows(self, rows: Tensor):
-        self.row_node = self.row_node[rows.cpu()]
+                    kept.append(len(tree) - 1)
+            self.row_nodes[sentence] = kept + [0] * (self.beam - len(kept))
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -236,6 +216,7 @@ def greedy_search(
     *,
     stop: Callable[[], bool] | None = None,
     observers: tuple = (),
+    processors: tuple = (),
 ) -> list[list[Hypothesis]]:
     """At each step take the most probable token. A sentence stops at EOS or its length limit
     and leaves the batch, so later steps compute only the sentences still going. ``vocabulary``:
@@ -245,17 +226,18 @@ def greedy_search(
     probable (processors.sampler: sampling's filters as processors, then a draw; ``choose``);
     the score stays the model's log-probability of the tokens.
     ``beta``: the coverage penalty added to each score (one hypothesis per sentence: it changes no
-    output). ``stop``: as beam_search's. ``observers``: see ``run_eager`` (the trace)."""
+    output). ``stop``: as beam_search's. ``observers``, ``processors``: see ``run_eager`` (the trace; a
+    prefix)."""
     memory = model.encode(src, src_lengths, window)
     greedy = Greedy(src.size(0), alpha, max_lengths, memory_lengths(memory), src.device, beta, pick)
-    return checked_search(run_eager(greedy, model, memory, vocabulary, stop, observers))
+    return checked_search(run_eager(greedy, model, memory, vocabulary, stop, observers, processors))
 
 
 class Greedy:
     """The strategy of greedy search (and sampling, with ``pick``) in the eager loop
     (``run_eager``): one row per sentence still going, the sentence of each (``active``), its last
-    token (``prev``); per step the sentences of the rows, their tokens and weights, read per
-    sentence at the end."""
+    token (``prev``); per step the sentences of the rows, their tokens and (``history``) weights,
+    read per sentence at the end."""
 
     def __init__(
         self,
@@ -280,7 +262,7 @@ class Greedy:
         self.log_probs = torch.zeros(batch, device=device)
         self.rows: list[Tensor] = []
         self.tokens: list[Tensor] = []
-        self.weights: list[Tensor | None] = []
+        self.history = History()  # (each step's attention, added by the loop)
 
     def advance(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> Tensor:
         """Step t's token of each row; returns which rows go on (not EOS, not at the length limit:
@@ -293,7 +275,6 @@ class Greedy:
         self.log_probs[self.active] += best
         self.rows.append(self.active)
         self.tokens.append(self.prev)
-        self.weights.append(step.weights)
         return (self.prev != EOS) & (self.limits[self.active] > t + 1)
 
     def next_batch(self, going: Tensor, state, memory):
@@ -308,7 +289,8 @@ class Greedy:
         rows = torch.cat(self.rows)
         order = rows.argsort(stable=True)  # every row of sentence 0, in step order, then 1, ...
         tokens = torch.cat(self.tokens)[order].tolist()
-        attention = None if self.weights[0] is None else torch.cat(self.weights)[order].float()
+        weights = self.history.weights
+        attention = None if weights[0] is None else torch.cat(weights)[order].float()
         lengths = torch.bincount(rows, minlength=self.batch).tolist()
         log_probs = self.log_probs.tolist()
         results, start = [], 0
@@ -412,6 +394,8 @@ def beam_search(
     *,
     record: BeamRecorder | None = None,
     stop: Callable[[], bool] | None = None,
+    observers: tuple = (),
+    processors: tuple = (),
 ) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps ``beam`` live hypotheses as rows of one batch.
 
@@ -424,7 +408,8 @@ def beam_search(
     finished hypotheses alone, as many searches do, can return a worse result than greedy search:
     a confident model's unlikely hypotheses end early, fill the finished list, and stop the
     sentence before its likely one has ended.)
-    With ``record``, every candidate considered is added to the sentence's search tree.
+    With ``record``, every candidate considered is added to the sentence's search tree (an
+    observer of the loop, as each of ``observers``; ``processors``: see ``run_eager``).
     ``vocabulary``: the ids of a shortlist that the output layer is restricted to (see ``decode``);
     ``window``: the attention window of every step (decoding.attention_window; attnmt.seq2seq.base).
     ``stop``: asked after each decoder step that leaves the search unfinished; when it says True,
@@ -436,8 +421,9 @@ def beam_search(
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     memory = model.encode(src, src_lengths, window)
-    beams = Beams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta, record)
-    return checked_search(run_eager(beams, model, memory, vocabulary, stop))
+    beams = Beams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta)
+    observers = observers if record is None else (*observers, record)
+    return checked_search(run_eager(beams, model, memory, vocabulary, stop, observers, processors))
 
 
 def run_eager(
@@ -447,20 +433,24 @@ def run_eager(
     vocabulary: Tensor | None = None,
     stop: Callable[[], bool] | None = None,
     observers: tuple = (),
+    processors: tuple = (),
 ) -> list[list[Hypothesis]]:
     """The eager executor's search loop, the one of every textbook search: from the encoder's
     ``memory``, each step runs the model on the rows ``strategy`` keeps (Greedy, Beams,
-    constraints._ConstrainedBeams), which chooses their next tokens (``advance``: which groups go
-    on) and the rows of the next step (``next_batch``: the finished ones leave the batch). Each of
+    constraints._ConstrainedBeams), ``processors`` restrict its log-probabilities (a prefix:
+    processors.processed_step), the strategy's history captures its attention, and the strategy
+    chooses the rows' next tokens (``advance``: which groups go on) and the rows of the next step
+    (``next_batch``: the finished ones leave the batch, the processors' states with them). Each of
     ``observers`` sees the memory (``begin(memory)``) and every step (``observe(t, step,
-    strategy)``, after the choice): the trace.
+    strategy)``, after the choice): the trace, the beam tree (BeamRecorder).
     ``stop``: asked after each step that leaves the search unfinished; DecodingStopped when it
     says True. Returns the strategy's results (unchecked: ``checked_search``)."""
-    state = model.init_state(memory)
+    state = started(model.init_state(memory), processors, memory, fixed=False)
     for observer in observers:
         observer.begin(memory)
     for t in range(max(strategy.max_lengths)):
-        step = model.decode_step(strategy.prev, state, memory)
+        step = processed_step(model, processors, t, strategy.prev, state, memory)
+        strategy.history.add_weights(step.weights)  # (before the choice: the hypotheses that end read it)
         going = strategy.advance(t, step, vocabulary)
         for observer in observers:
             observer.observe(t, step, strategy)
@@ -488,7 +478,6 @@ class Beams:
         memory_widths: list[int],
         device: torch.device,
         beta: float = 0.0,
-        record: BeamRecorder | None = None,
     ):
         self.k = k
         self.n_best = n_best
@@ -496,7 +485,6 @@ class Beams:
         self.beta = beta
         self.max_lengths = max_lengths
         self.memory_widths = memory_widths
-        self.record = record
         self.device = device
         # The k hypotheses of a sentence would start identical: the first step runs on one row per
         # sentence (width 1), and its best extensions then fill the sentence's k rows.
@@ -518,7 +506,6 @@ class Beams:
         alive (``prev``, ``scores``). Returns the sentence of each group and, for each live row
         (n*k,), the row of batch t it extends."""
         k, device = self.k, self.device
-        self.history.add_weights(step.weights)
         n = self.active.numel()
         sentences = self.active.tolist()
         top_scores, origin, next_column = best_candidates(self.scores, self.log_probs_at(t, step, sentences), k)
@@ -537,11 +524,27 @@ class Beams:
 
         # The best k candidates that do not end in EOS stay alive.
         alive = ~is_eos & (torch.cumsum((~is_eos).long(), dim=1) <= k)
-        if self.record is not None:
-            self.record.step(t, self.active, origin, next_token, top_scores, ends, alive)
+        self.last_step = sentences, origin, next_token, top_scores, ends, alive  # (for the tree: tree_step)
         source_rows, self.prev = source_rows[alive], next_token[alive]  # (n*k,)
         self.scores = top_scores[alive].view(n, k)
         return sentences, source_rows
+
+    def tree_step(self) -> list[tuple[int, list[TreeCandidate]]]:
+        """The last step's 2k candidates of each sentence, as the search tree adds them
+        (BeamRecorder.add): finished, kept or pruned, those at -inf left out."""
+        sentences, origin, token, score, finished, alive = self.last_step
+        origin, token, score = origin.tolist(), token.tolist(), score.tolist()
+        finished, alive = finished.tolist(), alive.tolist()
+        groups = []
+        for g, sentence in enumerate(sentences):
+            candidates = []
+            for j in range(len(origin[g])):
+                if score[g][j] == float("-inf"):
+                    continue
+                status = "finished" if finished[g][j] else "kept" if alive[g][j] else "pruned"
+                candidates.append((origin[g][j], token[g][j], score[g][j], status, None))
+            groups.append((sentence, candidates))
+        return groups
 
     def log_probs_at(self, t: int, step: StepOutput, sentences: list[int]) -> Tensor:
         """Step t's log-probabilities, those of the rows of sentences at their length limit ended
@@ -588,8 +591,6 @@ class Beams:
             rows = (groups.view(-1, 1) * k + torch.arange(k, device=device)).view(-1)
             self.active, self.scores, self.prev = self.active[keep], self.scores[keep], self.prev[rows]
             source_rows = source_rows[rows]
-            if self.record is not None:
-                self.record.keep_rows(rows)
         self.history.add_rows(self.prev, source_rows)
         state = state.select(source_rows)
         if self.width < k or groups.numel() < n:

@@ -62,14 +62,15 @@ def constrained_beam_search(
     record: BeamRecorder | None = None,
     stop: Callable[[], bool] | None = None,
     graphs: bool | None = None,
+    processors: tuple = (),
 ) -> list[list[Hypothesis]]:
     """constraints.constrained_beam_search's n best (the same arguments, the same checks), every
     sentence keeping its k rows until all are done. ``record``: its search tree, from each step's
-    candidates kept on the device (``TreeBuffers``) and added at the end; ``stop`` and ``graphs``:
-    as fast_decoding.beam_search's."""
+    candidates kept on the device (``TreeBuffers``) and added at the end; ``stop``, ``graphs`` and
+    ``processors``: as fast_decoding.beam_search's."""
     check_constraints(constraints, beam, n_best)
     memory = model.encode(src, src_lengths, window)
-    search = _ConstrainedBeam(model, memory, max_lengths, constraints, beam, n_best, alpha, beta, record is not None)
+    search = _ConstrainedBeam(model, memory, max_lengths, constraints, beam, n_best, alpha, beta, record, processors)
     loop, steps = fast_decoding.run_fixed(search, max(max_lengths), graphs_on(graphs, src.device), stop)
     if record is not None:
         search.tree.replay(record, steps)
@@ -117,9 +118,10 @@ class _ConstrainedBeam(FixedBeam):
         n_best: int,
         alpha: float,
         beta: float = 0.0,
-        record: bool = False,
+        record: BeamRecorder | bool | None = None,  # (a recorder, or True: the tree kept in TreeBuffers)
+        processors: tuple = (),
     ):
-        super().__init__(model, memory, max_lengths, beam, n_best, alpha, None, beta)
+        super().__init__(model, memory, max_lengths, beam, n_best, alpha, None, beta, processors=processors)
         device = self.limits.device
         most = max(1, max(map(len, constraints)))
         longest = max([1] + [len(phrase) for phrases in constraints for phrase in phrases])

@@ -27,6 +27,9 @@ the device:
     sentence and their status into buffers too (``TreeBuffers``), added to the recorder at the end.
   - constrained beam search (the banks of attnmt.seq2seq.constraints) is a FixedBeam too, in
     attnmt.seq2seq.fast_constraints.
+  - a prefix (prefix.Prefix), like any loop processor, restricts every step's log-probabilities in
+    processors.processed_step, as in the eager loop, its state of the rows tensors beside the
+    decoder state (prefix.FixedPrefixState), reordered with the rows.
 The host asks "are all sentences done?" every ``CHECK_EVERY`` steps (one synchronisation each; there
 too a caller's ``stop``), and reads the hypotheses back once, at the end, after following the
 back-pointers on the device.
@@ -63,6 +66,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.data.subwords import BOS, EOS
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
 from attnmt.seq2seq import processors
+from attnmt.seq2seq.processors import processed_step, started
 from attnmt.seq2seq.capture import captured, side_stream
 from attnmt.seq2seq.decoding import (
     COVERAGE_FLOOR,
@@ -99,14 +103,18 @@ def greedy_search(
     beta: float = 0.0,
     pick: Callable[[Tensor], Tensor] | None = None,
     *,
+    stop: Callable[[], bool] | None = None,
     graphs: bool | None = None,
+    processors: tuple = (),
 ) -> list[list[Hypothesis]]:
     """decoding.greedy_search's hypotheses, every sentence computed until all have ended (``beta``:
     the coverage penalty of each score). ``pick``: each row's column instead of its most probable
     (processors.sampler), drawn for every row at every step (so unlike the reference's draws, for the
-    sentences going), in eager steps: a graph would not know the generator."""
-    search = _Greedy(model, model.encode(src, src_lengths, window), max_lengths, alpha, vocabulary, beta, pick)
-    loop, steps = run_fixed(search, max(max_lengths), graphs_on(graphs, src.device) and pick is None)
+    sentences going), in eager steps: a graph would not know the generator. ``stop``: as
+    beam_search's; ``processors``: the loop processors of every step (``_FixedStrategy.step``)."""
+    memory = model.encode(src, src_lengths, window)
+    search = _Greedy(model, memory, max_lengths, alpha, vocabulary, beta, pick, processors)
+    loop, steps = run_fixed(search, max(max_lengths), graphs_on(graphs, src.device) and pick is None, stop)
     return checked_search(search.results(loop, steps))
 
 
@@ -126,6 +134,7 @@ def beam_search(
     record: BeamRecorder | None = None,
     stop: Callable[[], bool] | None = None,
     graphs: bool | None = None,
+    processors: tuple = (),
 ) -> list[list[Hypothesis]]:
     """decoding.beam_search's n best hypotheses (same stopping rules: see its docstring), every
     sentence keeping its k rows until all are done. ``beta``: the coverage penalty of the finished
@@ -133,11 +142,11 @@ def beam_search(
     ``record``: decoding.beam_search's search tree, the same, from every step's candidates kept in
     buffers on the device (``TreeBuffers``, inside a captured step too) and added to the
     recorder at the end. ``stop``: asked where the loop asks whether all are done (every
-    CHECK_EVERY steps), DecodingStopped when it says True."""
+    CHECK_EVERY steps), DecodingStopped when it says True. ``processors``: as greedy_search's."""
     if n_best > beam:
         raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     memory = model.encode(src, src_lengths, window)
-    search = FixedBeam(model, memory, max_lengths, beam, n_best, alpha, vocabulary, beta, record is not None)
+    search = FixedBeam(model, memory, max_lengths, beam, n_best, alpha, vocabulary, beta, record, processors)
     loop, steps = run_fixed(search, max(max_lengths), graphs_on(graphs, src.device), stop)
     if record is not None:
         search.tree.replay(record, steps)
@@ -263,14 +272,22 @@ class _GreedyLoop:
 
 class _FixedStrategy:
     """A strategy of the fixed-shape executor (``run_fixed``): start() the loop, step() it (no value
-    read back: the model's step on every row, the one call of decode_step here, then the
-    strategy's choice, ``advance``), all_done() for the host's check, results() at the end."""
+    read back: the model's step on every row, its log-probabilities through the loop
+    ``processors``, processors.processed_step as in the eager loop; then the strategy's choice,
+    ``advance``), all_done() for the host's check, results() at the end."""
 
     model: EncoderDecoder
     memory: Any
+    processors: tuple = ()
 
     def step(self, loop):
-        return self.advance(loop, self.model.decode_step(loop.prev, loop.state, self.memory))
+        out = processed_step(self.model, self.processors, loop.step, loop.prev, loop.state, self.memory)
+        return self.advance(loop, out)
+
+    def first_state(self):
+        """The decoder state of the first step, of a shape its steps keep, with the processors'."""
+        state = self.model.init_fixed_state(self.memory, self.history.tokens.size(0))
+        return started(state, self.processors, self.memory, fixed=True)
 
 
 class _Greedy(_FixedStrategy):
@@ -285,6 +302,7 @@ class _Greedy(_FixedStrategy):
         vocabulary: Tensor | None = None,
         beta: float = 0.0,
         pick: Callable[[Tensor], Tensor] | None = None,
+        processors: tuple = (),
     ):
         self.model = model
         self.memory = memory
@@ -292,6 +310,7 @@ class _Greedy(_FixedStrategy):
         self.vocabulary = vocabulary
         self.beta = beta
         self.pick = pick
+        self.processors = tuple(processors)
         device = memory.states.device
         self.limits = torch.tensor(max_lengths, device=device)
         self.history = History(max(max_lengths), _batch_size(memory), device)
@@ -301,7 +320,7 @@ class _Greedy(_FixedStrategy):
         return _GreedyLoop(
             torch.zeros(1, dtype=torch.long, device=device),
             torch.full((batch,), BOS, dtype=torch.long, device=device),
-            self.model.init_fixed_state(self.memory, self.history.tokens.size(0)),
+            self.first_state(),
             torch.zeros(batch, device=device),
             torch.zeros(batch, dtype=torch.long, device=device),
             torch.zeros(batch, dtype=torch.bool, device=device),
@@ -392,10 +411,12 @@ class FixedBeam(_FixedStrategy):
         alpha: float,
         vocabulary: Tensor | None = None,
         beta: float = 0.0,
-        record: bool = False,
+        record: BeamRecorder | bool | None = None,  # (a recorder, or True: the tree kept in TreeBuffers)
+        processors: tuple = (),
     ):
         batch, device, steps = _batch_size(memory), memory.states.device, max(max_lengths)
         self.model = model
+        self.processors = tuple(processors)
         self.beam = beam
         self.n_best = n_best
         self.alpha = alpha
@@ -425,7 +446,7 @@ class FixedBeam(_FixedStrategy):
         return BeamLoop(
             torch.zeros(1, dtype=torch.long, device=device),
             torch.full((batch * k,), BOS, dtype=torch.long, device=device),
-            self.model.init_fixed_state(self.memory, self.history.tokens.size(0)),
+            self.first_state(),
             scores,
             torch.zeros(batch, dtype=torch.bool, device=device),
             self.no_finished(),

@@ -5,11 +5,11 @@ token can only be the next prefix token:
 
     p'(y_t | y_<t, x) = p(y_t | y_<t, x) if y_t = prefix_t, else 0         (t < |prefix|)
 
-and the model's own distribution after it. A Prefixed model is the model with that distribution,
-so every search (greedy, beam, sampling, an ensemble's) continues the prefix as it would its own
-output, and a hypothesis' score is the model's log-probability of the prefix and what follows
-(p', unnormalized, keeps p's values: the score of an output is the same with or without its
-prefix forced, which Translator.score checks).
+and the model's own distribution after it. A ``Prefix`` is the loop processor of that distribution
+(attnmt.seq2seq.processors), so every search (greedy, beam, sampling, constrained, an ensemble's, in
+either executor) continues the prefix as it would its own output, and a hypothesis' score is the
+model's log-probability of the prefix and what follows (p', unnormalized, keeps p's values: the
+score of an output is the same with or without its prefix forced, which Translator.score checks).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -26,7 +25,6 @@ from torch import Tensor
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import pad
 from attnmt.data.subwords import PAD, UNK, valid_text
-from attnmt.seq2seq.base import EncoderDecoder, StepOutput
 from attnmt.seq2seq.processors import Allowed, Forced, processed
 
 
@@ -133,17 +131,15 @@ def split_last_word(text: str) -> tuple[str, str]:
 
 @dataclass
 class PrefixState:
-    """The model's decoder state, with the sentence of each row, the steps taken, and for each row
-    what is left of its sentence's word to spell (None: no sentence of the batch has one)."""
+    """A Prefix's state of the eager executor's rows: the sentence of each row, and what is left of
+    its sentence's word to spell (None: no sentence of the batch has one)."""
 
-    inner: Any
     sentences: Tensor  # (rows,) the sentence (position in the batch) of each row
-    t: int
     left: list[str] | None = None
 
     def select(self, index: Tensor) -> PrefixState:
         left = None if self.left is None else [self.left[i] for i in index.tolist()]
-        return PrefixState(self.inner.select(index), self.sentences[index], self.t, left)
+        return PrefixState(self.sentences[index], left)
 
 
 @dataclass
@@ -152,13 +148,11 @@ class FixedPrefixState:
     read back, so that a captured step restricts its log-probabilities too. What is left of a
     row's word to spell is a position in it (``SpellingTables``)."""
 
-    inner: Any
     sentences: Tensor  # (rows,) the sentence of each row
-    t: Tensor  # (1,) the steps taken
     position: Tensor  # (rows,) the characters of its sentence's word spelled (its length: none left)
 
     def select(self, index: Tensor) -> FixedPrefixState:
-        return FixedPrefixState(self.inner.select(index), self.sentences[index], self.t, self.position[index])
+        return FixedPrefixState(self.sentences[index], self.position[index])
 
 
 class SpellingTables:
@@ -181,20 +175,18 @@ class SpellingTables:
         self.word_lengths = torch.tensor([len(w) for w in words], device=device)
 
 
-class Prefixed(EncoderDecoder):
-    """``model`` whose outputs for the sentences of a batch begin with ``prefixes``; ``vocabulary``:
-    the ids of the shortlist its log-probabilities are over, if any. Its steps restrict the log-
-    probabilities in both executors: on a PrefixState (``init_state``: the eager one), with the
-    host's help; on a FixedPrefixState (``init_fixed_state``: the fixed-shape one, a GPU's captured
-    step), with tensors only. The restrictions are log-probability processors (``Forced``, then
-    ``Allowed``: attnmt.seq2seq.processors), made at each step from the rows' state."""
+class Prefix:
+    """The loop processor (attnmt.seq2seq.processors) whose outputs for the sentences of a batch begin
+    with ``prefixes``; ``vocabulary``: the ids of the shortlist the log-probabilities are over, if
+    any. It restricts a step's log-probabilities to the prefix's next token while it lasts
+    (``Forced``), then to the pieces that spell its word (``Allowed``), in both executors: on a
+    PrefixState (``start(memory, fixed=False)``: the eager one), with the host's help; on a
+    FixedPrefixState (the fixed-shape one, a GPU's captured step), with tensors only."""
 
-    def __init__(self, model: EncoderDecoder, prefixes: Prefixes, vocabulary: Tensor | None, device: torch.device):
-        super().__init__()
+    def __init__(self, prefixes: Prefixes, vocabulary: Tensor | None, device: torch.device):
         if any(PAD in p for p in prefixes.tokens):
             raise AttnmtError("a prefix holds padding")
-        self.model, self.prefixes, self.vocabulary = model, prefixes, vocabulary
-        self.config, self.generator = model.config, model.generator
+        self.prefixes, self.vocabulary = prefixes, vocabulary
         tokens = prefixes.tokens
         self.tokens = pad(tokens)[0].to(device) if any(tokens) else None  # (B, longest), PAD after each
         self.forced = [len(t) for t in tokens]  # tokens forced before a sentence's word is spelled
@@ -202,61 +194,34 @@ class Prefixed(EncoderDecoder):
         self.forced_counts = torch.tensor(self.forced, device=device)
         self.tables: SpellingTables | None = None  # (made for the first fixed-shape search)
 
-    @property
-    def has_attention(self) -> bool:
-        return self.model.has_attention
-
-    def encode(self, src: Tensor, lengths: Tensor, window: tuple[int, int] | None = None):
-        return self.model.encode(src, lengths, window)
-
-    def init_state(self, memory) -> PrefixState:
-        rows = memory.states.size(0)
-        return PrefixState(
-            self.model.init_state(memory),
-            torch.arange(rows, device=memory.states.device),
-            0,
-            None if self.words is None else list(self.words),
-        )
-
-    def init_fixed_state(self, memory, steps: int) -> FixedPrefixState:
-        """The fixed-shape executor's state: its rows are those of each sentence in turn (k of
-        them for a beam of k), all from the first step."""
+    def start(self, memory, fixed: bool) -> PrefixState | FixedPrefixState:
+        """The state of the first step's rows: one a sentence (eager), or those of each sentence in
+        turn, k of them for a beam of k (fixed shape)."""
         rows, device = memory.states.size(0), memory.states.device
+        if not fixed:
+            return PrefixState(torch.arange(rows, device=device), None if self.words is None else list(self.words))
         if self.words is not None and self.tables is None:
             self.tables = SpellingTables(self.words, self.prefixes.spelling, device)
-        return FixedPrefixState(
-            self.model.init_fixed_state(memory, steps),
-            torch.arange(rows, device=device) // (rows // len(self.forced)),
-            torch.zeros(1, dtype=torch.long, device=device),
-            torch.zeros(rows, dtype=torch.long, device=device),
-        )
+        sentences = torch.arange(rows, device=device) // (rows // len(self.forced))
+        return FixedPrefixState(sentences, torch.zeros(rows, dtype=torch.long, device=device))
 
-    def decode_step(self, prev_tokens: Tensor, state: PrefixState | FixedPrefixState, memory) -> StepOutput:
-        """The model's step, its log-probabilities restricted to the prefix's next token while it
-        lasts, then to the pieces that spell its word (the model's own: ``model_log_probs``)."""
-        step = self.model.decode_step(prev_tokens, state.inner, memory)
+    def __call__(self, t, prev_tokens: Tensor, log_probs: Tensor, state: PrefixState | FixedPrefixState):
+        """Step t's log-probabilities restricted, and the rows' state after it."""
         if isinstance(state, FixedPrefixState):
-            return self._fixed_restriction(prev_tokens, state, step)
-        log_probs, left = step.log_probs, state.left
-        restrictions = []  # (processors: attnmt.seq2seq.processors)
-        if self.tokens is not None and state.t < self.tokens.size(1):
+            return self._fixed_restriction(t, prev_tokens, log_probs, state)
+        left, restrictions = state.left, []
+        if self.tokens is not None and t < self.tokens.size(1):
             # (rows, 1); PAD: the tokens are over
-            restrictions.append(Forced(self.tokens[state.sentences, state.t].unsqueeze(1), PAD))
+            restrictions.append(Forced(self.tokens[state.sentences, t].unsqueeze(1), PAD))
         if left is not None:
-            left, fits = self._spell(prev_tokens, state)
+            left, fits = self._spell(t, prev_tokens, state)
             if fits is not None:
                 restrictions.append(Allowed(fits))
-        log_probs = processed(log_probs, restrictions)
-        return replace(
-            step,
-            log_probs=log_probs,
-            state=PrefixState(step.state, state.sentences, state.t + 1, left),
-            model_log_probs=None if log_probs is step.log_probs else step.log_probs,
-        )
+        return processed(log_probs, restrictions), PrefixState(state.sentences, left)
 
-    def _fixed_restriction(self, prev_tokens: Tensor, state: FixedPrefixState, step: StepOutput) -> StepOutput:
-        """decode_step's restrictions on a FixedPrefixState, as tensor operations."""
-        position, t, restrictions = state.position, state.t, []  # (processors: attnmt.seq2seq.processors)
+    def _fixed_restriction(self, t: Tensor, prev_tokens: Tensor, log_probs: Tensor, state: FixedPrefixState):
+        """The restrictions on a FixedPrefixState, as tensor operations (``t`` (1,) on the device)."""
+        position, restrictions = state.position, []
         if self.tokens is not None:  # the prefix's token at step t (PAD: over), then PAD
             longest = self.tokens.size(1)
             forced = torch.where(t < longest, self.tokens[state.sentences, t.clamp(max=longest - 1)], PAD)
@@ -274,34 +239,20 @@ class Prefixed(EncoderDecoder):
                 fits = fits[:, self.vocabulary]
             now = (t >= forced).unsqueeze(1)
             restrictions.append(Allowed(~now | fits))
-        return replace(
-            step,
-            log_probs=processed(step.log_probs, restrictions),
-            state=FixedPrefixState(step.state, state.sentences, t + 1, position),
-            model_log_probs=step.log_probs,
-        )
+        return processed(log_probs, restrictions), FixedPrefixState(state.sentences, position)
 
-    def _spell(self, prev_tokens: Tensor, state: PrefixState) -> tuple[list[str], Tensor | None]:
-        """What each row has left to spell once its last token is counted, and (rows, columns) the
-        pieces that may come next (None where no row is spelling now)."""
+    def _spell(self, t: int, prev_tokens: Tensor, state: PrefixState) -> tuple[list[str], Tensor | None]:
+        """What each row has left to spell at step t once its last token is counted, and (rows,
+        columns) the pieces that may come next (None where no row is spelling now)."""
         spelling, forced = self.prefixes.spelling, [self.forced[s] for s in state.sentences.tolist()]
         prev = prev_tokens.tolist()
         left = [
-            spelling.after(word, prev[r]) if word and 0 <= state.t - 1 - forced[r] else word
+            spelling.after(word, prev[r]) if word and 0 <= t - 1 - forced[r] else word
             for r, word in enumerate(state.left)
         ]  # (a token written after the row's forced ones)
-        spelling_now = [bool(word) and state.t >= forced[r] for r, word in enumerate(left)]
+        spelling_now = [bool(word) and t >= forced[r] for r, word in enumerate(left)]
         if not any(spelling_now):
             return left, None
         everything = torch.ones(len(spelling.pieces), dtype=torch.bool, device="cpu")
         fits = torch.stack([spelling.fits(word) if now else everything for word, now in zip(left, spelling_now)])
         return left, fits if self.vocabulary is None else fits[:, self.vocabulary.cpu()]
-
-    def decoder_outputs(self, src, lengths, tgt_in, window=None):
-        raise AttnmtError(_SEARCH_ONLY)
-
-    def decoder_outputs_of(self, memory, tgt_in):
-        raise AttnmtError(_SEARCH_ONLY)
-
-
-_SEARCH_ONLY = "a prefix constrains the searches; a teacher-forced pass reads the whole target already"

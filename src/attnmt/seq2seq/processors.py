@@ -1,27 +1,26 @@
 """Log-probability processors: what changes a step's log-probabilities before a strategy chooses
-from them, in the shape of fairseq's and transformers' logits processors (our own code).
+from them, in the shape of fairseq's and transformers' logits processors (our own code). A
+processor is a callable ``(log_probs (rows, columns)) -> (rows, columns)``, tensor operations only
+(no value read back), so that both executors apply it the same way.
 
-A processor is a callable ``(log_probs (rows, columns)) -> (rows, columns)``, tensor operations
-only (no value read back), so that both executors apply it the same way: the eager one
-(attnmt.seq2seq.decoding.Greedy) and the fixed-shape one (attnmt.seq2seq.fast_decoding._Greedy,
-a GPU's step). Both choose a step's tokens through ``choose``, the one code path where a pick
-(``Sampler``: the processors, then a draw) meets the log-probabilities.
-
-Sampling's filters are processors: ``SamplingFilters`` (temperature, top-k, top-p) shapes the
-distribution a token is drawn from; the hypothesis' score stays the model's log-probability of
-the tokens drawn (``choose``). The shortlist is not a processor: it restricts the output layer
-(attnmt.seq2seq.output.OutputLayer.restrict), so that the other columns are never computed (a
-processor would mask columns already paid for). A prefix's forcing is processors too (``Forced``:
-the prefix's next token, ``Allowed``: the pieces that may spell its word), which the model wrapper
-of attnmt.seq2seq.prefix (``Prefixed``) makes at each step from each row's own progress, in both
-executors: that progress is a state that moves with the rows (beam search's reordering, the eager
-loop's finished rows leaving), which the decoder state carries for it.
+The search loop of both executors applies *loop processors* to every step (``processed_step``): a
+loop processor keeps a state of the rows (``start(memory, fixed)``; tensors only for the
+fixed-shape executor), carried beside the decoder state (``Processed``) so that the strategies
+move both when they reorder or drop rows, and ``processor(t, prev_tokens, log_probs, state)``
+gives the step's restricted log-probabilities and the rows' next state: a prefix
+(attnmt.seq2seq.prefix.Prefix, of ``Forced`` and ``Allowed``). A restriction keeps the values it
+lets through: scores stay the model's log-probabilities (its own kept in ``model_log_probs``).
+Sampling's filters (``SamplingFilters``) are processors of the draw, not of the scores: a
+``Sampler`` runs them and draws, ``choose`` scores the draw. The shortlist is not a processor: it
+restricts the output layer (OutputLayer.restrict), whose other columns are then never computed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -85,6 +84,47 @@ def processed(log_probs: Tensor, processors: Sequence[Processor]) -> Tensor:
     for processor in processors:
         log_probs = processor(log_probs)
     return log_probs
+
+
+@dataclass
+class Processed:
+    """The search loop's state of its rows with loop processors: the model's decoder state (``inner``)
+    and each processor's state of the same rows (None: it keeps none), selected together."""
+
+    inner: Any
+    states: list
+
+    def select(self, index: Tensor) -> Processed:
+        return Processed(self.inner.select(index), [None if s is None else s.select(index) for s in self.states])
+
+
+def started(state, loop_processors: Sequence, memory, fixed: bool):
+    """The loop's state before the first step: the model's ``state``, with each loop processor's
+    (``start(memory, fixed)``; ``fixed``: for the fixed-shape executor) where there are any."""
+    if not loop_processors:
+        return state
+    return Processed(state, [processor.start(memory, fixed) for processor in loop_processors])
+
+
+def processed_step(model, loop_processors: Sequence, t, prev_tokens: Tensor, state, memory):
+    """A step of the search loop, in both executors (decoding.run_eager, fast_decoding.run_fixed; the
+    one call of the model's decode_step in either): the model's step, its log-probabilities through
+    each loop processor in turn (each with its state of the rows, ``state``: Processed, at step
+    ``t``: an int, or a tensor (1,) in the fixed-shape executor), the model's own kept in
+    ``model_log_probs`` where they changed."""
+    step = model.decode_step(prev_tokens, state.inner if loop_processors else state, memory)  # (the one call)
+    if not loop_processors:
+        return step
+    log_probs, states = step.log_probs, []
+    for processor, own in zip(loop_processors, state.states):
+        log_probs, own = processor(t, prev_tokens, log_probs, own)
+        states.append(own)
+    return replace(
+        step,
+        log_probs=log_probs,
+        state=Processed(step.state, states),
+        model_log_probs=None if log_probs is step.log_probs else step.log_probs,
+    )
 
 
 class Sampler:

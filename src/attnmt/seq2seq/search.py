@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 
 import torch
 from torch import Tensor
@@ -14,11 +13,12 @@ from torch import Tensor
 from attnmt.core import speed
 from attnmt.core.config import DecodingConfig, Sampling
 from attnmt.seq2seq import constraints as eager_constraints
-from attnmt.seq2seq import decoding, fast_constraints, fast_decoding, processors
+from attnmt.seq2seq import decoding, fast_constraints, fast_decoding
 from attnmt.seq2seq.base import EncoderDecoder
 from attnmt.seq2seq.constraints import Phrases
 from attnmt.seq2seq.decoding import BeamRecorder, output_limits
-from attnmt.seq2seq.prefix import Prefixed, Prefixes
+from attnmt.seq2seq.prefix import Prefix, Prefixes
+from attnmt.seq2seq.processors import sampler
 from attnmt.seq2seq.shortlist import Shortlist, restricted
 
 
@@ -35,6 +35,7 @@ def decode(
     generator: torch.Generator | None = None,
     prefixes: Prefixes | None = None,
     constraints: list[Phrases] | None = None,
+    processors: tuple = (),
     record: BeamRecorder | None = None,
     stop: Callable[[], bool] | None = None,
     observers: tuple = (),
@@ -48,16 +49,19 @@ def decode(
     drawn instead (beam and n_best 1; the greedy search of the device, on a GPU eagerly, see
     fast_decoding.greedy_search), with ``generator``'s random numbers if given. ``prefixes``: what
     each sentence's outputs begin with (attnmt.seq2seq.prefix: token ids, then the start of a word
-    to spell), in either executor. ``constraints``: phrases of token ids each sentence's outputs
-    must contain (attnmt.seq2seq.constraints; beam search by dynamic beam allocation, in either
-    executor: attnmt.seq2seq.fast_constraints; without a shortlist). ``record``: a BeamRecorder
-    that beam search (even of beam 1) adds every candidate it considers to (Translator.beam_tree);
-    ``stop``: asked between two steps of a beam search, DecodingStopped when it says True (the
-    server's time limit); in either executor (the fixed-shape one asks ``stop`` every
-    fast_decoding.CHECK_EVERY steps). ``observers``: what sees the memory and every step of a
-    greedy search (decoding.run_eager: the trace, attnmt.seq2seq.trace), in the eager executor on
-    every device (they read each step's values). ``max_length``: every output's length limit
-    instead of the settings' ratio and offset (decoding.output_limits).
+    to spell), a loop processor (prefix.Prefix, before ``processors``) in either executor.
+    ``constraints``: phrases of token ids each sentence's outputs must contain
+    (attnmt.seq2seq.constraints; beam search by dynamic beam allocation, in either executor:
+    attnmt.seq2seq.fast_constraints; without a shortlist). ``processors``: loop processors
+    (attnmt.seq2seq.processors) that restrict every step's log-probabilities (under a shortlist,
+    its columns). ``record``: a BeamRecorder that beam search (even of beam 1) adds every
+    candidate it considers to (Translator.beam_tree); ``stop``: asked between two steps of a beam
+    search, DecodingStopped when it says True (the server's time limit); in either executor (the
+    fixed-shape one asks ``stop`` every fast_decoding.CHECK_EVERY steps). ``observers``: what sees
+    the memory and every step of the search (decoding.run_eager: the trace, attnmt.seq2seq.trace,
+    a greedy search's), in the eager executor on every device (they read each step's values).
+    ``max_length``: every output's length limit instead of the settings' ratio and offset
+    (decoding.output_limits).
     (settings.batch_size and settings.shortlist are for the callers that cut the sources into
     batches and choose the table.)"""
     beam = (1 if sampling is not None else settings.beam) if beam is None else beam
@@ -67,57 +71,41 @@ def decode(
         raise ValueError("sampling draws outputs as the model writes them: it takes no constraints")
     if sampling is not None and (record is not None or stop is not None):
         raise ValueError("record and stop are for beam search: sampling takes neither")
-    if observers and (beam, n_best, sampling, constraints, record) != (1, 1, None, None, None):
-        raise ValueError("observers watch a greedy search: beam and n_best 1, no sampling, constraints nor record")
     if constraints is not None and not any(constraints):
         constraints = None
     vocabulary = None if shortlist is None or constraints is not None else shortlist.vocabulary(src)
     max_lengths = output_limits(src_lengths, settings, prefixes, constraints, max_length)
-    searched = model
     if prefixes is not None:
-        searched, vocabulary = prefixed(model, prefixes, vocabulary, src.device)
+        prefix, vocabulary = prefixed(prefixes, vocabulary, src.device)
+        processors = (prefix, *processors)
     alpha, beta, window = settings.length_penalty, settings.coverage_penalty, settings.attention_window
+    fast = fast_here(src.device, model) and not observers  # (observers read each step: the eager executor)
+    options = {"processors": tuple(processors)} | ({"observers": observers} if observers else {})
+    args = (model, src, src_lengths, max_lengths)
     if constraints is not None:
-        executor = fast_constraints if fast_here(src.device, searched) else eager_constraints
+        executor = fast_constraints if fast else eager_constraints
         return executor.constrained_beam_search(
-            searched,
-            src,
-            src_lengths,
-            max_lengths,
-            constraints,
-            beam,
-            n_best,
-            alpha,
-            window,
-            beta,
-            record=record,
-            stop=stop,
+            *args, constraints, beam, n_best, alpha, window, beta, record=record, stop=stop, **options
         )
+    module = fast_decoding if fast else decoding
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
-        greedy, beamed = searches(src.device, searched, beta)
-        if observers:  # (they read each step: the eager executor's greedy search)
-            return decoding.greedy_search(
-                searched, src, src_lengths, max_lengths, alpha, vocabulary, window, beta, stop=stop, observers=observers
-            )
-        if sampling is not None:
-            pick = processors.sampler(sampling, generator)  # (its filters: processors)
-            return greedy(searched, src, src_lengths, max_lengths, alpha, vocabulary, window, pick=pick)
-        if beam == 1 and n_best == 1 and record is None and stop is None:
-            return greedy(searched, src, src_lengths, max_lengths, alpha, vocabulary, window)
-        return beamed(
-            searched, src, src_lengths, max_lengths, beam, n_best, alpha, vocabulary, window, record=record, stop=stop
+        if sampling is not None:  # (its filters: processors of the draw)
+            pick = sampler(sampling, generator)
+            return module.greedy_search(*args, alpha, vocabulary, window, beta, pick, **options)
+        if beam == 1 and n_best == 1 and record is None and (stop is None or observers):  # (the trace's takes stop)
+            return module.greedy_search(*args, alpha, vocabulary, window, beta, stop=stop, **options)
+        return module.beam_search(
+            *args, beam, n_best, alpha, vocabulary, window, beta, record=record, stop=stop, **options
         )
 
 
-def prefixed(
-    model: EncoderDecoder, prefixes: Prefixes, vocabulary: Tensor | None, device: torch.device
-) -> tuple[Prefixed, Tensor | None]:
-    """The model whose outputs begin with ``prefixes``, and the shortlist's ids with the prefixes'
+def prefixed(prefixes: Prefixes, vocabulary: Tensor | None, device: torch.device) -> tuple[Prefix, Tensor | None]:
+    """The loop processor of ``prefixes`` (prefix.Prefix), and the shortlist's ids with the prefixes'
     (None: no shortlist)."""
     vocabulary = with_prefix_tokens(vocabulary, prefixes)
     if vocabulary is not None:
         prefixes = replace(prefixes, tokens=[columns_of(vocabulary, p) for p in prefixes.tokens])
-    return Prefixed(model, prefixes, vocabulary, device), vocabulary
+    return Prefix(prefixes, vocabulary, device), vocabulary
 
 
 def with_prefix_tokens(vocabulary: Tensor | None, prefixes: Prefixes) -> Tensor | None:
@@ -140,15 +128,7 @@ def columns_of(vocabulary: Tensor, tokens: list[int]) -> list[int]:
     ).tolist()
 
 
-def searches(device: torch.device, model: EncoderDecoder, beta: float):
-    """Greedy and beam search for a model on ``device``, with coverage penalty ``beta``: those of
-    the fixed-shape executor (fast_decoding) where ``fast_here``, else the eager ones (decoding)."""
-    module = fast_decoding if fast_here(device, model) else decoding
-    return partial(module.greedy_search, beta=beta), partial(module.beam_search, beta=beta)
-
-
 def fast_here(device: torch.device, model: EncoderDecoder) -> bool:
     """Whether a model's searches on ``device`` run in the fixed-shape executor (fast_decoding): on
-    a GPU with the speed tricks on, for a model that allows it (EncoderDecoder.fast_search; a
-    prefixed one does: prefix.FixedPrefixState)."""
+    a GPU with the speed tricks on, for a model that allows it (EncoderDecoder.fast_search)."""
     return device.type == "cuda" and speed.enabled() and model.fast_search

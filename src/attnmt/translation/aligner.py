@@ -11,12 +11,14 @@ is used only with those weights).
 
 from __future__ import annotations
 
-import functools
+import tempfile
 import time
 import warnings
 from collections import Counter
+from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Iterator, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -37,15 +39,17 @@ from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text, file_sha256
 from attnmt.core.folders import inference_device, inside_folder, model_config, weights_path
 from attnmt.data.batching import Batch, epoch_batches, training_batch
-from attnmt.data.corpus import Corpus, read_corpus, read_lines
+from attnmt.data import store
+from attnmt.data.corpus import CorpusPairs, stream_lines
+from attnmt.data.store import StoredPairs
 from attnmt.data.subwords import PAD
 from attnmt.seq2seq.inference import Translator
 from attnmt.seq2seq.links import Link
 from attnmt.translation.align import GuidedAttentionLinks, guided_heads
 from attnmt.translation.agreement import NO_WORD, disagreement, piece_words, word_index_tensor, word_posteriors
 from attnmt.translation.alignment_layer import AlignmentLayer, frozen_features, layer_for
-from attnmt.translation.reference_links import alignment_loss, read_link_file, reference_attention
-from attnmt.translation.prepare import training_corpus
+from attnmt.translation.prepare import training_lines
+from attnmt.translation.reference_links import alignment_loss, reference_attention, stream_link_file
 
 CONFIG_FILE, WEIGHTS_FILE = "aligner.yaml", "aligner.safetensors"
 LOG_EVERY = 100  # steps between two lines of the log
@@ -150,9 +154,26 @@ def _translation_model(config: AlignerConfig, field: str = "model") -> Translato
     return translator
 
 
-def _training_texts(config: AlignerConfig, translator: Translator, log: Callable[[str], None]) -> Corpus:
-    """The pairs the layer learns from: train, or the model's own training pairs."""
-    return training_corpus(translator.config, log) if config.train is None else read_corpus(config.train.as_spec())
+PASS_PAIRS = 2_000  # pairs encoded at a time while the aligner's pairs are prepared
+LINK_PAIRS = 2_000  # pairs whose reference links are written at a time
+LINK_DTYPE = store.token_dtype(1 << 17)  # (word positions: uint32, whatever the length of a sentence)
+
+
+def _training_lines(config: AlignerConfig, translator: Translator, log: Callable[[str], None]):
+    """The pairs the layer learns from, (line, source, target), read line by line: train, or the
+    model's own training pairs (its data.train less the held-out sets)."""
+    if config.train is None:
+        return training_lines(translator.config, log)
+    return _every_pair(config.train)
+
+
+def _every_pair(files: CorpusFiles) -> Iterator[tuple[int, str, str]]:
+    pairs, read = CorpusPairs(files.as_spec()), False
+    for pair in pairs:
+        read = True
+        yield pair
+    if not read:
+        raise pairs.empty_error()
 
 
 def _within_limit(translator: Translator, src_ids: list[list[int]], tgt_ids: list[list[int]]) -> list[bool]:
@@ -161,13 +182,13 @@ def _within_limit(translator: Translator, src_ids: list[list[int]], tgt_ids: lis
 
 
 class _Direction:
-    """One direction of training: its frozen model, its layer and the pairs encoded for it (with,
-    for agreement training, the word index of every piece)."""
+    """One direction of training: its frozen model, its layer and the pairs encoded for it, read
+    from the aligner's store of them (``pairs``, set by `_prepare_pairs`: their pieces in
+    memory-mapped files, a batch read at a time)."""
 
-    def __init__(self, config: AlignerConfig, translator: Translator, sources: list[str], targets: list[str]):
+    def __init__(self, config: AlignerConfig, translator: Translator):
         self.translator = translator
-        self.sources, self.targets = sources, targets
-        self.src_ids, self.tgt_ids = translator.src_subwords.encode(sources), translator.tgt_subwords.encode(targets)
+        self.pairs: StoredPairs | None = None
         self.layer = layer_for(
             translator.model,
             len(translator.src_subwords),
@@ -180,29 +201,27 @@ class _Direction:
         ).to(translator.device)
         self.guide: _Guide | None = None  # with links: the reference links the layer is also trained towards
 
-    def keep(self, kept: list[int]):
-        for name in ("sources", "targets", "src_ids", "tgt_ids"):
-            setattr(self, name, [getattr(self, name)[i] for i in kept])
+    def words(self, indices: list[int]) -> tuple[list[list[int]], list[list[int]]]:
+        """The piece -> word indices of the source and the target of the pairs at ``indices``."""
+        src_sw, tgt_sw = self.translator.src_subwords, self.translator.tgt_subwords
+        return (
+            [piece_words(src_sw.pieces(self.pairs.src_ids[i])) for i in indices],
+            [piece_words(tgt_sw.pieces(self.pairs.tgt_ids[i])) for i in indices],
+        )
 
-    @functools.cached_property
-    def words(self) -> tuple[list[list[int]], list[list[int]]]:
-        """The piece -> word indices of every pair's source and target."""
-
-        def of(subwords, ids):
-            return [piece_words(subwords.pieces(piece_ids)) for piece_ids in ids]
-
-        return of(self.translator.src_subwords, self.src_ids), of(self.translator.tgt_subwords, self.tgt_ids)
-
-    def word_posteriors(self, indices: list[int], batch: Batch, alignment: Tensor) -> Tensor:
+    def word_posteriors(
+        self, words: tuple[list[list[int]], list[list[int]]], batch: Batch, alignment: Tensor
+    ) -> Tensor:
         """The batch's piece posteriors (B,T,S) merged into word posteriors (B, target words, source
-        words), as links are read (attnmt.translation.agreement.word_posteriors)."""
-        src_words, tgt_words = self.words
-        tgt = word_index_tensor([tgt_words[i] for i in indices], batch.tgt_out.size(1))
-        src = word_index_tensor([src_words[i] for i in indices], batch.src.size(1))
+        words), as links are read (attnmt.translation.agreement.word_posteriors); ``words``: the
+        batch's pairs' `words`."""
+        src_words, tgt_words = words
+        tgt = word_index_tensor(tgt_words, batch.tgt_out.size(1))
+        src = word_index_tensor(src_words, batch.src.size(1))
         return word_posteriors(alignment, tgt.to(alignment.device), src.to(alignment.device))
 
     def batch(self, indices: list[int]) -> Batch:
-        return training_batch([self.src_ids[i] for i in indices], [self.tgt_ids[i] for i in indices]).to(
+        return training_batch([self.pairs.src_ids[i] for i in indices], [self.pairs.tgt_ids[i] for i in indices]).to(
             self.translator.device
         )
 
@@ -213,64 +232,153 @@ class _Direction:
         return -log_output[batch.tgt_out != PAD].sum(), alignment
 
 
-def _directions(config: AlignerConfig, log: Callable[[str], None]) -> list[_Direction]:
+def _directions(config: AlignerConfig) -> list[_Direction]:
     """The forward direction, and with backward_model the backward one on the same pairs (its
-    source the forward target); pairs longer than either model's data.max_length left out; with
-    links, each direction's guide."""
-    translator = _translation_model(config)
-    corpus = _training_texts(config, translator, log)
-    directions = [_Direction(config, translator, corpus.sources, corpus.targets)]
+    source the forward target); their pairs are `_prepare_pairs`'s."""
+    directions = [_Direction(config, _translation_model(config))]
     if config.backward_model is not None:
-        backward = _translation_model(config.backward(), "backward_model")
-        directions.append(_Direction(config, backward, corpus.targets, corpus.sources))
-    fits = [all(ok) for ok in zip(*(_within_limit(d.translator, d.src_ids, d.tgt_ids) for d in directions))]
-    kept = [i for i, ok in enumerate(fits) if ok]
-    if not kept:
-        raise AttnmtError(
-            f"train: no sentence pair within the model's data.max_length ({translator.config.data.max_length} pieces)"
-        )
-    if len(kept) < len(fits):
-        log(f"aligner: left out {len(fits) - len(kept)} pair(s) longer than data.max_length pieces")
-        for direction in directions:
-            direction.keep(kept)
-    if config.links is not None:
-        lines = None if corpus.lines is None else [corpus.lines[i] for i in kept]
-        references = _reference_links(config, translator, directions[0].sources, directions[0].targets, lines, log)
-        for direction, links, turned in zip(directions, references, (False, True)):
-            direction.guide = _Guide(direction, links, turned, log)
+        directions.append(_Direction(config, _translation_model(config.backward(), "backward_model")))
     return directions
 
 
-def _reference_links(
-    config: AlignerConfig,
-    translator: Translator,
-    sources: list[str],
-    targets: list[str],
-    lines: list[int] | None,
-    log: Callable[[str], None],
-) -> tuple[list[list[Link]], list[list[Link]]]:
-    """The reference word links (source word, target word) of every training pair, for the forward
-    and the backward layer: eflomal's two directions, or the links file's line of each pair twice."""
+def _prepare_pairs(config: AlignerConfig, directions: list[_Direction], log: Callable[[str], None], folder: Path):
+    """The training pairs read line by line, encoded a chunk at a time for each direction and
+    written into a store of each direction's pieces in ``folder`` (attnmt.data.store), pairs longer
+    than either model's data.max_length left out; with links, each direction's reference links
+    into a store of their own (`_prepare_guides`). What is held is a chunk of pairs, whatever the
+    size of the corpus; training reads the pieces from the maps, a batch at a time."""
+    translator = directions[0].translator
+    dtypes = [
+        store.token_dtype(max(len(d.translator.src_subwords), len(d.translator.tgt_subwords))) for d in directions
+    ]
+    words = None  # with links: eflomal, the kept pairs' words, written to eflomal's files as they pass
     if config.links == "eflomal":
-        from attnmt.translation.statistical_align import eflomal_links
+        from attnmt.translation.statistical_align import EflomalInput
 
-        log(f"aligner: aligning {len(sources):,} training pairs with eflomal (the links to train towards)")
-        return eflomal_links(sources, targets)
-    if lines is None:
-        raise AttnmtError("links: the training pairs' lines in their files are not known; give the corpus as files")
+        words = EflomalInput(folder)
+    try:
+        with ExitStack() as stack:
+            writers = [
+                stack.enter_context(store.StoreWriter(folder / f"pairs-{k}", dtype)) for k, dtype in enumerate(dtypes)
+            ]
+            for writer in writers:
+                writer.start_part("train")
+            read = kept = 0
+            for chunk in _chunked(_training_lines(config, translator, log), PASS_PAIRS):
+                sources, targets = [p[1] for p in chunk], [p[2] for p in chunk]
+                encoded = [
+                    (d.translator.src_subwords.encode(s), d.translator.tgt_subwords.encode(t))
+                    for d, (s, t) in zip(directions, ((sources, targets), (targets, sources)))
+                ]
+                fits = [all(ok) for ok in zip(*(_within_limit(d.translator, *e) for d, e in zip(directions, encoded)))]
+                keep = [i for i, ok in enumerate(fits) if ok]
+                for writer, dtype, (src_ids, tgt_ids) in zip(writers, dtypes, encoded):
+                    writer.add(
+                        store.EncodedChunk.of(
+                            [chunk[i][0] for i in keep], [src_ids[i] for i in keep], [tgt_ids[i] for i in keep], dtype
+                        )
+                    )
+                if words is not None:
+                    for i in keep:
+                        words.add(sources[i], targets[i])
+                read, kept = read + len(chunk), kept + len(keep)
+            if not kept:
+                limit = translator.config.data.max_length
+                raise AttnmtError(f"train: no sentence pair within the model's data.max_length ({limit} pieces)")
+            if kept < read:
+                log(f"aligner: left out {read - kept} pair(s) longer than data.max_length pieces")
+            for writer in writers:
+                writer.finish([], {})
+        for k, direction in enumerate(directions):
+            direction.pairs = StoredPairs([(store.PairStore(folder / f"pairs-{k}", check=False).parts["train"], None)])
+        if config.links is not None:
+            _prepare_guides(config, directions, words, log, folder)
+    finally:
+        if words is not None:
+            words.close()
+
+
+def _chunked(items, size: int):
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _prepare_guides(
+    config: AlignerConfig, directions: list[_Direction], words, log: Callable[[str], None], folder: Path
+):
+    """Each direction's guide: the reference word links of every training pair (eflomal's two
+    directions, or the links file's line of each pair twice), each pair's turned around for the
+    backward layer and left empty where they name words its pieces do not make, written into a
+    store in ``folder`` as they are read (links file, eflomal's output and the stored pairs side by
+    side)."""
+    parts = [d.pairs.segments[0][0] for d in directions]
+    if words is not None:  # (eflomal's EflomalInput, the pairs' words written)
+        log(f"aligner: aligning {len(parts[0]):,} training pairs with eflomal (the links to train towards)")
+        references = words.links()
+    else:
+        references = ((links, links) for links in _file_links(config, directions[0].translator, parts[0]))
+    unusable = [0] * len(directions)
+    with ExitStack() as stack:
+        writers = [
+            stack.enter_context(store.StoreWriter(folder / f"guide-{k}", LINK_DTYPE)) for k in range(len(directions))
+        ]
+        for writer in writers:
+            writer.start_part("train")
+        chunks = [[] for _ in directions]
+        lines = []
+        for pairs, links in zip(zip(*(part.pairs() for part in parts)), references):
+            lines.append(pairs[0][0])
+            for k, (direction, (_, src_ids, tgt_ids), turned) in enumerate(zip(directions, pairs, (False, True))):
+                pair_links = [(j, i) for i, j in links[k]] if turned else links[k]
+                src_words = piece_words(direction.translator.src_subwords.pieces(src_ids))
+                tgt_words = piece_words(direction.translator.tgt_subwords.pieces(tgt_ids))
+                fits = all(i < _word_count(src_words) and j < _word_count(tgt_words) for i, j in pair_links)
+                unusable[k] += not fits
+                chunks[k].append(pair_links if fits else [])
+            if len(lines) == LINK_PAIRS:
+                _write_guides(writers, lines, chunks)
+                lines, chunks = [], [[] for _ in directions]
+        for _ in references:  # (to its end: a links file of another length is an error)
+            pass
+        _write_guides(writers, lines, chunks)
+        for writer in writers:
+            writer.finish([], {})
+    for k, direction in enumerate(directions):
+        links = store.StoredLinks(store.PairStore(folder / f"guide-{k}", check=False).parts["train"])
+        direction.guide = _Guide(links)
+        if unusable[k]:
+            log(f"aligner: {unusable[k]:,} training pair(s) have links beyond their words; they train without them")
+
+
+def _write_guides(writers, lines: list[int], chunks: list[list[list[Link]]]):
+    for writer, links in zip(writers, chunks):
+        writer.add(
+            store.EncodedChunk.of(
+                lines, [[i for i, _ in pair] for pair in links], [[j for _, j in pair] for pair in links], LINK_DTYPE
+            )
+        )
+
+
+def _file_links(config: AlignerConfig, translator: Translator, part: store.StoredPart) -> Iterator[list[Link]]:
+    """The links of the links file's line of each pair of ``part``, read as they pass (the file has
+    a line per line of the training text, whose lines are counted first, as a stream)."""
     corpus_files = translator.config.data.train if config.train is None else config.train
-    corpus_lines = len(read_lines(corpus_files.tsv or corpus_files.src))
-    by_line = read_link_file(
-        config.links,
-        corpus_lines,
-        config.links_one_based,
-        corpus=str(corpus_files.tsv or corpus_files.src),
-        field="links",
-    )
-    links = [by_line[line] for line in lines]
-    if config.links_reversed:
-        links = [[(i, j) for j, i in pair_links] for pair_links in links]
-    return links, links
+    corpus = corpus_files.tsv or corpus_files.src
+    corpus_lines = sum(1 for _ in stream_lines(corpus))
+    by_line = stream_link_file(config.links, corpus_lines, config.links_one_based, corpus=str(corpus), field="links")
+    position = -1
+    for wanted, _, _ in part.pairs():
+        while position < wanted:  # (the lines of pairs not trained on are read past)
+            links, position = next(by_line), position + 1
+        yield [(j, i) for i, j in links] if config.links_reversed else links
+    for _ in by_line:  # (to its end: a file of another length is an error)
+        pass
 
 
 class _Guide:
@@ -281,18 +389,12 @@ class _Guide:
 
         L_links = - sum over target words j with links of  sum_i q_j,i log R_j,i
 
-    A pair whose links name words its pieces do not make (another tokenisation) trains without them."""
+    A pair whose links name words its pieces do not make (another tokenisation) trains without them
+    (`_prepare_guides` leaves its links empty). ``links[i]``: pair i's (source word, target word)
+    links, read from the aligner's store of them."""
 
-    def __init__(self, direction: _Direction, links: list[list[Link]], turned: bool, log: Callable[[str], None]):
-        src_words, tgt_words = direction.words
-        self.links, unusable = [], 0
-        for pair_links, src, tgt in zip(links, src_words, tgt_words):
-            pair_links = [(j, i) for i, j in pair_links] if turned else pair_links
-            fits = all(i < _word_count(src) and j < _word_count(tgt) for i, j in pair_links)
-            unusable += not fits
-            self.links.append(pair_links if fits else [])
-        if unusable:
-            log(f"aligner: {unusable:,} training pair(s) have links beyond their words; they train without them")
+    def __init__(self, links: Sequence[list[Link]]):
+        self.links = links
 
     def loss(self, indices: list[int], words: Tensor) -> tuple[Tensor, int]:
         """The summed cross-entropy of the batch's word posteriors ``words`` (B, target words, source
@@ -306,48 +408,65 @@ def _word_count(words: list[int]) -> int:
 
 
 class _Agreement:
-    """The word indices of both directions' pieces and the pairs whose words the two models cut alike."""
+    """Of a batch's pairs, those whose words the two models cut alike, from both directions' `words`
+    of them: forward (source, target), backward (source, target)."""
 
-    def __init__(self, forward: _Direction, backward: _Direction):
-        (self.src_f, self.tgt_f), (self.src_b, self.tgt_b) = forward.words, backward.words
+    def __init__(self, forward: tuple[list, list], backward: tuple[list, list]):
+        (src_f, self.tgt_f), (src_b, tgt_b) = forward, backward
         self.alike = [
-            _word_count(self.src_f[i]) == _word_count(self.tgt_b[i])
-            and _word_count(self.tgt_f[i]) == _word_count(self.src_b[i])
-            for i in range(len(self.src_f))
+            _word_count(sf) == _word_count(tb) and _word_count(tf) == _word_count(sb)
+            for sf, tf, sb, tb in zip(src_f, self.tgt_f, src_b, tgt_b)
         ]
 
-    def loss(self, indices: list[int], forward: Tensor, backward: Tensor) -> Tensor:
+    def loss(self, forward: Tensor, backward: Tensor) -> Tensor:
         """The summed squared disagreement of the two directions' word posteriors over the batch:
         forward (B, target words, source words), backward (B, source words, target words)."""
-        agree = torch.tensor([self.alike[i] for i in indices], dtype=torch.float32)
+        agree = torch.tensor(self.alike, dtype=torch.float32)
         return disagreement(forward, backward, agree.to(forward.device))
 
-    def words(self, indices: list[int]) -> int:
-        return sum(_word_count(self.tgt_f[i]) for i in indices if self.alike[i])
+    def words(self) -> int:
+        return sum(_word_count(tf) for tf, alike in zip(self.tgt_f, self.alike) if alike)
 
 
 def train_aligner(config: AlignerConfig, log: Callable[[str], None] = print) -> Path:
     """Trains the alignment layer of ``config`` (and with backward_model the backward direction's,
-    by agreement) and writes its folder (their folders); returns the (forward) folder."""
+    by agreement) and writes its folder (their folders); returns the (forward) folder. The training
+    pairs are read line by line into a temporary store beside the folder (`_prepare_pairs`, removed
+    at the end): what grows with the corpus in memory is the pairs' sizes and an epoch's order."""
     inference_device(config.device)
     threads.choose(config.threads, log)
     torch.manual_seed(config.seed)
-    directions = _directions(config, log)
-    agreement = _Agreement(*directions) if len(directions) == 2 else None
+    directions = _directions(config)
+    beside = config.folder.parent
+    try:
+        beside.mkdir(parents=True, exist_ok=True)
+        pairs_folder = tempfile.TemporaryDirectory(prefix=f".{config.folder.name}.pairs-", dir=beside)
+    except OSError as e:
+        raise AttnmtError(f"cannot write the aligner's training pairs in {beside}: {e.strerror or e}") from None
+    with pairs_folder as folder:
+        _prepare_pairs(config, directions, log, Path(folder))
+        return _train(config, directions, log)
+
+
+def _train(config: AlignerConfig, directions: list[_Direction], log: Callable[[str], None]) -> Path:
     optimizer = torch.optim.Adam([p for d in directions for p in d.layer.parameters()], lr=config.learning_rate)
     forward = directions[0]
     log(
-        f"aligner: training a layer of size {config.size} on {len(forward.src_ids):,} pairs, the model in "
+        f"aligner: training a layer of size {config.size} on {len(forward.pairs):,} pairs, the model in "
         f"{config.model} frozen"
-        + (f", and by agreement (weight {config.agreement}) one on {config.backward_model}" if agreement else "")
+        + (
+            f", and by agreement (weight {config.agreement}) one on {config.backward_model}"
+            if len(directions) == 2
+            else ""
+        )
         + (f", towards the links of {config.links} (weight {config.links_weight})" if config.links else "")
         + f", {config.steps} steps"
     )
-    sizes = [max(len(s), len(t)) + 1 for s, t in zip(forward.src_ids, forward.tgt_ids)]
+    sizes = forward.pairs.sizes()
     totals, started, step, epoch = Counter(), time.perf_counter(), 0, 0
     while step < config.steps:
         for indices in epoch_batches(sizes, config.batch_size, None, 100, config.seed, epoch):
-            loss = _step_loss(config, directions, agreement, indices, step < config.lexicon_steps, totals)
+            loss = _step_loss(config, directions, indices, step < config.lexicon_steps, totals)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -361,7 +480,7 @@ def train_aligner(config: AlignerConfig, log: Callable[[str], None] = print) -> 
             if step == config.steps:
                 break
         epoch += 1
-    if agreement is not None:
+    if len(directions) == 2:
         _save(config.backward(), directions[1].layer, directions[1].translator)
     return _save(config, forward.layer, forward.translator)
 
@@ -379,25 +498,30 @@ def _progress(totals: Counter) -> str:
 def _step_loss(
     config: AlignerConfig,
     directions: list[_Direction],
-    agreement: _Agreement | None,
     indices: list[int],
     uniform: bool,
     totals: Counter,
 ) -> Tensor:
-    """The loss of one batch: each direction's -log p per target piece, plus the agreement term and
-    the links' cross-entropy where the config has them; ``totals`` (the forward direction's nll
-    and pieces, the disagreement and its words, the links' cross-entropy and linked words) added to."""
+    """The loss of one batch: each direction's -log p per target piece, plus the agreement term
+    (with two directions) and the links' cross-entropy where the config has them; ``totals`` (the
+    forward direction's nll and pieces, the disagreement and its words, the links' cross-entropy
+    and linked words) added to."""
     batches = [d.batch(indices) for d in directions]
     explained = [d.explain(b, uniform) for d, b in zip(directions, batches)]
     loss = sum(nll / b.target_tokens for (nll, _), b in zip(explained, batches))
     totals["nll"] += float(explained[0][0].detach())
     totals["pieces"] += batches[0].target_tokens
-    if agreement is None and config.links is None:
+    if len(directions) == 1 and config.links is None:
         return loss
-    words = [d.word_posteriors(indices, b, alignment) for d, b, (_, alignment) in zip(directions, batches, explained)]
-    if agreement is not None:
-        agreeing_words = max(agreement.words(indices), 1)
-        disagreeing = agreement.loss(indices, *words)
+    pair_words = [d.words(indices) for d in directions]
+    words = [
+        d.word_posteriors(w, b, alignment)
+        for d, w, b, (_, alignment) in zip(directions, pair_words, batches, explained)
+    ]
+    if len(directions) == 2:
+        agreement = _Agreement(*pair_words)
+        agreeing_words = max(agreement.words(), 1)
+        disagreeing = agreement.loss(*words)
         loss = loss + config.agreement * disagreeing / agreeing_words
         totals["disagreement"] += float(disagreeing.detach())
         totals["words"] += agreeing_words

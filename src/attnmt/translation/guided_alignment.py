@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 from torch import Tensor
 
 from attnmt.core.config import Config, GuidedAlignment
 from attnmt.core.errors import AttnmtError
-from attnmt.core.files import atomic_write_text, file_sha256
+from attnmt.core.files import atomic_write_text, atomic_writer, file_sha256, write_error
 from attnmt.core.folders import model_config, weights_path
 from attnmt.data import store
 from attnmt.data.corpus import CorpusPairs
@@ -76,41 +76,73 @@ def piece_links(word_links: list[Link], src_pieces: list[str], tgt_pieces: list[
     return sorted({(s, t) for i, j in word_links for s in range(*src_words[i]) for t in range(*tgt_words[j])})
 
 
-def eflomal_file(config: Config, sources: list[str], targets: list[str], log: Callable[[str], None]):
+def eflomal_file(config: Config, pairs: Callable[[], Iterable[tuple[str, str]]], log: Callable[[str], None]) -> Path:
     """EXPERIMENT/alignment/train.eflomal.links: eflomal's grow-diag-final links of every training
-    pair (whitespace words), computed once; a file made from other text is computed again."""
-    from attnmt.translation.statistical_align import eflomal_links
+    pair of ``pairs()`` (a new pass over the source and target texts at each call, their
+    whitespace words separated by single spaces), computed once; a file made from other text is
+    computed again. The pairs are read as they pass: once for their SHA-256 (the file's stamp: an
+    unchanged text costs a read, nothing written), and where the links are made once more, their
+    words written to eflomal's input files (in EXPERIMENT/alignment, removed after) and the links
+    read back and written a line at a time."""
+    from attnmt.translation.statistical_align import EflomalInput
 
-    digest = _text_digest(sources, targets)
     folder = config.experiment_dir / "alignment"
     path, stamp = folder / "train.eflomal.links", folder / "train.eflomal.sha256"
-    if path.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
-        return path
-    log(f"word links: aligning {len(sources):,} training pairs with eflomal")
-    forward, backward = eflomal_links(sources, targets)
-    links = [grow_diag_final(f, b) for f, b in zip(forward, backward)]
-    atomic_write_text(path, "".join(format_pharaoh(pair) + "\n" for pair in links))
-    atomic_write_text(stamp, digest + "\n")
+    if path.is_file() and stamp.is_file():
+        digest = _TextDigest()
+        for source, target in pairs():
+            digest.add(source, target)
+        if stamp.read_text().strip() == digest.hexdigest():
+            return path
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(path, e) from None
+    with EflomalInput(folder) as words:
+        digest = _TextDigest()
+        for source, target in pairs():
+            digest.add(source, target)
+            words.add(source, target)
+        log(f"word links: aligning {words.pairs:,} training pairs with eflomal")
+        with atomic_writer(path) as out:
+            for forward, backward in words.links():
+                out.write(format_pharaoh(grow_diag_final(forward, backward)) + "\n")
+    atomic_write_text(stamp, digest.hexdigest() + "\n")
     return path
 
 
-def _text_digest(sources: list[str], targets: list[str]) -> str:
-    return hashlib.sha256("\n".join(s + "\t" + t for s, t in zip(sources, targets)).encode()).hexdigest()
+class _TextDigest:
+    """The SHA-256 of pairs' texts, added a pair at a time: of "SOURCE\tTARGET" lines joined by
+    "\n" (no newline after the last), the stamp of the links files made of them."""
+
+    def __init__(self):
+        self.sha, self.first = hashlib.sha256(), True
+
+    def add(self, source: str, target: str):
+        self.sha.update(("" if self.first else "\n").encode() + (source + "\t" + target).encode())
+        self.first = False
+
+    def hexdigest(self) -> str:
+        return self.sha.hexdigest()
 
 
 SELF_BATCH = 32  # pairs per batch of forced decoding (attnmt align's default; the links do not depend on it)
 SELF_CHUNK = 10_000  # pairs aligned at a time (their attention matrices are held in memory)
+SELF_READ = 2_000  # pairs read and encoded at a time, to check the vocabularies and find the usable pairs
 UNKNOWN_LIMIT = 0.1  # a first round that does not know more of the training text's pieces has another vocabulary
 
 
-def self_links_file(config: Config, sources: list[str], targets: list[str], log: Callable[[str], None]) -> Path:
-    """EXPERIMENT/alignment/train.self.links: the word links of every training pair (whitespace
-    words) read from the forced attention of training.guided_alignment.first_round, as `attnmt
-    align` reads them by default (argmax, no shift; a Transformer's last layer, heads averaged), or
-    from their alignment layers (first_round_aligner, first_round_backward_aligner); with
-    first_round_backward, both directions symmetrized (`attnmt align --backward --symmetrize`).
-    Computed once; its stamp holds the SHA-256 of the text and of each first round's (and aligner's)
-    weights and how they are read, so a changed text, model or reading is aligned again."""
+def self_links_file(config: Config, pairs: Callable[[], Iterable[tuple[str, str]]], log: Callable[[str], None]) -> Path:
+    """EXPERIMENT/alignment/train.self.links: the word links of every training pair of ``pairs()``
+    (whitespace words; a new pass over the texts at each call) read from the forced attention of
+    training.guided_alignment.first_round, as `attnmt align` reads them by default (argmax, no
+    shift; a Transformer's last layer, heads averaged), or from their alignment layers
+    (first_round_aligner, first_round_backward_aligner); with first_round_backward, both directions
+    symmetrized (`attnmt align --backward --symmetrize`). Computed once; its stamp holds the SHA-256
+    of the text and of each first round's (and aligner's) weights and how they are read, so a
+    changed text, model or reading is aligned again. The texts are streamed: a pass for the stamp,
+    one for the first rounds' vocabularies, and one that aligns SELF_CHUNK usable pairs at a time
+    and writes their links as they come (what is held is a chunk, whatever the corpus)."""
     ga: GuidedAlignment = config.training.guided_alignment
     rounds = {"first_round": ga.first_round, "first_round_backward": ga.first_round_backward}
     rounds = {name: folder for name, folder in rounds.items() if folder is not None}
@@ -118,8 +150,12 @@ def self_links_file(config: Config, sources: list[str], targets: list[str], log:
     aligners = {name: getattr(ga, f"{name}_aligner") for name in rounds if getattr(ga, f"{name}_aligner")}
     for name, folder in aligners.items():
         weights[f"{name}_aligner"] = _aligner_weights(name, folder)
+    digest, count = _TextDigest(), 0
+    for source, target in pairs():
+        digest.add(source, target)
+        count += 1
     stamp_text = (
-        f"text {_text_digest(sources, targets)}\n"
+        f"text {digest.hexdigest()}\n"
         + "".join(f"{name} {file_sha256(path)}\n" for name, path in weights.items())
         + f"symmetrize {ga.symmetrization}\n"
     )
@@ -131,30 +167,51 @@ def self_links_file(config: Config, sources: list[str], targets: list[str], log:
         return path
     both = f" and {ga.first_round_backward} ({ga.symmetrization})" if ga.first_round_backward else ""
     what = "the alignment layers" if aligners else "the attention"
-    log(f"word links: aligning {len(sources):,} training pairs with {what} of {ga.first_round}{both}")
+    log(f"word links: aligning {count:,} training pairs with {what} of {ga.first_round}{both}")
     models = {name: _first_round(name, rounds[name], config.training.device, name in aligners) for name in rounds}
-    for name, model in models.items():
-        _check_vocabulary(name, model, sources, targets, backward=name == "first_round_backward")
+    _check_vocabularies(models, pairs)
     layers = {name: _first_round_aligner(name, folder, models[name]) for name, folder in aligners.items()}
-    links = [[] for _ in sources]
-    usable = _pairs_with_their_words(models, sources, targets)
-    if len(usable) < len(sources):
+    unusable = 0
+    with atomic_writer(path) as out:
+        usable: list[tuple[str, str]] = []  # the texts of the usable pairs waiting to be aligned
+        waiting: list[bool] = []  # of each pair since the last alignment: whether it is one of them
+
+        def write_chunk():
+            links = iter(
+                _attention_links(models, layers, ga.symmetrization, *map(list, zip(*usable))) if usable else ()
+            )
+            for is_usable in waiting:
+                out.write((format_pharaoh(next(links)) if is_usable else "") + "\n")
+            usable.clear()
+            waiting.clear()
+
+        for chunk in _chunks(pairs(), SELF_READ):
+            for pair, fits in zip(chunk, _with_their_words(models, chunk)):
+                unusable += not fits
+                if fits:
+                    usable.append(pair)
+                waiting.append(fits)
+                if len(usable) == SELF_CHUNK:
+                    write_chunk()
+        write_chunk()
+    if unusable:
         log(
-            f"word links: {len(sources) - len(usable):,} training pair(s) whose pieces under a first round's "
+            f"word links: {unusable:,} training pair(s) whose pieces under a first round's "
             "subwords do not make their words get no links"
         )
-    for start in range(0, len(usable), SELF_CHUNK):
-        chunk = usable[start : start + SELF_CHUNK]
-        for k, pair_links in zip(
-            chunk,
-            _attention_links(
-                models, layers, ga.symmetrization, [sources[k] for k in chunk], [targets[k] for k in chunk]
-            ),
-        ):
-            links[k] = pair_links
-    atomic_write_text(path, "".join(format_pharaoh(pair) + "\n" for pair in links))
     atomic_write_text(stamp, stamp_text)
     return path
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _first_round_weights(config: Config, name: str, folder: Path) -> Path:
@@ -201,36 +258,44 @@ def _first_round(name: str, folder: Path, device: str, has_aligner: bool):
     return model
 
 
-def _check_vocabulary(name: str, model, sources: list[str], targets: list[str], backward: bool):
-    """An error if the model does not know more than UNKNOWN_LIMIT of either side's pieces."""
-    sides = (
-        (("sources", model.tgt_subwords, sources), ("targets", model.src_subwords, targets))
-        if backward
-        else (("sources", model.src_subwords, sources), ("targets", model.tgt_subwords, targets))
-    )
-    for side, subwords, texts in sides:
-        ids = [i for line in subwords.encode(texts) for i in line]
-        unknown = sum(i == UNK for i in ids) / max(len(ids), 1)
-        if unknown > UNKNOWN_LIMIT:
-            raise AttnmtError(
-                f"training.guided_alignment.{name}: {model.folder} does not know {unknown:.0%} of the "
-                f"pieces of the training {side}: its vocabulary is not of this text or this direction"
-            )
+def _check_vocabularies(models: dict, pairs: Callable[[], Iterable[tuple[str, str]]]):
+    """An error if a first round does not know more than UNKNOWN_LIMIT of either side's pieces of
+    the whole text (read a chunk at a time, the unknown pieces counted)."""
+    counts = {name: [[0, 0], [0, 0]] for name in models}  # per side (sources, targets): [unknown, pieces]
+    for chunk in _chunks(pairs(), SELF_READ):
+        sources, targets = [s for s, _ in chunk], [t for _, t in chunk]
+        for name, model in models.items():
+            backward = name == "first_round_backward"
+            sides = (model.tgt_subwords, model.src_subwords) if backward else (model.src_subwords, model.tgt_subwords)
+            for side, subwords, texts in zip(counts[name], sides, (sources, targets)):
+                ids = [i for line in subwords.encode(texts) for i in line]
+                side[0] += sum(i == UNK for i in ids)
+                side[1] += len(ids)
+    for name, model in models.items():
+        for side, (unknown, pieces) in zip(("sources", "targets"), counts[name]):
+            share = unknown / max(pieces, 1)
+            if share > UNKNOWN_LIMIT:
+                raise AttnmtError(
+                    f"training.guided_alignment.{name}: {model.folder} does not know {share:.0%} of the "
+                    f"pieces of the training {side}: its vocabulary is not of this text or this direction"
+                )
 
 
-def _pairs_with_their_words(models: dict, sources: list[str], targets: list[str]) -> list[int]:
-    """The pairs whose texts every first round cuts into pieces that make their whitespace words."""
-    usable = set(range(len(sources)))
+def _with_their_words(models: dict, pairs: list[tuple[str, str]]) -> list[bool]:
+    """Of each pair, whether every first round cuts its texts into pieces that make their
+    whitespace words."""
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    usable = [True] * len(pairs)
     for name, model in models.items():
         src, tgt = (targets, sources) if name == "first_round_backward" else (sources, targets)
         src_pieces, tgt_pieces = piece_lists(model, src, tgt)
-        usable &= {
-            k
-            for k, (sp, tp) in enumerate(zip(src_pieces, tgt_pieces))
-            if len(word_spans(without_eos(sp))) == len(src[k].split())
-            and len(word_spans(without_eos(tp))) == len(tgt[k].split())
-        }
-    return sorted(usable)
+        for k, (sp, tp) in enumerate(zip(src_pieces, tgt_pieces)):
+            usable[k] = (
+                usable[k]
+                and len(word_spans(without_eos(sp))) == len(src[k].split())
+                and len(word_spans(without_eos(tp))) == len(tgt[k].split())
+            )
+    return usable
 
 
 def _aligner_weights(name: str, folder: Path) -> Path:
@@ -280,9 +345,12 @@ def attach_links(
     ga: GuidedAlignment = config.training.guided_alignment
     pairs_store = config.experiment_dir / store.FOLDER
     if ga.links in ("eflomal", "self"):  # a file of one line per training pair, made from their text
-        sources, targets = _training_texts(config, train.lines)
-        links_file = eflomal_file if ga.links == "eflomal" else self_links_file
-        path, lines, one_based = links_file(config, sources, targets, log), None, False
+        stored = train.lines  # (each pair's line in data.train)
+        if ga.links == "eflomal":  # (streamed through eflomal's files)
+            path = eflomal_file(config, lambda: training_texts(config, stored), log)
+        else:  # (the first rounds align them a chunk at a time)
+            path = self_links_file(config, lambda: training_texts(config, stored), log)
+        lines, one_based = None, False
     else:  # a file of one line per line of data.train
         counts = store.read_manifest(pairs_store).parts[0].counts
         path, lines, one_based = Path(ga.links), counts["empty"] + counts["encoded"] + counts["held_out"], ga.one_based
@@ -302,15 +370,23 @@ def attach_links(
         raise AttnmtError(f"training.guided_alignment: no training pair has a usable link in {ga.links}")
 
 
-def _training_texts(config: Config, lines) -> tuple[list[str], list[str]]:
-    """The text of the training pairs at ``lines`` (ascending) of data.train, read line by line, their
-    words separated by single spaces (what eflomal and the first rounds align: whitespace words)."""
-    wanted, sources, targets = set(int(line) for line in lines), [], []
-    for line, source, target in CorpusPairs(config.data.train.as_spec()):
-        if line in wanted:
-            sources.append(" ".join(source.split()))
-            targets.append(" ".join(target.split()))
-    return sources, targets
+def training_texts(config: Config, lines: Iterable[int]) -> Iterator[tuple[str, str]]:
+    """The text of the training pairs at ``lines`` (ascending: a store's) of data.train, read line by
+    line as they pass, their words separated by single spaces (what eflomal and the first rounds
+    align: whitespace words). AttnmtError if a line is not one of the corpus's pairs (a corpus
+    changed since the store was prepared)."""
+    wanted = (int(line) for line in lines)
+    line_wanted = next(wanted, None)
+    pairs = CorpusPairs(config.data.train.as_spec())
+    for line, source, target in pairs:
+        if line == line_wanted:
+            yield " ".join(source.split()), " ".join(target.split())
+            line_wanted = next(wanted, None)
+    if line_wanted is not None:
+        raise AttnmtError(
+            f"{config.data.train.tsv or config.data.train.src}: line {line_wanted + 1} is not a sentence pair of "
+            "the training corpus that the store was prepared from: the corpus changed while it was read"
+        )
 
 
 def _write_links(

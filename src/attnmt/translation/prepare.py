@@ -93,17 +93,25 @@ def prepare_subwords(
 def training_sentences(config: Config, log: Callable[[str], None] = print) -> Iterator[tuple[str, str]]:
     """The pairs the subwords learn from, read line by line: data.train less the dev and test pairs
     held out of it (drawn on the first call), then each corpus of data.extra_train."""
-    held_out = {k for lines in splits.hold_out(config, log).values() for k in lines}
-    train = CorpusPairs(config.data.train.as_spec())
-    read = 0
-    for read, (_, source, target) in enumerate(train, start=1):
-        if read - 1 not in held_out:
-            yield source, target
-    if not read:
-        raise train.empty_error()
+    for _, source, target in training_lines(config, log):
+        yield source, target
     for files in config.data.extra_train:
         for _, source, target in CorpusPairs(files.as_spec()):
             yield source, target
+
+
+def training_lines(config: Config, log: Callable[[str], None] = print) -> Iterator[tuple[int, str, str]]:
+    """The pairs to train on, read line by line as they are wanted: (line, source, target) of each
+    pair of data.train (its line in the files, from 0) less the dev and test pairs held out of it
+    (drawn on the first call: attnmt.data.splits). AttnmtError if the corpus has no pair."""
+    held_out = {k for lines in splits.hold_out(config, log).values() for k in lines}
+    train = CorpusPairs(config.data.train.as_spec())
+    read = 0
+    for read, pair in enumerate(train, start=1):
+        if read - 1 not in held_out:
+            yield pair
+    if not read:
+        raise train.empty_error()
 
 
 class _counted:
@@ -119,13 +127,6 @@ class _counted:
         item = next(self.items)
         self.count += 1
         return item
-
-
-def training_corpus(config: Config, log: Callable[[str], None] = print) -> Corpus:
-    """The pairs to train on: data.train less the dev and test pairs held out of it (drawn on the
-    first call: attnmt.data.splits)."""
-    corpus = read_corpus(config.data.train.as_spec())
-    return splits.without(corpus, splits.hold_out(config, log, pairs=len(corpus.sources)))
 
 
 def training_pairs(
@@ -174,8 +175,8 @@ def encode_corpus(
     """The pairs of ``files`` (or ``corpus``, read from them) encoded, those longer than
     ``max_length`` subwords, whose source has more than ``max_source_words`` words, or whose longer
     side has more than ``max_length_ratio`` times the pieces of the shorter, dropped with a count in
-    the log (held in memory, with their texts: dev sets, a shortlist's pairs; the training corpora
-    are encoded into the store, `prepared_store`)."""
+    the log (held in memory, with their texts: dev and test sets; the training corpora are encoded
+    into the store, `prepared_store`, and read from it)."""
     corpus = corpus or read_corpus(files.as_spec())
     limits = Limits(max_length, max_source_words, max_length_ratio)
     src_ids, tgt_ids = src_sw.encode(corpus.sources), tgt_sw.encode(corpus.targets)

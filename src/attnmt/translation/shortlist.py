@@ -61,37 +61,32 @@ def _most_common(counts: Counter, n: int) -> list[int]:
 
 
 def build_shortlist(folder: str | Path, top: int = 50, frequent: int = 100, log: Callable[[str], None] = print) -> Path:
-    """Writes FOLDER/shortlist.json from eflomal's links of the training corpus that the folder's
-    config names (computed once, cached in FOLDER/alignment/)."""
+    """Writes FOLDER/shortlist.json from eflomal's links of the training pairs of the folder's config
+    (computed once, cached in FOLDER/alignment/). The pairs are those the model trained on, read
+    from the experiment's store (prepared if it is missing or stale, as `attnmt train` does), their
+    texts streamed from the corpus into eflomal's files; the links are read back a pair at a time
+    beside the stored pieces, so that what is held is the table's counts, not the corpus."""
     from attnmt.core.folders import model_config
     from attnmt.data.subwords import load_subwords
-    from attnmt.translation.guided_alignment import eflomal_file, piece_links
-    from attnmt.translation.reference_links import read_link_file
-    from attnmt.translation.prepare import encode_corpus, training_corpus
+    from attnmt.translation.guided_alignment import eflomal_file, piece_links, training_texts
+    from attnmt.translation.prepare import prepared_store
+    from attnmt.translation.reference_links import stream_link_file
 
     folder = Path(folder)
     config = model_config(folder)
     if config.task != "translation":
         raise AttnmtError(f"{folder}: a shortlist is for translation models; this is a {config.task} model")
     src_sw, tgt_sw = load_subwords(folder, config.data.subwords.joint)
-    train = encode_corpus(
-        config.data.train,
-        src_sw,
-        tgt_sw,
-        config.data.max_length,
-        log,
-        corpus=training_corpus(config, log),
-        max_source_words=config.data.max_source_words,
-        max_length_ratio=config.data.max_length_ratio,
-    )  # (the pairs it trained on)
-    words = [(" ".join(s.split()), " ".join(t.split())) for s, t in zip(train.sources, train.targets)]
-    path = eflomal_file(config, [s for s, _ in words], [t for _, t in words], log)
-    word_links = read_link_file(path, len(train), one_based=False)
+    train = prepared_store(config, src_sw, tgt_sw, log).parts["train"]  # (the pairs it trained on)
+    path = eflomal_file(config, lambda: training_texts(config, (line for line, _, _ in train.pairs())), log)
+    word_links = stream_link_file(path, len(train), one_based=False)
 
     def pairs():
-        for src_ids, tgt_ids, links in zip(train.src_ids, train.tgt_ids, word_links):
+        for (_, src_ids, tgt_ids), links in zip(train.pairs(), word_links):
             pieces = piece_links(links, src_sw.pieces(src_ids), tgt_sw.pieces(tgt_ids))
             yield src_ids, tgt_ids, pieces or []
+        for _ in word_links:  # (to its end: a file of another length is an error naming it)
+            pass
 
     candidates, most_frequent = lexical_table(pairs(), top, frequent)
     table = TableFile(
