@@ -72,6 +72,7 @@ def test_the_store_holds_the_in_memory_encoding_and_reports_the_same_counts(tmp_
     assert prepared.manifest.token_dtype == "uint16"
 
 
+@pytest.mark.slow  # (worker processes, each a new interpreter: the marker's rule)
 def test_worker_processes_write_the_same_store(tmp_path):
     config = config_of(tmp_path / "one")
     prepare(config, quiet)
@@ -209,6 +210,7 @@ def dies(pairs, limits, dtype, subwords=None):
     os._exit(1)
 
 
+@pytest.mark.slow  # (worker processes, each a new interpreter: the marker's rule)
 def test_a_worker_that_dies_is_an_error_and_leaves_no_store(tmp_path, monkeypatch):
     config = config_of(tmp_path, data={"dev": None, "test": {}, "workers": 2})
     src_sw, tgt_sw = preparing.prepare_subwords(config, quiet)
