@@ -342,12 +342,12 @@ def permuted_pairs(n: int, seed: int):
     return pairs, links
 
 
-def trained_aer(folder, pairs, test_pairs, test_links, model, guided) -> float:
+def trained_aer(folder, pairs, test_pairs, test_links, model, guided, steps: int = 200) -> float:
     config = toy_config(
         folder,
         pairs,
         model=model,
-        training={"max_steps": 200, "validate_every": 1000, "threads": 1, "guided_alignment": guided},
+        training={"max_steps": steps, "validate_every": 1000, "threads": 1, "guided_alignment": guided},
     )
     torch.manual_seed(0)
     train(config, log=lambda m: None, progress=False)
@@ -375,7 +375,9 @@ def test_guided_alignment_lowers_aer_on_a_task_with_known_links(tmp_path):
     # Measured: guided 0 %, plain 83 % (its attention collapses onto one source word)
     assert aer["guided"] < 0.1 and aer["plain"] > aer["guided"] + 0.3, aer
     # A Transformer's heads (here both heads of its one decoder layer, the attention align reads):
-    # 0 % guided, 4.7 % without
+    # 0 % guided, 4.7 % without (200 steps). Guided, it learns in fewer steps than the RNN: 0 % after 80 with the
+    # training seeds 42, 1, 2 and 3 (and after 50), where the guided RNN needs 200 (not all of its
+    # translations have the 6 words after 160 with seed 42)
     transformer = {
         "type": "transformer",
         "d_model": 32,
@@ -387,7 +389,9 @@ def test_guided_alignment_lowers_aer_on_a_task_with_known_links(tmp_path):
         "attention_dropout": 0.0,
     }
     assert (
-        trained_aer(tmp_path / "transformer", pairs, test_pairs, test_links, transformer, {**guided, "heads": [0, 1]})
+        trained_aer(
+            tmp_path / "transformer", pairs, test_pairs, test_links, transformer, {**guided, "heads": [0, 1]}, steps=80
+        )
         < 0.02
     )
 

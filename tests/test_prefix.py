@@ -168,8 +168,8 @@ def test_the_spelling_cache_keeps_a_bounded_number_of_words():
     many words were asked for, and an answer asked for again after it was dropped is the same."""
     spelling = Spelling(PIECES)
     first = spelling.fits("▁do").clone()
-    for n in range(10 * FITS_CACHED):
-        spelling.fits("▁" + "d" * n + "o")
+    for n in range(10 * FITS_CACHED):  # as many words, each its own: n in binary, 0 and 1 written d and g
+        spelling.fits("▁d" + format(n, "b").replace("0", "d").replace("1", "g") + "o")
     assert spelling.fits.cache_info().currsize == FITS_CACHED
     assert torch.equal(spelling.fits("▁do"), first)
 

@@ -24,6 +24,7 @@ def fresh(monkeypatch):
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # (a new interpreter)
 def test_import_attnmt_makes_openmp_threads_sleep_after_a_short_spin():
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     code = "import attnmt, os; print(os.environ.get('GOMP_SPINCOUNT'))"

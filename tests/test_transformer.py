@@ -273,8 +273,10 @@ def test_config_errors_name_the_field(tmp_path):
 
 @pytest.fixture(scope="module")
 def copy_model(tmp_path_factory):
-    """A small Transformer trained to copy strings of 3-8 letters (20-40 s on one thread); best of
-    six validations by dev loss. 500 steps reached 99.5% with seed 1, 400 steps 84-93%."""
+    """A small Transformer trained to copy strings of 3-8 letters (about 12 s on one thread); best of
+    six validations by dev loss. At a learning rate of 0.002, 500 steps reached 99.5% with seed 1, 400
+    steps 84-93%, 600 steps 96%, 99% and 98.5% with the training seeds 42, 1 and 2; at 0.004 (these
+    settings), 420 steps reach 98.5%, 96% and 96.5%, 300 steps 94%."""
     folder = tmp_path_factory.mktemp("copy")
     train_src, dev_src = random_strings(4000, 3, 8, seed=1), random_strings(200, 3, 8, seed=2)
     config = toy_config(
@@ -293,9 +295,9 @@ def copy_model(tmp_path_factory):
             "share_embeddings": True,
         },
         training={
-            "max_steps": 600,
-            "validate_every": 100,
-            "learning_rate": 0.002,
+            "max_steps": 420,
+            "validate_every": 70,
+            "learning_rate": 0.004,
             "schedule": "noam",
             "warmup_steps": 50,
             "adam_betas": [0.9, 0.98],
