@@ -8,6 +8,7 @@ import pytest
 from attnmt.core.errors import AttnmtError
 from attnmt.data.corpus import (
     Corpus,
+    chunked,
     read_corpus,
     read_lines,
     read_parallel,
@@ -294,3 +295,18 @@ def test_real_multi30k_validation_set():
     assert corpus.sources[0] == "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
     assert corpus.targets[0] == "A group of men are loading cotton onto a truck"
     assert corpus.targets[1] == "A man sleeping in a green room on a couch."
+
+
+def test_chunked_reads_a_stream_a_chunk_at_a_time():
+    """Lists of the size asked, the last one shorter, each yielded before the stream is read further."""
+    read = []
+
+    def stream():
+        for i in range(7):
+            read.append(i)
+            yield i
+
+    chunks = chunked(stream(), 3)
+    assert next(chunks) == [0, 1, 2] and read == [0, 1, 2]
+    assert list(chunks) == [[3, 4, 5], [6]]
+    assert list(chunked([], 3)) == []

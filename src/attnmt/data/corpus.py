@@ -18,7 +18,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from itertools import zip_longest
-from typing import BinaryIO, Iterator, Union
+from typing import BinaryIO, Iterable, Iterator, Union
 
 from attnmt.core.errors import AttnmtError
 
@@ -47,6 +47,19 @@ def read_lines(path: PathLike) -> list[str]:
     """Return the lines of a UTF-8 text file (plain or gzip), without line endings (see
     `stream_lines`)."""
     return list(stream_lines(path))
+
+
+def chunked(items: Iterable, size: int) -> Iterator[list]:
+    """``items`` as lists of ``size`` (the last one shorter), read as they come: a stream of pairs
+    worked on a chunk at a time. (itertools.batched, from Python 3.12.)"""
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def stream_lines(path: PathLike) -> Iterator[str]:

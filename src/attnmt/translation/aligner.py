@@ -40,7 +40,7 @@ from attnmt.core.files import atomic_write_text, file_sha256
 from attnmt.core.folders import inference_device, inside_folder, model_config, weights_path
 from attnmt.data.batching import Batch, epoch_batches, training_batch
 from attnmt.data import store
-from attnmt.data.corpus import CorpusPairs, stream_lines
+from attnmt.data.corpus import CorpusPairs, chunked, stream_lines
 from attnmt.data.store import StoredPairs
 from attnmt.data.subwords import PAD
 from attnmt.seq2seq.inference import Translator
@@ -264,7 +264,7 @@ def _prepare_pairs(config: AlignerConfig, directions: list[_Direction], log: Cal
             for writer in writers:
                 writer.start_part("train")
             read = kept = 0
-            for chunk in _chunked(_training_lines(config, translator, log), PASS_PAIRS):
+            for chunk in chunked(_training_lines(config, translator, log), PASS_PAIRS):
                 sources, targets = [p[1] for p in chunk], [p[2] for p in chunk]
                 encoded = [
                     (d.translator.src_subwords.encode(s), d.translator.tgt_subwords.encode(t))
@@ -296,17 +296,6 @@ def _prepare_pairs(config: AlignerConfig, directions: list[_Direction], log: Cal
     finally:
         if words is not None:
             words.close()
-
-
-def _chunked(items, size: int):
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _prepare_guides(

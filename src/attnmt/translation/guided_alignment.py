@@ -32,7 +32,7 @@ from attnmt.core.errors import AttnmtError
 from attnmt.core.files import atomic_write_text, atomic_writer, file_sha256, write_error
 from attnmt.core.folders import model_config, weights_path
 from attnmt.data import store
-from attnmt.data.corpus import CorpusPairs
+from attnmt.data.corpus import CorpusPairs, chunked
 from attnmt.data.store import StoredPairs
 from attnmt.data.subwords import UNK, Subwords
 from attnmt.seq2seq.inference import Translator
@@ -185,7 +185,7 @@ def self_links_file(config: Config, pairs: Callable[[], Iterable[tuple[str, str]
             usable.clear()
             waiting.clear()
 
-        for chunk in _chunks(pairs(), SELF_READ):
+        for chunk in chunked(pairs(), SELF_READ):
             for pair, fits in zip(chunk, _with_their_words(models, chunk)):
                 unusable += not fits
                 if fits:
@@ -201,17 +201,6 @@ def self_links_file(config: Config, pairs: Callable[[], Iterable[tuple[str, str]
         )
     atomic_write_text(stamp, stamp_text)
     return path
-
-
-def _chunks(items: Iterable, size: int) -> Iterator[list]:
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _first_round_weights(config: Config, name: str, folder: Path) -> Path:
@@ -262,7 +251,7 @@ def _check_vocabularies(models: dict, pairs: Callable[[], Iterable[tuple[str, st
     """An error if a first round does not know more than UNKNOWN_LIMIT of either side's pieces of
     the whole text (read a chunk at a time, the unknown pieces counted)."""
     counts = {name: [[0, 0], [0, 0]] for name in models}  # per side (sources, targets): [unknown, pieces]
-    for chunk in _chunks(pairs(), SELF_READ):
+    for chunk in chunked(pairs(), SELF_READ):
         sources, targets = [s for s, _ in chunk], [t for _, t in chunk]
         for name, model in models.items():
             backward = name == "first_round_backward"
