@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnmt.core.config import ATTENTION_TYPES, FLAT_OPTIONS
+from attnmt.core.config import ATTENTION_TYPES, FLAT_OPTIONS, RNNConfig, model_config_of
 
 
 def attention_of(kind: str, **options) -> dict:
@@ -23,3 +23,20 @@ def rnn_fields(**fields) -> dict:
         return fields
     options = {name: fields.pop(name) for name in list(fields) if name in FLAT_OPTIONS}
     return {**fields, "attention": attention_of(fields.get("attention", "bahdanau"), **options)}
+
+
+# The sizes of the attention tests' small models (dropout off, location's kernel where it is chosen)
+SMALL_RNN = {
+    "embedding_size": 16,
+    "encoder_hidden": 12,
+    "decoder_hidden": 24,
+    "attention_size": 10,
+    "dropout": 0.0,
+    "location_kernel": 5,
+}
+
+
+def small_rnn_config(**fields) -> RNNConfig:
+    """The model section of a small RNN (SMALL_RNN's sizes) with ``fields`` over them, given as to
+    rnn_fields: the attention by name and any variant's options in the flat spelling."""
+    return model_config_of(**rnn_fields(**{**SMALL_RNN, **fields}))

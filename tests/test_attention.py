@@ -7,27 +7,19 @@ from attnmt.core.config import ATTENTIONS, RNNConfig, TransformerConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import BOS, EOS, PAD, build_model
 from attnmt.seq2seq.attention import BahdanauAttention, LocationAttention, LuongDotAttention, build_attention
-from attention_helpers import rnn_fields
+from attention_helpers import rnn_fields, small_rnn_config
 
 WITH_WEIGHTS = [a for a in ATTENTIONS if a != "none"]
 SRC_VOCAB, TGT_VOCAB = 30, 25
 
 
 def make_model(attention, rnn_type="gru", input_feeding=True, layers=1):
-    config = RNNConfig(
-        **rnn_fields(
-            attention=attention,
-            rnn_type=rnn_type,
-            input_feeding=input_feeding,
-            embedding_size=16,
-            encoder_hidden=12,
-            decoder_hidden=24,
-            attention_size=10,
-            encoder_layers=layers,
-            decoder_layers=layers,
-            dropout=0.0,
-            location_kernel=5,
-        )
+    config = small_rnn_config(
+        attention=attention,
+        rnn_type=rnn_type,
+        input_feeding=input_feeding,
+        encoder_layers=layers,
+        decoder_layers=layers,
     )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 

@@ -6,11 +6,11 @@ import entmax
 import pytest
 import torch
 
-from attnmt.core.config import RNNConfig, model_config_of
+from attnmt.core.config import model_config_of
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import build_model, decoding, fast_decoding
 from attnmt.seq2seq.constrained import SINK_BOUND, ConstrainedSparsemax, csparsemax, fertility_bounds
-from attention_helpers import rnn_fields
+from attention_helpers import rnn_fields, small_rnn_config
 from conftest import toy_config
 from test_attention import padded_batch, searches_matching_teacher_forcing, steps_matching_forward
 
@@ -18,22 +18,14 @@ SRC_VOCAB, TGT_VOCAB = 30, 25
 
 
 def make_constrained_model(attention="bahdanau", fertility=1.5, input_feeding=True, rnn_type="gru", layers=1):
-    config = RNNConfig(
-        **rnn_fields(
-            attention=attention,
-            attention_normalizer="csparsemax",
-            fertility_bound=fertility,
-            input_feeding=input_feeding,
-            rnn_type=rnn_type,
-            embedding_size=16,
-            encoder_hidden=12,
-            decoder_hidden=24,
-            attention_size=10,
-            encoder_layers=layers,
-            decoder_layers=layers,
-            dropout=0.0,
-            location_kernel=5,
-        )
+    config = small_rnn_config(
+        attention=attention,
+        attention_normalizer="csparsemax",
+        fertility_bound=fertility,
+        input_feeding=input_feeding,
+        rnn_type=rnn_type,
+        encoder_layers=layers,
+        decoder_layers=layers,
     )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 

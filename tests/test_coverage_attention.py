@@ -5,13 +5,13 @@ errors, a trained model through the usual commands."""
 import pytest
 import torch
 
-from attnmt.core.config import RNNConfig, model_config_of
+from attnmt.core.config import RNNConfig
 from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import training_batch
 from attnmt.seq2seq import build_model, decoding, fast_decoding
 from attnmt.seq2seq.attention import CoverageAttention, build_attention
 from attnmt.seq2seq.training import coverage_loss, sequence_loss
-from attention_helpers import rnn_fields
+from attention_helpers import rnn_fields, small_rnn_config
 from conftest import toy_config
 from test_attention import padded_batch, searches_matching_teacher_forcing, steps_matching_forward
 
@@ -22,20 +22,13 @@ def make_coverage_model(fertility=0, rnn_type="gru", layers=1, **options):
     """fertility "nn": Tu et al.'s NN-based coverage (coverage_dim 3) instead of a fertility."""
     if fertility == "nn":
         fertility, options = 0, {"coverage_dim": 3, **options}
-    config = model_config_of(
-        **rnn_fields(
-            attention="coverage",
-            coverage_fertility=fertility,
-            rnn_type=rnn_type,
-            embedding_size=16,
-            encoder_hidden=12,
-            decoder_hidden=24,
-            attention_size=10,
-            encoder_layers=layers,
-            decoder_layers=layers,
-            dropout=0.0,
-            **options,
-        )
+    config = small_rnn_config(
+        attention="coverage",
+        coverage_fertility=fertility,
+        rnn_type=rnn_type,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        **options,
     )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 

@@ -11,7 +11,7 @@ from attnmt.core.config import RNNConfig, TransformerConfig, config_from_dict, l
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import PAD, build_model, decoding, fast_decoding
 from attnmt.seq2seq.attention import LocalAttention, LuongGeneralAttention, build_attention
-from attention_helpers import rnn_fields
+from attention_helpers import small_rnn_config
 from test_attention import (
     SRC_VOCAB,
     TGT_VOCAB,
@@ -24,20 +24,13 @@ LOCAL = ["local-m", "local-p"]
 
 
 def make_local_model(local, attention="luong-general", input_feeding=True, layers=1, window=2, rnn_type="gru"):
-    config = RNNConfig(
-        **rnn_fields(
-            attention=attention,
-            local_attention=local,
-            local_window=window,
-            rnn_type=rnn_type,
-            input_feeding=input_feeding,
-            embedding_size=16,
-            encoder_hidden=12,
-            decoder_hidden=24,
-            attention_size=10,
-            decoder_layers=layers,
-            dropout=0.0,
-        )
+    config = small_rnn_config(
+        attention=attention,
+        local_attention=local,
+        local_window=window,
+        rnn_type=rnn_type,
+        input_feeding=input_feeding,
+        decoder_layers=layers,
     )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 

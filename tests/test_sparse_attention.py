@@ -15,7 +15,7 @@ from attnmt.core.config import RNNConfig, model_config_of, load_config
 from attnmt.core.errors import AttnmtError
 from attnmt.seq2seq import build_model, decoding, fast_decoding
 from attnmt.seq2seq.attention import BahdanauAttention, LuongGeneralAttention, build_attention, normalize
-from attention_helpers import rnn_fields
+from attention_helpers import rnn_fields, small_rnn_config
 from test_attention import (
     SRC_VOCAB,
     TGT_VOCAB,
@@ -28,21 +28,13 @@ SPARSE = ["sparsemax", "entmax15"]
 
 
 def make_sparse_model(normalizer, attention="bahdanau", input_feeding=True, layers=1, rnn_type="gru", **options):
-    config = model_config_of(
-        **rnn_fields(
-            attention=attention,
-            attention_normalizer=normalizer,
-            rnn_type=rnn_type,
-            input_feeding=input_feeding,
-            embedding_size=16,
-            encoder_hidden=12,
-            decoder_hidden=24,
-            attention_size=10,
-            decoder_layers=layers,
-            dropout=0.0,
-            location_kernel=5,
-            **options,
-        )
+    config = small_rnn_config(
+        attention=attention,
+        attention_normalizer=normalizer,
+        rnn_type=rnn_type,
+        input_feeding=input_feeding,
+        decoder_layers=layers,
+        **options,
     )
     return build_model(config, SRC_VOCAB, TGT_VOCAB).eval()
 
