@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnmt.data.batching import epoch_batches, inference_batches, make_batch, training_batch
+from attnmt.data.batching import epoch_batches, inference_batches, longest_batch, make_batch, training_batch
 from attnmt.data.subwords import BOS, EOS, PAD
 
 
@@ -189,3 +189,20 @@ def test_inference_batches_sorted_by_length_and_cover_all_indices():
 
 def test_inference_batches_of_nothing():
     assert inference_batches([], 8) == []
+
+
+@pytest.mark.parametrize("batch_size, batch_tokens", [(64, None), (64, 2_000), (5_000_000, None)])
+def test_the_longest_batch_holds_the_longest_examples_across_chunks(batch_size, batch_tokens):
+    """The examples of the memory check's batch (TrainingLoop.check_memory): as many of the longest
+    as a batch takes of them, found a million at a time (2.5 million here: three chunks)."""
+    sizes = np.random.default_rng(0).integers(1, 90, 2_500_000).astype(np.uint16)
+    sizes[[17, 1_048_576, 2_400_000]] = [100, 99, 98]  # the longest in each chunk
+    chosen = longest_batch(sizes, batch_size, batch_tokens)
+    count = min(len(sizes), batch_size if batch_tokens is None else batch_tokens // 100)
+    assert len(chosen) == len(set(chosen)) == count and chosen == sorted(chosen)
+    assert {17, 1_048_576, 2_400_000} <= set(chosen)
+    # no example left out is longer than one chosen
+    left_out = np.ones(len(sizes), bool)
+    left_out[chosen] = False
+    assert not left_out.any() or sizes[left_out].max() <= sizes[chosen].min()
+    assert longest_batch(np.zeros(0, np.uint16), 64, None) == []

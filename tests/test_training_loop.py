@@ -134,10 +134,13 @@ class PoisonedLoss(ClassifierLoss):
         return (loss * float("nan") if self.calls == self.bad_call else loss), size
 
 
-def classifier_run(folder, max_steps, resume=False, bad_step=None, on_device=False):
+def classifier_run(
+    folder, max_steps, resume=False, bad_step=None, on_device=False, memory_check=True, sizes=None, batches=None
+):
     """A linear classifier of 8 features into 2 classes trained by the loop; its log and weights.
     ``bad_step``: that step's loss is not a number; ``on_device``: the loop checks losses as it
-    does on one GPU, on the device (attnmt.training.divergence), here on the CPU."""
+    does on one GPU, on the device (attnmt.training.divergence), here on the CPU. ``sizes``: the
+    examples' (all 1 unless given); ``batches``: a list that gets the indices of each batch made."""
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(200, 8, generator=generator)
     y = (x[:, 0] + x[:, 1] > 0).long()
@@ -152,6 +155,7 @@ def classifier_run(folder, max_steps, resume=False, bad_step=None, on_device=Fal
                 "learning_rate": 0.05,
                 "early_stopping_metric": "loss",
                 "early_stopping_patience": None,
+                "memory_check": memory_check,
             },
         },
         folder,
@@ -159,13 +163,14 @@ def classifier_run(folder, max_steps, resume=False, bad_step=None, on_device=Fal
     torch.manual_seed(1)
     model = nn.Sequential(nn.Dropout(0.1), nn.Linear(8, 2))
     logged = []
-    loss = ClassifierLoss(model) if bad_step is None else PoisonedLoss(model, bad_step)
+    # (the memory check before the first step is the loss's first call)
+    loss = ClassifierLoss(model) if bad_step is None else PoisonedLoss(model, bad_step + memory_check)
     setup = setup_training(model, loss, config.training, ONE_PROCESS)
     loop = TrainingLoop(
         config,
         setup,
-        [1] * 160,
-        lambda indices: Examples(x[indices], y[indices]),
+        [1] * 160 if sizes is None else sizes,
+        lambda indices: (batches.append(indices) if batches is not None else None) or Examples(x[indices], y[indices]),
         DevLoss(Examples(x[160:], y[160:])),
         "model: a linear classifier",
         log=logged.append,
@@ -198,6 +203,33 @@ def test_the_loop_trains_a_classifier_and_resumes_it_exactly(tmp_path):
     for key in straight:
         if key.startswith("model."):
             assert torch.equal(straight[key], resumed[key]), key
+
+
+def test_the_memory_check_runs_the_longest_batch_first_and_changes_nothing(tmp_path):
+    """Before the first step, one pass over the corpus's longest examples (TrainingLoop.check_memory);
+    the model has dropout, so the random state must be put back for the same run to follow."""
+    sizes = [1 + (i * 7) % 23 for i in range(160)]
+    checked, unchecked = [], []
+    _, _, with_check = classifier_run(tmp_path / "check", 12, sizes=sizes, batches=checked)
+    _, _, without = classifier_run(tmp_path / "none", 12, memory_check=False, sizes=sizes, batches=unchecked)
+    left_out = set(range(160)) - set(checked[0])
+    assert len(checked[0]) == 16 and min(sizes[i] for i in checked[0]) >= max(sizes[i] for i in left_out)
+    assert checked[1:] == unchecked and len(unchecked) == 12  # then the same batches ...
+    assert with_check.keys() == without.keys()
+    for key in with_check:  # ... and bit for bit the same weights, optimizer state and random state
+        assert torch.equal(with_check[key], without[key]), key
+
+
+def test_a_longest_batch_that_does_not_fit_is_a_clear_error_before_the_first_step(tmp_path, monkeypatch):
+    def out_of_memory(self, batch):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(ClassifierLoss, "forward", out_of_memory)
+    with pytest.raises(
+        AttnmtError, match=r"longest batch of the corpus \(16 examples of up to 1 pieces\) does not fit"
+    ):
+        classifier_run(tmp_path / "run", 5)
+    assert not (tmp_path / "run" / "last.safetensors").exists()
 
 
 def test_checking_divergence_on_the_device_trains_the_same_weights(tmp_path):

@@ -274,6 +274,10 @@ class TrainingConfig(Section):
     # average` (Vaswani et al. 2017 average the last 5); 0: only best and last
     keep_checkpoints: int = Field(0, ge=0)
     log_every: int = Field(50, gt=0)
+    # Before the first step, one forward and backward pass over the corpus's largest batch (its
+    # longest examples; no update): a batch that does not fit fails at once, and the run's peak
+    # memory is reached at its start (attnmt.training.loop.TrainingLoop.check_memory)
+    memory_check: bool = True
     dev_beam: int = Field(1, gt=0)  # beam for dev BLEU (1 = greedy, fast)
     adam_betas: Annotated[tuple[float, float], AsTuple] = (0.9, 0.999)  # (0.9, 0.98) in Vaswani et al. (2017)
     # plateau: * lr_decay_factor when validation stops improving; noam: warm-up to learning_rate, then 1/sqrt(step)

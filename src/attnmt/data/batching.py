@@ -156,6 +156,25 @@ def epoch_batches(
     return EpochBatches(order, starts, shuffled)
 
 
+def longest_batch(sizes: Sequence[int] | np.ndarray, batch_size: int, batch_tokens: int | None) -> list[int]:
+    """The largest batch an epoch can hold: its longest examples (by size), as many as a batch
+    takes of that size. Every batch's tensors are at most as wide and as tall as this one's (with a
+    token budget, fewer rows of longer examples cost more: attention grows with the product of the
+    lengths). Found a million examples at a time, in memory that does not grow with the corpus."""
+    sizes = np.asarray(sizes)
+    if not len(sizes):
+        return []
+    count = batch_size if batch_tokens is None else max(1, batch_tokens // int(sizes.max()))
+    count = min(count, len(sizes))
+    best = np.zeros(0, np.int64)
+    for start in range(0, len(sizes), 1 << 20):
+        chunk = sizes[start : start + (1 << 20)]
+        top = np.argpartition(chunk, len(chunk) - min(count, len(chunk)))[-count:] + start
+        candidates = np.concatenate([best, top])
+        best = candidates[np.argsort(-sizes[candidates].astype(np.int64), kind="stable")[:count]]
+    return sorted(best.tolist())
+
+
 def inference_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     """Indices sorted by length (less padding) and cut into batches; callers restore the order."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
