@@ -120,6 +120,8 @@ SLOW_FIXTURES = {
     "speech_model",
     "scramble",
     "marian",  # tests/test_hub.py: a small Marian model built, trained a few steps and imported
+    "both_ways",  # tests/test_agreement.py (and test_aligner_links.py): two scramble models, 100 steps each
+    "first_rounds",  # tests/test_guided_alignment.py: two first rounds, 40 steps each
 }
 
 
