@@ -4,6 +4,7 @@ counts as the in-memory encoding; reused while its files are unchanged, prepared
 change, an error when it is truncated or edited; nothing left of a prepare that fails."""
 
 import gzip
+import json
 import os
 
 import numpy as np
@@ -23,6 +24,8 @@ PAIRS[20] = ("  ", "x")
 PAIRS[30] = ("a b c d e f g h i", "ihgfedcba")  # more words than max_source_words
 for k in range(40, 45):
     PAIRS[k] = ("ab", "abcdefghijabcde")  # uneven: 3 pieces against 16
+# a shard file's modification time, in the manifest's parts: not the same in two preparations
+WRITTEN_AT = {"shards": {"__all__": {"files": {"__all__": {"mtime_ns"}}}}}
 EXTRA = [(s, reverse(s)) for s in random_strings(50, 2, 8, seed=2)]
 
 
@@ -84,7 +87,10 @@ def test_worker_processes_write_the_same_store(tmp_path):
     many = config_of(tmp_path / "two", data={"workers": 2})
     prepare(many, quiet)
     one, two = (store.read_manifest(c.experiment_dir / store.FOLDER) for c in (config, many))
-    assert one.parts == two.parts  # the same files, by their SHA-256
+    # the same files, by their SHA-256 (not by the times they were written)
+    assert [part.model_dump(exclude=WRITTEN_AT) for part in one.parts] == [
+        part.model_dump(exclude=WRITTEN_AT) for part in two.parts
+    ]
 
 
 def test_a_corpus_in_several_shards_and_two_gzip_files(tmp_path, monkeypatch):
@@ -174,6 +180,33 @@ def test_a_damaged_store_is_an_error_naming_the_file(tmp_path, damage):
     with pytest.raises(AttnmtError, match=message) as error:
         prepared_store(config, src_sw, tgt_sw, quiet)
     assert str(shard) in str(error.value)
+
+
+def test_an_unchanged_store_is_not_read_for_its_sha256_but_one_without_its_times_is(tmp_path, monkeypatch):
+    """A shard whose size and time are those recorded is taken as unchanged, as an input is; a
+    manifest written before the times were recorded has every shard read for its SHA-256."""
+    config = config_of(tmp_path, data={"dev": None, "test": {}})
+    src_sw, tgt_sw = prepare(config, quiet)
+    hashed = []
+    sha256 = store.file_sha256
+    monkeypatch.setattr(store, "file_sha256", lambda path: hashed.append(path) or sha256(path))
+    prepared_store(config, src_sw, tgt_sw, quiet)
+    assert not [path for path in hashed if store.FOLDER in path.parts]
+    manifest_path = config.experiment_dir / store.FOLDER / store.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    for part in manifest["parts"]:
+        for shard in part["shards"]:
+            for recorded in shard["files"].values():
+                del recorded["mtime_ns"]
+    manifest_path.write_text(json.dumps(manifest))
+    prepared_store(config, src_sw, tgt_sw, quiet)
+    assert len([path for path in hashed if store.FOLDER in path.parts]) == 3 * len(manifest["parts"][0]["shards"])
+    shard = config.experiment_dir / store.FOLDER / "train" / "00000.tgt.npy"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 1
+    shard.write_bytes(bytes(data))
+    with pytest.raises(AttnmtError, match="SHA-256 is not the one"):
+        prepared_store(config, src_sw, tgt_sw, quiet)
 
 
 def test_an_edited_manifest_is_an_error_naming_it(tmp_path):

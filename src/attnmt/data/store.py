@@ -78,8 +78,13 @@ class InputFile(_Record):
 
 
 class ShardFile(_Record):
+    """A file of the store as written. Like an input, a file whose size and modification time
+    are those recorded is taken as unchanged (hashing 4 GB of store at every start took seconds);
+    any other is read for its SHA-256. Stores written before the time was recorded: always read."""
+
     size: int
     sha256: str
+    mtime_ns: int | None = None
 
 
 class Shard(_Record):
@@ -239,7 +244,8 @@ class StoreWriter:
         files = {}
         for kind, array in arrays.items():
             path = self.partial / part.name / f"{len(part.shards):05d}.{kind}.npy"
-            files[kind] = ShardFile(size=_save(path, array), sha256=file_sha256(path))
+            size = _save(path, array)  # (renamed with its folder at the end: the time stays)
+            files[kind] = ShardFile(size=size, sha256=file_sha256(path), mtime_ns=_stat(path).st_mtime_ns)
         part.shards.append(
             Shard(pairs=len(rows), src_tokens=len(arrays["src"]), tgt_tokens=len(arrays["tgt"]), files=files)
         )
@@ -334,15 +340,18 @@ class StoredPart:
 
 
 def _mapped(path: Path, recorded: ShardFile, dtype: np.dtype, shape: tuple, check: bool) -> np.ndarray:
-    """The .npy file ``path`` mapped read-only, once its size (and with ``check`` its SHA-256) are
-    those of the manifest and it holds ``shape`` items of ``dtype``."""
-    size = _stat(path).st_size
+    """The .npy file ``path`` mapped read-only, once its size (and with ``check``, unless its time
+    is the one recorded, its SHA-256) are those of the manifest and it holds ``shape`` items of
+    ``dtype``."""
+    stat = _stat(path)
+    size = stat.st_size
     if size != recorded.size:
         raise AttnmtError(
             f"{path}: {size:,} bytes where the store's manifest says {recorded.size:,}: the store is "
             f"truncated or damaged; {REBUILD}"
         )
-    if check and file_sha256(path) != recorded.sha256:
+    unchanged = recorded.mtime_ns is not None and stat.st_mtime_ns == recorded.mtime_ns
+    if check and not unchanged and file_sha256(path) != recorded.sha256:
         raise AttnmtError(
             f"{path}: its SHA-256 is not the one in the store's manifest: the file was changed after it "
             f"was prepared; {REBUILD}"
