@@ -199,6 +199,7 @@ def test_a_flat_attention_folder_loads_as_it_did(tmp_path, name):
     folder, old, _ = flat_folder(tmp_path, name)
     config = model_config(folder)
     new = config.model_dump(mode="json")
+    assert new["training"].pop("memory_check") is True  # (added since: its default)
     assert {section: new[section] for section in old if section not in ("model", "experiment_dir")} == {
         section: value for section, value in old.items() if section not in ("model", "experiment_dir")
     }
