@@ -185,8 +185,7 @@ class TrainingLoop:
         is written: reading it would wait for a GPU) and the number of terms it sums (target tokens)."""
         tc = self.config.training
         self.model.train()
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16"):
-            loss, tokens = self.loss(batch.to(self.device))
+        loss, tokens = self.forward(batch.to(self.device))
         if self.processes.active:  # sums over the processes' shares: the loss and size of the whole batch
             loss_sum, tokens = distributed.total([loss.item(), tokens], self.processes)
         else:  # (a copy: a CUDA graph's output is overwritten by its next replay)
@@ -201,6 +200,11 @@ class TrainingLoop:
         if tc.schedule == "noam":
             self.scheduler.step()
         return loss_sum, int(tokens)
+
+    def forward(self, batch) -> tuple[torch.Tensor, int]:
+        """The batch's summed loss and its number of terms, under bf16 autocast if training.precision says so."""
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.training.precision == "bf16"):
+            return self.loss(batch)
 
     def check_memory(self):
         """One forward and backward pass over the largest batch the corpus can make (its longest
@@ -221,10 +225,7 @@ class TrainingLoop:
         self.model.train()
         try:
             with torch.random.fork_rng(devices=[self.device] if cuda else []), no_sync:
-                with torch.autocast(
-                    self.device.type, dtype=torch.bfloat16, enabled=self.config.training.precision == "bf16"
-                ):
-                    loss, tokens = self.loss(batch)
+                loss, tokens = self.forward(batch)
                 (loss / tokens).backward()
         except torch.OutOfMemoryError as error:
             longest = int(np.asarray(self.sizes)[indices].max())
