@@ -151,6 +151,33 @@ def local_client(app, base_url: str = "http://localhost", **kwargs):
     return TestClient(app, base_url=base_url, **kwargs)
 
 
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# Starting the browser is far slower than any page action on a fresh or busy machine (its first start
+# builds caches): CI once took over 20 s to launch a Chromium that starts in under 1 s here.
+CHROMIUM_LAUNCH_TIMEOUT_MS = 120_000
+
+
+def launch_chromium(playwright):
+    """Debian's Chromium under Playwright, headless; the test fails (skips outside CI) without it."""
+    require(
+        CHROMIUM.is_file(),
+        f"Chromium not found at {CHROMIUM}: the browser tests need a real browser (Debian: "
+        "apt-get install chromium, as .ci/run does); Playwright cannot download one here",
+    )
+    return playwright.chromium.launch(
+        executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=CHROMIUM_LAUNCH_TIMEOUT_MS
+    )
+
+
 def require(available: bool, message: str):
     """Skips the test (fails it under ATTNMT_STRICT=1 or CI) unless ``available``."""
     if not available:

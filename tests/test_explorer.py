@@ -9,7 +9,6 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -17,18 +16,8 @@ import pytest
 import uvicorn
 
 from attnmt.serve import ServerLimits, create_app
-from conftest import WAIT, random_strings, require
+from conftest import WAIT, launch_chromium, random_strings
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 TIMEOUT_MS = 20_000
 HIGHLIGHT_RATIO = 0.5  # as in static/heatmap.js: a source token is highlighted at >= ratio * the row's maximum
 
@@ -69,15 +58,10 @@ def server(reverse_model, tiny_transformer, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    require(
-        CHROMIUM.is_file(),
-        f"Chromium not found at {CHROMIUM}: the explorer tests need a real browser (Debian: "
-        "apt-get install chromium, as .ci/run does); Playwright cannot download one here",
-    )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=TIMEOUT_MS)
+        instance = launch_chromium(playwright)
         try:
             yield instance
         finally:

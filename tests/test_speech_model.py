@@ -21,7 +21,7 @@ from attnmt.cli import main
 from attnmt.serve import ServerLimits, create_app
 from attnmt.speech.recognizer import Recognizer
 from attnmt.training import train
-from conftest import WAIT, local_client, require
+from conftest import WAIT, launch_chromium, local_client
 from speech_helpers import RATE, random_texts, speech_config, tone, write_tone_corpus
 
 
@@ -195,26 +195,8 @@ def test_audio_sent_to_a_translation_model_is_refused(tiny_transformer, speech_m
 
 # --- the explorer's audio view in Chromium ------------------------------------------------------------------
 
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
 
 def test_explorer_uploads_plays_and_steps_through_audio(speech_model, tmp_path):
-    from pathlib import Path
-
-    chromium = Path("/usr/bin/chromium")
-    require(
-        chromium.is_file(),
-        f"Chromium not found at {chromium}: the explorer tests need a real browser (Debian: "
-        "apt-get install chromium, as .ci/run does)",
-    )
     from playwright.sync_api import sync_playwright
 
     folder, _, wavs, _ = speech_model
@@ -229,7 +211,7 @@ def test_explorer_uploads_plays_and_steps_through_audio(speech_model, tmp_path):
     [expected] = load(folder).transcribe([wavs[0]])  # the model's beam, as the page asks
     try:
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+            browser = launch_chromium(playwright)
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.set_default_timeout(20_000)
             errors = []
