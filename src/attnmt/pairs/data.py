@@ -196,6 +196,7 @@ def encode_pairs(
 
 
 CHUNK_PAIRS = 2_000  # training pairs encoded at a time
+SIZE_BLOCK = 1 << 16  # pairs whose sizes are computed at a time
 
 
 class FlatIds(Sequence):
@@ -219,33 +220,56 @@ class FlatIds(Sequence):
     def lengths(self) -> np.ndarray:
         return np.diff(self.starts)
 
-    @classmethod
-    def of(cls, flats: list[np.ndarray], lengths: list[np.ndarray], dtype: np.dtype) -> FlatIds:
-        """The chunks' flat ids and each pair's length joined."""
-        lengths = np.concatenate([np.zeros(1, np.int64), *lengths])
-        return cls(np.concatenate([np.zeros(0, dtype), *flats]), np.cumsum(lengths, dtype=np.int64))
+
+class GrowingArray:
+    """A numpy array appended to a block at a time, its buffer grown by half again when full
+    (`numpy.ndarray.resize`: a realloc, which for a large buffer moves pages rather than copying
+    them, and whose capacity not yet written holds no memory) and cut to its length by ``array()``:
+    a flat array built with no second copy of what it holds, nor freed blocks left behind."""
+
+    def __init__(self, dtype: np.dtype, first: int | None = None):
+        self.buffer, self.length = np.empty(1024, dtype), 0
+        if first is not None:
+            self.append(np.array([first], dtype))
+
+    def append(self, values: np.ndarray):
+        end = self.length + len(values)
+        if end > len(self.buffer):
+            self.buffer.resize(max(end, len(self.buffer) * 3 // 2), refcheck=False)
+        self.buffer[self.length : end] = values
+        self.length = end
+
+    def array(self) -> np.ndarray:
+        self.buffer.resize(self.length, refcheck=False)
+        return self.buffer
 
 
 @dataclass
 class TrainingPairs:
     """The encoded training pairs, held compactly (no texts, no Python lists): each side's ids,
     ending in EOS, as one flat array of the smallest integer type that holds the vocabulary's ids
-    (FlatIds), each pair's class and line in the file (from 1) as arrays; ``premise_ids[i]`` and
-    ``hypothesis_ids[i]`` are lists of ids, as in EncodedPairs."""
+    with each pair's start (FlatIds), each pair's class in an array of bytes (of int32 beyond 256
+    classes); ``premise_ids[i]`` and ``hypothesis_ids[i]`` are lists of ids, as in EncodedPairs.
+    About 4 bytes a piece of a pair's two sentences and 17 bytes a pair."""
 
     premise_ids: FlatIds
     hypothesis_ids: FlatIds
     label_ids: np.ndarray
-    lines: np.ndarray
     dropped_empty: int = 0
 
     def __len__(self):
         return len(self.label_ids)
 
     def sizes(self) -> np.ndarray:
-        """The longer sentence of each pair: its width in a batch (EncodedPairs.sizes)."""
-        sizes = np.maximum(self.premise_ids.lengths(), self.hypothesis_ids.lengths())
-        return sizes.astype(np.uint16 if len(sizes) and sizes.max() < 1 << 16 else np.int32)
+        """The longer sentence of each pair: its width in a batch (EncodedPairs.sizes), in the
+        smallest integer type that holds them (2 bytes a pair), computed a block of pairs at a time."""
+        premise, hypothesis = self.premise_ids.starts, self.hypothesis_ids.starts
+        largest = max(int(np.diff(premise).max(initial=0)), int(np.diff(hypothesis).max(initial=0)))
+        sizes = np.empty(len(self), np.uint16 if largest < 1 << 16 else np.int32)
+        for k in range(0, len(self), SIZE_BLOCK):
+            block = slice(k, k + SIZE_BLOCK + 1)
+            sizes[k : k + SIZE_BLOCK] = np.maximum(np.diff(premise[block]), np.diff(hypothesis[block]))
+        return sizes
 
 
 def encode_training_pairs(
@@ -265,7 +289,8 @@ def encode_training_pairs(
     dtype = token_dtype(len(subwords))
     label_dtype = np.uint8 if len(labels) <= 1 << 8 else np.int32
     pairs, unknown, long = PairLines(files), None, 0
-    premises, hypotheses, label_ids, lines = ([], []), ([], []), [], []
+    sides = [(GrowingArray(dtype), GrowingArray(np.int64, first=0)) for _ in range(2)]  # (ids, starts)
+    label_ids = GrowingArray(label_dtype)
     for chunk in chunked(pairs, CHUNK_PAIRS):
         if unknown is None:
             unknown = next(((line, label) for line, _, _, label in chunk if label not in index), None)
@@ -278,11 +303,11 @@ def encode_training_pairs(
             if max_length is None or max(len(encoded[0][k]), len(encoded[1][k])) <= max_length + 1
         ]
         long += len(chunk) - len(keep)
-        for (flats, lengths), ids in zip((premises, hypotheses), encoded):
-            flats.append(np.fromiter((i for k in keep for i in ids[k]), dtype=dtype))
-            lengths.append(np.array([len(ids[k]) for k in keep], np.int64))
+        for (flat, starts), ids in zip(sides, encoded):
+            lengths = np.array([len(ids[k]) for k in keep], np.int64)
+            starts.append(flat.length + np.cumsum(lengths))
+            flat.append(np.fromiter((i for k in keep for i in ids[k]), dtype=dtype, count=int(lengths.sum())))
         label_ids.append(np.array([index[chunk[k][3]] for k in keep], label_dtype))
-        lines.append(np.array([chunk[k][0] for k in keep], np.int64))
     if unknown is not None:
         raise AttnmtError(
             f"{name}: line {unknown[0]} has the label {unknown[1]!r}, not one of the model's labels "
@@ -290,17 +315,12 @@ def encode_training_pairs(
         )
     if long:
         log(f"{name}: dropped {long} pair(s) longer than {max_length} subwords")
-    if not sum(map(len, lines)):
+    if not label_ids.length:
         raise AttnmtError(f"{name}: no sentence pair is at most {max_length} subwords long; raise data.max_length")
     if pairs.dropped_empty:
         log(f"{name}: dropped {pairs.dropped_empty} pair(s) with an empty sentence")
-    return TrainingPairs(
-        FlatIds.of(*premises, dtype),
-        FlatIds.of(*hypotheses, dtype),
-        np.concatenate(label_ids),
-        np.concatenate(lines),
-        pairs.dropped_empty,
-    )
+    premises, hypotheses = (FlatIds(flat.array(), starts.array()) for flat, starts in sides)
+    return TrainingPairs(premises, hypotheses, label_ids.array(), pairs.dropped_empty)
 
 
 def training_labels(files: PairFiles) -> set[str]:
