@@ -79,7 +79,7 @@ def test_labels_that_would_make_classify_output_unreadable_are_refused(tmp_path,
     assert f"{path}: line 2: the label {label!r} (column 2) cannot be a class name" in str(e.value)
     assert problem in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(AttnmtError, match=r"data.labels: the label .* cannot be a class name"):
-        labels_of(config_from_dict(pair_config(tmp_path, data={"labels": ["E", label]}), tmp_path), None)
+        labels_of(config_from_dict(pair_config(tmp_path, data={"labels": ["E", label]}), tmp_path))
 
 
 def test_bad_utf8_is_an_error_naming_the_file(tmp_path):

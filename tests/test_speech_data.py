@@ -151,3 +151,29 @@ def test_a_bad_pieces_column_names_the_file_and_line(tmp_path):
     tsv.write_text("a.wav\tone\n", encoding="utf-8")
     with pytest.raises(AttnmtError, match=r"joined.tsv, line 1: no pieces column"):
         speech.read_pieces(tsv)
+
+
+def test_the_pieces_are_read_line_by_line_not_whole(tmp_path, monkeypatch):
+    """read_pieces iterates the lines of its file (no Path.read_text): the same pieces as before,
+    line numbers counted on "\\n" alone (a U+2028 in a transcript is no line break), and a missing
+    file or bad UTF-8 an error naming it."""
+    from pathlib import Path
+
+    tsv = tmp_path / "joined.tsv"
+    tsv.write_text("a.wav\tone two\t0.000-0.400:1 0.500-0.900:1\r\nb.wav\tone\u2028two\t0.000-0.400:2\n", "utf-8")
+
+    def refused(*args, **kwargs):
+        raise AssertionError("read whole")
+
+    monkeypatch.setattr(Path, "read_text", refused)
+    monkeypatch.setattr(Path, "read_bytes", refused)
+    pieces = speech.read_pieces(tsv)
+    assert [[(p.start, p.end, p.words) for p in line] for line in pieces] == [
+        [(0.0, 0.4, 1), (0.5, 0.9, 1)],
+        [(0.0, 0.4, 2)],
+    ]
+    with pytest.raises(AttnmtError, match=r"cannot read .*missing.tsv: no such file"):
+        speech.read_pieces(tmp_path / "missing.tsv")
+    tsv.write_bytes(b"a.wav\tone\t0.000-0.400:1\nb.wav\tcaf\xe9\t0.000-0.400:1\n")
+    with pytest.raises(AttnmtError, match=r"joined.tsv: line 2 is not valid UTF-8"):
+        speech.read_pieces(tsv)

@@ -75,7 +75,7 @@ def eflomal_in_memory(sources: list[str], targets: list[str], model: int = 3, fo
     return read(forward_file), read(backward_file)
 
 
-WHOLE_READS = ("read_corpus", "read_lines", "read_tsv", "read_link_file", "encode_corpus", "split_lines")
+WHOLE_READS = ("read_corpus", "read_lines", "read_tsv", "read_link_file", "encode_corpus", "split_lines", "read_pairs")
 
 
 def whole_reads_refused(monkeypatch, *corpora: Path):

@@ -17,7 +17,14 @@ from attnmt.core.config import Config
 from attnmt.core.distributed import ONE_PROCESS, Processes
 from attnmt.data.subwords import Subwords
 from attnmt.pairs.classifier import PairBatch, pair_batch, predict
-from attnmt.pairs.data import EncodedPairs, encode_pairs, prepare_pairs, read_pairs
+from attnmt.pairs.data import (
+    EncodedPairs,
+    TrainingPairs,
+    encode_pairs,
+    encode_training_pairs,
+    prepare_pairs,
+    read_pairs,
+)
 from attnmt.pairs.embeddings import initial_embeddings
 from attnmt.pairs.model import DecomposableAttention, build_pair_model
 from attnmt.training.loop import TrainingLoop
@@ -29,8 +36,8 @@ from attnmt.training.optimization import TrainingSetup, setup_training
 class PairData:
     subwords: Subwords  # one vocabulary for both sentences
     labels: list[str]
-    train: EncodedPairs  # without the pairs longer than data.max_length
-    dev: EncodedPairs | None
+    train: TrainingPairs  # read line by line, held as arrays; without the pairs longer than data.max_length
+    dev: EncodedPairs | None  # held with its texts
 
 
 def prepare_pair_data(
@@ -39,7 +46,7 @@ def prepare_pair_data(
     with distributed.main_first(processes):
         subwords = prepare_pairs(config, log)
     d = config.data
-    train = encode_pairs(read_pairs(d.train), subwords, d.labels, str(d.train.tsv), d.max_length, log)
+    train = encode_training_pairs(d.train, subwords, d.labels, d.max_length, log)
     dev = encode_pairs(read_pairs(d.dev), subwords, d.labels, str(d.dev.tsv), None, log) if d.dev else None
     return PairData(subwords, d.labels, train, dev)
 
@@ -96,12 +103,12 @@ def summary(config: Config, model: nn.Module, data: PairData) -> str:
     )
 
 
-def pair_training_batch(data: EncodedPairs, indices: list[int]) -> PairBatch:
+def pair_training_batch(data: TrainingPairs | EncodedPairs, indices: list[int]) -> PairBatch:
     """The pairs ``indices`` of ``data`` as a batch, with their labels."""
     return pair_batch(
         [data.premise_ids[i] for i in indices],
         [data.hypothesis_ids[i] for i in indices],
-        [data.label_ids[i] for i in indices],
+        [int(data.label_ids[i]) for i in indices],
     )
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from attnmt.core.errors import AttnmtError
 from attnmt.core.progress import phase_bar
+from attnmt.data.corpus import stream_lines
 
 SAMPLE_RATE = 16000  # the joined corpora are written at this rate
 
@@ -200,9 +201,11 @@ def parse_pieces(text: str, where: str) -> list[Piece]:
 
 def read_pieces(tsv: Path) -> list[list[Piece]]:
     """The pieces column (the third) of each line of a joined corpus: join_utterances' and
-    attnmt.speech.digits' TSV files. Each transcript has as many words as its pieces together."""
+    attnmt.speech.digits' TSV files, read line by line (attnmt.data.corpus.stream_lines: a missing
+    file or bad UTF-8 is an error naming it). Each transcript has as many words as its pieces
+    together."""
     pieces = []
-    for number, line in enumerate(Path(tsv).read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(stream_lines(tsv), 1):
         columns = line.split("\t")
         where = f"{tsv}, line {number}"
         if len(columns) < 3:
