@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -229,79 +229,148 @@ def greedy_search(
     output). ``stop``: as beam_search's. ``observers``, ``processors``: see ``run_eager`` (the trace; a
     prefix)."""
     memory = model.encode(src, src_lengths, window)
-    greedy = Greedy(src.size(0), alpha, max_lengths, memory_lengths(memory), src.device, beta, pick)
+    greedy = Greedy(GreedySearch(memory, max_lengths, alpha, vocabulary, beta, pick))
     return checked_search(run_eager(greedy, model, memory, vocabulary, stop, observers, processors))
 
 
-class Greedy:
-    """The strategy of greedy search (and sampling, with ``pick``) in the eager loop
-    (``run_eager``): one row per sentence still going, the sentence of each (``active``), its last
-    token (``prev``); per step the sentences of the rows, their tokens and (``history``) weights,
-    read per sentence at the end."""
+@dataclass
+class GreedyLoop:
+    """Greedy search between two steps, in either executor: the rows of the next step and what
+    each sentence has written. The fixed-shape executor keeps a row for every sentence until all
+    have ended; the eager one keeps those still going (``Greedy.next_batch``), so the sentence of
+    each row is in ``rows`` and what belongs to a sentence is indexed by sentence, not by row."""
+
+    step: Tensor | int  # the step t about to run: (1,) on the device (fixed shapes), or an int (eager)
+    prev: Tensor  # (rows,) the token each row wrote last (BOS at first)
+    state: Any  # the rows' decoder state (None in the eager loop, which holds it)
+    rows: Tensor  # (rows,) the sentence of each row
+    log_prob: Tensor  # (B,) each sentence's log-probability of the tokens written so far
+    length: Tensor  # (B,) its tokens written so far
+    ended: Tensor  # (B,) True once it wrote EOS or reached its length limit
+
+
+class GreedySearch:
+    """The strategy of greedy search, and of sampling with ``pick``, the one of both executors: from
+    a step's log-probabilities, each row's token (the most probable, or ``pick``'s draw:
+    processors.choose; EOS at the length limit: ``ended_at_limit``), written into the ``History``
+    and added to its sentence's log-probability and length (``advance``), then each sentence's
+    hypothesis (``results``). Each executor binds it to its loop: ``Greedy`` (the eager loop, rows
+    leaving as their sentences end) and fast_decoding._Greedy (every row kept, masked)."""
 
     def __init__(
         self,
-        batch: int,
-        alpha: float,
+        memory,
         max_lengths: list[int],
-        memory_widths: list[int],
-        device: torch.device,
+        alpha: float,
+        vocabulary: Tensor | None = None,
         beta: float = 0.0,
         pick: Callable[[Tensor], Tensor] | None = None,
     ):
-        self.batch = batch
+        device = memory.mask.device
+        self.batch = len(max_lengths)
         self.alpha = alpha
+        self.vocabulary = vocabulary
         self.beta = beta
         self.pick = pick
         self.max_lengths = max_lengths
-        self.memory_widths = memory_widths
-        self.limits = torch.tensor(max_lengths, device=device)
         self.shortest = min(max_lengths)
-        self.prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
-        self.active = torch.arange(batch, device=device)  # the sentence of each row
-        self.log_probs = torch.zeros(batch, device=device)
-        self.rows: list[Tensor] = []
-        self.tokens: list[Tensor] = []
-        self.history = History()  # (each step's attention, added by the loop)
+        self.memory = memory  # (of every sentence: its real positions, read at the end)
+        self.limits = torch.tensor(max_lengths, device=device)
+        self.history = History(max(max_lengths), self.batch, device)
+
+    def start(self, state, step: Tensor | int) -> GreedyLoop:
+        """The loop before the first step (``step``: 0, as the executor counts its steps), a row a
+        sentence."""
+        batch, device = self.batch, self.limits.device
+        return GreedyLoop(
+            step,
+            torch.full((batch,), BOS, dtype=torch.long, device=device),
+            state,
+            torch.arange(batch, device=device),
+            torch.zeros(batch, device=device),
+            torch.zeros(batch, dtype=torch.long, device=device),
+            torch.zeros(batch, dtype=torch.bool, device=device),
+        )
+
+    def advance(self, loop: GreedyLoop, out: StepOutput) -> GreedyLoop:
+        """Step t's token of each row, and the loop of step t+1 (the same rows; reads no value back)."""
+        t, rows = loop.step, loop.rows
+        limits = self.limits[rows]
+        at_limit = limits <= t + 1
+        log_probs = out.log_probs
+        # (an int t, the eager loop's, tells the host that no row has reached its limit yet)
+        if not isinstance(t, int) or t + 1 >= self.shortest:
+            log_probs = ended_at_limit(log_probs, at_limit)  # (at its length limit a sentence writes EOS)
+        column, best = processors.choose(log_probs, self.pick)  # (the one choice of both executors)
+        token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
+        going = ~loop.ended[rows]  # (an ended sentence's row, kept by the fixed shapes, adds nothing)
+        self.history.write(t, token, None, out.weights, columns=rows)
+        return GreedyLoop(
+            t + 1,
+            token,
+            out.state,
+            rows,
+            loop.log_prob.index_add(0, rows, torch.where(going, best.to(loop.log_prob.dtype), 0.0)),
+            loop.length.index_add(0, rows, going.long()),
+            loop.ended.index_put((rows,), ~going | (token == EOS) | at_limit),
+        )
+
+    def results(self, loop: GreedyLoop, steps: int) -> list[list[Hypothesis]]:
+        """Each sentence's hypothesis after ``steps`` steps: its tokens and attention read from the
+        history, cut at its length."""
+        tokens = self.history.tokens[:steps].t().tolist()  # (B, steps)
+        weights = self.history.weights
+        attention = None if weights is None else weights[:steps].transpose(0, 1).float().cpu()
+        lengths, log_probs = loop.length.tolist(), loop.log_prob.tolist()
+        widths = memory_lengths(self.memory)
+        return [
+            [
+                hypothesis_of(
+                    tokens[i][:length],
+                    log_probs[i],
+                    None if attention is None else attention[i],
+                    self.alpha,
+                    widths[i],
+                    self.beta,
+                )
+            ]
+            for i, length in enumerate(lengths)
+        ]
+
+
+class Greedy:
+    """GreedySearch in the eager loop (``run_eager``): one row per sentence still going. A sentence
+    that has ended leaves the batch (``next_batch``), so later steps compute only the others:
+    on a CPU, where a step's time grows with its rows, this is what makes greedy search fast."""
+
+    def __init__(self, search: GreedySearch):
+        self.search = search
+        self.max_lengths = search.max_lengths
+        self.loop = search.start(None, 0)  # (the decoder state is the loop's: run_eager)
+        self.steps = 0
+
+    @property
+    def prev(self) -> Tensor:
+        """The token each row wrote last (what an observer reads of the step just chosen)."""
+        return self.loop.prev
 
     def advance(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> Tensor:
         """Step t's token of each row; returns which rows go on (not EOS, not at the length limit:
         a model may give EOS no probability)."""
-        scores = step.log_probs
-        if t + 1 >= self.shortest:  # some sentence may be at its limit: it writes EOS
-            scores = ended_at_limit(scores, self.limits[self.active] <= t + 1)
-        column, best = processors.choose(scores, self.pick)  # (the one code path of both executors)
-        self.prev = token_ids(column, vocabulary)
-        self.log_probs[self.active] += best
-        self.rows.append(self.active)
-        self.tokens.append(self.prev)
-        return (self.prev != EOS) & (self.limits[self.active] > t + 1)
+        self.loop = replace(self.search.advance(self.loop, step), state=None)
+        self.steps = t + 1
+        return ~self.loop.ended[self.loop.rows]
 
     def next_batch(self, going: Tensor, state, memory):
         """The rows of step t+1: those going (a finished sentence's row leaves the batch)."""
         if bool(going.all()):
             return state, memory
         kept = going.nonzero().view(-1)
-        self.active, self.prev = self.active[kept], self.prev[kept]
+        self.loop = replace(self.loop, prev=self.loop.prev[kept], rows=self.loop.rows[kept])
         return state.select(kept), memory.select(kept)
 
     def results(self) -> list[list[Hypothesis]]:
-        rows = torch.cat(self.rows)
-        order = rows.argsort(stable=True)  # every row of sentence 0, in step order, then 1, ...
-        tokens = torch.cat(self.tokens)[order].tolist()
-        weights = self.history.weights
-        attention = None if weights[0] is None else torch.cat(weights)[order].float()
-        lengths = torch.bincount(rows, minlength=self.batch).tolist()
-        log_probs = self.log_probs.tolist()
-        results, start = [], 0
-        for i, length in enumerate(lengths):
-            matrix = None if attention is None else attention[start : start + length]
-            hypothesis = hypothesis_of(
-                tokens[start : start + length], log_probs[i], matrix, self.alpha, self.memory_widths[i], self.beta
-            )
-            results.append([hypothesis])
-            start += length
-        return results
+        return self.search.results(self.loop, self.steps)
 
 
 class History:
@@ -312,11 +381,13 @@ class History:
     following the parents: copying every live hypothesis' tokens and weights forward at every step
     would cost O(length^2).
 
-    Two layouts, one an executor. The eager loop's batch shrinks as sentences finish: it adds each
-    step's tensors to lists (``add_weights``, then ``add_rows``). The fixed-shape executor's rows
-    stay: ``History(steps, rows, device)`` makes buffers for the longest output, which ``write``
-    fills at the step counter, a tensor (a captured graph writes there); the buffer of weights is
-    made at the first step (its weights give their type and width; None without attention)."""
+    Two layouts. Eager beam search's batch shrinks as sentences finish and its rows' parents are
+    rows of the step before: it adds each step's tensors to lists (``add_weights``, then
+    ``add_rows``). ``History(steps, rows, device)`` makes buffers for the longest output instead,
+    which ``write`` fills at the step counter (a tensor: a captured graph writes there): the
+    fixed-shape executor's rows, and greedy search's sentences in either executor (a row writes
+    into its sentence's column); the buffer of weights is made at the first step (its weights
+    give their type and width; None without attention)."""
 
     def __init__(self, steps: int | None = None, rows: int = 0, device: torch.device | None = None):
         self.weights: list[Tensor | None] | Tensor | None  # step t: (rows of step t, S)
@@ -338,15 +409,29 @@ class History:
         self.tokens.append(tokens)
         self.parents.append(parents)
 
-    def write(self, t: Tensor, tokens: Tensor, parents: Tensor | None, weights: Tensor | None):
-        """Fixed shapes: step t's tokens and parents of the rows of step t+1 (rows,; no parents:
-        greedy search) and its weights (rows, S), at ``t`` (1,), a tensor on the device."""
+    def write(
+        self,
+        t: Tensor | int,
+        tokens: Tensor,
+        parents: Tensor | None,
+        weights: Tensor | None,
+        columns: Tensor | None = None,
+    ):
+        """Into the buffers: step t's tokens and parents of the rows of step t+1 (rows,; no parents:
+        greedy search) and its weights (rows, S), at ``t``: (1,), a tensor on the device, or the
+        eager loop's int. ``columns``: the buffers' column of each row (greedy search's sentence
+        of each row, whose rows leave the eager loop as they end); None: every column in order."""
+        if weights is not None and self.weights is None:
+            self.weights = weights.new_zeros(self.tokens.size(0), self.tokens.size(1), weights.size(1))
+        if columns is not None:
+            self.tokens[t, columns] = tokens
+            if weights is not None:
+                self.weights[t, columns] = weights
+            return
         self.tokens.index_copy_(0, t, tokens.unsqueeze(0))
         if parents is not None:
             self.parents.index_copy_(0, t, parents.unsqueeze(0))
         if weights is not None:
-            if self.weights is None:
-                self.weights = weights.new_zeros(self.tokens.size(0), *weights.shape)
             self.weights.index_copy_(0, t, weights.unsqueeze(0))
 
     def read(self, t: int, rows: Tensor, tokens: Tensor) -> tuple[list[list[int]], Tensor | None]:
@@ -438,8 +523,8 @@ def run_eager(
     """The eager executor's search loop, the one of every textbook search: from the encoder's
     ``memory``, each step runs the model on the rows ``strategy`` keeps (Greedy, Beams,
     constraints._ConstrainedBeams), ``processors`` restrict its log-probabilities (a prefix:
-    processors.processed_step), the strategy's history captures its attention, and the strategy
-    chooses the rows' next tokens (``advance``: which groups go on) and the rows of the next step
+    processors.processed_step), and the strategy chooses the rows' next tokens, its history
+    capturing the step's attention (``advance``: which groups go on), and the rows of the next step
     (``next_batch``: the finished ones leave the batch, the processors' states with them). Each of
     ``observers`` sees the memory (``begin(memory)``) and every step (``observe(t, step,
     strategy)``, after the choice): the trace, the beam tree (BeamRecorder).
@@ -450,7 +535,6 @@ def run_eager(
         observer.begin(memory)
     for t in range(max(strategy.max_lengths)):
         step = processed_step(model, processors, t, strategy.prev, state, memory)
-        strategy.history.add_weights(step.weights)  # (before the choice: the hypotheses that end read it)
         going = strategy.advance(t, step, vocabulary)
         for observer in observers:
             observer.observe(t, step, strategy)
@@ -497,6 +581,7 @@ class Beams:
 
     def advance(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> Tensor:
         """Step t's choice (``extend``): which sentences go on (``going``)."""
+        self.history.add_weights(step.weights)  # (before the choice: the hypotheses that end read it)
         sentences, self.source_rows = self.extend(t, step, vocabulary)
         return self.going(t, sentences)
 
@@ -508,33 +593,29 @@ class Beams:
         k, device = self.k, self.device
         n = self.active.numel()
         sentences = self.active.tolist()
-        top_scores, origin, next_column = best_candidates(self.scores, self.log_probs_at(t, step, sentences), k)
-        next_token = token_ids(next_column, vocabulary)
+        choice = beam_choice(self.scores, self.log_probs_at(t, step, sentences), k, vocabulary)
         # (n, 2k): the row of batch t that each candidate extends
-        source_rows = torch.arange(n, device=device).unsqueeze(1) * self.width + origin
-        is_eos = next_token == EOS
-
-        # EOS among the best k candidates: finished hypotheses.
-        ends = is_eos & (top_scores > float("-inf")) & (torch.arange(2 * k, device=device) < k)
-        if bool(ends.any()):
+        source_rows = torch.arange(n, device=device).unsqueeze(1) * self.width + choice.origin
+        if bool(choice.ends.any()):  # EOS among the best k candidates: finished hypotheses
+            ends = choice.ends
             groups = ends.nonzero()[:, 0].tolist()
-            self._finish(
-                t, [sentences[g] for g in groups], source_rows[ends], next_token[ends], top_scores[ends].tolist()
-            )
-
-        # The best k candidates that do not end in EOS stay alive.
-        alive = ~is_eos & (torch.cumsum((~is_eos).long(), dim=1) <= k)
-        self.last_step = sentences, origin, next_token, top_scores, ends, alive  # (for the tree: tree_step)
-        source_rows, self.prev = source_rows[alive], next_token[alive]  # (n*k,)
-        self.scores = top_scores[alive].view(n, k)
+            tokens, log_probs = choice.token[:, :k][ends], choice.score[:, :k][ends].tolist()
+            self._finish(t, [sentences[g] for g in groups], source_rows[:, :k][ends], tokens, log_probs)
+        self.last_step = sentences, choice  # (for the tree: tree_step)
+        source_rows, self.prev = (
+            source_rows.gather(1, choice.alive).view(-1),
+            choice.token.gather(1, choice.alive).view(-1),
+        )
+        self.scores = choice.score.gather(1, choice.alive)  # (n, k)
         return sentences, source_rows
 
     def tree_step(self) -> list[tuple[int, list[TreeCandidate]]]:
         """The last step's 2k candidates of each sentence, as the search tree adds them
         (BeamRecorder.add): finished, kept or pruned, those at -inf left out."""
-        sentences, origin, token, score, finished, alive = self.last_step
-        origin, token, score = origin.tolist(), token.tolist(), score.tolist()
-        finished, alive = finished.tolist(), alive.tolist()
+        sentences, choice = self.last_step
+        origin, token, score = choice.origin.tolist(), choice.token.tolist(), choice.score.tolist()
+        finished = F.pad(choice.ends, (0, self.k)).tolist()
+        alive = torch.zeros_like(choice.token, dtype=torch.bool).scatter(1, choice.alive, True).tolist()
         groups = []
         for g, sentence in enumerate(sentences):
             candidates = []
@@ -656,6 +737,38 @@ def checked_search(results: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
                 "the model computed scores that are not numbers (NaN): its weights are damaged or its training diverged"
             )
     return results
+
+
+@dataclass
+class BeamChoice:
+    """A beam search step's choice in each of n sentences (``beam_choice``)."""
+
+    score: Tensor  # (n, 2k) the sentence's 2k best candidates' log-probabilities, best first
+    origin: Tensor  # (n, 2k) the row of the sentence each extends (0 .. width-1)
+    token: Tensor  # (n, 2k) its token id
+    ends: Tensor  # (n, k) which of the best k end in EOS: they finish
+    alive: Tensor  # (n, k) the positions among the 2k of the best k that do not end in EOS: they stay
+
+
+def beam_choice(scores: Tensor, log_probs: Tensor, k: int, vocabulary: Tensor | None) -> BeamChoice:
+    """Beam search's choice of a step, the one of both executors (``Beams``, fast_decoding.FixedBeam;
+    fairseq's Search.step): each sentence's 2k best candidates (``best_candidates``), those among
+    its best k that end in EOS, which finish, and its best k that do not, which stay alive.
+    ``scores`` (n, width) the live hypotheses', ``log_probs`` (n*width, columns) the step's, the
+    rows at their length limit already ended (``ended_at_limit``: there all of a sentence's live
+    hypotheses finish); ``vocabulary``: a shortlist's ids of the columns. Reads no value back."""
+    score, origin, column = best_candidates(scores, log_probs, k)
+    token = token_ids(column, vocabulary)
+    is_eos = token == EOS
+    ends = is_eos[:, :k] & (score[:, :k] > float("-inf"))
+    # (a row has one EOS at most, and a sentence k rows at most: k of the 2k do not end)
+    return BeamChoice(score, origin, token, ends, first_true(~is_eos, k))
+
+
+def first_true(mask: Tensor, k: int) -> Tensor:
+    """The positions of the first k True values of each row of ``mask``, in order (a stable sort
+    puts them first: a shape fixed in advance, unlike a boolean mask's selection)."""
+    return mask.int().sort(dim=1, descending=True, stable=True).indices[:, :k]
 
 
 def best_candidates(scores: Tensor, log_probs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:

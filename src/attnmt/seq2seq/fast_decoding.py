@@ -12,9 +12,11 @@ What. Every sentence keeps its rows for the whole search (one for greedy, k for 
 sentence that has ended is masked, not removed. Each step's bookkeeping is tensor operations on
 the device:
   - greedy: the best token of each row; log-probability and length grow until EOS, which is the
-    only token a row may write at its length limit (decoding.ended_at_limit);
-  - beam: the 2k best candidates of each sentence (decoding.best_candidates); those ending in
-    EOS among the best k (at the sentence's length limit all of its live ones) join a fixed-size
+    only token a row may write at its length limit (decoding.ended_at_limit): the eager
+    executor's own strategy, decoding.GreedySearch, on rows that never leave;
+  - beam: the 2k best candidates of each sentence; those ending in EOS among the best k (at the
+    sentence's length limit all of its live ones; decoding.beam_choice, the eager executor's
+    choice) join a fixed-size
     table of its n best finished hypotheses (score, log-probability, end step, row, last token),
     kept in the order Python's stable sort gives decoding's lists; the k best candidates that do
     not end in EOS stay alive; the stopping rules of decoding.beam_search are tensor comparisons.
@@ -63,26 +65,26 @@ import torch
 from torch import Tensor
 
 from attnmt.core.errors import AttnmtError
-from attnmt.data.subwords import BOS, EOS
+from attnmt.data.subwords import BOS
 from attnmt.seq2seq.base import EncoderDecoder, StepOutput
-from attnmt.seq2seq import processors
 from attnmt.seq2seq.processors import processed_step, started
 from attnmt.seq2seq.capture import captured, side_stream
 from attnmt.seq2seq.decoding import (
     COVERAGE_FLOOR,
     NO_COVERAGE,
     BeamRecorder,
+    GreedyLoop,
+    GreedySearch,
     History,
     Hypothesis,
+    beam_choice,
     beam_done,
-    best_candidates,
     checked_search,
     ended_at_limit,
     hypothesis_of,
     length_penalty,
     memory_lengths,
     stop_now,
-    token_ids,
 )
 
 CHECK_EVERY = 8  # steps between two "are all sentences done?", each a host synchronisation
@@ -260,16 +262,6 @@ def _batch_size(memory) -> int:
 # ------------------------------------------------------------------------------- greedy search
 
 
-@dataclass
-class _GreedyLoop:
-    step: Tensor  # (1,) the step t about to run
-    prev: Tensor  # (B,) the token each sentence wrote last (BOS at first)
-    state: Any  # the model's decoder state
-    log_prob: Tensor  # (B,) of the tokens written so far
-    length: Tensor  # (B,) tokens written so far
-    ended: Tensor  # (B,) True once the sentence wrote EOS or reached its limit
-
-
 class _FixedStrategy:
     """A strategy of the fixed-shape executor (``run_fixed``): start() the loop, step() it (no value
     read back: the model's step on every row, its log-probabilities through the loop
@@ -291,7 +283,8 @@ class _FixedStrategy:
 
 
 class _Greedy(_FixedStrategy):
-    """Greedy search on one row per sentence."""
+    """decoding.GreedySearch in the fixed-shape loop: one row per sentence, every row to the end
+    (an ended sentence's row masked: it adds nothing)."""
 
     def __init__(
         self,
@@ -306,65 +299,22 @@ class _Greedy(_FixedStrategy):
     ):
         self.model = model
         self.memory = memory
-        self.alpha = alpha
-        self.vocabulary = vocabulary
-        self.beta = beta
-        self.pick = pick
         self.processors = tuple(processors)
-        device = memory.states.device
-        self.limits = torch.tensor(max_lengths, device=device)
-        self.history = History(max(max_lengths), _batch_size(memory), device)
+        self.search = GreedySearch(memory, max_lengths, alpha, vocabulary, beta, pick)
+        self.history = self.search.history
 
-    def start(self) -> _GreedyLoop:
-        batch, device = _batch_size(self.memory), self.limits.device
-        return _GreedyLoop(
-            torch.zeros(1, dtype=torch.long, device=device),
-            torch.full((batch,), BOS, dtype=torch.long, device=device),
-            self.first_state(),
-            torch.zeros(batch, device=device),
-            torch.zeros(batch, dtype=torch.long, device=device),
-            torch.zeros(batch, dtype=torch.bool, device=device),
-        )
+    def start(self) -> GreedyLoop:
+        step = torch.zeros(1, dtype=torch.long, device=self.search.limits.device)
+        return self.search.start(self.first_state(), step)
 
-    def advance(self, loop: _GreedyLoop, out: StepOutput) -> _GreedyLoop:
-        t = loop.step
-        # (at its length limit a sentence writes EOS)
-        log_probs = ended_at_limit(out.log_probs, self.limits <= t + 1)
-        column, best = processors.choose(log_probs, self.pick)  # (decoding.Greedy's own code path)
-        token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
-        going = ~loop.ended
-        self.history.write(t, token, None, out.weights)
-        return _GreedyLoop(
-            t + 1,
-            token,
-            out.state,
-            torch.where(going, loop.log_prob + best, loop.log_prob),
-            loop.length + going.long(),
-            loop.ended | (token == EOS) | (self.limits <= t + 1),
-        )
+    def advance(self, loop: GreedyLoop, out: StepOutput) -> GreedyLoop:
+        return self.search.advance(loop, out)
 
-    def all_done(self, loop: _GreedyLoop) -> Tensor:
+    def all_done(self, loop: GreedyLoop) -> Tensor:
         return loop.ended.all()
 
-    def results(self, loop: _GreedyLoop, steps: int) -> list[list[Hypothesis]]:
-        tokens = self.history.tokens[:steps].t().tolist()  # (B, steps)
-        weights = self.history.weights
-        attention = None if weights is None else weights[:steps].transpose(0, 1).float().cpu()
-        lengths, log_probs = loop.length.tolist(), loop.log_prob.tolist()
-        widths = memory_lengths(self.memory)
-        return [
-            [
-                hypothesis_of(
-                    tokens[i][:length],
-                    log_probs[i],
-                    None if attention is None else attention[i],
-                    self.alpha,
-                    widths[i],
-                    self.beta,
-                )
-            ]
-            for i, length in enumerate(lengths)
-        ]
+    def results(self, loop: GreedyLoop, steps: int) -> list[list[Hypothesis]]:
+        return self.search.results(loop, steps)
 
 
 # ------------------------------------------------------------------------------- beam search
@@ -473,18 +423,13 @@ class FixedBeam(_FixedStrategy):
         log_probs = out.log_probs.view(self.batch, k, -1)[:, :width].flatten(0, 1)
         # At its length limit a sentence's live hypotheses can only write EOS: they all finish.
         log_probs = ended_at_limit(log_probs, (self.limits <= t + 1).repeat_interleave(width))
-        # the 2k best candidates of each sentence (B,2k), best first
-        candidates, origin, column = best_candidates(loop.scores, log_probs, k)
-        token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
+        # the 2k best candidates of each sentence (B,2k), best first: the EOS among the best k
+        # finish, the best k others stay alive (the eager executor's choice, decoding.beam_choice)
+        choice = beam_choice(loop.scores, log_probs, k, self.vocabulary)
+        candidates, origin, token, alive = choice.score, choice.origin, choice.token, choice.alive
         parent = self.first_row + origin  # the row of this step each candidate extends
-        is_eos = token == EOS
         coverage, penalty = self._coverage(loop.coverage, out.weights, parent)
-
-        # EOS among the best k candidates: finished hypotheses.
-        ended = is_eos[:, :k] & (candidates[:, :k] > NEG_INF) & still_open
-        # The best k candidates that do not end in EOS stay alive (a row has one EOS at most, so
-        # there are k of them).
-        alive = _first_true(~is_eos, k)
+        ended = choice.ends & still_open
         scores, prev, parent_alive = (x.gather(1, alive) for x in (candidates, token, parent))
         finished = self._with_finished(
             loop.finished,
@@ -662,12 +607,6 @@ class TreeBuffers:
                         candidates.append((origin[t][b][j], token[t][b][j], score[t][b][j], status_name, count))
                 groups.append((b, candidates))
             record.add(t, groups)
-
-
-def _first_true(mask: Tensor, k: int) -> Tensor:
-    """The positions of the first k True values of each row of ``mask`` (a stable sort puts them
-    first, in order)."""
-    return mask.int().sort(dim=1, descending=True, stable=True).indices[:, :k]
 
 
 __all__ = [
