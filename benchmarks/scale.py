@@ -168,7 +168,9 @@ def run_attnmt(work: Path, pairs: int, files, steps: int, workers: int, processe
         if count == 1:
             cmd = [*python, "train", config, "--no-progress", "--threads", 2]
         else:
-            cmd = ["torchrun", "--standalone", "--nproc-per-node", count, "-m", "attnmt.cli", "train", config]
+            # torchrun of this interpreter's torch (a `torchrun` on PATH may be another Python's)
+            torchrun = [sys.executable, "-m", "torch.distributed.run"]
+            cmd = [*torchrun, "--standalone", "--nproc-per-node", count, "-m", "attnmt.cli", "train", config]
             cmd += ["--no-progress", "--threads", 1]
         run = measured(cmd, logs / f"attnmt-{pairs}-train-{count}.log", env, ATTNMT_FIRST_STEP)
         figures[f"train_{count}"] = {**run, "tokens_per_s": attnmt_tokens_per_s(folder)}
@@ -243,13 +245,11 @@ def table(results: dict) -> str:
 
 
 def check_requirements(args, work: Path, sizes: list[int]):
-    from requirements import Missing, check, multi30k, path, program
+    from requirements import Missing, check, multi30k, path
 
     needs = [multi30k(MULTI30K, ["train.de.gz", "train.en.gz"])]
     if "opennmt" in args.systems:
         needs.append(path(PEER_CONFIGS / "opennmt-rnn_de_en.yaml", "OpenNMT-py's configuration", None))
-    if max(args.processes) > 1 and "attnmt" in args.systems:
-        needs.append(program("torchrun", "attnmt on several processes", advice="it comes with torch"))
     existing = next(folder for folder in (work, *work.parents) if folder.exists())  # (nothing made before the check)
     largest = sum(sizes) if args.keep_corpora else max(sizes)  # (a size's files deleted before the next)
     wanted, free = largest * BYTES_A_PAIR, shutil.disk_usage(existing).free

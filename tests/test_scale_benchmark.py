@@ -40,3 +40,15 @@ def test_the_table_has_a_column_for_each_system_and_size(scale):
     text = scale.table({"attnmt": {30_000: figures}, "opennmt": {30_000: {}}})
     assert "| | attnmt 30,000 pairs | opennmt 30,000 pairs |" in text
     assert re.search(r"\| training, peak RSS / RssAnon, MB \| 1,352 / 1,156 \| — \|", text)
+
+
+def test_every_attnmt_command_runs_this_interpreter_even_under_torchrun(scale, tmp_path, monkeypatch):
+    """A `torchrun` found on PATH may belong to another Python, without attnmt: the benchmark runs
+    torch.distributed.run of the interpreter that runs it."""
+    commands = []
+    monkeypatch.setattr(scale, "measured", lambda cmd, *args: commands.append(cmd) or {"wall_s": 1.0})
+    monkeypatch.setattr(scale, "attnmt_tokens_per_s", lambda folder: None)
+    scale.run_attnmt(tmp_path, 100, (tmp_path / "a.de", tmp_path / "a.en"), 5, 1, [1, 2])
+    assert len(commands) == 3  # prepare, one process, two processes
+    assert all(cmd[0] == sys.executable for cmd in commands)
+    assert commands[2][1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node" in commands[2]
