@@ -425,18 +425,15 @@ class StoredPairs:
     def sizes(self) -> np.ndarray:
         """Padded length that each pair occupies in a batch (its longer side, +1 for BOS/EOS), in
         the smallest integer type that holds them (2 bytes a pair: the one array that grows with
-        the corpus, beside the epoch's order), computed a shard at a time."""
-        shards = [(rows, int(prefix is not None)) for part, prefix in self.segments for rows in part.rows]
-        largest = max(
-            (max(int(rows["src_length"].max()) + extra, int(rows["tgt_length"].max())) + 1 for rows, extra in shards),
-            default=0,
-        )
-        sizes = np.empty(len(self), np.uint16 if largest < 1 << 16 else np.int32)
-        start = 0
-        for rows, extra in shards:
-            sizes[start : start + len(rows)] = np.maximum(rows["src_length"] + extra, rows["tgt_length"]) + 1
-            start += len(rows)
-        return sizes
+        the corpus, beside the epoch's order), computed a shard at a time in one pass over the rows
+        (32 bytes a pair on disk: at 30 million pairs a second pass read another 960 MB)."""
+        shards = [np.zeros(0, np.uint16)]
+        for part, prefix in self.segments:
+            for rows in part.rows:
+                sizes = np.maximum(rows["src_length"] + int(prefix is not None), rows["tgt_length"]) + 1
+                # (uint16 unless a pair is longer; one int32 shard makes the whole array int32)
+                shards.append(sizes.astype(np.uint16) if not len(sizes) or sizes.max() < 1 << 16 else sizes)
+        return np.concatenate(shards)
 
     @property
     def lines(self) -> np.ndarray | None:
