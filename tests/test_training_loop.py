@@ -17,6 +17,7 @@ from attnmt.core.distributed import device as distributed_device
 from attnmt.data.batching import epoch_batches
 from attnmt.core.errors import AttnmtError
 from attnmt.training import MetricsWindow, ProgressBar, TrainerState, TrainingLoop, batches_to_train, setup_training
+from attnmt.training.loop import CPU_OUT_OF_MEMORY
 from attnmt.training.divergence import DivergenceCheck
 from attnmt.translation.training import prepare_data
 from conftest import random_strings, reverse, toy_config, write_tsv
@@ -220,9 +221,21 @@ def test_the_memory_check_runs_the_longest_batch_first_and_changes_nothing(tmp_p
         assert torch.equal(with_check[key], without[key]), key
 
 
-def test_a_longest_batch_that_does_not_fit_is_a_clear_error_before_the_first_step(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "error",
+    [
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+        # torch's CPU allocator, word for word (torch.empty(10**13) on a CPU)
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 40000000000000 bytes. Error code 12 (Cannot allocate memory)"
+        ),
+    ],
+    ids=["cuda", "cpu"],
+)
+def test_a_longest_batch_that_does_not_fit_is_a_clear_error_before_the_first_step(tmp_path, monkeypatch, error):
     def out_of_memory(self, batch):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        raise error
 
     monkeypatch.setattr(ClassifierLoss, "forward", out_of_memory)
     with pytest.raises(
@@ -230,6 +243,21 @@ def test_a_longest_batch_that_does_not_fit_is_a_clear_error_before_the_first_ste
     ):
         classifier_run(tmp_path / "run", 5)
     assert not (tmp_path / "run" / "last.safetensors").exists()
+
+
+def test_the_memory_check_passes_other_errors_on(tmp_path, monkeypatch):
+    def broken(self, batch):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    monkeypatch.setattr(ClassifierLoss, "forward", broken)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        classifier_run(tmp_path / "run", 5)
+
+
+def test_the_cpu_allocators_message_is_the_one_caught():
+    """The text matched is torch's own: a CPU allocation too large for any machine fails with it."""
+    with pytest.raises(RuntimeError, match=CPU_OUT_OF_MEMORY):
+        torch.empty(1 << 60, dtype=torch.uint8)
 
 
 def test_checking_divergence_on_the_device_trains_the_same_weights(tmp_path):

@@ -34,6 +34,9 @@ from attnmt.training.divergence import DivergenceCheck
 from attnmt.training.metrics import MetricsWindow, ProgressBar, trim_metrics
 from attnmt.training.optimization import TrainingSetup, higher_is_better
 
+# What a CPU allocation that fails raises: a RuntimeError of torch's CPU allocator, not torch.OutOfMemoryError
+CPU_OUT_OF_MEMORY = "DefaultCPUAllocator: can't allocate memory"
+
 
 @dataclass
 class TrainerState:
@@ -227,7 +230,9 @@ class TrainingLoop:
             with torch.random.fork_rng(devices=[self.device] if cuda else []), no_sync:
                 loss, tokens = self.forward(batch)
                 (loss / tokens).backward()
-        except torch.OutOfMemoryError as error:
+        except RuntimeError as error:  # (torch.OutOfMemoryError is one)
+            if not isinstance(error, torch.OutOfMemoryError) and CPU_OUT_OF_MEMORY not in str(error):
+                raise
             longest = int(np.asarray(self.sizes)[indices].max())
             raise AttnmtError(
                 f"the longest batch of the corpus ({len(indices)} examples of up to {longest} pieces) does not fit in "
