@@ -68,6 +68,18 @@ MODELS = {
         "max_positions": 64,
     },
 }
+# The models every run of the suite searches with; the others run in the full suite only (marked slow), to keep
+# `pytest -m "not slow"` quick. Between them: no attention, additive attention in a window, location attention
+# with a sparse normalizer and an LSTM's two states, a Transformer. (Local and coverage attention's searches are
+# also compared with the reference's in every run: test_local_attention, test_coverage_attention.)
+EVERY_RUN = ["gru-none", "gru-bahdanau-window", "lstm-location-entmax15", "transformer"]
+
+
+def model_names(names=MODELS):
+    """``names`` as parameters, those outside EVERY_RUN marked slow."""
+    return [name if name in EVERY_RUN else pytest.param(name, marks=pytest.mark.slow) for name in names]
+
+
 # The bias added to EOS's score: 0, sentences end at various steps; +3, most end within a few
 # steps; -10, none ends and all reach their length limits.
 ENDS_EARLY, NEVER_ENDS = 3.0, -10.0
@@ -156,7 +168,7 @@ def assert_same_trees(fast, reference, atol=1e-5):
         assert [n.log_prob for n in ours] == pytest.approx([n.log_prob for n in theirs], abs=atol)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", model_names())
 def test_beam_search_finds_the_reference_n_best(name):
     """The n best, and the search tree (decoding.BeamRecorder: the fixed-shape executor keeps each
     step's candidates on the device and adds them at the end)."""
@@ -186,7 +198,7 @@ def prefixed_limits(limits: list[int]) -> list[int]:
     return [max(limit, len(p) + len(w) + 2) for limit, p, w in zip(limits, PREFIXES.tokens, PREFIXES.words)]
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", model_names())
 def test_a_prefix_runs_in_the_fixed_shape_executor_as_in_the_reference(name):
     """A prefix (forced tokens, then pieces spelling a word: the loop processor prefix.Prefix) in the
     fixed-shape executor, on static buffers too: its state of tensors (FixedPrefixState,
@@ -258,7 +270,7 @@ def constrained_limits(limits: list[int]) -> list[int]:
     return [max(limit, sum(map(len, phrases)) + 2) for limit, phrases in zip(limits, CONSTRAINTS)]
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", model_names())
 def test_constrained_beam_search_finds_the_reference_hypotheses_and_tree(name):
     """The banks in the fixed-shape executor (fast_constraints), on static buffers too: the eager
     constrained search's n best (those that met every constraint first, then those the length limit
@@ -305,7 +317,9 @@ def test_the_constrained_cases_meet_and_miss_constraints():
     assert any(met) and not all(met)
 
 
-@pytest.mark.parametrize("name", ["gru-bahdanau", "lstm-location", "transformer", "gru-coverage-fertility"])
+@pytest.mark.parametrize(
+    "name", model_names(["gru-bahdanau", "lstm-location", "transformer", "gru-coverage-fertility"])
+)
 def test_constraints_with_a_coverage_penalty_a_prefix_and_an_ensemble_as_the_reference(name):
     """The constrained banks with what a search may carry besides: a coverage penalty (each row's
     attention summed as it goes), a prefix (the loop processor, on a FixedPrefixState), an ensemble's members."""
@@ -406,7 +420,7 @@ def test_a_constrained_step_is_captured_where_the_state_keeps_its_shape(monkeypa
 WITH_ATTENTION = [name for name in MODELS if name != "gru-none"]
 
 
-@pytest.mark.parametrize("name", WITH_ATTENTION)
+@pytest.mark.parametrize("name", model_names(WITH_ATTENTION))
 def test_a_coverage_penalty_ranks_as_the_reference_ranks(name):
     """With a coverage penalty (summed as the search goes, over each sentence's real positions,
     the attention window's hidden ones at the floor): the reference's n best, scores and order."""
@@ -606,7 +620,7 @@ def on_meta(value):
 
 
 @pytest.mark.parametrize(
-    "name", ["gru-bahdanau-window", "gru-location", "lstm-bahdanau-2-layers", "gru-none", "transformer"]
+    "name", model_names(["gru-bahdanau-window", "gru-location", "lstm-bahdanau-2-layers", "gru-none", "transformer"])
 )
 def test_a_step_reads_no_value_back(name):
     """A step runs on the "meta" device, where tensors have shapes but no values: anything that
