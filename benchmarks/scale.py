@@ -8,6 +8,8 @@ Steps, in a work folder WORK (default runs/scale-bench/):
  1. corpora: WORK/corpora/pairs-N.{de,en}, each line two random Multi30k training pairs joined by a
     space (about 27 words a side, 270 bytes a pair: 8 GB at 30 million), `random.Random(N)`;
     written once (a stamp file says it is complete), deleted at the end unless --keep-corpora.
+    Each size's attnmt experiment folder (its store) is deleted after the size unless --keep-stores:
+    then a start-up can be measured again with `attnmt train WORK/configs/attnmt-N.yaml`.
  2. attnmt, for each size: `attnmt prepare` (configs/rnn-bahdanau.yaml's model and subwords, the
     generated corpus, no dev set; --workers): its wall clock and lines/s; then `attnmt train` for
     --steps steps (2 threads), and the same under `torchrun --nproc-per-node 2` (1 thread each).
@@ -251,7 +253,8 @@ def check_requirements(args, work: Path, sizes: list[int]):
     if "opennmt" in args.systems:
         needs.append(path(PEER_CONFIGS / "opennmt-rnn_de_en.yaml", "OpenNMT-py's configuration", None))
     existing = next(folder for folder in (work, *work.parents) if folder.exists())  # (nothing made before the check)
-    largest = sum(sizes) if args.keep_corpora else max(sizes)  # (a size's files deleted before the next)
+    # (a size's files are deleted before the next unless kept)
+    largest = sum(sizes) if args.keep_corpora or args.keep_stores else max(sizes)
     wanted, free = largest * BYTES_A_PAIR, shutil.disk_usage(existing).free
     if wanted > free:
         needs.append(
@@ -274,6 +277,9 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "scale-bench")
     parser.add_argument("--skip-install", action="store_true", help="OpenNMT-py's environment is there already")
     parser.add_argument("--keep-corpora", action="store_true")
+    parser.add_argument(
+        "--keep-stores", action="store_true", help="keep attnmt's experiment folders (its prepared stores) at the end"
+    )
     args = parser.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
     args.processes = [int(p) for p in args.processes.split(",")]
@@ -298,7 +304,8 @@ def main(argv: list[str] | None = None):
             for path in files:
                 path.unlink()
             (work / "corpora" / f"pairs-{pairs}.done").unlink()
-        shutil.rmtree(work / f"attnmt-{pairs}", ignore_errors=True)  # its store: 142 MB a million pairs
+        if not args.keep_stores:
+            shutil.rmtree(work / f"attnmt-{pairs}", ignore_errors=True)  # its store: 142 MB a million pairs
         print(f"{pairs:,} pairs: {json.dumps({s: results[s][pairs] for s in results})}", flush=True)
 
     record = {

@@ -52,3 +52,21 @@ def test_every_attnmt_command_runs_this_interpreter_even_under_torchrun(scale, t
     assert len(commands) == 3  # prepare, one process, two processes
     assert all(cmd[0] == sys.executable for cmd in commands)
     assert commands[2][1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node" in commands[2]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_sizes_store_is_deleted_at_the_end_unless_kept(scale, tmp_path, monkeypatch, keep):
+    files = (tmp_path / "a.de", tmp_path / "a.en")
+    monkeypatch.setattr(scale, "check_requirements", lambda *args: None)
+    monkeypatch.setattr(scale, "corpus", lambda work, pairs: files)
+    monkeypatch.setattr(scale.peers, "machine", lambda: {"cpu": "test", "nproc": 2})
+
+    def run_attnmt(work, pairs, *args):
+        (work / f"attnmt-{pairs}" / "store").mkdir(parents=True)
+        return {}
+
+    monkeypatch.setattr(scale, "run_attnmt", run_attnmt)
+    options = ["--keep-stores"] if keep else []
+    scale.main(["--sizes", "0.0001", "--systems", "attnmt", "--work", str(tmp_path), "--keep-corpora", *options])
+    assert (tmp_path / "attnmt-100" / "store").is_dir() == keep
+    assert (tmp_path / "scale.json").is_file()
