@@ -130,6 +130,68 @@ def test_v_tanh_is_the_textbook_score_without_a_tanh(shapes, monkeypatch):
         speed.v_tanh(v, a, b)  # the textbook path is a switch away
 
 
+ENERGY_SHAPES = pytest.mark.parametrize(
+    "shapes",
+    [((6, 3, 1, 8), (6, 1, 5, 8)), ((6, 1, 8), (6, 5, 8)), ((1, 1, 8), (6, 5, 8))],
+    ids=["bahdanau", "location", "broadcast-rows"],
+)
+
+
+@ENERGY_SHAPES
+def test_v_tanh_gradients_pass_gradcheck_however_the_energies_are_cut(shapes, monkeypatch):
+    """The recomputing backward pass (its own formulas, not autograd's) against finite differences, in
+    float64, with the energies cut into pieces of two rows and whole."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 8, dtype=torch.float64, requires_grad=True),) + tuple(
+        torch.randn(s, dtype=torch.float64, requires_grad=True) for s in shapes
+    )
+    for chunk in (2 * 5 * 8, speed.ENERGY_CHUNK):
+        monkeypatch.setattr(speed, "ENERGY_CHUNK", chunk)
+        assert torch.autograd.gradcheck(speed.v_tanh, inputs)
+
+
+@ENERGY_SHAPES
+def test_training_keeps_no_energy_for_the_backward_pass(shapes):
+    """What autograd keeps for v_tanh's backward pass is its inputs, never a tensor the size of the
+    energies (a x b x H): the textbook form keeps one, its tanh."""
+    torch.manual_seed(0)
+    a, b = (torch.randn(s, requires_grad=True) for s in shapes)
+    v = torch.randn(1, 8, requires_grad=True)
+    energies = torch.broadcast_shapes(a.shape, b.shape).numel()
+
+    def largest_kept(compute) -> int:
+        kept = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t.numel()) or t, lambda t: t):
+            compute().sum().backward()
+        return max(kept)
+
+    assert largest_kept(lambda: speed.v_tanh(v, a, b)) <= max(a.numel(), b.numel())
+    with speed.plain():
+        assert largest_kept(lambda: speed.v_tanh(v, a, b)) >= energies
+    if energies > b.numel():  # (b broadcast: none of the inputs is as large as the energies)
+        assert max(a.numel(), b.numel()) < energies
+
+
+def test_v_tanh_gradients_under_bf16_autocast_and_for_some_inputs_only():
+    """Under autocast (training.precision: bf16) the gradients are the float64 ones to bf16's precision,
+    each in its input's type; where only some inputs need a gradient, only those get one."""
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 1, 16), torch.randn(4, 7, 16)
+    v = torch.randn(1, 16)
+    exact = [x.double().requires_grad_() for x in (v, a, b)]
+    expected = torch.autograd.grad(F.linear(torch.tanh(exact[1] + exact[2]), exact[0]).sum(), exact)
+    leaves = [x.clone().requires_grad_() for x in (v, a.bfloat16(), b.bfloat16())]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        energies = speed.v_tanh(*leaves)
+    grads = torch.autograd.grad(energies.float().sum(), leaves)
+    assert energies.dtype == torch.bfloat16 and [g.dtype for g in grads] == [x.dtype for x in leaves]
+    for ours, theirs in zip(grads, expected):
+        assert (ours.double() - theirs).norm() <= 0.02 * theirs.norm()
+    only_a = a.clone().requires_grad_()
+    (grad_a,) = torch.autograd.grad(speed.v_tanh(v, only_a, b).sum(), only_a)
+    torch.testing.assert_close(grad_a, expected[1].float(), rtol=1e-4, atol=1e-4)
+
+
 def test_looked_up_product_is_the_product_and_follows_the_weights(monkeypatch):
     """W_y E[y] looked up in a kept table: the product's values, recomputed when a weight changes,
     and only where it may be: no gradient, the speed tricks on, a table within its bound."""

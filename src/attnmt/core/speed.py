@@ -184,22 +184,79 @@ def v_tanh(v: Tensor, a: Tensor, b: Tensor) -> Tensor:
 
     computed as one pass for 2a + 2b (torch.add scales its second input by ``alpha``), a sigmoid in
     place and the product, a few rows at a time (``ENERGY_CHUNK`` energies) so that the energies
-    stay in the core's cache from the sum to the product. On a GPU tanh is as fast: the textbook
-    form runs there."""
+    stay in the core's cache from the sum to the product. In training the backward pass computes
+    them again (``_RecomputedEnergies``) rather than keeping them. On a GPU tanh is as fast: the
+    textbook form runs there."""
     if not enabled() or a.device.type != "cpu":
         return F.linear(torch.tanh(a + b), v).squeeze(-1)
-    rows, v2 = a.size(0), 2 * v
-    if b.size(0) != rows or a.dim() != b.dim():  # broadcast over the first dimension: one piece
-        return _v_sigmoid(v2, a, b).squeeze(-1) - v.sum()
+    if torch.is_grad_enabled() and (v.requires_grad or a.requires_grad or b.requires_grad):
+        return _RecomputedEnergies.apply(v, a, b)
+    return _energies(v, a, b)
+
+
+def _energies(v: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """v_tanh's value on a CPU: 2 v^T sigmoid(2a + 2b) - sum(v), a few rows at a time."""
+    v2 = 2 * v
+    scores = [_v_sigmoid(v2, a_rows, b_rows) for a_rows, b_rows in _energy_pieces(a, b)]
+    return (scores[0] if len(scores) == 1 else torch.cat(scores)).squeeze(-1) - v.sum()
+
+
+def _energy_pieces(a: Tensor, b: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """a and b cut along their first dimension into pieces of about ENERGY_CHUNK energies, or
+    whole where they are broadcast over it."""
+    if a.size(0) != b.size(0) or a.dim() != b.dim():  # broadcast over the first dimension: one piece
+        return [(a, b)]
     # (not torch.broadcast_shapes: its first call imports sympy, half a second of every command)
     per_row = math.prod(max(x, y) for x, y in zip(a.shape[1:], b.shape[1:]))
     step = max(1, ENERGY_CHUNK // max(per_row, 1))
-    scores = [_v_sigmoid(v2, a_rows, b_rows) for a_rows, b_rows in zip(a.split(step), b.split(step))]
-    return torch.cat(scores).squeeze(-1) - v.sum()
+    return list(zip(a.split(step), b.split(step)))
 
 
 def _v_sigmoid(v2: Tensor, a: Tensor, b: Tensor) -> Tensor:
     return F.linear(torch.add(2 * a, b, alpha=2).sigmoid_(), v2)  # (2v)^T sigmoid(2a + 2b)
+
+
+class _RecomputedEnergies(torch.autograd.Function):
+    """v_tanh with a gradient, keeping only v, a and b for the backward pass. Autograd would keep
+    every energy's sigmoid: for the (B, S, H) energies of each target step, 64 x 100 x 512 floats
+    (13 MB) a step and 1.3 GB for a batch of 64 pairs of 100 pieces, most of a training step's memory.
+    The backward pass computes s = sigmoid(2a + 2b) again, a few rows at a time, and from it (with
+    tanh(a + b) = 2s - 1 and 1 - tanh(a + b)^2 = 4s(1 - s))
+
+        d/dv = sum g (2s - 1),    d/da = d/db = 4 g v s (1 - s)   (each summed over its broadcast dims)
+
+    The recomputation is elementwise work on pieces that stay in the cache; where b is as large as
+    the energies (one target step's), its gradient is computed in place in its own buffer."""
+
+    @staticmethod
+    def forward(ctx, v: Tensor, a: Tensor, b: Tensor) -> Tensor:
+        ctx.save_for_backward(v, a, b)
+        return _energies(v, a, b)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        v, a, b = ctx.saved_tensors
+        dtype = torch.result_type(a, b)
+        v4, grad = 4 * v.reshape(-1).to(dtype), grad.to(dtype)
+        shape = (*grad.shape, v.size(-1))  # the energies'
+        grad_b = torch.empty(shape, dtype=dtype) if tuple(b.shape) == shape and ctx.needs_input_grad[2] else None
+        grad_v = torch.zeros(v.size(-1))
+        grads_a, grads_b, row = [], [], 0
+        for a_rows, b_rows in _energy_pieces(a, b):
+            rows = slice(row, row + max(a_rows.size(0), b_rows.size(0)))
+            row = rows.stop
+            s = torch.add(2 * a_rows, b_rows, alpha=2, out=None if grad_b is None else grad_b[rows]).sigmoid_()
+            g = grad[rows].unsqueeze(-1)
+            grad_v += (g.reshape(1, -1) @ s.reshape(-1, s.size(-1))).reshape(-1).float().mul_(2) - g.sum().float()
+            s.addcmul_(s, s, value=-1).mul_(g).mul_(v4)  # 4 g v s (1 - s)
+            if ctx.needs_input_grad[1]:
+                grads_a.append(s.sum_to_size(a_rows.shape))
+            if grad_b is None and ctx.needs_input_grad[2]:
+                grads_b.append(s.sum_to_size(b_rows.shape))
+        grad_a = torch.cat(grads_a) if grads_a else None
+        if grads_b:
+            grad_b = torch.cat(grads_b)
+        return grad_v.reshape(v.shape).to(v.dtype), grad_a, grad_b
 
 
 # ------------------------------------------------------------------------------- the decoder's input
