@@ -6,7 +6,11 @@
 Shapes of a beam-5 step of the rnn-bahdanau model over a batch of 64 sentences: 320 rows, a source
 of 36 pieces, attention size 512 (the query's term (320, 1, 1, 512) over the keys (320, 1, 36, 512)),
 and of a training step: 64 rows, forward and backward. The two ways take turns in each round; the
-best round of each is printed, with their ratio.
+best round of each is printed, with their ratio. In training, v_tanh's backward pass computes the
+energies again instead of keeping them (its memory: docs/performance.md): the last two rows time that
+against autograd keeping them, for the scores alone and for whole training steps of the rnn-bahdanau
+model (configs/rnn-bahdanau.yaml, a vocabulary of 8,000, four random batches of 64 pairs of 8 to 55
+pieces).
 """
 
 from __future__ import annotations
@@ -37,12 +41,12 @@ def textbook(v, a, b):
     return F.linear(torch.tanh(a + b), v).squeeze(-1)
 
 
-def compare(label: str, pairs: list[tuple[str, Callable]], rounds: int):
+def compare(label: str, pairs: list[tuple[str, Callable]], rounds: int, calls: int = 20):
     """Each function timed ``rounds`` times, the functions taking turns; prints their best and the ratio."""
     best = {name: float("inf") for name, _ in pairs}
     for _ in range(rounds):
         for name, function in pairs:
-            best[name] = min(best[name], best_ms(function, 1))
+            best[name] = min(best[name], best_ms(function, 1, calls))
     (_, slow), (_, fast) = best.items()
     print(f"| {label} | {slow:.2f} | {fast:.2f} | {slow / fast:.2f}x |")
 
@@ -85,6 +89,54 @@ def main():
         [("textbook", backward_of(textbook)), ("v_tanh", backward_of(speed.v_tanh))],
         args.rounds,
     )
+    print("\n| what | energies kept (autograd), ms | energies recomputed (v_tanh), ms | ratio |")
+    print("|---|---|---|---|")
+    compare(
+        "scores of a training step with backward, 64 x 36 x 512, float32",
+        [("kept", backward_of(speed._energies)), ("recomputed", backward_of(speed.v_tanh))],
+        args.rounds,
+    )
+    steps = training_steps()
+    compare(
+        "four training steps of rnn-bahdanau, float32",
+        [("kept", lambda: steps(speed._energies)), ("recomputed", lambda: steps(speed.v_tanh))],
+        args.rounds,
+        calls=1,
+    )
+
+
+def training_steps() -> Callable:
+    """A function that runs four training steps of the rnn-bahdanau model with ``scores`` as its
+    additive attention's v_tanh."""
+    from pathlib import Path
+
+    from attnmt.core.config import load_config
+    from attnmt.data.batching import training_batch
+    from attnmt.seq2seq import attention, build_model
+    from attnmt.seq2seq.training import sequence_loss
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "rnn-bahdanau.yaml")
+    model = build_model(config.model, 8000, 8000).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    random = torch.Generator().manual_seed(0)
+
+    def pieces(n: int) -> list[int]:
+        return torch.randint(4, 8000, (n,), generator=random).tolist()
+
+    lengths = [torch.randint(8, 56, (64,), generator=random).tolist() for _ in range(4)]
+    batches = [training_batch([pieces(n) for n in row], [pieces(n) for n in row]) for row in lengths]
+
+    def steps(scores: Callable):
+        kept, attention.speed.v_tanh = attention.speed.v_tanh, scores
+        try:
+            for batch in batches:
+                optimizer.zero_grad(set_to_none=True)
+                (sequence_loss(model, batch, 0.1) / batch.target_tokens).backward()
+                optimizer.step()
+        finally:
+            attention.speed.v_tanh = kept
+
+    return steps
 
 
 if __name__ == "__main__":

@@ -272,6 +272,32 @@ def test_vocabularies_over_65536_pieces_are_stored_in_32_bits():
     assert store.token_dtype(65536) == np.uint16 and store.token_dtype(65537) == np.uint32
 
 
+class ShardedPart:
+    """A store part as StoredPairs reads it for the sizes: its shards' rows (store.PAIR_ROW)."""
+
+    def __init__(self, *shards: tuple[list[int], list[int]]):
+        self.rows = []
+        for src, tgt in shards:
+            rows = np.zeros(len(src), store.PAIR_ROW)
+            rows["src_length"], rows["tgt_length"] = src, tgt
+            self.rows.append(rows)
+
+    def __len__(self) -> int:
+        return sum(len(rows) for rows in self.rows)
+
+
+def test_sizes_take_two_bytes_a_pair_unless_a_pair_is_longer_than_they_hold():
+    """Each pair's longer side + 1 (its source + 1 more after a tag), in uint16; a shard with a pair of
+    65,535 pieces or more makes the whole array wide enough for it, every size still right."""
+    short = ShardedPart(([3, 10], [5, 2]), ([], []))
+    sizes = StoredPairs([(short, None)]).sizes()
+    assert sizes.dtype == np.uint16 and sizes.tolist() == [6, 11]
+    assert StoredPairs([(short, 7)]).sizes().tolist() == [6, 12]
+    long = ShardedPart(([3], [5]), ([70_000, 4], [1, 65_535]))
+    sizes = StoredPairs([(short, None), (long, None)]).sizes()
+    assert sizes.dtype.itemsize >= 4 and sizes.tolist() == [6, 11, 6, 70_001, 65_536]
+
+
 def test_read_corpus_reads_what_the_store_is_made_of(tmp_path):
     # (the in-memory reader and the store's reader are one: CorpusPairs)
     config = config_of(tmp_path, data={"dev": None, "test": {}})

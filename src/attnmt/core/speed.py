@@ -40,6 +40,8 @@ every decoder step's context product.
 
 Additive attention's scores v^T tanh(a + b) through a sigmoid (``v_tanh``): PyTorch's tanh is 3-7x
 slower than its sigmoid on a CPU, and these energies are an RNN decoder step's largest elementwise work.
+In training they are computed again in the backward pass instead of kept (``_RecomputedEnergies``):
+kept, they were most of a training step's memory.
 
 In decoding, each token's embedding already multiplied by the RNN decoder's input weights, once per
 model (``looked_up_product``): a lookup instead of a product at every step.
@@ -239,7 +241,11 @@ class _RecomputedEnergies(torch.autograd.Function):
         dtype = torch.result_type(a, b)
         v4, grad = 4 * v.reshape(-1).to(dtype), grad.to(dtype)
         shape = (*grad.shape, v.size(-1))  # the energies'
-        grad_b = torch.empty(shape, dtype=dtype) if tuple(b.shape) == shape and ctx.needs_input_grad[2] else None
+        grad_b = (
+            torch.empty(shape, dtype=dtype, device=b.device)
+            if tuple(b.shape) == shape and ctx.needs_input_grad[2]
+            else None
+        )
         grad_v = torch.zeros(v.size(-1))
         grads_a, grads_b, row = [], [], 0
         for a_rows, b_rows in _energy_pieces(a, b):
