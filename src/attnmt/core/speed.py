@@ -215,7 +215,12 @@ def _energy_pieces(a: Tensor, b: Tensor) -> list[tuple[Tensor, Tensor]]:
 
 
 def _v_sigmoid(v2: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    return F.linear(torch.add(2 * a, b, alpha=2).sigmoid_(), v2)  # (2v)^T sigmoid(2a + 2b)
+    return F.linear(_sigmoids(a, b), v2)  # (2v)^T sigmoid(2a + 2b)
+
+
+def _sigmoids(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
+    """sigmoid(2a + 2b) = (tanh(a + b) + 1) / 2: one pass for the sum, the sigmoid in place (in ``out``)."""
+    return torch.add(2 * a, b, alpha=2, out=out).sigmoid_()
 
 
 class _RecomputedEnergies(torch.autograd.Function):
@@ -251,7 +256,7 @@ class _RecomputedEnergies(torch.autograd.Function):
         for a_rows, b_rows in _energy_pieces(a, b):
             rows = slice(row, row + max(a_rows.size(0), b_rows.size(0)))
             row = rows.stop
-            s = torch.add(2 * a_rows, b_rows, alpha=2, out=None if grad_b is None else grad_b[rows]).sigmoid_()
+            s = _sigmoids(a_rows, b_rows, None if grad_b is None else grad_b[rows])
             g = grad[rows].unsqueeze(-1)
             grad_v += (g.reshape(1, -1) @ s.reshape(-1, s.size(-1))).reshape(-1).float().mul_(2) - g.sum().float()
             s.addcmul_(s, s, value=-1).mul_(g).mul_(v4)  # 4 g v s (1 - s)
