@@ -252,10 +252,10 @@ class _RecomputedEnergies(torch.autograd.Function):
             else None
         )
         grad_v = torch.zeros(v.size(-1))
-        grads_a, grads_b, row = [], [], 0
-        for a_rows, b_rows in _energy_pieces(a, b):
-            rows = slice(row, row + max(a_rows.size(0), b_rows.size(0)))
-            row = rows.stop
+        grads_a, grads_b, row, pieces = [], [], 0, _energy_pieces(a, b)
+        for a_rows, b_rows in pieces:  # (cut only where a and b have the same rows; else one piece, all rows)
+            rows = slice(None) if len(pieces) == 1 else slice(row, row + a_rows.size(0))
+            row += a_rows.size(0)
             s = _sigmoids(a_rows, b_rows, None if grad_b is None else grad_b[rows])
             g = grad[rows].unsqueeze(-1)
             grad_v += (g.reshape(1, -1) @ s.reshape(-1, s.size(-1))).reshape(-1).float().mul_(2) - g.sum().float()
