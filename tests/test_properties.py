@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from attnmt.cli import main
 from attnmt.core.config import SubwordConfig
 from attnmt.core.errors import AttnmtError
-from attnmt.data.corpus import read_lines, read_parallel, read_tsv
+from attnmt.data import corpus
+from attnmt.data.corpus import bounded_lines, read_lines, read_parallel, read_tsv
 from attnmt.data.subwords import BOS, EOS, PAD, train_subwords, valid_text
 from conftest import reverse
 
@@ -102,6 +103,40 @@ def test_read_lines_on_arbitrary_bytes_reads_or_names_the_line(tmp_path, data):
         assert isinstance(read_lines(path), list)
     except AttnmtError as e:
         assert str(e).startswith(path)
+
+
+# stream_lines reads a file BLOCK_BYTES (a megabyte) at a time; blocks of a few bytes cut lines,
+# "\r\n" endings and multi-byte characters anywhere.
+SMALL_BLOCKS = st.sampled_from([1, 2, 3, 5, 8, 64])
+
+
+def line_at_a_time(path: str) -> list[str]:
+    """The lines as the line-at-a-time reader gives them (what stdin is read with)."""
+    return [line.text for line in bounded_lines(path, path, None)]
+
+
+@SETTINGS
+@given(file=line_files(), compress=st.booleans(), block=SMALL_BLOCKS)
+def test_lines_read_a_block_at_a_time_are_those_read_a_line_at_a_time(tmp_path, file, compress, block):
+    lines, endings, final_newline = file
+    path = write(tmp_path / "f", encode_lines(lines, endings, final_newline).encode("utf-8"), compress)
+    with mock.patch.object(corpus, "BLOCK_BYTES", block):
+        assert read_lines(path) == line_at_a_time(path) == expected_lines(lines, endings, final_newline)
+
+
+@SETTINGS
+@given(data=st.binary(max_size=200), block=SMALL_BLOCKS)
+def test_invalid_utf8_read_a_block_at_a_time_names_the_line_of_the_line_at_a_time_reader(tmp_path, data, block):
+    path = write(tmp_path / "f", data, compress=False)
+    try:
+        expected = line_at_a_time(path)
+    except AttnmtError as error:
+        with mock.patch.object(corpus, "BLOCK_BYTES", block), pytest.raises(AttnmtError) as raised:
+            read_lines(path)
+        assert str(raised.value) == str(error)
+    else:
+        with mock.patch.object(corpus, "BLOCK_BYTES", block):
+            assert read_lines(path) == expected
 
 
 SURROGATE_LINE = st.tuples(LINE, st.characters(min_codepoint=0xDC80, max_codepoint=0xDCFF), LINE)
