@@ -2,12 +2,27 @@
 
 import os
 import random
+from types import SimpleNamespace
 
 import pytest
+import sentencepiece as spm
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from attnmt.core.config import SubwordConfig
 from attnmt.core.errors import AttnmtError
-from attnmt.data.subwords import BOS, EOS, PAD, UNK, Subwords, load_subwords, subword_paths, train_subwords
+from attnmt.data import subwords
+from attnmt.data.subwords import (
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    Subwords,
+    load_subwords,
+    subword_paths,
+    train_subwords,
+    valid_text,
+)
 
 SRC_WORDS = [
     "der",
@@ -187,3 +202,100 @@ def test_truncated_model_file_is_named(tmp_path):
     path.write_bytes(path.read_bytes()[:200])
     with pytest.raises(AttnmtError, match="joint.model"):
         load_subwords(tmp_path, joint=True)
+
+
+# ---------------------------------------------------------------- the words' pieces kept (Subwords.encode)
+
+# Texts whose every word is cut alone, and texts that need sentencepiece whole: runs of spaces, spaces
+# around a text, tabs, no-break and other spaces, control characters, full-width and compatibility
+# characters (NFKC changes them), a combining accent (NFKC composes it), case, a tag of its own.
+AROUND_WORDS = [
+    "Der Hund  läuft   schnell.",
+    "  Ein Mann mit Hut ",
+    "der\tHund",
+    "Hund\u00a0läuft",
+    "Hund\u2003läuft\u3000schnell",
+    "Hund\u200bläuft",
+    "Hund\x1fläuft Hund\x85läuft",
+    "Hund¨läuft ¨",
+    "Ka\x07tze",
+    "Ｈｕｎｄ läuft",
+    "ﬁne ㍿ ½",
+    "Stra\u0301ße über",
+    "HUND hund Hund",
+    "<bt> Der Hund",
+    "<bt>Hund",
+    "",
+    "   ",
+    "\ud800 Hund",
+]
+# Characters for texts made up at random: the words' letters, and those that need care.
+TEXT_CHARACTERS = st.sampled_from(list("derHundläuftßü .!?") + list("\t\u00a0\u3000\u200b\x07\x1f\x85¨Ｈﬁ\u0301Ä<>bt"))
+
+
+def whole(sw: Subwords, texts: list[str]) -> list[list[int]]:
+    """The texts' pieces as sentencepiece cuts each text whole."""
+    return sw.sp.encode([valid_text(t) for t in texts], out_type=int)
+
+
+@pytest.mark.parametrize("type", ["bpe", "unigram", "char"])
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_kept_word_pieces_cut_texts_as_sentencepiece_does(tmp_path, type, lowercase):
+    config = SubwordConfig(type=type, vocab_size=60, lowercase=lowercase)
+    src_sw, _ = train_subwords(zip(SOURCES, TARGETS), config, tmp_path, tags=["<bt>"])
+    assert src_sw._word_pieces is not None  # attnmt's models cut words alone
+    texts = SOURCES[:100] + AROUND_WORDS + HELD_OUT_SRC
+    assert src_sw.encode(texts) == whole(src_sw, texts)  # words first seen
+    assert src_sw.encode(texts[::-1]) == whole(src_sw, texts[::-1])  # words kept
+    if lowercase:  # a word that case folding changes is not kept: its text goes to sentencepiece whole
+        assert src_sw._word_pieces["Hund"] is None and src_sw._word_pieces["hund"] is not None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.text(TEXT_CHARACTERS, max_size=40), min_size=1, max_size=8))
+def test_kept_word_pieces_cut_any_text_as_sentencepiece_does(bpe_with_tag, texts):
+    assert bpe_with_tag.encode(texts) == whole(bpe_with_tag, texts)
+
+
+@pytest.fixture(scope="module")
+def bpe_with_tag(tmp_path_factory):
+    src_sw, _ = train_subwords(
+        zip(SOURCES, TARGETS), SubwordConfig(type="bpe", vocab_size=60), tmp_path_factory.mktemp("bpe"), tags=["<bt>"]
+    )
+    return src_sw
+
+
+def test_a_text_of_kept_words_is_not_cut_again(tmp_path, monkeypatch):
+    src_sw, _ = train(tmp_path)
+    expected = src_sw.encode(SOURCES)
+
+    def cut(*args, **kwargs):
+        raise AssertionError("sentencepiece asked to cut a text of kept words")
+
+    monkeypatch.setattr(src_sw, "sp", SimpleNamespace(encode=cut))
+    assert src_sw.encode(SOURCES[::-1]) == expected[::-1]
+
+
+def test_the_kept_words_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(subwords, "WORD_CACHE_WORDS", 12)
+    src_sw, _ = train(tmp_path)
+    for start in range(0, 100, 10):
+        texts = SOURCES[start : start + 10]
+        assert src_sw.encode(texts) == whole(src_sw, texts)
+        assert len(src_sw._word_pieces) <= 12
+
+
+@pytest.mark.parametrize(
+    "option", [{"split_by_whitespace": False}, {"treat_whitespace_as_suffix": True}, {"add_dummy_prefix": False}]
+)
+def test_models_that_do_not_cut_words_alone_cut_whole_texts(tmp_path, option):
+    """A model whose pieces may span words (or that marks words otherwise) keeps no words, and
+    cuts as sentencepiece does."""
+    prefix = tmp_path / "m"
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(SOURCES), model_prefix=str(prefix), vocab_size=60, minloglevel=2, **option
+    )
+    sw = Subwords(prefix.with_suffix(".model"))
+    assert sw._word_pieces is None
+    texts = SOURCES[:50] + AROUND_WORDS
+    assert sw.encode(texts) == whole(sw, texts)
