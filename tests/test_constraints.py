@@ -11,12 +11,13 @@ from attnmt.core.errors import AttnmtError
 from attnmt.data.batching import make_batch
 from attnmt.data.subwords import EOS, PAD
 from attnmt.seq2seq import build_model
-from attnmt.seq2seq.constraints import Progress, _by_banks, constrained_beam_search
+from attnmt.seq2seq.constraints import ConstrainedBeamSearch, constrained_beam_search
 from attnmt.seq2seq.decoding import beam_search, max_output_lengths
 from attnmt.seq2seq.search import decode
 from attnmt.serve import ServerLimits, create_app
 from attnmt.serve.schemas import request_models
 from conftest import local_client, reverse
+from textbook_beams import Progress, _by_banks
 
 
 def test_progress_counts_whole_phrases_and_the_tokens_of_the_one_being_written():
@@ -32,6 +33,43 @@ def test_progress_counts_whole_phrases_and_the_tokens_of_the_one_being_written()
     done = p.after(9, phrases).after(5, phrases)
     assert done.complete(phrases) and done.count(phrases) == 4 and done.next_tokens(phrases) == []
     assert done.after(7, phrases) == done  # a phrase already done is not started again
+
+
+def test_the_tensor_progress_of_every_candidate_is_the_textbook_progress():
+    """ConstrainedBeamSearch._after, the progress of every row's candidate tokens at once, is
+    textbook_beams.Progress.after for each (phrases that share first tokens and tokens, a phrase
+    left midway, one started again, a sentence with fewer phrases than the table's P), along
+    random outputs."""
+    constraints = [[(7, 8, 9), (5,), (7, 6)], [(4, 4)]]
+    from types import SimpleNamespace
+
+    memory = SimpleNamespace(mask=torch.ones(2, 3, dtype=torch.bool))
+    search = ConstrainedBeamSearch(memory, [12, 12], constraints, beam=2, n_best=1, alpha=1.0)
+    search.phrase_tokens, search.phrase_lengths = search.all_phrase_tokens, search.all_phrase_lengths
+    g = torch.Generator().manual_seed(0)
+    candidates = torch.arange(3, 11).expand(2, 1, -1)  # (B, w=1, C): every token that matters, and others
+    for _ in range(20):
+        progress = [Progress(), Progress()]
+        for _ in range(8):
+            done = torch.tensor([[c in p.done for c in range(3)] for p in progress])
+            done[1, 1:] = True  # (missing phrases count as done)
+            inside = torch.tensor([[p.inside[0] if p.inside else -1] for p in progress])
+            written = torch.tensor([[p.inside[1] if p.inside else 0] for p in progress])
+            next_in = search._next_inside(inside, written)
+            after_done, after_inside, after_written, met = search._after(
+                candidates, done.unsqueeze(1), inside, written, next_in
+            )
+            for b, phrases in enumerate(constraints):
+                for j, token in enumerate(candidates[b, 0].tolist()):
+                    expected = progress[b].after(token, phrases)
+                    assert after_done[b, 0, j, : len(phrases)].tolist() == [
+                        c in expected.done for c in range(len(phrases))
+                    ]
+                    assert int(after_inside[b, 0, j]) == (expected.inside[0] if expected.inside else -1)
+                    assert int(after_written[b, 0, j]) == (expected.inside[1] if expected.inside else 0)
+                    assert int(met[b, 0, j]) == expected.count(phrases)
+            chosen = torch.randint(0, candidates.size(2), (2,), generator=g).tolist()  # (one random output each)
+            progress = [p.after(int(candidates[b, 0, chosen[b]]), constraints[b]) for b, p in enumerate(progress)]
 
 
 def test_the_banks_share_the_beam_most_progress_first_and_lend_what_they_cannot_fill():

@@ -13,12 +13,14 @@ import torch
 from attnmt.core import speed
 from attnmt.core.config import DecodingConfig, RNNConfig, model_config_of, Sampling
 from attnmt.core.errors import AttnmtError
-from attnmt.seq2seq import EOS, build_model, capture, decoding, fast_decoding
+from attnmt.seq2seq import EOS, build_model, capture, constraints, decoding, fast_decoding
+from attnmt.seq2seq.constraints import ConstrainedBeamSearch
 from attnmt.seq2seq import search as searches
 from attnmt.seq2seq.decoding import max_output_lengths
 from attnmt.seq2seq.prefix import Prefix, Prefixes, Spelling
 from attention_helpers import rnn_fields
 from test_decoding import ConfidentModel, random_batch
+import textbook_beams
 
 TRANSFORMER = {
     "type": "transformer",
@@ -170,15 +172,18 @@ def assert_same_trees(fast, reference, atol=1e-5):
 
 @pytest.mark.parametrize("name", model_names())
 def test_beam_search_finds_the_reference_n_best(name):
-    """The n best, and the search tree (decoding.BeamRecorder: the fixed-shape executor keeps each
-    step's candidates on the device and adds them at the end)."""
+    """The n best, and the search tree (decoding.BeamRecorder: each step's candidates kept in
+    TreeBuffers, read by the recorder as it observes the eager loop, added at the end on fixed
+    shapes), of the one strategy in both executors: the textbook bookkeeping's (tests/textbook_beams.py)."""
     batch = random_batch(6, seed=2)
     for case, (eos_bias, limits) in enumerate(CASES):
         model, limits = tiny(name, eos_bias), limits_of(batch, limits)
         for beam, n_best, alpha in BEAMS:
-            trees = decoding.BeamRecorder(6, beam), decoding.BeamRecorder(6, beam)
+            trees = decoding.BeamRecorder(6, beam), decoding.BeamRecorder(6, beam), decoding.BeamRecorder(6, beam)
             args = (model, batch.src, batch.src_lengths, limits, beam, n_best, alpha)
-            reference = decoding.beam_search(*args, window=window_of(name), record=trees[0])
+            reference = textbook_beams.beam_search(*args, window=window_of(name), record=trees[0])
+            assert_same_hypotheses(decoding.beam_search(*args, window=window_of(name), record=trees[2]), reference)
+            assert_same_trees(trees[2], trees[0])
             graphs = (case + beam) % 2 == 0  # half of them on static buffers
             fast = fast_decoding.beam_search(*args, window=window_of(name), graphs=graphs)
             assert_same_hypotheses(fast, reference)
@@ -272,23 +277,25 @@ def constrained_limits(limits: list[int]) -> list[int]:
 
 @pytest.mark.parametrize("name", model_names())
 def test_constrained_beam_search_finds_the_reference_hypotheses_and_tree(name):
-    """The banks in the fixed-shape executor (fast_constraints), on static buffers too: the eager
-    constrained search's n best (those that met every constraint first, then those the length limit
-    ended), and its search tree, each node with its bank."""
-    from attnmt.seq2seq import constraints, fast_constraints
-
+    """The banks as tensors (constraints.ConstrainedBeamSearch) in both executors, on static buffers
+    too: the textbook banks' n best (Python's dictionaries and sorts, tests/textbook_beams.py: those
+    that met every constraint first, then those the length limit ended), and its search tree, each
+    node with its bank."""
     batch, window = random_batch(6, seed=9), window_of(name)
     for case, (eos_bias, limits) in enumerate(CASES):
         model, limits = tiny(name, eos_bias), constrained_limits(limits_of(batch, limits))
         for beam, n_best, alpha in BEAMS:
-            trees = decoding.BeamRecorder(6, beam), decoding.BeamRecorder(6, beam)
+            trees = decoding.BeamRecorder(6, beam), decoding.BeamRecorder(6, beam), decoding.BeamRecorder(6, beam)
             args = (model, batch.src, batch.src_lengths, limits, CONSTRAINTS, beam, n_best, alpha)
-            reference = constraints.constrained_beam_search(*args, window=window, record=trees[0])
+            reference = textbook_beams.constrained_beam_search(*args, window=window, record=trees[0])
+            eager = constraints.constrained_beam_search(*args, window=window, record=trees[2])
+            assert_same_hypotheses(eager, reference)
+            assert_same_trees(trees[2], trees[0])
             graphs = (case + beam) % 2 == 0  # half of them on static buffers
             assert_same_hypotheses(
-                fast_constraints.constrained_beam_search(*args, window=window, graphs=graphs), reference
+                fast_decoding.constrained_beam_search(*args, window=window, graphs=graphs), reference
             )
-            recorded = fast_constraints.constrained_beam_search(*args, window=window, graphs=graphs, record=trees[1])
+            recorded = fast_decoding.constrained_beam_search(*args, window=window, graphs=graphs, record=trees[1])
             assert_same_hypotheses(recorded, reference)
             assert_same_trees(trees[1], trees[0])
 
@@ -296,8 +303,7 @@ def test_constrained_beam_search_finds_the_reference_hypotheses_and_tree(name):
 def test_the_constrained_cases_meet_and_miss_constraints():
     """The differential test's cases: outputs that met every constraint, and outputs that the
     length limit ended before (ranked after them)."""
-    from attnmt.seq2seq import fast_constraints
-    from attnmt.seq2seq.constraints import Progress
+    from textbook_beams import Progress
 
     def met_all(tokens, phrases):  # (as the search counts: a token counts for one phrase)
         progress = Progress()
@@ -309,7 +315,7 @@ def test_the_constrained_cases_meet_and_miss_constraints():
     met = []
     for eos_bias, limits in CASES:
         model, limits = tiny("gru-bahdanau", eos_bias), constrained_limits(limits_of(batch, limits))
-        found = fast_constraints.constrained_beam_search(model, batch.src, batch.src_lengths, limits, CONSTRAINTS, 3, 3)
+        found = fast_decoding.constrained_beam_search(model, batch.src, batch.src_lengths, limits, CONSTRAINTS, 3, 3)
         for phrases, hypotheses in zip(CONSTRAINTS, found):
             holds = [met_all(h.tokens, phrases) for h in hypotheses]
             assert holds == sorted(holds, reverse=True)
@@ -322,8 +328,8 @@ def test_the_constrained_cases_meet_and_miss_constraints():
 )
 def test_constraints_with_a_coverage_penalty_a_prefix_and_an_ensemble_as_the_reference(name):
     """The constrained banks with what a search may carry besides: a coverage penalty (each row's
-    attention summed as it goes), a prefix (the loop processor, on a FixedPrefixState), an ensemble's members."""
-    from attnmt.seq2seq import constraints, fast_constraints
+    attention summed as it goes), a prefix (the loop processor, on a FixedPrefixState), an ensemble's members,
+    in both executors as in the textbook banks."""
     from attnmt.seq2seq.ensemble import Ensemble
 
     batch = random_batch(6, seed=9)
@@ -331,43 +337,45 @@ def test_constraints_with_a_coverage_penalty_a_prefix_and_an_ensemble_as_the_ref
         model, limits = tiny(name, eos_bias), constrained_limits(limits_of(batch, limits))
         for beam, n_best in ((3, 2), (5, 5)):
             args = (model, batch.src, batch.src_lengths, limits, CONSTRAINTS, beam, n_best)
-            reference = constraints.constrained_beam_search(*args, beta=0.7)
-            fast = fast_constraints.constrained_beam_search(*args, beta=0.7, graphs=case % 2 == 0)
+            reference = textbook_beams.constrained_beam_search(*args, beta=0.7)
+            assert_same_hypotheses(constraints.constrained_beam_search(*args, beta=0.7), reference)
+            fast = fast_decoding.constrained_beam_search(*args, beta=0.7, graphs=case % 2 == 0)
             assert_same_hypotheses(fast, reference)
         room = [max(n, len(p) + len(w) + 2) for n, p, w in zip(limits, PREFIXES.tokens, PREFIXES.words)]
         prefix = (Prefix(PREFIXES, None, batch.src.device),)
         trees = decoding.BeamRecorder(6, 3), decoding.BeamRecorder(6, 3)
         args = (model, batch.src, batch.src_lengths, room, CONSTRAINTS, 3, 2)
-        reference = constraints.constrained_beam_search(*args, record=trees[0], processors=prefix)
-        found = fast_constraints.constrained_beam_search(*args, graphs=True, record=trees[1], processors=prefix)
+        reference = textbook_beams.constrained_beam_search(*args, record=trees[0], processors=prefix)
+        assert_same_hypotheses(constraints.constrained_beam_search(*args, processors=prefix), reference)
+        found = fast_decoding.constrained_beam_search(*args, graphs=True, record=trees[1], processors=prefix)
         assert_same_hypotheses(found, reference)
         assert_same_trees(trees[1], trees[0])
     ensemble = Ensemble([tiny(name), tiny("gru-luong-general")]).eval()
     args = (ensemble, batch.src, batch.src_lengths, constrained_limits(limits_of(batch, "usual")), CONSTRAINTS, 4, 2)
     for graphs in (False, True):
         assert_same_hypotheses(
-            fast_constraints.constrained_beam_search(*args, graphs=graphs), constraints.constrained_beam_search(*args)
+            fast_decoding.constrained_beam_search(*args, graphs=graphs), textbook_beams.constrained_beam_search(*args)
         )
+    assert_same_hypotheses(constraints.constrained_beam_search(*args), textbook_beams.constrained_beam_search(*args))
 
 
 def test_a_constrained_beam_wider_than_the_vocabulary():
     """Fewer tokens than a row's k + 1 best slots (the empty ones stay empty), and fewer candidates
-    than k (the live rows padded with impossible ones, as constraints._by_banks pads them)."""
-    from attnmt.seq2seq import constraints, fast_constraints
-
+    than k (the live rows padded with impossible ones, as the textbook banks pad them), in both executors."""
     batch, model = random_batch(6, seed=9), tiny("gru-bahdanau")
     args = (model, batch.src, batch.src_lengths, constrained_limits([6] * 6), CONSTRAINTS, 20, 4)
-    trees = decoding.BeamRecorder(6, 20), decoding.BeamRecorder(6, 20)
-    reference = constraints.constrained_beam_search(*args, record=trees[0])
-    assert_same_hypotheses(fast_constraints.constrained_beam_search(*args, record=trees[1], graphs=True), reference)
+    trees = decoding.BeamRecorder(6, 20), decoding.BeamRecorder(6, 20), decoding.BeamRecorder(6, 20)
+    reference = textbook_beams.constrained_beam_search(*args, record=trees[0])
+    assert_same_hypotheses(fast_decoding.constrained_beam_search(*args, record=trees[1], graphs=True), reference)
     assert_same_trees(trees[1], trees[0])
+    assert_same_hypotheses(constraints.constrained_beam_search(*args, record=trees[2]), reference)
+    assert_same_trees(trees[2], trees[0])
 
 
 def test_constraints_no_longer_fall_back_to_the_reference_search(monkeypatch):
     """Where the fixed-shape executor runs (a GPU, faked here: search.fast_here), decode with
-    constraints takes it (fast_constraints), with a prefix, a recorder (beam_tree) and a stop too,
+    constraints takes it (fast_decoding.constrained_beam_search), with a prefix, a recorder (beam_tree) and a stop too,
     with the reference's hypotheses and tree; a stop that says True ends it at a check."""
-    from attnmt.seq2seq import constraints, fast_constraints
     from attnmt.seq2seq.decoding import DecodingStopped
 
     batch, model, settings = random_batch(6, seed=9), tiny("lstm-location"), DecodingConfig(beam=3)
@@ -377,11 +385,9 @@ def test_constraints_no_longer_fall_back_to_the_reference_search(monkeypatch):
         searches.decode(model, batch.src, batch.src_lengths, settings, constraints=CONSTRAINTS, prefixes=PREFIXES),
         searches.decode(model, batch.src, batch.src_lengths, settings, constraints=CONSTRAINTS, record=reference),
     ]
-    calls, original = [], fast_constraints.constrained_beam_search
-    monkeypatch.setattr(
-        fast_constraints, "constrained_beam_search", lambda *a, **k: calls.append(1) or original(*a, **k)
-    )
-    monkeypatch.setattr(constraints, "constrained_beam_search", lambda *a, **k: pytest.fail("the reference ran"))
+    calls, original = [], fast_decoding.constrained_beam_search
+    monkeypatch.setattr(fast_decoding, "constrained_beam_search", lambda *a, **k: calls.append(1) or original(*a, **k))
+    monkeypatch.setattr(searches, "constrained_beam_search", lambda *a, **k: pytest.fail("the eager loop ran"))
     monkeypatch.setattr(searches, "fast_here", lambda device, model: True)
     tree = decoding.BeamRecorder(6, 3)
     found = [
@@ -401,8 +407,6 @@ def test_constraints_no_longer_fall_back_to_the_reference_search(monkeypatch):
 
 
 def test_a_constrained_step_is_captured_where_the_state_keeps_its_shape(monkeypatch):
-    from attnmt.seq2seq import fast_constraints
-
     captured = []
     original = fast_decoding._StepGraph.__init__
     monkeypatch.setattr(
@@ -411,7 +415,7 @@ def test_a_constrained_step_is_captured_where_the_state_keeps_its_shape(monkeypa
     batch = random_batch(6, seed=9)
     for name in ("lstm-location", "transformer"):
         model = tiny(name, NEVER_ENDS)
-        fast_constraints.constrained_beam_search(
+        fast_decoding.constrained_beam_search(
             model, batch.src, batch.src_lengths, [12] * 6, CONSTRAINTS, beam=3, graphs=True
         )
     assert captured == [1, 1]
@@ -630,28 +634,31 @@ def test_a_step_reads_no_value_back(name):
     with torch.inference_mode():
         memory = on_meta(model.encode(batch.src, batch.src_lengths, window_of(name)))
         model = copy.deepcopy(model).to("meta")
-        searches_run = [
-            fast_decoding._Greedy(model, memory, [6, 6, 6, 6], 1.0),
-            fast_decoding.FixedBeam(model, memory, [3, 4, 5, 6], 3, 2, 1.0),
-        ]
+
+        def beam(limits, *args, processors=(), **options):  # (beam search on fixed shapes)
+            return fast_decoding._Beam(model, memory, decoding.BeamSearch(memory, limits, *args, **options), processors)
+
+        def banks(limits, phrases, *args, processors=(), **options):  # (and constrained)
+            search = ConstrainedBeamSearch(memory, limits, phrases, *args, **options)
+            return fast_decoding._Beam(model, memory, search, processors)
+
+        searches_run = [fast_decoding._Greedy(model, memory, [6, 6, 6, 6], 1.0), beam([3, 4, 5, 6], 3, 2, 1.0)]
         if name != "gru-none":  # (and with a coverage penalty, which sums the attention)
-            searches_run.append(fast_decoding.FixedBeam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, beta=0.4))
-        searches_run.append(fast_decoding.FixedBeam(model, memory, [3, 4, 5, 6], 3, 2, 1.0, record=True))  # (a tree)
+            searches_run.append(beam([3, 4, 5, 6], 3, 2, 1.0, beta=0.4))
+        searches_run.append(beam([3, 4, 5, 6], 3, 2, 1.0, record=True))  # (a tree)
         four = Prefixes(PREFIXES.tokens[:4], PREFIXES.words[:4], PREFIXES.spelling)  # (a prefix)
         prefix = (Prefix(four, None, torch.device("meta")),)
         searches_run += [
             fast_decoding._Greedy(model, memory, [9, 9, 9, 9], 1.0, processors=prefix),
-            fast_decoding.FixedBeam(model, memory, [9, 9, 9, 9], 3, 2, 1.0, processors=prefix),
+            beam([9, 9, 9, 9], 3, 2, 1.0, processors=prefix),
         ]
-        from attnmt.seq2seq.fast_constraints import _ConstrainedBeam  # (constraints, with a tree, a prefix)
-
-        searches_run += [
-            _ConstrainedBeam(model, memory, [6, 7, 8, 9], CONSTRAINTS[:4], 3, 2, 1.0),
-            _ConstrainedBeam(model, memory, [6, 7, 8, 9], CONSTRAINTS[2:], 3, 2, 1.0, record=True),
-            _ConstrainedBeam(model, memory, [9, 9, 9, 9], CONSTRAINTS[:4], 3, 2, 1.0, processors=prefix),
+        searches_run += [  # (constraints, with a tree, a prefix)
+            banks([6, 7, 8, 9], CONSTRAINTS[:4], 3, 2, 1.0),
+            banks([6, 7, 8, 9], CONSTRAINTS[2:], 3, 2, 1.0, record=True),
+            banks([9, 9, 9, 9], CONSTRAINTS[:4], 3, 2, 1.0, processors=prefix),
         ]
         if name != "gru-none":
-            searches_run.append(_ConstrainedBeam(model, memory, [6, 7, 8, 9], CONSTRAINTS[:4], 3, 2, 1.0, beta=0.4))
+            searches_run.append(banks([6, 7, 8, 9], CONSTRAINTS[:4], 3, 2, 1.0, beta=0.4))
         for search in searches_run:
             loop = search.start()
             for _ in range(4):
@@ -700,8 +707,6 @@ def test_the_loop_asks_whether_all_are_done_only_every_few_steps(monkeypatch, gr
 def test_a_constrained_search_asks_whether_all_are_done_only_every_few_steps(monkeypatch, graphs):
     """The constrained banks' steps read nothing back either (with a tree, too): one read per
     CHECK_EVERY steps."""
-    from attnmt.seq2seq import fast_constraints
-
     reads, inside = [], [False]
     for name in READS:
         method = getattr(torch.Tensor, name)
@@ -725,30 +730,34 @@ def test_a_constrained_search_asks_whether_all_are_done_only_every_few_steps(mon
     batch, model = random_batch(6, seed=9), tiny("gru-bahdanau", NEVER_ENDS)
     tree = decoding.BeamRecorder(6, 3)
     args = (model, batch.src, batch.src_lengths, [30] * 6, CONSTRAINTS, 3)
-    fast_constraints.constrained_beam_search(*args, graphs=graphs, record=tree)
+    fast_decoding.constrained_beam_search(*args, graphs=graphs, record=tree)
     assert reads == ["__bool__"] * (30 // fast_decoding.CHECK_EVERY)
 
 
-def test_one_history_reads_the_same_hypotheses_from_lists_and_from_buffers():
-    """decoding.History in both layouts: the eager lists (add_weights, add_rows) and the fixed
-    buffers (write at the step counter) give the same tokens and attention back, for hypotheses that
-    end at one step (read) or at several (read_back)."""
+def test_the_history_reads_back_what_the_lists_of_the_textbook_search_read():
+    """decoding.History, buffers written at their slots (a step counter tensor, as a graph writes,
+    or the eager loop's int), gives back the tokens and attention of the textbook search's list
+    history (textbook_beams.ListHistory), for hypotheses that end at one step or at several
+    (read_back), and each is its parents followed by hand."""
+    from textbook_beams import ListHistory
+
     g = torch.Generator().manual_seed(0)
     steps, rows, width = 5, 4, 3
     tokens = torch.randint(4, 20, (steps, rows), generator=g)
     parents = torch.randint(0, rows, (steps, rows), generator=g)
     weights = torch.rand(steps, rows, width, generator=g)
-    eager, fixed = decoding.History(), decoding.History(steps, rows, torch.device("cpu"))
+    lists, fixed = ListHistory(), decoding.History(steps, rows, torch.device("cpu"))
+    every_slot = torch.arange(rows)
     for t in range(steps):
-        eager.add_weights(weights[t])
-        eager.add_rows(tokens[t], parents[t])
-        fixed.write(torch.tensor([t]), tokens[t], parents[t], weights[t])
+        lists.add_weights(weights[t])
+        lists.add_rows(tokens[t], parents[t])
+        fixed.write(torch.tensor([t]) if t % 2 else t, tokens[t], parents[t], weights[t], every_slot)
     ends, ended, last = torch.tensor([[4, 2], [0, 3]]), torch.tensor([[1, 3], [2, 0]]), torch.tensor([[7, 8], [9, 10]])
     read, attention = fixed.read_back(ends, ended, last, steps)
     for i in range(2):
         for j in range(2):
             t = int(ends[i, j])
-            one, matrix = eager.read(t, ended[i, j : j + 1], last[i, j : j + 1])
+            one, matrix = lists.read(t, ended[i, j : j + 1], last[i, j : j + 1])
             assert one[0] == read[i, j, : t + 1].tolist()
             torch.testing.assert_close(matrix[0], attention[i, j, : t + 1])
             row, expected = int(ended[i, j]), [int(last[i, j])]  # (followed by hand)
@@ -758,10 +767,24 @@ def test_one_history_reads_the_same_hypotheses_from_lists_and_from_buffers():
             assert one[0] == expected
 
 
+def test_a_row_writes_at_its_slot_and_leaves_the_others_in_place():
+    """The eager loop drops done sentences' rows, so a step writes only some slots: History.write at
+    ``slots`` changes those alone, and weights go to ``weight_slots`` where they differ."""
+    history = decoding.History(3, 4, torch.device("cpu"))
+    history.write(0, torch.tensor([5, 6, 7, 8]), torch.tensor([0, 1, 2, 3]), torch.ones(4, 2), torch.arange(4))
+    history.write(1, torch.tensor([9]), torch.tensor([3]), torch.full((1, 2), 2.0), torch.tensor([2]))
+    assert history.tokens[1].tolist() == [0, 0, 9, 0] and history.parents[1].tolist() == [0, 0, 3, 0]
+    assert history.weights[1].sum(1).tolist() == [0.0, 0.0, 4.0, 0.0]
+    history.write(2, torch.tensor([4]), None, torch.full((1, 2), 3.0), torch.tensor([1]), torch.tensor([0]))
+    assert history.tokens[2].tolist() == [0, 4, 0, 0] and history.parents[2].tolist() == [0, 0, 0, 0]
+    assert history.weights[2].sum(1).tolist() == [6.0, 0.0, 0.0, 0.0]
+
+
 def test_all_done_ends_the_loop_at_the_next_check():
     batch = random_batch()
     model = tiny("gru-bahdanau", ENDS_EARLY)
-    search = fast_decoding.FixedBeam(model, model.encode(batch.src, batch.src_lengths), [40] * 5, 3, 1, 1.0)
+    memory = model.encode(batch.src, batch.src_lengths)
+    search = fast_decoding._Beam(model, memory, decoding.BeamSearch(memory, [40] * 5, 3, 1, 1.0))
     with torch.inference_mode():
         loop, steps = fast_decoding.run_fixed(search, 40, graphs=False)
     assert steps < 40 and steps % fast_decoding.CHECK_EVERY == 0 and bool(loop.done.all())
@@ -861,16 +884,10 @@ class StepsSeen:
 
 
 def test_the_beam_tree_is_an_observer_of_the_eager_loop():
-    """decoding.BeamRecorder watches run_eager's steps (``observe``: the strategy's ``tree_step``), handed to decode
-    as an observer or as ``record``, the eager strategies taking no recorder: the tree of the fixed-shape executor's
-    TreeBuffers (which the differential tests hold equal to what the strategies recorded themselves before),
-    beam search and constrained, a node's step that of the step observed."""
-    import inspect
-
-    from attnmt.seq2seq import constraints, fast_constraints
-
-    for strategy in (decoding.Beams, constraints._ConstrainedBeams):
-        assert "record" not in inspect.signature(strategy).parameters
+    """decoding.BeamRecorder watches run_eager's steps (``observe``: the eager binding's ``tree_step``, read from the
+    strategy's TreeBuffers), handed to decode as an observer or as ``record``: the tree of the fixed-shape
+    executor's TreeBuffers replayed at the end, beam search and constrained, a node's step that of the step
+    observed."""
     batch, model, settings = random_batch(6, seed=2), tiny("gru-bahdanau"), DecodingConfig(beam=3)
     args = (model, batch.src, batch.src_lengths)
     for options in ({}, {"constraints": CONSTRAINTS}):
@@ -881,7 +898,7 @@ def test_the_beam_tree_is_an_observer_of_the_eager_loop():
         assert_same_trees(observed, recorded)
         limits = decoding.output_limits(batch.src_lengths, settings, None, options.get("constraints"))
         if options:
-            fast = fast_constraints.constrained_beam_search(
+            fast = fast_decoding.constrained_beam_search(
                 *args, limits, CONSTRAINTS, 3, 3, settings.length_penalty, record=fixed
             )
         else:
@@ -905,7 +922,7 @@ def test_decode_keeps_the_reference_searches_on_a_cpu(monkeypatch):
 def strict_steps(monkeypatch):
     """Makes every eager search step run in CUDA's sync debug mode "error": a step that waits for
     the GPU raises (and a capture would fail)."""
-    for search in (fast_decoding._Greedy, fast_decoding.FixedBeam):
+    for search in (fast_decoding._Greedy, fast_decoding._Beam):
 
         def strict(self, loop, _step=search.step):
             torch.cuda.set_sync_debug_mode("error")
@@ -969,7 +986,7 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
             for graphs in (False, True):
                 found = fast(*prefixed, window=window, graphs=graphs, **options)
                 assert_same_hypotheses(found, reference, atol=1e-4)
-        from attnmt.seq2seq import constraints, fast_constraints  # constraints, with their search tree
+        # constraints, with their search tree
 
         phrases = (CONSTRAINTS * 3)[:16]
         room = [max(n, sum(map(len, p)) + 2) for n, p in zip(limits, phrases)]
@@ -977,7 +994,7 @@ def test_on_a_gpu_graphs_eager_steps_and_the_reference_agree(monkeypatch, name):
         trees = [decoding.BeamRecorder(batch.src.size(0), 5) for _ in range(3)]
         reference = constraints.constrained_beam_search(*constrained, window=window, record=trees[0])
         for graphs, tree in zip((False, True), trees[1:]):
-            found = fast_constraints.constrained_beam_search(*constrained, window=window, graphs=graphs, record=tree)
+            found = fast_decoding.constrained_beam_search(*constrained, window=window, graphs=graphs, record=tree)
             assert_same_hypotheses(found, reference, atol=1e-4)
             assert_same_trees(tree, trees[0], atol=1e-4)
         reference = decoding.beam_search(*args, beam=5, n_best=3, window=window, beta=1.0)  # a coverage penalty

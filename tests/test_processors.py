@@ -194,7 +194,7 @@ def test_a_loop_processor_handed_to_decode_restricts_every_step_in_either_execut
 def test_a_prefix_is_a_processor_of_the_loop_not_a_model_wrapper(monkeypatch, fast):
     """decode(prefixes=...) is each search with the loop processor prefix.Prefix on the plain model, whose own
     decode_step the loop calls: greedy, beam and constrained, in either executor (the fixed-shape one faked)."""
-    from attnmt.seq2seq import constraints, fast_constraints
+    from attnmt.seq2seq import constraints
     from attnmt.seq2seq.prefix import Prefix
     from test_fast_decoding import CONSTRAINTS, PREFIXES
 
@@ -202,7 +202,7 @@ def test_a_prefix_is_a_processor_of_the_loop_not_a_model_wrapper(monkeypatch, fa
     batch, model, settings = random_batch(6, seed=7), tiny("lstm-location"), DecodingConfig()
     steps, decode_step = [], model.decode_step
     monkeypatch.setattr(model, "decode_step", lambda *a: steps.append(1) or decode_step(*a))
-    module, constrained = (fast_decoding, fast_constraints) if fast else (decoding, constraints)
+    module, constrained = (fast_decoding, fast_decoding) if fast else (decoding, constraints)
     alpha, prefix = settings.length_penalty, (Prefix(PREFIXES, None, batch.src.device),)
     assert not isinstance(prefix[0], torch.nn.Module)
     for options, search in (

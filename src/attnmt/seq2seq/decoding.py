@@ -107,6 +107,17 @@ class BeamRecorder:
             self.row_nodes[sentence] = kept + [0] * (self.beam - len(kept))
 
 
+def with_recorder(observers: tuple, record: BeamRecorder | None) -> tuple:
+    """The eager loop's observers: ``observers`` and, where given, the ``record`` of a beam search."""
+    return observers if record is None else (*observers, record)
+
+
+def records_tree(observers: tuple) -> bool:
+    """Whether a beam search's strategy keeps its tree's buffers (TreeBuffers): a BeamRecorder
+    watches it, given as ``record`` or among the observers."""
+    return any(isinstance(observer, BeamRecorder) for observer in observers)
+
+
 def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
@@ -304,7 +315,7 @@ class GreedySearch:
         column, best = processors.choose(log_probs, self.pick)  # (the one choice of both executors)
         token = token_ids(column, self.vocabulary)  # (a shortlist's column -> its id)
         going = ~loop.ended[rows]  # (an ended sentence's row, kept by the fixed shapes, adds nothing)
-        self.history.write(t, token, None, out.weights, columns=rows)
+        self.history.write(t, token, None, out.weights, rows)
         return GreedyLoop(
             t + 1,
             token,
@@ -374,40 +385,20 @@ class Greedy:
 
 
 class History:
-    """What a search's steps wrote, to read its hypotheses back from (the one history of both
-    executors): for each step t, the attention weights of its rows, and for each row of step t+1
-    its token and the row of step t it extends (its parent; beam search). Hypotheses are read back
-    when they finish (``read``; at the end, the fixed-shape executor's tables: ``read_back``),
-    following the parents: copying every live hypothesis' tokens and weights forward at every step
-    would cost O(length^2).
+    """What a search's steps wrote, to read its hypotheses back from at the end (the one history of
+    both executors): for each step t, the attention weights of its rows, and for each row of step
+    t+1 its token and the row of step t it extends (its parent; beam search), in buffers made for
+    the longest output. Each row writes at its slot: greedy search's sentence, beam search's
+    sentence * k + j, so that a row that leaves the eager loop leaves what it wrote in place.
+    Hypotheses are read back following the parents (``read_back``): copying every live
+    hypothesis' tokens and weights forward at every step would cost O(length^2). The buffer of
+    weights is made at the first step (its weights give their type and width; None without
+    attention)."""
 
-    Two layouts. Eager beam search's batch shrinks as sentences finish and its rows' parents are
-    rows of the step before: it adds each step's tensors to lists (``add_weights``, then
-    ``add_rows``). ``History(steps, rows, device)`` makes buffers for the longest output instead,
-    which ``write`` fills at the step counter (a tensor: a captured graph writes there): the
-    fixed-shape executor's rows, and greedy search's sentences in either executor (a row writes
-    into its sentence's column); the buffer of weights is made at the first step (its weights
-    give their type and width; None without attention)."""
-
-    def __init__(self, steps: int | None = None, rows: int = 0, device: torch.device | None = None):
-        self.weights: list[Tensor | None] | Tensor | None  # step t: (rows of step t, S)
-        self.tokens: list[Tensor] | Tensor  # step t: the token of each row of step t+1
-        self.parents: list[Tensor] | Tensor  # step t: the row of step t that each row of step t+1 extends
-        if steps is None:
-            self.weights, self.tokens, self.parents = [], [], []
-        else:
-            self.tokens = torch.zeros(steps, rows, dtype=torch.long, device=device)
-            self.parents = torch.zeros(steps, rows, dtype=torch.long, device=device)
-            self.weights = None
-
-    def add_weights(self, weights: Tensor | None):
-        """Eager: step t's attention weights (rows of step t, S), or None."""
-        self.weights.append(weights)
-
-    def add_rows(self, tokens: Tensor, parents: Tensor):
-        """Eager: the rows of step t+1, their tokens and parents (rows of step t+1,)."""
-        self.tokens.append(tokens)
-        self.parents.append(parents)
+    def __init__(self, steps: int, slots: int, device: torch.device):
+        self.tokens = torch.zeros(steps, slots, dtype=torch.long, device=device)  # step t: of each row of step t+1
+        self.parents = torch.zeros(steps, slots, dtype=torch.long, device=device)  # its parent's slot at step t
+        self.weights: Tensor | None = None  # step t: (slots, S)
 
     def write(
         self,
@@ -415,39 +406,26 @@ class History:
         tokens: Tensor,
         parents: Tensor | None,
         weights: Tensor | None,
-        columns: Tensor | None = None,
+        slots: Tensor,
+        weight_slots: Tensor | None = None,
     ):
-        """Into the buffers: step t's tokens and parents of the rows of step t+1 (rows,; no parents:
-        greedy search) and its weights (rows, S), at ``t``: (1,), a tensor on the device, or the
-        eager loop's int. ``columns``: the buffers' column of each row (greedy search's sentence
-        of each row, whose rows leave the eager loop as they end); None: every column in order."""
+        """Step t's tokens and parents (their slots; None: greedy search) of the rows of step t+1,
+        at ``slots``, and its weights (rows, S) at ``weight_slots`` (None: ``slots``): ``t`` (1,), a
+        tensor on the device (a captured graph writes at its step counter), or the eager loop's int."""
         if weights is not None and self.weights is None:
             self.weights = weights.new_zeros(self.tokens.size(0), self.tokens.size(1), weights.size(1))
-        if columns is not None:
-            self.tokens[t, columns] = tokens
-            if weights is not None:
-                self.weights[t, columns] = weights
-            return
-        self.tokens.index_copy_(0, t, tokens.unsqueeze(0))
+        self.tokens[t, slots] = tokens
         if parents is not None:
-            self.parents.index_copy_(0, t, parents.unsqueeze(0))
+            self.parents[t, slots] = parents
         if weights is not None:
-            self.weights.index_copy_(0, t, weights.unsqueeze(0))
-
-    def read(self, t: int, rows: Tensor, tokens: Tensor) -> tuple[list[list[int]], Tensor | None]:
-        """The hypotheses of ``rows`` of step t, each extended by its token of ``tokens`` at step
-        t: their tokens, and their attention (n, t+1, S) or None."""
-        token_ids, attention = self.read_back(None, rows, tokens, t + 1)
-        return token_ids.tolist(), None if attention is None else attention.float()
+            self.weights[t, slots if weight_slots is None else weight_slots] = weights
 
     def read_back(self, ends: Tensor | None, rows: Tensor, tokens: Tensor, steps: int) -> tuple[Tensor, Tensor | None]:
         """The tokens (..., steps) and attention (..., steps, S) of hypotheses (any shape ...) that
         wrote their last token ``tokens`` at step ``ends`` (None: all at the last of ``steps``),
-        extending ``rows`` of that step, from each one's end back to the first step along the
+        extending the slots ``rows`` of that step, from each one's end back to the first step along the
         parents. Positions after a hypothesis' end hold what it does not use."""
         weights = self.weights
-        if isinstance(weights, list):
-            weights = None if not weights or weights[0] is None else weights
         row, token_columns, weight_columns = rows, [], []  # (from the last step back)
         for t in range(steps - 1, -1, -1):
             if ends is not None:  # (where one ends at t, it is read from there on)
@@ -503,12 +481,10 @@ def beam_search(
     ``beta``: the coverage penalty of the finished hypotheses' scores (``coverage_penalty``); the
     stopping rules stay exact, since it is never above 0.
     """
-    if n_best > beam:
-        raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
     memory = model.encode(src, src_lengths, window)
-    beams = Beams(src.size(0), beam, n_best, alpha, max_lengths, memory_lengths(memory), src.device, beta)
-    observers = observers if record is None else (*observers, record)
-    return checked_search(run_eager(beams, model, memory, vocabulary, stop, observers, processors))
+    observers = with_recorder(observers, record)
+    search = BeamSearch(memory, max_lengths, beam, n_best, alpha, vocabulary, beta, record=records_tree(observers))
+    return checked_search(run_eager(Beam(search), model, memory, vocabulary, stop, observers, processors))
 
 
 def run_eager(
@@ -521,8 +497,8 @@ def run_eager(
     processors: tuple = (),
 ) -> list[list[Hypothesis]]:
     """The eager executor's search loop, the one of every textbook search: from the encoder's
-    ``memory``, each step runs the model on the rows ``strategy`` keeps (Greedy, Beams,
-    constraints._ConstrainedBeams), ``processors`` restrict its log-probabilities (a prefix:
+    ``memory``, each step runs the model on the rows ``strategy`` keeps (Greedy, Beam:
+    the eager bindings of GreedySearch and BeamSearch), ``processors`` restrict its log-probabilities (a prefix:
     processors.processed_step), and the strategy chooses the rows' next tokens, its history
     capturing the step's attention (``advance``: which groups go on), and the rows of the next step
     (``next_batch``: the finished ones leave the batch, the processors' states with them). Each of
@@ -545,163 +521,415 @@ def run_eager(
     return strategy.results()
 
 
-class Beams:
-    """The state of a batched beam search between two steps: the sentence of each group of rows
-    (``active``), the live hypotheses' scores (n, width) and last tokens (``prev``, n*width), the
-    finished hypotheses of every sentence, and the ``History`` to read hypotheses back from: the
-    strategy of beam search in the eager loop (``run_eager``). Each step: ``advance`` (``extend``,
-    ``going``), then ``next_batch`` (see beam_search)."""
+@dataclass
+class Finished:
+    """The n best finished hypotheses of each sentence so far, best first (equal scores: the
+    first to finish first), and how many have finished in all. Empty slots score -inf."""
+
+    count: Tensor  # (B,) hypotheses finished so far, all of them
+    score: Tensor  # (B,n) float64: log_prob / length penalty (+ coverage penalty), as hypothesis_of computes it
+    log_prob: Tensor  # (B,n) float64
+    end: Tensor  # (B,n) the step at which it ended: it has end + 1 tokens
+    row: Tensor  # (B,n) the history's slot of that step it extends
+    token: Tensor  # (B,n) its last token
+
+    SLOTS = ("score", "log_prob", "end", "row", "token")
+
+
+@dataclass
+class BeamLoop:
+    """Beam search between two steps, in either executor. The rows of a step come in groups, one
+    group a sentence still searched (``groups``: its sentence), each group ``width`` rows (1 at the
+    first step: a sentence's k hypotheses would start identical; then k). The fixed-shape executor
+    keeps every sentence's group to the end, a done one masked; the eager one drops a sentence's
+    group once it is done (``Beam.next_batch``). What belongs to a sentence (its table of finished
+    hypotheses, whether it is done) is indexed by sentence, and the history by slot, sentence * k
+    + j, so that it holds whichever rows leave."""
+
+    step: Tensor | int  # the step t about to run: (1,) on the device (fixed shapes), or an int (eager)
+    prev: Tensor  # (rows,) the last token of each live hypothesis (BOS at first)
+    state: Any  # the rows' decoder state (None in the eager loop, which holds it)
+    groups: Tensor  # (n,) the sentence of each group of rows
+    scores: Tensor  # (n, width) the live hypotheses' log-probabilities
+    done: Tensor  # (B,) the sentence's search is over
+    finished: Finished  # (B, n_best) each sentence's best finished hypotheses
+    # (rows, S) each live row's attention summed over its steps (with a coverage penalty only)
+    coverage: Tensor | None
+
+
+class BeamSearch:
+    """The strategy of beam search, the one of both executors: a step's choice (``beam_choice``: the
+    EOS among each sentence's k best candidates finish, its k best others stay alive), the table
+    of each sentence's n best finished hypotheses (``Finished``), the stopping rules
+    (``beam_done``), the coverage penalty (each row's attention summed as it goes), the history the
+    hypotheses are read back from at the end (``results``) and, with ``record``, the search tree
+    (``TreeBuffers``). It reads no value back, so a captured graph runs it. Each executor binds it
+    to its loop: ``Beam`` (the eager loop: a done sentence's rows leave the batch) and
+    fast_decoding._Beam (every sentence's k rows to the end, masked)."""
 
     def __init__(
         self,
-        batch: int,
-        k: int,
+        memory,
+        max_lengths: list[int],
+        beam: int,
         n_best: int,
         alpha: float,
-        max_lengths: list[int],
-        memory_widths: list[int],
-        device: torch.device,
+        vocabulary: Tensor | None = None,
         beta: float = 0.0,
+        record: bool = False,
     ):
-        self.k = k
+        if n_best > beam:
+            raise ValueError(f"n_best ({n_best}) cannot exceed the beam size ({beam})")
+        device, steps = memory.mask.device, max(max_lengths)
+        self.batch = len(max_lengths)
+        self.beam = beam
         self.n_best = n_best
         self.alpha = alpha
+        self.vocabulary = vocabulary
         self.beta = beta
         self.max_lengths = max_lengths
-        self.memory_widths = memory_widths
-        self.device = device
-        # The k hypotheses of a sentence would start identical: the first step runs on one row per
-        # sentence (width 1), and its best extensions then fill the sentence's k rows.
-        self.width = 1
-        self.scores = torch.zeros(batch, self.width, device=device)
-        self.prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
-        self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-        self.active = torch.arange(batch, device=device)  # sentence id of each group of k rows
-        self.history = History()
+        self.shortest = min(max_lengths)
+        self.masks = memory.mask  # (B, S) each sentence's real positions (the coverage penalty's, the attention's)
+        self.limits = torch.tensor(max_lengths, device=device)
+        # The length penalties as hypothesis_of computes them (in Python, in float64): of t + 1
+        # tokens at index t, and of each sentence's longest output.
+        self.penalties = torch.tensor(
+            [length_penalty(n, alpha) for n in range(1, steps + 1)], dtype=torch.float64, device=device
+        )
+        self.limit_penalties = torch.tensor(
+            [length_penalty(n, alpha) for n in max_lengths], dtype=torch.float64, device=device
+        )
+        self.history = History(steps, self.batch * beam, device)
+        self.tree = TreeBuffers(steps, self.batch, 2 * beam, device) if record else None
+
+    def start(self, state, step: Tensor | int, rows_per_group: int) -> BeamLoop:
+        """The loop before the first step (``step``: 0, as the executor counts its steps), every
+        sentence's group of ``rows_per_group`` rows (the first step extends only its first)."""
+        batch, device = self.batch, self.limits.device
+        rows = batch * rows_per_group
+        return BeamLoop(
+            step,
+            torch.full((rows,), BOS, dtype=torch.long, device=device),
+            state,
+            torch.arange(batch, device=device),
+            torch.zeros(batch, 1, device=device),
+            torch.zeros(batch, dtype=torch.bool, device=device),
+            self.no_finished(),
+            torch.zeros(rows, self.masks.size(1), device=device) if self.beta else None,
+        )
+
+    def no_finished(self) -> Finished:
+        """An empty table of finished hypotheses."""
+        batch, device = self.batch, self.limits.device
+        empty = torch.zeros(batch, self.n_best, dtype=torch.long, device=device)
+        no_scores = torch.full((batch, self.n_best), float("-inf"), dtype=torch.float64, device=device)
+        return Finished(
+            torch.zeros(batch, dtype=torch.long, device=device),
+            no_scores,
+            no_scores.clone(),
+            empty,
+            empty.clone(),
+            empty.clone(),
+        )
+
+    def advance(self, loop: BeamLoop, out: StepOutput) -> tuple[BeamLoop, Tensor]:
+        """Step t's choice, and the loop of step t+1, its state still the step's rows: with it the
+        row of step t that each row of step t+1 extends (n*k,), which the executor moves the
+        state's rows to. (Reads no value back.)"""
+        k, t, groups = self.beam, loop.step, loop.groups
+        n, width = loop.scores.shape  # rows extended per group: 1 at the first step, then k
+        rows = self.rows_of(out.log_probs, n)
+        log_probs = self.log_probs_at(t, out.log_probs, groups, width)
+        choice = beam_choice(loop.scores, log_probs, k, self.vocabulary)
+        candidates, origin, token, alive = choice.score, choice.origin, choice.token, choice.alive
+        first_row, first_slot = self.first_rows(n, rows), groups.unsqueeze(1) * k
+        coverage, penalty = self.coverage(loop.coverage, out.weights, first_row + origin, groups)
+        still_open = ~loop.done[groups].unsqueeze(1)
+        ended = choice.ends & still_open
+        finished = self.with_finished(
+            loop.finished,
+            groups,
+            t,
+            ended,
+            candidates[:, :k],
+            (first_slot + origin)[:, :k],
+            token[:, :k],
+            None if penalty is None else penalty[:, :k],
+        )
+        scores, prev, chosen = (x.gather(1, alive) for x in (candidates, token, origin))
+        if self.tree is not None:
+            self.tree.write(t, groups, still_open, origin, token, candidates, ended, alive)
+        self.history.write(
+            t, prev.flatten(), (first_slot + chosen).flatten(), out.weights, *self.history_slots(groups, rows)
+        )
+        parents = (first_row + chosen).flatten()
+        done = loop.done.index_put((groups,), loop.done[groups] | self.sentences_done(finished, groups, scores, t))
+        next_loop = BeamLoop(
+            t + 1,
+            prev.flatten(),
+            out.state,
+            groups,
+            scores,
+            done,
+            finished,
+            None if coverage is None else coverage[parents],
+        )
+        return next_loop, parents
+
+    def rows_of(self, log_probs: Tensor, groups: int) -> int:
+        """The rows a group computed at the step (its width in the eager loop; k on fixed shapes)."""
+        return log_probs.size(0) // groups
+
+    def first_rows(self, groups: int, rows: int) -> Tensor:
+        """(n, 1) the first row of each group in the step's batch."""
+        return torch.arange(groups, device=self.limits.device).unsqueeze(1) * rows
+
+    def history_slots(self, groups: Tensor, rows: int) -> tuple[Tensor, Tensor]:
+        """The history's slots of the rows of step t+1 (k a group) and of step t (``rows`` a group)."""
+        k, device = self.beam, groups.device
+        first = groups.unsqueeze(1) * k
+        return (first + torch.arange(k, device=device)).flatten(), (first + torch.arange(rows, device=device)).flatten()
+
+    def log_probs_at(self, t: Tensor | int, log_probs: Tensor, groups: Tensor, width: int) -> Tensor:
+        """Step t's log-probabilities of the rows extended (each group's first ``width``), those of
+        sentences at their length limit ended (``ended_at_limit``): there each live hypothesis
+        finishes with EOS."""
+        n = groups.numel()
+        if log_probs.size(0) != n * width:  # (the first step on fixed shapes: k rows a group, 1 extended)
+            log_probs = log_probs.view(n, -1, log_probs.size(1))[:, :width].flatten(0, 1)
+        # (an int t, the eager loop's, tells the host that no sentence has reached its limit yet)
+        if isinstance(t, int) and t + 1 < self.shortest:
+            return log_probs
+        return ended_at_limit(log_probs, (self.limits[groups] <= t + 1).repeat_interleave(width))
+
+    def penalty_at(self, t: Tensor | int) -> Tensor:
+        """(1,) the length penalty of t + 1 tokens."""
+        return self.penalties[t : t + 1] if isinstance(t, int) else self.penalties.index_select(0, t)
+
+    def coverage(
+        self, coverage: Tensor | None, weights: Tensor | None, parent: Tensor, groups: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Each row's coverage with step t's attention ``weights`` added, and the coverage penalty
+        (n, 2k) of the candidates that extend the rows ``parent`` (coverage_penalty over each
+        sentence's real positions); None and None without a coverage penalty."""
+        if coverage is None:
+            return None, None
+        if weights is None:
+            raise AttnmtError(NO_COVERAGE)
+        coverage = coverage + weights.float()
+        mask = self.masks[groups].repeat_interleave(coverage.size(0) // groups.numel(), dim=0)
+        logs = coverage.clamp(COVERAGE_FLOOR, 1.0).log().masked_fill(~mask, 0.0)
+        return coverage, self.beta * logs.sum(1).double()[parent]
+
+    def with_finished(
+        self,
+        finished: Finished,
+        groups: Tensor,
+        t: Tensor | int,
+        finishes: Tensor,
+        log_prob: Tensor,
+        row: Tensor,
+        token: Tensor,
+        coverage_penalty: Tensor | None,
+    ) -> Finished:
+        """``finished`` and the hypotheses of the ``groups``' sentences that finish at step t (each
+        argument (n, k): which finish, their log-probabilities, slots extended, last tokens and
+        coverage penalties): the n best, ordered as a stable sort of the lists of each sentence's
+        finished hypotheses in the order they finished orders them (older ones first among equal
+        scores)."""
+        penalty = self.penalty_at(t)  # (they have t + 1 tokens)
+        log_prob = log_prob.double()
+        score = log_prob / penalty if coverage_penalty is None else log_prob / penalty + coverage_penalty
+        new = {
+            "score": torch.where(finishes, score, float("-inf")),
+            "log_prob": log_prob,
+            "end": t.expand_as(row) if isinstance(t, Tensor) else torch.full_like(row, t),
+            "row": row,
+            "token": token,
+        }
+        merged = {name: torch.cat([getattr(finished, name)[groups], new[name]], dim=1) for name in Finished.SLOTS}
+        best = merged["score"].sort(dim=1, descending=True, stable=True).indices[:, : self.n_best]
+        return Finished(
+            finished.count.index_add(0, groups, finishes.sum(1)),
+            **{name: getattr(finished, name).index_copy(0, groups, merged[name].gather(1, best)) for name in merged},
+        )
+
+    def sentences_done(self, finished: Finished, groups: Tensor, scores: Tensor, t: Tensor | int) -> Tensor:
+        """beam_done, the stopping rules of beam_search, for the ``groups``' sentences at once."""
+        count = finished.count[groups]
+        return beam_done(
+            self.limits[groups] <= t + 1,
+            count >= self.n_best,
+            finished.score[groups, self.n_best - 1],
+            scores.max(dim=1).values.double(),
+            count >= self.beam,
+            self.limit_penalties[groups],
+            self.penalty_at(t),
+        )
+
+    def kept(self, loop: BeamLoop, groups: Tensor, rows: Tensor) -> BeamLoop:
+        """The loop of the ``groups`` (their positions) only, whose ``rows`` they are: the eager
+        loop's, as done sentences leave."""
+        coverage = None if loop.coverage is None else loop.coverage[rows]
+        return replace(
+            loop, prev=loop.prev[rows], groups=loop.groups[groups], scores=loop.scores[groups], coverage=coverage
+        )
+
+    def results(self, loop: BeamLoop, steps: int) -> list[list[Hypothesis]]:
+        return self.hypotheses(loop.finished, steps)
+
+    def hypotheses(self, finished: Finished, steps: int) -> list[list[Hypothesis]]:
+        """The hypotheses of a table of finished ones after ``steps`` steps, each sentence's best
+        first, read back along the parents (History.read_back)."""
+        tokens, attention = self.history.read_back(finished.end, finished.row, finished.token, steps)
+        tokens, ends, log_probs = tokens.tolist(), finished.end.tolist(), finished.log_prob.tolist()
+        counts = finished.count.tolist()
+        attention = None if attention is None else attention.float().cpu()
+        widths = self.masks.sum(1).tolist()
+        return [
+            [
+                hypothesis_of(
+                    tokens[b][j][: ends[b][j] + 1],
+                    log_probs[b][j],
+                    None if attention is None else attention[b, j],
+                    self.alpha,
+                    widths[b],
+                    self.beta,
+                )
+                for j in range(min(counts[b], self.n_best))
+            ]
+            for b in range(self.batch)
+        ]
+
+
+class Beam:
+    """BeamSearch (or constraints.ConstrainedBeamSearch) in the eager loop (``run_eager``): a group
+    of rows per sentence still searched. A sentence that is done leaves the batch (``next_batch``),
+    so later steps compute only the others, as GreedySearch's rows leave in ``Greedy``."""
+
+    def __init__(self, search: BeamSearch):
+        self.search = search
+        self.max_lengths = search.max_lengths
+        self.rows = 1  # (rows a group computes: one at the first step, then k)
+        self.loop = search.start(None, 0, self.rows)  # (the decoder state is the loop's: run_eager)
+        self.steps = 0
+
+    @property
+    def prev(self) -> Tensor:
+        return self.loop.prev
 
     def advance(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> Tensor:
-        """Step t's choice (``extend``): which sentences go on (``going``)."""
-        self.history.add_weights(step.weights)  # (before the choice: the hypotheses that end read it)
-        sentences, self.source_rows = self.extend(t, step, vocabulary)
-        return self.going(t, sentences)
-
-    def extend(self, t: int, step: StepOutput, vocabulary: Tensor | None) -> tuple[list[int], Tensor]:
-        """Step t's 2k best candidates of each sentence: those among its best k that end in EOS
-        finish (at the sentence's length limit, all of its live ones), the best k that do not stay
-        alive (``prev``, ``scores``). Returns the sentence of each group and, for each live row
-        (n*k,), the row of batch t it extends."""
-        k, device = self.k, self.device
-        n = self.active.numel()
-        sentences = self.active.tolist()
-        choice = beam_choice(self.scores, self.log_probs_at(t, step, sentences), k, vocabulary)
-        # (n, 2k): the row of batch t that each candidate extends
-        source_rows = torch.arange(n, device=device).unsqueeze(1) * self.width + choice.origin
-        if bool(choice.ends.any()):  # EOS among the best k candidates: finished hypotheses
-            ends = choice.ends
-            groups = ends.nonzero()[:, 0].tolist()
-            tokens, log_probs = choice.token[:, :k][ends], choice.score[:, :k][ends].tolist()
-            self._finish(t, [sentences[g] for g in groups], source_rows[:, :k][ends], tokens, log_probs)
-        self.last_step = sentences, choice  # (for the tree: tree_step)
-        source_rows, self.prev = (
-            source_rows.gather(1, choice.alive).view(-1),
-            choice.token.gather(1, choice.alive).view(-1),
-        )
-        self.scores = choice.score.gather(1, choice.alive)  # (n, k)
-        return sentences, source_rows
+        """Step t's choice; returns which groups go on (their sentences not done)."""
+        loop, self.parents = self.search.advance(self.loop, step)
+        self.loop = replace(loop, state=None)
+        self.steps = t + 1
+        return ~self.loop.done[self.loop.groups]
 
     def tree_step(self) -> list[tuple[int, list[TreeCandidate]]]:
-        """The last step's 2k candidates of each sentence, as the search tree adds them
-        (BeamRecorder.add): finished, kept or pruned, those at -inf left out."""
-        sentences, choice = self.last_step
-        origin, token, score = choice.origin.tolist(), choice.token.tolist(), choice.score.tolist()
-        finished = F.pad(choice.ends, (0, self.k)).tolist()
-        alive = torch.zeros_like(choice.token, dtype=torch.bool).scatter(1, choice.alive, True).tolist()
-        groups = []
-        for g, sentence in enumerate(sentences):
-            candidates = []
-            for j in range(len(origin[g])):
-                if score[g][j] == float("-inf"):
-                    continue
-                status = "finished" if finished[g][j] else "kept" if alive[g][j] else "pruned"
-                candidates.append((origin[g][j], token[g][j], score[g][j], status, None))
-            groups.append((sentence, candidates))
-        return groups
+        """The last step's candidates of each sentence searched, as the search tree adds them
+        (BeamRecorder.add), from the strategy's TreeBuffers."""
+        return self.search.tree.candidates(self.steps - 1, self.loop.groups.tolist())
 
-    def log_probs_at(self, t: int, step: StepOutput, sentences: list[int]) -> Tensor:
-        """Step t's log-probabilities, those of the rows of sentences at their length limit ended
-        (``ended_at_limit``): there each live hypothesis finishes with EOS."""
-        at_limit = [self.max_lengths[sentence] <= t + 1 for sentence in sentences]
-        if not any(at_limit):
-            return step.log_probs
-        rows = torch.tensor(at_limit, device=self.device).repeat_interleave(self.width)
-        return ended_at_limit(step.log_probs, rows)
-
-    def going(self, t: int, sentences: list[int]) -> Tensor:
-        """Which sentences go on to step t+1 (n,): not those at their length limit, nor those whose
-        n best no live hypothesis can enter, nor those with k finished hypotheses that no live one
-        would beat were it to end now."""
-        finished, n_best, alpha, max_lengths = self.finished, self.n_best, self.alpha, self.max_lengths
-        best_live = self.scores.max(dim=1).values.tolist()
-        penalty_now = length_penalty(t + 1, alpha)
-        done = []
-        for g, sentence in enumerate(sentences):
-            scores = [h.score for h in finished[sentence]]
-            has_n_best = len(scores) >= n_best
-            nth_best = sorted(scores, reverse=True)[n_best - 1] if has_n_best else -math.inf
-            done.append(
-                beam_done(
-                    t + 1 >= max_lengths[sentence],
-                    has_n_best,
-                    nth_best,
-                    best_live[g],
-                    len(scores) >= self.k,
-                    length_penalty(max_lengths[sentence], alpha),
-                    penalty_now,
-                )
+    def next_batch(self, going: Tensor, state, memory):
+        """The rows of step t+1: the groups ``going`` (a done sentence's rows leave the batch),
+        their decoder state and memory."""
+        k, groups, parents = self.search.beam, None, self.parents
+        if not bool(going.all()):
+            groups = going.nonzero().view(-1)
+            rows = (groups.view(-1, 1) * k + torch.arange(k, device=groups.device)).view(-1)
+            self.loop, parents = self.search.kept(self.loop, groups, rows), parents[rows]
+        state = state.select(parents)
+        if self.rows < k or groups is not None:  # (the memory of each sentence, for its k rows from now on)
+            memory = memory.for_beams(
+                torch.arange(going.numel(), device=going.device) if groups is None else groups, self.rows, k
             )
-        return ~torch.tensor(done, device=self.device)
-
-    def next_batch(self, keep: Tensor, state, memory):
-        """The batch of step t+1: the rows of the sentences in ``keep`` (a finished sentence's rows
-        leave it), their decoder state and memory. Records their tokens and parents in the
-        history."""
-        k, device, n, source_rows = self.k, self.device, keep.numel(), self.source_rows
-        groups = torch.arange(n, device=device)
-        if not bool(keep.all()):  # drop finished sentences from the batch
-            groups = keep.nonzero().view(-1)
-            rows = (groups.view(-1, 1) * k + torch.arange(k, device=device)).view(-1)
-            self.active, self.scores, self.prev = self.active[keep], self.scores[keep], self.prev[rows]
-            source_rows = source_rows[rows]
-        self.history.add_rows(self.prev, source_rows)
-        state = state.select(source_rows)
-        if self.width < k or groups.numel() < n:
-            # the memory of each sentence, for its k rows from now on
-            memory = memory.for_beams(groups, self.width, k)
-        self.width = k
+        self.rows = k
         return state, memory
 
     def results(self) -> list[list[Hypothesis]]:
-        """Each sentence's n best finished hypotheses, best first."""
-        return [sorted(hyps, key=lambda h: -h.score)[: self.n_best] for hyps in self.finished]
+        return self.search.results(self.loop, self.steps)
 
-    def _finish(
+
+class TreeBuffers:
+    """The search tree of a beam search, written by its strategy as tensors (nothing read back):
+    each step's candidates of every sentence (the row of the sentence each extends, token, score)
+    and their status (``KEPT``, ``FINISHED``, ``PRUNED``; 0 where the sentence was done or the slot
+    empty), at the step counter and the sentence; ``candidates`` gives a step's as a BeamRecorder
+    adds them (an observer of the eager loop), ``replay`` every step's at the end (fixed shapes)."""
+
+    KEPT, FINISHED, PRUNED = 1, 2, 3
+    STATUS = {KEPT: "kept", FINISHED: "finished", PRUNED: "pruned"}
+
+    def __init__(
         self,
-        t: int,
-        sentences: list[int],
-        rows: Tensor,
-        tokens: Tensor,
-        log_probs: list[float],
-        into: list[list[Hypothesis]] | None = None,
+        steps: int,
+        batch: int,
+        slots: int,
+        device: torch.device,
+        score_dtype: torch.dtype = torch.float32,
+        met: bool = False,
     ):
-        """The hypotheses of ``rows`` of batch t, extended by ``tokens``, join their sentences'
-        finished ones (or their lists of ``into``)."""
-        token_lists, attention = self.history.read(t, rows, tokens)
-        into = self.finished if into is None else into
-        for i, (sentence, log_prob) in enumerate(zip(sentences, log_probs)):
-            matrix = None if attention is None else attention[i]
-            into[sentence].append(
-                hypothesis_of(token_lists[i], log_prob, matrix, self.alpha, self.memory_widths[sentence], self.beta)
+        shape = (steps, batch, slots)
+        self.origin = torch.zeros(shape, dtype=torch.long, device=device)
+        self.token = torch.zeros(shape, dtype=torch.long, device=device)
+        self.score = torch.zeros(shape, dtype=score_dtype, device=device)
+        self.status = torch.zeros(shape, dtype=torch.long, device=device)
+        # the constraint tokens each candidate has met (constrained search; None: no such count)
+        self.met = torch.zeros(shape, dtype=torch.long, device=device) if met else None
+
+    def write(self, t: Tensor | int, groups: Tensor, open_: Tensor, origin, token, score, ended, alive):
+        """Beam search's step t's candidates (n, 2k) of the ``groups``' sentences: ``ended`` (n, k)
+        those that finish, ``alive`` (n, k) the positions of those that stay; ``open_`` (n, 1) the
+        sentences still searched."""
+        kept = torch.zeros_like(token, dtype=torch.bool).scatter(1, alive, True)
+        finished = F.pad(ended, (0, token.size(1) - ended.size(1)))
+        status = torch.full_like(token, self.PRUNED)
+        status = torch.where(kept, self.KEPT, status)
+        status = torch.where(finished, self.FINISHED, status)
+        status = status.masked_fill(~open_ | (score == float("-inf")), 0)
+        self.write_slots(t, groups, origin, token, score, status)
+
+    def write_slots(self, t: Tensor | int, groups: Tensor, origin, token, score, status, met=None):
+        """Step t's candidates (n, slots) of the ``groups``' sentences in the order the recorder
+        adds them, with their status (0: none) and, with ``met``, the constraint tokens each has met."""
+        values = [(self.origin, origin), (self.token, token), (self.score, score), (self.status, status)]
+        if self.met is not None:
+            values.append((self.met, met))
+        at = (t, groups) if isinstance(t, Tensor) else (torch.tensor([t], device=groups.device), groups)
+        for buffer, value in values:
+            buffer.index_put_(at, value.to(buffer.dtype))
+
+    def candidates(self, t: int, sentences: list[int]) -> list[tuple[int, list[TreeCandidate]]]:
+        """Step t's candidates of ``sentences``, as BeamRecorder.add takes them."""
+        index = torch.tensor(sentences, device=self.status.device)
+        columns = [
+            None if b is None else b[t, index].tolist()
+            for b in (self.origin, self.token, self.score, self.status, self.met)
+        ]
+        return [
+            (sentence, self._of(*(None if c is None else c[i] for c in columns)))
+            for i, sentence in enumerate(sentences)
+        ]
+
+    def replay(self, record: BeamRecorder, steps: int):
+        """Adds the candidates of the first ``steps`` steps of every sentence to ``record``, step by step."""
+        columns = [
+            None if b is None else b[:steps].cpu().tolist()
+            for b in (self.origin, self.token, self.score, self.status, self.met)
+        ]
+        for t in range(steps):
+            record.add(
+                t,
+                [(b, self._of(*(None if c is None else c[t][b] for c in columns))) for b in range(len(columns[3][t]))],
             )
+
+    def _of(self, origin: list, token: list, score: list, status: list, met: list | None) -> list[TreeCandidate]:
+        """One sentence's candidates of a step, those of a status (0: none) only."""
+        return [
+            (origin[j], token[j], score[j], self.STATUS[s], None if met is None else met[j])
+            for j, s in enumerate(status)
+            if s
+        ]
 
 
 def cannot_improve(has_n_best, nth_best, best_live, penalty):
@@ -751,7 +979,7 @@ class BeamChoice:
 
 
 def beam_choice(scores: Tensor, log_probs: Tensor, k: int, vocabulary: Tensor | None) -> BeamChoice:
-    """Beam search's choice of a step, the one of both executors (``Beams``, fast_decoding.FixedBeam;
+    """Beam search's choice of a step, the one of both executors (``BeamSearch.advance``;
     fairseq's Search.step): each sentence's 2k best candidates (``best_candidates``), those among
     its best k that end in EOS, which finish, and its best k that do not, which stay alive.
     ``scores`` (n, width) the live hypotheses', ``log_probs`` (n*width, columns) the step's, the

@@ -12,10 +12,9 @@ from torch import Tensor
 
 from attnmt.core import speed
 from attnmt.core.config import DecodingConfig, Sampling
-from attnmt.seq2seq import constraints as eager_constraints
-from attnmt.seq2seq import decoding, fast_constraints, fast_decoding
+from attnmt.seq2seq import decoding, fast_decoding
 from attnmt.seq2seq.base import EncoderDecoder
-from attnmt.seq2seq.constraints import Phrases
+from attnmt.seq2seq.constraints import Phrases, constrained_beam_search
 from attnmt.seq2seq.decoding import BeamRecorder, output_limits
 from attnmt.seq2seq.prefix import Prefix, Prefixes
 from attnmt.seq2seq.processors import sampler
@@ -52,7 +51,7 @@ def decode(
     to spell), a loop processor (prefix.Prefix, before ``processors``) in either executor.
     ``constraints``: phrases of token ids each sentence's outputs must contain
     (attnmt.seq2seq.constraints; beam search by dynamic beam allocation, in either executor:
-    attnmt.seq2seq.fast_constraints; without a shortlist). ``processors``: loop processors
+    fast_decoding.constrained_beam_search; without a shortlist). ``processors``: loop processors
     (attnmt.seq2seq.processors) that restrict every step's log-probabilities (under a shortlist,
     its columns). ``record``: a BeamRecorder that beam search (even of beam 1) adds every
     candidate it considers to (Translator.beam_tree); ``stop``: asked between two steps of a beam
@@ -83,10 +82,8 @@ def decode(
     options = {"processors": tuple(processors)} | ({"observers": observers} if observers else {})
     args = (model, src, src_lengths, max_lengths)
     if constraints is not None:
-        executor = fast_constraints if fast else eager_constraints
-        return executor.constrained_beam_search(
-            *args, constraints, beam, n_best, alpha, window, beta, record=record, stop=stop, **options
-        )
+        search = fast_decoding.constrained_beam_search if fast else constrained_beam_search
+        return search(*args, constraints, beam, n_best, alpha, window, beta, record=record, stop=stop, **options)
     module = fast_decoding if fast else decoding
     with restricted(model, vocabulary):  # (the model's output layers: an ensemble's each)
         if sampling is not None:  # (its filters: processors of the draw)
