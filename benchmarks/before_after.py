@@ -7,7 +7,8 @@ Checks both commits out in git worktrees (WORK/before, WORK/after), then per rou
 the other, in a child process running that side's code: trains configs/rnn-bahdanau.yaml (fp32,
 2 threads, no dev set) for --steps steps and reads its training target tokens/s over the steps
 after the first 20 (metrics.jsonl), then translates the first 256 sentences of test_2016_flickr with
-greedy search and beam 5 (best of 2 each). Prints each round's figures side by side.
+greedy search, beam 5, and beam 5 with a constraint on every sentence ("a man": the banks of
+docs/decoding.md), best of 2 each. Prints each round's figures side by side.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ for beam in (1, 5):
         translator.translate(sources, beam=beam, batch_size=64)
         best = max(best, len(sources) / (time.perf_counter() - started))
     result[f"decode_beam{beam}"] = best
+best = 0.0
+for _ in range(2):
+    started = time.perf_counter()
+    translator.translate(sources, beam=5, batch_size=64, constraints=[["a man"]] * len(sources))
+    best = max(best, len(sources) / (time.perf_counter() - started))
+result["decode_constrained"] = best
 print(json.dumps(result))
 """
 
@@ -108,10 +115,11 @@ def main(argv=None):
         for side in ("before", "after"):
             rows.append((side, round_ + 1, probe(side, trees[side], args, round_)))
             print(side, round_ + 1, rows[-1][2], flush=True)
-    print("\n| side | round | training target tokens/s | greedy sentences/s | beam 5 sentences/s |")
-    print("|---|---|---|---|---|")
+    print("\n| side | round | training target tokens/s | greedy sentences/s | beam 5 sentences/s | constrained |")
+    print("|---|---|---|---|---|---|")
     for side, round_, r in rows:
         figures = f"{r['train_tokens_per_s']:,.0f} | {r['decode_beam1']:.0f} | {r['decode_beam5']:.1f}"
+        figures += f" | {r['decode_constrained']:.1f}"
         print(f"| {side} | {round_} | {figures} |")
 
 
